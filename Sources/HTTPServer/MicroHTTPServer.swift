@@ -1,0 +1,310 @@
+import CMicroHTTPD
+import Foundation
+
+/// What the server logs about each finished request.
+public struct AccessLogEntry: Sendable {
+    public var requestID: String
+    public var method: String
+    public var path: String
+    public var status: Int
+    public var durationMicroseconds: Int64
+}
+
+/// Why the server could not start.
+public struct HTTPServerError: Error, CustomStringConvertible {
+    public var description: String
+}
+
+/// An HTTP/1.1 server on libmicrohttpd: one epoll thread for every connection, request
+/// bodies collected up to a limit, and handlers that may answer later from any thread
+/// (the connection is suspended meanwhile and resumed by the answer).
+public final class MicroHTTPServer: @unchecked Sendable {
+    /// Settings of the listening daemon.
+    public struct Configuration: Sendable {
+        /// An IPv4 or IPv6 literal, or `localhost`.
+        public var host = "127.0.0.1"
+        /// 0 picks a free port; `port` tells which after `start()`.
+        public var port = 8080
+        /// Connections at once, all kinds.
+        public var connectionLimit = 10_240
+        /// Idle connections are closed after this many seconds.
+        public var connectionTimeoutSeconds = 60
+        /// Per-connection buffer memory of libmicrohttpd.
+        public var connectionMemoryLimit = 32 * 1024
+        /// Larger request bodies are refused with 413.
+        public var maximumBodyBytes = 64 * 1024
+
+        public init() {}
+    }
+
+    let configuration: Configuration
+    let handler: HTTPHandler
+    let accessLog: (@Sendable (AccessLogEntry) -> Void)?
+    private var daemon: OpaquePointer?
+    private let state = NSCondition()
+    private var requestsInFlight = 0
+    private var draining = false
+    private var requestCounter: UInt64 = 0
+    private let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+    /// The port the server listens on (known after `start()`).
+    public private(set) var port = 0
+
+    public init(configuration: Configuration, handler: @escaping HTTPHandler,
+                accessLog: (@Sendable (AccessLogEntry) -> Void)? = nil) {
+        self.configuration = configuration
+        self.handler = handler
+        self.accessLog = accessLog
+    }
+
+    /// Binds and starts serving.
+    public func start() throws {
+        let (storage, ipv6) = try SocketAddress.resolve(host: configuration.host, port: configuration.port)
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        daemon = withUnsafeBytes(of: storage) { raw in
+            headway_mhd_start(
+                headway_mhd_flags(ipv6 ? 1 : 0), raw.baseAddress!.assumingMemoryBound(to: sockaddr.self),
+                accessHandlerCallback, context, requestCompletedCallback, context,
+                UInt32(configuration.connectionLimit), UInt32(configuration.connectionTimeoutSeconds),
+                configuration.connectionMemoryLimit)
+        }
+        guard let daemon else {
+            throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port) (address in use, or not permitted)")
+        }
+        port = SocketAddress.boundPort(fd: headway_mhd_listen_fd(daemon)) ?? configuration.port
+    }
+
+    /// Stops accepting connections, answers requests already under way (new requests on
+    /// open connections get 503), waits up to `timeout` seconds for them, then stops.
+    public func shutdown(timeout: Double = 10) {
+        guard let daemon else { return }
+        state.lock()
+        draining = true
+        state.unlock()
+        let listenFD = MHD_quiesce_daemon(daemon)
+        if listenFD >= 0 { close(listenFD) }
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        state.lock()
+        while requestsInFlight > 0 && state.wait(until: deadline) {}
+        state.unlock()
+        MHD_stop_daemon(daemon)
+        self.daemon = nil
+    }
+
+    // MARK: - Called on the libmicrohttpd thread
+
+    func access(_ connection: OpaquePointer, url: String, method: String, uploadData: UnsafePointer<CChar>?,
+                uploadSize: UnsafeMutablePointer<Int>, context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
+        guard let existing = context.pointee else {
+            return begin(connection, url: url, method: method, context: context)
+        }
+        let exchange = Unmanaged<Exchange>.fromOpaque(existing).takeUnretainedValue()
+        if uploadSize.pointee > 0 {
+            exchange.receive(UnsafeRawBufferPointer(start: uploadData, count: uploadSize.pointee),
+                             limit: configuration.maximumBodyBytes)
+            uploadSize.pointee = 0
+            // A client that goes on sending long after the limit is cut off.
+            return exchange.discardedBytes > 64 * configuration.maximumBodyBytes ? MHD_Result.NO : MHD_Result.YES
+        }
+        if exchange.bodyTooLarge { return exchange.queue(bodyTooLarge()) }
+        return exchange.dispatchOrQueue(handler)
+    }
+
+    private func begin(_ connection: OpaquePointer, url: String, method: String,
+                       context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
+        let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
+        let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
+        let isDraining = state.withLock { () -> Bool in
+            requestsInFlight += 1
+            requestCounter += 1
+            return draining
+        }
+        let requestID = headers.first { $0.name == "x-request-id" }.map(\.value).flatMap(Self.acceptableRequestID)
+            ?? "\(requestIDPrefix)-\(String(requestCounter, radix: 36))"
+        let request = HTTPRequest(method: method, path: url, query: query, headers: headers, requestID: requestID)
+        let exchange = Exchange(connection: connection, request: request)
+        context.pointee = Unmanaged.passRetained(exchange).toOpaque()
+        if isDraining {
+            return exchange.queue(.problem(503, code: "shutting_down", title: "Shutting down",
+                                           detail: "The server is stopping; retry shortly.",
+                                           headers: [HTTPField("Connection", "close"), HTTPField("Retry-After", "1")]))
+        }
+        if let length = request.header("content-length").flatMap(UInt64.init), length > configuration.maximumBodyBytes {
+            return exchange.queue(bodyTooLarge())
+        }
+        return MHD_Result.YES
+    }
+
+    func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) {
+        guard let context, let pointer = context.pointee else { return }
+        let exchange = Unmanaged<Exchange>.fromOpaque(pointer).takeRetainedValue()
+        context.pointee = nil
+        state.withLock {
+            requestsInFlight -= 1
+            if requestsInFlight == 0 { state.broadcast() }
+        }
+        accessLog?(AccessLogEntry(
+            requestID: exchange.request.requestID, method: exchange.request.method, path: exchange.request.path,
+            status: exchange.sentStatus ?? 0, durationMicroseconds: exchange.elapsedMicroseconds))
+    }
+
+    private func bodyTooLarge() -> HTTPResponse {
+        .problem(413, code: "body_too_large", title: "Request body too large",
+                 detail: "A request body may be at most \(configuration.maximumBodyBytes) bytes.")
+    }
+
+    private static func acceptableRequestID(_ id: String) -> String? {
+        id.utf8.count <= 64 && !id.isEmpty && id.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\"") }) ? id : nil
+    }
+
+    private static func values(_ connection: OpaquePointer, kind: MHD_ValueKind, lowercase: Bool) -> [HTTPField] {
+        final class Box { var fields: [HTTPField] = []; var lowercase = false }
+        let box = Box()
+        box.lowercase = lowercase
+        _ = MHD_get_connection_values(connection, kind, { cls, _, key, value in
+            guard let cls, let key else { return MHD_Result.YES }
+            let box = Unmanaged<Box>.fromOpaque(cls).takeUnretainedValue()
+            let name = String(cString: key)
+            box.fields.append(HTTPField(box.lowercase ? name.lowercased() : name, value.map { String(cString: $0) } ?? ""))
+            return MHD_Result.YES
+        }, Unmanaged.passUnretained(box).toOpaque())
+        return box.fields
+    }
+}
+
+/// One request on one connection, from its headers to its completion. Its lock orders the
+/// handler's answer (any thread) against suspension (libmicrohttpd's thread), so a
+/// connection is resumed only when it is really suspended.
+final class Exchange: Responder, @unchecked Sendable {
+    private let lock = NSLock()
+    private let connection: OpaquePointer
+    private(set) var request: HTTPRequest
+    private var dispatched = false
+    private var suspended = false
+    private var pending: HTTPResponse?
+    private(set) var bodyTooLarge = false
+    private(set) var discardedBytes = 0
+    private(set) var sentStatus: Int?
+    private let started = DispatchTime.now().uptimeNanoseconds
+
+    init(connection: OpaquePointer, request: HTTPRequest) {
+        self.connection = connection
+        self.request = request
+    }
+
+    var elapsedMicroseconds: Int64 { Int64((DispatchTime.now().uptimeNanoseconds - started) / 1000) }
+
+    func receive(_ chunk: UnsafeRawBufferPointer, limit: Int) {
+        if bodyTooLarge || request.body.count + chunk.count > limit {
+            bodyTooLarge = true
+            discardedBytes += chunk.count
+            request.body = []
+        } else {
+            request.body.append(contentsOf: chunk)
+        }
+    }
+
+    /// First time: hands the request to `handler`; queues its answer if it came at once,
+    /// else suspends. After a resume: queues the answer that resumed it.
+    func dispatchOrQueue(_ handler: HTTPHandler) -> MHD_Result {
+        lock.lock()
+        if let response = pending {
+            lock.unlock()
+            return queue(response)
+        }
+        let firstTime = !dispatched
+        dispatched = true
+        lock.unlock()
+        if firstTime { handler(request, self) }
+        lock.lock()
+        defer { lock.unlock() }
+        if let response = pending {
+            return queueLocked(response)
+        }
+        suspended = true
+        MHD_suspend_connection(connection)
+        return MHD_Result.YES
+    }
+
+    func respond(_ response: HTTPResponse) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard pending == nil else { return }
+        pending = response
+        if suspended {
+            suspended = false
+            MHD_resume_connection(connection)
+        }
+    }
+
+    func queue(_ response: HTTPResponse) -> MHD_Result {
+        lock.withLock { queueLocked(response) }
+    }
+
+    private func queueLocked(_ response: HTTPResponse) -> MHD_Result {
+        guard sentStatus == nil else { return MHD_Result.YES }
+        let body = response.body
+        let mhdResponse = body.withUnsafeBytes { raw in
+            MHD_create_response_from_buffer(raw.count, UnsafeMutableRawPointer(mutating: raw.baseAddress),
+                                            .RESPMEM_MUST_COPY)
+        }
+        guard let mhdResponse else { return MHD_Result.NO }
+        defer { MHD_destroy_response(mhdResponse) }
+        for field in response.headers { MHD_add_response_header(mhdResponse, field.name, field.value) }
+        MHD_add_response_header(mhdResponse, "X-Request-Id", request.requestID)
+        sentStatus = response.status
+        return MHD_queue_response(connection, UInt32(response.status), mhdResponse)
+    }
+}
+
+/// The C entry points; kept out of `main.swift` so they are not main-actor isolated.
+private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection, url, method, _, uploadData, uploadSize, context in
+    guard let cls, let connection, let url, let method, let uploadSize, let context else { return MHD_Result.NO }
+    let server = Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue()
+    return server.access(connection, url: String(cString: url), method: String(cString: method),
+                         uploadData: uploadData, uploadSize: uploadSize, context: context)
+}
+
+private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, _, context, _ in
+    guard let cls else { return }
+    Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().completed(context)
+}
+
+/// Turning `host:port` into a socket address.
+enum SocketAddress {
+    static func resolve(host: String, port: Int) throws -> (sockaddr_storage, ipv6: Bool) {
+        var storage = sockaddr_storage()
+        let name = host == "localhost" ? "127.0.0.1" : host
+        guard (0...65535).contains(port) else { throw HTTPServerError(description: "port \(port) is out of range") }
+        var v4 = sockaddr_in()
+        if inet_pton(AF_INET, name, &v4.sin_addr) == 1 {
+            v4.sin_family = sa_family_t(AF_INET)
+            v4.sin_port = in_port_t(UInt16(port).bigEndian)
+            withUnsafeMutableBytes(of: &storage) { target in withUnsafeBytes(of: v4) { target.copyMemory(from: $0) } }
+            return (storage, false)
+        }
+        var v6 = sockaddr_in6()
+        if inet_pton(AF_INET6, name, &v6.sin6_addr) == 1 {
+            v6.sin6_family = sa_family_t(AF_INET6)
+            v6.sin6_port = in_port_t(UInt16(port).bigEndian)
+            withUnsafeMutableBytes(of: &storage) { target in withUnsafeBytes(of: v6) { target.copyMemory(from: $0) } }
+            return (storage, true)
+        }
+        throw HTTPServerError(description: "'\(host)' is not an IPv4 or IPv6 address")
+    }
+
+    static func boundPort(fd: Int32) -> Int? {
+        guard fd >= 0 else { return nil }
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let result = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard result == 0 else { return nil }
+        return withUnsafeBytes(of: storage) { raw -> Int in
+            if Int32(storage.ss_family) == AF_INET6 {
+                return Int(UInt16(bigEndian: raw.load(as: sockaddr_in6.self).sin6_port))
+            }
+            return Int(UInt16(bigEndian: raw.load(as: sockaddr_in.self).sin_port))
+        }
+    }
+}

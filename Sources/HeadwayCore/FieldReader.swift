@@ -1,0 +1,107 @@
+/// Reads typed fields out of a JSON object and collects one message per bad field, so a
+/// client learns everything wrong with a request at once. A `null` member counts as absent.
+public struct FieldReader {
+    private let members: [String: JSONValue]
+    /// The messages collected so far.
+    public private(set) var errors: [FieldError] = []
+
+    /// Starts reading `value`, which must be an object whose keys are all in `allowed`.
+    public init(_ value: JSONValue, allowed: Set<String>) {
+        guard case .object(let members) = value else {
+            self.members = [:]
+            errors.append(FieldError(field: "(body)", message: "must be a JSON object, not \(value.typeName)"))
+            return
+        }
+        self.members = members
+        for key in members.keys.sorted() where !allowed.contains(key) {
+            errors.append(FieldError(field: key, message: "is not a known field"))
+        }
+    }
+
+    private mutating func fail<Value>(_ field: String, _ message: String) -> Value? {
+        errors.append(FieldError(field: field, message: message))
+        return nil
+    }
+
+    private func present(_ field: String) -> JSONValue? {
+        guard let value = members[field], value != .null else { return nil }
+        return value
+    }
+
+    /// A string of 1…`maxLength` Unicode scalars that is not only white space.
+    public mutating func string(_ field: String, maxLength: Int, required: Bool = false) -> String? {
+        guard let value = present(field) else {
+            return required ? fail(field, "is required") : nil
+        }
+        guard case .string(let text) = value else { return fail(field, "must be a string, not \(value.typeName)") }
+        let length = text.unicodeScalars.count
+        if length > maxLength { return fail(field, "must be at most \(maxLength) characters (got \(length))") }
+        if text.allSatisfy(\.isWhitespace) { return fail(field, "must not be empty or blank") }
+        if text.unicodeScalars.contains(where: { $0.value == 0 }) { return fail(field, "must not contain NUL") }
+        return text
+    }
+
+    /// A task id (`[A-Za-z0-9._~:-]{1,128}`).
+    public mutating func id(_ field: String) -> String? {
+        guard let value = present(field) else { return nil }
+        guard case .string(let text) = value else { return fail(field, "must be a string, not \(value.typeName)") }
+        guard TaskID.isValid(text) else { return fail(field, "must match [A-Za-z0-9._~:-]{1,\(Limits.idLength)}") }
+        return text
+    }
+
+    /// A whole number in `range` (0…2^53−1 unless narrower).
+    public mutating func integer(_ field: String, in range: ClosedRange<Int64> = 0...Limits.maxCount) -> Int64? {
+        guard let value = present(field) else { return nil }
+        switch value {
+        case .integer(let number) where range.contains(number):
+            return number
+        case .integer:
+            return fail(field, "must be between \(range.lowerBound) and \(range.upperBound)")
+        case .number(let number) where number == number.rounded():
+            return fail(field, "must be between \(range.lowerBound) and \(range.upperBound)")
+        case .number:
+            return fail(field, "must be a whole number")
+        default:
+            return fail(field, "must be a number, not \(value.typeName)")
+        }
+    }
+
+    /// A finite number in `range`.
+    public mutating func number(_ field: String, in range: ClosedRange<Double>) -> Double? {
+        guard let value = present(field) else { return nil }
+        let number: Double
+        switch value {
+        case .integer(let whole): number = Double(whole)
+        case .number(let real): number = real
+        default: return fail(field, "must be a number, not \(value.typeName)")
+        }
+        guard range.contains(number) else {
+            return fail(field, "must be between \(JSONValue.number(range.lowerBound).canonicalText) and \(JSONValue.number(range.upperBound).canonicalText)")
+        }
+        return number
+    }
+
+    /// One of the raw values of `Choice`, limited to `allowed`.
+    public mutating func choice<Choice: RawRepresentable<String>>(_ field: String, of allowed: [Choice],
+                                                                 required: Bool = false) -> Choice? {
+        guard let value = present(field) else {
+            return required ? fail(field, "is required") : nil
+        }
+        let names = allowed.map(\.rawValue)
+        guard case .string(let text) = value, names.contains(text), let choice = Choice(rawValue: text) else {
+            return fail(field, "must be one of: \(names.joined(separator: ", "))")
+        }
+        return choice
+    }
+
+    /// A JSON object whose canonical text is at most `maxBytes` bytes; returns that text.
+    public mutating func object(_ field: String, maxBytes: Int) -> String? {
+        guard let value = present(field) else { return nil }
+        guard case .object = value else { return fail(field, "must be an object, not \(value.typeName)") }
+        let text = value.canonicalText
+        guard text.utf8.count <= maxBytes else {
+            return fail(field, "must be at most \(maxBytes) bytes as JSON (got \(text.utf8.count))")
+        }
+        return text
+    }
+}

@@ -1,0 +1,146 @@
+/// What a runner sends to register a task (`POST /v1/tasks`).
+public struct Registration: Equatable, Sendable {
+    public var id: String?
+    public var name: String
+    public var label: String?
+    public var parentID: String?
+    public var weight: Double
+    public var state: TaskState
+    public var completed: Int64
+    public var total: Int64?
+    public var unit: String?
+    public var stallTimeoutSeconds: Double?
+    public var progressTimeoutSeconds: Double?
+    /// Canonical JSON text of the metadata object.
+    public var metadata: String?
+
+    public init(id: String? = nil, name: String, label: String? = nil, parentID: String? = nil, weight: Double = 1,
+                state: TaskState = .running, completed: Int64 = 0, total: Int64? = nil, unit: String? = nil,
+                stallTimeoutSeconds: Double? = nil, progressTimeoutSeconds: Double? = nil, metadata: String? = nil) {
+        self.id = id
+        self.name = name
+        self.label = label
+        self.parentID = parentID
+        self.weight = weight
+        self.state = state
+        self.completed = completed
+        self.total = total
+        self.unit = unit
+        self.stallTimeoutSeconds = stallTimeoutSeconds
+        self.progressTimeoutSeconds = progressTimeoutSeconds
+        self.metadata = metadata
+    }
+
+    /// Reads a registration body.
+    public static func parse(_ body: JSONValue) throws(Problem) -> Registration {
+        var reader = FieldReader(body, allowed: [
+            "id", "name", "label", "parent_id", "weight", "state", "completed", "total", "unit",
+            "stall_timeout_seconds", "progress_timeout_seconds", "metadata",
+        ])
+        let id = reader.id("id")
+        let name = reader.string("name", maxLength: Limits.nameLength, required: true)
+        let label = reader.string("label", maxLength: Limits.labelLength)
+        let parentID = reader.id("parent_id")
+        let weight = reader.number("weight", in: Limits.weight)
+        let state = reader.choice("state", of: [TaskState.pending, .running])
+        let completed = reader.integer("completed")
+        let total = reader.integer("total")
+        let unit = reader.string("unit", maxLength: Limits.unitLength)
+        let stallTimeout = reader.number("stall_timeout_seconds", in: Limits.timeoutSeconds)
+        let progressTimeout = reader.number("progress_timeout_seconds", in: Limits.timeoutSeconds)
+        let metadata = reader.object("metadata", maxBytes: Limits.metadataBytes)
+        guard reader.errors.isEmpty, let name else { throw .invalidRequest(reader.errors) }
+        return Registration(id: id, name: name, label: label, parentID: parentID, weight: weight ?? 1,
+                            state: state ?? .running, completed: completed ?? 0, total: total, unit: unit,
+                            stallTimeoutSeconds: stallTimeout, progressTimeoutSeconds: progressTimeout,
+                            metadata: metadata)
+    }
+
+    /// The registration without its id, defaults filled in, as canonical JSON: two bodies
+    /// that mean the same give the same text.
+    public var definition: String {
+        var members: [String: JSONValue] = [
+            "name": .string(name), "weight": .number(weight), "state": .string(state.rawValue),
+            "completed": .integer(completed),
+        ]
+        if let label { members["label"] = .string(label) }
+        if let parentID { members["parent_id"] = .string(parentID) }
+        if let total { members["total"] = .integer(total) }
+        if let unit { members["unit"] = .string(unit) }
+        if let stallTimeoutSeconds { members["stall_timeout_seconds"] = .number(stallTimeoutSeconds) }
+        if let progressTimeoutSeconds { members["progress_timeout_seconds"] = .number(progressTimeoutSeconds) }
+        if let metadata { members["metadata"] = JSONValue.parse(Array(metadata.utf8)) }
+        return JSONValue.object(members).canonicalText
+    }
+}
+
+/// A progress report (`POST /v1/tasks/{id}/progress`).
+public struct ProgressUpdate: Equatable, Sendable {
+    public var completed: Int64?
+    public var increment: Int64?
+    public var total: Int64?
+    public var unit: String?
+    public var label: String?
+    public var seq: Int64?
+
+    public init(completed: Int64? = nil, increment: Int64? = nil, total: Int64? = nil, unit: String? = nil,
+                label: String? = nil, seq: Int64? = nil) {
+        self.completed = completed
+        self.increment = increment
+        self.total = total
+        self.unit = unit
+        self.label = label
+        self.seq = seq
+    }
+
+    /// Reads a progress body.
+    public static func parse(_ body: JSONValue) throws(Problem) -> ProgressUpdate {
+        var reader = FieldReader(body, allowed: ["completed", "increment", "total", "unit", "label", "seq"])
+        let update = ProgressUpdate(
+            completed: reader.integer("completed"), increment: reader.integer("increment"),
+            total: reader.integer("total"), unit: reader.string("unit", maxLength: Limits.unitLength),
+            label: reader.string("label", maxLength: Limits.labelLength), seq: reader.integer("seq"))
+        guard reader.errors.isEmpty else { throw .invalidRequest(reader.errors) }
+        return update
+    }
+}
+
+/// A sign of life without progress (`POST /v1/tasks/{id}/heartbeat`).
+public struct Heartbeat: Equatable, Sendable {
+    public var label: String?
+    public var seq: Int64?
+
+    public init(label: String? = nil, seq: Int64? = nil) {
+        self.label = label
+        self.seq = seq
+    }
+
+    /// Reads a heartbeat body (an empty body is an empty heartbeat).
+    public static func parse(_ body: JSONValue) throws(Problem) -> Heartbeat {
+        var reader = FieldReader(body, allowed: ["label", "seq"])
+        let heartbeat = Heartbeat(label: reader.string("label", maxLength: Limits.labelLength),
+                                  seq: reader.integer("seq"))
+        guard reader.errors.isEmpty else { throw .invalidRequest(reader.errors) }
+        return heartbeat
+    }
+}
+
+/// The end of a task (`POST /v1/tasks/{id}/finish`).
+public struct Finish: Equatable, Sendable {
+    public var outcome: TaskState
+    public var message: String?
+
+    public init(outcome: TaskState, message: String? = nil) {
+        self.outcome = outcome
+        self.message = message
+    }
+
+    /// Reads a finish body.
+    public static func parse(_ body: JSONValue) throws(Problem) -> Finish {
+        var reader = FieldReader(body, allowed: ["outcome", "message"])
+        let outcome = reader.choice("outcome", of: [TaskState.succeeded, .failed, .canceled], required: true)
+        let message = reader.string("message", maxLength: Limits.messageLength)
+        guard reader.errors.isEmpty, let outcome else { throw .invalidRequest(reader.errors) }
+        return Finish(outcome: outcome, message: message)
+    }
+}

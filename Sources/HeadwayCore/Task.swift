@@ -1,0 +1,170 @@
+/// The life-cycle state of a task.
+public enum TaskState: String, Sendable, CaseIterable {
+    case pending, running, succeeded, failed, canceled
+
+    /// Whether the task has ended (it then accepts no more progress).
+    public var isFinished: Bool {
+        switch self {
+        case .pending, .running: false
+        case .succeeded, .failed, .canceled: true
+        }
+    }
+}
+
+/// How a task is shown: a progress bar or an activity indicator.
+public enum TaskMode: String, Sendable {
+    case quantified, indeterminate
+}
+
+/// Why a task is flagged as stalled.
+public enum StallReason: String, Sendable {
+    /// No signal arrived for `stall_timeout_seconds`.
+    case silent
+    /// Signals arrive but `completed` has not grown for `progress_timeout_seconds`.
+    case noProgress = "no_progress"
+}
+
+/// Bounds on every input, in one place.
+public enum Limits {
+    public static let idLength = 128
+    public static let nameLength = 200
+    public static let labelLength = 500
+    public static let unitLength = 64
+    public static let messageLength = 4000
+    public static let metadataBytes = 4096
+    /// The largest count or sequence number, 2^53 − 1, so every JSON reader keeps it exact.
+    public static let maxCount: Int64 = 9_007_199_254_740_991
+    /// Timeouts are between one second and thirty days.
+    public static let timeoutSeconds: ClosedRange<Double> = 1...2_592_000
+    /// A child's weight in its parent.
+    public static let weight: ClosedRange<Double> = 0.000001...1_000_000
+}
+
+/// One task as stored: what the runner said and what the server derived.
+public struct TaskRecord: Equatable, Sendable {
+    public var id: String
+    public var name: String
+    public var label: String?
+    public var parentID: String?
+    public var weight: Double
+    public var state: TaskState
+    public var completed: Int64
+    public var total: Int64?
+    public var unit: String?
+    public var stalled: Bool
+    public var stallReason: StallReason?
+    public var stalledSince: EpochMilliseconds?
+    public var stallTimeoutMilliseconds: Int64
+    public var progressTimeoutMilliseconds: Int64?
+    public var cancelRequested: Bool
+    /// The highest `seq` applied so far, if the runner sends them.
+    public var lastSeq: Int64?
+    public var createdAt: EpochMilliseconds
+    public var updatedAt: EpochMilliseconds
+    /// The last create, progress or heartbeat.
+    public var lastSignalAt: EpochMilliseconds
+    /// When `completed` last grew.
+    public var lastProgressAt: EpochMilliseconds?
+    public var finishedAt: EpochMilliseconds?
+    public var message: String?
+    /// The metadata object as canonical JSON text.
+    public var metadata: String?
+    /// The canonical registration body, compared when the same id is registered again.
+    public var definition: String
+
+    public init(id: String, name: String, label: String? = nil, parentID: String? = nil, weight: Double = 1,
+                state: TaskState = .running, completed: Int64 = 0, total: Int64? = nil, unit: String? = nil,
+                stalled: Bool = false, stallReason: StallReason? = nil, stalledSince: EpochMilliseconds? = nil,
+                stallTimeoutMilliseconds: Int64 = 30_000, progressTimeoutMilliseconds: Int64? = nil,
+                cancelRequested: Bool = false, lastSeq: Int64? = nil, createdAt: EpochMilliseconds,
+                updatedAt: EpochMilliseconds, lastSignalAt: EpochMilliseconds, lastProgressAt: EpochMilliseconds? = nil,
+                finishedAt: EpochMilliseconds? = nil, message: String? = nil, metadata: String? = nil,
+                definition: String = "{}") {
+        self.id = id
+        self.name = name
+        self.label = label
+        self.parentID = parentID
+        self.weight = weight
+        self.state = state
+        self.completed = completed
+        self.total = total
+        self.unit = unit
+        self.stalled = stalled
+        self.stallReason = stallReason
+        self.stalledSince = stalledSince
+        self.stallTimeoutMilliseconds = stallTimeoutMilliseconds
+        self.progressTimeoutMilliseconds = progressTimeoutMilliseconds
+        self.cancelRequested = cancelRequested
+        self.lastSeq = lastSeq
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+        self.lastSignalAt = lastSignalAt
+        self.lastProgressAt = lastProgressAt
+        self.finishedAt = finishedAt
+        self.message = message
+        self.metadata = metadata
+        self.definition = definition
+    }
+
+    /// `quantified` when the total is known, else `indeterminate`.
+    public var mode: TaskMode { total == nil ? .indeterminate : .quantified }
+
+    /// completed / total in 0…1, or nil while indeterminate. An empty task (total 0)
+    /// is complete only once it has succeeded.
+    public var fraction: Double? {
+        guard let total else { return nil }
+        if total == 0 { return state == .succeeded ? 1 : 0 }
+        return Double(completed) / Double(total)
+    }
+
+    /// The task as the API shows it, every documented field present.
+    public var json: String {
+        var object = JSONObjectWriter()
+        object.string("id", id)
+        object.string("name", name)
+        object.string("label", label)
+        object.string("parent_id", parentID)
+        object.number("weight", weight)
+        object.string("state", state.rawValue)
+        object.string("mode", mode.rawValue)
+        object.integer("completed", completed)
+        object.integer("total", total)
+        object.string("unit", unit)
+        object.number("fraction", fraction)
+        object.number("rate", nil)
+        object.number("eta_seconds", nil)
+        object.bool("stalled", stalled)
+        object.string("stall_reason", stallReason?.rawValue)
+        object.string("stalled_since", stalledSince.map(Timestamp.rfc3339))
+        object.number("stall_timeout_seconds", Double(stallTimeoutMilliseconds) / 1000)
+        object.number("progress_timeout_seconds", progressTimeoutMilliseconds.map { Double($0) / 1000 })
+        object.bool("cancel_requested", cancelRequested)
+        object.integer("seq", lastSeq)
+        object.string("created_at", Timestamp.rfc3339(createdAt))
+        object.string("updated_at", Timestamp.rfc3339(updatedAt))
+        object.string("last_progress_at", lastProgressAt.map(Timestamp.rfc3339))
+        object.string("finished_at", finishedAt.map(Timestamp.rfc3339))
+        object.string("message", message)
+        object.raw("metadata", metadata)
+        return object.finish()
+    }
+}
+
+/// The pattern every task id follows: 1–128 of `[A-Za-z0-9._~:-]`.
+public enum TaskID {
+    /// Whether `id` is a valid task id.
+    public static func isValid(_ id: String) -> Bool {
+        let bytes = id.utf8
+        guard !bytes.isEmpty, bytes.count <= Limits.idLength else { return false }
+        return bytes.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                 UInt8(ascii: "~"), UInt8(ascii: ":"), UInt8(ascii: "-"):
+                true
+            default:
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,138 @@
+/// The rules that keep progress accurate, as pure functions of a task, a request and the
+/// time. Each either returns the task as it becomes or throws the `Problem` to answer;
+/// a refused request leaves the task as it was.
+public enum TaskRules {
+    /// What an update did.
+    public enum Outcome: Equatable, Sendable {
+        /// The change was applied; here is the new task.
+        case applied(TaskRecord)
+        /// Nothing needed to change (a repeated `seq`, finish or cancel); here is the task as it is.
+        case unchanged(TaskRecord)
+
+        /// The task after the update.
+        public var task: TaskRecord {
+            switch self {
+            case .applied(let task), .unchanged(let task): task
+            }
+        }
+    }
+
+    /// The new task a registration creates. The caller has checked the parent.
+    public static func register(_ registration: Registration, id: String, now: EpochMilliseconds,
+                                defaultStallTimeoutSeconds: Double) throws(Problem) -> TaskRecord {
+        if let total = registration.total, registration.completed > total {
+            throw .completedExceedsTotal(completed: registration.completed, total: total)
+        }
+        if registration.parentID == id {
+            throw Problem(status: 422, code: "invalid_parent", title: "A task cannot be its own parent",
+                          detail: "parent_id equals the task's own id '\(id)'.",
+                          errors: [FieldError(field: "parent_id", message: "must differ from id")])
+        }
+        return TaskRecord(
+            id: id, name: registration.name, label: registration.label, parentID: registration.parentID,
+            weight: registration.weight, state: registration.state, completed: registration.completed,
+            total: registration.total, unit: registration.unit,
+            stallTimeoutMilliseconds: milliseconds(registration.stallTimeoutSeconds ?? defaultStallTimeoutSeconds),
+            progressTimeoutMilliseconds: registration.progressTimeoutSeconds.map(milliseconds),
+            createdAt: now, updatedAt: now, lastSignalAt: now,
+            lastProgressAt: registration.completed > 0 ? now : nil,
+            metadata: registration.metadata, definition: registration.definition)
+    }
+
+    /// A registration with an id that exists: the same definition is answered with the task
+    /// as it is now; another definition is a conflict.
+    public static func reregister(_ registration: Registration, existing: TaskRecord) throws(Problem) -> TaskRecord {
+        guard registration.definition == existing.definition else { throw .registrationConflict(existing.id) }
+        return existing
+    }
+
+    /// Applies a progress report.
+    public static func progress(_ update: ProgressUpdate, to task: TaskRecord,
+                                now: EpochMilliseconds) throws(Problem) -> Outcome {
+        if update.completed != nil, update.increment != nil { throw .completedAndIncrement() }
+        if isDuplicate(update.seq, task) { return .unchanged(task) }
+        if task.state.isFinished { throw .taskFinished(task) }
+
+        let completed: Int64
+        if let absolute = update.completed {
+            completed = absolute
+        } else {
+            completed = task.completed + (update.increment ?? 0)
+            if completed > Limits.maxCount { throw .countOutOfRange(completed) }
+        }
+        if completed < task.completed { throw .progressRegression(task, requested: completed) }
+        let total = update.total ?? task.total
+        if let total, completed > total {
+            if let newTotal = update.total, newTotal < task.completed {
+                throw .totalBelowCompleted(total: newTotal, completed: task.completed)
+            }
+            throw .completedExceedsTotal(completed: completed, total: total)
+        }
+
+        var next = signal(task, now: now, seq: update.seq, label: update.label)
+        if completed > task.completed { next.lastProgressAt = now }
+        next.completed = completed
+        next.total = total
+        if let unit = update.unit { next.unit = unit }
+        return .applied(next)
+    }
+
+    /// Applies a heartbeat.
+    public static func heartbeat(_ heartbeat: Heartbeat, to task: TaskRecord,
+                                 now: EpochMilliseconds) throws(Problem) -> Outcome {
+        if isDuplicate(heartbeat.seq, task) { return .unchanged(task) }
+        if task.state.isFinished { throw .taskFinished(task) }
+        return .applied(signal(task, now: now, seq: heartbeat.seq, label: heartbeat.label))
+    }
+
+    /// Finishes a task. Finishing again with the same outcome changes nothing; with
+    /// another outcome it is a conflict.
+    public static func finish(_ finish: Finish, task: TaskRecord, now: EpochMilliseconds) throws(Problem) -> Outcome {
+        if task.state.isFinished {
+            guard task.state == finish.outcome else { throw .outcomeConflict(task, requested: finish.outcome) }
+            return .unchanged(task)
+        }
+        var next = task
+        next.state = finish.outcome
+        next.message = finish.message
+        next.finishedAt = now
+        next.updatedAt = now
+        next.stalled = false
+        next.stallReason = nil
+        next.stalledSince = nil
+        if finish.outcome == .succeeded, let total = task.total, task.completed < total {
+            next.completed = total
+            next.lastProgressAt = now
+        }
+        return .applied(next)
+    }
+
+    /// Records a request to cancel; the runner sees it in every later reply.
+    public static func requestCancel(_ task: TaskRecord, now: EpochMilliseconds) throws(Problem) -> Outcome {
+        if task.state.isFinished { throw .taskFinished(task) }
+        if task.cancelRequested { return .unchanged(task) }
+        var next = task
+        next.cancelRequested = true
+        next.updatedAt = now
+        return .applied(next)
+    }
+
+    /// Whether `seq` was already applied (it is not above the last one).
+    private static func isDuplicate(_ seq: Int64?, _ task: TaskRecord) -> Bool {
+        guard let seq, let last = task.lastSeq else { return false }
+        return seq <= last
+    }
+
+    /// The common effect of any signal from the runner.
+    private static func signal(_ task: TaskRecord, now: EpochMilliseconds, seq: Int64?, label: String?) -> TaskRecord {
+        var next = task
+        if next.state == .pending { next.state = .running }
+        if let seq { next.lastSeq = seq }
+        if let label { next.label = label }
+        next.updatedAt = now
+        next.lastSignalAt = now
+        return next
+    }
+
+    private static func milliseconds(_ seconds: Double) -> Int64 { Int64((seconds * 1000).rounded()) }
+}

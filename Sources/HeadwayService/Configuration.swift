@@ -1,0 +1,143 @@
+import HeadwayStore
+
+/// The daemon's settings, from command-line flags over `HEADWAY_…` environment variables
+/// over defaults.
+public struct Configuration: Sendable, Equatable {
+    /// Where to listen: an IPv4 or IPv6 literal (or `localhost`) and a port (0 = any free port).
+    public var host = "127.0.0.1"
+    public var port = 8080
+    /// The SQLite database file.
+    public var databasePath = "./headway.db"
+    public var durability = Durability.full
+    /// The stall timeout of tasks registered without one, in seconds.
+    public var stallTimeoutSeconds = 30.0
+    /// The least severe log level written.
+    public var logLevel = LogLevel.info
+
+    public init() {}
+
+    /// The usage text of `headwayd --help`.
+    public static let usage = """
+        headwayd — the Headway progress-reporting daemon
+
+        Usage: headwayd [options]
+
+        Options (each may also be set by the environment variable shown):
+          --listen HOST:PORT        address to serve HTTP on; loopback only until tokens
+                                    exist (HEADWAY_LISTEN, default 127.0.0.1:8080;
+                                    IPv6 as [::1]:8080; port 0 picks a free port)
+          --db PATH                 SQLite database file, created if missing
+                                    (HEADWAY_DB, default ./headway.db)
+          --durability full|normal  full: a reply means the change survives power loss;
+                                    normal: it survives a crash of the daemon
+                                    (HEADWAY_DURABILITY, default full)
+          --stall-timeout SECONDS   stall timeout of tasks registered without one
+                                    (HEADWAY_STALL_TIMEOUT, default 30)
+          --log-level LEVEL         debug, info, warn or error; requests log at info
+                                    (HEADWAY_LOG_LEVEL, default info)
+          -h, --help                show this text
+
+        Logs go to stderr, one line per event. SIGTERM or SIGINT stops the daemon cleanly.
+
+        """
+
+    /// What the command line asks for.
+    public enum Command: Equatable, Sendable {
+        case run(Configuration)
+        case help
+    }
+
+    /// Reads flags (`--name value` or `--name=value`) over environment variables.
+    public static func parse(arguments: [String], environment: [String: String]) throws(UsageError) -> Command {
+        var settings: [String: String] = [:]
+        let names = ["listen", "db", "durability", "stall-timeout", "log-level"]
+        for name in names {
+            let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
+            if let value = environment[variable] { settings[name] = value }
+        }
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            index += 1
+            if argument == "-h" || argument == "--help" { return .help }
+            guard argument.hasPrefix("--") else { throw UsageError("unexpected argument '\(argument)'") }
+            var name = String(argument.dropFirst(2))
+            var value: String?
+            if let equals = name.firstIndex(of: "=") {
+                value = String(name[name.index(after: equals)...])
+                name = String(name[..<equals])
+            }
+            guard names.contains(name) else { throw UsageError("unknown option '--\(name)'") }
+            if value == nil {
+                guard index < arguments.count else { throw UsageError("option '--\(name)' needs a value") }
+                value = arguments[index]
+                index += 1
+            }
+            settings[name] = value
+        }
+
+        var configuration = Configuration()
+        if let listen = settings["listen"] {
+            (configuration.host, configuration.port) = try parseListen(listen)
+        }
+        if let path = settings["db"] {
+            guard !path.isEmpty else { throw UsageError("--db needs a file path") }
+            configuration.databasePath = path
+        }
+        if let text = settings["durability"] {
+            guard let durability = Durability(rawValue: text) else {
+                throw UsageError("--durability must be full or normal, not '\(text)'")
+            }
+            configuration.durability = durability
+        }
+        if let text = settings["stall-timeout"] {
+            guard let seconds = Double(text), seconds.isFinite, (1...2_592_000).contains(seconds) else {
+                throw UsageError("--stall-timeout must be a number of seconds from 1 to 2592000, not '\(text)'")
+            }
+            configuration.stallTimeoutSeconds = seconds
+        }
+        if let text = settings["log-level"] {
+            guard let level = LogLevel(name: text) else {
+                throw UsageError("--log-level must be debug, info, warn or error, not '\(text)'")
+            }
+            configuration.logLevel = level
+        }
+        return .run(configuration)
+    }
+
+    /// Splits `HOST:PORT` (`[v6]:PORT` for IPv6) and refuses addresses beyond loopback.
+    static func parseListen(_ text: String) throws(UsageError) -> (String, Int) {
+        let host: String
+        let portText: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else {
+                throw UsageError("--listen must be HOST:PORT or [IPv6]:PORT, not '\(text)'")
+            }
+            host = String(text[text.index(after: text.startIndex)..<close])
+            portText = text[text.index(close, offsetBy: 2)...]
+        } else {
+            guard let colon = text.lastIndex(of: ":") else {
+                throw UsageError("--listen must be HOST:PORT, not '\(text)'")
+            }
+            host = String(text[..<colon])
+            portText = text[text.index(after: colon)...]
+        }
+        guard let port = Int(portText), (0...65535).contains(port) else {
+            throw UsageError("--listen port must be a number from 0 to 65535, not '\(portText)'")
+        }
+        guard host == "localhost" || host == "::1" || host.hasPrefix("127.") else {
+            throw UsageError("--listen \(text): Headway has no access tokens yet, so it serves only on loopback (127.0.0.0/8, ::1, localhost)")
+        }
+        return (host, port)
+    }
+}
+
+/// A mistake on the command line; the daemon prints it with the usage hint and exits 64.
+public struct UsageError: Error, Equatable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+extension String {
+    fileprivate func replacingHyphens() -> String { String(map { $0 == "-" ? "_" : $0 }) }
+}

@@ -1,0 +1,197 @@
+import HTTPServer
+import HeadwayCore
+import HeadwayStore
+
+/// The routes of the task API (`/v1/tasks…`) and `/healthz`. Reads go to the reader
+/// connection; changes go to the group-commit writer and are answered only after commit.
+struct TaskAPI: Sendable {
+    let writer: GroupCommitWriter
+    let reader: DatabaseReader
+    let store: TaskStore
+    let clock: any WallClock
+    let logger: Logger
+
+    /// Every route the daemon serves, as `(method, path pattern)`; the OpenAPI test
+    /// compares this set with the paths of `openapi.yaml`.
+    func register(in router: inout Router) {
+        router.add("GET", "/healthz") { request, responder in responder.respond(health()) }
+        router.add("POST", "/v1/tasks") { request, responder in registerTask(request, responder) }
+        router.add("GET", "/v1/tasks") { request, responder in responder.respond(list(request)) }
+        router.add("GET", "/v1/tasks/{id}") { request, responder in responder.respond(get(request)) }
+        router.add("DELETE", "/v1/tasks/{id}") { request, responder in delete(request, responder) }
+        router.add("POST", "/v1/tasks/{id}/progress") { request, responder in
+            update(request, responder, parse: ProgressUpdate.parse) { id, update, now, database in
+                try store.progress(id, update, now: now, in: database)
+            }
+        }
+        router.add("POST", "/v1/tasks/{id}/heartbeat") { request, responder in
+            update(request, responder, parse: Heartbeat.parse) { id, heartbeat, now, database in
+                try store.heartbeat(id, heartbeat, now: now, in: database)
+            }
+        }
+        router.add("POST", "/v1/tasks/{id}/finish") { request, responder in
+            update(request, responder, emptyBodyAllowed: false, parse: Finish.parse) { id, finish, now, database in
+                try store.finish(id, finish, now: now, in: database)
+            }
+        }
+        router.add("POST", "/v1/tasks/{id}/cancel") { request, responder in
+            update(request, responder, successStatus: 202, parse: { _ throws(Problem) in () }) { id, _, now, database in
+                try store.cancel(id, now: now, in: database)
+            }
+        }
+    }
+
+    // MARK: - Handlers
+
+    private func health() -> HTTPResponse {
+        do {
+            _ = try reader.read { database in try database.scalar("SELECT count(*) FROM schema_migrations") }
+            return .json(200, #"{"status":"ok"}"#)
+        } catch {
+            logger.log(.error, "health.failed", ["error": "\(error)"])
+            return .json(503, #"{"status":"unavailable"}"#)
+        }
+    }
+
+    private func registerTask(_ request: HTTPRequest, _ responder: any Responder) {
+        let registration: Registration
+        do throws(Problem) {
+            registration = try Registration.parse(try jsonBody(request, emptyAllowed: false))
+        } catch {
+            return responder.respond(reply(error))
+        }
+        writer.submit({ [store, clock] database in
+            try store.register(registration, now: clock.now(), in: database)
+        }) { result in
+            responder.respond(reply(result, request) { registered in
+                let location = HTTPField("Location", "/v1/tasks/\(registered.task.id)")
+                return .json(registered.created ? 201 : 200, registered.task.json, headers: [location])
+            })
+        }
+    }
+
+    private func get(_ request: HTTPRequest) -> HTTPResponse {
+        do {
+            let id = try taskID(request)
+            guard let task = try reader.read({ database in try TaskRepository.find(id, in: database) }) else {
+                return reply(Problem.notFound(id))
+            }
+            return .json(200, task.json)
+        } catch {
+            return reply(error, request)
+        }
+    }
+
+    private func list(_ request: HTTPRequest) -> HTTPResponse {
+        do {
+            let query = try ListQuery.parse(request.query)
+            let page = try reader.read { database in
+                try database.execute("BEGIN")
+                defer { try? database.execute("COMMIT") }
+                return try TaskRepository.page(query.filter, size: query.pageSize, beforeKey: query.beforeKey, in: database)
+            }
+            var body = JSONText()
+            body.appendRaw(#"{"tasks":["#)
+            for (index, task) in page.tasks.enumerated() {
+                if index > 0 { body.appendRaw(",") }
+                body.appendRaw(task.json)
+            }
+            body.appendRaw(#"],"next_page_token":"#)
+            if let next = page.nextKey {
+                body.appendString(PageToken(beforeKey: next, filter: query.filter).encoded)
+            } else {
+                body.appendRaw("null")
+            }
+            body.appendRaw(#","total_size":\#(page.totalSize)}"#)
+            return .json(200, body.text)
+        } catch {
+            return reply(error, request)
+        }
+    }
+
+    private func delete(_ request: HTTPRequest, _ responder: any Responder) {
+        let id: String
+        do throws(Problem) { id = try taskID(request) } catch { return responder.respond(reply(error)) }
+        writer.submit({ [store] database in try store.delete(id, in: database) }) { result in
+            responder.respond(reply(result, request) { _ in HTTPResponse(status: 204) })
+        }
+    }
+
+    /// The shape shared by progress, heartbeat, finish and cancel: validate the id and
+    /// body, run the change in the writer, answer with the task once committed.
+    private func update<Body: Sendable>(
+        _ request: HTTPRequest, _ responder: any Responder, emptyBodyAllowed: Bool = true, successStatus: Int = 200,
+        parse: (JSONValue) throws(Problem) -> Body,
+        apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskRules.Outcome
+    ) {
+        let id: String
+        let body: Body
+        do throws(Problem) {
+            id = try taskID(request)
+            body = try parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed))
+        } catch {
+            return responder.respond(reply(error))
+        }
+        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { result in
+            responder.respond(reply(result, request) { outcome in
+                var headers: [HTTPField] = []
+                if case .unchanged = outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
+                return .json(successStatus, outcome.task.json, headers: headers)
+            })
+        }
+    }
+
+    // MARK: - Request and reply helpers
+
+    private func taskID(_ request: HTTPRequest) throws(Problem) -> String {
+        let id = request.pathParameters["id"] ?? ""
+        guard TaskID.isValid(id) else { throw .invalidID(id) }
+        return id
+    }
+
+    /// The body as JSON: 415 unless it is declared JSON, 400 unless it parses. An empty
+    /// body counts as `{}` where `emptyAllowed`.
+    private func jsonBody(_ request: HTTPRequest, emptyAllowed: Bool) throws(Problem) -> JSONValue {
+        if request.body.isEmpty {
+            guard emptyAllowed else { throw .malformedJSON("This request needs a JSON object as its body.") }
+            return .object([:])
+        }
+        let mediaType = (request.header("content-type") ?? "")
+            .split(separator: ";").first.map { $0.trimmingSpaces().lowercased() } ?? ""
+        guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
+            throw Problem(status: 415, code: "unsupported_media_type", title: "Unsupported media type",
+                          detail: "Send the body as application/json (got '\(mediaType.isEmpty ? "no Content-Type" : mediaType)').")
+        }
+        guard let value = JSONValue.parse(request.body) else { throw .malformedJSON() }
+        return value
+    }
+
+    private func reply(_ problem: Problem) -> HTTPResponse {
+        .json(problem.status, problem.json, contentType: "application/problem+json")
+    }
+
+    private func reply(_ error: any Error, _ request: HTTPRequest) -> HTTPResponse {
+        if let problem = error as? Problem { return reply(problem) }
+        if let error = error as? WriterError, error == .stopped {
+            return reply(Problem(status: 503, code: "shutting_down", title: "Shutting down",
+                                 detail: "The server is stopping; retry shortly."))
+        }
+        logger.log(.error, "request.failed", ["request_id": request.requestID, "error": "\(error)"])
+        return reply(Problem(status: 500, code: "internal_error", title: "Internal error",
+                             detail: "The server could not complete the request (request id \(request.requestID)); nothing was changed."))
+    }
+
+    private func reply<Value>(_ result: Result<Value, any Error>, _ request: HTTPRequest,
+                              success: (Value) -> HTTPResponse) -> HTTPResponse {
+        switch result {
+        case .success(let value): success(value)
+        case .failure(let error): reply(error, request)
+        }
+    }
+}
+
+extension Substring {
+    fileprivate func trimmingSpaces() -> String {
+        String(drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+
+/// How hard a commit tries to reach the disk.
+public enum Durability: String, Sendable, CaseIterable {
+    /// `synchronous=FULL`: a committed change survives power loss.
+    case full
+    /// `synchronous=NORMAL`: a committed change survives a crash of the process.
+    case normal
+}
+
+/// The one writer of the database: a thread that drains a queue of jobs into
+/// `BEGIN IMMEDIATE … COMMIT` batches (group commit). Each job runs inside its own
+/// savepoint, so a job that throws changes nothing while the rest of its batch commits.
+/// A job's completion is called only after its batch has committed; if the commit fails,
+/// every job of the batch gets the error.
+public final class GroupCommitWriter: @unchecked Sendable {
+    /// Counts of what the writer has done, for metrics and benchmarks.
+    public struct Statistics: Sendable, Equatable {
+        public var batches = 0
+        public var jobs = 0
+    }
+
+    private struct Job {
+        /// Runs the work; false when it threw, so its savepoint must be rolled back.
+        let run: (Database) -> Bool
+        let commit: () -> Void
+        let abort: (any Error) -> Void
+    }
+
+    private let database: Database
+    private let condition = NSCondition()
+    private var queue: [Job] = []
+    private var stopping = false
+    private var stats = Statistics()
+    private let finished = DispatchSemaphore(value: 0)
+    private let maximumBatch: Int
+
+    /// Opens the writer connection (WAL, the given durability) and starts its thread.
+    public init(path: String, durability: Durability, maximumBatch: Int = 2048) throws(SQLiteError) {
+        database = try Database(path: path)
+        try database.execute("PRAGMA journal_mode = WAL")
+        try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
+        self.maximumBatch = maximumBatch
+        let thread = Thread { [self] in loop() }
+        thread.name = "headway.writer"
+        thread.start()
+    }
+
+    /// The work done so far.
+    public var statistics: Statistics { condition.withLock { stats } }
+
+    /// Queues `work` to run in the next batch and calls `completion` with its result once
+    /// the batch has committed (or with the error that stopped it).
+    public func submit<Value: Sendable>(_ work: @escaping @Sendable (Database) throws -> Value,
+                                        completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
+        // The result lives in a box written by `run` and read by `commit`, both on the writer thread.
+        let box = ResultBox<Value>()
+        let job = Job(
+            run: { database in
+                let result = Result { try work(database) }
+                box.result = result
+                if case .failure = result { return false }
+                return true
+            },
+            commit: { completion(box.result ?? .failure(WriterError.stopped)) },
+            abort: { error in completion(.failure(error)) })
+        condition.lock()
+        defer { condition.unlock() }
+        guard !stopping else {
+            completion(.failure(WriterError.stopped))
+            return
+        }
+        queue.append(job)
+        condition.signal()
+    }
+
+    /// Commits what is queued, then stops the thread. Later submissions fail.
+    public func stop() {
+        condition.lock()
+        let wasStopping = stopping
+        stopping = true
+        condition.signal()
+        condition.unlock()
+        if !wasStopping { finished.wait() }
+    }
+
+    private func loop() {
+        while true {
+            condition.lock()
+            while queue.isEmpty && !stopping { condition.wait() }
+            if queue.isEmpty && stopping {
+                condition.unlock()
+                break
+            }
+            let batch = Array(queue.prefix(maximumBatch))
+            queue.removeFirst(batch.count)
+            condition.unlock()
+            runBatch(batch)
+        }
+        finished.signal()
+    }
+
+    private func runBatch(_ batch: [Job]) {
+        do {
+            try database.execute("BEGIN IMMEDIATE")
+        } catch {
+            batch.forEach { $0.abort(error) }
+            return
+        }
+        for job in batch {
+            do {
+                try database.execute("SAVEPOINT job")
+                if !job.run(database) { try database.execute("ROLLBACK TO job") }
+                try database.execute("RELEASE job")
+            } catch {
+                // The savepoint itself failed: nothing of this job can be trusted.
+                try? database.execute("ROLLBACK TO job; RELEASE job")
+            }
+        }
+        do {
+            try database.execute("COMMIT")
+        } catch {
+            try? database.execute("ROLLBACK")
+            batch.forEach { $0.abort(error) }
+            return
+        }
+        condition.withLock {
+            stats.batches += 1
+            stats.jobs += batch.count
+        }
+        batch.forEach { $0.commit() }
+    }
+}
+
+/// Why the writer refused a job.
+public enum WriterError: Error, Equatable {
+    /// The writer has stopped (the daemon is shutting down).
+    case stopped
+}
+
+/// A value written and read on the writer thread only.
+private final class ResultBox<Value>: @unchecked Sendable {
+    var result: Result<Value, any Error>?
+}

@@ -1,0 +1,56 @@
+/// One forward-only schema migration, from `migrations/NNNN_name.sql`.
+public struct Migration: Sendable, Equatable {
+    /// The number in the file name; migrations run in this order.
+    public var version: Int
+    /// The file name without its number and extension.
+    public var name: String
+    /// The SQL text, exactly as in the file.
+    public var sql: String
+
+    public init(version: Int, name: String, sql: String) {
+        self.version = version
+        self.name = name
+        self.sql = sql
+    }
+}
+
+/// Applies migrations in order, each in its own immediate transaction together with its
+/// bookkeeping row in `schema_migrations`, so a migration is either wholly applied and
+/// recorded or not at all.
+public struct Migrator {
+    public let migrations: [Migration]
+
+    public init(_ migrations: [Migration] = EmbeddedMigrations.all) {
+        self.migrations = migrations.sorted { $0.version < $1.version }
+    }
+
+    /// Applies every migration not yet recorded; returns the versions applied.
+    @discardableResult
+    public func migrate(_ database: Database) throws(SQLiteError) -> [Int] {
+        try database.execute("""
+            CREATE TABLE IF NOT EXISTS schema_migrations (
+                version INTEGER PRIMARY KEY,
+                name TEXT NOT NULL,
+                applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+            ) STRICT
+            """)
+        var applied: [Int] = []
+        for migration in migrations {
+            try database.execute("BEGIN IMMEDIATE")
+            do {
+                if try database.scalar("SELECT 1 FROM schema_migrations WHERE version = ?",
+                                       [.integer(Int64(migration.version))]) == nil {
+                    try database.execute(migration.sql)
+                    try database.statement("INSERT INTO schema_migrations (version, name) VALUES (?, ?)")
+                        .run([.integer(Int64(migration.version)), .text(migration.name)])
+                    applied.append(migration.version)
+                }
+                try database.execute("COMMIT")
+            } catch {
+                try? database.execute("ROLLBACK")
+                throw error
+            }
+        }
+        return applied
+    }
+}

@@ -1,0 +1,156 @@
+import CSQLite
+
+/// An error from SQLite, with its result code and the statement that failed.
+public struct SQLiteError: Error, CustomStringConvertible, Sendable {
+    /// SQLite's (extended) result code.
+    public var code: Int32
+    /// SQLite's message.
+    public var message: String
+    /// The SQL that failed, if any.
+    public var sql: String?
+
+    public var description: String {
+        "SQLite error \(code): \(message)" + (sql.map { " — while running: \($0)" } ?? "")
+    }
+}
+
+/// One SQLite connection. A connection is used by one thread at a time (its owner
+/// guarantees it); statements are prepared once and cached.
+public final class Database: @unchecked Sendable {
+    private let handle: OpaquePointer
+    private var statements: [String: Statement] = [:]
+    /// The file this connection opened.
+    public let path: String
+
+    /// Opens (creating if needed) the database at `path`.
+    public init(path: String, readOnly: Bool = false) throws(SQLiteError) {
+        var pointer: OpaquePointer?
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
+        let code = sqlite3_open_v2(path, &pointer, flags, nil)
+        guard code == SQLITE_OK, let pointer else {
+            let message = pointer.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(pointer)
+            throw SQLiteError(code: code, message: message, sql: nil)
+        }
+        handle = pointer
+        self.path = path
+        sqlite3_extended_result_codes(handle, 1)
+        sqlite3_busy_timeout(handle, 5000)
+    }
+
+    deinit {
+        statements.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    /// Runs one or more statements that return no rows.
+    public func execute(_ sql: String) throws(SQLiteError) {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        guard code == SQLITE_OK else {
+            let message = errorMessage.map { String(cString: $0) } ?? lastErrorMessage
+            sqlite3_free(errorMessage)
+            throw SQLiteError(code: code, message: message, sql: sql)
+        }
+    }
+
+    /// A prepared statement for `sql`, taken from the cache and reset, ready to bind.
+    public func statement(_ sql: String) throws(SQLiteError) -> Statement {
+        if let cached = statements[sql] {
+            cached.reset()
+            return cached
+        }
+        var pointer: OpaquePointer?
+        let code = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &pointer, nil)
+        guard code == SQLITE_OK, let pointer else {
+            throw SQLiteError(code: code, message: lastErrorMessage, sql: sql)
+        }
+        let statement = Statement(pointer, database: self, sql: sql)
+        statements[sql] = statement
+        return statement
+    }
+
+    /// Runs `sql` with `arguments` and returns the first column of the first row as an integer.
+    public func scalar(_ sql: String, _ arguments: [SQLValue] = []) throws(SQLiteError) -> Int64? {
+        let statement = try statement(sql)
+        try statement.bind(arguments)
+        return try statement.step() ? statement.optionalInt(0) : nil
+    }
+
+    /// Rows changed by the last INSERT, UPDATE or DELETE.
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+
+    var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
+}
+
+/// A value bound to a statement parameter.
+public enum SQLValue: Sendable, Equatable {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+}
+
+/// A prepared statement. Reset by `Database.statement(_:)` before each use.
+public final class Statement {
+    private let handle: OpaquePointer
+    private unowned let database: Database
+    private let sql: String
+
+    init(_ handle: OpaquePointer, database: Database, sql: String) {
+        self.handle = handle
+        self.database = database
+        self.sql = sql
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    /// Binds `values` to parameters 1, 2, ….
+    public func bind(_ values: [SQLValue]) throws(SQLiteError) {
+        for (offset, value) in values.enumerated() {
+            let index = Int32(offset + 1)
+            let code: Int32
+            switch value {
+            case .null: code = sqlite3_bind_null(handle, index)
+            case .integer(let number): code = sqlite3_bind_int64(handle, index, number)
+            case .real(let number): code = sqlite3_bind_double(handle, index, number)
+            case .text(let text): code = sqlite3_bind_text(handle, index, text, -1, headway_sqlite_transient())
+            }
+            guard code == SQLITE_OK else { throw SQLiteError(code: code, message: database.lastErrorMessage, sql: sql) }
+        }
+    }
+
+    /// Advances to the next row: true when a row is available, false when done.
+    @discardableResult
+    public func step() throws(SQLiteError) -> Bool {
+        switch sqlite3_step(handle) {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        case let code:
+            let error = SQLiteError(code: code, message: database.lastErrorMessage, sql: sql)
+            sqlite3_reset(handle)
+            throw error
+        }
+    }
+
+    /// Binds `values` and runs the statement to its end.
+    public func run(_ values: [SQLValue] = []) throws(SQLiteError) {
+        try bind(values)
+        while try step() {}
+    }
+
+    public func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
+    public func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
+    public func double(_ column: Int32) -> Double { sqlite3_column_double(handle, column) }
+    public func optionalInt(_ column: Int32) -> Int64? { isNull(column) ? nil : int(column) }
+    public func text(_ column: Int32) -> String {
+        guard let pointer = sqlite3_column_text(handle, column) else { return "" }
+        return String(cString: pointer)
+    }
+    public func optionalText(_ column: Int32) -> String? { isNull(column) ? nil : text(column) }
+}

@@ -1,0 +1,169 @@
+import HeadwayCore
+
+/// Which tasks a listing wants.
+public struct TaskFilter: Equatable, Sendable {
+    /// Any of these states (all states when empty).
+    public var states: [TaskState] = []
+    /// Only stalled (true) or only not stalled (false) tasks.
+    public var stalled: Bool?
+    /// Only children of this task.
+    public var parentID: String?
+    /// Only tasks without a parent.
+    public var rootOnly = false
+
+    public init(states: [TaskState] = [], stalled: Bool? = nil, parentID: String? = nil, rootOnly: Bool = false) {
+        self.states = states
+        self.stalled = stalled
+        self.parentID = parentID
+        self.rootOnly = rootOnly
+    }
+}
+
+/// A page of tasks, newest first.
+public struct TaskPage: Equatable, Sendable {
+    public var tasks: [TaskRecord]
+    /// The creation key of the last task, when more may follow.
+    public var nextKey: Int64?
+    /// How many tasks match the filter in all.
+    public var totalSize: Int64
+}
+
+/// SQL for the `tasks` table, mapping rows to `TaskRecord`s. Every function runs on the
+/// connection it is given; the caller decides about transactions.
+public enum TaskRepository {
+    /// The columns of a task, in the order `values(_:)` and `record(_:)` use.
+    static let columnNames = [
+        "id", "name", "label", "parent_id", "weight", "state", "completed", "total", "unit", "stalled",
+        "stall_reason", "stalled_since", "stall_timeout_ms", "progress_timeout_ms", "cancel_requested", "last_seq",
+        "created_at", "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "metadata",
+        "definition",
+    ]
+    static let columns = columnNames.joined(separator: ", ")
+
+    /// The task with `id`, if any.
+    public static func find(_ id: String, in database: Database) throws(SQLiteError) -> TaskRecord? {
+        let statement = try database.statement("SELECT \(columns) FROM tasks WHERE id = ?")
+        try statement.bind([.text(id)])
+        return try statement.step() ? record(statement) : nil
+    }
+
+    /// Inserts a new task.
+    public static func insert(_ task: TaskRecord, in database: Database) throws(SQLiteError) {
+        let placeholders = Array(repeating: "?", count: columnNames.count).joined(separator: ", ")
+        try database.statement("INSERT INTO tasks (\(columns)) VALUES (\(placeholders))").run(values(task))
+    }
+
+    /// Writes every field of an existing task.
+    public static func update(_ task: TaskRecord, in database: Database) throws(SQLiteError) {
+        let assignments = columnNames.dropFirst().map { "\($0) = ?" }.joined(separator: ", ")
+        var arguments = Array(values(task).dropFirst())
+        arguments.append(.text(task.id))
+        try database.statement("UPDATE tasks SET \(assignments) WHERE id = ?").run(arguments)
+    }
+
+    /// The ids of the unfinished descendants of `id` (children, their children, …).
+    public static func unfinishedDescendants(of id: String, in database: Database) throws(SQLiteError) -> [String] {
+        let statement = try database.statement("""
+            WITH RECURSIVE tree(id) AS (
+                SELECT id FROM tasks WHERE parent_id = ?
+                UNION SELECT tasks.id FROM tasks JOIN tree ON tasks.parent_id = tree.id
+            )
+            SELECT tasks.id FROM tasks JOIN tree USING (id) WHERE tasks.state IN ('pending', 'running')
+            """)
+        try statement.bind([.text(id)])
+        var ids: [String] = []
+        while try statement.step() { ids.append(statement.text(0)) }
+        return ids
+    }
+
+    /// Deletes `id` and all its descendants; returns how many tasks were deleted.
+    @discardableResult
+    public static func deleteTree(_ id: String, in database: Database) throws(SQLiteError) -> Int {
+        try database.statement("""
+            WITH RECURSIVE tree(id) AS (
+                SELECT ?
+                UNION SELECT tasks.id FROM tasks JOIN tree ON tasks.parent_id = tree.id
+            )
+            DELETE FROM tasks WHERE id IN tree
+            """).run([.text(id)])
+        return database.changes
+    }
+
+    /// One page of tasks matching `filter`, newest first, strictly older than `beforeKey`.
+    /// Keyset paging: the cost of a page does not grow with the number of tasks.
+    public static func page(_ filter: TaskFilter, size: Int, beforeKey: Int64?,
+                            in database: Database) throws(SQLiteError) -> TaskPage {
+        var (conditions, arguments) = whereClause(filter)
+        let countSQL = "SELECT count(*) FROM tasks" + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
+        let totalSize = try database.scalar(countSQL, arguments) ?? 0
+        if let beforeKey {
+            conditions.append("seq < ?")
+            arguments.append(.integer(beforeKey))
+        }
+        arguments.append(.integer(Int64(size) + 1))
+        let statement = try database.statement(
+            "SELECT \(columns), seq FROM tasks"
+                + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
+                + " ORDER BY seq DESC LIMIT ?")
+        try statement.bind(arguments)
+        var tasks: [TaskRecord] = []
+        var keys: [Int64] = []
+        while try statement.step() {
+            tasks.append(record(statement))
+            keys.append(statement.int(Int32(columnNames.count)))
+        }
+        var nextKey: Int64?
+        if tasks.count > size {
+            tasks.removeLast()
+            nextKey = keys[size - 1]
+        }
+        return TaskPage(tasks: tasks, nextKey: nextKey, totalSize: totalSize)
+    }
+
+    private static func whereClause(_ filter: TaskFilter) -> ([String], [SQLValue]) {
+        var conditions: [String] = []
+        var arguments: [SQLValue] = []
+        if !filter.states.isEmpty {
+            conditions.append("state IN (" + filter.states.map { _ in "?" }.joined(separator: ", ") + ")")
+            arguments += filter.states.map { .text($0.rawValue) }
+        }
+        if let stalled = filter.stalled {
+            conditions.append("stalled = ?")
+            arguments.append(.integer(stalled ? 1 : 0))
+        }
+        if let parentID = filter.parentID {
+            conditions.append("parent_id = ?")
+            arguments.append(.text(parentID))
+        }
+        if filter.rootOnly { conditions.append("parent_id IS NULL") }
+        return (conditions, arguments)
+    }
+
+    private static func values(_ task: TaskRecord) -> [SQLValue] {
+        [
+            .text(task.id), .text(task.name), text(task.label), text(task.parentID), .real(task.weight),
+            .text(task.state.rawValue), .integer(task.completed), integer(task.total), text(task.unit),
+            .integer(task.stalled ? 1 : 0), text(task.stallReason?.rawValue), integer(task.stalledSince),
+            .integer(task.stallTimeoutMilliseconds), integer(task.progressTimeoutMilliseconds),
+            .integer(task.cancelRequested ? 1 : 0), integer(task.lastSeq), .integer(task.createdAt),
+            .integer(task.updatedAt), .integer(task.lastSignalAt), integer(task.lastProgressAt),
+            integer(task.finishedAt), text(task.message), text(task.metadata), .text(task.definition),
+        ]
+    }
+
+    private static func record(_ row: Statement) -> TaskRecord {
+        TaskRecord(
+            id: row.text(0), name: row.text(1), label: row.optionalText(2), parentID: row.optionalText(3),
+            weight: row.double(4), state: TaskState(rawValue: row.text(5)) ?? .running, completed: row.int(6),
+            total: row.optionalInt(7), unit: row.optionalText(8), stalled: row.int(9) != 0,
+            stallReason: row.optionalText(10).flatMap(StallReason.init(rawValue:)), stalledSince: row.optionalInt(11),
+            stallTimeoutMilliseconds: row.int(12), progressTimeoutMilliseconds: row.optionalInt(13),
+            cancelRequested: row.int(14) != 0, lastSeq: row.optionalInt(15), createdAt: row.int(16),
+            updatedAt: row.int(17), lastSignalAt: row.int(18), lastProgressAt: row.optionalInt(19),
+            finishedAt: row.optionalInt(20), message: row.optionalText(21), metadata: row.optionalText(22),
+            definition: row.text(23))
+    }
+
+    private static func text(_ value: String?) -> SQLValue { value.map { .text($0) } ?? .null }
+    private static func integer(_ value: Int64?) -> SQLValue { value.map { .integer($0) } ?? .null }
+}
