@@ -26,10 +26,12 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
         .target(name: "HeadwayService", dependencies: ["HeadwayCore", "HeadwayStore", "HTTPServer"]),
         .executableTarget(name: "headwayd", dependencies: ["HeadwayService"]),
+        // Helpers shared by the test targets only (a raw HTTP client, temporary files).
+        .target(name: "HeadwayTestSupport"),
         .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore"]),
-        .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore"]),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer"]),
-        .testTarget(name: "HeadwayServiceTests", dependencies: ["HeadwayService"]),
+        .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayTestSupport"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "HeadwayTestSupport"]),
+        .testTarget(name: "HeadwayServiceTests", dependencies: ["HeadwayService", "HeadwayTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,0 +1,43 @@
+# Headway — the two commands a newcomer needs are `make run` and `make test`.
+# Each installs what is missing first (Debian packages via apt-get, Python test tools via pip).
+
+SWIFT ?= swift
+LISTEN ?= 127.0.0.1:8080
+DB ?= ./headway.db
+SWIFT_FLAGS := -Xswiftc -warnings-as-errors
+
+.PHONY: run test build release deps test-deps migrations bench clean
+
+## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
+run: deps release
+	.build/release/headwayd --listen $(LISTEN) --db $(DB)
+
+## Run the whole test suite (unit, store, live HTTP, process and OpenAPI tests).
+test: test-deps migrations
+	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
+	$(SWIFT) test --skip-build
+
+build: deps
+	$(SWIFT) build $(SWIFT_FLAGS)
+
+release: deps
+	$(SWIFT) build -c release $(SWIFT_FLAGS)
+
+deps:
+	@scripts/install-deps.sh
+
+test-deps:
+	@HEADWAY_TEST_TOOLS=1 scripts/install-deps.sh
+
+## Regenerate the compiled copy of migrations/*.sql (a test fails if it is stale).
+migrations:
+	@python3 scripts/embed-migrations.py
+
+## Measure progress updates per second (wrk, 32 connections) at both durabilities.
+bench:
+	@HEADWAY_BENCH=1 scripts/install-deps.sh
+	$(SWIFT) build -c release $(SWIFT_FLAGS)
+	bench/progress-throughput.sh
+
+clean:
+	rm -rf .build

@@ -1,0 +1,57 @@
+import Testing
+@testable import HeadwayCore
+
+@Suite struct JSONValueTests {
+    @Test func keepsIntegersApartFromFractions() {
+        #expect(JSONValue.parse(Array("[1, 1.5, true, null, \"x\"]".utf8))
+            == .array([.integer(1), .number(1.5), .bool(true), .null, .string("x")]))
+    }
+
+    @Test(arguments: ["NaN", "Infinity", "-Infinity", "{", "{\"a\":}", "{} trailing", "'x'", ""])
+    func refusesWhatIsNotJSON(_ text: String) {
+        #expect(JSONValue.parse(Array(text.utf8)) == nil)
+    }
+
+    @Test func refusesDeepNestingWithoutCrashing() {
+        #expect(JSONValue.parse(Array(String(repeating: "[", count: 100_000).utf8)) == nil)
+    }
+
+    @Test func canonicalTextSortsKeysAndEscapes() {
+        let value = JSONValue.object(["b": .integer(2), "a": .string("line\n\"q\"\u{1}")])
+        #expect(value.canonicalText == #"{"a":"line\n\"q\"\u0001","b":2}"#)
+    }
+
+    @Test func numbersAreWrittenExactly() {
+        var text = JSONText()
+        text.appendNumber(0.4)
+        text.appendRaw(" ")
+        text.appendNumber(1)
+        text.appendRaw(" ")
+        text.appendNumber(.nan)
+        #expect(text.text == "0.4 1 null")
+    }
+}
+
+@Suite struct TimestampTests {
+    @Test(arguments: [
+        (Int64(0), "1970-01-01T00:00:00.000Z"),
+        (Int64(951_782_400_123), "2000-02-29T00:00:00.123Z"),
+        (Int64(1_796_009_908_999), "2026-11-30T03:38:28.999Z"),
+        (Int64(-1), "1969-12-31T23:59:59.999Z"),
+    ])
+    func formatsRFC3339WithMilliseconds(_ milliseconds: Int64, _ expected: String) {
+        #expect(Timestamp.rfc3339(milliseconds) == expected)
+    }
+}
+
+@Suite struct TaskIDTests {
+    @Test func acceptsThePattern() {
+        #expect(TaskID.isValid("build-42.step_3~a:b"))
+        #expect(TaskID.isValid(String(repeating: "x", count: 128)))
+    }
+
+    @Test(arguments: ["", "has space", "slash/inside", "ünï", String(repeating: "x", count: 129), "a%20b"])
+    func refusesEverythingElse(_ id: String) {
+        #expect(!TaskID.isValid(id))
+    }
+}

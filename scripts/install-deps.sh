@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what building, running and testing Headway need on a fresh Debian machine:
+# the C libraries (libmicrohttpd, SQLite) and the Python tools the tests call.
+# Only what is missing is installed; run as root (or with sudo available).
+set -euo pipefail
+
+apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev)
+[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk)
+
+missing=()
+for package in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "Installing Debian packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ]; then
+  if ! python3 -c "import openapi_spec_validator, yaml" 2>/dev/null; then
+    echo "Installing Python test tools: openapi-spec-validator, PyYAML"
+    python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator pyyaml
+  fi
+fi
