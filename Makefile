@@ -13,7 +13,7 @@ run: deps release
 	.build/release/headwayd --listen $(LISTEN) --db $(DB)
 
 ## Run the whole test suite (unit, store, live HTTP, process and OpenAPI tests).
-test: test-deps migrations
+test: test-deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	$(SWIFT) test --skip-build
 

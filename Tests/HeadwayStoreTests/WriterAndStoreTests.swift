@@ -1,0 +1,211 @@
+import Foundation
+import HeadwayCore
+import HeadwayTestSupport
+import Testing
+@testable import HeadwayStore
+
+/// A migrated database file in a temporary folder, with a writer and a reader on it.
+final class StoreFixture: @unchecked Sendable {
+    let directory = TemporaryDirectory()
+    let path: String
+    var writer: GroupCommitWriter
+    let store = TaskStore()
+
+    init(durability: Durability = .full) throws {
+        path = directory.file("headway.db")
+        try Migrator().migrate(try Database(path: path))
+        writer = try GroupCommitWriter(path: path, durability: durability)
+    }
+
+    deinit {
+        writer.stop()
+        directory.remove()
+    }
+
+    /// Runs `work` in the writer and waits for its committed result.
+    func write<Value: Sendable>(_ work: @escaping @Sendable (Database) throws -> Value) throws -> Value {
+        let done = DispatchSemaphore(value: 0)
+        let box = Box<Result<Value, any Error>>()
+        writer.submit(work) { result in
+            box.value = result
+            done.signal()
+        }
+        done.wait()
+        return try box.value!.get()
+    }
+
+    /// Reads through a fresh connection, as another process would.
+    func read<Value>(_ body: (Database) throws -> Value) throws -> Value {
+        try body(try Database(path: path))
+    }
+}
+
+final class Box<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Value?
+    var value: Value? {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}
+
+@Suite struct GroupCommitWriterTests {
+    @Test func concurrentWritersAreAllCommittedInFewerBatches() throws {
+        let fixture = try StoreFixture()
+        let writers = 8, perWriter = 250
+        let group = DispatchGroup()
+        let failures = Box<Int>()
+        failures.value = 0
+        let store = fixture.store
+        for writerIndex in 0..<writers {
+            DispatchQueue.global().async(group: group) {
+                for index in 0..<perWriter {
+                    group.enter()
+                    let registration = Registration(id: "w\(writerIndex)-\(index)", name: "Task \(index)")
+                    fixture.writer.submit({ database in try store.register(registration, now: 1, in: database) }) { result in
+                        if case .failure = result { failures.value! += 1 }
+                        group.leave()
+                    }
+                }
+            }
+        }
+        group.wait()
+        #expect(failures.value == 0)
+        #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM tasks") } == Int64(writers * perWriter))
+        let statistics = fixture.writer.statistics
+        #expect(statistics.jobs == writers * perWriter)
+        #expect(statistics.batches < statistics.jobs, "group commit should batch concurrent writes")
+    }
+
+    @Test func completionComesAfterCommit() throws {
+        let fixture = try StoreFixture()
+        let path = fixture.path
+        let seenByOtherConnection = Box<Int64>()
+        let done = DispatchSemaphore(value: 0)
+        fixture.writer.submit({ database in
+            try database.execute("INSERT INTO schema_migrations (version, name) VALUES (999, 'probe')")
+        }) { _ in
+            seenByOtherConnection.value = try? Database(path: path).scalar("SELECT count(*) FROM schema_migrations WHERE version = 999")
+            done.signal()
+        }
+        done.wait()
+        #expect(seenByOtherConnection.value == 1)
+    }
+
+    @Test func aFailingJobChangesNothingAndItsBatchStillCommits() throws {
+        let fixture = try StoreFixture()
+        let group = DispatchGroup()
+        let outcomes = Box<[String: Bool]>()
+        outcomes.value = [:]
+        for (version, name) in [(1001, "a"), (1002, "bad"), (1003, "c")] {
+            group.enter()
+            fixture.writer.submit({ database in
+                try database.statement("INSERT INTO schema_migrations (version, name) VALUES (?, ?)")
+                    .run([.integer(Int64(version)), .text(name)])
+                if name == "bad" { throw Problem.notFound(name) }
+            }) { result in
+                if case .success = result { outcomes.value![name] = true } else { outcomes.value![name] = false }
+                group.leave()
+            }
+        }
+        group.wait()
+        #expect(outcomes.value == ["a": true, "bad": false, "c": true])
+        #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM schema_migrations WHERE name = 'bad'") } == 0)
+        #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM schema_migrations WHERE name IN ('a', 'c')") } == 2)
+    }
+
+    @Test func stopCommitsWhatIsQueuedAndRefusesMore() throws {
+        let fixture = try StoreFixture(durability: .normal)
+        let store = fixture.store
+        for index in 0..<100 {
+            fixture.writer.submit({ database in
+                try store.register(Registration(id: "q\(index)", name: "Queued"), now: 1, in: database)
+            }) { _ in }
+        }
+        fixture.writer.stop()
+        #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM tasks") } == 100)
+        let refused = Box<Bool>()
+        fixture.writer.submit({ _ in 1 }) { result in
+            if case .failure(let error) = result { refused.value = (error as? WriterError) == .stopped }
+        }
+        #expect(refused.value == true)
+    }
+}
+
+@Suite struct TaskStoreTests {
+    @Test func dataSurvivesReopening() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "keep", name: "Kept", total: 10), now: 5, in: $0) }
+        _ = try fixture.write { try store.progress("keep", ProgressUpdate(completed: 4, seq: 1), now: 6, in: $0) }
+        fixture.writer.stop()
+        fixture.writer = try GroupCommitWriter(path: fixture.path, durability: .full)
+        let task = try fixture.read { try TaskRepository.find("keep", in: $0) }
+        #expect(task?.completed == 4)
+        #expect(task?.lastSeq == 1)
+        #expect(task?.total == 10)
+    }
+
+    @Test func registrationIsIdempotentAndConflictsAreRefused() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        let registration = Registration(id: "same", name: "Same", total: 3)
+        #expect(try fixture.write { try store.register(registration, now: 1, in: $0) }.created)
+        let again = try fixture.write { try store.register(registration, now: 2, in: $0) }
+        #expect(!again.created)
+        #expect(again.task.createdAt == 1)
+        #expect(throws: Problem.registrationConflict("same")) {
+            _ = try fixture.write { try store.register(Registration(id: "same", name: "Other"), now: 3, in: $0) }
+        }
+    }
+
+    @Test func parentMustExistAndBeUnfinished() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        #expect(throws: Problem.parentNotFound("ghost")) {
+            _ = try fixture.write { try store.register(Registration(id: "c", name: "Child", parentID: "ghost"), now: 1, in: $0) }
+        }
+        _ = try fixture.write { try store.register(Registration(id: "p", name: "Parent"), now: 1, in: $0) }
+        _ = try fixture.write { try store.finish("p", Finish(outcome: .succeeded), now: 2, in: $0) }
+        #expect(throws: Problem.parentFinished("p")) {
+            _ = try fixture.write { try store.register(Registration(id: "c", name: "Child", parentID: "p"), now: 3, in: $0) }
+        }
+    }
+
+    @Test func cancelAndDeleteReachEveryDescendant() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        for (id, parent) in [("root", nil), ("a", "root"), ("b", "root"), ("a1", "a"), ("other", nil)] as [(String, String?)] {
+            _ = try fixture.write { try store.register(Registration(id: id, name: id, parentID: parent), now: 1, in: $0) }
+        }
+        _ = try fixture.write { try store.finish("b", Finish(outcome: .succeeded), now: 2, in: $0) }
+        _ = try fixture.write { try store.cancel("root", now: 3, in: $0) }
+        let flags = try fixture.read { database in
+            try ["root", "a", "b", "a1", "other"].map { try TaskRepository.find($0, in: database)!.cancelRequested }
+        }
+        #expect(flags == [true, true, false, true, false])
+        #expect(try fixture.write { try store.delete("root", in: $0) } == 4)
+        #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM tasks") } == 1)
+        #expect(throws: Problem.notFound("root")) { _ = try fixture.write { try store.delete("root", in: $0) } }
+    }
+
+    @Test func pagesWalkNewestFirstWithoutGapsOrRepeats() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        for index in 0..<25 {
+            _ = try fixture.write {
+                try store.register(Registration(id: "t\(index)", name: "T", state: index % 2 == 0 ? .pending : .running),
+                                   now: Int64(index), in: $0)
+            }
+        }
+        var seen: [String] = []
+        var key: Int64?
+        repeat {
+            let page = try fixture.read { try TaskRepository.page(TaskFilter(states: [.pending]), size: 5, beforeKey: key, in: $0) }
+            #expect(page.totalSize == 13)
+            seen += page.tasks.map(\.id)
+            key = page.nextKey
+        } while key != nil
+        #expect(seen == stride(from: 24, through: 0, by: -2).map { "t\($0)" })
+    }
+}
