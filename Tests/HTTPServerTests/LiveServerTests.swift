@@ -1,0 +1,103 @@
+import Dispatch
+import Foundation
+import HeadwayTestSupport
+import Testing
+@testable import HTTPServer
+
+/// The real libmicrohttpd server on 127.0.0.1 with a port chosen by the system.
+@Suite struct LiveServerTests {
+    /// Echoes the body, answering from another thread after the handler has returned
+    /// (so the connection is suspended and resumed) unless the path is `/now`.
+    private static func startEchoServer(bodyLimit: Int = 1024, hold: DispatchSemaphore? = nil) throws -> MicroHTTPServer {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.maximumBodyBytes = bodyLimit
+        let server = MicroHTTPServer(configuration: configuration) { request, responder in
+            let response = HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain")], body: request.body)
+            if request.path == "/now" { return responder.respond(response) }
+            DispatchQueue.global().async {
+                hold?.wait()
+                responder.respond(response)
+            }
+        }
+        try server.start()
+        return server
+    }
+
+    @Test func answersLaterFromAnotherThreadOverKeepAlive() throws {
+        let server = try Self.startEchoServer()
+        defer { server.shutdown() }
+        #expect(server.port > 0)
+        let client = try TestHTTPClient(port: server.port)
+        for index in 0..<20 {
+            let response = try client.request("POST", index % 2 == 0 ? "/later" : "/now", json: "{\"n\":\(index)}")
+            #expect(response.status == 200)
+            #expect(response.text == "{\"n\":\(index)}")
+            #expect(response.headers["x-request-id"] != nil)
+        }
+    }
+
+    @Test func keepsAValidRequestIDAndMakesUpOtherwise() throws {
+        let server = try Self.startEchoServer()
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port)
+        #expect(try client.request("GET", "/now", headers: [("X-Request-Id", "abc-123")]).headers["x-request-id"] == "abc-123")
+        let madeUp = try client.request("GET", "/now", headers: [("X-Request-Id", String(repeating: "x", count: 100))])
+        #expect(madeUp.headers["x-request-id"] != String(repeating: "x", count: 100))
+    }
+
+    @Test func refusesAnAnnouncedOversizedBodyBeforeReadingIt() throws {
+        let server = try Self.startEchoServer(bodyLimit: 1024)
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port)
+        try client.send("POST /now HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1025\r\n\r\n")
+        let response = try client.readResponse()
+        #expect(response.status == 413)
+        #expect(response.text.contains(#""code":"body_too_large""#))
+    }
+
+    @Test func refusesAnOversizedChunkedBody() throws {
+        let server = try Self.startEchoServer(bodyLimit: 1024)
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port)
+        let chunk = String(repeating: "a", count: 600)
+        try client.send("POST /now HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + "258\r\n\(chunk)\r\n258\r\n\(chunk)\r\n0\r\n\r\n")
+        #expect(try client.readResponse().status == 413)
+    }
+
+    @Test func acceptsAChunkedBodyWithinTheLimit() throws {
+        let server = try Self.startEchoServer(bodyLimit: 1024)
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port)
+        try client.send("POST /later HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        let response = try client.readResponse()
+        #expect(response.status == 200)
+        #expect(response.text == "hello world")
+    }
+
+    @Test func shutdownAnswersRequestsUnderWay() throws {
+        let hold = DispatchSemaphore(value: 0)
+        let server = try Self.startEchoServer(hold: hold)
+        let port = server.port
+        let client = try TestHTTPClient(port: port)
+        try client.send("POST /later HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nping")
+        let stopped = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            server.shutdown()
+            stopped.signal()
+        }
+        // The request is held in its handler while shutdown begins; new connections are refused.
+        var refused = false
+        for _ in 0..<200 where !refused {
+            refused = (try? TestHTTPClient(port: port)) == nil
+            if !refused { usleep(5000) }
+        }
+        #expect(refused)
+        hold.signal()
+        let response = try client.readResponse()
+        #expect(response.status == 200)
+        #expect(response.text == "ping")
+        stopped.wait()
+    }
+}
