@@ -1,0 +1,71 @@
+import Foundation
+import HeadwayTestSupport
+import Testing
+
+/// `GET /v1/tasks`: filters, newest first, opaque page tokens, total size.
+@Suite(.serialized) struct ListingTests {
+    private func ids(_ response: TestResponse) -> [String] {
+        (response.json["tasks"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
+    }
+
+    @Test func pagesThroughEveryTaskNewestFirst() throws {
+        let daemon = try LiveDaemon()
+        for index in 0..<23 { try daemon.register(#"{"id":"t\#(index)","name":"Task \#(index)"}"#) }
+        var seen: [String] = []
+        var token: String?
+        var pages = 0
+        repeat {
+            let query = "/v1/tasks?page_size=10" + (token.map { "&page_token=\($0)" } ?? "")
+            let page = try daemon.request("GET", query)
+            #expect(page.status == 200)
+            #expect(page.json["total_size"] as? Int == 23)
+            seen += ids(page)
+            token = page.json["next_page_token"] as? String
+            pages += 1
+        } while token != nil && pages < 10
+        #expect(pages == 3)
+        #expect(seen == (0..<23).reversed().map { "t\($0)" })
+        #expect(ids(try daemon.request("GET", "/v1/tasks")).count == 23, "default page size is 50")
+    }
+
+    @Test func filtersByStateStalledParentAndRoot() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"root","name":"Root"}"#)
+        try daemon.register(#"{"id":"a","name":"A","parent_id":"root"}"#)
+        try daemon.register(#"{"id":"b","name":"B","parent_id":"root","state":"pending"}"#)
+        try daemon.register(#"{"id":"done","name":"Done"}"#)
+        try daemon.request("POST", "/v1/tasks/done/finish", json: #"{"outcome":"failed"}"#)
+        #expect(ids(try daemon.request("GET", "/v1/tasks?state=pending")) == ["b"])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?state=pending&state=failed")) == ["done", "b"])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?state=running,failed")) == ["done", "a", "root"])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?parent_id=root")) == ["b", "a"])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?root=true")) == ["done", "root"])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?stalled=true")) == [])
+        let notStalled = try daemon.request("GET", "/v1/tasks?stalled=false&page_size=2")
+        #expect(notStalled.json["total_size"] as? Int == 4)
+        #expect(ids(notStalled).count == 2)
+    }
+
+    @Test func refusesBadQueries() throws {
+        let daemon = try LiveDaemon()
+        for query in ["page_size=0", "page_size=501", "page_size=ten", "state=done", "stalled=yes", "root=1",
+                      "parent_id=a%20b", "sort=name", "page_size=5&page_size=6"] {
+            let response = try daemon.request("GET", "/v1/tasks?\(query)")
+            #expect(response.status == 400, "\(query)")
+            #expect(response.problemCode == "invalid_request", "\(query)")
+        }
+    }
+
+    @Test func pageTokensAreTiedToTheirListing() throws {
+        let daemon = try LiveDaemon()
+        for index in 0..<3 { try daemon.register(#"{"id":"t\#(index)","name":"T","state":"pending"}"#) }
+        let first = try daemon.request("GET", "/v1/tasks?state=pending&page_size=1")
+        let token = try #require(first.json["next_page_token"] as? String)
+        #expect(try daemon.request("GET", "/v1/tasks?state=pending&page_size=1&page_token=\(token)").status == 200)
+        for query in ["page_token=\(token)", "state=running&page_token=\(token)", "page_token=garbage", "page_token="] {
+            let response = try daemon.request("GET", "/v1/tasks?\(query)")
+            #expect(response.status == 400, "\(query)")
+            #expect(response.problemCode == "invalid_page_token", "\(query)")
+        }
+    }
+}
