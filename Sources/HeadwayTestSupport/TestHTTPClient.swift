@@ -23,8 +23,9 @@ public struct TestHTTPError: Error, CustomStringConvertible {
 
 /// A deliberately plain HTTP/1.1 client on a blocking socket, so tests control every byte
 /// sent (bad bodies, chunked uploads, missing headers) and read exactly what came back.
-/// Every read times out after a few seconds, so a test can never hang.
-public final class TestHTTPClient {
+/// Every read times out after a few seconds, so a test can never hang. One thread uses a
+/// client at a time.
+public final class TestHTTPClient: @unchecked Sendable {
     private let fd: Int32
     private var buffer: [UInt8] = []
 

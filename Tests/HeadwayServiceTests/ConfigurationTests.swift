@@ -1,0 +1,65 @@
+import Testing
+@testable import HeadwayService
+import HeadwayStore
+
+@Suite struct ConfigurationTests {
+    private func parse(_ arguments: [String], _ environment: [String: String] = [:]) throws -> Configuration {
+        guard case .run(let configuration) = try Configuration.parse(arguments: arguments, environment: environment) else {
+            throw UsageError("expected a run command")
+        }
+        return configuration
+    }
+
+    @Test func defaults() throws {
+        let configuration = try parse([])
+        #expect(configuration.host == "127.0.0.1")
+        #expect(configuration.port == 8080)
+        #expect(configuration.databasePath == "./headway.db")
+        #expect(configuration.durability == .full)
+        #expect(configuration.stallTimeoutSeconds == 30)
+    }
+
+    @Test func flagsOverrideEnvironment() throws {
+        let environment = ["HEADWAY_LISTEN": "127.0.0.1:9000", "HEADWAY_DB": "/tmp/env.db",
+                           "HEADWAY_DURABILITY": "normal", "HEADWAY_STALL_TIMEOUT": "12"]
+        let fromEnvironment = try parse([], environment)
+        #expect(fromEnvironment.port == 9000)
+        #expect(fromEnvironment.databasePath == "/tmp/env.db")
+        #expect(fromEnvironment.durability == .normal)
+        #expect(fromEnvironment.stallTimeoutSeconds == 12)
+        let fromFlags = try parse(["--listen=[::1]:7000", "--db", "/tmp/flag.db", "--durability", "full",
+                                   "--stall-timeout=45"], environment)
+        #expect(fromFlags.host == "::1")
+        #expect(fromFlags.port == 7000)
+        #expect(fromFlags.databasePath == "/tmp/flag.db")
+        #expect(fromFlags.durability == .full)
+        #expect(fromFlags.stallTimeoutSeconds == 45)
+    }
+
+    @Test func help() throws {
+        #expect(try Configuration.parse(arguments: ["--db", "x", "--help"], environment: [:]) == .help)
+        for flag in ["--listen", "--db", "--durability", "--stall-timeout", "HEADWAY_LISTEN", "HEADWAY_DB",
+                     "HEADWAY_DURABILITY", "HEADWAY_STALL_TIMEOUT"] {
+            #expect(Configuration.usage.contains(flag))
+        }
+    }
+
+    @Test(arguments: [
+        (["--bogus"], "unknown option '--bogus'"),
+        (["--db"], "option '--db' needs a value"),
+        (["stray"], "unexpected argument 'stray'"),
+        (["--durability", "fast"], "--durability must be full or normal, not 'fast'"),
+        (["--stall-timeout", "0"], "--stall-timeout must be a number of seconds from 1 to 2592000, not '0'"),
+        (["--listen", "8080"], "--listen must be HOST:PORT, not '8080'"),
+        (["--listen", "127.0.0.1:99999"], "--listen port must be a number from 0 to 65535, not '99999'"),
+    ])
+    func usageErrors(_ arguments: [String], _ message: String) {
+        #expect(throws: UsageError(message)) { _ = try Configuration.parse(arguments: arguments, environment: [:]) }
+    }
+
+    @Test func refusesToListenBeyondLoopbackWithoutTokens() {
+        for address in ["0.0.0.0:8080", "[::]:8080", "192.0.2.1:80"] {
+            #expect(throws: UsageError.self) { _ = try Configuration.parse(arguments: ["--listen", address], environment: [:]) }
+        }
+    }
+}

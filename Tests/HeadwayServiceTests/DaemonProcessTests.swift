@@ -1,0 +1,142 @@
+import Foundation
+import HeadwayTestSupport
+import Testing
+
+/// The real `headwayd` executable as a separate process.
+final class DaemonProcess {
+    static let executable: String = {
+        if let path = ProcessInfo.processInfo.environment["HEADWAYD"] { return path }
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        return root.appendingPathComponent(".build/debug/headwayd").path
+    }()
+
+    let process = Process()
+    let logPath: String
+    private(set) var port = 0
+
+    /// Starts `headwayd` with `arguments` and waits (up to 20 s) until it listens.
+    init(_ arguments: [String], logPath: String) throws {
+        self.logPath = logPath
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        process.executableURL = URL(fileURLWithPath: Self.executable)
+        process.arguments = arguments
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        for _ in 0..<2000 {
+            if let line = log.split(separator: "\n").first(where: { $0.contains("event=server.listening") }),
+               let address = line.split(separator: " ").first(where: { $0.hasPrefix("address=") }),
+               let port = Int(address.split(separator: ":").last ?? "") {
+                self.port = port
+                return
+            }
+            if !process.isRunning { throw TestHTTPError("headwayd exited: \(log)") }
+            usleep(10_000)
+        }
+        process.terminate()
+        throw TestHTTPError("headwayd did not start listening: \(log)")
+    }
+
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// Sends `signal` and waits (up to 20 s) for the exit; returns the exit status.
+    func stop(_ signal: Int32) -> Int32? {
+        kill(process.processIdentifier, signal)
+        for _ in 0..<2000 where process.isRunning { usleep(10_000) }
+        guard !process.isRunning else { return nil }
+        return process.terminationStatus
+    }
+
+    /// Runs `headwayd` with `arguments` to its end; returns status, stdout and stderr.
+    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.environment = environment
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, output, errors)
+    }
+}
+
+@Suite(.serialized) struct DaemonProcessTests {
+    @Test func helpAndUsageErrors() throws {
+        let (status, output, _) = try DaemonProcess.run(["--help"])
+        #expect(status == 0)
+        #expect(output.hasPrefix("headwayd — the Headway progress-reporting daemon"))
+        let (badStatus, _, badError) = try DaemonProcess.run(["--durability", "fast"])
+        #expect(badStatus == 64)
+        #expect(badError.contains("--durability must be full or normal"))
+        let (envStatus, _, envError) = try DaemonProcess.run([], environment: ["HEADWAY_LISTEN": "0.0.0.0:8080"])
+        #expect(envStatus == 64)
+        #expect(envError.contains("only on loopback"))
+    }
+
+    @Test func acknowledgedChangesSurviveKillDashNine() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let arguments = ["--listen", "127.0.0.1:0", "--db", directory.file("h.db"), "--durability", "full"]
+        let daemon = try DaemonProcess(arguments, logPath: directory.file("first.log"))
+        let writers = 4, updates = 60
+        let acknowledged = Box<[Int]>(Array(repeating: 0, count: writers))
+        let group = DispatchGroup()
+        for writer in 0..<writers {
+            let client = try TestHTTPClient(port: daemon.port)
+            _ = try client.request("POST", "/v1/tasks", json: #"{"id":"w\#(writer)","name":"Writer \#(writer)"}"#)
+            DispatchQueue.global().async(group: group) {
+                for index in 1...updates {
+                    guard let reply = try? client.request("POST", "/v1/tasks/w\(writer)/progress",
+                                                          json: #"{"completed":\#(index),"seq":\#(index)}"#),
+                          reply.status == 200 else { return }
+                    acknowledged.update { $0[writer] = index }
+                }
+            }
+        }
+        // Kill while the writers are still sending, once each has had some replies.
+        for _ in 0..<2000 where acknowledged.value.min()! < updates / 3 { usleep(1000) }
+        #expect(daemon.stop(SIGKILL) == SIGKILL)
+        group.wait()
+        #expect(acknowledged.value.allSatisfy { $0 > 0 }, "every writer had updates acknowledged before the kill")
+        let restarted = try DaemonProcess(arguments, logPath: directory.file("second.log"))
+        defer { _ = restarted.stop(SIGTERM) }
+        let client = try TestHTTPClient(port: restarted.port)
+        for writer in 0..<writers {
+            let task = try client.request("GET", "/v1/tasks/w\(writer)").json
+            let completed = task["completed"] as? Int ?? -1
+            #expect(completed >= acknowledged.value[writer], "writer \(writer): acknowledged \(acknowledged.value[writer]), stored \(completed)")
+        }
+    }
+
+    @Test func sigtermStopsCleanlyAndKeepsData() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let arguments = ["--listen", "127.0.0.1:0", "--db", directory.file("h.db")]
+        let daemon = try DaemonProcess(arguments, logPath: directory.file("first.log"))
+        let client = try TestHTTPClient(port: daemon.port)
+        #expect(try client.request("POST", "/v1/tasks", json: #"{"id":"kept","name":"Kept","total":5}"#).status == 201)
+        #expect(try client.request("POST", "/v1/tasks/kept/progress", json: #"{"completed":2}"#).status == 200)
+        #expect(daemon.stop(SIGTERM) == 0)
+        #expect(daemon.log.contains("event=signal.received signal=SIGTERM"))
+        #expect(daemon.log.contains("event=server.stopped"))
+        #expect(daemon.log.contains("event=http.request request_id="))
+        let restarted = try DaemonProcess(arguments, logPath: directory.file("second.log"))
+        defer { _ = restarted.stop(SIGINT) }
+        let task = try TestHTTPClient(port: restarted.port).request("GET", "/v1/tasks/kept").json
+        #expect(task["completed"] as? Int == 2)
+    }
+}
+
+/// A value shared between threads under a lock.
+final class Box<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: Value
+    init(_ value: Value) { stored = value }
+    var value: Value { lock.withLock { stored } }
+    func update(_ change: (inout Value) -> Void) { lock.withLock { change(&stored) } }
+}
