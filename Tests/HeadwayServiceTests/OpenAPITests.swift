@@ -1,0 +1,65 @@
+import Foundation
+import HeadwayTestSupport
+import Testing
+
+/// `openapi.yaml` is valid, names exactly the routes the daemon serves, and the daemon's
+/// replies match its schemas.
+@Suite(.serialized) struct OpenAPITests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// Runs `python3 arguments…` in the repository; returns exit status and output.
+    private func python(_ arguments: [String]) throws -> (Int32, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3"] + arguments
+        process.currentDirectoryURL = Self.root
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, output)
+    }
+
+    @Test func specIsValidOpenAPI31() throws {
+        let (status, output) = try python(["-m", "openapi_spec_validator", "openapi.yaml"])
+        #expect(status == 0, "\(output)")
+        #expect(output.contains("OK"))
+    }
+
+    @Test func specAndRouterNameTheSameRoutes() throws {
+        let daemon = try LiveDaemon()
+        let served = Set(daemon.application.routes.map { "\($0.method) \($0.pattern)" })
+        let (status, output) = try python(["scripts/openapi-check.py", "routes"])
+        #expect(status == 0, "\(output)")
+        let documented = Set(output.split(separator: "\n").map(String.init))
+        #expect(served == documented, "served but not documented: \(served.subtracting(documented)); documented but not served: \(documented.subtracting(served))")
+        #expect(served.count >= 9)
+    }
+
+    @Test func repliesMatchTheSchemas() throws {
+        let daemon = try LiveDaemon()
+        var instances: [(String, String)] = []
+        func keep(_ schema: String, _ response: TestResponse) { instances.append((schema, response.text)) }
+        keep("Task", try daemon.request("POST", "/v1/tasks", json: #"{"id":"p","name":"Parent","metadata":{"k":[1,2]}}"#))
+        keep("Task", try daemon.request("POST", "/v1/tasks", json: #"{"id":"c","name":"Child","parent_id":"p","total":10,"unit":"files","stall_timeout_seconds":2.5,"progress_timeout_seconds":60,"state":"pending","weight":0.5}"#))
+        keep("Task", try daemon.request("POST", "/v1/tasks/c/progress", json: #"{"completed":3,"label":"Copying","seq":1}"#))
+        keep("Task", try daemon.request("POST", "/v1/tasks/c/heartbeat"))
+        keep("Task", try daemon.request("POST", "/v1/tasks/p/cancel"))
+        keep("Task", try daemon.request("POST", "/v1/tasks/c/finish", json: #"{"outcome":"canceled","message":"asked to"}"#))
+        keep("TaskList", try daemon.request("GET", "/v1/tasks?page_size=1"))
+        keep("Health", try daemon.request("GET", "/healthz"))
+        keep("Problem", try daemon.request("POST", "/v1/tasks/c/progress", json: #"{"completed":1}"#))
+        keep("Problem", try daemon.request("POST", "/v1/tasks", json: #"{"name":5,"extra":true}"#))
+        keep("Problem", try daemon.request("PUT", "/v1/tasks"))
+        keep("Problem", try daemon.request("GET", "/nowhere"))
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let file = directory.file("instances.tsv")
+        try instances.map { "\($0.0)\t\($0.1)" }.joined(separator: "\n").write(toFile: file, atomically: true, encoding: .utf8)
+        let (status, output) = try python(["scripts/openapi-check.py", "instances", file])
+        #expect(status == 0, "\(output)")
+    }
+}
