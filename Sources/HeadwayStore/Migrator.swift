@@ -41,8 +41,8 @@ public struct Migrator {
                 if try database.scalar("SELECT 1 FROM schema_migrations WHERE version = ?",
                                        [.integer(Int64(migration.version))]) == nil {
                     try database.execute(migration.sql)
-                    try database.statement("INSERT INTO schema_migrations (version, name) VALUES (?, ?)")
-                        .run([.integer(Int64(migration.version)), .text(migration.name)])
+                    try database.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                                     [.integer(Int64(migration.version)), .text(migration.name)])
                     applied.append(migration.version)
                 }
                 try database.execute("COMMIT")

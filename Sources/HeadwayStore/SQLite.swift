@@ -55,7 +55,10 @@ public final class Database: @unchecked Sendable {
     }
 
     /// A prepared statement for `sql`, taken from the cache and reset, ready to bind.
-    public func statement(_ sql: String) throws(SQLiteError) -> Statement {
+    /// Prefer `run(_:_:)` and `rows(_:_:map:)`, which always finish the statement: a
+    /// statement left in the middle of its rows keeps a read transaction open, which pins
+    /// the connection to an old snapshot and stops WAL checkpoints.
+    func statement(_ sql: String) throws(SQLiteError) -> Statement {
         if let cached = statements[sql] {
             cached.reset()
             return cached
@@ -70,11 +73,25 @@ public final class Database: @unchecked Sendable {
         return statement
     }
 
-    /// Runs `sql` with `arguments` and returns the first column of the first row as an integer.
-    public func scalar(_ sql: String, _ arguments: [SQLValue] = []) throws(SQLiteError) -> Int64? {
+    /// Runs a statement that returns no rows.
+    public func run(_ sql: String, _ arguments: [SQLValue] = []) throws(SQLiteError) {
+        try statement(sql).run(arguments)
+    }
+
+    /// Runs a query to its end and maps every row; the statement is reset afterwards.
+    public func rows<Row>(_ sql: String, _ arguments: [SQLValue] = [],
+                          map: (Statement) -> Row) throws(SQLiteError) -> [Row] {
         let statement = try statement(sql)
+        defer { statement.reset() }
         try statement.bind(arguments)
-        return try statement.step() ? statement.optionalInt(0) : nil
+        var rows: [Row] = []
+        while try statement.step() { rows.append(map(statement)) }
+        return rows
+    }
+
+    /// The first column of the first row as an integer.
+    public func scalar(_ sql: String, _ arguments: [SQLValue] = []) throws(SQLiteError) -> Int64? {
+        try rows(sql, arguments) { $0.optionalInt(0) }.first ?? nil
     }
 
     /// Rows changed by the last INSERT, UPDATE or DELETE.
@@ -138,8 +155,9 @@ public final class Statement {
         }
     }
 
-    /// Binds `values` and runs the statement to its end.
+    /// Binds `values`, runs the statement to its end and resets it.
     public func run(_ values: [SQLValue] = []) throws(SQLiteError) {
+        defer { reset() }
         try bind(values)
         while try step() {}
     }

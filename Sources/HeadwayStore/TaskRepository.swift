@@ -42,15 +42,13 @@ public enum TaskRepository {
 
     /// The task with `id`, if any.
     public static func find(_ id: String, in database: Database) throws(SQLiteError) -> TaskRecord? {
-        let statement = try database.statement("SELECT \(columns) FROM tasks WHERE id = ?")
-        try statement.bind([.text(id)])
-        return try statement.step() ? record(statement) : nil
+        try database.rows("SELECT \(columns) FROM tasks WHERE id = ?", [.text(id)], map: record).first
     }
 
     /// Inserts a new task.
     public static func insert(_ task: TaskRecord, in database: Database) throws(SQLiteError) {
         let placeholders = Array(repeating: "?", count: columnNames.count).joined(separator: ", ")
-        try database.statement("INSERT INTO tasks (\(columns)) VALUES (\(placeholders))").run(values(task))
+        try database.run("INSERT INTO tasks (\(columns)) VALUES (\(placeholders))", values(task))
     }
 
     /// Writes every field of an existing task.
@@ -58,34 +56,30 @@ public enum TaskRepository {
         let assignments = columnNames.dropFirst().map { "\($0) = ?" }.joined(separator: ", ")
         var arguments = Array(values(task).dropFirst())
         arguments.append(.text(task.id))
-        try database.statement("UPDATE tasks SET \(assignments) WHERE id = ?").run(arguments)
+        try database.run("UPDATE tasks SET \(assignments) WHERE id = ?", arguments)
     }
 
     /// The ids of the unfinished descendants of `id` (children, their children, …).
     public static func unfinishedDescendants(of id: String, in database: Database) throws(SQLiteError) -> [String] {
-        let statement = try database.statement("""
+        try database.rows("""
             WITH RECURSIVE tree(id) AS (
                 SELECT id FROM tasks WHERE parent_id = ?
                 UNION SELECT tasks.id FROM tasks JOIN tree ON tasks.parent_id = tree.id
             )
             SELECT tasks.id FROM tasks JOIN tree USING (id) WHERE tasks.state IN ('pending', 'running')
-            """)
-        try statement.bind([.text(id)])
-        var ids: [String] = []
-        while try statement.step() { ids.append(statement.text(0)) }
-        return ids
+            """, [.text(id)]) { $0.text(0) }
     }
 
     /// Deletes `id` and all its descendants; returns how many tasks were deleted.
     @discardableResult
     public static func deleteTree(_ id: String, in database: Database) throws(SQLiteError) -> Int {
-        try database.statement("""
+        try database.run("""
             WITH RECURSIVE tree(id) AS (
                 SELECT ?
                 UNION SELECT tasks.id FROM tasks JOIN tree ON tasks.parent_id = tree.id
             )
             DELETE FROM tasks WHERE id IN tree
-            """).run([.text(id)])
+            """, [.text(id)])
         return database.changes
     }
 
@@ -101,17 +95,12 @@ public enum TaskRepository {
             arguments.append(.integer(beforeKey))
         }
         arguments.append(.integer(Int64(size) + 1))
-        let statement = try database.statement(
+        let rows = try database.rows(
             "SELECT \(columns), seq FROM tasks"
                 + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
-                + " ORDER BY seq DESC LIMIT ?")
-        try statement.bind(arguments)
-        var tasks: [TaskRecord] = []
-        var keys: [Int64] = []
-        while try statement.step() {
-            tasks.append(record(statement))
-            keys.append(statement.int(Int32(columnNames.count)))
-        }
+                + " ORDER BY seq DESC LIMIT ?", arguments) { row in (record(row), row.int(Int32(columnNames.count))) }
+        var tasks = rows.map(\.0)
+        let keys = rows.map(\.1)
         var nextKey: Int64?
         if tasks.count > size {
             tasks.removeLast()

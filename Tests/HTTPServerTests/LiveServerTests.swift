@@ -8,13 +8,15 @@ import Testing
 @Suite struct LiveServerTests {
     /// Echoes the body, answering from another thread after the handler has returned
     /// (so the connection is suspended and resumed) unless the path is `/now`.
-    private static func startEchoServer(bodyLimit: Int = 1024, hold: DispatchSemaphore? = nil) throws -> MicroHTTPServer {
+    private static func startEchoServer(bodyLimit: Int = 1024, received: DispatchSemaphore? = nil,
+                                        hold: DispatchSemaphore? = nil) throws -> MicroHTTPServer {
         var configuration = MicroHTTPServer.Configuration()
         configuration.port = 0
         configuration.maximumBodyBytes = bodyLimit
         let server = MicroHTTPServer(configuration: configuration) { request, responder in
             let response = HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain")], body: request.body)
             if request.path == "/now" { return responder.respond(response) }
+            received?.signal()
             DispatchQueue.global().async {
                 hold?.wait()
                 responder.respond(response)
@@ -77,23 +79,31 @@ import Testing
     }
 
     @Test func shutdownAnswersRequestsUnderWay() throws {
-        let hold = DispatchSemaphore(value: 0)
-        let server = try Self.startEchoServer(hold: hold)
+        let received = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        let server = try Self.startEchoServer(received: received, hold: hold)
         let port = server.port
         let client = try TestHTTPClient(port: port)
         try client.send("POST /later HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 4\r\n\r\nping")
+        #expect(received.wait(timeout: .now() + 10) == .success, "the handler never saw the request")
+        let other = try TestHTTPClient(port: port)
+        #expect(try other.request("GET", "/now").status == 200)
         let stopped = DispatchSemaphore(value: 0)
         DispatchQueue.global().async {
             server.shutdown()
             stopped.signal()
         }
-        // The request is held in its handler while shutdown begins; new connections are refused.
-        var refused = false
-        for _ in 0..<200 where !refused {
-            refused = (try? TestHTTPClient(port: port)) == nil
-            if !refused { usleep(5000) }
+        // While the first request is held in its handler, new requests are turned away.
+        var refusal: TestResponse?
+        for _ in 0..<400 {
+            let response = try other.request("GET", "/now")
+            if response.status == 503 {
+                refusal = response
+                break
+            }
+            usleep(5000)
         }
-        #expect(refused)
+        #expect(refusal?.text.contains(#""code":"shutting_down""#) == true)
+        #expect(refusal?.headers["connection"]?.lowercased() == "close")
         hold.signal()
         let response = try client.readResponse()
         #expect(response.status == 200)

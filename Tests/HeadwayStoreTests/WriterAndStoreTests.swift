@@ -100,8 +100,8 @@ final class Box<Value>: @unchecked Sendable {
         for (version, name) in [(1001, "a"), (1002, "bad"), (1003, "c")] {
             group.enter()
             fixture.writer.submit({ database in
-                try database.statement("INSERT INTO schema_migrations (version, name) VALUES (?, ?)")
-                    .run([.integer(Int64(version)), .text(name)])
+                try database.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                                 [.integer(Int64(version)), .text(name)])
                 if name == "bad" { throw Problem.notFound(name) }
             }) { result in
                 if case .success = result { outcomes.value![name] = true } else { outcomes.value![name] = false }
@@ -133,6 +133,21 @@ final class Box<Value>: @unchecked Sendable {
 }
 
 @Suite struct TaskStoreTests {
+    /// A query that stops after its first row must not leave its read transaction open:
+    /// that would pin the reader to an old snapshot (and stop WAL checkpoints).
+    @Test func readerSeesEveryNewCommitAfterEarlierQueries() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        let reader = try DatabaseReader(path: fixture.path)
+        _ = try fixture.write { try store.register(Registration(id: "r", name: "Read", total: 10), now: 1, in: $0) }
+        for completed: Int64 in [1, 2, 3] {
+            _ = try fixture.write { try store.progress("r", ProgressUpdate(completed: completed), now: 2, in: $0) }
+            #expect(try reader.read { try TaskRepository.find("r", in: $0)?.completed } == completed)
+            #expect(try reader.read { try $0.scalar("SELECT completed FROM tasks WHERE id = 'r'") } == completed)
+            #expect(try reader.read { try $0.scalar("SELECT count(*) FROM schema_migrations") } != nil)
+        }
+    }
+
     @Test func dataSurvivesReopening() throws {
         let fixture = try StoreFixture()
         let store = fixture.store

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Progress updates per second over keep-alive, at --durability full and normal.
+#
+# Starts the release headwayd on a free loopback port with a fresh database, registers the
+# tasks, and drives POST /v1/tasks/{id}/progress with wrk (32 connections by default). The
+# daemon is pinned to CPU 0 and wrk to CPU 1 so they do not compete. Every reply is a
+# committed change; non-2xx replies are counted and reported.
+#
+#   bench/progress-throughput.sh            # 32 connections, 10 s, 3 repetitions
+#   CONNECTIONS=50 DURATION=20 REPEAT=5 bench/progress-throughput.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONNECTIONS=${CONNECTIONS:-32}
+DURATION=${DURATION:-10}
+REPEAT=${REPEAT:-3}
+TASKS=${BENCH_TASKS:-32}
+BINARY=${HEADWAYD:-.build/release/headwayd}
+[ -x "$BINARY" ] || { echo "build first: swift build -c release" >&2; exit 1; }
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
+pin_server="" pin_client=""
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_server="taskset -c 0"; pin_client="taskset -c 1"; fi
+
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+echo "headwayd progress throughput: $CONNECTIONS connections, ${DURATION}s x $REPEAT, $TASKS tasks, $(nproc) cores"
+for durability in full normal; do
+  results=()
+  for run in $(seq 1 "$REPEAT"); do
+    port=$(free_port)
+    rm -f "$work"/bench.db*
+    $pin_server "$BINARY" --listen "127.0.0.1:$port" --db "$work/bench.db" --durability "$durability" 2>"$work/daemon.log" &
+    daemon=$!
+    for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.05; done
+    for id in $(seq 0 $((TASKS - 1))); do
+      curl -sf -o /dev/null -X POST "http://127.0.0.1:$port/v1/tasks" -H 'Content-Type: application/json' \
+        -d "{\"id\":\"bench-$id\",\"name\":\"Benchmark task $id\"}"
+    done
+    line=$(BENCH_TASKS=$TASKS $pin_client wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" -s bench/progress.lua \
+      "http://127.0.0.1:$port" | grep '^RESULT')
+    stored=$(curl -sf "http://127.0.0.1:$port/v1/tasks?page_size=500" | python3 -c 'import json,sys; print(sum(t["completed"] for t in json.load(sys.stdin)["tasks"]))')
+    kill -TERM $daemon; wait $daemon || true
+    [ -n "${BENCH_DEBUG:-}" ] && tail -3 "$work/daemon.log"
+    echo "  $durability run $run: $line stored_increments=$stored"
+    results+=("$(sed 's/.*rps=\([0-9]*\).*/\1/' <<<"$line")")
+  done
+  echo "  $durability median: $(printf '%s\n' "${results[@]}" | median) updates/s"
+done
