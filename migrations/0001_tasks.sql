@@ -32,3 +32,33 @@ CREATE TABLE tasks (
 CREATE INDEX tasks_by_state ON tasks (state, seq);
 CREATE INDEX tasks_by_parent ON tasks (parent_id, seq);
 CREATE INDEX tasks_by_stalled ON tasks (stalled, seq);
+
+-- How many tasks there are per (state, stalled, root or not), kept by triggers, so a
+-- listing's total_size costs the same however many tasks exist.
+CREATE TABLE task_counts (
+    state TEXT NOT NULL,
+    stalled INTEGER NOT NULL,
+    is_root INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    PRIMARY KEY (state, stalled, is_root)
+) STRICT, WITHOUT ROWID;
+
+CREATE TRIGGER task_counts_insert AFTER INSERT ON tasks BEGIN
+    INSERT INTO task_counts (state, stalled, is_root, n)
+    VALUES (new.state, new.stalled, new.parent_id IS NULL, 1)
+    ON CONFLICT (state, stalled, is_root) DO UPDATE SET n = n + 1;
+END;
+
+CREATE TRIGGER task_counts_delete AFTER DELETE ON tasks BEGIN
+    UPDATE task_counts SET n = n - 1
+    WHERE state = old.state AND stalled = old.stalled AND is_root = (old.parent_id IS NULL);
+END;
+
+CREATE TRIGGER task_counts_update AFTER UPDATE OF state, stalled ON tasks
+WHEN old.state IS NOT new.state OR old.stalled IS NOT new.stalled BEGIN
+    UPDATE task_counts SET n = n - 1
+    WHERE state = old.state AND stalled = old.stalled AND is_root = (old.parent_id IS NULL);
+    INSERT INTO task_counts (state, stalled, is_root, n)
+    VALUES (new.state, new.stalled, new.parent_id IS NULL, 1)
+    ON CONFLICT (state, stalled, is_root) DO UPDATE SET n = n + 1;
+END;

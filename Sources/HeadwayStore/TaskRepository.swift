@@ -51,12 +51,20 @@ public enum TaskRepository {
         try database.run("INSERT INTO tasks (\(columns)) VALUES (\(placeholders))", values(task))
     }
 
-    /// Writes every field of an existing task.
-    public static func update(_ task: TaskRecord, in database: Database) throws(SQLiteError) {
-        let assignments = columnNames.dropFirst().map { "\($0) = ?" }.joined(separator: ", ")
-        var arguments = Array(values(task).dropFirst())
-        arguments.append(.text(task.id))
-        try database.run("UPDATE tasks SET \(assignments) WHERE id = ?", arguments)
+    /// The columns a task's life can change; the rest are fixed at registration.
+    /// `state` and `stalled` are indexed (and counted), so they are written only when they change.
+    static let mutableColumns = [
+        "label", "completed", "total", "unit", "stall_reason", "stalled_since", "cancel_requested", "last_seq",
+        "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message",
+    ]
+
+    /// Writes the changes from `previous` to `task` (the same task).
+    public static func update(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(SQLiteError) {
+        let all = Dictionary(uniqueKeysWithValues: zip(columnNames, values(task)))
+        var columns = mutableColumns
+        if task.state != previous.state || task.stalled != previous.stalled { columns += ["state", "stalled"] }
+        let assignments = columns.map { "\($0) = ?" }.joined(separator: ", ")
+        try database.run("UPDATE tasks SET \(assignments) WHERE id = ?", columns.map { all[$0]! } + [.text(task.id)])
     }
 
     /// The ids of the unfinished descendants of `id` (children, their children, …).
@@ -84,29 +92,54 @@ public enum TaskRepository {
     }
 
     /// One page of tasks matching `filter`, newest first, strictly older than `beforeKey`.
-    /// Keyset paging: the cost of a page does not grow with the number of tasks.
+    /// Keyset paging: each state is read in key order from its index and the lists are
+    /// merged, so a page costs the same however many tasks exist; so does `totalSize`,
+    /// which comes from the counts the triggers keep (or, under one parent, its children).
     public static func page(_ filter: TaskFilter, size: Int, beforeKey: Int64?,
                             in database: Database) throws(SQLiteError) -> TaskPage {
-        var (conditions, arguments) = whereClause(filter)
-        let countSQL = "SELECT count(*) FROM tasks" + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
-        let totalSize = try database.scalar(countSQL, arguments) ?? 0
-        if let beforeKey {
-            conditions.append("seq < ?")
-            arguments.append(.integer(beforeKey))
+        var rows: [(task: TaskRecord, key: Int64)] = []
+        for state in filter.states.isEmpty ? [nil] : filter.states.map(Optional.some) {
+            var single = filter
+            single.states = state.map { [$0] } ?? []
+            var (conditions, arguments) = whereClause(single)
+            if let beforeKey {
+                conditions.append("seq < ?")
+                arguments.append(.integer(beforeKey))
+            }
+            arguments.append(.integer(Int64(size) + 1))
+            rows += try database.rows(
+                "SELECT \(columns), seq FROM tasks" + whereText(conditions) + " ORDER BY seq DESC LIMIT ?",
+                arguments) { row in (record(row), row.int(Int32(columnNames.count))) }
         }
-        arguments.append(.integer(Int64(size) + 1))
-        let rows = try database.rows(
-            "SELECT \(columns), seq FROM tasks"
-                + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
-                + " ORDER BY seq DESC LIMIT ?", arguments) { row in (record(row), row.int(Int32(columnNames.count))) }
-        var tasks = rows.map(\.0)
-        let keys = rows.map(\.1)
-        var nextKey: Int64?
-        if tasks.count > size {
-            tasks.removeLast()
-            nextKey = keys[size - 1]
+        rows.sort { $0.key > $1.key }
+        let more = rows.count > size
+        let pageRows = rows.prefix(size)
+        return TaskPage(tasks: pageRows.map(\.task), nextKey: more ? pageRows.last?.key : nil,
+                        totalSize: try count(filter, in: database))
+    }
+
+    /// How many tasks match `filter`.
+    public static func count(_ filter: TaskFilter, in database: Database) throws(SQLiteError) -> Int64 {
+        if filter.parentID != nil {
+            let (conditions, arguments) = whereClause(filter)
+            return try database.scalar("SELECT count(*) FROM tasks" + whereText(conditions), arguments) ?? 0
         }
-        return TaskPage(tasks: tasks, nextKey: nextKey, totalSize: totalSize)
+        var conditions: [String] = []
+        var arguments: [SQLValue] = []
+        if !filter.states.isEmpty {
+            conditions.append("state IN (" + filter.states.map { _ in "?" }.joined(separator: ", ") + ")")
+            arguments += filter.states.map { .text($0.rawValue) }
+        }
+        if let stalled = filter.stalled {
+            conditions.append("stalled = ?")
+            arguments.append(.integer(stalled ? 1 : 0))
+        }
+        if filter.rootOnly { conditions.append("is_root = 1") }
+        return try database.scalar("SELECT coalesce(sum(n), 0) FROM task_counts" + whereText(conditions), arguments) ?? 0
+    }
+
+    private static func whereText(_ conditions: [String]) -> String {
+        conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
     }
 
     private static func whereClause(_ filter: TaskFilter) -> ([String], [SQLValue]) {

@@ -73,7 +73,7 @@ public struct TaskStore: Sendable {
                         _ rule: (TaskRecord) throws(Problem) -> TaskRules.Outcome) throws -> TaskRules.Outcome {
         guard let task = try TaskRepository.find(id, in: database) else { throw Problem.notFound(id) }
         let outcome = try rule(task)
-        if case .applied(let next) = outcome { try TaskRepository.update(next, in: database) }
+        if case .applied(let next) = outcome { try TaskRepository.update(next, previous: task, in: database) }
         return outcome
     }
 }

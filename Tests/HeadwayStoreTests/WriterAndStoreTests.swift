@@ -223,4 +223,42 @@ final class Box<Value>: @unchecked Sendable {
         } while key != nil
         #expect(seen == stride(from: 24, through: 0, by: -2).map { "t\($0)" })
     }
+
+    /// The counts kept by triggers agree with counting rows, for every filter, through
+    /// registrations, state changes and cascading deletes.
+    @Test func keptCountsMatchCountedRows() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        var generator = SystemRandomNumberGenerator()
+        var ids: [String] = []
+        for index in 0..<120 {
+            let parent = index > 10 && Bool.random(using: &generator) ? ids.randomElement(using: &generator) : nil
+            let registration = Registration(id: "c\(index)", name: "T", parentID: parent,
+                                            state: Bool.random(using: &generator) ? .pending : .running)
+            if (try? fixture.write({ try store.register(registration, now: 1, in: $0) })) != nil { ids.append("c\(index)") }
+        }
+        for id in ids.shuffled(using: &generator).prefix(60) {
+            let outcome = [TaskState.succeeded, .failed, .canceled].randomElement(using: &generator)!
+            _ = try? fixture.write { try store.finish(id, Finish(outcome: outcome), now: 2, in: $0) }
+        }
+        for id in ids.shuffled(using: &generator).prefix(15) {
+            _ = try? fixture.write { try store.heartbeat(id, Heartbeat(), now: 3, in: $0) }
+            _ = try? fixture.write { try store.delete(id, in: $0) }
+        }
+        try fixture.read { database in
+            for states in [[], [TaskState.pending], [.running, .pending], [.succeeded, .failed, .canceled]] {
+                for stalled in [nil, false, true] as [Bool?] {
+                    for rootOnly in [false, true] {
+                        let filter = TaskFilter(states: states, stalled: stalled, rootOnly: rootOnly)
+                        var conditions = ["1"]
+                        if !states.isEmpty { conditions.append("state IN (\(states.map { "'\($0.rawValue)'" }.joined(separator: ",")))") }
+                        if let stalled { conditions.append("stalled = \(stalled ? 1 : 0)") }
+                        if rootOnly { conditions.append("parent_id IS NULL") }
+                        let counted = try database.scalar("SELECT count(*) FROM tasks WHERE " + conditions.joined(separator: " AND "))
+                        #expect(try TaskRepository.count(filter, in: database) == counted, "\(filter)")
+                    }
+                }
+            }
+        }
+    }
 }
