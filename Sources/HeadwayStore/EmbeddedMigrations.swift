@@ -33,13 +33,16 @@ CREATE TABLE tasks (
     finished_at INTEGER,
     message TEXT,
     metadata TEXT,
-    definition TEXT NOT NULL
+    definition TEXT NOT NULL,
+    -- 1 for a task without parent; a real column (not a generated one) so that the
+    -- listing index below covers its queries.
+    is_root INTEGER NOT NULL CHECK (is_root = (parent_id IS NULL))
 ) STRICT;
 
--- Listing filters walk these in seq order, so a page costs the same however many tasks exist.
-CREATE INDEX tasks_by_state ON tasks (state, seq);
+-- Listing reads keys from these in seq order, one range per combination of the filter
+-- values, so a page costs the same however many tasks exist.
+CREATE INDEX tasks_listing ON tasks (state, is_root, stalled, seq);
 CREATE INDEX tasks_by_parent ON tasks (parent_id, seq);
-CREATE INDEX tasks_by_stalled ON tasks (stalled, seq);
 
 -- How many tasks there are per (state, stalled, root or not), kept by triggers, so a
 -- listing's total_size costs the same however many tasks exist.
@@ -53,21 +56,21 @@ CREATE TABLE task_counts (
 
 CREATE TRIGGER task_counts_insert AFTER INSERT ON tasks BEGIN
     INSERT INTO task_counts (state, stalled, is_root, n)
-    VALUES (new.state, new.stalled, new.parent_id IS NULL, 1)
+    VALUES (new.state, new.stalled, new.is_root, 1)
     ON CONFLICT (state, stalled, is_root) DO UPDATE SET n = n + 1;
 END;
 
 CREATE TRIGGER task_counts_delete AFTER DELETE ON tasks BEGIN
     UPDATE task_counts SET n = n - 1
-    WHERE state = old.state AND stalled = old.stalled AND is_root = (old.parent_id IS NULL);
+    WHERE state = old.state AND stalled = old.stalled AND is_root = old.is_root;
 END;
 
 CREATE TRIGGER task_counts_update AFTER UPDATE OF state, stalled ON tasks
 WHEN old.state IS NOT new.state OR old.stalled IS NOT new.stalled BEGIN
     UPDATE task_counts SET n = n - 1
-    WHERE state = old.state AND stalled = old.stalled AND is_root = (old.parent_id IS NULL);
+    WHERE state = old.state AND stalled = old.stalled AND is_root = old.is_root;
     INSERT INTO task_counts (state, stalled, is_root, n)
-    VALUES (new.state, new.stalled, new.parent_id IS NULL, 1)
+    VALUES (new.state, new.stalled, new.is_root, 1)
     ON CONFLICT (state, stalled, is_root) DO UPDATE SET n = n + 1;
 END;
 

@@ -36,7 +36,7 @@ public enum TaskRepository {
         "id", "name", "label", "parent_id", "weight", "state", "completed", "total", "unit", "stalled",
         "stall_reason", "stalled_since", "stall_timeout_ms", "progress_timeout_ms", "cancel_requested", "last_seq",
         "created_at", "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "metadata",
-        "definition",
+        "definition", "is_root",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -92,30 +92,46 @@ public enum TaskRepository {
     }
 
     /// One page of tasks matching `filter`, newest first, strictly older than `beforeKey`.
-    /// Keyset paging: each state is read in key order from its index and the lists are
-    /// merged, so a page costs the same however many tasks exist; so does `totalSize`,
-    /// which comes from the counts the triggers keep (or, under one parent, its children).
+    ///
+    /// Keyset paging whose cost does not grow with the table: the keys come from one index
+    /// range per combination of filter values (state × root or not × stalled or not, read
+    /// from `tasks_listing` without touching the table; or the children of one parent from
+    /// `tasks_by_parent`), each limited to a page, merged, and only the page's rows are
+    /// read. `totalSize` comes from the counts the triggers keep.
     public static func page(_ filter: TaskFilter, size: Int, beforeKey: Int64?,
                             in database: Database) throws(SQLiteError) -> TaskPage {
-        var rows: [(task: TaskRecord, key: Int64)] = []
-        for state in filter.states.isEmpty ? [nil] : filter.states.map(Optional.some) {
-            var single = filter
-            single.states = state.map { [$0] } ?? []
-            var (conditions, arguments) = whereClause(single)
+        var keys: [Int64] = []
+        for (conditions, arguments) in keyRanges(filter) {
+            var conditions = conditions, arguments = arguments
             if let beforeKey {
                 conditions.append("seq < ?")
                 arguments.append(.integer(beforeKey))
             }
-            arguments.append(.integer(Int64(size) + 1))
-            rows += try database.rows(
-                "SELECT \(columns), seq FROM tasks" + whereText(conditions) + " ORDER BY seq DESC LIMIT ?",
-                arguments) { row in (record(row), row.int(Int32(columnNames.count))) }
+            keys += try database.rows("SELECT seq FROM tasks" + whereText(conditions) + " ORDER BY seq DESC LIMIT ?",
+                                      arguments + [.integer(Int64(size) + 1)]) { $0.int(0) }
         }
-        rows.sort { $0.key > $1.key }
-        let more = rows.count > size
-        let pageRows = rows.prefix(size)
-        return TaskPage(tasks: pageRows.map(\.task), nextKey: more ? pageRows.last?.key : nil,
+        keys.sort(by: >)
+        let pageKeys = Array(keys.prefix(size))
+        let tasks = pageKeys.isEmpty ? [] : try database.rows(
+            "SELECT \(columns) FROM tasks WHERE seq IN (\(pageKeys.map { _ in "?" }.joined(separator: ", "))) ORDER BY seq DESC",
+            pageKeys.map { .integer($0) }, map: record)
+        return TaskPage(tasks: tasks, nextKey: keys.count > size ? pageKeys.last : nil,
                         totalSize: try count(filter, in: database))
+    }
+
+    /// The index ranges that together hold exactly the tasks matching `filter`.
+    private static func keyRanges(_ filter: TaskFilter) -> [([String], [SQLValue])] {
+        if filter.parentID != nil { return [whereClause(filter)] }
+        var ranges: [([String], [SQLValue])] = []
+        for state in filter.states.isEmpty ? TaskState.allCases : filter.states {
+            for isRoot in filter.rootOnly ? [true] : [true, false] {
+                for stalled in filter.stalled.map({ [$0] }) ?? [false, true] {
+                    ranges.append((["state = ?", "is_root = ?", "stalled = ?"],
+                                   [.text(state.rawValue), .integer(isRoot ? 1 : 0), .integer(stalled ? 1 : 0)]))
+                }
+            }
+        }
+        return ranges
     }
 
     /// How many tasks match `filter`.
@@ -170,6 +186,7 @@ public enum TaskRepository {
             .integer(task.cancelRequested ? 1 : 0), integer(task.lastSeq), .integer(task.createdAt),
             .integer(task.updatedAt), .integer(task.lastSignalAt), integer(task.lastProgressAt),
             integer(task.finishedAt), text(task.message), text(task.metadata), .text(task.definition),
+            .integer(task.parentID == nil ? 1 : 0),
         ]
     }
 

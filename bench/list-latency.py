@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""GET /v1/tasks page latency with 1,000 and with 1,000,000 tasks stored.
+
+Creates each database by letting headwayd migrate it, then filling `tasks` directly with
+Python's sqlite3 (90% finished, 10% running, a tenth of those children of a parent),
+restarts the release daemon on it and times pages over one keep-alive connection.
+
+    bench/list-latency.py [--sizes 1000,1000000] [--requests 300]
+"""
+import argparse
+import http.client
+import json
+import os
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BINARY = os.environ.get("HEADWAYD", os.path.join(ROOT, ".build/release/headwayd"))
+QUERIES = [
+    "/v1/tasks",
+    "/v1/tasks?state=running&state=pending",
+    "/v1/tasks?state=running&stalled=false&root=true",
+    "/v1/tasks?state=succeeded&page_size=500",
+    "/v1/tasks?parent_id=parent-0",
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(db, port):
+    process = subprocess.Popen([BINARY, "--listen", f"127.0.0.1:{port}", "--db", db, "--log-level", "warn"])
+    for _ in range(400):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return process
+        except OSError:
+            time.sleep(0.025)
+    raise SystemExit("headwayd did not start")
+
+
+def stop(process):
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+def fill(db, count):
+    connection = sqlite3.connect(db)
+    now = int(time.time() * 1000)
+    parents = max(1, count // 100)
+
+    def rows():
+        for i in range(count):
+            running = i % 10 == 0
+            parent = f"parent-{i % parents}" if running and i % 100 == 0 and i >= parents * 100 else None
+            task_id = f"parent-{i}" if i < parents else f"task-{i}"
+            yield (task_id, f"Task {i}", parent, "running" if running else "succeeded", i % 1000,
+                   1000, 30000, now - count + i, now - count + i, now - count + i, "{}", 0 if parent else 1)
+
+    connection.executemany(
+        "INSERT INTO tasks (id, name, parent_id, state, completed, total, stall_timeout_ms, created_at,"
+        " updated_at, last_signal_at, definition, is_root) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows())
+    connection.commit()
+    connection.close()
+
+
+def measure(port, path, requests):
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    times = []
+    token = None
+    for _ in range(requests):
+        query = path + (("&" if "?" in path else "?") + "page_token=" + token if token else "")
+        started = time.perf_counter()
+        connection.request("GET", query)
+        response = connection.getresponse()
+        body = response.read()
+        times.append((time.perf_counter() - started) * 1000)
+        assert response.status == 200, body
+        token = json.loads(body)["next_page_token"]  # walk forward through the pages
+    connection.close()
+    times.sort()
+    return statistics.median(times), times[int(len(times) * 0.99) - 1]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1000,1000000")
+    parser.add_argument("--requests", type=int, default=300)
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory() as work:
+        for size in [int(s) for s in args.sizes.split(",")]:
+            db = os.path.join(work, f"list-{size}.db")
+            stop(start(db, free_port()))
+            fill(db, size)
+            port = free_port()
+            process = start(db, port)
+            try:
+                for path in QUERIES:
+                    measure(port, path, 20)  # warm up
+                    results[(size, path)] = measure(port, path, args.requests)
+            finally:
+                stop(process)
+    sizes = sorted({size for size, _ in results})
+    print(f"GET /v1/tasks page latency, ms (p50 / p99), {args.requests} pages each")
+    print("| query | " + " | ".join(f"{s:,} tasks" for s in sizes) + " | ratio p50 |")
+    print("|---|" + "---|" * (len(sizes) + 1))
+    for path in QUERIES:
+        cells = [f"{results[(s, path)][0]:.2f} / {results[(s, path)][1]:.2f}" for s in sizes]
+        ratio = results[(sizes[-1], path)][0] / results[(sizes[0], path)][0]
+        print(f"| `{path}` | " + " | ".join(cells) + f" | {ratio:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
