@@ -8,14 +8,16 @@ public final class HeadwayApplication: Sendable {
     public let configuration: Configuration
     public let logger: Logger
     let writer: GroupCommitWriter
+    let reader: DatabaseReader
     let server: MicroHTTPServer
     /// Every route served, as (method, path pattern).
     public let routes: [(method: String, pattern: String)]
 
-    init(configuration: Configuration, writer: GroupCommitWriter, server: MicroHTTPServer, logger: Logger,
-         routes: [(method: String, pattern: String)]) {
+    init(configuration: Configuration, writer: GroupCommitWriter, reader: DatabaseReader, server: MicroHTTPServer,
+         logger: Logger, routes: [(method: String, pattern: String)]) {
         self.configuration = configuration
         self.writer = writer
+        self.reader = reader
         self.server = server
         self.logger = logger
         self.routes = routes
@@ -39,6 +41,7 @@ public final class HeadwayApplication: Sendable {
         logger.log(.info, "server.stopping")
         server.shutdown()
         writer.stop()
+        reader.close()
         logger.log(.info, "server.stopped", ["batches": "\(writer.statistics.batches)", "writes": "\(writer.statistics.jobs)"])
     }
 }
@@ -74,6 +77,6 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
             "status": "\(entry.status)", "duration_us": "\(entry.durationMicroseconds)",
         ])
     })
-    return HeadwayApplication(configuration: configuration, writer: writer, server: server, logger: logger,
+    return HeadwayApplication(configuration: configuration, writer: writer, reader: reader, server: server, logger: logger,
                               routes: router.routes.map { ($0.method, $0.pattern) })
 }

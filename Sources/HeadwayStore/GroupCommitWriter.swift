@@ -74,14 +74,17 @@ public final class GroupCommitWriter: @unchecked Sendable {
         condition.signal()
     }
 
-    /// Commits what is queued, then stops the thread. Later submissions fail.
+    /// Commits what is queued, stops the thread and closes the connection. Later
+    /// submissions fail.
     public func stop() {
         condition.lock()
         let wasStopping = stopping
         stopping = true
         condition.signal()
         condition.unlock()
-        if !wasStopping { finished.wait() }
+        guard !wasStopping else { return }
+        finished.wait()
+        database.close()
     }
 
     private func loop() {

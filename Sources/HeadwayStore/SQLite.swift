@@ -19,6 +19,7 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
 public final class Database: @unchecked Sendable {
     private let handle: OpaquePointer
     private var statements: [String: Statement] = [:]
+    private var isClosed = false
     /// The file this connection opened.
     public let path: String
 
@@ -38,13 +39,24 @@ public final class Database: @unchecked Sendable {
         sqlite3_busy_timeout(handle, 5000)
     }
 
-    deinit {
+    deinit { close() }
+
+    /// Finalizes the statements and closes the connection; later calls throw. Closing the
+    /// last connection of a WAL database checkpoints it and removes the `-wal` file.
+    public func close() {
+        guard !isClosed else { return }
+        isClosed = true
         statements.removeAll()
         sqlite3_close_v2(handle)
     }
 
+    private func checkOpen(_ sql: String) throws(SQLiteError) {
+        if isClosed { throw SQLiteError(code: SQLITE_MISUSE, message: "the connection is closed", sql: sql) }
+    }
+
     /// Runs one or more statements that return no rows.
     public func execute(_ sql: String) throws(SQLiteError) {
+        try checkOpen(sql)
         var errorMessage: UnsafeMutablePointer<CChar>?
         let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         guard code == SQLITE_OK else {
@@ -59,6 +71,7 @@ public final class Database: @unchecked Sendable {
     /// statement left in the middle of its rows keeps a read transaction open, which pins
     /// the connection to an old snapshot and stops WAL checkpoints.
     func statement(_ sql: String) throws(SQLiteError) -> Statement {
+        try checkOpen(sql)
         if let cached = statements[sql] {
             cached.reset()
             return cached

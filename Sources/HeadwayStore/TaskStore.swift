@@ -88,6 +88,9 @@ public final class DatabaseReader: @unchecked Sendable {
         database = try Database(path: path, readOnly: true)
     }
 
+    /// Closes the connection; later reads throw.
+    public func close() { lock.withLock { database.close() } }
+
     /// Runs `body` with the connection, one caller at a time.
     public func read<Value>(_ body: (Database) throws -> Value) rethrows -> Value {
         try lock.withLock { try body(database) }

@@ -125,6 +125,8 @@ final class DaemonProcess {
         #expect(daemon.log.contains("event=signal.received signal=SIGTERM"))
         #expect(daemon.log.contains("event=server.stopped"))
         #expect(daemon.log.contains("event=http.request request_id="))
+        #expect(!FileManager.default.fileExists(atPath: directory.file("h.db-wal")),
+                "a clean stop closes the database, which checkpoints and removes the WAL")
         let restarted = try DaemonProcess(arguments, logPath: directory.file("second.log"))
         defer { _ = restarted.stop(SIGINT) }
         let task = try TestHTTPClient(port: restarted.port).request("GET", "/v1/tasks/kept").json

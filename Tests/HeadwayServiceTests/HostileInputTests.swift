@@ -1,0 +1,49 @@
+import Foundation
+import HeadwayTestSupport
+import Testing
+
+/// Input meant to break the daemon: it must answer with a clear 4xx or close the
+/// connection, change nothing, and go on serving.
+@Suite(.serialized) struct HostileInputTests {
+    @Test func survivesMalformedHTTPAndBodies() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"calm","name":"Calm","total":10}"#)
+        let before = try daemon.snapshot("calm")
+        var generator = SystemRandomNumberGenerator()
+        let rawRequests: [[UInt8]] = [
+            Array("GARBAGE\r\n\r\n".utf8),
+            Array("GET /v1/tasks HTTP/9.9\r\n\r\n".utf8),
+            Array("POST /v1/tasks/calm/progress HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n".utf8),
+            Array("POST /v1/tasks/calm/progress HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n".utf8),
+            Array("GET /v1/tasks?\(String(repeating: "state=running&", count: 4000)) HTTP/1.1\r\nHost: x\r\n\r\n".utf8),
+            Array("GET / HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "b", count: 100_000))\r\n\r\n".utf8),
+            Array("GET /v1/tasks/%00%ff HTTP/1.1\r\nHost: x\r\n\r\n".utf8),
+            (0..<4096).map { _ in UInt8.random(in: 0...255, using: &generator) },
+        ]
+        for bytes in rawRequests {
+            let client = try daemon.connect()
+            try? client.send(bytes)
+            if let response = try? client.readResponse() {
+                #expect((400..<500).contains(response.status) || response.status == 505,
+                        "\(String(decoding: bytes.prefix(40), as: UTF8.self)) → \(response.status)")
+            }
+        }
+        let bodies: [([UInt8], String)] = [
+            (Array(#"{"label":"\ud800"}"#.utf8), "malformed_json"),  // a lone surrogate
+            ([0x7b, 0x22, 0x6c, 0x61, 0x62, 0x65, 0x6c, 0x22, 0x3a, 0x22, 0xff, 0xfe, 0x22, 0x7d], "malformed_json"),  // not UTF-8
+            (Array(String(repeating: "{\"a\":", count: 5000).utf8), "malformed_json"),
+            (Array("{\"label\":1e999999}".utf8), "malformed_json"),
+            (Array("{\"label\":-0}".utf8), "invalid_request"),
+            (Array("\u{feff}{\"label\":[]}".utf8), "invalid_request"),
+        ]
+        for (body, code) in bodies {
+            let client = try daemon.connect()
+            try client.send(Array("POST /v1/tasks/calm/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+            let response = try client.readResponse()
+            #expect(response.status == 400, "\(String(decoding: body.prefix(40), as: UTF8.self)) → \(response.text)")
+            #expect(response.problemCode == code, "\(String(decoding: body.prefix(40), as: UTF8.self))")
+        }
+        #expect(try daemon.request("GET", "/healthz").status == 200)
+        #expect(try daemon.snapshot("calm") == before, "refused input changed the task")
+    }
+}
