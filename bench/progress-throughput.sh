@@ -34,7 +34,8 @@ for durability in full normal; do
   for run in $(seq 1 "$REPEAT"); do
     port=$(free_port)
     rm -f "$work"/bench.db*
-    $pin_server "$BINARY" --listen "127.0.0.1:$port" --db "$work/bench.db" --durability "$durability" 2>"$work/daemon.log" &
+    $pin_server "$BINARY" --listen "127.0.0.1:$port" --db "$work/bench.db" --durability "$durability" \
+      --log-level "${LOG_LEVEL:-info}" 2>"$work/daemon.log" &
     daemon=$!
     for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.05; done
     for id in $(seq 0 $((TASKS - 1))); do
@@ -45,8 +46,8 @@ for durability in full normal; do
       "http://127.0.0.1:$port" | grep '^RESULT')
     stored=$(curl -sf "http://127.0.0.1:$port/v1/tasks?page_size=500" | python3 -c 'import json,sys; print(sum(t["completed"] for t in json.load(sys.stdin)["tasks"]))')
     kill -TERM $daemon; wait $daemon || true
-    [ -n "${BENCH_DEBUG:-}" ] && tail -3 "$work/daemon.log"
-    echo "  $durability run $run: $line stored_increments=$stored"
+    batching=$(grep -o 'batches=[0-9]* writes=[0-9]*' "$work/daemon.log" | awk -F'[= ]' '{printf "writes_per_commit=%.1f", $4 / $2}')
+    echo "  $durability run $run: $line stored_increments=$stored $batching"
     results+=("$(sed 's/.*rps=\([0-9]*\).*/\1/' <<<"$line")")
   done
   echo "  $durability median: $(printf '%s\n' "${results[@]}" | median) updates/s"

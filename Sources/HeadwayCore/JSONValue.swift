@@ -71,6 +71,14 @@ public struct JSONText: Sendable {
 
     /// Appends a JSON string literal with the escapes RFC 8259 requires.
     public mutating func appendString(_ value: String) {
+        // Fast path: most strings need no escape (no control characters, quotes,
+        // backslashes, nor U+2028/U+2029, whose UTF-8 starts with 0xE2).
+        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C && $0 != 0xE2 }) {
+            text += "\""
+            text += value
+            text += "\""
+            return
+        }
         text.append("\"")
         for scalar in value.unicodeScalars {
             switch scalar {

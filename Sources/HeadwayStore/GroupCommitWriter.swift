@@ -104,24 +104,25 @@ public final class GroupCommitWriter: @unchecked Sendable {
     }
 
     private func runBatch(_ batch: [Job]) {
+        // Prepared once and reused (`run`), not parsed again for every job.
         do {
-            try database.execute("BEGIN IMMEDIATE")
+            try database.run("BEGIN IMMEDIATE")
         } catch {
             batch.forEach { $0.abort(error) }
             return
         }
         for job in batch {
             do {
-                try database.execute("SAVEPOINT job")
-                if !job.run(database) { try database.execute("ROLLBACK TO job") }
-                try database.execute("RELEASE job")
+                try database.run("SAVEPOINT job")
+                if !job.run(database) { try database.run("ROLLBACK TO job") }
+                try database.run("RELEASE job")
             } catch {
                 // The savepoint itself failed: nothing of this job can be trusted.
                 try? database.execute("ROLLBACK TO job; RELEASE job")
             }
         }
         do {
-            try database.execute("COMMIT")
+            try database.run("COMMIT")
         } catch {
             try? database.execute("ROLLBACK")
             batch.forEach { $0.abort(error) }
