@@ -136,22 +136,11 @@ public enum TaskRepository {
 
     /// How many tasks match `filter`.
     public static func count(_ filter: TaskFilter, in database: Database) throws(SQLiteError) -> Int64 {
-        if filter.parentID != nil {
-            let (conditions, arguments) = whereClause(filter)
-            return try database.scalar("SELECT count(*) FROM tasks" + whereText(conditions), arguments) ?? 0
-        }
-        var conditions: [String] = []
-        var arguments: [SQLValue] = []
-        if !filter.states.isEmpty {
-            conditions.append("state IN (" + filter.states.map { _ in "?" }.joined(separator: ", ") + ")")
-            arguments += filter.states.map { .text($0.rawValue) }
-        }
-        if let stalled = filter.stalled {
-            conditions.append("stalled = ?")
-            arguments.append(.integer(stalled ? 1 : 0))
-        }
-        if filter.rootOnly { conditions.append("is_root = 1") }
-        return try database.scalar("SELECT coalesce(sum(n), 0) FROM task_counts" + whereText(conditions), arguments) ?? 0
+        // Under one parent, count its children (an index range); otherwise the filter names
+        // only columns that task_counts also has.
+        let (conditions, arguments) = whereClause(filter)
+        let source = filter.parentID != nil ? "count(*) FROM tasks" : "coalesce(sum(n), 0) FROM task_counts"
+        return try database.scalar("SELECT " + source + whereText(conditions), arguments) ?? 0
     }
 
     private static func whereText(_ conditions: [String]) -> String {
@@ -173,7 +162,7 @@ public enum TaskRepository {
             conditions.append("parent_id = ?")
             arguments.append(.text(parentID))
         }
-        if filter.rootOnly { conditions.append("parent_id IS NULL") }
+        if filter.rootOnly { conditions.append("is_root = 1") }
         return (conditions, arguments)
     }
 
