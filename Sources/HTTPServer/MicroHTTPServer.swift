@@ -113,13 +113,13 @@ public final class MicroHTTPServer: @unchecked Sendable {
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
         let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
-        let isDraining = state.withLock { () -> Bool in
+        let (isDraining, number) = state.withLock { () -> (Bool, UInt64) in
             requestsInFlight += 1
             requestCounter += 1
-            return draining
+            return (draining, requestCounter)
         }
         let requestID = headers.first { $0.name == "x-request-id" }.map(\.value).flatMap(Self.acceptableRequestID)
-            ?? "\(requestIDPrefix)-\(String(requestCounter, radix: 36))"
+            ?? "\(requestIDPrefix)-\(String(number, radix: 36))"
         let request = HTTPRequest(method: method, path: url, query: query, headers: headers, requestID: requestID)
         let exchange = Exchange(connection: connection, request: request)
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()

@@ -1,3 +1,4 @@
+import Foundation
 import HTTPServer
 import HeadwayCore
 import HeadwayStore
@@ -157,7 +158,7 @@ struct TaskAPI: Sendable {
             return .object([:])
         }
         let mediaType = (request.header("content-type") ?? "")
-            .split(separator: ";").first.map { $0.trimmingSpaces().lowercased() } ?? ""
+            .split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
         guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
             throw Problem(status: 415, code: "unsupported_media_type", title: "Unsupported media type",
                           detail: "Send the body as application/json (got '\(mediaType.isEmpty ? "no Content-Type" : mediaType)').")
@@ -187,11 +188,5 @@ struct TaskAPI: Sendable {
         case .success(let value): success(value)
         case .failure(let error): reply(error, request)
         }
-    }
-}
-
-extension Substring {
-    fileprivate func trimmingSpaces() -> String {
-        String(drop { $0 == " " || $0 == "\t" }.reversed().drop { $0 == " " || $0 == "\t" }.reversed())
     }
 }
