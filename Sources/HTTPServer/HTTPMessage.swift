@@ -50,16 +50,19 @@ public struct HTTPRequest: Sendable {
     }
 }
 
-/// A complete HTTP response.
+/// An HTTP response: a complete body, or a stream written over time.
 public struct HTTPResponse: Sendable {
     public var status: Int
     public var headers: [HTTPField]
     public var body: [UInt8]
+    /// When set, the body is this stream (chunked) instead of `body`.
+    public var stream: ResponseStream?
 
-    public init(status: Int, headers: [HTTPField] = [], body: [UInt8] = []) {
+    public init(status: Int, headers: [HTTPField] = [], body: [UInt8] = [], stream: ResponseStream? = nil) {
         self.status = status
         self.headers = headers
         self.body = body
+        self.stream = stream
     }
 
     /// A JSON reply (`application/json`, or another JSON media type).

@@ -45,6 +45,7 @@ public final class MicroHTTPServer: @unchecked Sendable {
     private var requestsInFlight = 0
     private var draining = false
     private var requestCounter: UInt64 = 0
+    private var openStreams: [ObjectIdentifier: ResponseStream] = [:]
     private let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     /// The port the server listens on (known after `start()`).
     public private(set) var port = 0
@@ -73,15 +74,22 @@ public final class MicroHTTPServer: @unchecked Sendable {
         port = SocketAddress.boundPort(fd: headway_mhd_listen_fd(daemon)) ?? configuration.port
     }
 
-    /// Stops accepting connections, answers requests already under way (new requests on
-    /// open connections get 503), waits up to `timeout` seconds for them, then stops.
+    /// Streams open now.
+    public var openStreamCount: Int { state.withLock { openStreams.count } }
+
+    /// Stops accepting connections, ends every open stream, answers requests already under
+    /// way (new requests on open connections get 503), waits up to `timeout` seconds for
+    /// them, then stops.
     public func shutdown(timeout: Double = 10) {
         guard let daemon else { return }
         state.lock()
         draining = true
+        let streams = Array(openStreams.values)
         state.unlock()
         let listenFD = MHD_quiesce_daemon(daemon)
         if listenFD >= 0 { close(listenFD) }
+        // A suspended connection would make MHD_stop_daemon abort: end (and so resume) them all.
+        streams.forEach { $0.finish() }
         let deadline = Date(timeIntervalSinceNow: timeout)
         state.lock()
         while requestsInFlight > 0 && state.wait(until: deadline) {}
@@ -121,7 +129,7 @@ public final class MicroHTTPServer: @unchecked Sendable {
         let requestID = headers.first { $0.name == "x-request-id" }.map(\.value).flatMap(Self.acceptableRequestID)
             ?? "\(requestIDPrefix)-\(String(number, radix: 36))"
         let request = HTTPRequest(method: method, path: url, query: query, headers: headers, requestID: requestID)
-        let exchange = Exchange(connection: connection, request: request)
+        let exchange = Exchange(connection: connection, request: request, server: self)
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
         if isDraining {
             return exchange.queue(.problem(503, code: "shutting_down", title: "Shutting down",
@@ -132,6 +140,18 @@ public final class MicroHTTPServer: @unchecked Sendable {
             return exchange.queue(bodyTooLarge())
         }
         return MHD_Result.YES
+    }
+
+    func streamOpened(_ stream: ResponseStream) -> Bool {
+        state.withLock {
+            guard !draining else { return false }
+            openStreams[ObjectIdentifier(stream)] = stream
+            return true
+        }
+    }
+
+    func streamClosed(_ stream: ResponseStream) {
+        _ = state.withLock { openStreams.removeValue(forKey: ObjectIdentifier(stream)) }
     }
 
     func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) {
@@ -177,6 +197,7 @@ public final class MicroHTTPServer: @unchecked Sendable {
 final class Exchange: Responder, @unchecked Sendable {
     private let lock = NSLock()
     private let connection: OpaquePointer
+    private unowned let server: MicroHTTPServer
     private(set) var request: HTTPRequest
     private var dispatched = false
     private var suspended = false
@@ -186,9 +207,10 @@ final class Exchange: Responder, @unchecked Sendable {
     private(set) var sentStatus: Int?
     private let started = DispatchTime.now().uptimeNanoseconds
 
-    init(connection: OpaquePointer, request: HTTPRequest) {
+    init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer) {
         self.connection = connection
         self.request = request
+        self.server = server
     }
 
     var elapsedMicroseconds: Int64 { Int64((DispatchTime.now().uptimeNanoseconds - started) / 1000) }
@@ -242,10 +264,21 @@ final class Exchange: Responder, @unchecked Sendable {
 
     private func queueLocked(_ response: HTTPResponse) -> MHD_Result {
         guard sentStatus == nil else { return MHD_Result.YES }
-        let body = response.body
-        let mhdResponse = body.withUnsafeBytes { raw in
-            MHD_create_response_from_buffer(raw.count, UnsafeMutableRawPointer(mutating: raw.baseAddress),
-                                            .RESPMEM_MUST_COPY)
+        let mhdResponse: OpaquePointer?
+        if let stream = response.stream {
+            guard server.streamOpened(stream) else {
+                return queueLocked(.problem(503, code: "shutting_down", title: "Shutting down",
+                                            detail: "The server is stopping; retry shortly."))
+            }
+            stream.attach(connection)
+            stream.onClose { [server] in server.streamClosed(stream) }
+            mhdResponse = MHD_create_response_from_callback(UInt64.max, 8192, streamReaderCallback,
+                                                            Unmanaged.passRetained(stream).toOpaque(), streamFreeCallback)
+        } else {
+            mhdResponse = response.body.withUnsafeBytes { raw in
+                MHD_create_response_from_buffer(raw.count, UnsafeMutableRawPointer(mutating: raw.baseAddress),
+                                                .RESPMEM_MUST_COPY)
+            }
         }
         guard let mhdResponse else { return MHD_Result.NO }
         defer { MHD_destroy_response(mhdResponse) }

@@ -71,6 +71,10 @@ public struct TaskRecord: Equatable, Sendable {
     public var metadata: String?
     /// The canonical registration body, compared when the same id is registered again.
     public var definition: String
+    /// The number of the task's latest change in the global change sequence (0 until stored).
+    public var changeSeq: Int64 = 0
+    /// What that change was (replayed as the event name when a subscriber resumes).
+    public var changeKind: TaskEventKind = .created
 
     public init(id: String, name: String, label: String? = nil, parentID: String? = nil, weight: Double = 1,
                 state: TaskState = .running, completed: Int64 = 0, total: Int64? = nil, unit: String? = nil,

@@ -1,3 +1,4 @@
+import Foundation
 import HTTPServer
 import HeadwayCore
 import HeadwayStore
@@ -8,16 +9,18 @@ public final class HeadwayApplication: Sendable {
     public let configuration: Configuration
     public let logger: Logger
     let writer: GroupCommitWriter
-    let reader: DatabaseReader
+    let readers: [DatabaseReader]
+    let broker: EventBroker
     let server: MicroHTTPServer
     /// Every route served, as (method, path pattern).
     public let routes: [(method: String, pattern: String)]
 
-    init(configuration: Configuration, writer: GroupCommitWriter, reader: DatabaseReader, server: MicroHTTPServer,
-         logger: Logger, routes: [(method: String, pattern: String)]) {
+    init(configuration: Configuration, writer: GroupCommitWriter, readers: [DatabaseReader], broker: EventBroker,
+         server: MicroHTTPServer, logger: Logger, routes: [(method: String, pattern: String)]) {
         self.configuration = configuration
         self.writer = writer
-        self.reader = reader
+        self.readers = readers
+        self.broker = broker
         self.server = server
         self.logger = logger
         self.routes = routes
@@ -35,13 +38,20 @@ public final class HeadwayApplication: Sendable {
         ])
     }
 
-    /// Stops: no new connections, requests under way are answered, every change queued is
-    /// committed, the database is closed.
+    /// Event-stream subscribers connected now.
+    public var subscriberCount: Int { broker.subscriberCount }
+
+    /// Makes the event stream look at the clock now (for tests that move a manual clock).
+    func wakeEventStream() { broker.wake() }
+
+    /// Stops: no new connections, every event stream is ended, requests under way are
+    /// answered, every change queued is committed, the database is closed.
     public func shutdown() {
-        logger.log(.info, "server.stopping")
+        logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
         server.shutdown()
         writer.stop()
-        reader.close()
+        broker.stop()
+        readers.forEach { $0.close() }
         logger.log(.info, "server.stopped", ["batches": "\(writer.statistics.batches)", "writes": "\(writer.statistics.jobs)"])
     }
 }
@@ -50,6 +60,7 @@ public final class HeadwayApplication: Sendable {
 public func buildApplication(_ configuration: Configuration, clock: any WallClock = SystemClock(),
                              logger: Logger? = nil) throws -> HeadwayApplication {
     let logger = logger ?? Logger(minimumLevel: configuration.logLevel)
+    let sequence: ChangeSequence
     do {
         let setup = try Database(path: configuration.databasePath)
         try setup.execute("PRAGMA journal_mode = WAL")
@@ -57,17 +68,29 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         if !applied.isEmpty {
             logger.log(.info, "database.migrated", ["versions": applied.map(String.init).joined(separator: ",")])
         }
+        sequence = try ChangeSequence(database: setup)
     }
+    let connectionLimit = configuration.maximumSubscribers + 1024
+    raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability)
     let reader = try DatabaseReader(path: configuration.databasePath)
-    let api = TaskAPI(writer: writer, reader: reader,
-                      store: TaskStore(defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds),
-                      clock: clock, logger: logger)
+    let streamReader = try DatabaseReader(path: configuration.databasePath)
+    var brokerSettings = EventBroker.Settings()
+    brokerSettings.maximumSubscribers = configuration.maximumSubscribers
+    brokerSettings.heartbeatSeconds = configuration.sseHeartbeatSeconds
+    let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger)
+    let store = TaskStore(sequence: sequence, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds)
     var router = Router()
-    api.register(in: &router)
+    TaskAPI(writer: writer, reader: reader, store: store, broker: broker, clock: clock, logger: logger)
+        .register(in: &router)
+    EventsAPI(broker: broker, reader: streamReader, clock: clock, logger: logger).register(in: &router)
     var serverConfiguration = MicroHTTPServer.Configuration()
     serverConfiguration.host = configuration.host
     serverConfiguration.port = configuration.port
+    serverConfiguration.connectionLimit = connectionLimit
+    // Each connection's buffers; an event stream needs little (frames are copied out of
+    // our own queue in small blocks), and 10,000 streams at the default 32 KiB cost ~280 MB.
+    serverConfiguration.connectionMemoryLimit = 16 * 1024
     let finalRouter = router
     let server = MicroHTTPServer(configuration: serverConfiguration, handler: { request, responder in
         finalRouter.handle(request, responder)
@@ -77,6 +100,22 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
             "status": "\(entry.status)", "duration_us": "\(entry.durationMicroseconds)",
         ])
     })
-    return HeadwayApplication(configuration: configuration, writer: writer, reader: reader, server: server, logger: logger,
+    return HeadwayApplication(configuration: configuration, writer: writer, readers: [reader, streamReader],
+                              broker: broker, server: server, logger: logger,
                               routes: router.routes.map { ($0.method, $0.pattern) })
+}
+
+/// Raises the soft limit of open files toward `wanted` (each connection is a file), as far
+/// as the hard limit allows, and says so when that is not enough.
+private func raiseOpenFileLimit(to wanted: Int, logger: Logger) {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+    let target = min(rlim_t(wanted), limit.rlim_max)
+    if limit.rlim_cur < target {
+        limit.rlim_cur = target
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+    if target < rlim_t(wanted) {
+        logger.log(.warn, "limits.open_files", ["wanted": "\(wanted)", "allowed": "\(target)"])
+    }
 }

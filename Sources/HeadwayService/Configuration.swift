@@ -13,6 +13,10 @@ public struct Configuration: Sendable, Equatable {
     public var stallTimeoutSeconds = 30.0
     /// The least severe log level written.
     public var logLevel = LogLevel.info
+    /// Seconds between keep-alive comments on event streams.
+    public var sseHeartbeatSeconds = 15.0
+    /// Event-stream subscribers served at once; more get 503.
+    public var maximumSubscribers = 10_000
 
     public init() {}
 
@@ -35,6 +39,10 @@ public struct Configuration: Sendable, Equatable {
                                     (HEADWAY_STALL_TIMEOUT, default 30)
           --log-level LEVEL         debug, info, warn or error; requests log at info
                                     (HEADWAY_LOG_LEVEL, default info)
+          --sse-heartbeat SECONDS   keep-alive comment interval on event streams
+                                    (HEADWAY_SSE_HEARTBEAT, default 15)
+          --max-subscribers N       event-stream subscribers served at once; more get
+                                    503 (HEADWAY_MAX_SUBSCRIBERS, default 10000)
           -h, --help                show this text
 
         Logs go to stderr, one line per event. SIGTERM or SIGINT stops the daemon cleanly.
@@ -50,7 +58,7 @@ public struct Configuration: Sendable, Equatable {
     /// Reads flags (`--name value` or `--name=value`) over environment variables.
     public static func parse(arguments: [String], environment: [String: String]) throws(UsageError) -> Command {
         var settings: [String: String] = [:]
-        let names = ["listen", "db", "durability", "stall-timeout", "log-level"]
+        let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -101,6 +109,18 @@ public struct Configuration: Sendable, Equatable {
                 throw UsageError("--log-level must be debug, info, warn or error, not '\(text)'")
             }
             configuration.logLevel = level
+        }
+        if let text = settings["sse-heartbeat"] {
+            guard let seconds = Double(text), seconds.isFinite, (0.1...3600).contains(seconds) else {
+                throw UsageError("--sse-heartbeat must be a number of seconds from 0.1 to 3600, not '\(text)'")
+            }
+            configuration.sseHeartbeatSeconds = seconds
+        }
+        if let text = settings["max-subscribers"] {
+            guard let count = Int(text), (0...1_000_000).contains(count) else {
+                throw UsageError("--max-subscribers must be a whole number from 0 to 1000000, not '\(text)'")
+            }
+            configuration.maximumSubscribers = count
         }
         return .run(configuration)
     }

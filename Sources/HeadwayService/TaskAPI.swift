@@ -9,6 +9,8 @@ struct TaskAPI: Sendable {
     let writer: GroupCommitWriter
     let reader: DatabaseReader
     let store: TaskStore
+    /// Receives the events of each committed change, before its reply is sent.
+    let broker: EventBroker
     let clock: any WallClock
     let logger: Logger
 
@@ -63,7 +65,8 @@ struct TaskAPI: Sendable {
         }
         writer.submit({ [store, clock] database in
             try store.register(registration, now: clock.now(), in: database)
-        }) { result in
+        }) { [broker] result in
+            if case .success(let registered) = result { broker.publish(registered.events) }
             responder.respond(reply(result, request) { registered in
                 let location = HTTPField("Location", "/v1/tasks/\(registered.task.id)")
                 return .json(registered.created ? 201 : 200, registered.task.json, headers: [location])
@@ -113,7 +116,8 @@ struct TaskAPI: Sendable {
     private func delete(_ request: HTTPRequest, _ responder: any Responder) {
         let id: String
         do throws(Problem) { id = try taskID(request) } catch { return responder.respond(reply(error)) }
-        writer.submit({ [store] database in try store.delete(id, in: database) }) { result in
+        writer.submit({ [store, clock] database in try store.delete(id, now: clock.now(), in: database) }) { [broker] result in
+            if case .success(let deleted) = result { broker.publish(deleted.events) }
             responder.respond(reply(result, request) { _ in HTTPResponse(status: 204) })
         }
     }
@@ -123,7 +127,7 @@ struct TaskAPI: Sendable {
     private func update<Body: Sendable>(
         _ request: HTTPRequest, _ responder: any Responder, emptyBodyAllowed: Bool = true, successStatus: Int = 200,
         parse: (JSONValue) throws(Problem) -> Body,
-        apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskRules.Outcome
+        apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskStore.Changed
     ) {
         let id: String
         let body: Body
@@ -133,11 +137,14 @@ struct TaskAPI: Sendable {
         } catch {
             return responder.respond(reply(error))
         }
-        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { result in
-            responder.respond(reply(result, request) { outcome in
+        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker] result in
+            if case .success(let changed) = result { broker.publish(changed.events) }
+            responder.respond(reply(result, request) { changed in
                 var headers: [HTTPField] = []
-                if case .unchanged = outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
-                return .json(successStatus, outcome.task.json, headers: headers)
+                if case .unchanged = changed.outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
+                // The task's own event (first) already carries its JSON.
+                let json = changed.events.first?.data ?? changed.outcome.task.json
+                return .json(successStatus, json, headers: headers)
             })
         }
     }

@@ -36,7 +36,7 @@ public enum TaskRepository {
         "id", "name", "label", "parent_id", "weight", "state", "completed", "total", "unit", "stalled",
         "stall_reason", "stalled_since", "stall_timeout_ms", "progress_timeout_ms", "cancel_requested", "last_seq",
         "created_at", "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "metadata",
-        "definition", "is_root",
+        "definition", "change_seq", "change_kind", "is_root",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -55,7 +55,7 @@ public enum TaskRepository {
     /// `state` and `stalled` are indexed (and counted), so they are written only when they change.
     static let mutableColumns = [
         "label", "completed", "total", "unit", "stall_reason", "stalled_since", "cancel_requested", "last_seq",
-        "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message",
+        "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "change_seq", "change_kind",
     ]
 
     /// Writes the changes from `previous` to `task` (the same task).
@@ -78,17 +78,20 @@ public enum TaskRepository {
             """, [.text(id)]) { $0.text(0) }
     }
 
-    /// Deletes `id` and all its descendants; returns how many tasks were deleted.
-    @discardableResult
-    public static func deleteTree(_ id: String, in database: Database) throws(SQLiteError) -> Int {
-        try database.run("""
+    /// `id` and all its descendants, as stored.
+    public static func tree(_ id: String, in database: Database) throws(SQLiteError) -> [TaskRecord] {
+        try database.rows("""
             WITH RECURSIVE tree(id) AS (
                 SELECT ?
                 UNION SELECT tasks.id FROM tasks JOIN tree ON tasks.parent_id = tree.id
             )
-            DELETE FROM tasks WHERE id IN tree
-            """, [.text(id)])
-        return database.changes
+            SELECT \(columns) FROM tasks WHERE id IN tree ORDER BY seq
+            """, [.text(id)], map: record)
+    }
+
+    /// Deletes one task.
+    public static func delete(_ id: String, in database: Database) throws(SQLiteError) {
+        try database.run("DELETE FROM tasks WHERE id = ?", [.text(id)])
     }
 
     /// One page of tasks matching `filter`, newest first, strictly older than `beforeKey`.
@@ -175,12 +178,12 @@ public enum TaskRepository {
             .integer(task.cancelRequested ? 1 : 0), integer(task.lastSeq), .integer(task.createdAt),
             .integer(task.updatedAt), .integer(task.lastSignalAt), integer(task.lastProgressAt),
             integer(task.finishedAt), text(task.message), text(task.metadata), .text(task.definition),
-            .integer(task.parentID == nil ? 1 : 0),
+            .integer(task.changeSeq), .text(task.changeKind.rawValue), .integer(task.parentID == nil ? 1 : 0),
         ]
     }
 
-    private static func record(_ row: Statement) -> TaskRecord {
-        TaskRecord(
+    static func record(_ row: Statement) -> TaskRecord {
+        var task = TaskRecord(
             id: row.text(0), name: row.text(1), label: row.optionalText(2), parentID: row.optionalText(3),
             weight: row.double(4), state: TaskState(rawValue: row.text(5)) ?? .running, completed: row.int(6),
             total: row.optionalInt(7), unit: row.optionalText(8), stalled: row.int(9) != 0,
@@ -190,6 +193,9 @@ public enum TaskRepository {
             updatedAt: row.int(17), lastSignalAt: row.int(18), lastProgressAt: row.optionalInt(19),
             finishedAt: row.optionalInt(20), message: row.optionalText(21), metadata: row.optionalText(22),
             definition: row.text(23))
+        task.changeSeq = row.int(24)
+        task.changeKind = TaskEventKind(rawValue: row.text(25)) ?? .updated
+        return task
     }
 
     private static func text(_ value: String?) -> SQLValue { value.map { .text($0) } ?? .null }

@@ -9,11 +9,13 @@ final class StoreFixture: @unchecked Sendable {
     let directory = TemporaryDirectory()
     let path: String
     var writer: GroupCommitWriter
-    let store = TaskStore()
+    let store: TaskStore
 
     init(durability: Durability = .full) throws {
         path = directory.file("headway.db")
-        try Migrator().migrate(try Database(path: path))
+        let setup = try Database(path: path)
+        try Migrator().migrate(setup)
+        store = TaskStore(sequence: try ChangeSequence(database: setup))
         writer = try GroupCommitWriter(path: path, durability: durability)
     }
 
@@ -199,9 +201,9 @@ final class Box<Value>: @unchecked Sendable {
             try ["root", "a", "b", "a1", "other"].map { try TaskRepository.find($0, in: database)!.cancelRequested }
         }
         #expect(flags == [true, true, false, true, false])
-        #expect(try fixture.write { try store.delete("root", in: $0) } == 4)
+        #expect(try fixture.write { try store.delete("root", now: 4, in: $0) }.count == 4)
         #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM tasks") } == 1)
-        #expect(throws: Problem.notFound("root")) { _ = try fixture.write { try store.delete("root", in: $0) } }
+        #expect(throws: Problem.notFound("root")) { _ = try fixture.write { try store.delete("root", now: 4, in: $0) } }
     }
 
     @Test func pagesWalkNewestFirstWithoutGapsOrRepeats() throws {
@@ -243,7 +245,7 @@ final class Box<Value>: @unchecked Sendable {
         }
         for id in ids.shuffled(using: &generator).prefix(15) {
             _ = try? fixture.write { try store.heartbeat(id, Heartbeat(), now: 3, in: $0) }
-            _ = try? fixture.write { try store.delete(id, in: $0) }
+            _ = try? fixture.write { try store.delete(id, now: 4, in: $0) }
         }
         try fixture.read { database in
             for states in [[], [TaskState.pending], [.running, .pending], [.succeeded, .failed, .canceled]] {

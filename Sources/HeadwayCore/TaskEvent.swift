@@ -1,0 +1,133 @@
+/// What kind of change an event reports; the raw value is the SSE event name.
+public enum TaskEventKind: String, Sendable, CaseIterable {
+    case created = "task.created"
+    case updated = "task.updated"
+    case stalled = "task.stalled"
+    case recovered = "task.recovered"
+    case cancelRequested = "task.cancel_requested"
+    case finished = "task.finished"
+    case deleted = "task.deleted"
+}
+
+/// One committed change of one task, numbered in the global change sequence.
+public struct TaskEvent: Equatable, Sendable {
+    /// The change's number: global and strictly increasing, stored with the task.
+    public var seq: Int64
+    public var kind: TaskEventKind
+    public var taskID: String
+    public var parentID: String?
+    /// When the task was created (for `min_duration`).
+    public var createdAt: EpochMilliseconds
+    /// When the task finished, if it has.
+    public var finishedAt: EpochMilliseconds?
+    /// The event's data: the whole task as JSON, or `{"id":…}` for a deletion.
+    public var data: String
+
+    public init(seq: Int64, kind: TaskEventKind, taskID: String, parentID: String?, createdAt: EpochMilliseconds,
+                finishedAt: EpochMilliseconds?, data: String) {
+        self.seq = seq
+        self.kind = kind
+        self.taskID = taskID
+        self.parentID = parentID
+        self.createdAt = createdAt
+        self.finishedAt = finishedAt
+        self.data = data
+    }
+
+    /// The event for a task as it is after the change numbered `task.changeSeq`.
+    public init(_ kind: TaskEventKind, _ task: TaskRecord) {
+        self.init(seq: task.changeSeq, kind: kind, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt,
+                  finishedAt: task.finishedAt, data: task.json)
+    }
+
+    /// The event for a deleted task.
+    public static func deleted(seq: Int64, taskID: String, parentID: String?, createdAt: EpochMilliseconds) -> TaskEvent {
+        var data = JSONObjectWriter()
+        data.string("id", taskID)
+        return TaskEvent(seq: seq, kind: .deleted, taskID: taskID, parentID: parentID, createdAt: createdAt,
+                         finishedAt: nil, data: data.finish())
+    }
+}
+
+/// Which tasks a subscriber of the event stream wants, and for how short a life it
+/// should not be bothered.
+public struct StreamFilter: Equatable, Sendable {
+    /// These tasks (with `parentID`: these tasks and those children).
+    public var taskIDs: Set<String>
+    /// Children of this task.
+    public var parentID: String?
+    /// Tasks younger than this are held back; those that finish sooner are never sent.
+    public var minDurationMilliseconds: Int64
+
+    public init(taskIDs: Set<String> = [], parentID: String? = nil, minDurationMilliseconds: Int64 = 0) {
+        self.taskIDs = taskIDs
+        self.parentID = parentID
+        self.minDurationMilliseconds = minDurationMilliseconds
+    }
+
+    /// Whether a task belongs to the stream: every task when no task or parent is named,
+    /// else the named tasks and the children of the named parent.
+    public func matches(taskID: String, parentID: String?) -> Bool {
+        if taskIDs.isEmpty && self.parentID == nil { return true }
+        return taskIDs.contains(taskID) || (self.parentID != nil && parentID == self.parentID)
+    }
+
+    /// Whether a task that ran from `createdAt` to `finishedAt` lived too short to be shown.
+    public func isTooShort(createdAt: EpochMilliseconds, finishedAt: EpochMilliseconds?) -> Bool {
+        guard let finishedAt else { return false }
+        return finishedAt - createdAt < minDurationMilliseconds
+    }
+
+    /// Whether a task created at `createdAt` is still too young to be shown at `now`.
+    public func isTooYoung(createdAt: EpochMilliseconds, now: EpochMilliseconds) -> Bool {
+        now - createdAt < minDurationMilliseconds
+    }
+}
+
+/// The `min_duration` rule for one subscriber, as a pure state machine: events of tasks
+/// younger than the minimum are held (only the latest per task), released when the task
+/// comes of age, and dropped for good when it finishes or is deleted sooner.
+public struct HoldBack: Sendable {
+    /// What to do with an offered event.
+    public enum Decision: Equatable, Sendable {
+        case send(TaskEvent)
+        case hold
+        case drop
+    }
+
+    public let filter: StreamFilter
+    /// Latest held event per task.
+    private var held: [String: TaskEvent] = [:]
+
+    public init(filter: StreamFilter) { self.filter = filter }
+
+    /// Tasks currently held back.
+    public var heldTaskIDs: Set<String> { Set(held.keys) }
+
+    /// Decides about one event at `now`.
+    public mutating func offer(_ event: TaskEvent, now: EpochMilliseconds) -> Decision {
+        guard filter.minDurationMilliseconds > 0 else { return .send(event) }
+        let wasHeld = held.removeValue(forKey: event.taskID) != nil
+        if event.kind == .deleted { return wasHeld ? .drop : .send(event) }
+        if filter.isTooShort(createdAt: event.createdAt, finishedAt: event.finishedAt) { return .drop }
+        if event.finishedAt == nil && filter.isTooYoung(createdAt: event.createdAt, now: now) {
+            held[event.taskID] = event
+            return .hold
+        }
+        return .send(event)
+    }
+
+    /// The held events whose tasks have come of age at `now`, oldest task first; they
+    /// are no longer held.
+    public mutating func release(now: EpochMilliseconds) -> [TaskEvent] {
+        let due = held.values.filter { !filter.isTooYoung(createdAt: $0.createdAt, now: now) }
+            .sorted { ($0.createdAt, $0.seq) < ($1.createdAt, $1.seq) }
+        for event in due { held[event.taskID] = nil }
+        return due
+    }
+
+    /// When the next held task comes of age, if any is held.
+    public var nextRelease: EpochMilliseconds? {
+        held.values.map { $0.createdAt + filter.minDurationMilliseconds }.min()
+    }
+}

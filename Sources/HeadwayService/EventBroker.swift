@@ -1,0 +1,309 @@
+import Foundation
+import HTTPServer
+import HeadwayCore
+
+/// One client of `GET /v1/events`. Its state belongs to the broker thread, except
+/// `stream`, which any thread may write.
+final class Subscriber: @unchecked Sendable {
+    let stream: ResponseStream
+    let filter: StreamFilter
+    /// The `min_duration` rule, handed over from the catch-up once it is done.
+    var holdBack: HoldBack
+    /// Live events that arrived while the catch-up read the database.
+    var arrivedDuringCatchUp: [TaskEvent] = []
+    var isLive = false
+    /// Frames waiting because the stream is full: at most one per task, in the order
+    /// of their latest change (an ordered dictionary).
+    var pendingFrames: [String: [UInt8]] = [:]
+    var pendingOrder: [String] = []
+    var isAttached = false
+
+    init(stream: ResponseStream, filter: StreamFilter) {
+        self.stream = stream
+        self.filter = filter
+        self.holdBack = HoldBack(filter: filter)
+    }
+}
+
+/// What the catch-up read from the database for a new subscriber.
+struct CatchUp: Sendable {
+    /// Frames to send first (`retry:`, the snapshot or the replayed changes).
+    var frames: [[UInt8]]
+    /// The last change the catch-up reflects: live events up to it are already covered.
+    var highWater: Int64
+    /// The `min_duration` state after the catch-up (tasks held back).
+    var holdBack: HoldBack
+}
+
+/// Fans committed events out to subscribers on its own thread. Publishing only appends to
+/// a queue, so ingestion never waits for subscribers; a subscriber that cannot keep up has
+/// its waiting events coalesced to the latest per task and, past a bound, is disconnected
+/// (its reconnection resumes exactly from the last id it received).
+final class EventBroker: @unchecked Sendable {
+    struct Settings: Sendable {
+        var maximumSubscribers = 10_000
+        var heartbeatSeconds = 15.0
+        /// A stream holding more than this is "full": further events wait, coalesced.
+        var streamBufferBytes = 64 * 1024
+        /// A subscriber with more tasks than this waiting is disconnected.
+        var maximumPendingTasks = 2048
+    }
+
+    private enum Command {
+        case publish([TaskEvent])
+        case attach(Subscriber)
+        case caughtUp(Subscriber, CatchUp)
+        case drained(Subscriber)
+        case detach(Subscriber)
+        case wake
+    }
+
+    let settings: Settings
+    private let clock: any WallClock
+    private let logger: Logger
+    private let condition = NSCondition()
+    private var commands: [Command] = []
+    private var stopping = false
+    private var reservedSlots = 0
+    private let stopped = DispatchSemaphore(value: 0)
+
+    // Broker thread only.
+    private var subscribers: [ObjectIdentifier: Subscriber] = [:]
+    private var nextHeartbeat = DispatchTime.now()
+    private var framesByEvent: [Int64: [UInt8]] = [:]
+
+    init(settings: Settings, clock: any WallClock, logger: Logger) {
+        self.settings = settings
+        self.clock = clock
+        self.logger = logger
+        nextHeartbeat = .now() + settings.heartbeatSeconds
+        let thread = Thread { [self] in run() }
+        thread.name = "headway.events"
+        thread.start()
+    }
+
+    // MARK: - Any thread
+
+    /// Takes one of the `maximumSubscribers` places, or returns false when all are taken.
+    func reserveSlot() -> Bool {
+        condition.withLock {
+            guard reservedSlots < settings.maximumSubscribers, !stopping else { return false }
+            reservedSlots += 1
+            return true
+        }
+    }
+
+    /// Subscribers connected (places taken).
+    var subscriberCount: Int { condition.withLock { reservedSlots } }
+
+    /// Queues committed events, in sequence order.
+    func publish(_ events: [TaskEvent]) {
+        guard !events.isEmpty else { return }
+        send(.publish(events))
+    }
+
+    /// Starts delivering to `subscriber` (events are kept until its catch-up is done).
+    /// The subscriber's place is given back when its stream closes.
+    func attach(_ subscriber: Subscriber) {
+        subscriber.stream.onClose { [weak self] in self?.send(.detach(subscriber)) }
+        subscriber.stream.onDrain { [weak self] in self?.send(.drained(subscriber)) }
+        send(.attach(subscriber))
+    }
+
+    /// Hands over what the catch-up read.
+    func caughtUp(_ subscriber: Subscriber, _ catchUp: CatchUp) { send(.caughtUp(subscriber, catchUp)) }
+
+    /// Makes the thread look at the clock now (after a test moved it).
+    func wake() { send(.wake) }
+
+    /// Ends every stream and stops the thread.
+    func stop() {
+        condition.withLock {
+            stopping = true
+            condition.signal()
+        }
+        stopped.wait()
+    }
+
+    private func send(_ command: Command) {
+        condition.withLock {
+            commands.append(command)
+            condition.signal()
+        }
+    }
+
+    // MARK: - Broker thread
+
+    private func run() {
+        while true {
+            condition.lock()
+            while commands.isEmpty && !stopping {
+                if !condition.wait(until: nextWakeUp()) { break }
+            }
+            let batch = commands
+            commands = []
+            let isStopping = stopping
+            condition.unlock()
+
+            var published: [TaskEvent] = []
+            for command in batch {
+                switch command {
+                case .publish(let events): published += events
+                default:
+                    deliver(published)
+                    published = []
+                    handle(command)
+                }
+            }
+            deliver(published)
+            releaseHeldTasks()
+            sendHeartbeatIfDue()
+            if isStopping { break }
+        }
+        for subscriber in subscribers.values { subscriber.stream.finish() }
+        subscribers = [:]
+        stopped.signal()
+    }
+
+    private func handle(_ command: Command) {
+        switch command {
+        case .attach(let subscriber):
+            subscriber.isAttached = true
+            subscribers[ObjectIdentifier(subscriber)] = subscriber
+        case .caughtUp(let subscriber, let catchUp):
+            guard subscriber.isAttached else { return }
+            subscriber.holdBack = catchUp.holdBack
+            for frame in catchUp.frames { subscriber.stream.write(frame) }
+            let arrived = subscriber.arrivedDuringCatchUp.filter { $0.seq > catchUp.highWater }
+            subscriber.arrivedDuringCatchUp = []
+            subscriber.isLive = true
+            deliver(coalesced(arrived), to: subscriber)
+        case .drained(let subscriber):
+            flushPending(subscriber)
+        case .detach(let subscriber):
+            subscriber.isAttached = false
+            if subscribers.removeValue(forKey: ObjectIdentifier(subscriber)) != nil {
+                condition.withLock { reservedSlots -= 1 }
+            }
+        case .publish, .wake:
+            break
+        }
+    }
+
+    /// Fans a batch out. Within one batch only the latest event per task is kept: the
+    /// broker is behind, and each subscriber gets every task's latest state in order.
+    private func deliver(_ events: [TaskEvent]) {
+        guard !events.isEmpty else { return }
+        let latest = coalesced(events)
+        framesByEvent = [:]
+        for subscriber in subscribers.values {
+            if subscriber.isLive {
+                deliver(latest, to: subscriber)
+            } else {
+                subscriber.arrivedDuringCatchUp += latest.filter {
+                    subscriber.filter.matches(taskID: $0.taskID, parentID: $0.parentID)
+                }
+            }
+        }
+        framesByEvent = [:]
+    }
+
+    private func deliver(_ events: [TaskEvent], to subscriber: Subscriber) {
+        let now = clock.now()
+        for event in events where subscriber.filter.matches(taskID: event.taskID, parentID: event.parentID) {
+            guard case .send(let event) = subscriber.holdBack.offer(event, now: now) else { continue }
+            enqueue(frame(event), task: event.taskID, to: subscriber)
+        }
+    }
+
+    /// The frame of an event with its id, encoded once per batch for all subscribers.
+    private func frame(_ event: TaskEvent) -> [UInt8] {
+        if let frame = framesByEvent[event.seq] { return frame }
+        let frame = EventFrames.event(event, withID: true)
+        framesByEvent[event.seq] = frame
+        return frame
+    }
+
+    private func enqueue(_ frame: [UInt8], task: String, to subscriber: Subscriber) {
+        if subscriber.pendingOrder.isEmpty && subscriber.stream.bufferedBytes < settings.streamBufferBytes {
+            subscriber.stream.write(frame)
+            return
+        }
+        if subscriber.pendingFrames.updateValue(frame, forKey: task) != nil {
+            subscriber.pendingOrder.removeAll { $0 == task }
+        }
+        subscriber.pendingOrder.append(task)
+        if subscriber.pendingOrder.count > settings.maximumPendingTasks {
+            logger.log(.warn, "events.subscriber_too_slow", ["pending_tasks": "\(subscriber.pendingOrder.count)"])
+            subscriber.pendingFrames = [:]
+            subscriber.pendingOrder = []
+            subscriber.stream.finish()
+        }
+    }
+
+    private func flushPending(_ subscriber: Subscriber) {
+        while let task = subscriber.pendingOrder.first, subscriber.stream.bufferedBytes < settings.streamBufferBytes {
+            subscriber.pendingOrder.removeFirst()
+            if let frame = subscriber.pendingFrames.removeValue(forKey: task) { subscriber.stream.write(frame) }
+        }
+    }
+
+    private func releaseHeldTasks() {
+        let now = clock.now()
+        for subscriber in subscribers.values where subscriber.isLive {
+            guard let due = subscriber.holdBack.nextRelease, due <= now else { continue }
+            for event in subscriber.holdBack.release(now: now) {
+                enqueue(EventFrames.event(event, withID: false), task: event.taskID, to: subscriber)
+            }
+        }
+    }
+
+    private func sendHeartbeatIfDue() {
+        guard DispatchTime.now() >= nextHeartbeat else { return }
+        nextHeartbeat = .now() + settings.heartbeatSeconds
+        let comment = Array(ServerSentEvent.comment().utf8)
+        for subscriber in subscribers.values where subscriber.isLive && subscriber.pendingOrder.isEmpty {
+            subscriber.stream.write(comment)
+        }
+    }
+
+    /// The next time the thread must look without being told: a heartbeat or a release.
+    private func nextWakeUp() -> Date {
+        var seconds = Double(nextHeartbeat.uptimeNanoseconds) / 1e9 - Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+        let now = clock.now()
+        for subscriber in subscribers.values {
+            if let release = subscriber.holdBack.nextRelease {
+                seconds = min(seconds, Double(release - now) / 1000)
+            }
+        }
+        return Date(timeIntervalSinceNow: max(0.001, seconds))
+    }
+
+    private func coalesced(_ events: [TaskEvent]) -> [TaskEvent] {
+        var latestIndex: [String: Int] = [:]
+        for (index, event) in events.enumerated() { latestIndex[event.taskID] = index }
+        return events.enumerated().filter { latestIndex[$0.element.taskID] == $0.offset }.map(\.element)
+    }
+}
+
+/// The bytes of event-stream frames.
+enum EventFrames {
+    /// A change: `id` (unless it is a held-back task shown late), event name, task JSON.
+    static func event(_ event: TaskEvent, withID: Bool) -> [UInt8] {
+        // Ids are numbers and names are fixed constants: neither can hold a line break.
+        let frame = try! ServerSentEvent(id: withID ? String(event.seq) : nil, event: event.kind.rawValue, data: event.data)
+        return Array(frame.encoded.utf8)
+    }
+
+    /// The first event of a fresh subscription.
+    static func snapshot(_ tasks: [TaskRecord], seq: Int64) -> [UInt8] {
+        var data = "{\"tasks\":["
+        for (index, task) in tasks.enumerated() {
+            if index > 0 { data += "," }
+            data += task.json
+        }
+        data += "]}"
+        let frame = try! ServerSentEvent(id: String(seq), event: "snapshot", data: data)
+        return Array(frame.encoded.utf8)
+    }
+}

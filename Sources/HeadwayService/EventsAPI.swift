@@ -1,0 +1,136 @@
+import Dispatch
+import HTTPServer
+import HeadwayCore
+import HeadwayStore
+
+/// `GET /v1/events`: the Server-Sent Events stream. A new subscriber is attached to the
+/// broker first (so it misses nothing), then its catch-up — a snapshot, or the changes
+/// after its last event id — is read from one database snapshot on the catch-up queue,
+/// and live events already covered by that snapshot are dropped.
+struct EventsAPI: Sendable {
+    let broker: EventBroker
+    /// A connection of its own, so a large catch-up never waits behind API reads.
+    let reader: DatabaseReader
+    let clock: any WallClock
+    let logger: Logger
+    let catchUpQueue = DispatchQueue(label: "headway.events.catch-up")
+    /// How long a client waits before reconnecting (`retry:`).
+    static let retryMilliseconds = 3000
+    /// The snapshot also shows tasks finished this recently.
+    static let recentlyFinishedMilliseconds: Int64 = 60_000
+
+    func register(in router: inout Router) {
+        router.add("GET", "/v1/events") { request, responder in subscribe(request, responder) }
+    }
+
+    private func subscribe(_ request: HTTPRequest, _ responder: any Responder) {
+        let query: EventsQuery
+        do throws(Problem) {
+            query = try EventsQuery.parse(request)
+        } catch {
+            return responder.respond(.json(error.status, error.json, contentType: "application/problem+json"))
+        }
+        guard broker.reserveSlot() else {
+            let problem = Problem(status: 503, code: "too_many_subscribers", title: "Too many subscribers",
+                                  detail: "This server already serves \(broker.settings.maximumSubscribers) event streams; retry later.")
+            return responder.respond(.json(503, problem.json, contentType: "application/problem+json",
+                                           headers: [HTTPField("Retry-After", "5")]))
+        }
+        let stream = ResponseStream()
+        let subscriber = Subscriber(stream: stream, filter: query.filter)
+        broker.attach(subscriber)
+        responder.respond(HTTPResponse(status: 200, headers: [
+            HTTPField("Content-Type", "text/event-stream; charset=utf-8"),
+            HTTPField("Cache-Control", "no-cache"),
+            HTTPField("X-Accel-Buffering", "no"),
+        ], stream: stream))
+        catchUpQueue.async { [self] in
+            do {
+                broker.caughtUp(subscriber, try catchUp(query))
+            } catch {
+                logger.log(.error, "events.catch_up_failed", ["request_id": request.requestID, "error": "\(error)"])
+                stream.finish()
+            }
+        }
+    }
+
+    /// Reads, in one database snapshot, what a subscriber must see before live events.
+    private func catchUp(_ query: EventsQuery) throws -> CatchUp {
+        try reader.snapshot { database in
+            let now = clock.now()
+            let position = try ChangeFeed.position(in: database)
+            var holdBack = HoldBack(filter: query.filter)
+            var frames = [Array(ServerSentEvent.retry(milliseconds: Self.retryMilliseconds).utf8)]
+            let filter = query.filter
+            if let lastID = query.lastEventID, position.canResume(from: lastID) {
+                // Tasks held back by min_duration when the client left are older than any
+                // change it saw, so they are looked up by age and sent without an id.
+                if filter.minDurationMilliseconds > 0 {
+                    let since = try ChangeFeed.timeNoLaterThan(change: lastID, in: database) - filter.minDurationMilliseconds
+                    for task in try ChangeFeed.unfinished(createdSince: since, in: database)
+                    where task.changeSeq <= lastID && filter.matches(taskID: task.id, parentID: task.parentID) {
+                        if case .send(let event) = holdBack.offer(TaskEvent(task.changeKind, task), now: now) {
+                            frames.append(EventFrames.event(event, withID: false))
+                        }
+                    }
+                }
+                for event in try ChangeFeed.changes(after: lastID, in: database)
+                where filter.matches(taskID: event.taskID, parentID: event.parentID) {
+                    if case .send(let event) = holdBack.offer(event, now: now) {
+                        frames.append(EventFrames.event(event, withID: true))
+                    }
+                }
+            } else {
+                var shown: [TaskRecord] = []
+                let since = now - Self.recentlyFinishedMilliseconds
+                for task in try ChangeFeed.snapshot(finishedSince: since, in: database)
+                where filter.matches(taskID: task.id, parentID: task.parentID) {
+                    if case .send = holdBack.offer(TaskEvent(task.changeKind, task), now: now) { shown.append(task) }
+                }
+                frames.append(EventFrames.snapshot(shown, seq: position.last))
+            }
+            return CatchUp(frames: frames, highWater: position.last, holdBack: holdBack)
+        }
+    }
+}
+
+/// The query of `GET /v1/events`, validated.
+struct EventsQuery {
+    var filter = StreamFilter()
+    /// From `Last-Event-ID` (preferred: a reconnecting EventSource sends it) or `last_event_id=`.
+    /// Nil when absent or not a number; such a client gets a fresh snapshot.
+    var lastEventID: Int64?
+
+    static func parse(_ request: HTTPRequest) throws(Problem) -> EventsQuery {
+        var errors: [FieldError] = []
+        var result = EventsQuery()
+        for field in request.query where !["task", "parent_id", "min_duration", "last_event_id"].contains(field.name) {
+            errors.append(FieldError(field: field.name, message: "is not a known query parameter"))
+        }
+        for id in request.queryValues("task") {
+            if TaskID.isValid(id) { result.filter.taskIDs.insert(id) } else {
+                errors.append(FieldError(field: "task", message: "must match [A-Za-z0-9._~:-]{1,128}"))
+            }
+        }
+        let parents = request.queryValues("parent_id")
+        if parents.count > 1 { errors.append(FieldError(field: "parent_id", message: "may be given only once")) }
+        if let parent = parents.first {
+            if TaskID.isValid(parent) { result.filter.parentID = parent } else {
+                errors.append(FieldError(field: "parent_id", message: "must match [A-Za-z0-9._~:-]{1,128}"))
+            }
+        }
+        let durations = request.queryValues("min_duration")
+        if durations.count > 1 { errors.append(FieldError(field: "min_duration", message: "may be given only once")) }
+        if let text = durations.first {
+            if let seconds = Double(text), seconds.isFinite, (0...86_400).contains(seconds) {
+                result.filter.minDurationMilliseconds = Int64((seconds * 1000).rounded())
+            } else {
+                errors.append(FieldError(field: "min_duration", message: "must be a number of seconds from 0 to 86400"))
+            }
+        }
+        guard errors.isEmpty else { throw .invalidRequest(errors) }
+        let lastID = request.header("last-event-id") ?? request.queryValues("last_event_id").last
+        result.lastEventID = lastID.flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+        return result
+    }
+}

@@ -1,0 +1,79 @@
+import HeadwayCore
+
+/// The stored side of the event stream: the change sequence, tombstones, and the queries
+/// that let a subscriber start (snapshot) or resume (changes after an id).
+public enum ChangeFeed {
+    /// Where the sequence stands.
+    public struct Position: Equatable, Sendable {
+        /// The number this database's sequence started from.
+        public var first: Int64
+        /// The latest committed change (`first` while nothing has changed).
+        public var last: Int64
+        /// Ids at or below this can no longer be resumed (their tombstones may be gone).
+        public var prunedThrough: Int64
+
+        /// Whether a subscriber that saw everything up to `id` can resume from here.
+        public func canResume(from id: Int64) -> Bool { id >= prunedThrough && id <= last }
+    }
+
+    /// The current position (read it in the same transaction as the data it describes).
+    public static func position(in database: Database) throws(SQLiteError) -> Position {
+        let state = try database.rows("SELECT first_seq, pruned_through FROM stream_state") { ($0.int(0), $0.int(1)) }
+        let (first, prunedThrough) = state.first ?? (0, -1)
+        let lastTask = try database.scalar("SELECT max(change_seq) FROM tasks") ?? first
+        let lastTombstone = try database.scalar("SELECT max(change_seq) FROM tombstones") ?? first
+        return Position(first: first, last: max(first, lastTask, lastTombstone), prunedThrough: prunedThrough)
+    }
+
+    /// Records that `task` was deleted, as change number `seq`.
+    public static func recordDeletion(_ task: TaskRecord, seq: Int64, at now: EpochMilliseconds,
+                                      in database: Database) throws(SQLiteError) {
+        try database.run("INSERT INTO tombstones (change_seq, id, parent_id, created_at, deleted_at) VALUES (?, ?, ?, ?, ?)",
+                         [.integer(seq), .text(task.id), task.parentID.map { .text($0) } ?? .null,
+                          .integer(task.createdAt), .integer(now)])
+    }
+
+    /// Every task whose latest change is after `id`, once, in its latest state, and every
+    /// deletion after `id`, in sequence order.
+    public static func changes(after id: Int64, in database: Database) throws(SQLiteError) -> [TaskEvent] {
+        let tasks = try database.rows(
+            "SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ? ORDER BY change_seq", [.integer(id)],
+            map: TaskRepository.record)
+        let deletions = try database.rows(
+            "SELECT change_seq, id, parent_id, created_at FROM tombstones WHERE change_seq > ? ORDER BY change_seq",
+            [.integer(id)]) { row in
+            TaskEvent.deleted(seq: row.int(0), taskID: row.text(1), parentID: row.optionalText(2), createdAt: row.int(3))
+        }
+        return (tasks.map { TaskEvent($0.changeKind, $0) } + deletions).sorted { $0.seq < $1.seq }
+    }
+
+    /// What a fresh subscriber sees first: unfinished tasks and those finished since
+    /// `finishedSince`, newest first.
+    public static func snapshot(finishedSince: EpochMilliseconds, in database: Database) throws(SQLiteError) -> [TaskRecord] {
+        let unfinished = try database.rows(
+            "SELECT \(TaskRepository.columns), seq FROM tasks WHERE state IN ('pending', 'running')", map: keyed)
+        let recent = try database.rows(
+            "SELECT \(TaskRepository.columns), seq FROM tasks WHERE finished_at >= ?", [.integer(finishedSince)], map: keyed)
+        return (unfinished + recent).sorted { $0.key > $1.key }.map(\.task)
+    }
+
+    /// A time no later than when change `id` was committed (for resuming with
+    /// `min_duration`: tasks still held back then were created after this minus the minimum).
+    public static func timeNoLaterThan(change id: Int64, in database: Database) throws(SQLiteError) -> EpochMilliseconds {
+        let task = try database.scalar(
+            "SELECT updated_at FROM tasks WHERE change_seq <= ? ORDER BY change_seq DESC LIMIT 1", [.integer(id)])
+        let tombstone = try database.scalar(
+            "SELECT deleted_at FROM tombstones WHERE change_seq <= ? ORDER BY change_seq DESC LIMIT 1", [.integer(id)])
+        return max(task ?? 0, tombstone ?? 0)
+    }
+
+    /// Unfinished tasks created at or after `time`.
+    public static func unfinished(createdSince time: EpochMilliseconds, in database: Database) throws(SQLiteError) -> [TaskRecord] {
+        try database.rows("SELECT \(TaskRepository.columns) FROM tasks WHERE state IN ('pending', 'running') AND created_at >= ?",
+                          [.integer(time)], map: TaskRepository.record)
+    }
+
+    private static func keyed(_ row: Statement) -> (task: TaskRecord, key: Int64) {
+        (TaskRepository.record(row), row.int(Int32(TaskRepository.columnNames.count)))
+    }
+}

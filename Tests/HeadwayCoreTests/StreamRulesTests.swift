@@ -1,0 +1,70 @@
+import Testing
+@testable import HeadwayCore
+
+@Suite struct StreamFilterTests {
+    @Test func everythingWhenNothingIsNamed() {
+        #expect(StreamFilter().matches(taskID: "a", parentID: nil))
+        #expect(StreamFilter().matches(taskID: "b", parentID: "a"))
+    }
+
+    @Test func namedTasksAndChildrenOfTheNamedParent() {
+        let filter = StreamFilter(taskIDs: ["x", "y"], parentID: "p")
+        #expect(filter.matches(taskID: "x", parentID: nil))
+        #expect(filter.matches(taskID: "c", parentID: "p"))
+        #expect(!filter.matches(taskID: "p", parentID: nil))
+        #expect(!filter.matches(taskID: "z", parentID: "q"))
+        #expect(StreamFilter(parentID: "p").matches(taskID: "c", parentID: "p"))
+        #expect(!StreamFilter(parentID: "p").matches(taskID: "c", parentID: nil))
+    }
+}
+
+/// `min_duration`: driven by explicit times, no clock needed.
+@Suite struct HoldBackTests {
+    let start: EpochMilliseconds = 1_000_000
+    private func event(_ seq: Int64, _ kind: TaskEventKind = .updated, task: String = "t", createdAt: EpochMilliseconds? = nil,
+                       finishedAt: EpochMilliseconds? = nil) -> TaskEvent {
+        TaskEvent(seq: seq, kind: kind, taskID: task, parentID: nil, createdAt: createdAt ?? start,
+                  finishedAt: finishedAt, data: "{\"seq\":\(seq)}")
+    }
+
+    @Test func withoutMinimumEverythingIsSent() {
+        var holdBack = HoldBack(filter: StreamFilter())
+        #expect(holdBack.offer(event(1, .created), now: start) == .send(event(1, .created)))
+    }
+
+    @Test func youngTasksAreHeldAndReleasedAtTheirLatestState() {
+        var holdBack = HoldBack(filter: StreamFilter(minDurationMilliseconds: 5000))
+        #expect(holdBack.offer(event(1, .created), now: start) == .hold)
+        #expect(holdBack.offer(event(2), now: start + 1000) == .hold)
+        #expect(holdBack.nextRelease == start + 5000)
+        #expect(holdBack.release(now: start + 4999) == [])
+        #expect(holdBack.release(now: start + 5000) == [event(2)])
+        #expect(holdBack.heldTaskIDs.isEmpty)
+        #expect(holdBack.offer(event(3), now: start + 6000) == .send(event(3)))
+    }
+
+    @Test func tasksThatFinishSoonerAreNeverSent() {
+        var holdBack = HoldBack(filter: StreamFilter(minDurationMilliseconds: 5000))
+        #expect(holdBack.offer(event(1, .created), now: start) == .hold)
+        #expect(holdBack.offer(event(2, .finished, finishedAt: start + 4000), now: start + 4000) == .drop)
+        #expect(holdBack.release(now: start + 10_000) == [])
+        // A deletion of a task never shown is not sent either.
+        #expect(holdBack.offer(event(3, .created, task: "u"), now: start) == .hold)
+        #expect(holdBack.offer(event(4, .deleted, task: "u"), now: start + 100) == .drop)
+    }
+
+    @Test func longTasksAreSentWhenTheyFinishOrAreDeleted() {
+        var holdBack = HoldBack(filter: StreamFilter(minDurationMilliseconds: 5000))
+        let finishedLate = event(1, .finished, finishedAt: start + 6000)
+        #expect(holdBack.offer(finishedLate, now: start + 6000) == .send(finishedLate))
+        #expect(holdBack.offer(event(2, .deleted, task: "old", createdAt: start - 60_000), now: start)
+            == .send(event(2, .deleted, task: "old", createdAt: start - 60_000)))
+    }
+
+    @Test func releasesOldestTaskFirst() {
+        var holdBack = HoldBack(filter: StreamFilter(minDurationMilliseconds: 1000))
+        _ = holdBack.offer(event(5, task: "b", createdAt: start + 10), now: start + 10)
+        _ = holdBack.offer(event(6, task: "a", createdAt: start), now: start + 10)
+        #expect(holdBack.release(now: start + 2000).map(\.taskID) == ["a", "b"])
+    }
+}
