@@ -78,6 +78,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     var brokerSettings = EventBroker.Settings()
     brokerSettings.maximumSubscribers = configuration.maximumSubscribers
     brokerSettings.heartbeatSeconds = configuration.sseHeartbeatSeconds
+    brokerSettings.streamBufferBytes = configuration.streamBufferBytes
+    brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
     let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger)
     let store = TaskStore(sequence: sequence, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds)
     var router = Router()

@@ -17,6 +17,10 @@ public struct Configuration: Sendable, Equatable {
     public var sseHeartbeatSeconds = 15.0
     /// Event-stream subscribers served at once; more get 503.
     public var maximumSubscribers = 10_000
+    /// Bytes queued on one event stream before further events wait (coalesced per task).
+    public var streamBufferBytes = 64 * 1024
+    /// Tasks waiting for one slow subscriber before it is disconnected (it then resumes).
+    public var maximumPendingTasks = 2048
 
     public init() {}
 

@@ -116,13 +116,13 @@ final class EventBroker: @unchecked Sendable {
     /// Makes the thread look at the clock now (after a test moved it).
     func wake() { send(.wake) }
 
-    /// Ends every stream and stops the thread.
+    /// Ends every stream and stops the thread (once; later calls return at once).
     func stop() {
-        condition.withLock {
-            stopping = true
-            condition.signal()
+        let alreadyStopping = condition.withLock {
+            defer { stopping = true; condition.signal() }
+            return stopping
         }
-        stopped.wait()
+        if !alreadyStopping { stopped.wait() }
     }
 
     private func send(_ command: Command) {

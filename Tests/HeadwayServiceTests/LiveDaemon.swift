@@ -1,6 +1,7 @@
 import Foundation
-import HeadwayService
+import HeadwayCore
 import HeadwayTestSupport
+@testable import HeadwayService
 
 /// The whole daemon in this process, on 127.0.0.1 with a free port and a fresh database file.
 final class LiveDaemon {
@@ -8,12 +9,14 @@ final class LiveDaemon {
     let application: HeadwayApplication
     let client: TestHTTPClient
 
-    init(durability: String = "normal") throws {
+    init(durability: String = "normal", arguments: [String] = [], clock: any WallClock = SystemClock(),
+         adjust: (inout Configuration) -> Void = { _ in }) throws {
         let command = try Configuration.parse(
-            arguments: ["--listen", "127.0.0.1:0", "--db", directory.file("headway.db"), "--durability", durability],
+            arguments: ["--listen", "127.0.0.1:0", "--db", directory.file("headway.db"), "--durability", durability] + arguments,
             environment: [:])
-        guard case .run(let configuration) = command else { throw TestHTTPError("not a run configuration") }
-        application = try buildApplication(configuration, logger: Logger(minimumLevel: .error, sink: { _ in }))
+        guard case .run(var configuration) = command else { throw TestHTTPError("not a run configuration") }
+        adjust(&configuration)
+        application = try buildApplication(configuration, clock: clock, logger: Logger(minimumLevel: .error, sink: { _ in }))
         try application.start()
         client = try TestHTTPClient(port: application.port)
     }
@@ -21,6 +24,11 @@ final class LiveDaemon {
     deinit {
         application.shutdown()
         directory.remove()
+    }
+
+    /// A new event-stream subscriber.
+    func subscribe(_ query: String = "", headers: [(String, String)] = [], receiveBuffer: Int? = nil) throws -> TestSSEClient {
+        try TestSSEClient(port: application.port, path: "/v1/events" + query, headers: headers, receiveBuffer: receiveBuffer)
     }
 
     /// A new connection to the daemon.

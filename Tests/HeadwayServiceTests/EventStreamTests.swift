@@ -1,0 +1,238 @@
+import Foundation
+import HeadwayCore
+import HeadwayTestSupport
+import Testing
+@testable import HeadwayService
+
+/// `GET /v1/events` against the real daemon, read with a raw-socket SSE client.
+@Suite(.serialized) struct EventStreamTests {
+    /// Reads the `retry:` frame and the snapshot a fresh subscriber gets first.
+    private func snapshot(_ client: TestSSEClient) throws -> (id: Int64, tasks: [[String: Any]]) {
+        let retry = try #require(try client.next())
+        #expect(retry.retry == 3000)
+        let snapshot = try #require(try client.nextEvent())
+        #expect(snapshot.event == "snapshot")
+        return (try #require(snapshot.id.flatMap { Int64($0) }), snapshot.json["tasks"] as? [[String: Any]] ?? [])
+    }
+
+    @Test func snapshotFirstThenOneEventPerChangeInOrder() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"before","name":"Before"}"#)
+        let client = try daemon.subscribe()
+        #expect(client.status == 200)
+        #expect(client.headers["content-type"] == "text/event-stream; charset=utf-8")
+        #expect(client.headers["cache-control"] == "no-cache")
+        #expect(client.headers["x-accel-buffering"] == "no")
+        let (snapshotID, tasks) = try snapshot(client)
+        #expect(tasks.map { $0["id"] as? String } == ["before"])
+
+        try daemon.register(#"{"id":"t","name":"Copy","total":4}"#)
+        try daemon.request("POST", "/v1/tasks/t/progress", json: #"{"completed":1}"#)
+        try daemon.request("POST", "/v1/tasks/t/heartbeat", json: #"{"label":"Still copying"}"#)
+        try daemon.request("POST", "/v1/tasks/t/cancel")
+        try daemon.request("POST", "/v1/tasks/t/finish", json: #"{"outcome":"canceled"}"#)
+        try daemon.request("POST", "/v1/tasks/t/progress", json: #"{"completed":2}"#)  // refused: no event
+        try daemon.request("DELETE", "/v1/tasks/t")
+        let events = try client.events { $0.event == "task.deleted" }
+        #expect(events.map(\.event) == ["task.created", "task.updated", "task.updated", "task.cancel_requested",
+                                        "task.finished", "task.deleted"])
+        let ids = events.compactMap { $0.id.flatMap { Int64($0) } }
+        #expect(ids.count == events.count)
+        #expect(ids == (1...Int64(events.count)).map { snapshotID + $0 }, "ids follow the snapshot's, one per change")
+        #expect(events[1].json["completed"] as? Int == 1)
+        #expect(events[2].json["label"] as? String == "Still copying")
+        #expect(events[3].json["cancel_requested"] as? Bool == true)
+        #expect(events[4].json["state"] as? String == "canceled")
+        #expect(events[5].data == #"{"id":"t"}"#)
+    }
+
+    @Test func resumingSendsEachChangedTaskOnceAtItsLatestStateThenLiveEvents() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"gone","name":"Gone"}"#)
+        try daemon.register(#"{"id":"quiet","name":"Quiet"}"#)
+        let first = try daemon.subscribe()
+        let (lastSeen, _) = try snapshot(first)
+        first.disconnect()
+
+        try daemon.register(#"{"id":"x","name":"X","total":10}"#)
+        for completed in 1...3 { try daemon.request("POST", "/v1/tasks/x/progress", json: #"{"completed":\#(completed)}"#) }
+        try daemon.register(#"{"id":"y","name":"Y"}"#)
+        try daemon.request("DELETE", "/v1/tasks/gone")
+
+        for headers in [[("Last-Event-ID", "\(lastSeen)")], []] {
+            let query = headers.isEmpty ? "?last_event_id=\(lastSeen)" : ""
+            let resumed = try daemon.subscribe(query, headers: headers)
+            #expect(try resumed.next()?.retry == 3000)
+            let replayed = [try resumed.nextEvent(), try resumed.nextEvent(), try resumed.nextEvent()].compactMap { $0 }
+            #expect(replayed.map(\.event) == ["task.updated", "task.created", "task.deleted"])
+            #expect(replayed.map { $0.json["id"] as? String } == ["x", "y", "gone"])
+            #expect(replayed[0].json["completed"] as? Int == 3, "the latest state, once")
+            let replayedIDs = replayed.compactMap { $0.id.flatMap { Int64($0) } }
+            #expect(replayedIDs == replayedIDs.sorted() && Set(replayedIDs).count == 3)
+            try daemon.request("POST", "/v1/tasks/quiet/heartbeat")
+            let live = try #require(try resumed.nextEvent())
+            #expect(live.json["id"] as? String == "quiet")
+            #expect(Int64(live.id ?? "") ?? 0 > replayedIDs.last!)
+        }
+    }
+
+    @Test func anIdThatCannotBeResolvedGetsAFreshSnapshot() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"a","name":"A"}"#)
+        let current = try snapshot(try daemon.subscribe()).id
+        for lastID in ["garbage", "\(current + 1_000_000)", "-5", "0", ""] {
+            let client = try daemon.subscribe(headers: [("Last-Event-ID", lastID)])
+            let (id, tasks) = try snapshot(client)
+            #expect(id == current, "Last-Event-ID \(lastID)")
+            #expect(tasks.count == 1)
+        }
+    }
+
+    @Test func filtersByTaskAndParent() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"p","name":"Parent"}"#)
+        try daemon.register(#"{"id":"other","name":"Other"}"#)
+        let byParent = try daemon.subscribe("?parent_id=p")
+        let byTask = try daemon.subscribe("?task=other&task=p")
+        #expect(try snapshot(byParent).tasks.isEmpty)
+        #expect(Set(try snapshot(byTask).tasks.compactMap { $0["id"] as? String }) == ["p", "other"])
+        try daemon.register(#"{"id":"c1","name":"Child","parent_id":"p"}"#)
+        try daemon.request("POST", "/v1/tasks/other/heartbeat")
+        try daemon.register(#"{"id":"c2","name":"Child 2","parent_id":"p"}"#)
+        try daemon.request("POST", "/v1/tasks/p/heartbeat")
+        #expect(try byParent.events { $0.json["id"] as? String == "c2" }.map { $0.json["id"] as? String } == ["c1", "c2"])
+        #expect(try byTask.events { $0.json["id"] as? String == "p" }.map { $0.json["id"] as? String } == ["other", "p"])
+        for query in ["?task=bad%20id", "?min_duration=-1", "?min_duration=abc", "?colour=red", "?parent_id=a&parent_id=b"] {
+            let refused = try daemon.subscribe(query)
+            #expect(refused.status == 400, "\(query)")
+            #expect(refused.errorBody.contains(#""code":"invalid_request""#))
+        }
+    }
+
+    @Test func minDurationHoldsYoungTasksAndNeverShowsShortOnes() throws {
+        let clock = ManualClock()
+        let daemon = try LiveDaemon(clock: clock)
+        try daemon.register(#"{"id":"old","name":"Old"}"#)
+        clock.advance(by: 20_000)
+        try daemon.register(#"{"id":"young","name":"Young"}"#)
+        let client = try daemon.subscribe("?min_duration=10")
+        #expect(try snapshot(client).tasks.map { $0["id"] as? String } == ["old"])
+        try daemon.register(#"{"id":"short","name":"Short"}"#)
+        try daemon.request("POST", "/v1/tasks/short/finish", json: #"{"outcome":"succeeded"}"#)
+        try daemon.request("POST", "/v1/tasks/young/progress", json: #"{"increment":5}"#)
+        try daemon.request("POST", "/v1/tasks/old/heartbeat")
+        let oldEvent = try #require(try client.nextEvent())
+        #expect(oldEvent.json["id"] as? String == "old", "young and short tasks are held back")
+
+        clock.advance(by: 10_000)
+        daemon.application.wakeEventStream()
+        let released = try #require(try client.nextEvent())
+        #expect(released.json["id"] as? String == "young")
+        #expect(released.json["completed"] as? Int == 5, "released in its latest state")
+        #expect(released.id == nil, "a late release carries no id, so ids stay increasing")
+        try daemon.request("POST", "/v1/tasks/young/heartbeat")
+        let after = try #require(try client.nextEvent())
+        #expect(after.json["id"] as? String == "young")
+        #expect(Int64(after.id ?? "") ?? 0 > Int64(oldEvent.id ?? "") ?? .max)
+    }
+
+    @Test func resumingWithMinDurationKeepsTasksThatWereHeldBack() throws {
+        let clock = ManualClock()
+        let daemon = try LiveDaemon(clock: clock)
+        try daemon.register(#"{"id":"anchor","name":"Anchor"}"#)
+        clock.advance(by: 60_000)
+        let client = try daemon.subscribe("?min_duration=10")
+        _ = try snapshot(client)
+        try daemon.register(#"{"id":"held","name":"Held"}"#)
+        try daemon.request("POST", "/v1/tasks/anchor/heartbeat")
+        let seen = try #require(try client.nextEvent())
+        #expect(seen.json["id"] as? String == "anchor")
+        client.disconnect()
+
+        clock.advance(by: 15_000)
+        let resumed = try daemon.subscribe("?min_duration=10", headers: [("Last-Event-ID", seen.id ?? "")])
+        #expect(try resumed.next()?.retry == 3000)
+        let held = try #require(try resumed.nextEvent())
+        #expect(held.json["id"] as? String == "held", "held back when the client left, old enough now")
+        #expect(held.id == nil)
+    }
+
+    @Test func heartbeatCommentsKeepTheStreamAlive() throws {
+        let daemon = try LiveDaemon(arguments: ["--sse-heartbeat", "0.2"])
+        let client = try daemon.subscribe()
+        _ = try snapshot(client)
+        #expect(try client.next()?.isComment == true)
+    }
+
+    @Test func subscribersBeyondTheLimitGet503UntilAPlaceFrees() throws {
+        let daemon = try LiveDaemon(arguments: ["--max-subscribers", "2", "--sse-heartbeat", "0.1"])
+        let first = try daemon.subscribe()
+        let second = try daemon.subscribe()
+        _ = try snapshot(first)
+        _ = try snapshot(second)
+        let third = try daemon.subscribe()
+        #expect(third.status == 503)
+        #expect(third.headers["retry-after"] == "5")
+        #expect(third.errorBody.contains(#""code":"too_many_subscribers""#))
+        first.disconnect()
+        // The server notices the closed connection when it writes (heartbeats every 0.1 s here).
+        var accepted = false
+        for _ in 0..<200 where !accepted {
+            accepted = daemon.application.subscriberCount < 2
+            if !accepted { usleep(10_000) }
+        }
+        #expect(accepted)
+        #expect(try daemon.subscribe().status == 200)
+    }
+
+    @Test func shutdownEndsEveryStream() throws {
+        let daemon = try LiveDaemon()
+        let clients = try (0..<3).map { _ in try daemon.subscribe() }
+        for client in clients { _ = try snapshot(client) }
+        daemon.application.shutdown()
+        for client in clients { #expect(try client.remainingEvents().isEmpty) }
+    }
+
+    /// A subscriber that stops reading falls behind, is cut off past its bound, and on
+    /// reconnecting with its last id gets exactly what it missed; another subscriber is
+    /// not held up meanwhile.
+    @Test func aSlowSubscriberIsCutOffAndResumesExactly() throws {
+        let daemon = try LiveDaemon { configuration in
+            configuration.streamBufferBytes = 16 * 1024
+            configuration.maximumPendingTasks = 500
+        }
+        let slow = try daemon.subscribe(receiveBuffer: 2048)
+        let fast = try daemon.subscribe()
+        _ = try snapshot(fast)
+        // About 10 MB of events: more than the kernel's socket buffers (at most 4 MB here)
+        // and the subscriber's bound (500 tasks waiting, about 2.5 MB) can absorb.
+        let count = 2500
+        let fastSeen = Box<Result<Int, any Error>?>(nil)
+        let fastDone = DispatchSemaphore(value: 0)
+        Thread {
+            fastSeen.update { $0 = Result { try fast.events { $0.json["id"] as? String == "t\(count - 1)" }.count } }
+            fastDone.signal()
+        }.start()
+        let padding = String(repeating: "p", count: 3900)
+        for index in 0..<count {
+            try daemon.register(#"{"id":"t\#(index)","name":"Task \#(index)","metadata":{"pad":"\#(padding)"}}"#)
+        }
+        #expect(fastDone.wait(timeout: .now() + 30) == .success)
+        #expect(try fastSeen.value?.get() == count, "a subscriber that reads gets every event")
+
+        var received: Set<String> = []
+        var lastID: String?
+        while let event = try slow.nextEvent() {
+            if event.event == "snapshot" { lastID = event.id; continue }
+            if let id = event.json["id"] as? String { received.insert(id) }
+            lastID = event.id ?? lastID
+        }
+        #expect(received.count < count, "the slow subscriber was cut off")
+        let resumed = try daemon.subscribe(headers: [("Last-Event-ID", lastID ?? "")])
+        try daemon.register(#"{"id":"marker","name":"Marker"}"#)
+        for event in try resumed.events(until: { $0.json["id"] as? String == "marker" }) {
+            if let id = event.json["id"] as? String { received.insert(id) }
+        }
+        #expect(received == Set((0..<count).map { "t\($0)" } + ["marker"]))
+    }
+}
