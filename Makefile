@@ -12,10 +12,12 @@ SWIFT_FLAGS := -Xswiftc -warnings-as-errors
 run: deps release
 	.build/release/headwayd --listen $(LISTEN) --db $(DB)
 
-## Run the whole test suite (unit, store, live HTTP, process and OpenAPI tests).
+## Run the whole test suite: Swift (unit, store, live HTTP and SSE, process, OpenAPI),
+## then the integration tests with a third-party SSE client and a real nginx.
 test: test-deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	$(SWIFT) test --skip-build
+	python3 -m pytest -q Tests/integration
 
 build: deps
 	$(SWIFT) build $(SWIFT_FLAGS)

@@ -5,6 +5,8 @@
 set -euo pipefail
 
 apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev)
+# The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf).
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx)
 [ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk)
 
 missing=()
@@ -20,8 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ]; then
-  if ! python3 -c "import openapi_spec_validator, yaml" 2>/dev/null; then
-    echo "Installing Python test tools: openapi-spec-validator, PyYAML"
-    python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator pyyaml
+  if ! python3 -c "import openapi_spec_validator, yaml, pytest, httpx, httpx_sse" 2>/dev/null; then
+    echo "Installing Python test tools: openapi-spec-validator, PyYAML, pytest, httpx, httpx-sse"
+    python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator pyyaml pytest httpx httpx-sse
   fi
 fi

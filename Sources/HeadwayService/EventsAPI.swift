@@ -60,7 +60,7 @@ struct EventsAPI: Sendable {
             let now = clock.now()
             let position = try ChangeFeed.position(in: database)
             var holdBack = HoldBack(filter: query.filter)
-            var frames = [Array(ServerSentEvent.retry(milliseconds: Self.retryMilliseconds).utf8)]
+            var frames: [[UInt8]] = []
             let filter = query.filter
             if let lastID = query.lastEventID, position.canResume(from: lastID) {
                 // Tasks held back by min_duration when the client left are older than any
@@ -89,6 +89,9 @@ struct EventsAPI: Sendable {
                 }
                 frames.append(EventFrames.snapshot(shown, seq: position.last))
             }
+            // `retry:` rides on the first event: some clients dispatch a frame without data.
+            let retry = Array("retry: \(Self.retryMilliseconds)\n".utf8)
+            if frames.isEmpty { frames = [retry + [10]] } else { frames[0] = retry + frames[0] }
             return CatchUp(frames: frames, highWater: position.last, holdBack: holdBack)
         }
     }
