@@ -134,6 +134,35 @@ final class DaemonProcess {
     }
 }
 
+extension DaemonProcessTests {
+    /// The change sequence is stored: a subscriber resumes across a restart of the daemon.
+    @Test func eventStreamResumesAcrossARestart() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let arguments = ["--listen", "127.0.0.1:0", "--db", directory.file("h.db")]
+        let daemon = try DaemonProcess(arguments, logPath: directory.file("first.log"))
+        let client = try TestHTTPClient(port: daemon.port)
+        _ = try client.request("POST", "/v1/tasks", json: #"{"id":"a","name":"A"}"#)
+        let subscriber = try TestSSEClient(port: daemon.port)
+        let snapshot = try #require(try subscriber.nextEvent())
+        _ = try client.request("POST", "/v1/tasks/a/heartbeat", json: #"{"label":"before restart"}"#)
+        let seen = try #require(try subscriber.nextEvent())
+        #expect(daemon.stop(SIGTERM) == 0)
+        #expect(try subscriber.remainingEvents().isEmpty, "the stream ended cleanly")
+
+        let restarted = try DaemonProcess(arguments, logPath: directory.file("second.log"))
+        defer { _ = restarted.stop(SIGTERM) }
+        let client2 = try TestHTTPClient(port: restarted.port)
+        _ = try client2.request("POST", "/v1/tasks", json: #"{"id":"b","name":"B"}"#)
+        let resumed = try TestSSEClient(port: restarted.port, headers: [("Last-Event-ID", seen.id ?? "")])
+        let replayed = try #require(try resumed.nextEvent())
+        #expect(replayed.event == "task.created")
+        #expect(replayed.json["id"] as? String == "b")
+        #expect(Int64(replayed.id ?? "") == Int64(seen.id ?? "")! + 1, "numbers continue after the restart")
+        #expect(Int64(seen.id ?? "")! > Int64(snapshot.id ?? "")!)
+    }
+}
+
 /// A value shared between threads under a lock.
 final class Box<Value>: @unchecked Sendable {
     private let lock = NSLock()
