@@ -31,22 +31,7 @@ public final class TestHTTPClient: @unchecked Sendable {
 
     /// Connects to 127.0.0.1:`port`.
     public init(port: Int, timeoutSeconds: Int = 5) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw TestHTTPError("socket() failed") }
-        var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else {
-            close(fd)
-            throw TestHTTPError("cannot connect to 127.0.0.1:\(port)")
-        }
+        fd = try connectToLoopback(port: port, timeoutSeconds: timeoutSeconds)
     }
 
     deinit { close(fd) }
@@ -166,4 +151,29 @@ public struct TemporaryDirectory {
     public func file(_ name: String) -> String { path + "/" + name }
 
     public func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// A blocking TCP socket connected to 127.0.0.1:`port`, whose reads and writes time out
+/// after `timeoutSeconds`; `receiveBuffer` sets a small receive buffer (a slow reader).
+func connectToLoopback(port: Int, timeoutSeconds: Int, receiveBuffer: Int? = nil) throws -> Int32 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw TestHTTPError("socket() failed") }
+    var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    if var size = receiveBuffer.map(Int32.init) {
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+    }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = in_port_t(UInt16(port).bigEndian)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let result = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard result == 0 else {
+        close(fd)
+        throw TestHTTPError("cannot connect to 127.0.0.1:\(port)")
+    }
+    return fd
 }
