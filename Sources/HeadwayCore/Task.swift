@@ -71,6 +71,18 @@ public struct TaskRecord: Equatable, Sendable {
     public var metadata: String?
     /// The canonical registration body, compared when the same id is registered again.
     public var definition: String
+    /// When the task became running (nil while pending).
+    public var startedAt: EpochMilliseconds?
+    /// The next time the stall flag may change without a signal (see `StallRule`).
+    public var stallDeadline: EpochMilliseconds?
+    /// The rate estimator's state.
+    public var rate = RateEstimator()
+    /// For a parent: the sum of its children's weights, and of weight × child fraction.
+    public var childrenWeight = 0.0
+    public var childrenDone = 0.0
+    /// History samples stored for this task, and the second of the latest.
+    public var historyPoints = 0
+    public var historyBucket: Int64?
     /// The number of the task's latest change in the global change sequence (0 until stored).
     public var changeSeq: Int64 = 0
     /// What that change was (replayed as the event name when a subscriber resumes).
@@ -110,15 +122,46 @@ public struct TaskRecord: Equatable, Sendable {
         self.definition = definition
     }
 
-    /// `quantified` when the total is known, else `indeterminate`.
-    public var mode: TaskMode { total == nil ? .indeterminate : .quantified }
+    /// Whether the task has children (its progress is theirs, weighted).
+    public var hasChildren: Bool { childrenWeight > 0 }
 
-    /// completed / total in 0…1, or nil while indeterminate. An empty task (total 0)
-    /// is complete only once it has succeeded.
+    /// `quantified` when the total is known or the task has children, else `indeterminate`.
+    public var mode: TaskMode { total == nil && !hasChildren ? .indeterminate : .quantified }
+
+    /// 0…1, or nil while indeterminate. With children: the weighted mean of theirs (see
+    /// `shareOfParent`). Otherwise completed / total; an empty task (total 0) is complete
+    /// only once it has succeeded.
     public var fraction: Double? {
+        if hasChildren {
+            if state == .succeeded { return 1 }
+            return min(1, max(0, childrenDone / childrenWeight))
+        }
         guard let total else { return nil }
         if total == 0 { return state == .succeeded ? 1 : 0 }
         return Double(completed) / Double(total)
+    }
+
+    /// What this task contributes to its parent's fraction, before weighting: 1 once
+    /// finished (whatever the outcome), else its fraction (0 while indeterminate).
+    public var shareOfParent: Double { state.isFinished ? 1 : fraction ?? 0 }
+
+    /// The measure the rate estimator follows: the fraction for a parent, else `completed`.
+    public var progressValue: Double { hasChildren ? fraction ?? 0 : Double(completed) }
+
+    /// Rate (units per second; for a parent, fraction per second) and seconds left, as of
+    /// the last report; nil whenever they cannot be known honestly: indeterminate, too
+    /// few samples, no movement, stalled, finished.
+    public var estimate: (rate: Double, etaSeconds: Double)? {
+        guard !state.isFinished, !stalled, mode == .quantified, let rate = rate.rate, rate > 0 else { return nil }
+        let remaining: Double
+        if hasChildren {
+            remaining = 1 - (fraction ?? 0)
+        } else if let total {
+            remaining = Double(total - completed)
+        } else {
+            return nil
+        }
+        return (rate, max(0, remaining / rate))
     }
 
     /// The task as the API shows it, every documented field present.
@@ -135,8 +178,9 @@ public struct TaskRecord: Equatable, Sendable {
         object.integer("total", total)
         object.string("unit", unit)
         object.number("fraction", fraction)
-        object.number("rate", nil)
-        object.number("eta_seconds", nil)
+        let estimate = self.estimate
+        object.number("rate", estimate?.rate)
+        object.number("eta_seconds", estimate.map { ($0.etaSeconds * 10).rounded() / 10 })
         object.bool("stalled", stalled)
         object.string("stall_reason", stallReason?.rawValue)
         object.string("stalled_since", stalledSince.map(Timestamp.rfc3339))

@@ -28,7 +28,7 @@ public enum TaskRules {
                           detail: "parent_id equals the task's own id '\(id)'.",
                           errors: [FieldError(field: "parent_id", message: "must differ from id")])
         }
-        return TaskRecord(
+        var task = TaskRecord(
             id: id, name: registration.name, label: registration.label, parentID: registration.parentID,
             weight: registration.weight, state: registration.state, completed: registration.completed,
             total: registration.total, unit: registration.unit,
@@ -37,6 +37,11 @@ public enum TaskRules {
             createdAt: now, updatedAt: now, lastSignalAt: now,
             lastProgressAt: registration.completed > 0 ? now : nil,
             metadata: registration.metadata, definition: registration.definition)
+        if task.state == .running {
+            task.startedAt = now
+            task.rate.observe(task.progressValue, at: now)
+        }
+        return task
     }
 
     /// A registration with an id that exists: the same definition is answered with the task
@@ -74,6 +79,7 @@ public enum TaskRules {
         next.completed = completed
         next.total = total
         if let unit = update.unit { next.unit = unit }
+        next.rate.observe(next.progressValue, at: now)
         return .applied(next)
     }
 
@@ -82,7 +88,9 @@ public enum TaskRules {
                                  now: EpochMilliseconds) throws(Problem) -> Outcome {
         if isDuplicate(heartbeat.seq, task) { return .unchanged(task) }
         if task.state.isFinished { throw .taskFinished(task) }
-        return .applied(signal(task, now: now, seq: heartbeat.seq, label: heartbeat.label))
+        var next = signal(task, now: now, seq: heartbeat.seq, label: heartbeat.label)
+        next.rate.observe(next.progressValue, at: now)
+        return .applied(next)
     }
 
     /// Finishes a task. Finishing again with the same outcome changes nothing; with
@@ -117,6 +125,25 @@ public enum TaskRules {
         return .applied(next)
     }
 
+    /// A parent as a change of one of its children leaves it: the children's weighted
+    /// shares move by `doneDelta` (and their total weight by `weightDelta`), and the
+    /// child's activity counts as the parent's own signal (a pending parent starts).
+    /// Nil for a finished parent, which no longer changes.
+    public static func rollUp(_ parent: TaskRecord, weightDelta: Double, doneDelta: Double,
+                              now: EpochMilliseconds) -> TaskRecord? {
+        guard !parent.state.isFinished else { return nil }
+        var next = signal(parent, now: now, seq: nil, label: nil)
+        next.childrenWeight += weightDelta
+        next.childrenDone += doneDelta
+        if next.childrenWeight < 1e-9 {
+            next.childrenWeight = 0
+            next.childrenDone = 0
+        }
+        if (next.fraction ?? 0) > (parent.fraction ?? 0) { next.lastProgressAt = now }
+        next.rate.observe(next.progressValue, at: now)
+        return next
+    }
+
     /// Whether `seq` was already applied (it is not above the last one).
     private static func isDuplicate(_ seq: Int64?, _ task: TaskRecord) -> Bool {
         guard let seq, let last = task.lastSeq else { return false }
@@ -126,7 +153,10 @@ public enum TaskRules {
     /// The common effect of any signal from the runner.
     private static func signal(_ task: TaskRecord, now: EpochMilliseconds, seq: Int64?, label: String?) -> TaskRecord {
         var next = task
-        if next.state == .pending { next.state = .running }
+        if next.state == .pending {
+            next.state = .running
+            next.startedAt = now
+        }
         if let seq { next.lastSeq = seq }
         if let label { next.label = label }
         next.updatedAt = now

@@ -11,12 +11,14 @@ public final class HeadwayApplication: Sendable {
     let writer: GroupCommitWriter
     let readers: [DatabaseReader]
     let broker: EventBroker
+    let maintenance: Maintenance
     let server: MicroHTTPServer
     /// Every route served, as (method, path pattern).
     public let routes: [(method: String, pattern: String)]
 
     init(configuration: Configuration, writer: GroupCommitWriter, readers: [DatabaseReader], broker: EventBroker,
-         server: MicroHTTPServer, logger: Logger, routes: [(method: String, pattern: String)]) {
+         maintenance: Maintenance, server: MicroHTTPServer, logger: Logger, routes: [(method: String, pattern: String)]) {
+        self.maintenance = maintenance
         self.configuration = configuration
         self.writer = writer
         self.readers = readers
@@ -44,11 +46,20 @@ public final class HeadwayApplication: Sendable {
     /// Makes the event stream look at the clock now (for tests that move a manual clock).
     func wakeEventStream() { broker.wake() }
 
+    /// Runs the stall sweeper now and waits for its commit; returns the events it raised.
+    @discardableResult
+    func sweepStalls() -> Int { maintenance.sweepNow() }
+
+    /// Runs one retention pass now; returns the rows forgotten.
+    @discardableResult
+    func pruneOldTasks() -> Int { maintenance.pruneNow() }
+
     /// Stops: no new connections, every event stream is ended, requests under way are
     /// answered, every change queued is committed, the database is closed.
     public func shutdown() {
         logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
         server.shutdown()
+        maintenance.stop()
         writer.stop()
         broker.stop()
         readers.forEach { $0.close() }
@@ -81,7 +92,12 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     brokerSettings.streamBufferBytes = configuration.streamBufferBytes
     brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
     let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger)
-    let store = TaskStore(sequence: sequence, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds)
+    let store = TaskStore(sequence: sequence, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
+                          graceStart: clock.now())
+    var maintenanceSettings = Maintenance.Settings()
+    maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)
+    let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store, broker: broker,
+                                  clock: clock, logger: logger)
     var router = Router()
     TaskAPI(writer: writer, reader: reader, store: store, broker: broker, clock: clock, logger: logger)
         .register(in: &router)
@@ -103,7 +119,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         ])
     })
     return HeadwayApplication(configuration: configuration, writer: writer, readers: [reader, streamReader],
-                              broker: broker, server: server, logger: logger,
+                              broker: broker, maintenance: maintenance, server: server, logger: logger,
                               routes: router.routes.map { ($0.method, $0.pattern) })
 }
 

@@ -17,6 +17,8 @@ public struct Configuration: Sendable, Equatable {
     public var sseHeartbeatSeconds = 15.0
     /// Event-stream subscribers served at once; more get 503.
     public var maximumSubscribers = 10_000
+    /// Finished tasks, their history and tombstones are forgotten this long after.
+    public var retentionSeconds = 7 * 86_400.0
     /// Bytes queued on one event stream before further events wait (coalesced per task).
     public var streamBufferBytes = 64 * 1024
     /// Tasks waiting for one slow subscriber before it is disconnected (it then resumes).
@@ -47,6 +49,9 @@ public struct Configuration: Sendable, Equatable {
                                     (HEADWAY_SSE_HEARTBEAT, default 15)
           --max-subscribers N       event-stream subscribers served at once; more get
                                     503 (HEADWAY_MAX_SUBSCRIBERS, default 10000)
+          --retention DURATION      forget finished tasks, their history and deletions
+                                    this long after: seconds, or with s, m, h or d
+                                    (HEADWAY_RETENTION, default 7d)
           -h, --help                show this text
 
         Logs go to stderr, one line per event. SIGTERM or SIGINT stops the daemon cleanly.
@@ -62,7 +67,8 @@ public struct Configuration: Sendable, Equatable {
     /// Reads flags (`--name value` or `--name=value`) over environment variables.
     public static func parse(arguments: [String], environment: [String: String]) throws(UsageError) -> Command {
         var settings: [String: String] = [:]
-        let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers"]
+        let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers",
+                     "retention"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -126,7 +132,26 @@ public struct Configuration: Sendable, Equatable {
             }
             configuration.maximumSubscribers = count
         }
+        if let text = settings["retention"] {
+            guard let seconds = parseDuration(text), (60...315_360_000).contains(seconds) else {
+                throw UsageError("--retention must be a duration from 60s to 3650d (e.g. 7d, 12h, 3600), not '\(text)'")
+            }
+            configuration.retentionSeconds = seconds
+        }
         return .run(configuration)
+    }
+
+    /// Seconds in `text`: a number, optionally followed by s, m, h or d.
+    static func parseDuration(_ text: String) -> Double? {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+        var number = Substring(text)
+        var scale = 1.0
+        if let last = number.last, let unit = units[last] {
+            scale = unit
+            number = number.dropLast()
+        }
+        guard let value = Double(number), value.isFinite, value >= 0 else { return nil }
+        return value * scale
     }
 
     /// Splits `HOST:PORT` (`[v6]:PORT` for IPv6) and refuses addresses beyond loopback.

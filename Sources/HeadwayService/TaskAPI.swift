@@ -22,6 +22,7 @@ struct TaskAPI: Sendable {
         router.add("GET", "/v1/tasks") { request, responder in responder.respond(list(request)) }
         router.add("GET", "/v1/tasks/{id}") { request, responder in responder.respond(get(request)) }
         router.add("DELETE", "/v1/tasks/{id}") { request, responder in delete(request, responder) }
+        router.add("GET", "/v1/tasks/{id}/history") { request, responder in responder.respond(history(request)) }
         router.add("POST", "/v1/tasks/{id}/progress") { request, responder in
             update(request, responder, parse: ProgressUpdate.parse) { id, update, now, database in
                 try store.progress(id, update, now: now, in: database)
@@ -81,6 +82,51 @@ struct TaskAPI: Sendable {
                 return reply(Problem.notFound(id))
             }
             return .json(200, task.json)
+        } catch {
+            return reply(error, request)
+        }
+    }
+
+    /// The progress curve, downsampled (largest triangle three buckets) to `max_points`.
+    private func history(_ request: HTTPRequest) -> HTTPResponse {
+        do {
+            let id = try taskID(request)
+            var maximum = 200
+            var errors: [FieldError] = []
+            for field in request.query where field.name != "max_points" {
+                errors.append(FieldError(field: field.name, message: "is not a known query parameter"))
+            }
+            let values = request.queryValues("max_points")
+            if values.count > 1 { errors.append(FieldError(field: "max_points", message: "may be given only once")) }
+            if let text = values.first {
+                if let number = Int(text), (2...1000).contains(number) { maximum = number } else {
+                    errors.append(FieldError(field: "max_points", message: "must be a whole number from 2 to 1000"))
+                }
+            }
+            guard errors.isEmpty else { throw Problem.invalidRequest(errors) }
+            let points = try reader.snapshot { database -> [History.Point]? in
+                guard try TaskRepository.find(id, in: database) != nil else { return nil }
+                return try History.points(id, in: database)
+            }
+            guard let points else { return reply(Problem.notFound(id)) }
+            let kept = Downsampling.largestTriangleThreeBuckets(
+                points.map { (x: Double($0.t), y: $0.fraction ?? Double($0.completed)) }, maximum: maximum)
+            var body = JSONText()
+            body.appendRaw(#"{"task_id":"#)
+            body.appendString(id)
+            body.appendRaw(#","points":["#)
+            for (index, position) in kept.enumerated() {
+                let point = points[position]
+                var item = JSONObjectWriter()
+                item.string("t", Timestamp.rfc3339(point.t))
+                item.integer("completed", point.completed)
+                item.integer("total", point.total)
+                item.number("fraction", point.fraction)
+                if index > 0 { body.appendRaw(",") }
+                body.appendRaw(item.finish())
+            }
+            body.appendRaw("]}")
+            return .json(200, body.text)
         } catch {
             return reply(error, request)
         }

@@ -33,6 +33,24 @@ public enum ChangeFeed {
                           .integer(task.createdAt), .integer(now)])
     }
 
+    /// Deletes at most `limit` tombstones older than `cutoff`; returns how many and the
+    /// highest change number among them.
+    public static func pruneTombstones(deletedBefore cutoff: EpochMilliseconds, limit: Int,
+                                       in database: Database) throws(SQLiteError) -> (count: Int, through: Int64) {
+        let numbers = try database.rows(
+            "SELECT change_seq FROM tombstones WHERE deleted_at < ? ORDER BY change_seq LIMIT ?",
+            [.integer(cutoff), .integer(Int64(limit))]) { $0.int(0) }
+        guard let through = numbers.last else { return (0, 0) }
+        try database.run("DELETE FROM tombstones WHERE change_seq <= ? AND deleted_at < ?", [.integer(through), .integer(cutoff)])
+        return (numbers.count, through)
+    }
+
+    /// Records that changes up to `seq` may have been forgotten: resuming from an id
+    /// below it gets a snapshot.
+    public static func forget(through seq: Int64, in database: Database) throws(SQLiteError) {
+        try database.run("UPDATE stream_state SET pruned_through = max(pruned_through, ?)", [.integer(seq)])
+    }
+
     /// Every task whose latest change is after `id`, once, in its latest state, and every
     /// deletion after `id`, in sequence order.
     public static func changes(after id: Int64, in database: Database) throws(SQLiteError) -> [TaskEvent] {

@@ -36,7 +36,8 @@ public enum TaskRepository {
         "id", "name", "label", "parent_id", "weight", "state", "completed", "total", "unit", "stalled",
         "stall_reason", "stalled_since", "stall_timeout_ms", "progress_timeout_ms", "cancel_requested", "last_seq",
         "created_at", "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "metadata",
-        "definition", "change_seq", "change_kind", "is_root",
+        "definition", "change_seq", "change_kind", "started_at", "stall_deadline", "rate_units", "rate_seconds",
+        "sample_at", "sample_value", "children_weight", "children_done", "history_points", "history_bucket", "is_root",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -56,6 +57,8 @@ public enum TaskRepository {
     static let mutableColumns = [
         "label", "completed", "total", "unit", "stall_reason", "stalled_since", "cancel_requested", "last_seq",
         "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "change_seq", "change_kind",
+        "started_at", "stall_deadline", "rate_units", "rate_seconds", "sample_at", "sample_value", "children_weight",
+        "children_done", "history_points", "history_bucket",
     ]
 
     /// Writes the changes from `previous` to `task` (the same task).
@@ -65,6 +68,27 @@ public enum TaskRepository {
         if task.state != previous.state || task.stalled != previous.stalled { columns += ["state", "stalled"] }
         let assignments = columns.map { "\($0) = ?" }.joined(separator: ", ")
         try database.run("UPDATE tasks SET \(assignments) WHERE id = ?", columns.map { all[$0]! } + [.text(task.id)])
+    }
+
+    /// Tasks whose stall deadline has passed at `now`, earliest first (an index range).
+    public static func dueForStallCheck(at now: EpochMilliseconds, limit: Int,
+                                        in database: Database) throws(SQLiteError) -> [TaskRecord] {
+        try database.rows("SELECT \(columns) FROM tasks WHERE stall_deadline <= ? ORDER BY stall_deadline LIMIT ?",
+                          [.integer(now), .integer(Int64(limit))], map: record)
+    }
+
+    /// Finished tasks without children whose parent, if any, also finished before
+    /// `cutoff`: the leaves retention may forget now, oldest first.
+    public static func prunable(finishedBefore cutoff: EpochMilliseconds, limit: Int,
+                                in database: Database) throws(SQLiteError) -> [TaskRecord] {
+        try database.rows("""
+            SELECT \(columns) FROM tasks AS t
+            WHERE t.finished_at < ?1
+              AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id)
+              AND (t.parent_id IS NULL
+                   OR EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = t.parent_id AND p.finished_at < ?1))
+            ORDER BY t.finished_at LIMIT ?2
+            """, [.integer(cutoff), .integer(Int64(limit))], map: record)
     }
 
     /// The ids of the unfinished descendants of `id` (children, their children, …).
@@ -178,7 +202,10 @@ public enum TaskRepository {
             .integer(task.cancelRequested ? 1 : 0), integer(task.lastSeq), .integer(task.createdAt),
             .integer(task.updatedAt), .integer(task.lastSignalAt), integer(task.lastProgressAt),
             integer(task.finishedAt), text(task.message), text(task.metadata), .text(task.definition),
-            .integer(task.changeSeq), .text(task.changeKind.rawValue), .integer(task.parentID == nil ? 1 : 0),
+            .integer(task.changeSeq), .text(task.changeKind.rawValue), integer(task.startedAt), integer(task.stallDeadline),
+            .real(task.rate.weightedUnits), .real(task.rate.weightedSeconds), integer(task.rate.sampleAt),
+            .real(task.rate.sampleValue), .real(task.childrenWeight), .real(task.childrenDone),
+            .integer(Int64(task.historyPoints)), integer(task.historyBucket), .integer(task.parentID == nil ? 1 : 0),
         ]
     }
 
@@ -195,6 +222,14 @@ public enum TaskRepository {
             definition: row.text(23))
         task.changeSeq = row.int(24)
         task.changeKind = TaskEventKind(rawValue: row.text(25)) ?? .updated
+        task.startedAt = row.optionalInt(26)
+        task.stallDeadline = row.optionalInt(27)
+        task.rate = RateEstimator(weightedUnits: row.double(28), weightedSeconds: row.double(29),
+                                  sampleAt: row.optionalInt(30), sampleValue: row.double(31))
+        task.childrenWeight = row.double(32)
+        task.childrenDone = row.double(33)
+        task.historyPoints = Int(row.int(34))
+        task.historyBucket = row.optionalInt(35)
         return task
     }
 

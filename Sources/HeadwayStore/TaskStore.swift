@@ -21,18 +21,22 @@ public final class ChangeSequence: @unchecked Sendable {
 }
 
 /// The task operations, each run by the writer inside one savepoint: read the task, apply
-/// the pure rules of `TaskRules`, write the result with its change number, and return the
-/// events to publish once committed. A rule violation throws a `Problem` before anything
-/// is written, and the numbers it took are given back.
+/// the pure rules (`TaskRules`, `StallRule`), write the result with its change number,
+/// carry the change up to the task's ancestors, and return the events to publish once
+/// committed. A rule violation throws a `Problem` before anything is written, and the
+/// numbers it took are given back.
 public struct TaskStore: Sendable {
     /// The stall timeout given to tasks registered without one.
     public var defaultStallTimeoutSeconds: Double
     /// The change sequence (used on the writer thread only).
     public let sequence: ChangeSequence
+    /// When the daemon started: no stall deadline falls earlier than a full timeout after it.
+    public var graceStart: EpochMilliseconds
 
-    public init(sequence: ChangeSequence, defaultStallTimeoutSeconds: Double = 30) {
+    public init(sequence: ChangeSequence, defaultStallTimeoutSeconds: Double = 30, graceStart: EpochMilliseconds = 0) {
         self.sequence = sequence
         self.defaultStallTimeoutSeconds = defaultStallTimeoutSeconds
+        self.graceStart = graceStart
     }
 
     /// What a registration did.
@@ -43,7 +47,7 @@ public struct TaskStore: Sendable {
         public var events: [TaskEvent]
     }
 
-    /// What an update did, and the events to publish.
+    /// What an update did, and the events to publish (the task's own first).
     public struct Changed: Sendable, Equatable {
         public var outcome: TaskRules.Outcome
         public var events: [TaskEvent]
@@ -69,10 +73,14 @@ public struct TaskStore: Sendable {
             }
             var task = try TaskRules.register(registration, id: id, now: now,
                                               defaultStallTimeoutSeconds: defaultStallTimeoutSeconds)
-            task.changeSeq = sequence.next()
-            task.changeKind = .created
+            task.stallDeadline = StallRule.nextDeadline(task, graceStart: graceStart)
+            try History.record(&task, at: now, in: database)
+            stamp(&task, .created)
             try TaskRepository.insert(task, in: database)
-            return Registered(task: task, created: true, events: [TaskEvent(.created, task)])
+            var events = [TaskEvent(.created, task)]
+            events += try rollUp(from: task.parentID, weightDelta: task.weight,
+                                 doneDelta: task.weight * task.shareOfParent, now: now, in: database)
+            return Registered(task: task, created: true, events: events)
         }
     }
 
@@ -80,10 +88,9 @@ public struct TaskStore: Sendable {
     public func progress(_ id: String, _ update: ProgressUpdate, now: EpochMilliseconds,
                          in database: Database) throws -> Changed {
         try numbered {
-            let outcome = try modify(id, .updated, in: database) { task throws(Problem) in
+            try modify(id, .updated, now: now, in: database) { task throws(Problem) in
                 try TaskRules.progress(update, to: task, now: now)
             }
-            return Changed(outcome: outcome, events: events(outcome, .updated))
         }
     }
 
@@ -91,10 +98,9 @@ public struct TaskStore: Sendable {
     public func heartbeat(_ id: String, _ heartbeat: Heartbeat, now: EpochMilliseconds,
                           in database: Database) throws -> Changed {
         try numbered {
-            let outcome = try modify(id, .updated, in: database) { task throws(Problem) in
+            try modify(id, .updated, now: now, in: database) { task throws(Problem) in
                 try TaskRules.heartbeat(heartbeat, to: task, now: now)
             }
-            return Changed(outcome: outcome, events: events(outcome, .updated))
         }
     }
 
@@ -102,44 +108,80 @@ public struct TaskStore: Sendable {
     public func finish(_ id: String, _ finish: Finish, now: EpochMilliseconds,
                        in database: Database) throws -> Changed {
         try numbered {
-            let outcome = try modify(id, .finished, in: database) { task throws(Problem) in
+            try modify(id, .finished, now: now, in: database) { task throws(Problem) in
                 try TaskRules.finish(finish, task: task, now: now)
             }
-            return Changed(outcome: outcome, events: events(outcome, .finished))
         }
     }
 
     /// Requests cancellation of a task and of its unfinished descendants.
     public func cancel(_ id: String, now: EpochMilliseconds, in database: Database) throws -> Changed {
         try numbered {
-            let outcome = try modify(id, .cancelRequested, in: database) { task throws(Problem) in
+            var changed = try modify(id, .cancelRequested, now: now, in: database) { task throws(Problem) in
                 try TaskRules.requestCancel(task, now: now)
             }
-            var all = events(outcome, .cancelRequested)
             for descendant in try TaskRepository.unfinishedDescendants(of: id, in: database) {
-                let cascaded = try modify(descendant, .cancelRequested, in: database) { task throws(Problem) in
+                changed.events += try modify(descendant, .cancelRequested, now: now, in: database) { task throws(Problem) in
                     try TaskRules.requestCancel(task, now: now)
-                }
-                all += events(cascaded, .cancelRequested)
+                }.events
             }
-            return Changed(outcome: outcome, events: all)
+            return changed
         }
     }
 
-    /// Deletes a task and its descendants, leaving a tombstone for each.
+    /// Deletes a task and its descendants, leaving a tombstone for each; its parent's
+    /// roll-up loses it.
     public func delete(_ id: String, now: EpochMilliseconds, in database: Database) throws -> Deleted {
         try numbered {
             let tree = try TaskRepository.tree(id, in: database)
-            guard !tree.isEmpty else { throw Problem.notFound(id) }
+            guard let root = tree.first(where: { $0.id == id }) else { throw Problem.notFound(id) }
             var events: [TaskEvent] = []
             for task in tree.reversed() {
                 let seq = sequence.next()
                 try TaskRepository.delete(task.id, in: database)
+                try History.delete(task.id, in: database)
                 try ChangeFeed.recordDeletion(task, seq: seq, at: now, in: database)
                 events.append(.deleted(seq: seq, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt))
             }
+            events += try rollUp(from: root.parentID, weightDelta: -root.weight,
+                                 doneDelta: -root.weight * root.shareOfParent, now: now, in: database)
             return Deleted(count: tree.count, events: events)
         }
+    }
+
+    /// Raises (or changes) the stall flag of every task whose deadline has passed, at most
+    /// `limit` of them, in deadline order; returns the events and how many were looked at.
+    public func sweep(now: EpochMilliseconds, limit: Int, in database: Database) throws -> (events: [TaskEvent], examined: Int) {
+        try numbered {
+            let due = try TaskRepository.dueForStallCheck(at: now, limit: limit, in: database)
+            var events: [TaskEvent] = []
+            for task in due {
+                var next = task
+                if let kind = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: true) {
+                    stamp(&next, kind)
+                    events.append(TaskEvent(kind, next))
+                }
+                try TaskRepository.update(next, previous: task, in: database)
+            }
+            return (events, due.count)
+        }
+    }
+
+    /// Forgets, quietly, at most `limit` finished tasks (with their history) whose whole
+    /// family finished before `cutoff`, leaves first, and tombstones older than `cutoff`;
+    /// resuming from an id at or below what was forgotten then gets a snapshot.
+    public func prune(finishedBefore cutoff: EpochMilliseconds, limit: Int, in database: Database) throws -> Int {
+        let tasks = try TaskRepository.prunable(finishedBefore: cutoff, limit: limit, in: database)
+        var forgottenThrough: Int64 = 0
+        for task in tasks {
+            try TaskRepository.delete(task.id, in: database)
+            try History.delete(task.id, in: database)
+            forgottenThrough = max(forgottenThrough, task.changeSeq)
+        }
+        let tombstones = try ChangeFeed.pruneTombstones(deletedBefore: cutoff, limit: limit, in: database)
+        forgottenThrough = max(forgottenThrough, tombstones.through)
+        if forgottenThrough > 0 { try ChangeFeed.forget(through: forgottenThrough, in: database) }
+        return tasks.count + tombstones.count
     }
 
     /// Runs one operation; if it throws, the numbers it took are given back (its savepoint
@@ -154,19 +196,46 @@ public struct TaskStore: Sendable {
         }
     }
 
-    private func events(_ outcome: TaskRules.Outcome, _ kind: TaskEventKind) -> [TaskEvent] {
-        guard case .applied(let task) = outcome else { return [] }
-        return [TaskEvent(kind, task)]
+    /// Gives a change its number.
+    private func stamp(_ task: inout TaskRecord, _ kind: TaskEventKind) {
+        task.changeSeq = sequence.next()
+        task.changeKind = kind
     }
 
-    private func modify(_ id: String, _ kind: TaskEventKind, in database: Database,
-                        _ rule: (TaskRecord) throws(Problem) -> TaskRules.Outcome) throws -> TaskRules.Outcome {
+    private func modify(_ id: String, _ kind: TaskEventKind, now: EpochMilliseconds, in database: Database,
+                        _ rule: (TaskRecord) throws(Problem) -> TaskRules.Outcome) throws -> Changed {
         guard let task = try TaskRepository.find(id, in: database) else { throw Problem.notFound(id) }
-        guard case .applied(var next) = try rule(task) else { return .unchanged(task) }
-        next.changeSeq = sequence.next()
-        next.changeKind = kind
+        guard case .applied(var next) = try rule(task) else { return Changed(outcome: .unchanged(task), events: []) }
+        let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
+        if next.completed != task.completed || next.total != task.total || next.state != task.state {
+            try History.record(&next, at: now, in: database)
+        }
+        stamp(&next, stallChange == .recovered && kind == .updated ? .recovered : kind)
         try TaskRepository.update(next, previous: task, in: database)
-        return .applied(next)
+        var events = [TaskEvent(next.changeKind, next)]
+        events += try rollUp(from: next.parentID, weightDelta: 0,
+                             doneDelta: next.weight * (next.shareOfParent - task.shareOfParent), now: now, in: database)
+        return Changed(outcome: .applied(next), events: events)
+    }
+
+    /// Carries a child's change up through its ancestors: each one's roll-up moves, the
+    /// activity counts as its signal, and each gets a `task.updated` (or `task.recovered`).
+    private func rollUp(from parentID: String?, weightDelta: Double, doneDelta: Double, now: EpochMilliseconds,
+                        in database: Database) throws -> [TaskEvent] {
+        var events: [TaskEvent] = []
+        var currentID = parentID
+        var (weightDelta, doneDelta) = (weightDelta, doneDelta)
+        while let id = currentID, let parent = try TaskRepository.find(id, in: database),
+              var next = TaskRules.rollUp(parent, weightDelta: weightDelta, doneDelta: doneDelta, now: now) {
+            let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
+            if next.fraction != parent.fraction { try History.record(&next, at: now, in: database) }
+            stamp(&next, stallChange == .recovered ? .recovered : .updated)
+            try TaskRepository.update(next, previous: parent, in: database)
+            events.append(TaskEvent(next.changeKind, next))
+            (weightDelta, doneDelta) = (0, next.weight * (next.shareOfParent - parent.shareOfParent))
+            currentID = parent.parentID
+        }
+        return events
     }
 }
 
