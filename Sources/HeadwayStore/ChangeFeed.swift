@@ -22,7 +22,9 @@ public enum ChangeFeed {
         let (first, prunedThrough) = state.first ?? (0, -1)
         let lastTask = try database.scalar("SELECT max(change_seq) FROM tasks") ?? first
         let lastTombstone = try database.scalar("SELECT max(change_seq) FROM tombstones") ?? first
-        return Position(first: first, last: max(first, lastTask, lastTombstone), prunedThrough: prunedThrough)
+        // What was forgotten still counts: the sequence never goes back, even when its
+        // latest changes were pruned.
+        return Position(first: first, last: max(first, lastTask, lastTombstone, prunedThrough), prunedThrough: prunedThrough)
     }
 
     /// Records that `task` was deleted, as change number `seq`.

@@ -57,6 +57,17 @@ import HeadwayStore
         #expect(throws: UsageError(message)) { _ = try Configuration.parse(arguments: arguments, environment: [:]) }
     }
 
+    @Test func durationsTakeUnits() throws {
+        #expect(try parse([]).retentionSeconds == 7 * 86_400)
+        #expect(try parse(["--retention", "12h"]).retentionSeconds == 43_200)
+        #expect(try parse(["--retention=90m"]).retentionSeconds == 5_400)
+        #expect(try parse([], ["HEADWAY_RETENTION": "3600"]).retentionSeconds == 3_600)
+        #expect(try parse(["--sse-heartbeat", "2.5", "--max-subscribers", "20"]).sseHeartbeatSeconds == 2.5)
+        for bad in ["7x", "-1d", "10s", "", "1e9d"] {
+            #expect(throws: UsageError.self) { _ = try Configuration.parse(arguments: ["--retention", bad], environment: [:]) }
+        }
+    }
+
     @Test func refusesToListenBeyondLoopbackWithoutTokens() {
         for address in ["0.0.0.0:8080", "[::]:8080", "192.0.2.1:80"] {
             #expect(throws: UsageError.self) { _ = try Configuration.parse(arguments: ["--listen", address], environment: [:]) }
