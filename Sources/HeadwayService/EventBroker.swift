@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import HeadwayCore
+import HeadwayStore
 
 /// One client of `GET /v1/events`. Its state belongs to the broker thread, except
 /// `stream`, which any thread may write.
@@ -77,7 +78,10 @@ final class EventBroker: @unchecked Sendable {
         self.clock = clock
         self.logger = logger
         nextHeartbeat = .now() + settings.heartbeatSeconds
-        let thread = Thread { [self] in run() }
+        let thread = Thread { [self] in
+            nameCurrentThread("headway-events")
+            run()
+        }
         thread.name = "headway.events"
         thread.start()
     }

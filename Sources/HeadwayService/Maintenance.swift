@@ -39,7 +39,10 @@ final class Maintenance: @unchecked Sendable {
         self.broker = broker
         self.clock = clock
         self.logger = logger
-        let thread = Thread { [self] in run() }
+        let thread = Thread { [self] in
+            nameCurrentThread("headway-sweeper")
+            run()
+        }
         thread.name = "headway.maintenance"
         thread.start()
     }

@@ -41,7 +41,10 @@ public final class GroupCommitWriter: @unchecked Sendable {
         try database.execute("PRAGMA journal_mode = WAL")
         try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
         self.maximumBatch = maximumBatch
-        let thread = Thread { [self] in loop() }
+        let thread = Thread { [self] in
+            nameCurrentThread("headway-writer")
+            loop()
+        }
         thread.name = "headway.writer"
         thread.start()
     }
@@ -145,4 +148,10 @@ public enum WriterError: Error, Equatable {
 /// A value written and read on the writer thread only.
 private final class ResultBox<Value>: @unchecked Sendable {
     var result: Result<Value, any Error>?
+}
+
+/// Names the calling thread for the operating system (`top -H`, /proc/…/comm; at most 15
+/// bytes) where the system offers it; elsewhere does nothing.
+public func nameCurrentThread(_ name: String) {
+    try? String(name.utf8.prefix(15))!.write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
 }
