@@ -35,11 +35,11 @@ test-deps:
 migrations:
 	@python3 scripts/embed-migrations.py
 
-## Measure progress updates per second (wrk, 32 connections) at both durabilities.
+## headwayd beside nginx+nchan: prints the table and writes docs/benchmarks.md (about 10 minutes).
 bench:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
-	bench/progress-throughput.sh
+	python3 bench/suite.py
 
 clean:
 	rm -rf .build

@@ -1,6 +1,9 @@
--- wrk script: progress updates over keep-alive, spread over the tasks bench-0 … bench-(N-1).
--- Each body is about 100 bytes of JSON, like a runner's report.
+-- wrk script: updates over keep-alive, spread over the channels bench-0 … bench-(N-1).
+-- BENCH_PATH is the publish path with CHANNEL where the channel goes (headwayd:
+-- /v1/tasks/CHANNEL/progress, nchan: /pub?id=CHANNEL). Every body is the same ~100-byte
+-- JSON update a runner sends.
 local tasks = tonumber(os.getenv("BENCH_TASKS") or "32")
+local path = os.getenv("BENCH_PATH") or "/v1/tasks/CHANNEL/progress"
 local counter = 0
 
 function setup(thread)
@@ -10,14 +13,9 @@ end
 request = function()
   counter = counter + 1
   local id = (counter + offset) % tasks
-  local body = string.format('{"increment":1,"label":"Copying photos to archive volume 3 (batch %06d)"}', counter % 1000000)
-  return wrk.format("POST", "/v1/tasks/bench-" .. id .. "/progress",
-                    {["Content-Type"] = "application/json"}, body)
-end
-
-local non2xx = 0
-response = function(status, headers, body)
-  if status ~= 200 then non2xx = non2xx + 1 end
+  local body = string.format('{"increment":1,"label":"Copying photos to archive volume 3 (batch %06d)","unit":"files"}',
+                             counter % 1000000)
+  return wrk.format("POST", (path:gsub("CHANNEL", "bench-" .. id)), {["Content-Type"] = "application/json"}, body)
 end
 
 done = function(summary, latency, requests)

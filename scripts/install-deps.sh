@@ -7,7 +7,7 @@ set -euo pipefail
 apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev)
 # The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf).
 [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx)
-[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk)
+[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux)
 
 missing=()
 for package in "${apt_packages[@]}"; do
@@ -26,4 +26,9 @@ if [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ]; then
     echo "Installing Python test tools: openapi-spec-validator, PyYAML, pytest, httpx, httpx-sse"
     python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator pyyaml pytest httpx httpx-sse
   fi
+fi
+
+if [ "${HEADWAY_BENCH:-0}" = 1 ] && ! python3 -c "import matplotlib" 2>/dev/null; then
+  echo "Installing Python benchmark tools: matplotlib"
+  python3 -m pip install --quiet --disable-pip-version-check matplotlib
 fi

@@ -1,0 +1,289 @@
+"""The servers the benchmarks measure, and the measurements they share.
+
+Each server runs pinned to CPU 0 on a free loopback port with its own temporary state; the
+load generators run in this process or in wrk, pinned to CPU 1. Both servers are driven
+with the same ~100-byte JSON body and read by the same clients.
+"""
+import http.client
+import os
+import re
+import resource
+import selectors
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEADWAYD = os.environ.get("HEADWAYD", os.path.join(ROOT, ".build/release/headwayd"))
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+STAMP = re.compile(rb'"label":"t=(\d+)"')
+
+
+def body(stamp_ns=None, counter=0):
+    """The update every server receives: about 100 bytes of JSON."""
+    label = f"t={stamp_ns}" if stamp_ns is not None else f"Copying photos to archive volume 3 (batch {counter:06d})"
+    return f'{{"increment":1,"label":"{label}","unit":"files"}}'
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, process):
+    for _ in range(400):
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.025)
+    raise RuntimeError("server did not listen")
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid):
+    total = 0.0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+                total += int(stat.read().split()[0]) / 1e9
+        except OSError:
+            pass
+    return total
+
+
+def pin_this_process_to_cpu1():
+    if (os.cpu_count() or 1) >= 2:
+        os.sched_setaffinity(0, {1})
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class Headway:
+    """headwayd with a fresh database."""
+    name = "headway"
+
+    def __init__(self, durability="full", extra=()):
+        self.durability = durability
+        self.name = f"headway ({durability})"
+        self.work = tempfile.mkdtemp()
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            ["taskset", "-c", "0", HEADWAYD, "--listen", f"127.0.0.1:{self.port}", "--db", f"{self.work}/h.db",
+             "--durability", durability, "--log-level", "warn", "--max-subscribers", "20000", *extra])
+        wait_for_port(self.port, self.process)
+        self.pid = self.process.pid
+
+    def prepare_channels(self, names):
+        api = http.client.HTTPConnection("127.0.0.1", self.port)
+        for name in names:
+            api.request("POST", "/v1/tasks", body=f'{{"id":"{name}","name":"Benchmark {name}"}}',
+                        headers={"Content-Type": "application/json"})
+            response = api.getresponse()
+            response.read()
+            assert response.status in (200, 201), response.status
+        api.close()
+
+    def publish_path(self, channel):
+        return f"/v1/tasks/{channel}/progress"
+
+    def subscribe_request(self, channel):
+        return f"GET /v1/events?task={channel} HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n".encode()
+
+    def stop(self):
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+class Nchan:
+    """nginx with the nchan module, one process, bench/nchan/nginx.conf.template."""
+    name = "nginx+nchan"
+
+    def __init__(self):
+        self.work = tempfile.mkdtemp()
+        self.port = free_port()
+        template = open(os.path.join(ROOT, "bench/nchan/nginx.conf.template")).read()
+        with open(f"{self.work}/nginx.conf", "w") as conf:
+            conf.write(template.replace("{PREFIX}", self.work).replace("{PORT}", str(self.port)))
+        self.process = subprocess.Popen(["taskset", "-c", "0", NGINX, "-p", self.work, "-c", f"{self.work}/nginx.conf"],
+                                        stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.process)
+        self.pid = self.process.pid
+
+    def prepare_channels(self, names):
+        pass
+
+    def publish_path(self, channel):
+        return f"/pub?id={channel}"
+
+    def subscribe_request(self, channel):
+        return f"GET /sub/{channel} HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n".encode()
+
+    def stop(self):
+        self.process.send_signal(signal.SIGQUIT)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def wrk_publish(server, connections=50, seconds=10, channels=50):
+    """Updates (publishes) per second over keep-alive with wrk; returns (rate, p50 ms, p99 ms, errors)."""
+    names = [f"bench-{i}" for i in range(channels)]
+    server.prepare_channels(names)
+    env = dict(os.environ, BENCH_TASKS=str(channels), BENCH_PATH=server.publish_path("CHANNEL"))
+    output = subprocess.run(
+        ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s",
+         os.path.join(ROOT, "bench/progress.lua"), f"http://127.0.0.1:{server.port}"],
+        env=env, capture_output=True, text=True, check=True).stdout
+    line = next(l for l in output.splitlines() if l.startswith("RESULT"))
+    fields = dict(part.split("=") for part in line.split()[1:])
+    return float(fields["rps"]), float(fields["p50_ms"]), float(fields["p99_ms"]), int(fields["errors"])
+
+
+class Subscribers:
+    """N event-stream subscribers on one epoll loop; counts stamped events and their latency."""
+
+    def __init__(self, port, count, request):
+        self.selector = selectors.EpollSelector()
+        self.states = []
+        started = time.monotonic()
+        for first in range(0, count, 500):
+            for _ in range(first, min(first + 500, count)):
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.sendall(request)
+                sock.setblocking(False)
+                state = {"sock": sock, "buffer": b"", "open": False, "events": 0, "latencies": []}
+                self.states.append(state)
+                self.selector.register(sock, selectors.EVENT_READ, state)
+            deadline = time.monotonic() + 30
+            while sum(s["open"] for s in self.states) < len(self.states) and time.monotonic() < deadline:
+                self.pump(0.05)
+        self.connect_seconds = time.monotonic() - started
+
+    @property
+    def connected(self):
+        return sum(s["open"] for s in self.states)
+
+    def pump(self, timeout):
+        for key, _ in self.selector.select(timeout):
+            state = key.data
+            try:
+                chunk = state["sock"].recv(65536)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.selector.unregister(state["sock"])
+                continue
+            now = time.time_ns()
+            state["open"] = True  # the response head (and a first frame) came
+            data = state["buffer"] + chunk
+            end = data.rfind(b"\n\n")
+            if end < 0:
+                state["buffer"] = data[-4096:]
+                continue
+            complete, state["buffer"] = data[:end + 2], data[end + 2:]
+            for match in STAMP.finditer(complete):
+                state["events"] += 1
+                state["latencies"].append((now - int(match.group(1))) / 1e6)
+
+    def close(self):
+        for state in self.states:
+            state["sock"].close()
+
+
+def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout"):
+    """N subscribers of one channel, `rate` stamped updates per second: delivery, latency, RSS, CPU."""
+    server.prepare_channels([channel])
+    time.sleep(0.5)
+    rss_before = rss_kib(server.pid)
+    clients = Subscribers(server.port, subscribers, server.subscribe_request(channel))
+    for _ in range(20):
+        clients.pump(0.05)
+    rss_after = rss_kib(server.pid)
+    cpu_start, idle_start = cpu_seconds(server.pid), time.monotonic()
+    while time.monotonic() - idle_start < 3:
+        clients.pump(0.1)
+    idle_cpu = 100 * (cpu_seconds(server.pid) - cpu_start) / (time.monotonic() - idle_start)
+
+    acknowledged = []
+
+    def drive():
+        api = http.client.HTTPConnection("127.0.0.1", server.port)
+        next_time = time.monotonic()
+        for _ in range(int(seconds * rate)):
+            next_time += 1.0 / rate
+            api.request("POST", server.publish_path(channel), body=body(stamp_ns=time.time_ns()),
+                        headers={"Content-Type": "application/json"})
+            response = api.getresponse()
+            response.read()
+            if 200 <= response.status < 300:
+                acknowledged.append(1)
+            time.sleep(max(0.0, next_time - time.monotonic()))
+
+    driver = threading.Thread(target=drive)
+    cpu_start, drive_start = cpu_seconds(server.pid), time.monotonic()
+    driver.start()
+    while driver.is_alive():
+        clients.pump(0.05)
+    busy_cpu = 100 * (cpu_seconds(server.pid) - cpu_start) / (time.monotonic() - drive_start)
+    drain_until = time.monotonic() + 3
+    while time.monotonic() < drain_until:
+        clients.pump(0.05)
+    connected = clients.connected
+    latencies = sorted(l for s in clients.states for l in s["latencies"])
+    result = {
+        "requested": subscribers, "connected": connected, "connect_seconds": clients.connect_seconds,
+        "acknowledged": len(acknowledged), "expected": len(acknowledged) * connected,
+        "delivered": sum(s["events"] for s in clients.states),
+        "p50_ms": statistics.median(latencies) if latencies else float("nan"),
+        "p90_ms": latencies[int(len(latencies) * 0.90) - 1] if latencies else float("nan"),
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] if latencies else float("nan"),
+        "rss_before_kib": rss_before, "rss_after_kib": rss_after,
+        "rss_per_subscriber_kib": (rss_after - rss_before) / max(1, connected),
+        "idle_cpu_percent": idle_cpu, "busy_cpu_percent": busy_cpu,
+    }
+    clients.close()
+    return result
+
+
+def publish_while_subscribed(server, subscribers=10_000, connections=50, seconds=10):
+    """headwayd's updates per second with wrk while N subscribers of every task receive."""
+    server.prepare_channels([f"bench-{i}" for i in range(50)])
+    clients = Subscribers(server.port, subscribers,
+                          b"GET /v1/events HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n")
+    env = dict(os.environ, BENCH_TASKS="50", BENCH_PATH=server.publish_path("CHANNEL"))
+    wrk = subprocess.Popen(
+        ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s",
+         os.path.join(ROOT, "bench/progress.lua"), f"http://127.0.0.1:{server.port}"],
+        env=env, stdout=subprocess.PIPE, text=True)
+    while wrk.poll() is None:
+        clients.pump(0.05)
+    output = wrk.stdout.read()
+    connected = clients.connected
+    clients.close()
+    line = next(l for l in output.splitlines() if l.startswith("RESULT"))
+    fields = dict(part.split("=") for part in line.split()[1:])
+    return float(fields["rps"]), connected
