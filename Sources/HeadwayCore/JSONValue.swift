@@ -1,5 +1,3 @@
-import Foundation
-
 /// A parsed JSON value, as strict as the API needs: integers are kept apart from
 /// fractional numbers so that "an integer" can be checked exactly.
 public enum JSONValue: Equatable, Sendable {
@@ -11,10 +9,9 @@ public enum JSONValue: Equatable, Sendable {
     case array([JSONValue])
     case object([String: JSONValue])
 
-    /// Parses UTF-8 JSON text. Returns nil when the bytes are not valid JSON
-    /// (this includes `NaN`, `Infinity` and nesting deeper than the decoder allows).
+    /// Parses UTF-8 JSON text strictly (see `JSONParser`); nil when it is not acceptable.
     public static func parse<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> JSONValue? {
-        try? JSONDecoder().decode(JSONValue.self, from: Data(bytes))
+        try? JSONParser.parse(bytes).get()
     }
 
     /// The canonical text of this value: no spaces, object keys sorted.
@@ -33,27 +30,6 @@ public enum JSONValue: Equatable, Sendable {
         case .string: "string"
         case .array: "array"
         case .object: "object"
-        }
-    }
-}
-
-extension JSONValue: Decodable {
-    public init(from decoder: any Decoder) throws {
-        let container = try decoder.singleValueContainer()
-        if container.decodeNil() {
-            self = .null
-        } else if let value = try? container.decode(Bool.self) {
-            self = .bool(value)
-        } else if let value = try? container.decode(Int64.self) {
-            self = .integer(value)
-        } else if let value = try? container.decode(Double.self) {
-            self = .number(value)
-        } else if let value = try? container.decode(String.self) {
-            self = .string(value)
-        } else if let value = try? container.decode([JSONValue].self) {
-            self = .array(value)
-        } else {
-            self = .object(try container.decode([String: JSONValue].self))
         }
     }
 }

@@ -216,8 +216,10 @@ struct TaskAPI: Sendable {
             throw Problem(status: 415, code: "unsupported_media_type", title: "Unsupported media type",
                           detail: "Send the body as application/json (got '\(mediaType.isEmpty ? "no Content-Type" : mediaType)').")
         }
-        guard let value = JSONValue.parse(request.body) else { throw .malformedJSON() }
-        return value
+        switch JSONParser.parse(request.body) {
+        case .success(let value): return value
+        case .failure(let failure): throw .malformedJSON("The request body is not valid JSON: \(failure).")
+        }
     }
 
     private func reply(_ problem: Problem) -> HTTPResponse {
