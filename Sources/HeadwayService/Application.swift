@@ -64,6 +64,7 @@ public final class HeadwayApplication: Sendable {
         broker.stop()
         readers.forEach { $0.close() }
         logger.log(.info, "server.stopped", ["batches": "\(writer.statistics.batches)", "writes": "\(writer.statistics.jobs)"])
+        logger.flush()
     }
 }
 

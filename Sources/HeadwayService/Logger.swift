@@ -1,5 +1,6 @@
 import Foundation
 import HeadwayCore
+import HeadwayStore
 
 /// Severity of a log line.
 public enum LogLevel: Int, Sendable, Comparable {
@@ -21,23 +22,28 @@ public enum LogLevel: Int, Sendable, Comparable {
 }
 
 /// Writes one logfmt line per event to stderr: `ts=… level=… event=http.request key=value …`.
-/// Each line is one `write(2)`, so lines from different threads never interleave.
+/// Lines are gathered and written by a background thread at most every 50 ms (one
+/// `write(2)` for many requests); warnings and errors are written at once, and `flush()`
+/// writes what is pending (the daemon calls it when it stops). Lines never interleave.
 public struct Logger: Sendable {
     public var minimumLevel: LogLevel
-    private let write: @Sendable (String) -> Void
+    private let output: LogOutput
 
-    /// A logger writing to stderr, or to `sink` (for tests).
+    /// A logger writing to stderr, or to `sink` (for tests; then every line goes at once).
     public init(minimumLevel: LogLevel = .info, sink: (@Sendable (String) -> Void)? = nil) {
         self.minimumLevel = minimumLevel
-        self.write = sink ?? { line in FileHandle.standardError.write(Data(line.utf8)) }
+        self.output = LogOutput(sink: sink)
     }
+
+    /// Writes the lines still waiting.
+    public func flush() { output.flush() }
 
     /// Logs `event` with `fields` (written in the order given).
     public func log(_ level: LogLevel, _ event: String, _ fields: KeyValuePairs<String, String> = [:]) {
         guard level >= minimumLevel else { return }
         var line = "ts=\(Timestamp.rfc3339(SystemClock().now())) level=\(level.name) event=\(event)"
         for (key, value) in fields { line += " \(key)=\(Self.quoted(value))" }
-        write(line + "\n")
+        output.append(line + "\n", immediately: level >= .warn)
     }
 
     private static func quoted(_ value: String) -> String {
@@ -53,5 +59,51 @@ public struct Logger: Sendable {
             }
         }
         return escaped + "\""
+    }
+}
+
+/// Where log lines go: straight to a sink, or to stderr through a buffer that a background
+/// thread empties.
+final class LogOutput: @unchecked Sendable {
+    private let sink: (@Sendable (String) -> Void)?
+    private let condition = NSCondition()
+    private var pending = ""
+    private var flusherStarted = false
+    /// Held from taking the pending lines to writing them, so lines keep their order.
+    private let writeLock = NSLock()
+
+    init(sink: (@Sendable (String) -> Void)?) { self.sink = sink }
+
+    func append(_ line: String, immediately: Bool) {
+        if let sink { return sink(line) }
+        condition.lock()
+        pending += line
+        if !flusherStarted {
+            flusherStarted = true
+            let thread = Thread { [self] in flushPeriodically() }
+            thread.name = "headway.log"
+            thread.start()
+        }
+        let writeNow = immediately || pending.utf8.count >= 64 * 1024
+        condition.unlock()
+        if writeNow { flush() }
+    }
+
+    func flush() {
+        writeLock.withLock {
+            let text = condition.withLock { () -> String in
+                defer { pending = "" }
+                return pending
+            }
+            if !text.isEmpty { FileHandle.standardError.write(Data(text.utf8)) }
+        }
+    }
+
+    private func flushPeriodically() {
+        nameCurrentThread("headway-log")
+        while true {
+            Thread.sleep(forTimeInterval: 0.05)
+            flush()
+        }
     }
 }

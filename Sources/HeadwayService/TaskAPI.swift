@@ -105,8 +105,8 @@ struct TaskAPI: Sendable {
             }
             guard errors.isEmpty else { throw Problem.invalidRequest(errors) }
             let points = try reader.snapshot { database -> [History.Point]? in
-                guard try TaskRepository.find(id, in: database) != nil else { return nil }
-                return try History.points(id, in: database)
+                guard let task = try TaskRepository.find(id, in: database) else { return nil }
+                return try History.points(of: task, in: database)
             }
             guard let points else { return reply(Problem.notFound(id)) }
             let kept = Downsampling.largestTriangleThreeBuckets(

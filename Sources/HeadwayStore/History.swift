@@ -14,18 +14,16 @@ public enum History {
         public var fraction: Double?
     }
 
-    /// Records `task` as it is at `now`, updating its bookkeeping (`historyPoints`,
-    /// `historyBucket`), which the caller then stores with the task.
+    /// Records `task` as it is at `now` when it enters a new second, updating its
+    /// bookkeeping (`historyPoints`, `historyBucket`), which the caller stores with the task.
+    /// Within a second nothing is written: the task row itself holds the latest state, and
+    /// `points(of:)` ends the curve with it.
     public static func record(_ task: inout TaskRecord, at now: EpochMilliseconds, in database: Database) throws(SQLiteError) {
         let bucket = now / 1000
-        let values: [SQLValue] = [.text(task.id), .integer(bucket), .integer(now), .integer(task.completed),
-                                  task.total.map { .integer($0) } ?? .null, task.fraction.map { .real($0) } ?? .null]
-        try database.run("""
-            INSERT INTO history (task_id, bucket, t, completed, total, fraction) VALUES (?, ?, ?, ?, ?, ?)
-            ON CONFLICT (task_id, bucket) DO UPDATE
-            SET t = excluded.t, completed = excluded.completed, total = excluded.total, fraction = excluded.fraction
-            """, values)
         guard task.historyBucket != bucket else { return }
+        try database.run("INSERT OR REPLACE INTO history (task_id, bucket, t, completed, total, fraction) VALUES (?, ?, ?, ?, ?, ?)",
+                         [.text(task.id), .integer(bucket), .integer(now), .integer(task.completed),
+                          task.total.map { .integer($0) } ?? .null, task.fraction.map { .real($0) } ?? .null])
         task.historyBucket = bucket
         task.historyPoints += 1
         if task.historyPoints > maximumPoints {
@@ -46,13 +44,22 @@ public enum History {
         return Int(try database.scalar("SELECT count(*) FROM history WHERE task_id = ?", [.text(taskID)]) ?? 0)
     }
 
-    /// Every sample of a task, oldest first.
-    public static func points(_ taskID: String, in database: Database) throws(SQLiteError) -> [Point] {
-        try database.rows("SELECT t, completed, total, fraction FROM history WHERE task_id = ? ORDER BY bucket",
-                          [.text(taskID)]) { row in
+    /// The curve of `task`: its stored samples, oldest first, ending with its current state
+    /// (when that is newer than the last sample).
+    public static func points(of task: TaskRecord, in database: Database) throws(SQLiteError) -> [Point] {
+        var points = try database.rows("SELECT t, completed, total, fraction FROM history WHERE task_id = ? ORDER BY bucket",
+                                       [.text(task.id)]) { row in
             Point(t: row.int(0), completed: row.int(1), total: row.optionalInt(2),
                   fraction: row.isNull(3) ? nil : row.double(3))
         }
+        let current = Point(t: max(task.lastProgressAt ?? task.createdAt, task.finishedAt ?? 0), completed: task.completed,
+                            total: task.total, fraction: task.fraction)
+        if let last = points.last, current.t > last.t || (current.t == last.t && current != last) {
+            points.append(current)
+        } else if points.isEmpty {
+            points.append(current)
+        }
+        return points
     }
 
     /// Forgets a task's samples.

@@ -85,19 +85,23 @@ import Testing
         for completed in 1...5 {
             _ = try fixture.write { try store.progress("long", ProgressUpdate(completed: Int64(completed)), now: 500, in: $0) }
         }
-        #expect(try fixture.read { try History.points("long", in: $0) }.map(\.completed) == [5])
+        let stored = try fixture.read { try $0.rows("SELECT completed FROM history WHERE task_id = 'long'") { $0.int(0) } }
+        #expect(stored == [0], "one sample per second; the task row holds the latest")
+        let curve = try fixture.read { database in try History.points(of: TaskRepository.find("long", in: database)!, in: database) }
+        #expect(curve.map(\.completed) == [0, 5], "the curve ends with the current state")
         for second in 1...4500 {
             _ = try fixture.write {
                 try store.progress("long", ProgressUpdate(completed: Int64(5 + second)), now: Int64(second) * 1000, in: $0)
             }
         }
-        let points = try fixture.read { try History.points("long", in: $0) }
-        #expect(points.count <= History.maximumPoints)
-        #expect(points.count > History.maximumPoints / 4)
-        #expect(points.first?.t == 500)
-        #expect(points.last?.completed == 4505)
         let task = try fixture.read { try TaskRepository.find("long", in: $0) }!
-        #expect(task.historyPoints == points.count)
+        let points = try fixture.read { try History.points(of: task, in: $0) }
+        let storedCount = try fixture.read { try $0.scalar("SELECT count(*) FROM history WHERE task_id = 'long'") }
+        #expect(storedCount! <= Int64(History.maximumPoints))
+        #expect(storedCount! > Int64(History.maximumPoints / 4))
+        #expect(points.first?.t == 0, "the registration's sample")
+        #expect(points.last?.completed == 4505)
+        #expect(Int64(task.historyPoints) == storedCount)
     }
 
     @Test func retentionForgetsOldFinishedFamiliesLeavesFirst() throws {
