@@ -100,10 +100,16 @@ final class EventBroker: @unchecked Sendable {
     /// Subscribers connected (places taken).
     var subscriberCount: Int { condition.withLock { reservedSlots } }
 
-    /// Queues committed events, in sequence order.
+    /// Queues committed events, in sequence order. With no subscriber there is nobody to
+    /// tell: a subscriber that arrives later reads everything committed before its catch-up
+    /// (its place is taken before that read, so nothing after it is dropped).
     func publish(_ events: [TaskEvent]) {
         guard !events.isEmpty else { return }
-        send(.publish(events))
+        condition.withLock {
+            guard reservedSlots > 0 else { return }
+            commands.append(.publish(events))
+            condition.signal()
+        }
     }
 
     /// Starts delivering to `subscriber` (events are kept until its catch-up is done).
