@@ -236,7 +236,14 @@ final class Exchange: Responder, @unchecked Sendable {
         let firstTime = !dispatched
         dispatched = true
         lock.unlock()
-        if firstTime { handler(request, self) }
+        if firstTime {
+            handler(request, self)
+            // Only the request line is needed from now on (for the log); a long-lived
+            // stream should not keep its headers and body.
+            request.headers = []
+            request.query = []
+            request.body = []
+        }
         lock.lock()
         defer { lock.unlock() }
         if let response = pending {
@@ -272,7 +279,7 @@ final class Exchange: Responder, @unchecked Sendable {
             }
             stream.attach(connection)
             stream.onClose { [server] in server.streamClosed(stream) }
-            mhdResponse = MHD_create_response_from_callback(UInt64.max, 8192, streamReaderCallback,
+            mhdResponse = MHD_create_response_from_callback(UInt64.max, 2048, streamReaderCallback,
                                                             Unmanaged.passRetained(stream).toOpaque(), streamFreeCallback)
         } else {
             mhdResponse = response.body.withUnsafeBytes { raw in

@@ -108,8 +108,9 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.port = configuration.port
     serverConfiguration.connectionLimit = connectionLimit
     // Each connection's buffers; an event stream needs little (frames are copied out of
-    // our own queue in small blocks), and 10,000 streams at the default 32 KiB cost ~280 MB.
-    serverConfiguration.connectionMemoryLimit = 16 * 1024
+    // our own queue in small blocks); 10,000 streams cost ~280 MB at the default 32 KiB,
+    // ~230 MB at 16 KiB. Headers up to about 6 KiB fit; bodies arrive in pieces.
+    serverConfiguration.connectionMemoryLimit = 8 * 1024
     let finalRouter = router
     let server = MicroHTTPServer(configuration: serverConfiguration, handler: { request, responder in
         finalRouter.handle(request, responder)
