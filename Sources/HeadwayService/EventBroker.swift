@@ -70,6 +70,8 @@ final class EventBroker: @unchecked Sendable {
 
     // Broker thread only.
     private var subscribers: [ObjectIdentifier: Subscriber] = [:]
+    /// The subscribers holding tasks back (`min_duration`): only these need the clock.
+    private var holding: [ObjectIdentifier: Subscriber] = [:]
     private var nextHeartbeat = DispatchTime.now()
     private var framesByEvent: [Int64: [UInt8]] = [:]
 
@@ -188,10 +190,12 @@ final class EventBroker: @unchecked Sendable {
             subscriber.arrivedDuringCatchUp = []
             subscriber.isLive = true
             deliver(coalesced(arrived), to: subscriber)
+            noteHolds(subscriber)
         case .drained(let subscriber):
             flushPending(subscriber)
         case .detach(let subscriber):
             subscriber.isAttached = false
+            holding[ObjectIdentifier(subscriber)] = nil
             if subscribers.removeValue(forKey: ObjectIdentifier(subscriber)) != nil {
                 condition.withLock { reservedSlots -= 1 }
             }
@@ -209,6 +213,7 @@ final class EventBroker: @unchecked Sendable {
         for subscriber in subscribers.values {
             if subscriber.isLive {
                 deliver(latest, to: subscriber)
+                if subscriber.filter.minDurationMilliseconds > 0 { noteHolds(subscriber) }
             } else {
                 subscriber.arrivedDuringCatchUp += latest.filter {
                     subscriber.filter.matches(taskID: $0.taskID, parentID: $0.parentID)
@@ -258,13 +263,19 @@ final class EventBroker: @unchecked Sendable {
         }
     }
 
+    /// Keeps `holding` in step with a subscriber's held tasks.
+    private func noteHolds(_ subscriber: Subscriber) {
+        holding[ObjectIdentifier(subscriber)] = subscriber.holdBack.nextRelease == nil ? nil : subscriber
+    }
+
     private func releaseHeldTasks() {
         let now = clock.now()
-        for subscriber in subscribers.values where subscriber.isLive {
+        for subscriber in holding.values where subscriber.isLive {
             guard let due = subscriber.holdBack.nextRelease, due <= now else { continue }
             for event in subscriber.holdBack.release(now: now) {
                 enqueue(EventFrames.event(event, withID: false), task: event.taskID, to: subscriber)
             }
+            noteHolds(subscriber)
         }
     }
 
@@ -281,7 +292,7 @@ final class EventBroker: @unchecked Sendable {
     private func nextWakeUp() -> Date {
         var seconds = Double(nextHeartbeat.uptimeNanoseconds) / 1e9 - Double(DispatchTime.now().uptimeNanoseconds) / 1e9
         let now = clock.now()
-        for subscriber in subscribers.values {
+        for subscriber in holding.values {
             if let release = subscriber.holdBack.nextRelease {
                 seconds = min(seconds, Double(release - now) / 1000)
             }
