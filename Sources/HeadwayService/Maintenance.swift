@@ -56,30 +56,26 @@ final class Maintenance: @unchecked Sendable {
         if !alreadyStopping { stopped.wait() }
     }
 
-    /// Runs one sweep now and waits for it to commit (tests move a manual clock, then call this).
+    /// Runs one sweep now and waits for it to commit (tests move a manual clock, then call
+    /// this); returns the events it raised.
     @discardableResult
-    func sweepNow() -> Int {
-        let done = DispatchSemaphore(value: 0)
-        let flagged = LockedCount()
-        submitSweep { count in
-            flagged.add(count)
-            done.signal()
-        }
-        done.wait()
-        return flagged.value
-    }
+    func sweepNow() -> Int { waitFor(submitSweep) }
 
-    /// Runs one retention batch now and waits for it (for tests).
+    /// Runs retention now and waits for it (for tests); returns the rows forgotten.
     @discardableResult
-    func pruneNow() -> Int {
+    func pruneNow() -> Int { waitFor(submitPrune) }
+
+    /// Submits a job chain and waits for its count.
+    @discardableResult
+    private func waitFor(_ submit: (Int, @escaping @Sendable (Int) -> Void) -> Void) -> Int {
         let done = DispatchSemaphore(value: 0)
-        let forgotten = LockedCount()
-        submitPrune { count in
-            forgotten.add(count)
+        let result = LockedCount()
+        submit(0) { count in
+            result.add(count)
             done.signal()
         }
         done.wait()
-        return forgotten.value
+        return result.value
     }
 
     private func run() {
@@ -89,21 +85,17 @@ final class Maintenance: @unchecked Sendable {
                 return stopping
             }
             if isStopping { break }
-            let done = DispatchSemaphore(value: 0)
-            submitSweep { _ in done.signal() }
-            done.wait()
+            waitFor(submitSweep)
             if Date() >= nextPrune {
                 nextPrune = Date(timeIntervalSinceNow: settings.pruneInterval)
-                let pruned = DispatchSemaphore(value: 0)
-                submitPrune { _ in pruned.signal() }
-                pruned.wait()
+                waitFor(submitPrune)
             }
         }
         stopped.signal()
     }
 
     /// Sweeps until a batch comes back short; calls `completion` with the number of events.
-    private func submitSweep(events total: Int = 0, completion: @escaping @Sendable (Int) -> Void) {
+    private func submitSweep(events total: Int, completion: @escaping @Sendable (Int) -> Void) {
         let now = clock.now()
         writer.submit({ [store, settings] database in
             try store.sweep(now: now, limit: settings.sweepBatch, in: database)
@@ -124,7 +116,7 @@ final class Maintenance: @unchecked Sendable {
     }
 
     /// Prunes in small batches until one comes back short.
-    private func submitPrune(forgotten total: Int = 0, completion: @escaping @Sendable (Int) -> Void) {
+    private func submitPrune(forgotten total: Int, completion: @escaping @Sendable (Int) -> Void) {
         let cutoff = clock.now() - settings.retentionMilliseconds
         writer.submit({ [store, settings] database in
             try store.prune(finishedBefore: cutoff, limit: settings.pruneBatch, in: database)
