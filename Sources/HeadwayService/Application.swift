@@ -46,6 +46,9 @@ public final class HeadwayApplication: Sendable {
     /// Makes the event stream look at the clock now (for tests that move a manual clock).
     func wakeEventStream() { broker.wake() }
 
+    /// Holds or releases the event broker's queue (for tests of a broker that is behind).
+    func pauseEventStream(_ paused: Bool) { broker.setPaused(paused) }
+
     /// Runs the stall sweeper now and waits for its commit; returns the events it raised.
     @discardableResult
     func sweepStalls() -> Int { maintenance.sweepNow() }

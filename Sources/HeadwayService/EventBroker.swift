@@ -48,6 +48,10 @@ final class EventBroker: @unchecked Sendable {
         var streamBufferBytes = 64 * 1024
         /// A subscriber with more tasks than this waiting is disconnected.
         var maximumPendingTasks = 2048
+        /// Past this many events waiting for the broker itself, a task's events are
+        /// coalesced to its latest before fan-out (the broker is behind; below it, every
+        /// event is delivered).
+        var coalescingBacklog = 1024
     }
 
     private enum Command {
@@ -65,6 +69,7 @@ final class EventBroker: @unchecked Sendable {
     private let condition = NSCondition()
     private var commands: [Command] = []
     private var stopping = false
+    private var paused = false
     private var reservedSlots = 0
     private let stopped = DispatchSemaphore(value: 0)
 
@@ -128,6 +133,15 @@ final class EventBroker: @unchecked Sendable {
     /// Makes the thread look at the clock now (after a test moved it).
     func wake() { send(.wake) }
 
+    /// Holds (true) or releases (false) the queue, so a test can make the broker fall
+    /// behind on purpose.
+    func setPaused(_ isPaused: Bool) {
+        condition.withLock {
+            paused = isPaused
+            condition.signal()
+        }
+    }
+
     /// Ends every stream and stops the thread (once; later calls return at once).
     func stop() {
         let alreadyStopping = condition.withLock {
@@ -149,8 +163,8 @@ final class EventBroker: @unchecked Sendable {
     private func run() {
         while true {
             condition.lock()
-            while commands.isEmpty && !stopping {
-                if !condition.wait(until: nextWakeUp()) { break }
+            while (commands.isEmpty || paused) && !stopping {
+                if !condition.wait(until: nextWakeUp()) && !paused { break }
             }
             let batch = commands
             commands = []
@@ -189,7 +203,7 @@ final class EventBroker: @unchecked Sendable {
             let arrived = subscriber.arrivedDuringCatchUp.filter { $0.seq > catchUp.highWater }
             subscriber.arrivedDuringCatchUp = []
             subscriber.isLive = true
-            deliver(coalesced(arrived), to: subscriber)
+            deliver(arrived.count > settings.coalescingBacklog ? coalesced(arrived) : arrived, to: subscriber)
             noteHolds(subscriber)
         case .drained(let subscriber):
             flushPending(subscriber)
@@ -204,11 +218,11 @@ final class EventBroker: @unchecked Sendable {
         }
     }
 
-    /// Fans a batch out. Within one batch only the latest event per task is kept: the
-    /// broker is behind, and each subscriber gets every task's latest state in order.
+    /// Fans a batch out, every event in order; only when the broker is far behind (a
+    /// backlog past `coalescingBacklog`) is a task's run of events cut to its latest.
     private func deliver(_ events: [TaskEvent]) {
         guard !events.isEmpty else { return }
-        let latest = coalesced(events)
+        let latest = events.count > settings.coalescingBacklog ? coalesced(events) : events
         framesByEvent = [:]
         for subscriber in subscribers.values {
             if subscriber.isLive {

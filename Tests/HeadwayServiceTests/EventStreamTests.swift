@@ -45,6 +45,26 @@ import Testing
         #expect(events[5].data == #"{"id":"t"}"#)
     }
 
+    /// A subscriber that keeps up sees every change, even when they reach the broker all at
+    /// once; only a backlog past the bound is coalesced (to each task's latest).
+    @Test func everyChangeIsDeliveredUnlessTheBacklogPassesItsBound() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"fast","name":"Fast","total":5000}"#)
+        let client = try daemon.subscribe("?task=fast")
+        _ = try snapshot(client)
+        daemon.application.pauseEventStream(true)
+        for _ in 0..<200 { try daemon.request("POST", "/v1/tasks/fast/progress", json: #"{"increment":1}"#) }
+        daemon.application.pauseEventStream(false)
+        let all = try client.events { $0.json["completed"] as? Int == 200 }
+        #expect(all.map { $0.json["completed"] as? Int } == (1...200).map { $0 }, "200 queued changes, 200 events")
+
+        daemon.application.pauseEventStream(true)
+        for _ in 0..<1100 { try daemon.request("POST", "/v1/tasks/fast/progress", json: #"{"increment":1}"#) }
+        daemon.application.pauseEventStream(false)
+        let behind = try client.events { $0.json["completed"] as? Int == 1300 }
+        #expect(behind.count == 1, "a backlog of 1,100 changes of one task comes as its latest state")
+    }
+
     @Test func resumingSendsEachChangedTaskOnceAtItsLatestStateThenLiveEvents() throws {
         let daemon = try LiveDaemon()
         try daemon.register(#"{"id":"gone","name":"Gone"}"#)
