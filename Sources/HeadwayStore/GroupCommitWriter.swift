@@ -98,6 +98,11 @@ public final class GroupCommitWriter: @unchecked Sendable {
                 condition.unlock()
                 break
             }
+            condition.unlock()
+            // Woken by the first job of a burst, the writer would preempt the threads still
+            // queueing the rest and commit them one by one: let them run first.
+            sched_yield()
+            condition.lock()
             let batch = Array(queue.prefix(maximumBatch))
             queue.removeFirst(batch.count)
             condition.unlock()
