@@ -74,9 +74,6 @@ public final class MicroHTTPServer: @unchecked Sendable {
         port = SocketAddress.boundPort(fd: headway_mhd_listen_fd(daemon)) ?? configuration.port
     }
 
-    /// Streams open now.
-    public var openStreamCount: Int { state.withLock { openStreams.count } }
-
     /// Stops accepting connections, ends every open stream, answers requests already under
     /// way (new requests on open connections get 503), waits up to `timeout` seconds for
     /// them, then stops.

@@ -41,9 +41,6 @@ public struct ServerSentEvent: Equatable, Sendable {
         Self.lines(text).map { $0.isEmpty ? ":\n" : ": \($0)\n" }.joined() + "\n"
     }
 
-    /// A frame that only sets the client's reconnection delay.
-    public static func retry(milliseconds: Int) -> String { "retry: \(milliseconds)\n\n" }
-
     /// Splits at CRLF, CR or LF, as the SSE parser does.
     private static func lines(_ text: String) -> [Substring] {
         var lines: [Substring] = []

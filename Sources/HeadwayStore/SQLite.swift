@@ -107,9 +107,6 @@ public final class Database: @unchecked Sendable {
         try rows(sql, arguments) { $0.optionalInt(0) }.first ?? nil
     }
 
-    /// Rows changed by the last INSERT, UPDATE or DELETE.
-    public var changes: Int { Int(sqlite3_changes(handle)) }
-
     var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 }
 

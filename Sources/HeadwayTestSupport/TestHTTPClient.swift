@@ -102,11 +102,6 @@ public final class TestHTTPClient: @unchecked Sendable {
         return TestResponse(status: status, headers: headers, body: body)
     }
 
-    /// True when the server has closed the connection (reads end of stream).
-    public func isClosedByPeer() -> Bool {
-        (try? readMore()) == false
-    }
-
     private func readUntil(_ marker: [UInt8]) throws -> Int {
         var searchFrom = 0
         while true {

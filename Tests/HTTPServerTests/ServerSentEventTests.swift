@@ -31,10 +31,9 @@ import Testing
         }
     }
 
-    @Test func commentsAndRetry() {
+    @Test func comments() {
         #expect(ServerSentEvent.comment() == ":\n\n")
         #expect(ServerSentEvent.comment("keep-alive") == ": keep-alive\n\n")
         #expect(ServerSentEvent.comment("a\nb") == ": a\n: b\n\n")
-        #expect(ServerSentEvent.retry(milliseconds: 2500) == "retry: 2500\n\n")
     }
 }
