@@ -41,15 +41,19 @@ public enum TaskRepository {
     ]
     static let columns = columnNames.joined(separator: ", ")
 
+    // The statements of the hot path, built once (not interpolated and hashed anew per call).
+    private static let findSQL = "SELECT \(columns) FROM tasks WHERE id = ?"
+    private static let insertSQL = "INSERT INTO tasks (\(columns)) VALUES ("
+        + Array(repeating: "?", count: columnNames.count).joined(separator: ", ") + ")"
+
     /// The task with `id`, if any.
     public static func find(_ id: String, in database: Database) throws(SQLiteError) -> TaskRecord? {
-        try database.rows("SELECT \(columns) FROM tasks WHERE id = ?", [.text(id)], map: record).first
+        try database.rows(findSQL, [.text(id)], map: record).first
     }
 
     /// Inserts a new task.
     public static func insert(_ task: TaskRecord, in database: Database) throws(SQLiteError) {
-        let placeholders = Array(repeating: "?", count: columnNames.count).joined(separator: ", ")
-        try database.run("INSERT INTO tasks (\(columns)) VALUES (\(placeholders))", values(task))
+        try database.run(insertSQL, values(task))
     }
 
     /// The columns a task's life can change; the rest are fixed at registration.
@@ -61,13 +65,20 @@ public enum TaskRepository {
         "children_done", "history_points", "history_bucket",
     ]
 
+    /// The UPDATE statement for `columns`, with the positions of their values in `values(_:)`.
+    private static func updateStatement(_ columns: [String]) -> (sql: String, positions: [Int]) {
+        let sql = "UPDATE tasks SET " + columns.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?"
+        return (sql, columns.map { columnNames.firstIndex(of: $0)! })
+    }
+    private static let updateMutable = updateStatement(mutableColumns)
+    private static let updateMutableAndIndexed = updateStatement(mutableColumns + ["state", "stalled"])
+
     /// Writes the changes from `previous` to `task` (the same task).
     public static func update(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(SQLiteError) {
-        let all = Dictionary(uniqueKeysWithValues: zip(columnNames, values(task)))
-        var columns = mutableColumns
-        if task.state != previous.state || task.stalled != previous.stalled { columns += ["state", "stalled"] }
-        let assignments = columns.map { "\($0) = ?" }.joined(separator: ", ")
-        try database.run("UPDATE tasks SET \(assignments) WHERE id = ?", columns.map { all[$0]! } + [.text(task.id)])
+        let statement = task.state != previous.state || task.stalled != previous.stalled
+            ? updateMutableAndIndexed : updateMutable
+        let all = values(task)
+        try database.run(statement.sql, statement.positions.map { all[$0] } + [.text(task.id)])
     }
 
     /// Tasks whose stall deadline has passed at `now`, earliest first (an index range).
