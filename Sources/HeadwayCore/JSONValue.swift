@@ -42,6 +42,9 @@ public struct JSONText: Sendable {
 
     public init() {}
 
+    /// Reserves room for `bytes` of text.
+    public mutating func reserveCapacity(_ bytes: Int) { text.reserveCapacity(bytes) }
+
     /// Appends `raw` as it is (it must already be valid JSON).
     public mutating func appendRaw(_ raw: String) { text += raw }
 
@@ -120,7 +123,11 @@ public struct JSONObjectWriter: Sendable {
     private var output = JSONText()
     private var isFirst = true
 
-    public init() { output.appendRaw("{") }
+    /// Starts an object; `capacity` is the expected size in bytes (a task is about 700).
+    public init(capacity: Int = 64) {
+        output.reserveCapacity(capacity)
+        output.appendRaw("{")
+    }
 
     private mutating func key(_ name: String) {
         if !isFirst { output.appendRaw(",") }

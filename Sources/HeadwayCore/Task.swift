@@ -166,7 +166,7 @@ public struct TaskRecord: Equatable, Sendable {
 
     /// The task as the API shows it, every documented field present.
     public var json: String {
-        var object = JSONObjectWriter()
+        var object = JSONObjectWriter(capacity: 1024)
         object.string("id", id)
         object.string("name", name)
         object.string("label", label)

@@ -50,12 +50,30 @@ public enum Timestamp {
         let minute = dayMilliseconds / 60_000 % 60
         let second = dayMilliseconds / 1000 % 60
         let millisecond = dayMilliseconds % 1000
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(hour, 2)):\(pad(minute, 2)):\(pad(second, 2)).\(pad(millisecond, 3))Z"
-    }
-
-    private static func pad(_ value: Int64, _ width: Int) -> String {
-        let digits = String(value)
-        return digits.count >= width ? digits : String(repeating: "0", count: width - digits.count) + digits
+        guard (0...9999).contains(year) else {
+            return "\(year)-\(month)-\(day)T\(hour):\(minute):\(second).\(millisecond)Z"
+        }
+        // Written digit by digit into a fixed buffer: this runs four times per task reply.
+        return String(unsafeUninitializedCapacity: 24) { buffer in
+            func put(_ value: Int64, _ width: Int, at offset: Int) {
+                var rest = value
+                for index in stride(from: offset + width - 1, through: offset, by: -1) {
+                    buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                    rest /= 10
+                }
+            }
+            put(year, 4, at: 0)
+            put(month, 2, at: 5)
+            put(day, 2, at: 8)
+            put(hour, 2, at: 11)
+            put(minute, 2, at: 14)
+            put(second, 2, at: 17)
+            put(millisecond, 3, at: 20)
+            (buffer[4], buffer[7], buffer[10]) = (UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"))
+            (buffer[13], buffer[16], buffer[19]) = (UInt8(ascii: ":"), UInt8(ascii: ":"), UInt8(ascii: "."))
+            buffer[23] = UInt8(ascii: "Z")
+            return 24
+        }
     }
 }
 
