@@ -15,9 +15,13 @@ public struct HTTPServerError: Error, CustomStringConvertible {
     public var description: String
 }
 
-/// An HTTP/1.1 server on libmicrohttpd: one epoll thread for every connection, request
-/// bodies collected up to a limit, and handlers that may answer later from any thread
-/// (the connection is suspended meanwhile and resumed by the answer).
+/// An HTTP/1.1 server on libmicrohttpd: request bodies collected up to a limit, and
+/// handlers that may answer later from any thread (the connection is suspended meanwhile
+/// and resumed by the answer).
+///
+/// Two daemons, each one epoll thread, share the work: connections that open with a request
+/// for one of `streamPaths` (long-lived event streams) go to one, all others to the other
+/// (`ConnectionSorter` explains why).
 public final class MicroHTTPServer: @unchecked Sendable {
     /// Settings of the listening daemon.
     public struct Configuration: Sendable {
@@ -31,6 +35,11 @@ public final class MicroHTTPServer: @unchecked Sendable {
         public var connectionTimeoutSeconds = 60
         /// Per-connection buffer memory of libmicrohttpd.
         public var connectionMemoryLimit = 32 * 1024
+        /// Paths of long-lived streams: a connection whose first request is `GET` one of
+        /// them is served by the stream daemon.
+        public var streamPaths: [String] = []
+        /// Per-connection buffer memory of the stream daemon's connections.
+        public var streamConnectionMemoryLimit = 32 * 1024
         /// Larger request bodies are refused with 413.
         public var maximumBodyBytes = 64 * 1024
 
@@ -40,7 +49,9 @@ public final class MicroHTTPServer: @unchecked Sendable {
     let configuration: Configuration
     let handler: HTTPHandler
     let accessLog: (@Sendable (AccessLogEntry) -> Void)?
-    private var daemon: OpaquePointer?
+    private var requestDaemon: OpaquePointer?
+    private var streamDaemon: OpaquePointer?
+    private var sorter: ConnectionSorter?
     private let state = NSCondition()
     private var requestsInFlight = 0
     private var draining = false
@@ -59,40 +70,58 @@ public final class MicroHTTPServer: @unchecked Sendable {
 
     /// Binds and starts serving.
     public func start() throws {
-        let (storage, ipv6) = try SocketAddress.resolve(host: configuration.host, port: configuration.port)
         let context = Unmanaged.passUnretained(self).toOpaque()
-        daemon = withUnsafeBytes(of: storage) { raw in
-            headway_mhd_start(
-                headway_mhd_flags(ipv6 ? 1 : 0), raw.baseAddress!.assumingMemoryBound(to: sockaddr.self),
+        func startDaemon(memoryLimit: Int) throws -> OpaquePointer {
+            guard let daemon = headway_mhd_start(
                 accessHandlerCallback, context, requestCompletedCallback, context,
-                UInt32(configuration.connectionLimit), UInt32(configuration.connectionTimeoutSeconds),
-                configuration.connectionMemoryLimit)
+                UInt32(configuration.connectionLimit), UInt32(configuration.connectionTimeoutSeconds), memoryLimit)
+            else { throw HTTPServerError(description: "cannot start libmicrohttpd") }
+            return daemon
         }
-        guard let daemon else {
-            throw HTTPServerError(description: "cannot listen on \(configuration.host):\(configuration.port) (address in use, or not permitted)")
+        let listenFD = try SocketAddress.listen(host: configuration.host, port: configuration.port)
+        port = SocketAddress.boundPort(fd: listenFD) ?? configuration.port
+        do {
+            let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit)
+            self.requestDaemon = requestDaemon
+            let streamDaemon = configuration.streamPaths.isEmpty
+                ? requestDaemon : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit)
+            self.streamDaemon = streamDaemon
+            sorter = try ConnectionSorter(listenFD: listenFD, streamPaths: configuration.streamPaths) {
+                [unowned self] fd, route, address, length in
+                // libmicrohttpd closes the socket if it cannot take it (at its connection limit).
+                _ = MHD_add_connection(route == .stream ? self.streamDaemon : self.requestDaemon, fd, address, length)
+            }
+        } catch {
+            close(listenFD)
+            stopDaemons()
+            throw error
         }
-        port = SocketAddress.boundPort(fd: headway_mhd_listen_fd(daemon)) ?? configuration.port
     }
 
     /// Stops accepting connections, ends every open stream, answers requests already under
     /// way (new requests on open connections get 503), waits up to `timeout` seconds for
     /// them, then stops.
     public func shutdown(timeout: Double = 10) {
-        guard let daemon else { return }
+        guard let sorter else { return }
         state.lock()
         draining = true
         let streams = Array(openStreams.values)
         state.unlock()
-        let listenFD = MHD_quiesce_daemon(daemon)
-        if listenFD >= 0 { close(listenFD) }
+        sorter.stop()
+        self.sorter = nil
         // A suspended connection would make MHD_stop_daemon abort: end (and so resume) them all.
         streams.forEach { $0.finish() }
         let deadline = Date(timeIntervalSinceNow: timeout)
         state.lock()
         while requestsInFlight > 0 && state.wait(until: deadline) {}
         state.unlock()
-        MHD_stop_daemon(daemon)
-        self.daemon = nil
+        stopDaemons()
+    }
+
+    private func stopDaemons() {
+        if let streamDaemon, streamDaemon != requestDaemon { MHD_stop_daemon(streamDaemon) }
+        if let requestDaemon { MHD_stop_daemon(requestDaemon) }
+        (streamDaemon, requestDaemon) = (nil, nil)
     }
 
     // MARK: - Called on the libmicrohttpd thread
@@ -327,6 +356,25 @@ enum SocketAddress {
             return (storage, true)
         }
         throw HTTPServerError(description: "'\(host)' is not an IPv4 or IPv6 address")
+    }
+
+    /// A non-blocking socket bound to `host:port` and listening.
+    static func listen(host: String, port: Int) throws -> Int32 {
+        let (storage, ipv6) = try resolve(host: host, port: port)
+        let fd = socket(ipv6 ? AF_INET6 : AF_INET, Int32(SOCK_STREAM.rawValue | SOCK_NONBLOCK.rawValue | SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw HTTPServerError(description: "cannot create a socket: errno \(errno)") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        if ipv6 { setsockopt(fd, Int32(IPPROTO_IPV6), IPV6_V6ONLY, &one, socklen_t(MemoryLayout<Int32>.size)) }
+        let length = socklen_t(ipv6 ? MemoryLayout<sockaddr_in6>.size : MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeBytes(of: storage) { raw in
+            bind(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), length) == 0
+        }
+        guard bound, Glibc.listen(fd, SOMAXCONN) == 0 else {
+            close(fd)
+            throw HTTPServerError(description: "cannot listen on \(host):\(port) (address in use, or not permitted)")
+        }
+        return fd
     }
 
     static func boundPort(fd: Int32) -> Int? {

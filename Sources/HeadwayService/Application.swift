@@ -114,6 +114,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // our own queue in small blocks); 10,000 streams cost ~280 MB at the default 32 KiB,
     // ~230 MB at 16 KiB. Headers up to about 6 KiB fit; bodies arrive in pieces.
     serverConfiguration.connectionMemoryLimit = 8 * 1024
+    serverConfiguration.streamPaths = [EventsAPI.path]
+    serverConfiguration.streamConnectionMemoryLimit = 8 * 1024
     let finalRouter = router
     let server = MicroHTTPServer(configuration: serverConfiguration, handler: { request, responder in
         finalRouter.handle(request, responder)

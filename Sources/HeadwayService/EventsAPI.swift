@@ -18,9 +18,11 @@ struct EventsAPI: Sendable {
     static let retryMilliseconds = 3000
     /// The snapshot also shows tasks finished this recently.
     static let recentlyFinishedMilliseconds: Int64 = 60_000
+    /// The path of the stream; its connections get a daemon of their own.
+    static let path = "/v1/events"
 
     func register(in router: inout Router) {
-        router.add("GET", "/v1/events") { request, responder in subscribe(request, responder) }
+        router.add("GET", Self.path) { request, responder in subscribe(request, responder) }
     }
 
     private func subscribe(_ request: HTTPRequest, _ responder: any Responder) {

@@ -39,6 +39,29 @@ import Testing
         }
     }
 
+    @Test func servesStreamAndOrdinaryConnectionsWhateverTheirFirstBytes() throws {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.streamPaths = ["/stream"]
+        let server = MicroHTTPServer(configuration: configuration) { request, responder in
+            responder.respond(HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain")],
+                                           body: Array("\(request.method) \(request.path)".utf8)))
+        }
+        try server.start()
+        defer { server.shutdown() }
+        // A stream connection (sent in pieces, so the sorter must wait for enough bytes)
+        // also serves any later request on it; an ordinary one serves the stream path too.
+        let streamClient = try TestHTTPClient(port: server.port)
+        try streamClient.send("GET /str")
+        Thread.sleep(forTimeInterval: 0.05)
+        try streamClient.send("eam HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(try streamClient.readResponse().text == "GET /stream")
+        #expect(try streamClient.request("POST", "/other", json: "{}").text == "POST /other")
+        let ordinaryClient = try TestHTTPClient(port: server.port)
+        #expect(try ordinaryClient.request("GET", "/other").text == "GET /other")
+        #expect(try ordinaryClient.request("GET", "/stream").text == "GET /stream")
+    }
+
     @Test func keepsAValidRequestIDAndMakesUpOtherwise() throws {
         let server = try Self.startEchoServer()
         defer { server.shutdown() }

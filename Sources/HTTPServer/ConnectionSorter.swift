@@ -1,0 +1,165 @@
+import CMicroHTTPD
+import Foundation
+
+/// Which of the server's two daemons serves a connection.
+enum ConnectionRoute: Equatable, Sendable {
+    /// Long-lived streams (event streams): idle most of the time, suspended meanwhile.
+    case stream
+    /// Everything else: short requests, suspended only while their answer is prepared.
+    case request
+
+    /// Decides by the first bytes a client sent (peeked, not consumed): a connection whose
+    /// first request is `GET <stream path>` (followed by a space or `?`) is a stream;
+    /// `nil` while those bytes could still become one.
+    static func classify(_ bytes: some Collection<UInt8>, streamPaths: [String]) -> ConnectionRoute? {
+        var undecided = false
+        for path in streamPaths {
+            let target = Array("GET \(path)".utf8)
+            if bytes.count <= target.count {
+                if target.starts(with: bytes) { undecided = true }
+                continue
+            }
+            if bytes.starts(with: target) {
+                let next = bytes[bytes.index(bytes.startIndex, offsetBy: target.count)]
+                if next == UInt8(ascii: " ") || next == UInt8(ascii: "?") { return .stream }
+            }
+        }
+        return undecided ? nil : .request
+    }
+}
+
+/// Owns the listening socket: accepts connections and hands each to the daemon its first
+/// request line calls for (`ConnectionRoute`), on a thread of its own.
+///
+/// Why two daemons: libmicrohttpd walks its whole list of suspended connections whenever
+/// any connection is resumed. Idle event streams stay suspended; an ordinary request is
+/// suspended while its change commits. In one daemon every commit would walk every idle
+/// stream (with 10,000 subscribers, updates/s fell 6×); apart, each walk is short.
+/// A keep-alive connection stays with the daemon that got it, which serves every route;
+/// the sorting only decides where the work is cheapest.
+final class ConnectionSorter: @unchecked Sendable {
+    /// A client that has sent too little to decide after this long goes to the request
+    /// daemon, whose own timeout then applies.
+    static let decisionTimeoutNanoseconds: UInt64 = 10_000_000_000
+
+    private let listenFD: Int32
+    private let epollFD: Int32
+    private let wakeFD: Int32
+    private let streamPaths: [String]
+    private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
+    private let finished = DispatchSemaphore(value: 0)
+    /// Accepted connections still waiting for enough bytes (sorter thread only).
+    private var waiting: [Int32: (address: sockaddr_storage, length: socklen_t, since: UInt64)] = [:]
+
+    /// Starts sorting the connections of `listenFD` (a bound, listening, non-blocking
+    /// socket, which the sorter closes when stopped).
+    init(listenFD: Int32, streamPaths: [String],
+         handOff: @escaping @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void) throws {
+        self.listenFD = listenFD
+        self.streamPaths = streamPaths
+        self.handOff = handOff
+        epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
+        wakeFD = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+        guard epollFD >= 0, wakeFD >= 0 else { throw HTTPServerError(description: "cannot create epoll: errno \(errno)") }
+        watch(listenFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
+        watch(wakeFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
+        let thread = Thread { [self] in
+            headway_name_thread("headway-accept")
+            run()
+        }
+        thread.name = "headway.accept"
+        thread.start()
+    }
+
+    /// Stops accepting, closes the listening socket and the connections not yet handed
+    /// over, and waits for the thread to end.
+    func stop() {
+        var one: UInt64 = 1
+        _ = write(wakeFD, &one, 8)
+        finished.wait()
+    }
+
+    private func watch(_ fd: Int32, events: UInt32, operation: Int32) {
+        var event = epoll_event()
+        event.events = events
+        event.data.fd = fd
+        _ = epoll_ctl(epollFD, operation, fd, &event)
+    }
+
+    private func run() {
+        var events = [epoll_event](repeating: epoll_event(), count: 64)
+        running: while true {
+            let count = epoll_wait(epollFD, &events, Int32(events.count), waiting.isEmpty ? -1 : 1000)
+            for event in events.prefix(max(0, Int(count))) {
+                switch event.data.fd {
+                case wakeFD: break running
+                case listenFD: acceptAll()
+                case let fd: sort(fd)
+                }
+            }
+            handOverLate()
+        }
+        for fd in waiting.keys { close(fd) }
+        waiting = [:]
+        close(listenFD)
+        close(epollFD)
+        close(wakeFD)
+        finished.signal()
+    }
+
+    private func acceptAll() {
+        while true {
+            var address = sockaddr_storage()
+            var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+            let fd = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    headway_accept(listenFD, $0, &length)
+                }
+            }
+            if fd < 0 {
+                // Out of descriptors: the listening socket stays readable, so pause rather than spin.
+                if errno == EMFILE || errno == ENFILE { usleep(50_000) }
+                return
+            }
+            waiting[fd] = (address, length, DispatchTime.now().uptimeNanoseconds)
+            watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_ADD)
+        }
+    }
+
+    /// Peeks at what `fd` sent so far and hands it over once that decides its route.
+    private func sort(_ fd: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let count = recv(fd, &buffer, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT))
+        if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) {
+            forget(fd)
+            close(fd)
+            return
+        }
+        let bytes = buffer.prefix(max(0, count))
+        if let route = ConnectionRoute.classify(bytes, streamPaths: streamPaths), count > 0 {
+            hand(fd, route)
+        } else {
+            watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_MOD)
+        }
+    }
+
+    private func handOverLate() {
+        let now = DispatchTime.now().uptimeNanoseconds
+        for (fd, entry) in waiting where now - entry.since > Self.decisionTimeoutNanoseconds {
+            hand(fd, .request)
+        }
+    }
+
+    private func hand(_ fd: Int32, _ route: ConnectionRoute) {
+        guard var entry = forget(fd) else { return }
+        withUnsafePointer(to: &entry.address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { handOff(fd, route, $0, entry.length) }
+        }
+    }
+
+    @discardableResult
+    private func forget(_ fd: Int32) -> (address: sockaddr_storage, length: socklen_t, since: UInt64)? {
+        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
+        return waiting.removeValue(forKey: fd)
+    }
+}
