@@ -43,6 +43,12 @@ static inline int headway_accept(int fd, struct sockaddr *address, socklen_t *le
     return client;
 }
 
+/// The socket of a connection (`MHD_get_connection_info` is variadic), or -1.
+static inline int headway_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : info->connect_fd;
+}
+
 /// Names the calling thread (at most 15 bytes show).
 static inline void headway_name_thread(const char *name) {
     prctl(PR_SET_NAME, name, 0, 0, 0);

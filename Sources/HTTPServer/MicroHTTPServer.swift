@@ -52,6 +52,8 @@ public final class MicroHTTPServer: @unchecked Sendable {
     private var requestDaemon: OpaquePointer?
     private var streamDaemon: OpaquePointer?
     private var sorter: ConnectionSorter?
+    /// Sends what streams could not send at once, when their sockets take bytes again.
+    private(set) var writableWatcher: WritableWatcher?
     private let state = NSCondition()
     private var requestsInFlight = 0
     private var draining = false
@@ -81,6 +83,7 @@ public final class MicroHTTPServer: @unchecked Sendable {
         let listenFD = try SocketAddress.listen(host: configuration.host, port: configuration.port)
         port = SocketAddress.boundPort(fd: listenFD) ?? configuration.port
         do {
+            writableWatcher = try WritableWatcher()
             let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit)
             self.requestDaemon = requestDaemon
             let streamDaemon = configuration.streamPaths.isEmpty
@@ -115,6 +118,8 @@ public final class MicroHTTPServer: @unchecked Sendable {
         state.lock()
         while requestsInFlight > 0 && state.wait(until: deadline) {}
         state.unlock()
+        // A stream whose client stopped reading cannot finish: close it.
+        streams.forEach { $0.abort() }
         stopDaemons()
     }
 
@@ -122,14 +127,16 @@ public final class MicroHTTPServer: @unchecked Sendable {
         if let streamDaemon, streamDaemon != requestDaemon { MHD_stop_daemon(streamDaemon) }
         if let requestDaemon { MHD_stop_daemon(requestDaemon) }
         (streamDaemon, requestDaemon) = (nil, nil)
+        writableWatcher?.stop()
+        writableWatcher = nil
     }
 
     // MARK: - Called on the libmicrohttpd thread
 
-    func access(_ connection: OpaquePointer, url: String, method: String, uploadData: UnsafePointer<CChar>?,
+    func access(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, uploadData: UnsafePointer<CChar>?,
                 uploadSize: UnsafeMutablePointer<Int>, context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         guard let existing = context.pointee else {
-            return begin(connection, url: url, method: method, context: context)
+            return begin(connection, url: url, method: method, isHTTP11: isHTTP11, context: context)
         }
         let exchange = Unmanaged<Exchange>.fromOpaque(existing).takeUnretainedValue()
         if uploadSize.pointee > 0 {
@@ -143,7 +150,7 @@ public final class MicroHTTPServer: @unchecked Sendable {
         return exchange.dispatchOrQueue(handler)
     }
 
-    private func begin(_ connection: OpaquePointer, url: String, method: String,
+    private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool,
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
         let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
@@ -156,6 +163,8 @@ public final class MicroHTTPServer: @unchecked Sendable {
             ?? "\(requestIDPrefix)-\(String(number, radix: 36))"
         let request = HTTPRequest(method: method, path: url, query: query, headers: headers, requestID: requestID)
         let exchange = Exchange(connection: connection, request: request, server: self)
+        // A stream's body is then sent in chunks, which its writer may send itself.
+        exchange.isChunkedKeepAlive = isHTTP11 && request.header("connection")?.lowercased() != "close"
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
         if isDraining {
             return exchange.queue(.problem(503, code: "shutting_down", title: "Shutting down",
@@ -231,6 +240,8 @@ final class Exchange: Responder, @unchecked Sendable {
     private(set) var bodyTooLarge = false
     private(set) var discardedBytes = 0
     private(set) var sentStatus: Int?
+    /// An HTTP/1.1 request not asking to close: a body of unknown length goes out chunked.
+    var isChunkedKeepAlive = false
     private let started = DispatchTime.now().uptimeNanoseconds
 
     init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer) {
@@ -303,7 +314,8 @@ final class Exchange: Responder, @unchecked Sendable {
                 return queueLocked(.problem(503, code: "shutting_down", title: "Shutting down",
                                             detail: "The server is stopping; retry shortly."))
             }
-            stream.attach(connection)
+            stream.attach(connection, directSocket: isChunkedKeepAlive ? headway_connection_fd(connection) : -1,
+                          watcher: server.writableWatcher)
             stream.onClose { [server] in server.streamClosed(stream) }
             mhdResponse = MHD_create_response_from_callback(UInt64.max, 2048, streamReaderCallback,
                                                             Unmanaged.passRetained(stream).toOpaque(), streamFreeCallback)
@@ -323,10 +335,11 @@ final class Exchange: Responder, @unchecked Sendable {
 }
 
 /// The C entry points; kept out of `main.swift` so they are not main-actor isolated.
-private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection, url, method, _, uploadData, uploadSize, context in
+private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadSize, context in
     guard let cls, let connection, let url, let method, let uploadSize, let context else { return MHD_Result.NO }
     let server = Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue()
     return server.access(connection, url: String(cString: url), method: String(cString: method),
+                         isHTTP11: version.map { strcmp($0, MHD_HTTP_VERSION_1_1) == 0 } ?? false,
                          uploadData: uploadData, uploadSize: uploadSize, context: context)
 }
 

@@ -1,13 +1,21 @@
 import CMicroHTTPD
 import Foundation
 
-/// A response body written over time from any thread (an event stream). Bytes are queued
-/// here and handed to libmicrohttpd when it asks; while nothing is queued the connection
-/// is suspended, so an idle stream costs no CPU, and a write resumes it.
+/// A response body written over time from any thread (an event stream).
 ///
-/// The content-reader protocol (see ENGINEERING.md): under the lock, copy queued bytes
-/// out; if the stream is finished, end it; otherwise mark it suspended, suspend the
-/// connection and return 0. A writer resumes only a connection marked suspended.
+/// It starts out the libmicrohttpd way: bytes are queued here and handed over when the
+/// library asks; while nothing is queued the connection is suspended, so an idle stream
+/// costs no CPU, and a write resumes it (see ENGINEERING.md: under the lock, copy queued
+/// bytes out; if the stream is finished, end it; otherwise mark it suspended, suspend the
+/// connection and return 0; a writer resumes only a connection marked suspended).
+///
+/// Once the library has sent the headers and everything queued (it asks for more only
+/// then) and the body is chunked, the stream is *direct*: the connection stays suspended
+/// and each write goes straight to the socket as one chunk from the writer's thread — a
+/// single `send`, where a resume costs a wake-up, two epoll changes, a walk of the
+/// library's suspended list and a copy. What the socket cannot take at once waits here
+/// and is sent when it can (`WritableWatcher`). To end the stream, or when the peer is
+/// gone, the connection is resumed and the library finishes or closes it.
 public final class ResponseStream: @unchecked Sendable {
     private let lock = NSLock()
     private var chunks: [[UInt8]] = []
@@ -21,6 +29,16 @@ public final class ResponseStream: @unchecked Sendable {
     private var closeHandlers: [@Sendable () -> Void] = []
     private var drainHandler: (@Sendable () -> Void)?
     private var aboveLowWater = false
+    /// The connection's socket, when the body goes out chunked (else -1).
+    private var directSocket: Int32 = -1
+    private var watcher: WritableWatcher?
+    /// Whether writes go straight to the socket.
+    private var isDirect = false
+    /// Framed bytes the socket has not taken yet (direct mode), from `unsentOffset` on.
+    private var unsent: [UInt8] = []
+    private var unsentOffset = 0
+    /// The socket refused a write (the peer is gone).
+    private var broken = false
     /// When queued bytes fall to this after being above it, the drain handler runs.
     public let lowWaterBytes: Int
 
@@ -42,22 +60,43 @@ public final class ResponseStream: @unchecked Sendable {
     public func onDrain(_ handler: @escaping @Sendable () -> Void) { lock.withLock { drainHandler = handler } }
 
     /// Bytes queued and not yet handed to the connection.
-    public var bufferedBytes: Int { lock.withLock { queuedBytes } }
+    public var bufferedBytes: Int { lock.withLock { queuedBytes + unsent.count - unsentOffset } }
 
     /// Whether writes are still accepted (not finished, connection not gone).
-    public var isOpen: Bool { lock.withLock { !finished && !closed } }
+    public var isOpen: Bool { lock.withLock { !finished && !closed && !broken } }
 
     /// Queues `bytes`; returns false (and drops them) once finished or closed.
     @discardableResult
-    public func write(_ bytes: [UInt8]) -> Bool {
+    public func write(_ bytes: [UInt8]) -> Bool { write(contentsOf: [bytes]) }
+
+    /// Queues several pieces at once (one lock, one resume or one `send`); returns false
+    /// (and drops them) once finished or closed.
+    @discardableResult
+    public func write(contentsOf pieces: [[UInt8]]) -> Bool {
         lock.lock()
-        defer { lock.unlock() }
-        guard !finished && !closed else { return false }
-        guard !bytes.isEmpty else { return true }
-        chunks.append(bytes)
-        queuedBytes += bytes.count
-        if queuedBytes > lowWaterBytes { aboveLowWater = true }
-        resumeIfSuspended()
+        guard !finished && !closed && !broken else {
+            lock.unlock()
+            return false
+        }
+        var drained: (@Sendable () -> Void)?
+        if isDirect {
+            let count = pieces.reduce(0) { $0 + $1.count }
+            if count > 0 {
+                unsent += Array(String(count, radix: 16).utf8) + [13, 10]
+                for bytes in pieces { unsent += bytes }
+                unsent += [13, 10]
+                drained = sendUnsent()
+            }
+        } else {
+            for bytes in pieces where !bytes.isEmpty {
+                chunks.append(bytes)
+                queuedBytes += bytes.count
+            }
+            if queuedBytes > lowWaterBytes { aboveLowWater = true }
+            if queuedBytes > 0 { resumeIfSuspended() }
+        }
+        lock.unlock()
+        drained?()
         return true
     }
 
@@ -66,6 +105,15 @@ public final class ResponseStream: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         finished = true
+        if !isDirect || unsent.count == unsentOffset { resumeIfSuspended() }
+    }
+
+    /// Ends the stream at once, dropping what is not sent (the connection is closed).
+    public func abort() {
+        lock.lock()
+        defer { lock.unlock() }
+        finished = true
+        broken = true
         resumeIfSuspended()
     }
 
@@ -76,14 +124,78 @@ public final class ResponseStream: @unchecked Sendable {
         }
     }
 
+    /// Sends what the socket takes of `unsent` (direct mode, under the lock); waits for
+    /// the socket to take the rest, ends the stream when finished, gives up when the peer
+    /// is gone. Returns the drain handler when it should run (after the lock).
+    private func sendUnsent() -> (@Sendable () -> Void)? {
+        while unsentOffset < unsent.count {
+            let sent = unsent.withUnsafeBytes { raw in
+                send(directSocket, raw.baseAddress! + unsentOffset, raw.count - unsentOffset,
+                     Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+            }
+            if sent > 0 {
+                unsentOffset += sent
+            } else if sent < 0 && errno == EINTR {
+                continue
+            } else if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                if unsent.count - unsentOffset > lowWaterBytes { aboveLowWater = true }
+                watcher?.watch(directSocket) { [weak self] in self?.sendWhenWritable() }
+                return nil
+            } else {
+                broken = true
+                unsent = []
+                unsentOffset = 0
+                resumeIfSuspended()
+                return nil
+            }
+        }
+        unsent.removeAll(keepingCapacity: unsent.capacity <= 64 * 1024)
+        unsentOffset = 0
+        if finished { resumeIfSuspended() }
+        guard aboveLowWater else { return nil }
+        aboveLowWater = false
+        return drainHandler
+    }
+
+    /// Called by the watcher when the socket takes bytes again.
+    private func sendWhenWritable() {
+        lock.lock()
+        let drained = isDirect && !closed && !broken ? sendUnsent() : nil
+        lock.unlock()
+        drained?()
+    }
+
     // MARK: - Called on the libmicrohttpd thread
 
-    func attach(_ connection: OpaquePointer) { lock.withLock { self.connection = connection } }
+    /// Binds the stream to its connection; with a socket, writes go to it directly once
+    /// the library has sent everything before them.
+    func attach(_ connection: OpaquePointer, directSocket: Int32 = -1, watcher: WritableWatcher? = nil) {
+        lock.withLock {
+            self.connection = connection
+            self.directSocket = directSocket
+            self.watcher = watcher
+        }
+    }
 
     /// Copies up to `capacity` queued bytes to `buffer`; returns the count, 0 after
     /// suspending the connection, or -1 at the end of the stream.
     func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Int {
         lock.lock()
+        if isDirect {
+            // Resumed to end: cleanly if everything went out, else by closing.
+            let result: Int
+            if broken || unsent.count > unsentOffset {
+                result = -2
+            } else if finished {
+                result = -1
+            } else {
+                suspended = true
+                if let connection { MHD_suspend_connection(connection) }
+                result = 0
+            }
+            lock.unlock()
+            return result
+        }
         var copied = 0
         while copied < capacity && firstChunk < chunks.count {
             let chunk = chunks[firstChunk]
@@ -114,6 +226,8 @@ public final class ResponseStream: @unchecked Sendable {
         } else if finished {
             result = -1
         } else {
+            // Everything handed over so far has been sent: later writes may go direct.
+            if directSocket >= 0 { isDirect = true }
             suspended = true
             if let connection { MHD_suspend_connection(connection) }
             result = 0
@@ -130,6 +244,9 @@ public final class ResponseStream: @unchecked Sendable {
         suspended = false
         chunks = []
         queuedBytes = 0
+        unsent = []
+        unsentOffset = 0
+        if isDirect { watcher?.forget(directSocket) }
         let handlers = closeHandlers
         closeHandlers = []
         drainHandler = nil

@@ -13,6 +13,8 @@ final class Subscriber: @unchecked Sendable {
     /// Live events that arrived while the catch-up read the database.
     var arrivedDuringCatchUp: [TaskEvent] = []
     var isLive = false
+    /// The last change its catch-up reflected: older events are not sent again.
+    var highWater: Int64 = .min
     /// Frames waiting because the stream is full: at most one per task, in the order
     /// of their latest change (an ordered dictionary).
     var pendingFrames: [String: [UInt8]] = [:]
@@ -52,6 +54,15 @@ final class EventBroker: @unchecked Sendable {
         /// coalesced to its latest before fan-out (the broker is behind; below it, every
         /// event is delivered).
         var coalescingBacklog = 1024
+        /// Pacing, so fan-out cannot starve ingestion: when a round took longer than
+        /// `pacingThresholdNanoseconds` and at least `pacingEvents` events arrived meanwhile
+        /// (updates are pouring in), the next round starts no sooner than `1 + pacingFactor`
+        /// times that length after the last one began: fan-out then takes at most about
+        /// 1 / (1 + factor) of the time. Events that wait for such a pause are coalesced to
+        /// the latest per task. A round without that pressure follows at once.
+        var pacingThresholdNanoseconds: UInt64 = 5_000_000
+        var pacingEvents = 64
+        var pacingFactor: UInt64 = 3
     }
 
     private enum Command {
@@ -70,6 +81,8 @@ final class EventBroker: @unchecked Sendable {
     private var commands: [Command] = []
     private var stopping = false
     private var paused = false
+    /// The broker waits out a pacing pause: new events need not wake it.
+    private var pacing = false
     private var reservedSlots = 0
     private let stopped = DispatchSemaphore(value: 0)
 
@@ -78,7 +91,12 @@ final class EventBroker: @unchecked Sendable {
     /// The subscribers holding tasks back (`min_duration`): only these need the clock.
     private var holding: [ObjectIdentifier: Subscriber] = [:]
     private var nextHeartbeat = DispatchTime.now()
-    private var framesByEvent: [Int64: [UInt8]] = [:]
+    /// Events committed and not yet fanned out, and whether some waited for a pause.
+    private var waiting: [TaskEvent] = []
+    private var waitedForPacing = false
+    /// When the last fan-out round started and how long it took.
+    private var lastRoundStarted = DispatchTime.now()
+    private var lastRoundNanoseconds: UInt64 = 0
 
     init(settings: Settings, clock: any WallClock, logger: Logger) {
         self.settings = settings
@@ -115,7 +133,7 @@ final class EventBroker: @unchecked Sendable {
         condition.withLock {
             guard reservedSlots > 0 else { return }
             commands.append(.publish(events))
-            condition.signal()
+            if !pacing { condition.signal() }
         }
     }
 
@@ -171,17 +189,20 @@ final class EventBroker: @unchecked Sendable {
             let isStopping = stopping
             condition.unlock()
 
-            var published: [TaskEvent] = []
             for command in batch {
-                switch command {
-                case .publish(let events): published += events
-                default:
-                    deliver(published)
-                    published = []
+                if case .publish(let events) = command {
+                    waiting += events
+                } else {
                     handle(command)
                 }
             }
-            deliver(published)
+            if isStopping || pauseEnd() == nil {
+                fanOut()
+            } else {
+                waitedForPacing = true
+            }
+            let isPacing = pauseEnd() != nil
+            condition.withLock { pacing = isPacing }
             releaseHeldTasks()
             sendHeartbeatIfDue()
             if isStopping { break }
@@ -199,11 +220,12 @@ final class EventBroker: @unchecked Sendable {
         case .caughtUp(let subscriber, let catchUp):
             guard subscriber.isAttached else { return }
             subscriber.holdBack = catchUp.holdBack
-            for frame in catchUp.frames { subscriber.stream.write(frame) }
+            subscriber.highWater = catchUp.highWater
+            subscriber.stream.write(contentsOf: catchUp.frames)
             let arrived = subscriber.arrivedDuringCatchUp.filter { $0.seq > catchUp.highWater }
             subscriber.arrivedDuringCatchUp = []
             subscriber.isLive = true
-            deliver(arrived.count > settings.coalescingBacklog ? coalesced(arrived) : arrived, to: subscriber)
+            deliver(RoundEvents(arrived.count > settings.coalescingBacklog ? coalesced(arrived) : arrived), to: subscriber)
             noteHolds(subscriber)
         case .drained(let subscriber):
             flushPending(subscriber)
@@ -218,50 +240,70 @@ final class EventBroker: @unchecked Sendable {
         }
     }
 
-    /// Fans a batch out, every event in order; only when the broker is far behind (a
-    /// backlog past `coalescingBacklog`) is a task's run of events cut to its latest.
-    private func deliver(_ events: [TaskEvent]) {
-        guard !events.isEmpty else { return }
-        let latest = events.count > settings.coalescingBacklog ? coalesced(events) : events
-        framesByEvent = [:]
+    /// Fans the waiting events out in one round, every event in order; only when the
+    /// broker is behind (a backlog past `coalescingBacklog`, or events that waited for a
+    /// pause) is a task's run of events cut to its latest. A long round is followed by a
+    /// pause (`pacingFactor`).
+    private func fanOut() {
+        guard !waiting.isEmpty else { return }
+        let started = DispatchTime.now()
+        let events = RoundEvents(waitedForPacing || waiting.count > settings.coalescingBacklog ? coalesced(waiting) : waiting)
+        waiting = []
+        waitedForPacing = false
         for subscriber in subscribers.values {
             if subscriber.isLive {
-                deliver(latest, to: subscriber)
+                deliver(events, to: subscriber)
                 if subscriber.filter.minDurationMilliseconds > 0 { noteHolds(subscriber) }
             } else {
-                subscriber.arrivedDuringCatchUp += latest.filter {
-                    subscriber.filter.matches(taskID: $0.taskID, parentID: $0.parentID)
+                for index in events.indices where events.matches(index, subscriber.filter) {
+                    subscriber.arrivedDuringCatchUp.append(events.events[index])
                 }
             }
         }
-        framesByEvent = [:]
+        lastRoundStarted = started
+        lastRoundNanoseconds = DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds
     }
 
-    private func deliver(_ events: [TaskEvent], to subscriber: Subscriber) {
-        let now = clock.now()
-        for event in events where subscriber.filter.matches(taskID: event.taskID, parentID: event.parentID) {
-            guard case .send(let event) = subscriber.holdBack.offer(event, now: now) else { continue }
-            enqueue(frame(event), task: event.taskID, to: subscriber)
+    /// When the pause after the last round ends, if the waiting events must wait for it.
+    private func pauseEnd() -> DispatchTime? {
+        guard lastRoundNanoseconds > settings.pacingThresholdNanoseconds, waiting.count >= settings.pacingEvents
+        else { return nil }
+        let end = lastRoundStarted + .nanoseconds(Int(lastRoundNanoseconds * (1 + settings.pacingFactor)))
+        return end > .now() ? end : nil
+    }
+
+    /// Hands one subscriber its events of a round, newer than its catch-up, in one write.
+    private func deliver(_ events: RoundEvents, to subscriber: Subscriber) {
+        var frames: [[UInt8]] = []
+        var tasks: [String] = []
+        let holding = subscriber.filter.minDurationMilliseconds > 0
+        let now = holding ? clock.now() : 0
+        for index in events.indices
+        where events.seqs[index] > subscriber.highWater && events.matches(index, subscriber.filter) {
+            if holding {
+                guard case .send = subscriber.holdBack.offer(events.events[index], now: now) else { continue }
+            }
+            frames.append(events.frame(index))
+            tasks.append(events.taskIDs[index])
         }
+        enqueue(frames, tasks: tasks, to: subscriber)
     }
 
-    /// The frame of an event with its id, encoded once per batch for all subscribers.
-    private func frame(_ event: TaskEvent) -> [UInt8] {
-        if let frame = framesByEvent[event.seq] { return frame }
-        let frame = EventFrames.event(event, withID: true)
-        framesByEvent[event.seq] = frame
-        return frame
-    }
-
-    private func enqueue(_ frame: [UInt8], task: String, to subscriber: Subscriber) {
+    /// Writes `frames` (one per task in `tasks`) at once, or, when the stream is full or
+    /// frames already wait, keeps them waiting: the latest per task, in the order of their
+    /// latest change (an ordered dictionary).
+    private func enqueue(_ frames: [[UInt8]], tasks: [String], to subscriber: Subscriber) {
+        guard !frames.isEmpty else { return }
         if subscriber.pendingOrder.isEmpty && subscriber.stream.bufferedBytes < settings.streamBufferBytes {
-            subscriber.stream.write(frame)
+            subscriber.stream.write(contentsOf: frames)
             return
         }
-        if subscriber.pendingFrames.updateValue(frame, forKey: task) != nil {
-            subscriber.pendingOrder.removeAll { $0 == task }
+        for (frame, task) in zip(frames, tasks) {
+            if subscriber.pendingFrames.updateValue(frame, forKey: task) != nil {
+                subscriber.pendingOrder.removeAll { $0 == task }
+            }
+            subscriber.pendingOrder.append(task)
         }
-        subscriber.pendingOrder.append(task)
         if subscriber.pendingOrder.count > settings.maximumPendingTasks {
             logger.log(.warn, "events.subscriber_too_slow", ["pending_tasks": "\(subscriber.pendingOrder.count)"])
             subscriber.pendingFrames = [:]
@@ -271,10 +313,16 @@ final class EventBroker: @unchecked Sendable {
     }
 
     private func flushPending(_ subscriber: Subscriber) {
-        while let task = subscriber.pendingOrder.first, subscriber.stream.bufferedBytes < settings.streamBufferBytes {
+        var frames: [[UInt8]] = []
+        var room = settings.streamBufferBytes - subscriber.stream.bufferedBytes
+        while let task = subscriber.pendingOrder.first, room > 0 {
             subscriber.pendingOrder.removeFirst()
-            if let frame = subscriber.pendingFrames.removeValue(forKey: task) { subscriber.stream.write(frame) }
+            if let frame = subscriber.pendingFrames.removeValue(forKey: task) {
+                frames.append(frame)
+                room -= frame.count
+            }
         }
+        subscriber.stream.write(contentsOf: frames)
     }
 
     /// Keeps `holding` in step with a subscriber's held tasks.
@@ -286,9 +334,8 @@ final class EventBroker: @unchecked Sendable {
         let now = clock.now()
         for subscriber in holding.values where subscriber.isLive {
             guard let due = subscriber.holdBack.nextRelease, due <= now else { continue }
-            for event in subscriber.holdBack.release(now: now) {
-                enqueue(EventFrames.event(event, withID: false), task: event.taskID, to: subscriber)
-            }
+            let released = subscriber.holdBack.release(now: now)
+            enqueue(released.map { EventFrames.event($0, withID: false) }, tasks: released.map(\.taskID), to: subscriber)
             noteHolds(subscriber)
         }
     }
@@ -302,9 +349,13 @@ final class EventBroker: @unchecked Sendable {
         }
     }
 
-    /// The next time the thread must look without being told: a heartbeat or a release.
+    /// The next time the thread must look without being told: a heartbeat, a release, or
+    /// the end of a pause with events waiting.
     private func nextWakeUp() -> Date {
         var seconds = Double(nextHeartbeat.uptimeNanoseconds) / 1e9 - Double(DispatchTime.now().uptimeNanoseconds) / 1e9
+        if let pauseEnd = pauseEnd() {
+            seconds = min(seconds, Double(pauseEnd.uptimeNanoseconds) / 1e9 - Double(DispatchTime.now().uptimeNanoseconds) / 1e9)
+        }
         let now = clock.now()
         for subscriber in holding.values {
             if let release = subscriber.holdBack.nextRelease {
@@ -318,6 +369,38 @@ final class EventBroker: @unchecked Sendable {
         var latestIndex: [String: Int] = [:]
         for (index, event) in events.enumerated() { latestIndex[event.taskID] = index }
         return events.enumerated().filter { latestIndex[$0.element.taskID] == $0.offset }.map(\.element)
+    }
+}
+
+/// The events of one fan-out round, with what every subscriber looks at kept apart (so
+/// matching does not copy events) and each frame encoded once, when first needed.
+private final class RoundEvents {
+    let events: [TaskEvent]
+    let seqs: [Int64]
+    let taskIDs: [String]
+    let parentIDs: [String?]
+    private var frames: [[UInt8]?]
+
+    init(_ events: [TaskEvent]) {
+        self.events = events
+        seqs = events.map(\.seq)
+        taskIDs = events.map(\.taskID)
+        parentIDs = events.map(\.parentID)
+        frames = Array(repeating: nil, count: events.count)
+    }
+
+    var indices: Range<Int> { events.indices }
+
+    func matches(_ index: Int, _ filter: StreamFilter) -> Bool {
+        filter.matches(taskID: taskIDs[index], parentID: parentIDs[index])
+    }
+
+    /// The frame of an event, with its id.
+    func frame(_ index: Int) -> [UInt8] {
+        if let frame = frames[index] { return frame }
+        let frame = EventFrames.event(events[index], withID: true)
+        frames[index] = frame
+        return frame
     }
 }
 

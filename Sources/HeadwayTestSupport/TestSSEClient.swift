@@ -41,9 +41,9 @@ public final class TestSSEClient: @unchecked Sendable {
     /// Connects to 127.0.0.1:`port` and sends `GET path` with `headers`; a small receive
     /// buffer (`receiveBuffer`) makes a client that does not read fall behind quickly.
     public init(port: Int, path: String = "/v1/events", headers: [(String, String)] = [],
-                timeoutSeconds: Int = 5, receiveBuffer: Int? = nil) throws {
+                timeoutSeconds: Int = 5, receiveBuffer: Int? = nil, httpVersion: String = "HTTP/1.1") throws {
         fd = try connectToLoopback(port: port, timeoutSeconds: timeoutSeconds, receiveBuffer: receiveBuffer)
-        var request = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+        var request = "GET \(path) \(httpVersion)\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
         for (name, value) in headers { request += "\(name): \(value)\r\n" }
         let bytes = Array((request + "\r\n").utf8)
         _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }

@@ -47,6 +47,28 @@ import Testing
 
     /// A subscriber that keeps up sees every change, even when they reach the broker all at
     /// once; only a backlog past the bound is coalesced (to each task's latest).
+    /// Chunked HTTP/1.1 streams are written straight to their sockets; HTTP/1.0 and
+    /// `Connection: close` streams are not chunked and go through libmicrohttpd. All
+    /// three carry the same events.
+    @Test func streamsWorkOverEveryHTTPVersionAndConnectionMode() throws {
+        let daemon = try LiveDaemon()
+        let clients = [
+            try TestSSEClient(port: daemon.application.port),
+            try TestSSEClient(port: daemon.application.port, httpVersion: "HTTP/1.0"),
+            try TestSSEClient(port: daemon.application.port, headers: [("Connection", "close")]),
+        ]
+        #expect(clients.map { $0.headers["transfer-encoding"] } == ["chunked", nil, "chunked"])
+        for client in clients { _ = try snapshot(client) }
+        try daemon.register(#"{"id":"v","name":"Versions","total":3}"#)
+        for completed in 1...3 { try daemon.request("POST", "/v1/tasks/v/progress", json: #"{"completed":\#(completed)}"#) }
+        for client in clients {
+            let events = try client.events { $0.json["completed"] as? Int == 3 }
+            #expect(events.map(\.event) == ["task.created", "task.updated", "task.updated", "task.updated"])
+        }
+        daemon.application.shutdown()
+        for client in clients { #expect(try client.remainingEvents().isEmpty) }
+    }
+
     @Test func everyChangeIsDeliveredUnlessTheBacklogPassesItsBound() throws {
         let daemon = try LiveDaemon()
         try daemon.register(#"{"id":"fast","name":"Fast","total":5000}"#)
