@@ -173,7 +173,8 @@ class Subscribers:
                 sock = socket.create_connection(("127.0.0.1", port))
                 sock.sendall(request)
                 sock.setblocking(False)
-                state = {"sock": sock, "buffer": b"", "open": False, "events": 0, "latencies": []}
+                state = {"sock": sock, "buffer": b"", "open": False, "ready": False, "events": 0, "frames": 0,
+                         "latencies": []}
                 self.states.append(state)
                 self.selector.register(sock, selectors.EVENT_READ, state)
             deadline = time.monotonic() + 30
@@ -184,6 +185,12 @@ class Subscribers:
     @property
     def connected(self):
         return sum(s["open"] for s in self.states)
+
+    def wait_until_ready(self, seconds=60):
+        """Reads until every open subscriber has had a whole first event (its catch-up)."""
+        deadline = time.monotonic() + seconds
+        while any(s["open"] and not s["ready"] for s in self.states) and time.monotonic() < deadline:
+            self.pump(0.05)
 
     def pump(self, timeout):
         for key, _ in self.selector.select(timeout):
@@ -205,6 +212,8 @@ class Subscribers:
                 state["buffer"] = data[-4096:]
                 continue
             complete, state["buffer"] = data[:end + 2], data[end + 2:]
+            state["ready"] = True
+            state["frames"] += complete.count(b"\n\n")
             for match in STAMP.finditer(complete):
                 state["events"] += 1
                 state["latencies"].append((now - int(match.group(1))) / 1e6)
@@ -270,20 +279,28 @@ def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout")
 
 
 def publish_while_subscribed(server, subscribers=10_000, connections=50, seconds=10):
-    """headwayd's updates per second with wrk while N subscribers of every task receive."""
+    """headwayd's updates per second with wrk while N subscribers of every task receive;
+    also how many events each subscriber received per second meanwhile."""
     server.prepare_channels([f"bench-{i}" for i in range(50)])
     clients = Subscribers(server.port, subscribers,
                           b"GET /v1/events HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n")
+    # Measure the steady state: every subscriber has its snapshot before updates start.
+    clients.wait_until_ready()
+    for state in clients.states:
+        state["frames"] = 0
     env = dict(os.environ, BENCH_TASKS="50", BENCH_PATH=server.publish_path("CHANNEL"))
     wrk = subprocess.Popen(
         ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s",
          os.path.join(ROOT, "bench/progress.lua"), f"http://127.0.0.1:{server.port}"],
         env=env, stdout=subprocess.PIPE, text=True)
+    started = time.monotonic()
     while wrk.poll() is None:
         clients.pump(0.05)
+    elapsed = time.monotonic() - started
     output = wrk.stdout.read()
     connected = clients.connected
+    events_per_subscriber = sum(s["frames"] for s in clients.states) / max(1, connected) / elapsed
     clients.close()
     line = next(l for l in output.splitlines() if l.startswith("RESULT"))
     fields = dict(part.split("=") for part in line.split()[1:])
-    return float(fields["rps"]), connected
+    return float(fields["rps"]), connected, events_per_subscriber
