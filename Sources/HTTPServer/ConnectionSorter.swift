@@ -9,9 +9,12 @@ enum ConnectionRoute: Equatable, Sendable {
     case request
 
     /// Decides by the first bytes a client sent (peeked, not consumed): a connection whose
-    /// first request is `GET <stream path>` (followed by a space or `?`) is a stream;
-    /// `nil` while those bytes could still become one.
-    static func classify(_ bytes: some Collection<UInt8>, streamPaths: [String]) -> ConnectionRoute? {
+    /// first request is `GET <stream path>` (followed by a space or `?`) with a head of at
+    /// most `maximumStreamHead` bytes is a stream (the stream daemon's connections have
+    /// small buffers; a larger head is served by the request daemon); `nil` while those
+    /// bytes could still become one.
+    static func classify(_ bytes: some Collection<UInt8>, streamPaths: [String], maximumStreamHead: Int = 1024) -> ConnectionRoute? {
+        let bytes = Array(bytes)
         var undecided = false
         for path in streamPaths {
             let target = Array("GET \(path)".utf8)
@@ -19,12 +22,22 @@ enum ConnectionRoute: Equatable, Sendable {
                 if target.starts(with: bytes) { undecided = true }
                 continue
             }
-            if bytes.starts(with: target) {
-                let next = bytes[bytes.index(bytes.startIndex, offsetBy: target.count)]
-                if next == UInt8(ascii: " ") || next == UInt8(ascii: "?") { return .stream }
-            }
+            guard bytes.starts(with: target), bytes[target.count] == UInt8(ascii: " ") || bytes[target.count] == UInt8(ascii: "?")
+            else { continue }
+            if let headEnd = endOfHead(bytes) { return headEnd <= maximumStreamHead ? .stream : .request }
+            return bytes.count < maximumStreamHead ? nil : .request
         }
         return undecided ? nil : .request
+    }
+
+    /// Where the request head ends (just after its blank line), if `bytes` hold all of it.
+    private static func endOfHead(_ bytes: [UInt8]) -> Int? {
+        guard bytes.count >= 4 else { return nil }
+        for index in 3..<bytes.count
+        where bytes[index] == 10 && bytes[index - 1] == 13 && bytes[index - 2] == 10 && bytes[index - 3] == 13 {
+            return index + 1
+        }
+        return nil
     }
 }
 
@@ -46,6 +59,7 @@ final class ConnectionSorter: @unchecked Sendable {
     private let epollFD: Int32
     private let wakeFD: Int32
     private let streamPaths: [String]
+    private let maximumStreamHead: Int
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
     private let finished = DispatchSemaphore(value: 0)
     /// Accepted connections still waiting for enough bytes (sorter thread only).
@@ -53,10 +67,11 @@ final class ConnectionSorter: @unchecked Sendable {
 
     /// Starts sorting the connections of `listenFD` (a bound, listening, non-blocking
     /// socket, which the sorter closes when stopped).
-    init(listenFD: Int32, streamPaths: [String],
+    init(listenFD: Int32, streamPaths: [String], maximumStreamHead: Int,
          handOff: @escaping @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void) throws {
         self.listenFD = listenFD
         self.streamPaths = streamPaths
+        self.maximumStreamHead = maximumStreamHead
         self.handOff = handOff
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
         wakeFD = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
@@ -128,7 +143,7 @@ final class ConnectionSorter: @unchecked Sendable {
 
     /// Peeks at what `fd` sent so far and hands it over once that decides its route.
     private func sort(_ fd: Int32) {
-        var buffer = [UInt8](repeating: 0, count: 64)
+        var buffer = [UInt8](repeating: 0, count: maximumStreamHead + 1)
         let count = recv(fd, &buffer, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT))
         if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) {
             forget(fd)
@@ -136,7 +151,7 @@ final class ConnectionSorter: @unchecked Sendable {
             return
         }
         let bytes = buffer.prefix(max(0, count))
-        if let route = ConnectionRoute.classify(bytes, streamPaths: streamPaths), count > 0 {
+        if let route = ConnectionRoute.classify(bytes, streamPaths: streamPaths, maximumStreamHead: maximumStreamHead), count > 0 {
             hand(fd, route)
         } else {
             watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_MOD)

@@ -40,6 +40,9 @@ public final class MicroHTTPServer: @unchecked Sendable {
         public var streamPaths: [String] = []
         /// Per-connection buffer memory of the stream daemon's connections.
         public var streamConnectionMemoryLimit = 32 * 1024
+        /// A stream request whose head is larger goes to the request daemon (whose
+        /// connections have room for it).
+        public var maximumStreamHeadBytes = 16 * 1024
         /// Larger request bodies are refused with 413.
         public var maximumBodyBytes = 64 * 1024
 
@@ -89,7 +92,8 @@ public final class MicroHTTPServer: @unchecked Sendable {
             let streamDaemon = configuration.streamPaths.isEmpty
                 ? requestDaemon : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit)
             self.streamDaemon = streamDaemon
-            sorter = try ConnectionSorter(listenFD: listenFD, streamPaths: configuration.streamPaths) {
+            sorter = try ConnectionSorter(listenFD: listenFD, streamPaths: configuration.streamPaths,
+                                          maximumStreamHead: configuration.maximumStreamHeadBytes) {
                 [unowned self] fd, route, address, length in
                 // libmicrohttpd closes the socket if it cannot take it (at its connection limit).
                 _ = MHD_add_connection(route == .stream ? self.streamDaemon : self.requestDaemon, fd, address, length)

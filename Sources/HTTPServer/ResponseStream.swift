@@ -149,7 +149,7 @@ public final class ResponseStream: @unchecked Sendable {
                 return nil
             }
         }
-        unsent.removeAll(keepingCapacity: unsent.capacity <= 64 * 1024)
+        unsent = []
         unsentOffset = 0
         if finished { resumeIfSuspended() }
         guard aboveLowWater else { return nil }

@@ -110,12 +110,14 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.host = configuration.host
     serverConfiguration.port = configuration.port
     serverConfiguration.connectionLimit = connectionLimit
-    // Each connection's buffers; an event stream needs little (frames are copied out of
-    // our own queue in small blocks); 10,000 streams cost ~280 MB at the default 32 KiB,
-    // ~230 MB at 16 KiB. Headers up to about 6 KiB fit; bodies arrive in pieces.
+    // Each connection's buffers: 10,000 connections cost ~280 MB at the default 32 KiB.
+    // Requests: headers up to about 6 KiB fit in 8 KiB; bodies arrive in pieces. Event
+    // streams send their frames themselves and need only room for their request head:
+    // one page each (a head over 1 KiB is served by the request daemon instead).
     serverConfiguration.connectionMemoryLimit = 8 * 1024
     serverConfiguration.streamPaths = [EventsAPI.path]
-    serverConfiguration.streamConnectionMemoryLimit = 8 * 1024
+    serverConfiguration.streamConnectionMemoryLimit = 4 * 1024
+    serverConfiguration.maximumStreamHeadBytes = 1024
     let finalRouter = router
     let server = MicroHTTPServer(configuration: serverConfiguration, handler: { request, responder in
         finalRouter.handle(request, responder)

@@ -10,8 +10,15 @@ import Testing
     }
 
     @Test func aStreamRequestGoesToTheStreamDaemon() {
-        #expect(route("GET /v1/events HTTP/1.1\r\n") == .stream)
-        #expect(route("GET /v1/events?task=a HTTP/1.1\r\n") == .stream)
+        #expect(route("GET /v1/events HTTP/1.1\r\nHost: x\r\n\r\n") == .stream)
+        #expect(route("GET /v1/events?task=a HTTP/1.1\r\nHost: x\r\n\r\n") == .stream)
+    }
+
+    @Test func aStreamRequestWithALargeHeadGoesToTheRequestDaemon() {
+        let cookie = String(repeating: "c", count: 1000)
+        #expect(route("GET /v1/events HTTP/1.1\r\nCookie: \(cookie)\r\n\r\n") == .request)
+        #expect(route("GET /v1/events HTTP/1.1\r\nCookie: \(cookie)") == .request, "1,024 bytes and no end yet")
+        #expect(route("GET /v1/events HTTP/1.1\r\nCookie: \(cookie.prefix(500))") == nil, "the head may still end soon")
     }
 
     @Test func everythingElseGoesToTheRequestDaemon() {
@@ -28,6 +35,7 @@ import Testing
         #expect(route("G") == nil)
         #expect(route("GET /v1/ev") == nil)
         #expect(route("GET /v1/events") == nil)
+        #expect(route("GET /v1/events HTTP/1.1\r\n") == nil)
         #expect(route("GET /v2") == .request)
         #expect(route("P") == .request)
     }

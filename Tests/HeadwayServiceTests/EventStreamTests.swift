@@ -47,17 +47,19 @@ import Testing
 
     /// A subscriber that keeps up sees every change, even when they reach the broker all at
     /// once; only a backlog past the bound is coalesced (to each task's latest).
-    /// Chunked HTTP/1.1 streams are written straight to their sockets; HTTP/1.0 and
-    /// `Connection: close` streams are not chunked and go through libmicrohttpd. All
-    /// three carry the same events.
-    @Test func streamsWorkOverEveryHTTPVersionAndConnectionMode() throws {
+    /// HTTP/1.1 streams are chunked and written straight to their sockets; HTTP/1.0
+    /// streams are not chunked and go through libmicrohttpd; a request head too large
+    /// for the stream daemon's small buffers is served by the request daemon. All carry
+    /// the same events.
+    @Test func streamsWorkOverEveryHTTPVersionConnectionModeAndHeadSize() throws {
         let daemon = try LiveDaemon()
         let clients = [
             try TestSSEClient(port: daemon.application.port),
             try TestSSEClient(port: daemon.application.port, httpVersion: "HTTP/1.0"),
             try TestSSEClient(port: daemon.application.port, headers: [("Connection", "close")]),
+            try TestSSEClient(port: daemon.application.port, headers: [("Cookie", String(repeating: "c", count: 3000))]),
         ]
-        #expect(clients.map { $0.headers["transfer-encoding"] } == ["chunked", nil, "chunked"])
+        #expect(clients.map { $0.headers["transfer-encoding"] } == ["chunked", nil, "chunked", "chunked"])
         for client in clients { _ = try snapshot(client) }
         try daemon.register(#"{"id":"v","name":"Versions","total":3}"#)
         for completed in 1...3 { try daemon.request("POST", "/v1/tasks/v/progress", json: #"{"completed":\#(completed)}"#) }
