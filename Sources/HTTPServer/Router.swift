@@ -47,15 +47,22 @@ public struct Router: Sendable {
 
     private func match(_ pattern: [Substring], _ path: ArraySlice<Substring>) -> [String: String]? {
         guard pattern.count == path.count else { return nil }
-        var parameters: [String: String] = [:]
+        // First check every segment, then build the parameters of the one route that matches.
         for (expected, actual) in zip(pattern, path) {
-            if expected.first == "{" && expected.last == "}" {
-                guard !actual.isEmpty else { return nil }
-                parameters[String(expected.dropFirst().dropLast())] = String(actual)
-            } else if expected != actual {
+            if Self.isParameter(expected) {
+                if actual.isEmpty { return nil }
+            } else if !expected.utf8.elementsEqual(actual.utf8) {
                 return nil
             }
         }
+        var parameters: [String: String] = [:]
+        for (expected, actual) in zip(pattern, path) where Self.isParameter(expected) {
+            parameters[String(expected.dropFirst().dropLast())] = String(actual)
+        }
         return parameters
+    }
+
+    private static func isParameter(_ segment: Substring) -> Bool {
+        segment.utf8.first == UInt8(ascii: "{") && segment.utf8.last == UInt8(ascii: "}")
     }
 }

@@ -34,86 +34,123 @@ public enum JSONValue: Equatable, Sendable {
     }
 }
 
-/// Appends JSON text piece by piece; used for replies so that field order is fixed and
-/// no intermediate objects are built.
+/// Appends JSON text piece by piece into a byte buffer; used for replies so that field
+/// order is fixed and no intermediate objects or strings are built.
 public struct JSONText: Sendable {
-    /// The text written so far.
-    public private(set) var text = ""
+    /// The UTF-8 bytes written so far.
+    public private(set) var bytes: [UInt8] = []
 
     public init() {}
 
-    /// Reserves room for `bytes` of text.
-    public mutating func reserveCapacity(_ bytes: Int) { text.reserveCapacity(bytes) }
+    /// The text written so far.
+    public var text: String { String(decoding: bytes, as: UTF8.self) }
+
+    /// Reserves room for `count` bytes of text.
+    public mutating func reserveCapacity(_ count: Int) { bytes.reserveCapacity(count) }
 
     /// Appends `raw` as it is (it must already be valid JSON).
-    public mutating func appendRaw(_ raw: String) { text += raw }
+    public mutating func appendRaw(_ raw: String) {
+        var raw = raw
+        raw.withUTF8 { bytes.append(contentsOf: $0) }
+    }
+
+    /// Appends one byte of JSON punctuation (`,`, `:`, brackets).
+    public mutating func appendByte(_ byte: UInt8) { bytes.append(byte) }
 
     /// Appends a JSON string literal with the escapes RFC 8259 requires.
     public mutating func appendString(_ value: String) {
+        bytes.append(UInt8(ascii: "\""))
         // Fast path: most strings need no escape (no control characters, quotes,
-        // backslashes, nor U+2028/U+2029, whose UTF-8 starts with 0xE2).
-        if value.utf8.allSatisfy({ $0 >= 0x20 && $0 != 0x22 && $0 != 0x5C && $0 != 0xE2 }) {
-            text += "\""
-            text += value
-            text += "\""
-            return
+        // backslashes, nor U+2028/U+2029, whose UTF-8 starts with 0xE2); scanned and
+        // copied as one contiguous buffer.
+        var value = value
+        let plain = value.withUTF8 { utf8 in
+            for byte in utf8 where byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0xE2 { return false }
+            bytes.append(contentsOf: utf8)
+            return true
         }
-        text.append("\"")
-        for scalar in value.unicodeScalars {
-            switch scalar {
-            case "\"": text += "\\\""
-            case "\\": text += "\\\\"
-            case "\n": text += "\\n"
-            case "\r": text += "\\r"
-            case "\t": text += "\\t"
-            case "\u{2028}": text += "\\u2028"
-            case "\u{2029}": text += "\\u2029"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    text += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    text.unicodeScalars.append(scalar)
+        if !plain {
+            for scalar in value.unicodeScalars {
+                switch scalar {
+                case "\"": appendRaw("\\\"")
+                case "\\": appendRaw("\\\\")
+                case "\n": appendRaw("\\n")
+                case "\r": appendRaw("\\r")
+                case "\t": appendRaw("\\t")
+                case "\u{2028}": appendRaw("\\u2028")
+                case "\u{2029}": appendRaw("\\u2029")
+                default:
+                    if scalar.value < 0x20 {
+                        let hex = String(scalar.value, radix: 16)
+                        appendRaw("\\u" + String(repeating: "0", count: 4 - hex.count) + hex)
+                    } else {
+                        bytes.append(contentsOf: String(scalar).utf8)
+                    }
                 }
             }
         }
-        text.append("\"")
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends an integer, digit by digit.
+    public mutating func appendInteger(_ value: Int64) {
+        if value < 0 {
+            bytes.append(UInt8(ascii: "-"))
+            // The magnitude of Int64.min does not fit in Int64.
+            appendDigits(value.magnitude)
+        } else {
+            appendDigits(UInt64(value))
+        }
+    }
+
+    private mutating func appendDigits(_ value: UInt64) {
+        var digits: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)  // 40 bytes: room for 20 digits
+        var count = 0
+        var rest = value
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            repeat {
+                buffer[39 - count] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+                count += 1
+            } while rest > 0
+            bytes.append(contentsOf: buffer[(40 - count)...])
+        }
     }
 
     /// Appends a finite number, or `null` for NaN and infinities (which JSON cannot carry).
     public mutating func appendNumber(_ value: Double) {
-        guard value.isFinite else { text += "null"; return }
+        guard value.isFinite else { return appendRaw("null") }
         if value == value.rounded(), abs(value) < 1e15 {
-            text += String(Int64(value))
+            appendInteger(Int64(value))
         } else {
-            text += "\(value)"
+            appendRaw("\(value)")
         }
     }
 
     /// Appends any parsed value; object keys come out sorted.
     public mutating func append(_ value: JSONValue) {
         switch value {
-        case .null: text += "null"
-        case .bool(let flag): text += flag ? "true" : "false"
-        case .integer(let number): text += String(number)
+        case .null: appendRaw("null")
+        case .bool(let flag): appendRaw(flag ? "true" : "false")
+        case .integer(let number): appendInteger(number)
         case .number(let number): appendNumber(number)
         case .string(let string): appendString(string)
         case .array(let items):
-            text += "["
+            bytes.append(UInt8(ascii: "["))
             for (index, item) in items.enumerated() {
-                if index > 0 { text += "," }
+                if index > 0 { bytes.append(UInt8(ascii: ",")) }
                 append(item)
             }
-            text += "]"
+            bytes.append(UInt8(ascii: "]"))
         case .object(let members):
-            text += "{"
+            bytes.append(UInt8(ascii: "{"))
             for (index, key) in members.keys.sorted().enumerated() {
-                if index > 0 { text += "," }
+                if index > 0 { bytes.append(UInt8(ascii: ",")) }
                 appendString(key)
-                text += ":"
+                bytes.append(UInt8(ascii: ":"))
                 append(members[key]!)
             }
-            text += "}"
+            bytes.append(UInt8(ascii: "}"))
         }
     }
 }
@@ -126,14 +163,14 @@ public struct JSONObjectWriter: Sendable {
     /// Starts an object; `capacity` is the expected size in bytes (a task is about 700).
     public init(capacity: Int = 64) {
         output.reserveCapacity(capacity)
-        output.appendRaw("{")
+        output.appendByte(UInt8(ascii: "{"))
     }
 
     private mutating func key(_ name: String) {
-        if !isFirst { output.appendRaw(",") }
+        if !isFirst { output.appendByte(UInt8(ascii: ",")) }
         isFirst = false
         output.appendString(name)
-        output.appendRaw(":")
+        output.appendByte(UInt8(ascii: ":"))
     }
 
     public mutating func string(_ name: String, _ value: String?) {
@@ -143,7 +180,7 @@ public struct JSONObjectWriter: Sendable {
 
     public mutating func integer(_ name: String, _ value: Int64?) {
         key(name)
-        output.appendRaw(value.map { String($0) } ?? "null")
+        if let value { output.appendInteger(value) } else { output.appendRaw("null") }
     }
 
     public mutating func number(_ name: String, _ value: Double?) {
@@ -163,5 +200,9 @@ public struct JSONObjectWriter: Sendable {
     }
 
     /// The finished object.
-    public func finish() -> String { output.text + "}" }
+    public func finish() -> String {
+        var output = output
+        output.appendByte(UInt8(ascii: "}"))
+        return output.text
+    }
 }

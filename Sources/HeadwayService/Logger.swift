@@ -41,13 +41,28 @@ public struct Logger: Sendable {
     /// Logs `event` with `fields` (written in the order given).
     public func log(_ level: LogLevel, _ event: String, _ fields: KeyValuePairs<String, String> = [:]) {
         guard level >= minimumLevel else { return }
-        var line = "ts=\(Timestamp.rfc3339(SystemClock().now())) level=\(level.name) event=\(event)"
-        for (key, value) in fields { line += " \(key)=\(Self.quoted(value))" }
-        output.append(line + "\n", immediately: level >= .warn)
+        var line = "ts="
+        line.reserveCapacity(160)
+        line += Timestamp.rfc3339(SystemClock().now())
+        line += " level="
+        line += level.name
+        line += " event="
+        line += event
+        for (key, value) in fields {
+            line += " "
+            line += key
+            line += "="
+            line += Self.quoted(value)
+        }
+        line += "\n"
+        output.append(line, immediately: level >= .warn)
     }
 
     private static func quoted(_ value: String) -> String {
-        let plain = !value.isEmpty && value.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7f && $0 != "\"" && $0 != "=" }
+        var value = value
+        let plain = !value.isEmpty && value.withUTF8 { utf8 in
+            !utf8.contains { $0 <= 0x20 || $0 >= 0x7f || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "=") }
+        }
         if plain { return value }
         var escaped = "\""
         for scalar in value.unicodeScalars {

@@ -210,8 +210,7 @@ struct TaskAPI: Sendable {
             guard emptyAllowed else { throw .malformedJSON("This request needs a JSON object as its body.") }
             return .object([:])
         }
-        let mediaType = (request.header("content-type") ?? "")
-            .split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        let mediaType = Self.mediaType(request.header("content-type") ?? "")
         guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
             throw Problem(status: 415, code: "unsupported_media_type", title: "Unsupported media type",
                           detail: "Send the body as application/json (got '\(mediaType.isEmpty ? "no Content-Type" : mediaType)').")
@@ -220,6 +219,15 @@ struct TaskAPI: Sendable {
         case .success(let value): return value
         case .failure(let failure): throw .malformedJSON("The request body is not valid JSON: \(failure).")
         }
+    }
+
+    /// The media type of a `Content-Type` value: before any `;`, without surrounding
+    /// spaces or tabs, lower-cased.
+    static func mediaType(_ contentType: String) -> String {
+        let isBlank = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+        let type = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }.drop(while: isBlank)
+        let end = type.lastIndex { !isBlank($0) }.map { type.index(after: $0) } ?? type.startIndex
+        return String(decoding: type[..<end], as: UTF8.self).lowercased()
     }
 
     private func reply(_ problem: Problem) -> HTTPResponse {

@@ -19,6 +19,10 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
 public final class Database: @unchecked Sendable {
     private let handle: OpaquePointer
     private var statements: [String: Statement] = [:]
+    /// The statements used last, looked up before `statements`: the hot path's SQL are
+    /// the same strings every time, which compare equal at once (no hashing of long SQL).
+    private var recentStatements: [(sql: String, statement: Statement)] = []
+    private var nextRecentSlot = 0
     private var isClosed = false
     /// The file this connection opened.
     public let path: String
@@ -47,6 +51,7 @@ public final class Database: @unchecked Sendable {
         guard !isClosed else { return }
         isClosed = true
         statements.removeAll()
+        recentStatements.removeAll()
         sqlite3_close_v2(handle)
     }
 
@@ -72,7 +77,12 @@ public final class Database: @unchecked Sendable {
     /// the connection to an old snapshot and stops WAL checkpoints.
     func statement(_ sql: String) throws(SQLiteError) -> Statement {
         try checkOpen(sql)
+        for recent in recentStatements where recent.sql == sql {
+            recent.statement.reset()
+            return recent.statement
+        }
         if let cached = statements[sql] {
+            remember(sql, cached)
             cached.reset()
             return cached
         }
@@ -83,7 +93,17 @@ public final class Database: @unchecked Sendable {
         }
         let statement = Statement(pointer, database: self, sql: sql)
         statements[sql] = statement
+        remember(sql, statement)
         return statement
+    }
+
+    private func remember(_ sql: String, _ statement: Statement) {
+        if recentStatements.count < 8 {
+            recentStatements.append((sql, statement))
+        } else {
+            recentStatements[nextRecentSlot] = (sql, statement)
+            nextRecentSlot = (nextRecentSlot + 1) % 8
+        }
     }
 
     /// Runs a statement that returns no rows.

@@ -22,6 +22,21 @@ import Testing
         text.appendNumber(.nan)
         #expect(text.text == "0.4 1 null")
     }
+
+    @Test func integersAreWrittenDigitByDigit() {
+        var text = JSONText()
+        for (index, number) in [Int64(0), 7, -7, 1_000_000, .max, .min].enumerated() {
+            if index > 0 { text.appendByte(UInt8(ascii: ",")) }
+            text.appendInteger(number)
+        }
+        #expect(text.text == "0,7,-7,1000000,9223372036854775807,-9223372036854775808")
+    }
+
+    @Test func stringsKeepNonASCIIAndEscapeSeparators() {
+        var text = JSONText()
+        text.appendString("Größe \u{2028}ok\u{2029} 🚀\t")
+        #expect(text.text == #""Größe \u2028ok\u2029 🚀\t""#)
+    }
 }
 
 @Suite struct TimestampTests {

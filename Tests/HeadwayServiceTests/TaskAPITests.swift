@@ -1,6 +1,7 @@
 import Foundation
 import HeadwayTestSupport
 import Testing
+@testable import HeadwayService
 
 /// The task routes against the real daemon on a loopback port: the life cycle, every
 /// accuracy rule, and that a refused request changes nothing.
@@ -190,6 +191,15 @@ import Testing
         let longID = try daemon.request("GET", "/v1/tasks/" + String(repeating: "a", count: 129))
         #expect(longID.problemCode == "invalid_id")
         #expect(try daemon.request("POST", "/v1/tasks", json: #"{"id":"a/b","name":"x"}"#).problemCode == "invalid_request")
+    }
+
+    @Test(arguments: [
+        ("application/json", "application/json"), (" Application/JSON ; charset=utf-8", "application/json"),
+        ("\tapplication/merge-patch+json\t", "application/merge-patch+json"), ("", ""), (" ; x", ""),
+        ("text/plain;", "text/plain"),
+    ])
+    func mediaTypeIsTheLowerCasedTypeBeforeParameters(_ contentType: String, _ expected: String) {
+        #expect(TaskAPI.mediaType(contentType) == expected)
     }
 
     @Test func httpLevelErrors() throws {
