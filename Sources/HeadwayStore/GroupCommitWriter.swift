@@ -122,17 +122,22 @@ public final class GroupCommitWriter: @unchecked Sendable {
         for job in batch {
             do {
                 try database.run("SAVEPOINT job")
-                if !job.run(database) { try database.run("ROLLBACK TO job") }
+                if !job.run(database) {
+                    try database.run("ROLLBACK TO job")
+                    database.noteRollback()
+                }
                 try database.run("RELEASE job")
             } catch {
                 // The savepoint itself failed: nothing of this job can be trusted.
                 try? database.execute("ROLLBACK TO job; RELEASE job")
+                database.noteRollback()
             }
         }
         do {
             try database.run("COMMIT")
         } catch {
             try? database.execute("ROLLBACK")
+            database.noteRollback()
             batch.forEach { $0.abort(error) }
             return
         }

@@ -26,6 +26,9 @@ public final class Database: @unchecked Sendable {
     private var isClosed = false
     /// The file this connection opened.
     public let path: String
+    /// How many times a transaction of this connection was rolled back after changes
+    /// (counted by its user, the writer): caches of what it stored check it.
+    public private(set) var rollbacks = 0
 
     /// Opens (creating if needed) the database at `path`.
     public init(path: String, readOnly: Bool = false) throws(SQLiteError) {
@@ -128,6 +131,9 @@ public final class Database: @unchecked Sendable {
     }
 
     var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
+
+    /// Records that changes made on this connection were rolled back.
+    public func noteRollback() { rollbacks += 1 }
 }
 
 /// A value bound to a statement parameter.

@@ -20,6 +20,41 @@ public final class ChangeSequence: @unchecked Sendable {
     }
 }
 
+/// The tasks the writer read or wrote lately, exactly as stored, so that an update reads
+/// its task without asking SQLite. Only the writer's connection writes tasks, and only
+/// through `TaskStore`, so the cache stays exact provided that nothing a rolled-back
+/// savepoint or transaction wrote is kept: whenever the writer rolls back
+/// (`Database.rollbacks` moves), everything is forgotten. Writer thread only.
+public final class TaskCache: @unchecked Sendable {
+    private var tasks: [String: TaskRecord] = [:]
+    private var rollbacksSeen = 0
+    /// At most this many tasks are kept (then the cache starts afresh).
+    public let capacity: Int
+
+    public init(capacity: Int = 10_000) { self.capacity = capacity }
+
+    /// The task as stored, if known.
+    fileprivate func task(_ id: String, in database: Database) -> TaskRecord? {
+        forgetIfRolledBack(database)
+        return tasks[id]
+    }
+
+    /// Remembers a task as read from or written to `database`.
+    fileprivate func remember(_ task: TaskRecord, in database: Database) {
+        forgetIfRolledBack(database)
+        if tasks.count >= capacity && tasks[task.id] == nil { tasks.removeAll(keepingCapacity: true) }
+        tasks[task.id] = task
+    }
+
+    fileprivate func forget(_ id: String) { tasks[id] = nil }
+
+    private func forgetIfRolledBack(_ database: Database) {
+        guard database.rollbacks != rollbacksSeen else { return }
+        rollbacksSeen = database.rollbacks
+        tasks.removeAll(keepingCapacity: true)
+    }
+}
+
 /// The task operations, each run by the writer inside one savepoint: read the task, apply
 /// the pure rules (`TaskRules`, `StallRule`), write the result with its change number,
 /// carry the change up to the task's ancestors, and return the events to publish once
@@ -33,8 +68,13 @@ public struct TaskStore: Sendable {
     /// When the daemon started: no stall deadline falls earlier than a full timeout after it.
     public var graceStart: EpochMilliseconds
 
-    public init(sequence: ChangeSequence, defaultStallTimeoutSeconds: Double = 30, graceStart: EpochMilliseconds = 0) {
+    /// The tasks read and written lately (used on the writer thread only).
+    public let cache: TaskCache
+
+    public init(sequence: ChangeSequence, defaultStallTimeoutSeconds: Double = 30, graceStart: EpochMilliseconds = 0,
+                cache: TaskCache = TaskCache()) {
         self.sequence = sequence
+        self.cache = cache
         self.defaultStallTimeoutSeconds = defaultStallTimeoutSeconds
         self.graceStart = graceStart
     }
@@ -64,11 +104,11 @@ public struct TaskStore: Sendable {
                          in database: Database) throws -> Registered {
         try numbered {
             let id = registration.id ?? UUID().uuidString.lowercased()
-            if let existing = try TaskRepository.find(id, in: database) {
+            if let existing = try load(id, in: database) {
                 return Registered(task: try TaskRules.reregister(registration, existing: existing), created: false, events: [])
             }
             if let parentID = registration.parentID, parentID != id {
-                guard let parent = try TaskRepository.find(parentID, in: database) else { throw Problem.parentNotFound(parentID) }
+                guard let parent = try load(parentID, in: database) else { throw Problem.parentNotFound(parentID) }
                 if parent.state.isFinished { throw Problem.parentFinished(parentID) }
             }
             var task = try TaskRules.register(registration, id: id, now: now,
@@ -77,6 +117,7 @@ public struct TaskStore: Sendable {
             try History.record(&task, at: now, in: database)
             stamp(&task, .created)
             try TaskRepository.insert(task, in: database)
+            cache.remember(task, in: database)
             var events = [TaskEvent(.created, task)]
             events += try rollUp(from: task.parentID, weightDelta: task.weight,
                                  doneDelta: task.weight * task.shareOfParent, now: now, in: database)
@@ -139,6 +180,7 @@ public struct TaskStore: Sendable {
             for task in tree.reversed() {
                 let seq = sequence.next()
                 try TaskRepository.delete(task.id, in: database)
+                cache.forget(task.id)
                 try History.delete(task.id, in: database)
                 try ChangeFeed.recordDeletion(task, seq: seq, at: now, in: database)
                 events.append(.deleted(seq: seq, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt))
@@ -161,7 +203,7 @@ public struct TaskStore: Sendable {
                     stamp(&next, kind)
                     events.append(TaskEvent(kind, next))
                 }
-                try TaskRepository.update(next, previous: task, in: database)
+                try save(next, previous: task, in: database)
             }
             return (events, due.count)
         }
@@ -175,6 +217,7 @@ public struct TaskStore: Sendable {
         var forgottenThrough: Int64 = 0
         for task in tasks {
             try TaskRepository.delete(task.id, in: database)
+            cache.forget(task.id)
             try History.delete(task.id, in: database)
             forgottenThrough = max(forgottenThrough, task.changeSeq)
         }
@@ -196,6 +239,20 @@ public struct TaskStore: Sendable {
         }
     }
 
+    /// The task with `id` as stored: from the cache, else from the database.
+    private func load(_ id: String, in database: Database) throws -> TaskRecord? {
+        if let task = cache.task(id, in: database) { return task }
+        let task = try TaskRepository.find(id, in: database)
+        if let task { cache.remember(task, in: database) }
+        return task
+    }
+
+    /// Writes a changed task and remembers it.
+    private func save(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws {
+        try TaskRepository.update(task, previous: previous, in: database)
+        cache.remember(task, in: database)
+    }
+
     /// Gives a change its number.
     private func stamp(_ task: inout TaskRecord, _ kind: TaskEventKind) {
         task.changeSeq = sequence.next()
@@ -204,14 +261,14 @@ public struct TaskStore: Sendable {
 
     private func modify(_ id: String, _ kind: TaskEventKind, now: EpochMilliseconds, in database: Database,
                         _ rule: (TaskRecord) throws(Problem) -> TaskRules.Outcome) throws -> Changed {
-        guard let task = try TaskRepository.find(id, in: database) else { throw Problem.notFound(id) }
+        guard let task = try load(id, in: database) else { throw Problem.notFound(id) }
         guard case .applied(var next) = try rule(task) else { return Changed(outcome: .unchanged(task), events: []) }
         let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
         if next.completed != task.completed || next.total != task.total || next.state != task.state {
             try History.record(&next, at: now, in: database)
         }
         stamp(&next, stallChange == .recovered && kind == .updated ? .recovered : kind)
-        try TaskRepository.update(next, previous: task, in: database)
+        try save(next, previous: task, in: database)
         var events = [TaskEvent(next.changeKind, next)]
         events += try rollUp(from: next.parentID, weightDelta: 0,
                              doneDelta: next.weight * (next.shareOfParent - task.shareOfParent), now: now, in: database)
@@ -225,12 +282,12 @@ public struct TaskStore: Sendable {
         var events: [TaskEvent] = []
         var currentID = parentID
         var (weightDelta, doneDelta) = (weightDelta, doneDelta)
-        while let id = currentID, let parent = try TaskRepository.find(id, in: database),
+        while let id = currentID, let parent = try load(id, in: database),
               var next = TaskRules.rollUp(parent, weightDelta: weightDelta, doneDelta: doneDelta, now: now) {
             let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
             if next.fraction != parent.fraction { try History.record(&next, at: now, in: database) }
             stamp(&next, stallChange == .recovered ? .recovered : .updated)
-            try TaskRepository.update(next, previous: parent, in: database)
+            try save(next, previous: parent, in: database)
             events.append(TaskEvent(next.changeKind, next))
             (weightDelta, doneDelta) = (0, next.weight * (next.shareOfParent - parent.shareOfParent))
             currentID = parent.parentID

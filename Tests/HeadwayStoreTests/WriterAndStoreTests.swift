@@ -150,6 +150,31 @@ final class Box<Value>: @unchecked Sendable {
         }
     }
 
+    /// The store remembers the tasks it wrote; what a rolled-back job wrote must not be
+    /// remembered (the next change starts from what is stored).
+    @Test func aRolledBackChangeIsNotRemembered() throws {
+        struct Later: Error {}
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "c", name: "Cached", total: 10), now: 1, in: $0) }
+        _ = try fixture.write { try store.progress("c", ProgressUpdate(completed: 2), now: 2, in: $0) }
+        #expect(throws: Later.self) {
+            _ = try fixture.write { database in
+                _ = try store.progress("c", ProgressUpdate(completed: 7), now: 3, in: database)
+                throw Later()
+            }
+        }
+        let next = try fixture.write { try store.progress("c", ProgressUpdate(increment: 1), now: 4, in: $0) }
+        #expect(next.outcome.task.completed == 3, "2 stored + 1, not 7 + 1")
+        #expect(try fixture.read { try TaskRepository.find("c", in: $0)?.completed } == 3)
+        // A refused change (a rule, before anything is written) leaves the task as it was.
+        #expect(throws: Problem.self) {
+            _ = try fixture.write { try store.progress("c", ProgressUpdate(completed: 11), now: 5, in: $0) }
+        }
+        #expect(try fixture.write { try store.progress("c", ProgressUpdate(increment: 1), now: 6, in: $0) }
+            .outcome.task.completed == 4)
+    }
+
     @Test func dataSurvivesReopening() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
