@@ -9,28 +9,64 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <microhttpd.h>
 
+/// Where libmicrohttpd's error messages go: `sink(context, message)`, one formatted line.
+typedef void (*headway_log_sink)(void *context, const char *message);
+struct headway_log_target {
+    headway_log_sink sink;
+    void *context;
+};
+
+static inline void headway_mhd_log(void *cls, const char *format, va_list arguments) {
+    const struct headway_log_target *target = (const struct headway_log_target *)cls;
+    char message[512];
+    vsnprintf(message, sizeof message, format, arguments);
+    size_t length = strlen(message);
+    while (length > 0 && (message[length - 1] == '\n' || message[length - 1] == '\r')) message[--length] = 0;
+    target->sink(target->context, message);
+}
+
 /// Starts a daemon without a listening socket (connections arrive by
-/// `MHD_add_connection`): one epoll thread for all its connections, with suspend/resume.
-/// `MHD_start_daemon` is variadic and not imported into Swift: this wrapper passes the
-/// options Headway uses and ends the list with `MHD_OPTION_END`.
+/// `MHD_add_connection`): one epoll thread for all its connections, with suspend/resume;
+/// its error messages go to `sink`. `MHD_start_daemon` is variadic and not imported into
+/// Swift: this wrapper passes the options Headway uses and ends the list with
+/// `MHD_OPTION_END`. `*log_target` receives what `headway_mhd_free_log_target` frees once
+/// the daemon has stopped.
 static inline struct MHD_Daemon *headway_mhd_start(
     MHD_AccessHandlerCallback handler, void *handler_context,
     MHD_RequestCompletedCallback completed, void *completed_context,
+    headway_log_sink sink, void *sink_context, void **log_target,
     unsigned int connection_limit,
     unsigned int connection_timeout_seconds,
     size_t connection_memory_limit)
 {
+    struct headway_log_target *target = (struct headway_log_target *)malloc(sizeof *target);
+    if (target == NULL) return NULL;
+    target->sink = sink;
+    target->context = sink_context;
+    *log_target = target;
     unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG
         | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
-    return MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_context,
+    struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_context,
+        MHD_OPTION_EXTERNAL_LOGGER, headway_mhd_log, (void *)target,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_context,
         MHD_OPTION_CONNECTION_LIMIT, connection_limit,
         MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,
         MHD_OPTION_END);
+    if (daemon == NULL) {
+        free(target);
+        *log_target = NULL;
+    }
+    return daemon;
 }
+
+static inline void headway_mhd_free_log_target(void *log_target) { free(log_target); }
 
 /// Accepts a connection on `fd` as a non-blocking, close-on-exec socket (`accept4` needs
 /// `_GNU_SOURCE`, which a module header cannot count on).

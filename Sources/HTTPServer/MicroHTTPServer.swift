@@ -52,6 +52,10 @@ public final class MicroHTTPServer: @unchecked Sendable {
     let configuration: Configuration
     let handler: HTTPHandler
     let accessLog: (@Sendable (AccessLogEntry) -> Void)?
+    /// Receives libmicrohttpd's own messages, and whether one only says that a client
+    /// went away (routine for long-lived streams).
+    let libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)?
+    private var logTargets: [UnsafeMutableRawPointer] = []
     private var requestDaemon: OpaquePointer?
     private var streamDaemon: OpaquePointer?
     private var sorter: ConnectionSorter?
@@ -67,20 +71,24 @@ public final class MicroHTTPServer: @unchecked Sendable {
     public private(set) var port = 0
 
     public init(configuration: Configuration, handler: @escaping HTTPHandler,
-                accessLog: (@Sendable (AccessLogEntry) -> Void)? = nil) {
+                accessLog: (@Sendable (AccessLogEntry) -> Void)? = nil,
+                libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)? = nil) {
         self.configuration = configuration
         self.handler = handler
         self.accessLog = accessLog
+        self.libraryLog = libraryLog
     }
 
     /// Binds and starts serving.
     public func start() throws {
         let context = Unmanaged.passUnretained(self).toOpaque()
         func startDaemon(memoryLimit: Int) throws -> OpaquePointer {
+            var logTarget: UnsafeMutableRawPointer?
             guard let daemon = headway_mhd_start(
-                accessHandlerCallback, context, requestCompletedCallback, context,
+                accessHandlerCallback, context, requestCompletedCallback, context, libraryLogCallback, context, &logTarget,
                 UInt32(configuration.connectionLimit), UInt32(configuration.connectionTimeoutSeconds), memoryLimit)
             else { throw HTTPServerError(description: "cannot start libmicrohttpd") }
+            if let logTarget { logTargets.append(logTarget) }
             return daemon
         }
         let listenFD = try SocketAddress.listen(host: configuration.host, port: configuration.port)
@@ -131,6 +139,8 @@ public final class MicroHTTPServer: @unchecked Sendable {
         if let streamDaemon, streamDaemon != requestDaemon { MHD_stop_daemon(streamDaemon) }
         if let requestDaemon { MHD_stop_daemon(requestDaemon) }
         (streamDaemon, requestDaemon) = (nil, nil)
+        logTargets.forEach(headway_mhd_free_log_target)
+        logTargets = []
         writableWatcher?.stop()
         writableWatcher = nil
     }
@@ -345,6 +355,15 @@ private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection
     return server.access(connection, url: String(cString: url), method: String(cString: method),
                          isHTTP11: version.map { strcmp($0, MHD_HTTP_VERSION_1_1) == 0 } ?? false,
                          uploadData: uploadData, uploadSize: uploadSize, context: context)
+}
+
+private let libraryLogCallback: headway_log_sink = { context, message in
+    guard let context, let message else { return }
+    let server = Unmanaged<MicroHTTPServer>.fromOpaque(context).takeUnretainedValue()
+    let text = String(cString: message)
+    let clientGone = ["closed by remote peer", "no longer available", "Connection reset", "Broken pipe"]
+        .contains { text.contains($0) }
+    server.libraryLog?(text, clientGone)
 }
 
 private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, _, context, _ in

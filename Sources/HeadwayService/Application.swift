@@ -126,6 +126,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
             "request_id": entry.requestID, "method": entry.method, "path": entry.path,
             "status": "\(entry.status)", "duration_us": "\(entry.durationMicroseconds)",
         ])
+    }, libraryLog: { message, clientGone in
+        logger.log(clientGone ? .debug : .warn, "http.library", ["message": message])
     })
     return HeadwayApplication(configuration: configuration, writer: writer, readers: [reader, streamReader],
                               broker: broker, maintenance: maintenance, server: server, logger: logger,

@@ -62,6 +62,31 @@ import Testing
         #expect(try ordinaryClient.request("GET", "/stream").text == "GET /stream")
     }
 
+    /// libmicrohttpd's own messages reach the server's owner (not stderr), and say
+    /// whether they only report a client that went away.
+    @Test func libraryMessagesGoToTheGivenLog() throws {
+        let messages = Messages()
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.connectionMemoryLimit = 4096
+        let server = MicroHTTPServer(configuration: configuration, handler: { _, responder in
+            responder.respond(HTTPResponse(status: 204))
+        }, libraryLog: { message, clientGone in messages.append(message, clientGone) })
+        try server.start()
+        let client = try TestHTTPClient(port: server.port)
+        try client.send("GET /x HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 6000))\r\n\r\n")
+        #expect(try client.readResponse().status == 431)
+        server.shutdown()
+        #expect(messages.all.contains { $0.text.contains("431") && !$0.clientGone }, "\(messages.all)")
+    }
+
+    private final class Messages: @unchecked Sendable {
+        private let lock = NSLock()
+        private var items: [(text: String, clientGone: Bool)] = []
+        func append(_ text: String, _ clientGone: Bool) { lock.withLock { items.append((text, clientGone)) } }
+        var all: [(text: String, clientGone: Bool)] { lock.withLock { items } }
+    }
+
     @Test func keepsAValidRequestIDAndMakesUpOtherwise() throws {
         let server = try Self.startEchoServer()
         defer { server.shutdown() }
