@@ -60,6 +60,8 @@ final class ConnectionSorter: @unchecked Sendable {
     private let wakeFD: Int32
     private let streamPaths: [String]
     private let maximumStreamHead: Int
+    /// Connections waiting to be sorted beyond this are closed at once.
+    private let maximumWaiting: Int
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
     private let finished = DispatchSemaphore(value: 0)
     /// Accepted connections still waiting for enough bytes (sorter thread only).
@@ -67,11 +69,12 @@ final class ConnectionSorter: @unchecked Sendable {
 
     /// Starts sorting the connections of `listenFD` (a bound, listening, non-blocking
     /// socket, which the sorter closes when stopped).
-    init(listenFD: Int32, streamPaths: [String], maximumStreamHead: Int,
+    init(listenFD: Int32, streamPaths: [String], maximumStreamHead: Int, maximumWaiting: Int,
          handOff: @escaping @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void) throws {
         self.listenFD = listenFD
         self.streamPaths = streamPaths
         self.maximumStreamHead = maximumStreamHead
+        self.maximumWaiting = maximumWaiting
         self.handOff = handOff
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
         wakeFD = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
@@ -135,6 +138,10 @@ final class ConnectionSorter: @unchecked Sendable {
                 // Out of descriptors: the listening socket stays readable, so pause rather than spin.
                 if errno == EMFILE || errno == ENFILE { usleep(50_000) }
                 return
+            }
+            guard waiting.count < maximumWaiting else {
+                close(fd)
+                continue
             }
             waiting[fd] = (address, length, DispatchTime.now().uptimeNanoseconds)
             watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_ADD)

@@ -101,7 +101,8 @@ public final class MicroHTTPServer: @unchecked Sendable {
                 ? requestDaemon : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit)
             self.streamDaemon = streamDaemon
             sorter = try ConnectionSorter(listenFD: listenFD, streamPaths: configuration.streamPaths,
-                                          maximumStreamHead: configuration.maximumStreamHeadBytes) {
+                                          maximumStreamHead: configuration.maximumStreamHeadBytes,
+                                          maximumWaiting: configuration.connectionLimit) {
                 [unowned self] fd, route, address, length in
                 // libmicrohttpd closes the socket if it cannot take it (at its connection limit).
                 _ = MHD_add_connection(route == .stream ? self.streamDaemon : self.requestDaemon, fd, address, length)
