@@ -131,3 +131,36 @@ public struct HoldBack: Sendable {
         held.values.map { $0.createdAt + filter.minDurationMilliseconds }.min()
     }
 }
+
+/// When the event broker may start its next fan-out round, so that fan-out cannot starve
+/// ingestion: after a round that took longer than `threshold` while updates poured in (at
+/// least `minimumWaiting` events waiting), the next round starts no sooner than
+/// `1 + factor` times that length after the last one began, so fan-out takes at most about
+/// 1 / (1 + factor) of the time. Otherwise rounds follow at once. Times are monotonic
+/// nanoseconds, given by the caller.
+public struct FanOutPacing: Equatable, Sendable {
+    public var threshold: UInt64
+    public var minimumWaiting: Int
+    public var factor: UInt64
+    private var lastStart: UInt64 = 0
+    private var lastLength: UInt64 = 0
+
+    public init(threshold: UInt64 = 5_000_000, minimumWaiting: Int = 64, factor: UInt64 = 3) {
+        self.threshold = threshold
+        self.minimumWaiting = minimumWaiting
+        self.factor = factor
+    }
+
+    /// Records a round that began at `start` and ended at `end`.
+    public mutating func roundRan(from start: UInt64, to end: UInt64) {
+        lastStart = start
+        lastLength = end >= start ? end - start : 0
+    }
+
+    /// When the pause before the next round ends, if `waiting` events must wait at `now`.
+    public func pauseEnd(waiting: Int, now: UInt64) -> UInt64? {
+        guard lastLength > threshold, waiting >= minimumWaiting else { return nil }
+        let end = lastStart + lastLength * (1 + factor)
+        return end > now ? end : nil
+    }
+}

@@ -95,6 +95,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     brokerSettings.heartbeatSeconds = configuration.sseHeartbeatSeconds
     brokerSettings.streamBufferBytes = configuration.streamBufferBytes
     brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
+    brokerSettings.pacing = configuration.fanOutPacing
     let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger)
     let store = TaskStore(sequence: sequence, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
                           graceStart: clock.now())

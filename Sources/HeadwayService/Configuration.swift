@@ -1,3 +1,4 @@
+import HeadwayCore
 import HeadwayStore
 
 /// The daemon's settings, from command-line flags over `HEADWAY_…` environment variables
@@ -23,6 +24,8 @@ public struct Configuration: Sendable, Equatable {
     public var streamBufferBytes = 64 * 1024
     /// Tasks waiting for one slow subscriber before it is disconnected (it then resumes).
     public var maximumPendingTasks = 2048
+    /// When fan-out rounds may start during an update storm.
+    public var fanOutPacing = FanOutPacing()
 
     public init() {}
 

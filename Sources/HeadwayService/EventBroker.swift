@@ -54,15 +54,8 @@ final class EventBroker: @unchecked Sendable {
         /// coalesced to its latest before fan-out (the broker is behind; below it, every
         /// event is delivered).
         var coalescingBacklog = 1024
-        /// Pacing, so fan-out cannot starve ingestion: when a round took longer than
-        /// `pacingThresholdNanoseconds` and at least `pacingEvents` events arrived meanwhile
-        /// (updates are pouring in), the next round starts no sooner than `1 + pacingFactor`
-        /// times that length after the last one began: fan-out then takes at most about
-        /// 1 / (1 + factor) of the time. Events that wait for such a pause are coalesced to
-        /// the latest per task. A round without that pressure follows at once.
-        var pacingThresholdNanoseconds: UInt64 = 5_000_000
-        var pacingEvents = 64
-        var pacingFactor: UInt64 = 3
+        /// When fan-out rounds may start (see `FanOutPacing`).
+        var pacing = FanOutPacing()
     }
 
     private enum Command {
@@ -82,7 +75,7 @@ final class EventBroker: @unchecked Sendable {
     private var stopping = false
     private var paused = false
     /// The broker waits out a pacing pause: new events need not wake it.
-    private var pacing = false
+    private var inPause = false
     private var reservedSlots = 0
     private let stopped = DispatchSemaphore(value: 0)
 
@@ -94,12 +87,12 @@ final class EventBroker: @unchecked Sendable {
     /// Events committed and not yet fanned out, and whether some waited for a pause.
     private var waiting: [TaskEvent] = []
     private var waitedForPacing = false
-    /// When the last fan-out round started and how long it took.
-    private var lastRoundStarted = DispatchTime.now()
-    private var lastRoundNanoseconds: UInt64 = 0
+    /// When the last fan-out round ran, and so when the next may.
+    private var pacing: FanOutPacing
 
     init(settings: Settings, clock: any WallClock, logger: Logger) {
         self.settings = settings
+        self.pacing = settings.pacing
         self.clock = clock
         self.logger = logger
         nextHeartbeat = .now() + settings.heartbeatSeconds
@@ -133,7 +126,7 @@ final class EventBroker: @unchecked Sendable {
         condition.withLock {
             guard reservedSlots > 0 else { return }
             commands.append(.publish(events))
-            if !pacing { condition.signal() }
+            if !inPause { condition.signal() }
         }
     }
 
@@ -201,8 +194,8 @@ final class EventBroker: @unchecked Sendable {
             } else {
                 waitedForPacing = true
             }
-            let isPacing = pauseEnd() != nil
-            condition.withLock { pacing = isPacing }
+            let isPausing = pauseEnd() != nil
+            condition.withLock { inPause = isPausing }
             releaseHeldTasks()
             sendHeartbeatIfDue()
             if isStopping { break }
@@ -243,7 +236,7 @@ final class EventBroker: @unchecked Sendable {
     /// Fans the waiting events out in one round, every event in order; only when the
     /// broker is behind (a backlog past `coalescingBacklog`, or events that waited for a
     /// pause) is a task's run of events cut to its latest. A long round is followed by a
-    /// pause (`pacingFactor`).
+    /// pause (`FanOutPacing`).
     private func fanOut() {
         guard !waiting.isEmpty else { return }
         let started = DispatchTime.now()
@@ -260,16 +253,13 @@ final class EventBroker: @unchecked Sendable {
                 }
             }
         }
-        lastRoundStarted = started
-        lastRoundNanoseconds = DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds
+        pacing.roundRan(from: started.uptimeNanoseconds, to: DispatchTime.now().uptimeNanoseconds)
     }
 
     /// When the pause after the last round ends, if the waiting events must wait for it.
     private func pauseEnd() -> DispatchTime? {
-        guard lastRoundNanoseconds > settings.pacingThresholdNanoseconds, waiting.count >= settings.pacingEvents
-        else { return nil }
-        let end = lastRoundStarted + .nanoseconds(Int(lastRoundNanoseconds * (1 + settings.pacingFactor)))
-        return end > .now() ? end : nil
+        pacing.pauseEnd(waiting: waiting.count, now: DispatchTime.now().uptimeNanoseconds)
+            .map { DispatchTime(uptimeNanoseconds: $0) }
     }
 
     /// Hands one subscriber its events of a round, newer than its catch-up, in one write.

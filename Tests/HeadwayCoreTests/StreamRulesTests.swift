@@ -68,3 +68,24 @@ import Testing
         #expect(holdBack.release(now: start + 2000).map(\.taskID) == ["a", "b"])
     }
 }
+
+@Suite struct FanOutPacingTests {
+    private let ms: UInt64 = 1_000_000
+
+    @Test func roundsFollowAtOnceWithoutPressure() {
+        var pacing = FanOutPacing(threshold: 5 * ms, minimumWaiting: 64, factor: 3)
+        pacing.roundRan(from: 0, to: 4 * ms)
+        #expect(pacing.pauseEnd(waiting: 1000, now: 4 * ms) == nil, "a short round needs no pause")
+        pacing.roundRan(from: 10 * ms, to: 50 * ms)
+        #expect(pacing.pauseEnd(waiting: 63, now: 50 * ms) == nil, "a long round but few updates waiting")
+    }
+
+    @Test func aLongRoundUnderPressureIsFollowedByAPause() {
+        var pacing = FanOutPacing(threshold: 5 * ms, minimumWaiting: 64, factor: 3)
+        pacing.roundRan(from: 10 * ms, to: 50 * ms)
+        // 40 ms of fan-out: the next round starts 4 × 40 ms after the last began.
+        #expect(pacing.pauseEnd(waiting: 64, now: 50 * ms) == 170 * ms)
+        #expect(pacing.pauseEnd(waiting: 5000, now: 169 * ms) == 170 * ms)
+        #expect(pacing.pauseEnd(waiting: 5000, now: 170 * ms) == nil, "the pause is over")
+    }
+}

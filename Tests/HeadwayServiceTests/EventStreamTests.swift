@@ -71,6 +71,25 @@ import Testing
         for client in clients { #expect(try client.remainingEvents().isEmpty) }
     }
 
+    /// During an update storm fan-out pauses between rounds; a task's events that wait
+    /// for a pause are coalesced, and its latest state always arrives, ids increasing.
+    @Test func eventsThatWaitForAPauseAreCoalescedToTheLatest() throws {
+        let daemon = try LiveDaemon { configuration in
+            // Every round counts as long and pressed: the pause is 2,000 times its length.
+            configuration.fanOutPacing = FanOutPacing(threshold: 0, minimumWaiting: 1, factor: 2000)
+        }
+        try daemon.register(#"{"id":"storm","name":"Storm","total":100}"#)
+        let client = try daemon.subscribe("?task=storm")
+        _ = try snapshot(client)
+        for _ in 0..<100 { try daemon.request("POST", "/v1/tasks/storm/progress", json: #"{"increment":1}"#) }
+        let events = try client.events { $0.json["completed"] as? Int == 100 }
+        #expect(events.count < 100, "\(events.count) events for 100 changes")
+        let ids = events.compactMap { $0.id.flatMap { Int64($0) } }
+        #expect(ids.count == events.count && ids == ids.sorted() && Set(ids).count == ids.count)
+        let completed = events.compactMap { $0.json["completed"] as? Int }
+        #expect(completed == completed.sorted())
+    }
+
     @Test func everyChangeIsDeliveredUnlessTheBacklogPassesItsBound() throws {
         let daemon = try LiveDaemon()
         try daemon.register(#"{"id":"fast","name":"Fast","total":5000}"#)
