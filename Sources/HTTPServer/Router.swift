@@ -6,8 +6,14 @@ public struct Router: Sendable {
     public struct Route: Sendable {
         public var method: String
         public var pattern: String
-        fileprivate var segments: [Substring]
+        fileprivate var segments: [Segment]
         fileprivate var handler: HTTPHandler
+    }
+
+    /// One segment of a pattern: literal bytes, or the name of a parameter.
+    fileprivate enum Segment: Sendable {
+        case literal([UInt8])
+        case parameter(String)
     }
 
     /// The routes, in the order added.
@@ -17,19 +23,29 @@ public struct Router: Sendable {
 
     /// Adds a route.
     public mutating func add(_ method: String, _ pattern: String, _ handler: @escaping HTTPHandler) {
-        routes.append(Route(method: method, pattern: pattern, segments: Array(pattern.split(separator: "/", omittingEmptySubsequences: false).dropFirst()),
-                            handler: handler))
+        let segments = pattern.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map { segment -> Segment in
+            segment.hasPrefix("{") && segment.hasSuffix("}")
+                ? .parameter(String(segment.dropFirst().dropLast())) : .literal(Array(segment.utf8))
+        }
+        routes.append(Route(method: method, pattern: pattern, segments: segments, handler: handler))
     }
 
     /// Routes `request` to its handler, or answers 404 / 405.
     public func handle(_ request: HTTPRequest, _ responder: any Responder) {
-        let segments = request.path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        let path = Array(request.path.utf8)
+        // Where each segment after the leading slash starts and ends.
+        var bounds: [Range<Int>] = []
+        var start = path.first == UInt8(ascii: "/") ? 1 : 0
+        for index in start..<path.count where path[index] == UInt8(ascii: "/") {
+            bounds.append(start..<index)
+            start = index + 1
+        }
+        bounds.append(start..<path.count)
         var allowed: [String] = []
-        for route in routes {
-            guard let parameters = match(route.segments, segments) else { continue }
+        for route in routes where matches(route.segments, path, bounds) {
             if route.method == request.method {
                 var routed = request
-                routed.pathParameters = parameters
+                routed.pathParameters = parameters(route.segments, path, bounds)
                 route.handler(routed, responder)
                 return
             }
@@ -45,24 +61,22 @@ public struct Router: Sendable {
         }
     }
 
-    private func match(_ pattern: [Substring], _ path: ArraySlice<Substring>) -> [String: String]? {
-        guard pattern.count == path.count else { return nil }
-        // First check every segment, then build the parameters of the one route that matches.
-        for (expected, actual) in zip(pattern, path) {
-            if Self.isParameter(expected) {
-                if actual.isEmpty { return nil }
-            } else if !expected.utf8.elementsEqual(actual.utf8) {
-                return nil
+    private func matches(_ pattern: [Segment], _ path: [UInt8], _ bounds: [Range<Int>]) -> Bool {
+        guard pattern.count == bounds.count else { return false }
+        for (segment, range) in zip(pattern, bounds) {
+            switch segment {
+            case .parameter: if range.isEmpty { return false }
+            case .literal(let bytes): if !path[range].elementsEqual(bytes) { return false }
             }
         }
-        var parameters: [String: String] = [:]
-        for (expected, actual) in zip(pattern, path) where Self.isParameter(expected) {
-            parameters[String(expected.dropFirst().dropLast())] = String(actual)
-        }
-        return parameters
+        return true
     }
 
-    private static func isParameter(_ segment: Substring) -> Bool {
-        segment.utf8.first == UInt8(ascii: "{") && segment.utf8.last == UInt8(ascii: "}")
+    private func parameters(_ pattern: [Segment], _ path: [UInt8], _ bounds: [Range<Int>]) -> [String: String] {
+        var parameters: [String: String] = [:]
+        for (segment, range) in zip(pattern, bounds) {
+            if case .parameter(let name) = segment { parameters[name] = String(decoding: path[range], as: UTF8.self) }
+        }
+        return parameters
     }
 }
