@@ -41,20 +41,25 @@ public struct Logger: Sendable {
     /// Logs `event` with `fields` (written in the order given).
     public func log(_ level: LogLevel, _ event: String, _ fields: KeyValuePairs<String, String> = [:]) {
         guard level >= minimumLevel else { return }
-        var line = "ts="
-        line.reserveCapacity(160)
-        line += Timestamp.rfc3339(SystemClock().now())
-        line += " level="
-        line += level.name
-        line += " event="
-        line += event
-        for (key, value) in fields {
-            line += " "
-            line += key
-            line += "="
-            line += Self.quoted(value)
+        var line: [UInt8] = []
+        line.reserveCapacity(192)
+        func put(_ text: String) {
+            var text = text
+            text.withUTF8 { line.append(contentsOf: $0) }
         }
-        line += "\n"
+        put("ts=")
+        put(Timestamp.rfc3339(SystemClock().now()))
+        put(" level=")
+        put(level.name)
+        put(" event=")
+        put(event)
+        for (key, value) in fields {
+            line.append(UInt8(ascii: " "))
+            put(key)
+            line.append(UInt8(ascii: "="))
+            put(Self.quoted(value))
+        }
+        line.append(UInt8(ascii: "\n"))
         output.append(line, immediately: level >= .warn)
     }
 
@@ -82,15 +87,15 @@ public struct Logger: Sendable {
 final class LogOutput: @unchecked Sendable {
     private let sink: (@Sendable (String) -> Void)?
     private let condition = NSCondition()
-    private var pending = ""
+    private var pending: [UInt8] = []
     private var flusherStarted = false
     /// Held from taking the pending lines to writing them, so lines keep their order.
     private let writeLock = NSLock()
 
     init(sink: (@Sendable (String) -> Void)?) { self.sink = sink }
 
-    func append(_ line: String, immediately: Bool) {
-        if let sink { return sink(line) }
+    func append(_ line: [UInt8], immediately: Bool) {
+        if let sink { return sink(String(decoding: line, as: UTF8.self)) }
         condition.lock()
         pending += line
         if !flusherStarted {
@@ -99,18 +104,18 @@ final class LogOutput: @unchecked Sendable {
             thread.name = "headway.log"
             thread.start()
         }
-        let writeNow = immediately || pending.utf8.count >= 64 * 1024
+        let writeNow = immediately || pending.count >= 64 * 1024
         condition.unlock()
         if writeNow { flush() }
     }
 
     func flush() {
         writeLock.withLock {
-            let text = condition.withLock { () -> String in
-                defer { pending = "" }
+            let bytes = condition.withLock { () -> [UInt8] in
+                defer { pending = [] }
                 return pending
             }
-            if !text.isEmpty { FileHandle.standardError.write(Data(text.utf8)) }
+            if !bytes.isEmpty { FileHandle.standardError.write(Data(bytes)) }
         }
     }
 
