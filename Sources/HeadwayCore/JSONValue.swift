@@ -57,6 +57,9 @@ public struct JSONText: Sendable {
     /// Appends one byte of JSON punctuation (`,`, `:`, brackets).
     public mutating func appendByte(_ byte: UInt8) { bytes.append(byte) }
 
+    /// Appends bytes that are already valid JSON text.
+    public mutating func appendBytes(_ raw: UnsafeBufferPointer<UInt8>) { bytes.append(contentsOf: raw) }
+
     /// Appends a JSON string literal with the escapes RFC 8259 requires.
     public mutating func appendString(_ value: String) {
         bytes.append(UInt8(ascii: "\""))
@@ -166,35 +169,39 @@ public struct JSONObjectWriter: Sendable {
         output.appendByte(UInt8(ascii: "{"))
     }
 
-    private mutating func key(_ name: String) {
+    /// Member names are literals written in the source, which need no escaping: their
+    /// bytes are copied as they are.
+    private mutating func key(_ name: StaticString) {
         if !isFirst { output.appendByte(UInt8(ascii: ",")) }
         isFirst = false
-        output.appendString(name)
+        output.appendByte(UInt8(ascii: "\""))
+        name.withUTF8Buffer { output.appendBytes($0) }
+        output.appendByte(UInt8(ascii: "\""))
         output.appendByte(UInt8(ascii: ":"))
     }
 
-    public mutating func string(_ name: String, _ value: String?) {
+    public mutating func string(_ name: StaticString, _ value: String?) {
         key(name)
         if let value { output.appendString(value) } else { output.appendRaw("null") }
     }
 
-    public mutating func integer(_ name: String, _ value: Int64?) {
+    public mutating func integer(_ name: StaticString, _ value: Int64?) {
         key(name)
         if let value { output.appendInteger(value) } else { output.appendRaw("null") }
     }
 
-    public mutating func number(_ name: String, _ value: Double?) {
+    public mutating func number(_ name: StaticString, _ value: Double?) {
         key(name)
         if let value { output.appendNumber(value) } else { output.appendRaw("null") }
     }
 
-    public mutating func bool(_ name: String, _ value: Bool) {
+    public mutating func bool(_ name: StaticString, _ value: Bool) {
         key(name)
         output.appendRaw(value ? "true" : "false")
     }
 
     /// Appends a member whose value is already JSON text (or `null` when nil).
-    public mutating func raw(_ name: String, _ json: String?) {
+    public mutating func raw(_ name: StaticString, _ json: String?) {
         key(name)
         output.appendRaw(json ?? "null")
     }
