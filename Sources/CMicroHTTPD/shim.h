@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <microhttpd.h>
 
 /// Where libmicrohttpd's error messages go: `sink(context, message)`, one formatted line.
@@ -83,6 +84,17 @@ static inline int headway_accept(int fd, struct sockaddr *address, socklen_t *le
 static inline int headway_connection_fd(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     return info == NULL ? -1 : info->connect_fd;
+}
+
+/// Puts the calling thread in the batch scheduling class, once per thread: woken, it
+/// does not preempt the thread running (it runs when that one sleeps or its time slice
+/// ends).
+static inline void headway_schedule_as_batch_once(void) {
+    static __thread int done = 0;
+    if (done) return;
+    done = 1;
+    struct sched_param parameters = { 0 };
+    sched_setscheduler(0, 3 /* SCHED_BATCH */, &parameters);
 }
 
 /// Names the calling thread (at most 15 bytes show).

@@ -150,6 +150,10 @@ public final class MicroHTTPServer: @unchecked Sendable {
 
     func access(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, uploadData: UnsafePointer<CChar>?,
                 uploadSize: UnsafeMutablePointer<Int>, context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
+        // Woken by a resume, a daemon thread should not preempt the writer that is resuming
+        // a whole committed batch: it answers the batch in one pass once the writer is done,
+        // instead of switching back and forth once per request.
+        headway_schedule_as_batch_once()
         guard let existing = context.pointee else {
             return begin(connection, url: url, method: method, isHTTP11: isHTTP11, context: context)
         }
