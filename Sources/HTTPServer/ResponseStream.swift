@@ -70,11 +70,12 @@ public final class ResponseStream: @unchecked Sendable {
     public func write(_ bytes: [UInt8]) -> Bool { write(contentsOf: [bytes]) }
 
     /// Queues several pieces at once (one lock, one resume or one `send`); returns false
-    /// (and drops them) once finished or closed.
+    /// (and drops them) once finished or closed, or when more than `limit` bytes are
+    /// already waiting.
     @discardableResult
-    public func write(contentsOf pieces: [[UInt8]]) -> Bool {
+    public func write(contentsOf pieces: [[UInt8]], unlessMoreThan limit: Int = .max) -> Bool {
         lock.lock()
-        guard !finished && !closed && !broken else {
+        guard !finished && !closed && !broken, queuedBytes + unsent.count - unsentOffset <= limit else {
             lock.unlock()
             return false
         }
@@ -82,7 +83,7 @@ public final class ResponseStream: @unchecked Sendable {
         if isDirect {
             let count = pieces.reduce(0) { $0 + $1.count }
             if count > 0 {
-                unsent += Array(String(count, radix: 16).utf8) + [13, 10]
+                appendChunkSize(count)
                 for bytes in pieces { unsent += bytes }
                 unsent += [13, 10]
                 drained = sendUnsent()
@@ -98,6 +99,17 @@ public final class ResponseStream: @unchecked Sendable {
         lock.unlock()
         drained?()
         return true
+    }
+
+    /// Appends a chunk's size line (hexadecimal, CRLF) to `unsent`.
+    private func appendChunkSize(_ count: Int) {
+        let digits = Array("0123456789abcdef".utf8)
+        var shift = (Int.bitWidth - count.leadingZeroBitCount + 3) / 4 * 4
+        repeat {
+            shift -= 4
+            unsent.append(digits[(count >> shift) & 0xF])
+        } while shift > 0
+        unsent.append(contentsOf: [13, 10])
     }
 
     /// Ends the stream after what is queued has been sent.

@@ -284,10 +284,11 @@ final class EventBroker: @unchecked Sendable {
     /// latest change (an ordered dictionary).
     private func enqueue(_ frames: [[UInt8]], tasks: [String], to subscriber: Subscriber) {
         guard !frames.isEmpty else { return }
-        if subscriber.pendingOrder.isEmpty && subscriber.stream.bufferedBytes < settings.streamBufferBytes {
-            subscriber.stream.write(contentsOf: frames)
+        if subscriber.pendingOrder.isEmpty
+            && subscriber.stream.write(contentsOf: frames, unlessMoreThan: settings.streamBufferBytes - 1) {
             return
         }
+        guard subscriber.stream.isOpen else { return }
         for (frame, task) in zip(frames, tasks) {
             if subscriber.pendingFrames.updateValue(frame, forKey: task) != nil {
                 subscriber.pendingOrder.removeAll { $0 == task }

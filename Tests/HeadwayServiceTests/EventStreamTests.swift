@@ -90,6 +90,24 @@ import Testing
         #expect(completed == completed.sorted())
     }
 
+    /// One round's events for a subscriber go out as one chunk, here larger than 64 KiB
+    /// (a five-digit chunk size), and arrive whole.
+    @Test func aLargeRoundArrivesWhole() throws {
+        let daemon = try LiveDaemon()
+        let metadata = #"{"blob":""# + String(repeating: "m", count: 4000) + #""}"#
+        for index in 0..<20 { try daemon.register(#"{"id":"big\#(index)","name":"Big","metadata":\#(metadata)}"#) }
+        let client = try daemon.subscribe()
+        _ = try snapshot(client)
+        try daemon.register(#"{"id":"warm","name":"Warm"}"#)
+        _ = try client.events { $0.json["id"] as? String == "warm" }
+        daemon.application.pauseEventStream(true)
+        for index in 0..<20 { try daemon.request("POST", "/v1/tasks/big\(index)/heartbeat", json: #"{"label":"round"}"#) }
+        daemon.application.pauseEventStream(false)
+        let events = try client.events { $0.json["id"] as? String == "big19" }
+        #expect(events.map { $0.json["id"] as? String } == (0..<20).map { "big\($0)" })
+        #expect(events.allSatisfy { ($0.json["metadata"] as? [String: Any])?["blob"] as? String == String(repeating: "m", count: 4000) })
+    }
+
     @Test func everyChangeIsDeliveredUnlessTheBacklogPassesItsBound() throws {
         let daemon = try LiveDaemon()
         try daemon.register(#"{"id":"fast","name":"Fast","total":5000}"#)
