@@ -35,7 +35,7 @@ def main():
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--subscribers", type=int, default=10_000)
     parser.add_argument("--fanout-seconds", type=float, default=30)
-    parser.add_argument("--fanout-repeat", type=int, default=2)
+    parser.add_argument("--fanout-repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="short runs, to check the suite itself")
     args = parser.parse_args()
     if args.quick:
