@@ -13,12 +13,16 @@ public final class HeadwayApplication: Sendable {
     let broker: EventBroker
     let maintenance: Maintenance
     let server: MicroHTTPServer
+    /// The catch-ups event-stream subscribers shared lately.
+    let recentCatchUps: CatchUpCache
     /// Every route served, as (method, path pattern).
     public let routes: [(method: String, pattern: String)]
 
     init(configuration: Configuration, writer: GroupCommitWriter, readers: [DatabaseReader], broker: EventBroker,
-         maintenance: Maintenance, server: MicroHTTPServer, logger: Logger, routes: [(method: String, pattern: String)]) {
+         maintenance: Maintenance, server: MicroHTTPServer, recentCatchUps: CatchUpCache, logger: Logger,
+         routes: [(method: String, pattern: String)]) {
         self.maintenance = maintenance
+        self.recentCatchUps = recentCatchUps
         self.configuration = configuration
         self.writer = writer
         self.readers = readers
@@ -106,7 +110,9 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     var router = Router()
     TaskAPI(writer: writer, reader: reader, store: store, broker: broker, clock: clock, logger: logger)
         .register(in: &router)
-    EventsAPI(broker: broker, reader: streamReader, clock: clock, logger: logger).register(in: &router)
+    let recentCatchUps = CatchUpCache()
+    EventsAPI(broker: broker, reader: streamReader, clock: clock, logger: logger, recentCatchUps: recentCatchUps)
+        .register(in: &router)
     var serverConfiguration = MicroHTTPServer.Configuration()
     serverConfiguration.host = configuration.host
     serverConfiguration.port = configuration.port
@@ -131,7 +137,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         logger.log(clientGone ? .debug : .warn, "http.library", ["message": message])
     })
     return HeadwayApplication(configuration: configuration, writer: writer, readers: [reader, streamReader],
-                              broker: broker, maintenance: maintenance, server: server, logger: logger,
+                              broker: broker, maintenance: maintenance, server: server,
+                              recentCatchUps: recentCatchUps, logger: logger,
                               routes: router.routes.map { ($0.method, $0.pattern) })
 }
 

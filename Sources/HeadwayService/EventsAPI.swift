@@ -1,3 +1,4 @@
+import Foundation
 import Dispatch
 import HTTPServer
 import HeadwayCore
@@ -13,6 +14,9 @@ struct EventsAPI: Sendable {
     let reader: DatabaseReader
     let clock: any WallClock
     let logger: Logger
+    /// Catch-ups just read, shared by subscribers that arrive with the same query while
+    /// nothing has changed (a reconnection storm after a restart); used on `catchUpQueue`.
+    let recentCatchUps: CatchUpCache
     let catchUpQueue = DispatchQueue(label: "headway.events.catch-up")
     /// How long a client waits before reconnecting (`retry:`).
     static let retryMilliseconds = 3000
@@ -56,11 +60,25 @@ struct EventsAPI: Sendable {
         }
     }
 
-    /// Reads, in one database snapshot, what a subscriber must see before live events.
+    /// Reads, in one database snapshot, what a subscriber must see before live events —
+    /// or takes it from `recentCatchUps` when the same query was answered at the same
+    /// position and that answer still holds.
     private func catchUp(_ query: EventsQuery) throws -> CatchUp {
         try reader.snapshot { database in
             let now = clock.now()
             let position = try ChangeFeed.position(in: database)
+            if let cached = recentCatchUps.catchUp(for: query, at: position, now: now) { return cached }
+            let catchUp = try read(query, at: position, now: now, in: database)
+            recentCatchUps.remember(catchUp.value, for: query, at: position, validUntil: catchUp.validUntil)
+            return catchUp.value
+        }
+    }
+
+    /// What `catchUp` reads; the answer holds at its position until `validUntil` (when the
+    /// oldest finished task it shows leaves the last minute), if given.
+    private func read(_ query: EventsQuery, at position: ChangeFeed.Position, now: EpochMilliseconds,
+                      in database: Database) throws -> (value: CatchUp, validUntil: EpochMilliseconds?) {
+            var validUntil: EpochMilliseconds?
             var holdBack = HoldBack(filter: query.filter)
             var frames: [[UInt8]] = []
             let filter = query.filter
@@ -88,14 +106,61 @@ struct EventsAPI: Sendable {
                 for task in try ChangeFeed.snapshot(finishedSince: since, in: database)
                 where filter.matches(taskID: task.id, parentID: task.parentID) {
                     if case .send = holdBack.offer(TaskEvent(task.changeKind, task), now: now) { shown.append(task) }
+                    if let finishedAt = task.finishedAt {
+                        validUntil = min(validUntil ?? .max, finishedAt + Self.recentlyFinishedMilliseconds)
+                    }
                 }
                 frames.append(EventFrames.snapshot(shown, seq: position.last))
             }
             // `retry:` rides on the first event: some clients dispatch a frame without data.
             let retry = Array("retry: \(Self.retryMilliseconds)\n".utf8)
             if frames.isEmpty { frames = [retry + [10]] } else { frames[0] = retry + frames[0] }
-            return CatchUp(frames: frames, highWater: position.last, holdBack: holdBack)
+            return (CatchUp(frames: frames, highWater: position.last, holdBack: holdBack), validUntil)
+    }
+}
+
+/// The catch-ups read lately, keyed by query and change position. An answer is reused
+/// only when it is exactly what a new read would give: same filter and last event id, no
+/// change since (same position, which also moves when retention forgets anything a resume
+/// could see), no `min_duration` (whose answer depends on the time), and no finished task
+/// in it old enough to have left the snapshot's last minute. Holds the answers of one
+/// position at a time.
+final class CatchUpCache: @unchecked Sendable {
+    private struct Key: Hashable {
+        var taskIDs: Set<String>
+        var parentID: String?
+        var lastEventID: Int64?
+    }
+
+    private var position: ChangeFeed.Position?
+    private var answers: [Key: (catchUp: CatchUp, validUntil: EpochMilliseconds?)] = [:]
+    private let lock = NSLock()
+    private var reused = 0
+
+    /// How many answers were reused (for tests and measurements).
+    var hits: Int { lock.withLock { reused } }
+
+    func catchUp(for query: EventsQuery, at position: ChangeFeed.Position, now: EpochMilliseconds) -> CatchUp? {
+        guard self.position == position, let key = Self.key(query), let answer = answers[key] else { return nil }
+        if let validUntil = answer.validUntil, now >= validUntil { return nil }
+        lock.withLock { reused += 1 }
+        return answer.catchUp
+    }
+
+    func remember(_ catchUp: CatchUp, for query: EventsQuery, at position: ChangeFeed.Position,
+                  validUntil: EpochMilliseconds?) {
+        guard let key = Self.key(query) else { return }
+        if self.position != position {
+            self.position = position
+            answers = [:]
         }
+        if answers.count >= 256 { answers = [:] }
+        answers[key] = (catchUp, validUntil)
+    }
+
+    private static func key(_ query: EventsQuery) -> Key? {
+        guard query.filter.minDurationMilliseconds == 0 else { return nil }
+        return Key(taskIDs: query.filter.taskIDs, parentID: query.filter.parentID, lastEventID: query.lastEventID)
     }
 }
 

@@ -192,6 +192,31 @@ import Testing
         }
     }
 
+    /// Subscribers arriving with the same query while nothing changed share one catch-up;
+    /// a change, another query, or a finished task leaving the last minute means a fresh read.
+    @Test func catchUpsAreSharedOnlyWhileTheyStillHold() throws {
+        let clock = ManualClock()
+        let daemon = try LiveDaemon(clock: clock)
+        try daemon.register(#"{"id":"done","name":"Done"}"#)
+        try daemon.request("POST", "/v1/tasks/done/finish", json: #"{"outcome":"succeeded"}"#)
+        try daemon.register(#"{"id":"open","name":"Open"}"#)
+        let ids = { (client: TestSSEClient) in try self.snapshot(client).tasks.compactMap { $0["id"] as? String }.sorted() }
+
+        #expect(try ids(daemon.subscribe()) == ["done", "open"])
+        #expect(try ids(daemon.subscribe()) == ["done", "open"])
+        #expect(daemon.application.recentCatchUps.hits == 1, "the second subscriber shared the first's snapshot")
+        #expect(try ids(daemon.subscribe("?task=open")) == ["open"], "another query is read afresh")
+
+        clock.advance(by: 59_000)
+        #expect(try ids(daemon.subscribe()) == ["done", "open"])
+        clock.advance(by: 2_000)
+        #expect(try ids(daemon.subscribe()) == ["open"], "finished over a minute ago: no longer in a snapshot")
+
+        try daemon.register(#"{"id":"new","name":"New"}"#)
+        #expect(try ids(daemon.subscribe()) == ["new", "open"], "a change means a fresh snapshot")
+        #expect(daemon.application.recentCatchUps.hits == 2)
+    }
+
     @Test func minDurationHoldsYoungTasksAndNeverShowsShortOnes() throws {
         let clock = ManualClock()
         let daemon = try LiveDaemon(clock: clock)
