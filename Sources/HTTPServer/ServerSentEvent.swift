@@ -27,34 +27,54 @@ public struct ServerSentEvent: Equatable, Sendable {
     }
 
     /// The frame's text, ending with the blank line that dispatches it.
-    public var encoded: String {
-        var text = ""
-        if let retryMilliseconds { text += "retry: \(retryMilliseconds)\n" }
-        if let id { text += "id: \(id)\n" }
-        if let event { text += "event: \(event)\n" }
-        for line in Self.lines(data) { text += "data: \(line)\n" }
-        return text + "\n"
+    public var encoded: String { String(decoding: bytes, as: UTF8.self) }
+
+    /// The frame's UTF-8 bytes, ending with the blank line that dispatches it.
+    public var bytes: [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(data.utf8.count + 64)
+        if let retryMilliseconds { out += Array("retry: \(retryMilliseconds)\n".utf8) }
+        if let id { out += Array("id: \(id)\n".utf8) }
+        if let event { out += Array("event: \(event)\n".utf8) }
+        let prefix = Array("data: ".utf8)
+        var data = data
+        data.withUTF8 { utf8 in
+            for line in Self.lines(utf8) {
+                out += prefix
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[line]))
+                out.append(10)
+            }
+        }
+        out.append(10)
+        return out
     }
 
     /// A comment frame (ignored by clients; keeps proxies and dead-peer detection working).
     public static func comment(_ text: String = "") -> String {
-        Self.lines(text).map { $0.isEmpty ? ":\n" : ": \($0)\n" }.joined() + "\n"
+        var text = text
+        return text.withUTF8 { utf8 in
+            lines(utf8).map { line in
+                line.isEmpty ? ":\n" : ": " + String(decoding: UnsafeBufferPointer(rebasing: utf8[line]), as: UTF8.self) + "\n"
+            }.joined()
+        } + "\n"
     }
 
-    /// Splits at CRLF, CR or LF, as the SSE parser does.
-    private static func lines(_ text: String) -> [Substring] {
-        var lines: [Substring] = []
-        var start = text.startIndex
-        var index = text.startIndex
-        while index < text.endIndex {
-            let character = text[index]
-            if character == "\r\n" || character == "\n" || character == "\r" {
-                lines.append(text[start..<index])
-                start = text.index(after: index)
+    /// Where the lines of UTF-8 `text` are, split at CRLF, CR or LF as the SSE parser
+    /// splits them (those bytes never occur inside a multi-byte character).
+    private static func lines(_ text: UnsafeBufferPointer<UInt8>) -> [Range<Int>] {
+        var lines: [Range<Int>] = []
+        var start = 0
+        var index = 0
+        while index < text.count {
+            let byte = text[index]
+            if byte == 10 || byte == 13 {
+                lines.append(start..<index)
+                if byte == 13 && index + 1 < text.count && text[index + 1] == 10 { index += 1 }
+                start = index + 1
             }
-            index = text.index(after: index)
+            index += 1
         }
-        lines.append(text[start...])
+        lines.append(start..<text.count)
         return lines
     }
 }

@@ -401,7 +401,7 @@ enum EventFrames {
     static func event(_ event: TaskEvent, withID: Bool) -> [UInt8] {
         // Ids are numbers and names are fixed constants: neither can hold a line break.
         let frame = try! ServerSentEvent(id: withID ? String(event.seq) : nil, event: event.kind.rawValue, data: event.data)
-        return Array(frame.encoded.utf8)
+        return frame.bytes
     }
 
     /// The first event of a fresh subscription.
@@ -413,6 +413,6 @@ enum EventFrames {
         }
         data += "]}"
         let frame = try! ServerSentEvent(id: String(seq), event: "snapshot", data: data)
-        return Array(frame.encoded.utf8)
+        return frame.bytes
     }
 }

@@ -19,6 +19,14 @@ import Testing
         #expect(try ServerSentEvent(data: "\n\n").encoded == "data: \ndata: \ndata: \n\n")
     }
 
+    @Test func keepsNonASCIIAndGivesTheSameBytes() throws {
+        let frame = try ServerSentEvent(id: "7", data: "Größe\r\n🚀\rÜ")
+        #expect(frame.encoded == "id: 7\ndata: Größe\ndata: 🚀\ndata: Ü\n\n")
+        #expect(frame.bytes == Array(frame.encoded.utf8))
+        #expect(ServerSentEvent.comment("a\nb") == ": a\n: b\n\n")
+        #expect(ServerSentEvent.comment() == ":\n\n")
+    }
+
     @Test(arguments: ["4\n2", "4\r2", "42\r\n", "4\u{0}2"])
     func refusesLineBreaksInID(_ id: String) {
         #expect(throws: ServerSentEvent.EncodingError.lineBreakInField("id")) { try ServerSentEvent(id: id, data: "x") }
