@@ -66,6 +66,9 @@ final class ConnectionSorter: @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
     /// Accepted connections still waiting for enough bytes (sorter thread only).
     private var waiting: [Int32: (address: sockaddr_storage, length: socklen_t, since: UInt64)] = [:]
+    /// Connections that sent too little to decide: looked at again every 10 ms (their
+    /// bytes stay unread, so waiting for readability would wake at once, again and again).
+    private var incomplete: Set<Int32> = []
 
     /// Starts sorting the connections of `listenFD` (a bound, listening, non-blocking
     /// socket, which the sorter closes when stopped).
@@ -107,13 +110,18 @@ final class ConnectionSorter: @unchecked Sendable {
     private func run() {
         var events = [epoll_event](repeating: epoll_event(), count: 64)
         running: while true {
-            let count = epoll_wait(epollFD, &events, Int32(events.count), waiting.isEmpty ? -1 : 1000)
+            let timeout: Int32 = !incomplete.isEmpty ? 10 : waiting.isEmpty ? -1 : 1000
+            let count = epoll_wait(epollFD, &events, Int32(events.count), timeout)
             for event in events.prefix(max(0, Int(count))) {
                 switch event.data.fd {
                 case wakeFD: break running
                 case listenFD: acceptAll()
                 case let fd: sort(fd)
                 }
+            }
+            for fd in incomplete {
+                incomplete.remove(fd)
+                sort(fd)
             }
             handOverLate()
         }
@@ -157,11 +165,16 @@ final class ConnectionSorter: @unchecked Sendable {
             close(fd)
             return
         }
-        let bytes = buffer.prefix(max(0, count))
-        if let route = ConnectionRoute.classify(bytes, streamPaths: streamPaths, maximumStreamHead: maximumStreamHead), count > 0 {
+        guard count > 0 else {
+            // Nothing to read after all: wait for readability again.
+            watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_MOD)
+            return
+        }
+        if let route = ConnectionRoute.classify(buffer.prefix(count), streamPaths: streamPaths,
+                                                maximumStreamHead: maximumStreamHead) {
             hand(fd, route)
         } else {
-            watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_MOD)
+            incomplete.insert(fd)
         }
     }
 
@@ -181,6 +194,7 @@ final class ConnectionSorter: @unchecked Sendable {
 
     @discardableResult
     private func forget(_ fd: Int32) -> (address: sockaddr_storage, length: socklen_t, since: UInt64)? {
+        incomplete.remove(fd)
         _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
         return waiting.removeValue(forKey: fd)
     }
