@@ -3,9 +3,9 @@
 
 Each server is pinned to CPU 0, the load (wrk, the epoll subscriber client) to CPU 1.
 Throughput runs alternate nchan / headwayd (full) / headwayd (normal) for --repeat rounds
-and report medians; fan-out runs alternate nchan / headwayd. Prints one table of figures
-and ratios against the targets of the benchmarks issue, writes it to docs/benchmarks.md
-with a plot of latency percentiles (docs/benchmarks-latency.png).
+and report medians; fan-out runs alternate nchan / headwayd; the order turns each round.
+Prints one table of figures and ratios against the targets of the benchmarks issue, writes
+it to docs/benchmarks.md with a plot of latency percentiles (docs/benchmarks-latency.png).
 
     bench/suite.py [--repeat 3] [--seconds 10] [--subscribers 10000] [--fanout-seconds 30] [--quick]
 """
@@ -43,12 +43,14 @@ def main():
     servers.pin_this_process_to_cpu1()
     log = lambda text: print(text, file=sys.stderr, flush=True)
 
-    # 1, 2: publishes per second, alternating.
+    # 1, 2: publishes per second, alternating; the order turns each round, so no server
+    # always runs first on a quiet machine or right after another's connections closed.
     rates = {"nchan": [], "full": [], "normal": []}
     latency_rows = []
+    contenders = [("nchan", servers.Nchan), ("full", lambda: servers.Headway("full")),
+                  ("normal", lambda: servers.Headway("normal"))]
     for round_ in range(args.repeat):
-        for key, make in [("nchan", servers.Nchan), ("full", lambda: servers.Headway("full")),
-                          ("normal", lambda: servers.Headway("normal"))]:
+        for key, make in contenders[round_ % 3:] + contenders[:round_ % 3]:
             server = make()
             try:
                 rate, p50, p99, errors = servers.wrk_publish(server, connections=50, seconds=args.seconds)
@@ -60,10 +62,11 @@ def main():
             log(f"round {round_ + 1} {key}: {rate:.0f}/s (p50 {p50} ms, p99 {p99} ms)")
     median = {key: statistics.median(values) for key, values in rates.items()}
 
-    # 3, 4, 5: fan-out to N subscribers, alternating.
+    # 3, 4, 5: fan-out to N subscribers, alternating, the order swapped each round.
     fan = {"nchan": [], "headway": []}
+    pair = [("nchan", servers.Nchan), ("headway", lambda: servers.Headway("full"))]
     for round_ in range(args.fanout_repeat):
-        for key, make in [("nchan", servers.Nchan), ("headway", lambda: servers.Headway("full"))]:
+        for key, make in pair if round_ % 2 == 0 else pair[::-1]:
             server = make()
             try:
                 result = servers.fanout(server, subscribers=args.subscribers, rate=5, seconds=args.fanout_seconds)
@@ -160,8 +163,10 @@ the load on CPU 1; throughput rounds alternate nchan / headwayd full / headwayd 
 ({args.repeat} rounds, medians of {args.seconds} s wrk runs, 50 keep-alive connections, the
 same ~100-byte JSON body); fan-out rounds alternate nchan / headwayd ({args.fanout_repeat}
 rounds, {args.subscribers:,} EventSource subscribers of one channel/task read by one epoll
-client, 5 stamped updates/s for {args.fanout_seconds:.0f} s). nchan keeps messages in shared
-memory; every headwayd 2xx is a committed SQLite transaction.
+client, 5 stamped updates/s for {args.fanout_seconds:.0f} s); the order of the servers turns
+each round. Figure 6: {args.subscribers:,} subscribers of every task, each with its snapshot,
+then wrk updating 50 tasks for {args.seconds} s. nchan keeps messages in shared memory;
+every headwayd 2xx is a committed SQLite transaction.
 
 {chr(10).join(table)}
 
