@@ -299,7 +299,9 @@ final class EventBroker: @unchecked Sendable {
             logger.log(.warn, "events.subscriber_too_slow", ["pending_tasks": "\(subscriber.pendingOrder.count)"])
             subscriber.pendingFrames = [:]
             subscriber.pendingOrder = []
-            subscriber.stream.finish()
+            // Closed at once: its socket is full, so a clean end would wait for a client
+            // that may never read again. Its reconnection resumes from the last whole event.
+            subscriber.stream.abort()
         }
     }
 

@@ -327,6 +327,13 @@ import Testing
         }
         #expect(fastDone.wait(timeout: .now() + 30) == .success)
         #expect(try fastSeen.value?.get() == count, "a subscriber that reads gets every event")
+        // The slow one was disconnected without having to read what it was sent first.
+        var polls = 0
+        while daemon.application.subscriberCount > 1 && polls < 200 {
+            polls += 1
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        #expect(daemon.application.subscriberCount == 1)
 
         var received: Set<String> = []
         var lastID: String?
