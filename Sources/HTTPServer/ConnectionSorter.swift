@@ -56,14 +56,12 @@ final class ConnectionSorter: @unchecked Sendable {
     static let decisionTimeoutNanoseconds: UInt64 = 10_000_000_000
 
     private let listenFD: Int32
-    private let epollFD: Int32
-    private let wakeFD: Int32
+    private let loop: EpollLoop
     private let streamPaths: [String]
     private let maximumStreamHead: Int
     /// Connections waiting to be sorted beyond this are closed at once.
     private let maximumWaiting: Int
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
-    private let finished = DispatchSemaphore(value: 0)
     /// Accepted connections still waiting for enough bytes (sorter thread only).
     private var waiting: [Int32: (address: sockaddr_storage, length: socklen_t, since: UInt64)] = [:]
     /// Connections that sent too little to decide: looked at again every 10 ms (their
@@ -79,58 +77,29 @@ final class ConnectionSorter: @unchecked Sendable {
         self.maximumStreamHead = maximumStreamHead
         self.maximumWaiting = maximumWaiting
         self.handOff = handOff
-        epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
-        wakeFD = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
-        guard epollFD >= 0, wakeFD >= 0 else { throw HTTPServerError(description: "cannot create epoll: errno \(errno)") }
-        watch(listenFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
-        watch(wakeFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
-        let thread = Thread { [self] in
-            headway_name_thread("headway-accept")
-            run()
-        }
-        thread.name = "headway.accept"
-        thread.start()
-    }
-
-    /// Stops accepting, closes the listening socket and the connections not yet handed
-    /// over, and waits for the thread to end.
-    func stop() {
-        var one: UInt64 = 1
-        _ = write(wakeFD, &one, 8)
-        finished.wait()
-    }
-
-    private func watch(_ fd: Int32, events: UInt32, operation: Int32) {
-        var event = epoll_event()
-        event.events = events
-        event.data.fd = fd
-        _ = epoll_ctl(epollFD, operation, fd, &event)
-    }
-
-    private func run() {
-        var events = [epoll_event](repeating: epoll_event(), count: 64)
-        running: while true {
-            let timeout: Int32 = !incomplete.isEmpty ? 10 : waiting.isEmpty ? -1 : 1000
-            let count = epoll_wait(epollFD, &events, Int32(events.count), timeout)
-            for event in events.prefix(max(0, Int(count))) {
-                switch event.data.fd {
-                case wakeFD: break running
-                case listenFD: acceptAll()
-                case let fd: sort(fd)
-                }
-            }
+        loop = try EpollLoop()
+        loop.watch(listenFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
+        loop.start(threadName: "headway-accept", timeout: { [self] in
+            !incomplete.isEmpty ? 10 : waiting.isEmpty ? -1 : 1000
+        }, handle: { [self] fd in
+            if fd == listenFD { acceptAll() } else { sort(fd) }
+        }, tick: { [self] in
             for fd in incomplete {
                 incomplete.remove(fd)
                 sort(fd)
             }
             handOverLate()
-        }
+        })
+    }
+
+    /// Stops accepting, closes the listening socket and the connections not yet handed
+    /// over, and waits for the thread to end.
+    func stop() {
+        loop.stop()
         for fd in waiting.keys { close(fd) }
         waiting = [:]
+        incomplete = []
         close(listenFD)
-        close(epollFD)
-        close(wakeFD)
-        finished.signal()
     }
 
     private func acceptAll() {
@@ -152,7 +121,7 @@ final class ConnectionSorter: @unchecked Sendable {
                 continue
             }
             waiting[fd] = (address, length, DispatchTime.now().uptimeNanoseconds)
-            watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_ADD)
+            loop.watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_ADD)
         }
     }
 
@@ -167,7 +136,7 @@ final class ConnectionSorter: @unchecked Sendable {
         }
         guard count > 0 else {
             // Nothing to read after all: wait for readability again.
-            watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_MOD)
+            loop.watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_MOD)
             return
         }
         if let route = ConnectionRoute.classify(buffer.prefix(count), streamPaths: streamPaths,
@@ -195,7 +164,7 @@ final class ConnectionSorter: @unchecked Sendable {
     @discardableResult
     private func forget(_ fd: Int32) -> (address: sockaddr_storage, length: socklen_t, since: UInt64)? {
         incomplete.remove(fd)
-        _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
+        loop.forget(fd)
         return waiting.removeValue(forKey: fd)
     }
 }
