@@ -4,9 +4,9 @@ import PackageDescription
 /// Headway: a progress-reporting daemon. The targets are layered from the bottom up:
 /// C system libraries, a pure domain core, the SQLite store, an HTTP layer that knows
 /// nothing of tasks, the service that wires them together, and thin executables.
+/// Linux only: the HTTP layer waits on epoll and eventfd, and threads are named through /proc.
 let package = Package(
     name: "Headway",
-    platforms: [.macOS(.v14)],
     products: [
         .executable(name: "headwayd", targets: ["headwayd"]),
     ],

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing Headway need on a fresh Debian machine:
-# the C libraries (libmicrohttpd, SQLite) and the Python tools the tests call.
-# Only what is missing is installed; run as root (or with sudo available).
+# the C libraries (libmicrohttpd, SQLite), and the Python tools the tests and benchmarks
+# call, in a virtual environment under .build/venv (Debian 12 and Ubuntu 24.04 refuse pip
+# installs into the system Python, PEP 668). Only what is missing is installed; run as
+# root (or with sudo available).
 set -euo pipefail
 
 apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev)
 # The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf).
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx)
-[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux)
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv)
+[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv)
 
 missing=()
 for package in "${apt_packages[@]}"; do
@@ -21,14 +23,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-if [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ]; then
-  if ! python3 -c "import openapi_spec_validator, yaml, pytest, httpx, httpx_sse" 2>/dev/null; then
-    echo "Installing Python test tools: openapi-spec-validator, PyYAML, pytest, httpx, httpx-sse"
-    python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator pyyaml pytest httpx httpx-sse
+cd "$(dirname "$0")/.."
+venv=.build/venv
+python_tools=()
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse)
+[ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib)
+if [ ${#python_tools[@]} -gt 0 ]; then
+  if [ ! -x "$venv/bin/python3" ]; then
+    echo "Creating the Python virtual environment $venv"
+    mkdir -p .build
+    python3 -m venv "$venv"
   fi
-fi
-
-if [ "${HEADWAY_BENCH:-0}" = 1 ] && ! python3 -c "import matplotlib" 2>/dev/null; then
-  echo "Installing Python benchmark tools: matplotlib"
-  python3 -m pip install --quiet --disable-pip-version-check matplotlib
+  # Installed once: pip checks what is there and leaves it (a stamp file saves its start-up).
+  stamp="$venv/.installed-$(printf '%s\n' "${python_tools[@]}" | sort | tr '\n' '+')"
+  if [ ! -e "$stamp" ]; then
+    echo "Installing Python tools into $venv: ${python_tools[*]}"
+    "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "${python_tools[@]}"
+    touch "$stamp"
+  fi
 fi

@@ -1,6 +1,10 @@
 import CMicroHTTPD
 import Foundation
 
+#if !os(Linux)
+#error("Headway runs on Linux: its HTTP layer waits on epoll and eventfd.")
+#endif
+
 /// A thread waiting on an epoll set of its own: for each ready descriptor it calls the
 /// handler, after each wait the tick, until `stop()` (an eventfd in the set wakes it).
 /// Descriptors are added and changed with `watch` from any thread (epoll is thread-safe).

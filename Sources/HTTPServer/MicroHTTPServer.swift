@@ -353,7 +353,8 @@ final class Exchange: Responder, @unchecked Sendable {
     }
 }
 
-/// The C entry points; kept out of `main.swift` so they are not main-actor isolated.
+/// The C entry points, as global closures: nothing in them is actor-isolated, so
+/// libmicrohttpd may call them from its own threads.
 private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadSize, context in
     guard let cls, let connection, let url, let method, let uploadSize, let context else { return MHD_Result.NO }
     let server = Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue()

@@ -5,7 +5,7 @@ import Foundation
 ///
 /// It starts out the libmicrohttpd way: bytes are queued here and handed over when the
 /// library asks; while nothing is queued the connection is suspended, so an idle stream
-/// costs no CPU, and a write resumes it (see ENGINEERING.md: under the lock, copy queued
+/// costs no CPU, and a write resumes it (libmicrohttpd's pattern: under the lock, copy queued
 /// bytes out; if the stream is finished, end it; otherwise mark it suspended, suspend the
 /// connection and return 0; a writer resumes only a connection marked suspended).
 ///

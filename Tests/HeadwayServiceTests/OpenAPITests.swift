@@ -8,11 +8,21 @@ import Testing
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()
 
-    /// Runs `python3 arguments…` in the repository; returns exit status and output.
+    /// The Python with the test tools: `HEADWAY_PYTHON` (set by `make test`), else the
+    /// virtual environment `make test` creates, else `python3` from the path.
+    static let pythonCommand: [String] = {
+        if let configured = ProcessInfo.processInfo.environment["HEADWAY_PYTHON"], !configured.isEmpty {
+            return [configured]
+        }
+        let venv = root.appendingPathComponent(".build/venv/bin/python3").path
+        return FileManager.default.isExecutableFile(atPath: venv) ? [venv] : ["python3"]
+    }()
+
+    /// Runs Python with `arguments…` in the repository; returns exit status and output.
     private func python(_ arguments: [String]) throws -> (Int32, String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3"] + arguments
+        process.arguments = Self.pythonCommand + arguments
         process.currentDirectoryURL = Self.root
         let pipe = Pipe()
         process.standardOutput = pipe
