@@ -21,17 +21,21 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // The shape every long-running part shares (Service, ServiceGroup) and how its
+        // thread sleeps (Doorbell); knows nothing of tasks or HTTP.
+        .target(name: "Lifecycle"),
         .target(name: "HeadwayCore"),
-        .target(name: "HeadwayStore", dependencies: ["CSQLite", "HeadwayCore"]),
-        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD"]),
-        .target(name: "HeadwayService", dependencies: ["HeadwayCore", "HeadwayStore", "HTTPServer"]),
+        .target(name: "HeadwayStore", dependencies: ["CSQLite", "HeadwayCore", "Lifecycle"]),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Lifecycle"]),
+        .target(name: "HeadwayService", dependencies: ["HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"]),
         .executableTarget(name: "headwayd", dependencies: ["HeadwayService"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),
+        .testTarget(name: "LifecycleTests", dependencies: ["Lifecycle"]),
         .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore"]),
-        .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayTestSupport"]),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "HeadwayTestSupport"]),
-        .testTarget(name: "HeadwayServiceTests", dependencies: ["HeadwayService", "HeadwayTestSupport"]),
+        .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayTestSupport", "Lifecycle"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "HeadwayTestSupport", "Lifecycle"]),
+        .testTarget(name: "HeadwayServiceTests", dependencies: ["HeadwayService", "HeadwayTestSupport", "Lifecycle"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,5 +1,7 @@
 import CMicroHTTPD
 import Foundation
+import Lifecycle
+import Synchronization
 
 /// Which of the server's two daemons serves a connection.
 enum ConnectionRoute: Equatable, Sendable {
@@ -42,7 +44,7 @@ enum ConnectionRoute: Equatable, Sendable {
 }
 
 /// Owns the listening socket: accepts connections and hands each to the daemon its first
-/// request line calls for (`ConnectionRoute`), on a thread of its own.
+/// request line calls for (`ConnectionRoute`). Its `run()` is the server's accept loop.
 ///
 /// Why two daemons: libmicrohttpd walks its whole list of suspended connections whenever
 /// any connection is resumed. Idle event streams stay suspended; an ordinary request is
@@ -50,10 +52,24 @@ enum ConnectionRoute: Equatable, Sendable {
 /// stream (with 10,000 subscribers, updates/s fell 6×); apart, each walk is short.
 /// A keep-alive connection stays with the daemon that got it, which serves every route;
 /// the sorting only decides where the work is cheapest.
-final class ConnectionSorter: @unchecked Sendable {
+final class ConnectionSorter: Service {
     /// A client that has sent too little to decide after this long goes to the request
     /// daemon, whose own timeout then applies.
     static let decisionTimeoutNanoseconds: UInt64 = 10_000_000_000
+
+    /// Accepted connections still waiting for enough bytes to be sorted.
+    private struct Waiting {
+        struct Entry {
+            var address: sockaddr_storage
+            var length: socklen_t
+            var since: UInt64
+        }
+
+        var connections: [Int32: Entry] = [:]
+        /// Connections that sent too little to decide: looked at again every 10 ms (their
+        /// bytes stay unread, so waiting for readability would wake at once, again and again).
+        var incomplete: Set<Int32> = []
+    }
 
     private let listenFD: Int32
     private let loop: EpollLoop
@@ -61,48 +77,59 @@ final class ConnectionSorter: @unchecked Sendable {
     private let maximumStreamHead: Int
     /// Connections waiting to be sorted beyond this are closed at once.
     private let maximumWaiting: Int
+    private let decisionTimeoutNanoseconds: UInt64
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
-    /// Accepted connections still waiting for enough bytes (sorter thread only).
-    private var waiting: [Int32: (address: sockaddr_storage, length: socklen_t, since: UInt64)] = [:]
-    /// Connections that sent too little to decide: looked at again every 10 ms (their
-    /// bytes stay unread, so waiting for readability would wake at once, again and again).
-    private var incomplete: Set<Int32> = []
+    /// Used by the accept loop only; in a mutex so that nothing but the type system's
+    /// word is needed for it (the lock is never contended).
+    private let waiting = Mutex(Waiting())
 
-    /// Starts sorting the connections of `listenFD` (a bound, listening, non-blocking
-    /// socket, which the sorter closes when stopped).
+    /// Sorts the connections of `listenFD` (a bound, listening, non-blocking socket, which
+    /// the sorter closes when its loop ends) once `run()` is called.
     init(listenFD: Int32, streamPaths: [String], maximumStreamHead: Int, maximumWaiting: Int,
+         decisionTimeoutNanoseconds: UInt64 = ConnectionSorter.decisionTimeoutNanoseconds,
          handOff: @escaping @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void) throws {
         self.listenFD = listenFD
         self.streamPaths = streamPaths
         self.maximumStreamHead = maximumStreamHead
         self.maximumWaiting = maximumWaiting
+        self.decisionTimeoutNanoseconds = decisionTimeoutNanoseconds
         self.handOff = handOff
         loop = try EpollLoop()
         loop.watch(listenFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
-        loop.start(threadName: "headway-accept", timeout: { [self] in
-            !incomplete.isEmpty ? 10 : waiting.isEmpty ? -1 : 1000
-        }, handle: { [self] fd in
-            if fd == listenFD { acceptAll() } else { sort(fd) }
-        }, tick: { [self] in
-            for fd in incomplete {
-                incomplete.remove(fd)
-                sort(fd)
-            }
-            handOverLate()
-        })
     }
 
-    /// Stops accepting, closes the listening socket and the connections not yet handed
-    /// over, and waits for the thread to end.
-    func stop() {
-        loop.stop()
-        for fd in waiting.keys { close(fd) }
-        waiting = [:]
-        incomplete = []
+    /// Accepts and sorts until a stop is requested; then closes the listening socket and
+    /// the connections not yet handed over.
+    func run() {
+        loop.run(timeout: {
+            waiting.withLock { !$0.incomplete.isEmpty ? 10 : $0.connections.isEmpty ? -1 : 1000 }
+        }, handle: { fd in
+            waiting.withLock { waiting in
+                if fd == listenFD { acceptAll(&waiting) } else { sort(fd, &waiting) }
+            }
+        }, tick: {
+            waiting.withLock { waiting in
+                for fd in waiting.incomplete {
+                    waiting.incomplete.remove(fd)
+                    sort(fd, &waiting)
+                }
+                handOverLate(&waiting)
+            }
+        })
+        waiting.withLock { waiting in
+            for fd in waiting.connections.keys { close(fd) }
+            waiting = Waiting()
+        }
         close(listenFD)
     }
 
-    private func acceptAll() {
+    /// Stops accepting (the loop ends after the connection it is looking at).
+    func requestStop() { loop.requestStop() }
+
+    /// Connections accepted and not yet handed over (for tests).
+    var waitingCount: Int { waiting.withLock { $0.connections.count } }
+
+    private func acceptAll(_ waiting: inout Waiting) {
         while true {
             var address = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -116,21 +143,21 @@ final class ConnectionSorter: @unchecked Sendable {
                 if errno == EMFILE || errno == ENFILE { usleep(50_000) }
                 return
             }
-            guard waiting.count < maximumWaiting else {
+            guard waiting.connections.count < maximumWaiting else {
                 close(fd)
                 continue
             }
-            waiting[fd] = (address, length, DispatchTime.now().uptimeNanoseconds)
+            waiting.connections[fd] = Waiting.Entry(address: address, length: length, since: DispatchTime.now().uptimeNanoseconds)
             loop.watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_ADD)
         }
     }
 
     /// Peeks at what `fd` sent so far and hands it over once that decides its route.
-    private func sort(_ fd: Int32) {
+    private func sort(_ fd: Int32, _ waiting: inout Waiting) {
         var buffer = [UInt8](repeating: 0, count: maximumStreamHead + 1)
         let count = recv(fd, &buffer, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT))
         if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) {
-            forget(fd)
+            forget(fd, &waiting)
             close(fd)
             return
         }
@@ -141,30 +168,30 @@ final class ConnectionSorter: @unchecked Sendable {
         }
         if let route = ConnectionRoute.classify(buffer.prefix(count), streamPaths: streamPaths,
                                                 maximumStreamHead: maximumStreamHead) {
-            hand(fd, route)
+            hand(fd, route, &waiting)
         } else {
-            incomplete.insert(fd)
+            waiting.incomplete.insert(fd)
         }
     }
 
-    private func handOverLate() {
+    private func handOverLate(_ waiting: inout Waiting) {
         let now = DispatchTime.now().uptimeNanoseconds
-        for (fd, entry) in waiting where now - entry.since > Self.decisionTimeoutNanoseconds {
-            hand(fd, .request)
+        for (fd, entry) in waiting.connections where now - entry.since > decisionTimeoutNanoseconds {
+            hand(fd, .request, &waiting)
         }
     }
 
-    private func hand(_ fd: Int32, _ route: ConnectionRoute) {
-        guard var entry = forget(fd) else { return }
+    private func hand(_ fd: Int32, _ route: ConnectionRoute, _ waiting: inout Waiting) {
+        guard var entry = forget(fd, &waiting) else { return }
         withUnsafePointer(to: &entry.address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { handOff(fd, route, $0, entry.length) }
         }
     }
 
     @discardableResult
-    private func forget(_ fd: Int32) -> (address: sockaddr_storage, length: socklen_t, since: UInt64)? {
-        incomplete.remove(fd)
+    private func forget(_ fd: Int32, _ waiting: inout Waiting) -> Waiting.Entry? {
+        waiting.incomplete.remove(fd)
         loop.forget(fd)
-        return waiting.removeValue(forKey: fd)
+        return waiting.connections.removeValue(forKey: fd)
     }
 }

@@ -5,13 +5,13 @@ import Foundation
 #error("Headway runs on Linux: its HTTP layer waits on epoll and eventfd.")
 #endif
 
-/// A thread waiting on an epoll set of its own: for each ready descriptor it calls the
-/// handler, after each wait the tick, until `stop()` (an eventfd in the set wakes it).
-/// Descriptors are added and changed with `watch` from any thread (epoll is thread-safe).
-final class EpollLoop: @unchecked Sendable {
+/// An epoll set of its own and the loop that waits on it: for each ready descriptor the
+/// loop calls its handler, after each wait its tick, until `requestStop()` (an eventfd in
+/// the set wakes it). Descriptors are added and changed with `watch` from any thread
+/// (epoll is thread-safe); the set is closed when the loop is released.
+final class EpollLoop: Sendable {
     private let epollFD: Int32
     private let wakeFD: Int32
-    private let finished = DispatchSemaphore(value: 0)
 
     init() throws {
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
@@ -22,6 +22,11 @@ final class EpollLoop: @unchecked Sendable {
             throw HTTPServerError(description: "cannot create epoll: errno \(errno)")
         }
         _ = watch(wakeFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
+    }
+
+    deinit {
+        close(epollFD)
+        close(wakeFD)
     }
 
     /// Adds (`EPOLL_CTL_ADD`), changes or re-arms (`EPOLL_CTL_MOD`) `fd`; false on failure.
@@ -36,34 +41,25 @@ final class EpollLoop: @unchecked Sendable {
     /// Removes `fd` from the set.
     func forget(_ fd: Int32) { _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil) }
 
-    /// Starts the thread: waits up to `timeout()` milliseconds (-1: until something is
-    /// ready), hands each ready descriptor to `handle`, then calls `tick`.
-    /// The closures run on the loop's thread only.
-    func start(threadName: String, timeout: @escaping @Sendable () -> Int32, handle: @escaping @Sendable (Int32) -> Void,
-               tick: @escaping @Sendable () -> Void = {}) {
-        let thread = Thread { [self] in
-            headway_name_thread(threadName)
-            var events = [epoll_event](repeating: epoll_event(), count: 64)
-            running: while true {
-                let count = epoll_wait(epollFD, &events, Int32(events.count), timeout())
-                for event in events.prefix(max(0, Int(count))) {
-                    if event.data.fd == wakeFD { break running }
-                    handle(event.data.fd)
-                }
-                tick()
+    /// Runs the loop on the calling thread until a stop is requested: waits up to
+    /// `timeout()` milliseconds (-1: until something is ready), hands each ready descriptor
+    /// to `handle`, then calls `tick`. The closures run on this thread only.
+    func run(timeout: () -> Int32, handle: (Int32) -> Void, tick: () -> Void = {}) {
+        var events = [epoll_event](repeating: epoll_event(), count: 64)
+        while true {
+            let count = epoll_wait(epollFD, &events, Int32(events.count), timeout())
+            for event in events.prefix(max(0, Int(count))) {
+                if event.data.fd == wakeFD { return }
+                handle(event.data.fd)
             }
-            finished.signal()
+            tick()
         }
-        thread.start()
     }
 
-    /// Ends the thread (after its current handler) and closes the set; the caller then
-    /// owns what was in it.
-    func stop() {
+    /// Makes `run` return after its current handler (or at once, if it has not begun);
+    /// the eventfd stays readable, so later runs return at once too.
+    func requestStop() {
         var one: UInt64 = 1
         _ = write(wakeFD, &one, 8)
-        finished.wait()
-        close(epollFD)
-        close(wakeFD)
     }
 }

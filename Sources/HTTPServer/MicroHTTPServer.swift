@@ -1,5 +1,7 @@
 import CMicroHTTPD
 import Foundation
+import Lifecycle
+import Synchronization
 
 /// What the server logs about each finished request.
 public struct AccessLogEntry: Sendable {
@@ -19,15 +21,18 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 /// handlers that may answer later from any thread (the connection is suspended meanwhile
 /// and resumed by the answer).
 ///
-/// Two daemons, each one epoll thread, share the work: connections that open with a request
-/// for one of `streamPaths` (long-lived event streams) go to one, all others to the other
-/// (`ConnectionSorter` explains why).
-public final class MicroHTTPServer: @unchecked Sendable {
+/// Two daemons, each one epoll thread of libmicrohttpd's, share the work: connections that
+/// open with a request for one of `streamPaths` (long-lived event streams) go to one, all
+/// others to the other (`ConnectionSorter` explains why). As a `Service`, `prepare()` binds
+/// and starts the daemons, `run()` is the accept loop, and a requested stop drains: no new
+/// connections, new requests on open ones get 503, streams are ended, requests under way
+/// are answered (for up to `shutdownTimeoutSeconds`), then the daemons stop.
+public final class MicroHTTPServer: Service {
     /// Settings of the listening daemon.
     public struct Configuration: Sendable {
         /// An IPv4 or IPv6 literal, or `localhost`.
         public var host = "127.0.0.1"
-        /// 0 picks a free port; `port` tells which after `start()`.
+        /// 0 picks a free port; `port` tells which after `prepare()`.
         public var port = 8080
         /// Connections at once, all kinds.
         public var connectionLimit = 10_240
@@ -45,8 +50,29 @@ public final class MicroHTTPServer: @unchecked Sendable {
         public var maximumStreamHeadBytes = 16 * 1024
         /// Larger request bodies are refused with 413.
         public var maximumBodyBytes = 64 * 1024
+        /// How long a stop waits for requests under way to be answered.
+        public var shutdownTimeoutSeconds = 10.0
+        /// A connection that has sent too little to be sorted after this long goes to the
+        /// request daemon.
+        public var sortingTimeoutNanoseconds = ConnectionSorter.decisionTimeoutNanoseconds
 
         public init() {}
+    }
+
+    /// The libmicrohttpd handles, set by `prepare()` and cleared when the daemons stop.
+    private struct Daemons: @unchecked Sendable {  // libmicrohttpd's daemon handles; used under `daemons` only
+        var request: OpaquePointer?
+        var stream: OpaquePointer?
+        var logTargets: [UnsafeMutableRawPointer] = []
+        var sorter: ConnectionSorter?
+    }
+
+    /// What requests and streams share between libmicrohttpd's threads and the stop.
+    private struct Traffic {
+        var requestsInFlight = 0
+        var draining = false
+        var requestCounter: UInt64 = 0
+        var openStreams: [ObjectIdentifier: ResponseStream] = [:]
     }
 
     let configuration: Configuration
@@ -55,32 +81,34 @@ public final class MicroHTTPServer: @unchecked Sendable {
     /// Receives libmicrohttpd's own messages, and whether one only says that a client
     /// went away (routine for long-lived streams).
     let libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)?
-    private var logTargets: [UnsafeMutableRawPointer] = []
-    private var requestDaemon: OpaquePointer?
-    private var streamDaemon: OpaquePointer?
-    private var sorter: ConnectionSorter?
+    private let daemons = Mutex(Daemons())
+    private let traffic = Mutex(Traffic())
+    /// Rung when the last request under way is answered while draining.
+    private let drained = Doorbell()
     /// Sends what streams could not send at once, when their sockets take bytes again.
-    private(set) var writableWatcher: WritableWatcher?
-    private let state = NSCondition()
-    private var requestsInFlight = 0
-    private var draining = false
-    private var requestCounter: UInt64 = 0
-    private var openStreams: [ObjectIdentifier: ResponseStream] = [:]
+    let writableWatcher: WritableWatcher
+    /// Runs the writable watcher's thread while the server runs.
+    private let helpers: ServiceGroup
     private let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
-    /// The port the server listens on (known after `start()`).
-    public private(set) var port = 0
+    private let boundPort = Atomic<Int>(0)
 
+    /// A server for `configuration`, not yet listening.
     public init(configuration: Configuration, handler: @escaping HTTPHandler,
                 accessLog: (@Sendable (AccessLogEntry) -> Void)? = nil,
-                libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)? = nil) {
+                libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)? = nil) throws {
         self.configuration = configuration
         self.handler = handler
         self.accessLog = accessLog
         self.libraryLog = libraryLog
+        writableWatcher = try WritableWatcher()
+        helpers = ServiceGroup([ServiceGroup.Member("headway-flush", writableWatcher)])
     }
 
-    /// Binds and starts serving.
-    public func start() throws {
+    /// The port the server listens on (known after `prepare()`).
+    public var port: Int { boundPort.load(ordering: .acquiring) }
+
+    /// Binds, and starts the daemons and the writable watcher.
+    public func prepare() throws {
         let context = Unmanaged.passUnretained(self).toOpaque()
         func startDaemon(memoryLimit: Int) throws -> OpaquePointer {
             var logTarget: UnsafeMutableRawPointer?
@@ -88,25 +116,28 @@ public final class MicroHTTPServer: @unchecked Sendable {
                 accessHandlerCallback, context, requestCompletedCallback, context, libraryLogCallback, context, &logTarget,
                 UInt32(configuration.connectionLimit), UInt32(configuration.connectionTimeoutSeconds), memoryLimit)
             else { throw HTTPServerError(description: "cannot start libmicrohttpd") }
-            if let logTarget { logTargets.append(logTarget) }
+            if let logTarget { daemons.withLock { $0.logTargets.append(logTarget) } }
             return daemon
         }
         let listenFD = try SocketAddress.listen(host: configuration.host, port: configuration.port)
-        port = SocketAddress.boundPort(fd: listenFD) ?? configuration.port
+        boundPort.store(SocketAddress.boundPort(fd: listenFD) ?? configuration.port, ordering: .releasing)
         do {
-            writableWatcher = try WritableWatcher()
+            try helpers.start()
             let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit)
-            self.requestDaemon = requestDaemon
+            daemons.withLock { $0.request = requestDaemon }
             let streamDaemon = configuration.streamPaths.isEmpty
                 ? requestDaemon : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit)
-            self.streamDaemon = streamDaemon
-            sorter = try ConnectionSorter(listenFD: listenFD, streamPaths: configuration.streamPaths,
-                                          maximumStreamHead: configuration.maximumStreamHeadBytes,
-                                          maximumWaiting: configuration.connectionLimit) {
-                [unowned self] fd, route, address, length in
+            daemons.withLock { $0.stream = streamDaemon }
+            let sorter = try ConnectionSorter(
+                listenFD: listenFD, streamPaths: configuration.streamPaths,
+                maximumStreamHead: configuration.maximumStreamHeadBytes, maximumWaiting: configuration.connectionLimit,
+                decisionTimeoutNanoseconds: configuration.sortingTimeoutNanoseconds
+            ) { [unowned self] fd, route, address, length in
+                let daemon = daemons.withLock { route == .stream ? $0.stream : $0.request }
                 // libmicrohttpd closes the socket if it cannot take it (at its connection limit).
-                _ = MHD_add_connection(route == .stream ? self.streamDaemon : self.requestDaemon, fd, address, length)
+                _ = MHD_add_connection(daemon, fd, address, length)
             }
+            daemons.withLock { $0.sorter = sorter }
         } catch {
             close(listenFD)
             stopDaemons()
@@ -114,36 +145,44 @@ public final class MicroHTTPServer: @unchecked Sendable {
         }
     }
 
-    /// Stops accepting connections, ends every open stream, answers requests already under
-    /// way (new requests on open connections get 503), waits up to `timeout` seconds for
-    /// them, then stops.
-    public func shutdown(timeout: Double = 10) {
-        guard let sorter else { return }
-        state.lock()
-        draining = true
-        let streams = Array(openStreams.values)
-        state.unlock()
-        sorter.stop()
-        self.sorter = nil
+    /// Accepts connections until a stop is requested, then drains (see the type) and
+    /// returns once the daemons have stopped.
+    public func run() {
+        guard let sorter = daemons.withLock({ $0.sorter }) else { return }
+        sorter.run()
+        let streams = traffic.withLock { traffic in
+            traffic.draining = true
+            return Array(traffic.openStreams.values)
+        }
         // A suspended connection would make MHD_stop_daemon abort: end (and so resume) them all.
         streams.forEach { $0.finish() }
-        let deadline = Date(timeIntervalSinceNow: timeout)
-        state.lock()
-        while requestsInFlight > 0 && state.wait(until: deadline) {}
-        state.unlock()
+        let deadline = DispatchTime.now() + configuration.shutdownTimeoutSeconds
+        while traffic.withLock({ $0.requestsInFlight > 0 }) && drained.wait(until: deadline) {}
         // A stream whose client stopped reading cannot finish: close it.
         streams.forEach { $0.abort() }
         stopDaemons()
     }
 
+    /// Starts draining: new requests get 503 at once, and the accept loop ends.
+    public func requestStop() {
+        traffic.withLock { $0.draining = true }
+        if let sorter = daemons.withLock({ $0.sorter }) {
+            sorter.requestStop()
+        }
+    }
+
+    /// Connections accepted and not yet sorted (for tests).
+    var connectionsBeingSorted: Int { daemons.withLock { $0.sorter }?.waitingCount ?? 0 }
+
     private func stopDaemons() {
-        if let streamDaemon, streamDaemon != requestDaemon { MHD_stop_daemon(streamDaemon) }
-        if let requestDaemon { MHD_stop_daemon(requestDaemon) }
-        (streamDaemon, requestDaemon) = (nil, nil)
-        logTargets.forEach(headway_mhd_free_log_target)
-        logTargets = []
-        writableWatcher?.stop()
-        writableWatcher = nil
+        let stopped = daemons.withLock { daemons in
+            defer { daemons = Daemons() }
+            return daemons
+        }
+        if let stream = stopped.stream, stream != stopped.request { MHD_stop_daemon(stream) }
+        if let request = stopped.request { MHD_stop_daemon(request) }
+        stopped.logTargets.forEach(headway_mhd_free_log_target)
+        helpers.stop()
     }
 
     // MARK: - Called on the libmicrohttpd thread
@@ -173,10 +212,10 @@ public final class MicroHTTPServer: @unchecked Sendable {
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
         let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
-        let (isDraining, number) = state.withLock { () -> (Bool, UInt64) in
-            requestsInFlight += 1
-            requestCounter += 1
-            return (draining, requestCounter)
+        let (isDraining, number) = traffic.withLock { traffic -> (Bool, UInt64) in
+            traffic.requestsInFlight += 1
+            traffic.requestCounter += 1
+            return (traffic.draining, traffic.requestCounter)
         }
         let requestID = headers.first { $0.name == "x-request-id" }.map(\.value).flatMap(Self.acceptableRequestID)
             ?? "\(requestIDPrefix)-\(String(number, radix: 36))"
@@ -197,25 +236,26 @@ public final class MicroHTTPServer: @unchecked Sendable {
     }
 
     func streamOpened(_ stream: ResponseStream) -> Bool {
-        state.withLock {
-            guard !draining else { return false }
-            openStreams[ObjectIdentifier(stream)] = stream
+        traffic.withLock { traffic in
+            guard !traffic.draining else { return false }
+            traffic.openStreams[ObjectIdentifier(stream)] = stream
             return true
         }
     }
 
     func streamClosed(_ stream: ResponseStream) {
-        _ = state.withLock { openStreams.removeValue(forKey: ObjectIdentifier(stream)) }
+        _ = traffic.withLock { $0.openStreams.removeValue(forKey: ObjectIdentifier(stream)) }
     }
 
     func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) {
         guard let context, let pointer = context.pointee else { return }
         let exchange = Unmanaged<Exchange>.fromOpaque(pointer).takeRetainedValue()
         context.pointee = nil
-        state.withLock {
-            requestsInFlight -= 1
-            if requestsInFlight == 0 { state.broadcast() }
+        let drainedNow = traffic.withLock { traffic in
+            traffic.requestsInFlight -= 1
+            return traffic.requestsInFlight == 0 && traffic.draining
         }
+        if drainedNow { drained.ring() }
         accessLog?(AccessLogEntry(
             requestID: exchange.request.requestID, method: exchange.request.method, path: exchange.request.path,
             status: exchange.sentStatus ?? 0, durationMicroseconds: exchange.elapsedMicroseconds))

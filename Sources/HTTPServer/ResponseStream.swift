@@ -1,5 +1,6 @@
 import CMicroHTTPD
 import Foundation
+import Synchronization
 
 /// A response body written over time from any thread (an event stream).
 ///
@@ -16,29 +17,87 @@ import Foundation
 /// library's suspended list and a copy. What the socket cannot take at once waits here
 /// and is sent when it can (`WritableWatcher`). To end the stream, or when the peer is
 /// gone, the connection is resumed and the library finishes or closes it.
-public final class ResponseStream: @unchecked Sendable {
-    private let lock = NSLock()
-    private var chunks: [[UInt8]] = []
-    private var firstChunk = 0
-    private var offsetInFirstChunk = 0
-    private var queuedBytes = 0
-    private var finished = false
-    private var closed = false
-    private var suspended = false
-    private var connection: OpaquePointer?
-    private var closeHandlers: [@Sendable () -> Void] = []
-    private var drainHandler: (@Sendable () -> Void)?
-    private var aboveLowWater = false
-    /// The connection's socket, when the body goes out chunked (else -1).
-    private var directSocket: Int32 = -1
-    private var watcher: WritableWatcher?
-    /// Whether writes go straight to the socket.
-    private var isDirect = false
-    /// Framed bytes the socket has not taken yet (direct mode), from `unsentOffset` on.
-    private var unsent: [UInt8] = []
-    private var unsentOffset = 0
-    /// The socket refused a write (the peer is gone).
-    private var broken = false
+public final class ResponseStream: Sendable {
+    /// Everything the writers (any thread) and libmicrohttpd's thread share.
+    private struct State: @unchecked Sendable {  // libmicrohttpd's connection handle; used under `state` only
+        var chunks: [[UInt8]] = []
+        var firstChunk = 0
+        var offsetInFirstChunk = 0
+        var queuedBytes = 0
+        var finished = false
+        var closed = false
+        var suspended = false
+        var connection: OpaquePointer?
+        var closeHandlers: [@Sendable () -> Void] = []
+        var drainHandler: (@Sendable () -> Void)?
+        var aboveLowWater = false
+        /// The connection's socket, when the body goes out chunked (else -1).
+        var directSocket: Int32 = -1
+        var watcher: WritableWatcher?
+        /// Whether writes go straight to the socket.
+        var isDirect = false
+        /// Framed bytes the socket has not taken yet (direct mode), from `unsentOffset` on.
+        var unsent: [UInt8] = []
+        var unsentOffset = 0
+        /// The socket refused a write (the peer is gone).
+        var broken = false
+
+        /// Bytes written and not yet handed to the connection.
+        var bufferedBytes: Int { queuedBytes + unsent.count - unsentOffset }
+
+        mutating func resumeIfSuspended() {
+            if suspended, let connection {
+                suspended = false
+                MHD_resume_connection(connection)
+            }
+        }
+
+        /// Appends a chunk's size line (hexadecimal, CRLF) to `unsent`.
+        mutating func appendChunkSize(_ count: Int) {
+            let digits = Array("0123456789abcdef".utf8)
+            var shift = (Int.bitWidth - count.leadingZeroBitCount + 3) / 4 * 4
+            repeat {
+                shift -= 4
+                unsent.append(digits[(count >> shift) & 0xF])
+            } while shift > 0
+            unsent.append(contentsOf: [13, 10])
+        }
+
+        /// Sends what the socket takes of `unsent` (direct mode); has `owner` called back
+        /// when the socket takes more, ends the stream when finished, gives up when the peer
+        /// is gone. Returns the drain handler when it should run (after the lock).
+        mutating func sendUnsent(lowWaterBytes: Int, owner: ResponseStream) -> (@Sendable () -> Void)? {
+            while unsentOffset < unsent.count {
+                let sent = unsent.withUnsafeBytes { raw in
+                    send(directSocket, raw.baseAddress! + unsentOffset, raw.count - unsentOffset,
+                         Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                }
+                if sent > 0 {
+                    unsentOffset += sent
+                } else if sent < 0 && errno == EINTR {
+                    continue
+                } else if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                    if unsent.count - unsentOffset > lowWaterBytes { aboveLowWater = true }
+                    watcher?.watch(directSocket) { [weak owner] in owner?.sendWhenWritable() }
+                    return nil
+                } else {
+                    broken = true
+                    unsent = []
+                    unsentOffset = 0
+                    resumeIfSuspended()
+                    return nil
+                }
+            }
+            unsent = []
+            unsentOffset = 0
+            if finished { resumeIfSuspended() }
+            guard aboveLowWater else { return nil }
+            aboveLowWater = false
+            return drainHandler
+        }
+    }
+
+    private let state = Mutex(State())
     /// When queued bytes fall to this after being above it, the drain handler runs.
     public let lowWaterBytes: Int
 
@@ -49,21 +108,21 @@ public final class ResponseStream: @unchecked Sendable {
     /// Adds `handler`, run once on the server's thread when the connection is gone (at
     /// once, if it is gone already).
     public func onClose(_ handler: @escaping @Sendable () -> Void) {
-        let alreadyClosed = lock.withLock { () -> Bool in
-            if !closed { closeHandlers.append(handler) }
-            return closed
+        let alreadyClosed = state.withLock { state -> Bool in
+            if !state.closed { state.closeHandlers.append(handler) }
+            return state.closed
         }
         if alreadyClosed { handler() }
     }
 
     /// Runs `handler` on the server's thread when the queue drains to `lowWaterBytes`.
-    public func onDrain(_ handler: @escaping @Sendable () -> Void) { lock.withLock { drainHandler = handler } }
+    public func onDrain(_ handler: @escaping @Sendable () -> Void) { state.withLock { $0.drainHandler = handler } }
 
     /// Bytes queued and not yet handed to the connection.
-    public var bufferedBytes: Int { lock.withLock { queuedBytes + unsent.count - unsentOffset } }
+    public var bufferedBytes: Int { state.withLock { $0.bufferedBytes } }
 
     /// Whether writes are still accepted (not finished, connection not gone).
-    public var isOpen: Bool { lock.withLock { !finished && !closed && !broken } }
+    public var isOpen: Bool { state.withLock { !$0.finished && !$0.closed && !$0.broken } }
 
     /// Queues `bytes`; returns false (and drops them) once finished or closed.
     @discardableResult
@@ -74,106 +133,53 @@ public final class ResponseStream: @unchecked Sendable {
     /// already waiting.
     @discardableResult
     public func write(contentsOf pieces: [[UInt8]], unlessMoreThan limit: Int = .max) -> Bool {
-        lock.lock()
-        guard !finished && !closed && !broken, queuedBytes + unsent.count - unsentOffset <= limit else {
-            lock.unlock()
-            return false
-        }
-        var drained: (@Sendable () -> Void)?
-        if isDirect {
-            let count = pieces.reduce(0) { $0 + $1.count }
-            if count > 0 {
-                appendChunkSize(count)
-                for bytes in pieces { unsent += bytes }
-                unsent += [13, 10]
-                drained = sendUnsent()
+        let (accepted, drained) = state.withLock { state -> (Bool, (@Sendable () -> Void)?) in
+            guard !state.finished && !state.closed && !state.broken, state.bufferedBytes <= limit else {
+                return (false, nil)
             }
-        } else {
+            if state.isDirect {
+                let count = pieces.reduce(0) { $0 + $1.count }
+                guard count > 0 else { return (true, nil) }
+                state.appendChunkSize(count)
+                for bytes in pieces { state.unsent += bytes }
+                state.unsent += [13, 10]
+                return (true, state.sendUnsent(lowWaterBytes: lowWaterBytes, owner: self))
+            }
             for bytes in pieces where !bytes.isEmpty {
-                chunks.append(bytes)
-                queuedBytes += bytes.count
+                state.chunks.append(bytes)
+                state.queuedBytes += bytes.count
             }
-            if queuedBytes > lowWaterBytes { aboveLowWater = true }
-            if queuedBytes > 0 { resumeIfSuspended() }
+            if state.queuedBytes > lowWaterBytes { state.aboveLowWater = true }
+            if state.queuedBytes > 0 { state.resumeIfSuspended() }
+            return (true, nil)
         }
-        lock.unlock()
         drained?()
-        return true
-    }
-
-    /// Appends a chunk's size line (hexadecimal, CRLF) to `unsent`.
-    private func appendChunkSize(_ count: Int) {
-        let digits = Array("0123456789abcdef".utf8)
-        var shift = (Int.bitWidth - count.leadingZeroBitCount + 3) / 4 * 4
-        repeat {
-            shift -= 4
-            unsent.append(digits[(count >> shift) & 0xF])
-        } while shift > 0
-        unsent.append(contentsOf: [13, 10])
+        return accepted
     }
 
     /// Ends the stream after what is queued has been sent.
     public func finish() {
-        lock.lock()
-        defer { lock.unlock() }
-        finished = true
-        if !isDirect || unsent.count == unsentOffset { resumeIfSuspended() }
+        state.withLock { state in
+            state.finished = true
+            if !state.isDirect || state.unsent.count == state.unsentOffset { state.resumeIfSuspended() }
+        }
     }
 
     /// Ends the stream at once, dropping what is not sent (the connection is closed).
     public func abort() {
-        lock.lock()
-        defer { lock.unlock() }
-        finished = true
-        broken = true
-        resumeIfSuspended()
-    }
-
-    private func resumeIfSuspended() {
-        if suspended, let connection {
-            suspended = false
-            MHD_resume_connection(connection)
+        state.withLock { state in
+            state.finished = true
+            state.broken = true
+            state.resumeIfSuspended()
         }
-    }
-
-    /// Sends what the socket takes of `unsent` (direct mode, under the lock); waits for
-    /// the socket to take the rest, ends the stream when finished, gives up when the peer
-    /// is gone. Returns the drain handler when it should run (after the lock).
-    private func sendUnsent() -> (@Sendable () -> Void)? {
-        while unsentOffset < unsent.count {
-            let sent = unsent.withUnsafeBytes { raw in
-                send(directSocket, raw.baseAddress! + unsentOffset, raw.count - unsentOffset,
-                     Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
-            }
-            if sent > 0 {
-                unsentOffset += sent
-            } else if sent < 0 && errno == EINTR {
-                continue
-            } else if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                if unsent.count - unsentOffset > lowWaterBytes { aboveLowWater = true }
-                watcher?.watch(directSocket) { [weak self] in self?.sendWhenWritable() }
-                return nil
-            } else {
-                broken = true
-                unsent = []
-                unsentOffset = 0
-                resumeIfSuspended()
-                return nil
-            }
-        }
-        unsent = []
-        unsentOffset = 0
-        if finished { resumeIfSuspended() }
-        guard aboveLowWater else { return nil }
-        aboveLowWater = false
-        return drainHandler
     }
 
     /// Called by the watcher when the socket takes bytes again.
     private func sendWhenWritable() {
-        lock.lock()
-        let drained = isDirect && !closed && !broken ? sendUnsent() : nil
-        lock.unlock()
+        let drained = state.withLock { state in
+            state.isDirect && !state.closed && !state.broken
+                ? state.sendUnsent(lowWaterBytes: lowWaterBytes, owner: self) : nil
+        }
         drained?()
     }
 
@@ -182,87 +188,76 @@ public final class ResponseStream: @unchecked Sendable {
     /// Binds the stream to its connection; with a socket, writes go to it directly once
     /// the library has sent everything before them.
     func attach(_ connection: OpaquePointer, directSocket: Int32 = -1, watcher: WritableWatcher? = nil) {
-        lock.withLock {
-            self.connection = connection
-            self.directSocket = directSocket
-            self.watcher = watcher
+        state.withLock { state in
+            state.connection = connection
+            state.directSocket = directSocket
+            state.watcher = watcher
         }
     }
 
     /// Copies up to `capacity` queued bytes to `buffer`; returns the count, 0 after
     /// suspending the connection, or -1 at the end of the stream.
     func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Int {
-        lock.lock()
-        if isDirect {
-            // Resumed to end: cleanly if everything went out, else by closing.
-            let result: Int
-            if broken || unsent.count > unsentOffset {
-                result = -2
-            } else if finished {
-                result = -1
-            } else {
-                suspended = true
-                if let connection { MHD_suspend_connection(connection) }
-                result = 0
+        let (result, drained) = state.withLock { state -> (Int, (@Sendable () -> Void)?) in
+            if state.isDirect {
+                // Resumed to end: cleanly if everything went out, else by closing.
+                if state.broken || state.unsent.count > state.unsentOffset { return (-2, nil) }
+                if state.finished { return (-1, nil) }
+                state.suspended = true
+                if let connection = state.connection { MHD_suspend_connection(connection) }
+                return (0, nil)
             }
-            lock.unlock()
-            return result
-        }
-        var copied = 0
-        while copied < capacity && firstChunk < chunks.count {
-            let chunk = chunks[firstChunk]
-            let count = min(capacity - copied, chunk.count - offsetInFirstChunk)
-            chunk.withUnsafeBytes { source in
-                (buffer + copied).copyMemory(from: source.baseAddress! + offsetInFirstChunk, byteCount: count)
+            var copied = 0
+            while copied < capacity && state.firstChunk < state.chunks.count {
+                let chunk = state.chunks[state.firstChunk]
+                let count = min(capacity - copied, chunk.count - state.offsetInFirstChunk)
+                chunk.withUnsafeBytes { source in
+                    (buffer + copied).copyMemory(from: source.baseAddress! + state.offsetInFirstChunk, byteCount: count)
+                }
+                copied += count
+                state.offsetInFirstChunk += count
+                if state.offsetInFirstChunk == chunk.count {
+                    state.firstChunk += 1
+                    state.offsetInFirstChunk = 0
+                }
             }
-            copied += count
-            offsetInFirstChunk += count
-            if offsetInFirstChunk == chunk.count {
-                firstChunk += 1
-                offsetInFirstChunk = 0
+            if state.firstChunk == state.chunks.count || state.firstChunk > 64 {
+                state.chunks.removeFirst(state.firstChunk)
+                state.firstChunk = 0
             }
-        }
-        if firstChunk == chunks.count || firstChunk > 64 {
-            chunks.removeFirst(firstChunk)
-            firstChunk = 0
-        }
-        queuedBytes -= copied
-        var drained: (@Sendable () -> Void)?
-        if aboveLowWater && queuedBytes <= lowWaterBytes {
-            aboveLowWater = false
-            drained = drainHandler
-        }
-        let result: Int
-        if copied > 0 {
-            result = copied
-        } else if finished {
-            result = -1
-        } else {
+            state.queuedBytes -= copied
+            var drained: (@Sendable () -> Void)?
+            if state.aboveLowWater && state.queuedBytes <= lowWaterBytes {
+                state.aboveLowWater = false
+                drained = state.drainHandler
+            }
+            if copied > 0 { return (copied, drained) }
+            if state.finished { return (-1, drained) }
             // Everything handed over so far has been sent: later writes may go direct.
-            if directSocket >= 0 { isDirect = true }
-            suspended = true
-            if let connection { MHD_suspend_connection(connection) }
-            result = 0
+            if state.directSocket >= 0 { state.isDirect = true }
+            state.suspended = true
+            if let connection = state.connection { MHD_suspend_connection(connection) }
+            return (0, drained)
         }
-        lock.unlock()
         drained?()
         return result
     }
 
-    /// The connection is gone (the response was released).
+    /// The connection is gone (the response was released), or the stream was never sent:
+    /// runs the close handlers.
     func connectionClosed() {
-        lock.lock()
-        closed = true
-        suspended = false
-        chunks = []
-        queuedBytes = 0
-        unsent = []
-        unsentOffset = 0
-        if isDirect { watcher?.forget(directSocket) }
-        let handlers = closeHandlers
-        closeHandlers = []
-        drainHandler = nil
-        lock.unlock()
+        let handlers = state.withLock { state -> [@Sendable () -> Void] in
+            state.closed = true
+            state.suspended = false
+            state.chunks = []
+            state.queuedBytes = 0
+            state.unsent = []
+            state.unsentOffset = 0
+            if state.isDirect { state.watcher?.forget(state.directSocket) }
+            defer { state.closeHandlers = [] }
+            state.drainHandler = nil
+            return state.closeHandlers
+        }
         handlers.forEach { $0() }
     }
 }

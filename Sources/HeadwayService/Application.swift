@@ -1,10 +1,17 @@
 import Foundation
+import Lifecycle
 import HTTPServer
 import HeadwayCore
 import HeadwayStore
 
 /// The assembled daemon: database (migrated), writer, reader, routes and HTTP server.
 /// The executable and the tests build it the same way, with `buildApplication`.
+///
+/// Its long-running parts are services of one group, started in this order and stopped in
+/// the reverse one: the log flusher (last to stop, so the stop's own lines are written),
+/// the event broker, the writer, maintenance (stall sweeper and retention), and the HTTP
+/// server (first to stop: no new connections, every event stream ended, requests under way
+/// answered; then maintenance stops, the writer commits what is queued, the broker ends).
 public final class HeadwayApplication: Sendable {
     public let configuration: Configuration
     public let logger: Logger
@@ -17,6 +24,7 @@ public final class HeadwayApplication: Sendable {
     let recentCatchUps: CatchUpCache
     /// Every route served, as (method, path pattern).
     public let routes: [(method: String, pattern: String)]
+    private let services: ServiceGroup
 
     init(configuration: Configuration, writer: GroupCommitWriter, readers: [DatabaseReader], broker: EventBroker,
          maintenance: Maintenance, server: MicroHTTPServer, recentCatchUps: CatchUpCache, logger: Logger,
@@ -30,17 +38,25 @@ public final class HeadwayApplication: Sendable {
         self.server = server
         self.logger = logger
         self.routes = routes
+        services = ServiceGroup([
+            ServiceGroup.Member("headway-log", logger.flusher),
+            ServiceGroup.Member("headway-events", broker),
+            ServiceGroup.Member("headway-writer", writer),
+            ServiceGroup.Member("headway-sweeper", maintenance),
+            ServiceGroup.Member("headway-accept", server),
+        ])
     }
 
     /// The port served (useful with port 0).
     public var port: Int { server.port }
 
-    /// Starts listening.
+    /// Starts every service; listening once this returns.
     public func start() throws {
-        try server.start()
+        try services.start()
         logger.log(.info, "server.listening", [
             "address": configuration.host.contains(":") ? "[\(configuration.host)]:\(port)" : "\(configuration.host):\(port)",
             "db": configuration.databasePath, "durability": configuration.durability.rawValue,
+            "version": HeadwayVersion.current,
         ])
     }
 
@@ -61,14 +77,11 @@ public final class HeadwayApplication: Sendable {
     @discardableResult
     func pruneOldTasks() -> Int { maintenance.pruneNow() }
 
-    /// Stops: no new connections, every event stream is ended, requests under way are
-    /// answered, every change queued is committed, the database is closed.
+    /// Stops every service in order (see the type), then closes the readers and writes the
+    /// last log lines.
     public func shutdown() {
         logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
-        server.shutdown()
-        maintenance.stop()
-        writer.stop()
-        broker.stop()
+        services.stop()
         readers.forEach { $0.close() }
         logger.log(.info, "server.stopped", ["batches": "\(writer.statistics.batches)", "writes": "\(writer.statistics.jobs)"])
         logger.flush()
@@ -126,7 +139,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.streamConnectionMemoryLimit = 4 * 1024
     serverConfiguration.maximumStreamHeadBytes = 1024
     let finalRouter = router
-    let server = MicroHTTPServer(configuration: serverConfiguration, handler: { request, responder in
+    let server = try MicroHTTPServer(configuration: serverConfiguration, handler: { request, responder in
         finalRouter.handle(request, responder)
     }, accessLog: { entry in
         logger.log(.info, "http.request", [

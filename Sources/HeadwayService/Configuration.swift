@@ -55,9 +55,11 @@ public struct Configuration: Sendable, Equatable {
           --retention DURATION      forget finished tasks, their history and deletions
                                     this long after: seconds, or with s, m, h or d
                                     (HEADWAY_RETENTION, default 7d)
+          --version                 print the version and exit
           -h, --help                show this text
 
-        Logs go to stderr, one line per event. SIGTERM or SIGINT stops the daemon cleanly.
+        Logs go to stderr, one line per event. SIGTERM or SIGINT stops the daemon cleanly;
+        a second one during a slow stop ends it at once.
 
         """
 
@@ -65,6 +67,7 @@ public struct Configuration: Sendable, Equatable {
     public enum Command: Equatable, Sendable {
         case run(Configuration)
         case help
+        case version
     }
 
     /// Reads flags (`--name value` or `--name=value`) over environment variables.
@@ -81,6 +84,7 @@ public struct Configuration: Sendable, Equatable {
             let argument = arguments[index]
             index += 1
             if argument == "-h" || argument == "--help" { return .help }
+            if argument == "--version" { return .version }
             guard argument.hasPrefix("--") else { throw UsageError("unexpected argument '\(argument)'") }
             var name = String(argument.dropFirst(2))
             var value: String?

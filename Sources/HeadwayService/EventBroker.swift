@@ -1,4 +1,5 @@
 import Foundation
+import Lifecycle
 import HTTPServer
 import HeadwayCore
 import HeadwayStore
@@ -42,7 +43,7 @@ struct CatchUp: Sendable {
 /// a queue, so ingestion never waits for subscribers; a subscriber that cannot keep up has
 /// its waiting events coalesced to the latest per task and, past a bound, is disconnected
 /// (its reconnection resumes exactly from the last id it received).
-final class EventBroker: @unchecked Sendable {
+final class EventBroker: Service, @unchecked Sendable {
     struct Settings: Sendable {
         var maximumSubscribers = 10_000
         var heartbeatSeconds = 15.0
@@ -77,7 +78,6 @@ final class EventBroker: @unchecked Sendable {
     /// The broker waits out a pacing pause: new events need not wake it.
     private var inPause = false
     private var reservedSlots = 0
-    private let stopped = DispatchSemaphore(value: 0)
 
     // Broker thread only.
     private var subscribers: [ObjectIdentifier: Subscriber] = [:]
@@ -96,12 +96,6 @@ final class EventBroker: @unchecked Sendable {
         self.clock = clock
         self.logger = logger
         nextHeartbeat = .now() + settings.heartbeatSeconds
-        let thread = Thread { [self] in
-            nameCurrentThread("headway-events")
-            run()
-        }
-        thread.name = "headway.events"
-        thread.start()
     }
 
     // MARK: - Any thread
@@ -153,13 +147,12 @@ final class EventBroker: @unchecked Sendable {
         }
     }
 
-    /// Ends every stream and stops the thread (once; later calls return at once).
-    func stop() {
-        let alreadyStopping = condition.withLock {
-            defer { stopping = true; condition.signal() }
-            return stopping
+    /// Makes `run()` fan out what is queued, end every stream and return.
+    func requestStop() {
+        condition.withLock {
+            stopping = true
+            condition.signal()
         }
-        if !alreadyStopping { stopped.wait() }
     }
 
     private func send(_ command: Command) {
@@ -171,7 +164,8 @@ final class EventBroker: @unchecked Sendable {
 
     // MARK: - Broker thread
 
-    private func run() {
+    /// Fans events out until a stop is requested.
+    func run() {
         while true {
             condition.lock()
             while (commands.isEmpty || paused) && !stopping {
@@ -202,7 +196,6 @@ final class EventBroker: @unchecked Sendable {
         }
         for subscriber in subscribers.values { subscriber.stream.finish() }
         subscribers = [:]
-        stopped.signal()
     }
 
     private func handle(_ command: Command) {

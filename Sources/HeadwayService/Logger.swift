@@ -1,4 +1,6 @@
 import Foundation
+import Lifecycle
+import Synchronization
 import HeadwayCore
 import HeadwayStore
 
@@ -22,9 +24,9 @@ public enum LogLevel: Int, Sendable, Comparable {
 }
 
 /// Writes one logfmt line per event to stderr: `ts=… level=… event=http.request key=value …`.
-/// Lines are gathered and written by a background thread at most every 50 ms (one
-/// `write(2)` for many requests); warnings and errors are written at once, and `flush()`
-/// writes what is pending (the daemon calls it when it stops). Lines never interleave.
+/// Lines are gathered and written every 50 ms by the `flusher` service (one `write(2)` for
+/// many requests), and at once when 64 KiB wait; warnings and errors are written at once,
+/// and `flush()` writes what is pending. Lines never interleave.
 public struct Logger: Sendable {
     public var minimumLevel: LogLevel
     private let output: LogOutput
@@ -37,6 +39,10 @@ public struct Logger: Sendable {
 
     /// Writes the lines still waiting.
     public func flush() { output.flush() }
+
+    /// The service that writes waiting lines every 50 ms, and the last ones when it stops
+    /// (the daemon stops it last).
+    public var flusher: any Service { LogFlusher(output: output) }
 
     /// Logs `event` with `fields` (written in the order given).
     public func log(_ level: LogLevel, _ event: String, _ fields: KeyValuePairs<String, String> = [:]) {
@@ -82,48 +88,52 @@ public struct Logger: Sendable {
     }
 }
 
-/// Where log lines go: straight to a sink, or to stderr through a buffer that a background
-/// thread empties.
-final class LogOutput: @unchecked Sendable {
+/// Where log lines go: straight to a sink, or to stderr through a buffer.
+final class LogOutput: Sendable {
     private let sink: (@Sendable (String) -> Void)?
-    private let condition = NSCondition()
-    private var pending: [UInt8] = []
-    private var flusherStarted = false
+    private let pending = Mutex<[UInt8]>([])
     /// Held from taking the pending lines to writing them, so lines keep their order.
-    private let writeLock = NSLock()
+    private let writing = Mutex<Void>(())
 
     init(sink: (@Sendable (String) -> Void)?) { self.sink = sink }
 
     func append(_ line: [UInt8], immediately: Bool) {
         if let sink { return sink(String(decoding: line, as: UTF8.self)) }
-        condition.lock()
-        pending += line
-        if !flusherStarted {
-            flusherStarted = true
-            let thread = Thread { [self] in flushPeriodically() }
-            thread.name = "headway.log"
-            thread.start()
+        let waiting = pending.withLock { pending in
+            pending += line
+            return pending.count
         }
-        let writeNow = immediately || pending.count >= 64 * 1024
-        condition.unlock()
-        if writeNow { flush() }
+        if immediately || waiting >= 64 * 1024 { flush() }
     }
 
     func flush() {
-        writeLock.withLock {
-            let bytes = condition.withLock { () -> [UInt8] in
+        writing.withLock { _ in
+            let bytes = pending.withLock { pending in
                 defer { pending = [] }
                 return pending
             }
             if !bytes.isEmpty { FileHandle.standardError.write(Data(bytes)) }
         }
     }
+}
 
-    private func flushPeriodically() {
-        nameCurrentThread("headway-log")
-        while true {
-            Thread.sleep(forTimeInterval: 0.05)
-            flush()
+/// Writes a logger's waiting lines every 50 ms until stopped, then the last ones.
+final class LogFlusher: Service {
+    private let output: LogOutput
+    private let stopping = Atomic(false)
+    private let stopRequested = Doorbell()
+
+    init(output: LogOutput) { self.output = output }
+
+    func run() {
+        while !stopping.load(ordering: .acquiring) {
+            stopRequested.wait(until: .now() + .milliseconds(50))
+            output.flush()
         }
+    }
+
+    func requestStop() {
+        stopping.store(true, ordering: .releasing)
+        stopRequested.ring()
     }
 }

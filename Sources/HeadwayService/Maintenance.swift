@@ -1,12 +1,15 @@
 import Foundation
+import Lifecycle
+import Synchronization
 import HeadwayCore
 import HeadwayStore
 
 /// The daemon's own writes, on a timer: the stall sweeper (every `sweepInterval`, it
 /// raises the flags whose deadlines have passed, read in deadline order from an index) and
 /// retention (it forgets old finished tasks and tombstones in small batches). Both run as
-/// ordinary jobs of the group-commit writer, so they never hold it for long.
-final class Maintenance: @unchecked Sendable {
+/// ordinary jobs of the group-commit writer, so they never hold it for long. A service:
+/// its thread is the timer; a requested stop ends it (jobs already queued still commit).
+final class Maintenance: Service {
     struct Settings: Sendable {
         /// How often due stall deadlines are looked for (the flag's lateness is at most this
         /// plus the time to commit).
@@ -26,10 +29,8 @@ final class Maintenance: @unchecked Sendable {
     private let broker: EventBroker
     private let clock: any WallClock
     private let logger: Logger
-    private let condition = NSCondition()
-    private var stopping = false
-    private var nextPrune = Date()
-    private let stopped = DispatchSemaphore(value: 0)
+    private let stopping = Atomic(false)
+    private let stopRequested = Doorbell()
 
     init(settings: Settings, writer: GroupCommitWriter, store: TaskStore, broker: EventBroker,
          clock: any WallClock, logger: Logger) {
@@ -39,21 +40,26 @@ final class Maintenance: @unchecked Sendable {
         self.broker = broker
         self.clock = clock
         self.logger = logger
-        let thread = Thread { [self] in
-            nameCurrentThread("headway-sweeper")
-            run()
-        }
-        thread.name = "headway.maintenance"
-        thread.start()
     }
 
-    /// Stops the timer (jobs already queued still commit).
-    func stop() {
-        let alreadyStopping = condition.withLock {
-            defer { stopping = true; condition.signal() }
-            return stopping
+    /// Sweeps every `sweepInterval` and prunes every `pruneInterval` until a stop is requested.
+    func run() {
+        var nextPrune = DispatchTime.now()
+        while true {
+            stopRequested.wait(until: .now() + settings.sweepInterval)
+            if stopping.load(ordering: .acquiring) { break }
+            waitFor(submitSweep)
+            if DispatchTime.now() >= nextPrune {
+                nextPrune = .now() + settings.pruneInterval
+                waitFor(submitPrune)
+            }
         }
-        if !alreadyStopping { stopped.wait() }
+    }
+
+    /// Ends the timer (the sweep or pruning under way, if any, finishes first).
+    func requestStop() {
+        stopping.store(true, ordering: .releasing)
+        stopRequested.ring()
     }
 
     /// Runs one sweep now and waits for it to commit (tests move a manual clock, then call
@@ -69,29 +75,13 @@ final class Maintenance: @unchecked Sendable {
     @discardableResult
     private func waitFor(_ submit: (Int, @escaping @Sendable (Int) -> Void) -> Void) -> Int {
         let done = DispatchSemaphore(value: 0)
-        let result = LockedCount()
+        let result = Mutex(0)
         submit(0) { count in
-            result.add(count)
+            result.withLock { $0 += count }
             done.signal()
         }
         done.wait()
-        return result.value
-    }
-
-    private func run() {
-        while true {
-            let isStopping = condition.withLock { () -> Bool in
-                if !stopping { _ = condition.wait(until: Date(timeIntervalSinceNow: settings.sweepInterval)) }
-                return stopping
-            }
-            if isStopping { break }
-            waitFor(submitSweep)
-            if Date() >= nextPrune {
-                nextPrune = Date(timeIntervalSinceNow: settings.pruneInterval)
-                waitFor(submitPrune)
-            }
-        }
-        stopped.signal()
+        return result.withLock { $0 }
     }
 
     /// Sweeps until a batch comes back short; calls `completion` with the number of events.
@@ -135,12 +125,4 @@ final class Maintenance: @unchecked Sendable {
             }
         }
     }
-}
-
-/// A counter shared between threads.
-private final class LockedCount: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
-    var value: Int { lock.withLock { count } }
-    func add(_ amount: Int) { lock.withLock { count += amount } }
 }

@@ -1,4 +1,6 @@
 import Foundation
+import Lifecycle
+import Synchronization
 
 /// How hard a commit tries to reach the disk.
 public enum Durability: String, Sendable, CaseIterable {
@@ -8,49 +10,48 @@ public enum Durability: String, Sendable, CaseIterable {
     case normal
 }
 
-/// The one writer of the database: a thread that drains a queue of jobs into
+/// The one writer of the database: a service whose thread drains a queue of jobs into
 /// `BEGIN IMMEDIATE … COMMIT` batches (group commit). Each job runs inside its own
 /// savepoint, so a job that throws changes nothing while the rest of its batch commits.
 /// A job's completion is called only after its batch has committed; if the commit fails,
-/// every job of the batch gets the error.
-public final class GroupCommitWriter: @unchecked Sendable {
+/// every job of the batch gets the error. A requested stop commits what is queued, then
+/// `run()` closes the connection and returns; later submissions fail with `.stopped`.
+public final class GroupCommitWriter: Service {
     /// Counts of what the writer has done, for metrics and benchmarks.
     public struct Statistics: Sendable, Equatable {
         public var batches = 0
         public var jobs = 0
     }
 
-    private struct Job {
+    private struct Job: Sendable {
         /// Runs the work; false when it threw, so its savepoint must be rolled back.
-        let run: (Database) -> Bool
-        let commit: () -> Void
-        let abort: (any Error) -> Void
+        let run: @Sendable (Database) -> Bool
+        let commit: @Sendable () -> Void
+        let abort: @Sendable (any Error) -> Void
+    }
+
+    /// What submitters share with the writer thread.
+    private struct Queue {
+        var jobs: [Job] = []
+        var stopping = false
     }
 
     private let database: Database
-    private let condition = NSCondition()
-    private var queue: [Job] = []
-    private var stopping = false
-    private var stats = Statistics()
-    private let finished = DispatchSemaphore(value: 0)
+    private let queue = Mutex(Queue())
+    private let workArrived = Doorbell()
+    private let stats = Mutex(Statistics())
     private let maximumBatch: Int
 
-    /// Opens the writer connection (WAL, the given durability) and starts its thread.
+    /// Opens the writer connection (WAL, the given durability); `run()` then writes.
     public init(path: String, durability: Durability, maximumBatch: Int = 2048) throws(SQLiteError) {
         database = try Database(path: path)
         try database.execute("PRAGMA journal_mode = WAL")
         try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
         self.maximumBatch = maximumBatch
-        let thread = Thread { [self] in
-            nameCurrentThread("headway-writer")
-            loop()
-        }
-        thread.name = "headway.writer"
-        thread.start()
     }
 
     /// The work done so far.
-    public var statistics: Statistics { condition.withLock { stats } }
+    public var statistics: Statistics { stats.withLock { $0 } }
 
     /// Queues `work` to run in the next batch and calls `completion` with its result once
     /// the batch has committed (or with the error that stopped it).
@@ -67,48 +68,42 @@ public final class GroupCommitWriter: @unchecked Sendable {
             },
             commit: { completion(box.result ?? .failure(WriterError.stopped)) },
             abort: { error in completion(.failure(error)) })
-        condition.lock()
-        defer { condition.unlock() }
-        guard !stopping else {
-            completion(.failure(WriterError.stopped))
-            return
+        let accepted = queue.withLock { queue in
+            guard !queue.stopping else { return false }
+            queue.jobs.append(job)
+            return true
         }
-        queue.append(job)
-        condition.signal()
+        guard accepted else { return completion(.failure(WriterError.stopped)) }
+        workArrived.ring()
     }
 
-    /// Commits what is queued, stops the thread and closes the connection. Later
-    /// submissions fail.
-    public func stop() {
-        condition.lock()
-        let wasStopping = stopping
-        stopping = true
-        condition.signal()
-        condition.unlock()
-        guard !wasStopping else { return }
-        finished.wait()
-        database.close()
-    }
-
-    private func loop() {
+    /// Writes batches until a stop is requested and the queue is empty, then closes the
+    /// connection.
+    public func run() {
         while true {
-            condition.lock()
-            while queue.isEmpty && !stopping { condition.wait() }
-            if queue.isEmpty && stopping {
-                condition.unlock()
-                break
+            let (hasWork, stopping) = queue.withLock { (!$0.jobs.isEmpty, $0.stopping) }
+            if !hasWork {
+                if stopping { break }
+                workArrived.wait()
+                continue
             }
-            condition.unlock()
             // Woken by the first job of a burst, the writer would preempt the threads still
             // queueing the rest and commit them one by one: let them run first.
             sched_yield()
-            condition.lock()
-            let batch = Array(queue.prefix(maximumBatch))
-            queue.removeFirst(batch.count)
-            condition.unlock()
+            let batch = queue.withLock { queue in
+                let batch = Array(queue.jobs.prefix(maximumBatch))
+                queue.jobs.removeFirst(batch.count)
+                return batch
+            }
             runBatch(batch)
         }
-        finished.signal()
+        database.close()
+    }
+
+    /// Makes `run()` commit what is queued and return; later submissions fail.
+    public func requestStop() {
+        queue.withLock { $0.stopping = true }
+        workArrived.ring()
     }
 
     private func runBatch(_ batch: [Job]) {
@@ -141,7 +136,7 @@ public final class GroupCommitWriter: @unchecked Sendable {
             batch.forEach { $0.abort(error) }
             return
         }
-        condition.withLock {
+        stats.withLock { stats in
             stats.batches += 1
             stats.jobs += batch.count
         }
@@ -158,10 +153,4 @@ public enum WriterError: Error, Equatable {
 /// A value written and read on the writer thread only.
 private final class ResultBox<Value>: @unchecked Sendable {
     var result: Result<Value, any Error>?
-}
-
-/// Names the calling thread for the operating system (`top -H`, /proc/…/comm; at most 15
-/// bytes) where the system offers it; elsewhere does nothing.
-public func nameCurrentThread(_ name: String) {
-    try? String(name.utf8.prefix(15))!.write(toFile: "/proc/thread-self/comm", atomically: false, encoding: .utf8)
 }

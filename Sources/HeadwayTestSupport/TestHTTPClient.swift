@@ -66,6 +66,13 @@ public final class TestHTTPClient: @unchecked Sendable {
         return try readResponse()
     }
 
+    /// Reads one line (without its CRLF), e.g. an interim `100 Continue` status line.
+    public func readLine() throws -> String {
+        let lineEnd = try readUntil([13, 10])
+        defer { buffer.removeFirst(lineEnd + 2) }
+        return String(decoding: buffer[..<lineEnd], as: UTF8.self)
+    }
+
     /// Reads one response (body by Content-Length, chunked, or up to the close).
     public func readResponse() throws -> TestResponse {
         let headEnd = try readUntil([13, 10, 13, 10])

@@ -1,19 +1,37 @@
 import Dispatch
 import Foundation
 import HeadwayTestSupport
+import Lifecycle
 import Testing
 @testable import HTTPServer
+
+/// A server running in a service group of its own, as the daemon runs it.
+struct RunningServer {
+    let server: MicroHTTPServer
+    private let group: ServiceGroup
+
+    init(_ server: MicroHTTPServer) throws {
+        self.server = server
+        group = ServiceGroup([ServiceGroup.Member("test-http", server)])
+        try group.start()
+    }
+
+    var port: Int { server.port }
+
+    /// Stops the server as the daemon does (drains, then stops the daemons).
+    func shutdown() { group.stop() }
+}
 
 /// The real libmicrohttpd server on 127.0.0.1 with a port chosen by the system.
 @Suite struct LiveServerTests {
     /// Echoes the body, answering from another thread after the handler has returned
     /// (so the connection is suspended and resumed) unless the path is `/now`.
     private static func startEchoServer(bodyLimit: Int = 1024, received: DispatchSemaphore? = nil,
-                                        hold: DispatchSemaphore? = nil) throws -> MicroHTTPServer {
+                                        hold: DispatchSemaphore? = nil) throws -> RunningServer {
         var configuration = MicroHTTPServer.Configuration()
         configuration.port = 0
         configuration.maximumBodyBytes = bodyLimit
-        let server = MicroHTTPServer(configuration: configuration) { request, responder in
+        let server = try MicroHTTPServer(configuration: configuration) { request, responder in
             let response = HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain")], body: request.body)
             if request.path == "/now" { return responder.respond(response) }
             received?.signal()
@@ -22,8 +40,7 @@ import Testing
                 responder.respond(response)
             }
         }
-        try server.start()
-        return server
+        return try RunningServer(server)
     }
 
     @Test func answersLaterFromAnotherThreadOverKeepAlive() throws {
@@ -43,11 +60,10 @@ import Testing
         var configuration = MicroHTTPServer.Configuration()
         configuration.port = 0
         configuration.streamPaths = ["/stream"]
-        let server = MicroHTTPServer(configuration: configuration) { request, responder in
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration) { request, responder in
             responder.respond(HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain")],
                                            body: Array("\(request.method) \(request.path)".utf8)))
-        }
-        try server.start()
+        })
         defer { server.shutdown() }
         // A stream connection (sent in pieces, so the sorter must wait for enough bytes)
         // also serves any later request on it; an ordinary one serves the stream path too.
@@ -69,10 +85,9 @@ import Testing
         var configuration = MicroHTTPServer.Configuration()
         configuration.port = 0
         configuration.connectionMemoryLimit = 4096
-        let server = MicroHTTPServer(configuration: configuration, handler: { _, responder in
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, handler: { _, responder in
             responder.respond(HTTPResponse(status: 204))
-        }, libraryLog: { message, clientGone in messages.append(message, clientGone) })
-        try server.start()
+        }, libraryLog: { message, clientGone in messages.append(message, clientGone) }))
         let client = try TestHTTPClient(port: server.port)
         try client.send("GET /x HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 6000))\r\n\r\n")
         #expect(try client.readResponse().status == 431)

@@ -1,6 +1,7 @@
 import Foundation
 import HeadwayTestSupport
 import Testing
+import HeadwayService
 
 /// The real `headwayd` executable as a separate process.
 final class DaemonProcess {
@@ -135,6 +136,39 @@ final class DaemonProcess {
 }
 
 extension DaemonProcessTests {
+    @Test func versionIsPrintedAndMatchesTheContract() throws {
+        let (status, output, _) = try DaemonProcess.run(["--version"])
+        #expect(status == 0)
+        #expect(output == "headwayd \(HeadwayVersion.current)\n")
+        let spec = try String(contentsOf: OpenAPITests.root.appendingPathComponent("openapi.yaml"), encoding: .utf8)
+        #expect(spec.contains("\n  version: \(HeadwayVersion.current)\n"), "openapi.yaml info.version")
+    }
+
+    /// A stop waits for requests under way; a second signal meanwhile ends the process at
+    /// once (128 + the signal), and what was acknowledged is kept.
+    @Test func aSecondSignalDuringASlowStopEndsItAtOnce() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let arguments = ["--listen", "127.0.0.1:0", "--db", directory.file("h.db")]
+        let daemon = try DaemonProcess(arguments, logPath: directory.file("first.log"))
+        let client = try TestHTTPClient(port: daemon.port)
+        #expect(try client.request("POST", "/v1/tasks", json: #"{"id":"kept","name":"Kept"}"#).status == 201)
+        // A request whose body never comes keeps the stop waiting (up to 10 s). Its
+        // `100 Continue` shows that the server has begun it.
+        let unfinished = try TestHTTPClient(port: daemon.port)
+        try unfinished.send("POST /v1/tasks HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + "Content-Length: 100\r\nExpect: 100-continue\r\n\r\n")
+        #expect(try unfinished.readLine().hasPrefix("HTTP/1.1 100"))
+        kill(daemon.process.processIdentifier, SIGTERM)
+        for _ in 0..<2000 where !daemon.log.contains("event=server.stopping") { usleep(5000) }
+        #expect(daemon.log.contains("event=server.stopping"))
+        #expect(daemon.stop(SIGTERM) == 128 + SIGTERM)
+        #expect(daemon.log.contains("event=signal.received signal=SIGTERM action=\"stopping at once\""))
+        let restarted = try DaemonProcess(arguments, logPath: directory.file("second.log"))
+        defer { _ = restarted.stop(SIGTERM) }
+        #expect(try TestHTTPClient(port: restarted.port).request("GET", "/v1/tasks/kept").status == 200)
+    }
+
     /// The change sequence is stored: a subscriber resumes across a restart of the daemon.
     @Test func eventStreamResumesAcrossARestart() throws {
         let directory = TemporaryDirectory()

@@ -19,13 +19,13 @@ import Testing
         #expect(updated.events.map(\.kind) == [.updated])
         #expect(updated.events.map(\.seq) == [start.last + 2])
         #expect(finished.events.map(\.kind) == [.finished])
-        fixture.writer.stop()
+        fixture.stopWriter()
 
         let reopened = try Database(path: fixture.path)
         let sequence = try ChangeSequence(database: reopened)
         #expect(sequence.last == start.last + 3)
         let store2 = TaskStore(sequence: sequence)
-        fixture.writer = try GroupCommitWriter(path: fixture.path, durability: .full)
+        try fixture.restartWriter()
         let next = try fixture.write { try store2.register(Registration(id: "b", name: "B"), now: 4, in: $0) }
         #expect(next.events.map(\.seq) == [start.last + 4])
     }

@@ -1,14 +1,16 @@
 import Foundation
 import HeadwayCore
 import HeadwayTestSupport
+import Lifecycle
 import Testing
 @testable import HeadwayStore
 
-/// A migrated database file in a temporary folder, with a writer and a reader on it.
+/// A migrated database file in a temporary folder, with a running writer and a reader on it.
 final class StoreFixture: @unchecked Sendable {
     let directory = TemporaryDirectory()
     let path: String
-    var writer: GroupCommitWriter
+    private(set) var writer: GroupCommitWriter
+    private var writerThread: ServiceGroup
     let store: TaskStore
 
     init(durability: Durability = .full) throws {
@@ -17,11 +19,23 @@ final class StoreFixture: @unchecked Sendable {
         try Migrator().migrate(setup)
         store = TaskStore(sequence: try ChangeSequence(database: setup))
         writer = try GroupCommitWriter(path: path, durability: durability)
+        writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
+        try writerThread.start()
     }
 
     deinit {
-        writer.stop()
+        writerThread.stop()
         directory.remove()
+    }
+
+    /// Stops the writer: what is queued commits, later submissions fail.
+    func stopWriter() { writerThread.stop() }
+
+    /// Starts a new writer on the same file (after `stopWriter()`).
+    func restartWriter(durability: Durability = .full) throws {
+        writer = try GroupCommitWriter(path: path, durability: durability)
+        writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
+        try writerThread.start()
     }
 
     /// Runs `work` in the writer and waits for its committed result.
@@ -124,7 +138,7 @@ final class Box<Value>: @unchecked Sendable {
                 try store.register(Registration(id: "q\(index)", name: "Queued"), now: 1, in: database)
             }) { _ in }
         }
-        fixture.writer.stop()
+        fixture.stopWriter()
         #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM tasks") } == 100)
         let refused = Box<Bool>()
         fixture.writer.submit({ _ in 1 }) { result in
@@ -180,8 +194,8 @@ final class Box<Value>: @unchecked Sendable {
         let store = fixture.store
         _ = try fixture.write { try store.register(Registration(id: "keep", name: "Kept", total: 10), now: 5, in: $0) }
         _ = try fixture.write { try store.progress("keep", ProgressUpdate(completed: 4, seq: 1), now: 6, in: $0) }
-        fixture.writer.stop()
-        fixture.writer = try GroupCommitWriter(path: fixture.path, durability: .full)
+        fixture.stopWriter()
+        try fixture.restartWriter()
         let task = try fixture.read { try TaskRepository.find("keep", in: $0) }
         #expect(task?.completed == 4)
         #expect(task?.lastSeq == 1)
