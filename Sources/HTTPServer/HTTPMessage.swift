@@ -23,13 +23,14 @@ public struct HTTPRequest: Sendable {
     public var headers: [HTTPField]
     /// The body bytes (at most the server's body limit).
     public var body: [UInt8]
-    /// The id this request is logged under (from `X-Request-Id`, or made up).
+    /// The id this request is known by in logs and replies, given by a middleware (empty
+    /// until one does).
     public var requestID: String
     /// Values taken from `{name}` segments of the matched route.
     public var pathParameters: [String: String] = [:]
 
     public init(method: String, path: String, query: [HTTPField] = [], headers: [HTTPField] = [],
-                body: [UInt8] = [], requestID: String = "test") {
+                body: [UInt8] = [], requestID: String = "") {
         self.method = method
         self.path = path
         self.query = query
@@ -43,6 +44,9 @@ public struct HTTPRequest: Sendable {
         let lowered = name.lowercased()
         return headers.first { $0.name == lowered }?.value
     }
+
+    /// The query arguments as (name, value) pairs, in the order sent.
+    public var queryParameters: [(name: String, value: String)] { query.map { ($0.name, $0.value) } }
 
     /// Every value of query argument `name`.
     public func queryValues(_ name: String) -> [String] {
@@ -71,25 +75,40 @@ public struct HTTPResponse: Sendable {
         HTTPResponse(status: status, headers: [HTTPField("Content-Type", contentType)] + headers,
                      body: Array(text.utf8))
     }
+}
 
-    /// An RFC 9457 problem reply for errors found by the HTTP layer itself.
-    public static func problem(_ status: Int, code: String, title: String, detail: String,
-                               headers: [HTTPField] = []) -> HTTPResponse {
-        let text = #"{"type":"https://headway.dev/problems/\#(code.replacingOccurrences(of: "_", with: "-"))","#
-            + #""title":\#(quoted(title)),"status":\#(status),"detail":\#(quoted(detail)),"code":"\#(code)"}"#
-        return json(status, text, contentType: "application/problem+json", headers: headers)
-    }
+/// What the HTTP layer refuses by itself, before or instead of a handler: the application
+/// decides how each looks (`HTTPPipeline`'s renderer).
+public enum HTTPRefusal: Equatable, Sendable {
+    /// The body is larger than the server's limit (413).
+    case bodyTooLarge(limit: Int)
+    /// The server is stopping (503).
+    case shuttingDown
+    /// No route has this path (404).
+    case routeNotFound
+    /// Routes with this path take other methods (405).
+    case methodNotAllowed(allowed: [String])
+}
 
-    private static func quoted(_ text: String) -> String {
-        let data = (try? JSONSerialization.data(withJSONObject: [text], options: [.withoutEscapingSlashes])) ?? Data("[\"\"]".utf8)
-        return String(decoding: data.dropFirst().dropLast(), as: UTF8.self)
+/// How an exchange ended: the status sent (nil when the connection went away first) and
+/// how long it took from the request's head to the end.
+public struct HTTPCompletion: Sendable, Equatable {
+    public var status: Int?
+    public var durationMicroseconds: Int64
+
+    public init(status: Int?, durationMicroseconds: Int64) {
+        self.status = status
+        self.durationMicroseconds = durationMicroseconds
     }
 }
 
 /// Sends the response to one request, exactly once, from any thread.
 public protocol Responder: Sendable {
     func respond(_ response: HTTPResponse)
+    /// Runs `handler` once the exchange is over (a stream: when it ends), with what was sent.
+    func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void)
 }
+
 
 /// Handles one request; calls `responder` now or later, from any thread.
 public typealias HTTPHandler = @Sendable (HTTPRequest, any Responder) -> Void

@@ -3,15 +3,6 @@ import Foundation
 import Lifecycle
 import Synchronization
 
-/// What the server logs about each finished request.
-public struct AccessLogEntry: Sendable {
-    public var requestID: String
-    public var method: String
-    public var path: String
-    public var status: Int
-    public var durationMicroseconds: Int64
-}
-
 /// Why the server could not start.
 public struct HTTPServerError: Error, CustomStringConvertible {
     public var description: String
@@ -71,13 +62,12 @@ public final class MicroHTTPServer: Service {
     private struct Traffic {
         var requestsInFlight = 0
         var draining = false
-        var requestCounter: UInt64 = 0
         var openStreams: [ObjectIdentifier: ResponseStream] = [:]
     }
 
     let configuration: Configuration
-    let handler: HTTPHandler
-    let accessLog: (@Sendable (AccessLogEntry) -> Void)?
+    /// Where every request goes, and how the server's own refusals look.
+    let pipeline: HTTPPipeline
     /// Receives libmicrohttpd's own messages, and whether one only says that a client
     /// went away (routine for long-lived streams).
     let libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)?
@@ -89,16 +79,13 @@ public final class MicroHTTPServer: Service {
     let writableWatcher: WritableWatcher
     /// Runs the writable watcher's thread while the server runs.
     private let helpers: ServiceGroup
-    private let requestIDPrefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     private let boundPort = Atomic<Int>(0)
 
     /// A server for `configuration`, not yet listening.
-    public init(configuration: Configuration, handler: @escaping HTTPHandler,
-                accessLog: (@Sendable (AccessLogEntry) -> Void)? = nil,
+    public init(configuration: Configuration, pipeline: HTTPPipeline,
                 libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)? = nil) throws {
         self.configuration = configuration
-        self.handler = handler
-        self.accessLog = accessLog
+        self.pipeline = pipeline
         self.libraryLog = libraryLog
         writableWatcher = try WritableWatcher()
         helpers = ServiceGroup([ServiceGroup.Member("headway-flush", writableWatcher)])
@@ -204,33 +191,30 @@ public final class MicroHTTPServer: Service {
             // A client that goes on sending long after the limit is cut off.
             return exchange.discardedBytes > 64 * configuration.maximumBodyBytes ? MHD_Result.NO : MHD_Result.YES
         }
-        if exchange.bodyTooLarge { return exchange.queue(bodyTooLarge()) }
-        return exchange.dispatchOrQueue(handler)
+        if exchange.bodyTooLarge {
+            return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: configuration.maximumBodyBytes), $0, $1) }
+        }
+        return exchange.dispatchOrQueue(pipeline.handle)
     }
 
     private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool,
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
         let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
-        let (isDraining, number) = traffic.withLock { traffic -> (Bool, UInt64) in
+        let isDraining = traffic.withLock { traffic in
             traffic.requestsInFlight += 1
-            traffic.requestCounter += 1
-            return (traffic.draining, traffic.requestCounter)
+            return traffic.draining
         }
-        let requestID = headers.first { $0.name == "x-request-id" }.map(\.value).flatMap(Self.acceptableRequestID)
-            ?? "\(requestIDPrefix)-\(String(number, radix: 36))"
-        let request = HTTPRequest(method: method, path: url, query: query, headers: headers, requestID: requestID)
+        let request = HTTPRequest(method: method, path: url, query: query, headers: headers)
         let exchange = Exchange(connection: connection, request: request, server: self)
         // A stream's body is then sent in chunks, which its writer may send itself.
         exchange.isChunkedKeepAlive = isHTTP11 && request.header("connection")?.lowercased() != "close"
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
         if isDraining {
-            return exchange.queue(.problem(503, code: "shutting_down", title: "Shutting down",
-                                           detail: "The server is stopping; retry shortly.",
-                                           headers: [HTTPField("Connection", "close"), HTTPField("Retry-After", "1")]))
+            return exchange.dispatchOrQueue { pipeline.refuse(.shuttingDown, $0, $1) }
         }
         if let length = request.header("content-length").flatMap(UInt64.init), length > configuration.maximumBodyBytes {
-            return exchange.queue(bodyTooLarge())
+            return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: configuration.maximumBodyBytes), $0, $1) }
         }
         return MHD_Result.YES
     }
@@ -256,18 +240,7 @@ public final class MicroHTTPServer: Service {
             return traffic.requestsInFlight == 0 && traffic.draining
         }
         if drainedNow { drained.ring() }
-        accessLog?(AccessLogEntry(
-            requestID: exchange.request.requestID, method: exchange.request.method, path: exchange.request.path,
-            status: exchange.sentStatus ?? 0, durationMicroseconds: exchange.elapsedMicroseconds))
-    }
-
-    private func bodyTooLarge() -> HTTPResponse {
-        .problem(413, code: "body_too_large", title: "Request body too large",
-                 detail: "A request body may be at most \(configuration.maximumBodyBytes) bytes.")
-    }
-
-    private static func acceptableRequestID(_ id: String) -> String? {
-        id.utf8.count <= 64 && !id.isEmpty && id.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\"") }) ? id : nil
+        exchange.complete()
     }
 
     private static func values(_ connection: OpaquePointer, kind: MHD_ValueKind, lowercase: Bool) -> [HTTPField] {
@@ -285,20 +258,25 @@ public final class MicroHTTPServer: Service {
     }
 }
 
-/// One request on one connection, from its headers to its completion. Its lock orders the
+/// One request on one connection, from its headers to its completion. Its mutex orders the
 /// handler's answer (any thread) against suspension (libmicrohttpd's thread), so a
 /// connection is resumed only when it is really suspended.
-final class Exchange: Responder, @unchecked Sendable {
-    private let lock = NSLock()
+final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's connection handle; `request` and the body counts are used on the daemon's thread only
+    /// What the answer (any thread) and the daemon's thread share.
+    private struct Answer {
+        var dispatched = false
+        var suspended = false
+        var pending: HTTPResponse?
+        var sentStatus: Int?
+        var completionHandlers: [@Sendable (HTTPCompletion) -> Void] = []
+    }
+
+    private let answer = Mutex(Answer())
     private let connection: OpaquePointer
     private unowned let server: MicroHTTPServer
     private(set) var request: HTTPRequest
-    private var dispatched = false
-    private var suspended = false
-    private var pending: HTTPResponse?
     private(set) var bodyTooLarge = false
     private(set) var discardedBytes = 0
-    private(set) var sentStatus: Int?
     /// An HTTP/1.1 request not asking to close: a body of unknown length goes out chunked.
     var isChunkedKeepAlive = false
     private let started = DispatchTime.now().uptimeNanoseconds
@@ -308,8 +286,6 @@ final class Exchange: Responder, @unchecked Sendable {
         self.request = request
         self.server = server
     }
-
-    var elapsedMicroseconds: Int64 { Int64((DispatchTime.now().uptimeNanoseconds - started) / 1000) }
 
     func receive(_ chunk: UnsafeRawBufferPointer, limit: Int) {
         if bodyTooLarge || request.body.count + chunk.count > limit {
@@ -324,54 +300,72 @@ final class Exchange: Responder, @unchecked Sendable {
     /// First time: hands the request to `handler`; queues its answer if it came at once,
     /// else suspends. After a resume: queues the answer that resumed it.
     func dispatchOrQueue(_ handler: HTTPHandler) -> MHD_Result {
-        lock.lock()
-        if let response = pending {
-            lock.unlock()
-            return queue(response)
+        enum Step { case queue(HTTPResponse), dispatch, wait }
+        let step = answer.withLock { answer -> Step in
+            if let response = answer.pending { return .queue(response) }
+            if answer.dispatched { return .wait }
+            answer.dispatched = true
+            return .dispatch
         }
-        let firstTime = !dispatched
-        dispatched = true
-        lock.unlock()
-        if firstTime {
+        switch step {
+        case .queue(let response): return queue(response)
+        case .dispatch:
             handler(request, self)
-            // Only the request line is needed from now on (for the log); a long-lived
-            // stream should not keep its headers and body.
+            // Only the request line is needed from now on; a long-lived stream should not
+            // keep its headers and body.
             request.headers = []
             request.query = []
             request.body = []
+        case .wait: break
         }
-        lock.lock()
-        defer { lock.unlock() }
-        if let response = pending {
-            return queueLocked(response)
+        return answer.withLock { answer in
+            if let response = answer.pending { return queue(response, &answer) }
+            answer.suspended = true
+            MHD_suspend_connection(connection)
+            return MHD_Result.YES
         }
-        suspended = true
-        MHD_suspend_connection(connection)
-        return MHD_Result.YES
     }
 
     func respond(_ response: HTTPResponse) {
-        lock.lock()
-        defer { lock.unlock() }
-        guard pending == nil else { return }
-        pending = response
-        if suspended {
-            suspended = false
-            MHD_resume_connection(connection)
+        answer.withLock { answer in
+            guard answer.pending == nil else { return }
+            answer.pending = response
+            if answer.suspended {
+                answer.suspended = false
+                MHD_resume_connection(connection)
+            }
         }
     }
 
-    func queue(_ response: HTTPResponse) -> MHD_Result {
-        lock.withLock { queueLocked(response) }
+    func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) {
+        answer.withLock { $0.completionHandlers.append(handler) }
     }
 
-    private func queueLocked(_ response: HTTPResponse) -> MHD_Result {
-        guard sentStatus == nil else { return MHD_Result.YES }
+    /// The exchange is over: tells those who asked what was sent.
+    func complete() {
+        let (status, handlers) = answer.withLock { ($0.sentStatus, $0.completionHandlers) }
+        let completion = HTTPCompletion(status: status,
+                                        durationMicroseconds: Int64((DispatchTime.now().uptimeNanoseconds - started) / 1000))
+        handlers.forEach { $0(completion) }
+    }
+
+    private func queue(_ response: HTTPResponse) -> MHD_Result {
+        answer.withLock { queue(response, &$0) }
+    }
+
+    private func queue(_ response: HTTPResponse, _ answer: inout Answer) -> MHD_Result {
+        guard answer.sentStatus == nil else { return MHD_Result.YES }
         let mhdResponse: OpaquePointer?
         if let stream = response.stream {
             guard server.streamOpened(stream) else {
-                return queueLocked(.problem(503, code: "shutting_down", title: "Shutting down",
-                                            detail: "The server is stopping; retry shortly."))
+                // The server began to stop after the handler answered: the stream never starts.
+                stream.connectionClosed()
+                var refusal = server.pipeline.response(for: .shuttingDown, request)
+                refusal.headers += response.headers.filter { field in
+                    !field.name.lowercased().hasPrefix("content-")
+                        && !refusal.headers.contains { $0.name.lowercased() == field.name.lowercased() }
+                }
+                return queue(refusal, &answer)
             }
             stream.attach(connection, directSocket: isChunkedKeepAlive ? headway_connection_fd(connection) : -1,
                           watcher: server.writableWatcher)
@@ -387,8 +381,7 @@ final class Exchange: Responder, @unchecked Sendable {
         guard let mhdResponse else { return MHD_Result.NO }
         defer { MHD_destroy_response(mhdResponse) }
         for field in response.headers { MHD_add_response_header(mhdResponse, field.name, field.value) }
-        MHD_add_response_header(mhdResponse, "X-Request-Id", request.requestID)
-        sentStatus = response.status
+        answer.sentStatus = response.status
         return MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     }
 }

@@ -1,6 +1,6 @@
 /// Maps method and path to a handler. Patterns are literal segments and `{name}`
-/// segments, e.g. `/v1/tasks/{id}/progress`. An unknown path gets 404; a known path with
-/// another method gets 405 with `Allow`.
+/// segments, e.g. `/v1/tasks/{id}/progress`. An unknown path is refused as
+/// `.routeNotFound`; a known path with another method as `.methodNotAllowed`.
 public struct Router: Sendable {
     /// One route as declared.
     public struct Route: Sendable {
@@ -30,8 +30,15 @@ public struct Router: Sendable {
         routes.append(Route(method: method, pattern: pattern, segments: segments, handler: handler))
     }
 
-    /// Routes `request` to its handler, or answers 404 / 405.
-    public func handle(_ request: HTTPRequest, _ responder: any Responder) {
+    /// What a request leads to: its route's handler (with the request's path parameters
+    /// filled in), or a refusal.
+    public enum Match: Sendable {
+        case handler(HTTPHandler, HTTPRequest)
+        case refused(HTTPRefusal)
+    }
+
+    /// Finds the route of `request`.
+    public func match(_ request: HTTPRequest) -> Match {
         let path = Array(request.path.utf8)
         // Where each segment after the leading slash starts and ends.
         var bounds: [Range<Int>] = []
@@ -46,19 +53,11 @@ public struct Router: Sendable {
             if route.method == request.method {
                 var routed = request
                 routed.pathParameters = parameters(route.segments, path, bounds)
-                route.handler(routed, responder)
-                return
+                return .handler(route.handler, routed)
             }
             allowed.append(route.method)
         }
-        if allowed.isEmpty {
-            responder.respond(.problem(404, code: "route_not_found", title: "No such route",
-                                       detail: "Nothing is served at this path."))
-        } else {
-            responder.respond(.problem(405, code: "method_not_allowed", title: "Method not allowed",
-                                       detail: "This path accepts \(allowed.joined(separator: ", ")), not \(request.method).",
-                                       headers: [HTTPField("Allow", allowed.joined(separator: ", "))]))
-        }
+        return .refused(allowed.isEmpty ? .routeNotFound : .methodNotAllowed(allowed: allowed))
     }
 
     private func matches(_ pattern: [Segment], _ path: [UInt8], _ bounds: [Range<Int>]) -> Bool {

@@ -32,7 +32,7 @@ public struct Registration: Equatable, Sendable {
     }
 
     /// Reads a registration body.
-    public static func parse(_ body: JSONValue) throws(Problem) -> Registration {
+    public static func parse(_ body: JSONValue) throws(TaskError) -> Registration {
         var reader = FieldReader(body, allowed: [
             "id", "name", "label", "parent_id", "weight", "state", "completed", "total", "unit",
             "stall_timeout_seconds", "progress_timeout_seconds", "metadata",
@@ -94,7 +94,7 @@ public struct ProgressUpdate: Equatable, Sendable {
     }
 
     /// Reads a progress body.
-    public static func parse(_ body: JSONValue) throws(Problem) -> ProgressUpdate {
+    public static func parse(_ body: JSONValue) throws(TaskError) -> ProgressUpdate {
         var reader = FieldReader(body, allowed: ["completed", "increment", "total", "unit", "label", "seq"])
         let update = ProgressUpdate(
             completed: reader.integer("completed"), increment: reader.integer("increment"),
@@ -116,7 +116,7 @@ public struct Heartbeat: Equatable, Sendable {
     }
 
     /// Reads a heartbeat body (an empty body is an empty heartbeat).
-    public static func parse(_ body: JSONValue) throws(Problem) -> Heartbeat {
+    public static func parse(_ body: JSONValue) throws(TaskError) -> Heartbeat {
         var reader = FieldReader(body, allowed: ["label", "seq"])
         let heartbeat = Heartbeat(label: reader.string("label", maxLength: Limits.labelLength),
                                   seq: reader.integer("seq"))
@@ -136,7 +136,7 @@ public struct Finish: Equatable, Sendable {
     }
 
     /// Reads a finish body.
-    public static func parse(_ body: JSONValue) throws(Problem) -> Finish {
+    public static func parse(_ body: JSONValue) throws(TaskError) -> Finish {
         var reader = FieldReader(body, allowed: ["outcome", "message"])
         let outcome = reader.choice("outcome", of: [TaskState.succeeded, .failed, .canceled], required: true)
         let message = reader.string("message", maxLength: Limits.messageLength)

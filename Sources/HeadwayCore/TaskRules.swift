@@ -1,5 +1,5 @@
 /// The rules that keep progress accurate, as pure functions of a task, a request and the
-/// time. Each either returns the task as it becomes or throws the `Problem` to answer;
+/// time. Each either returns the task as it becomes or throws the `TaskError` to answer;
 /// a refused request leaves the task as it was.
 public enum TaskRules {
     /// What an update did.
@@ -19,14 +19,12 @@ public enum TaskRules {
 
     /// The new task a registration creates. The caller has checked the parent.
     public static func register(_ registration: Registration, id: String, now: EpochMilliseconds,
-                                defaultStallTimeoutSeconds: Double) throws(Problem) -> TaskRecord {
+                                defaultStallTimeoutSeconds: Double) throws(TaskError) -> TaskRecord {
         if let total = registration.total, registration.completed > total {
             throw .completedExceedsTotal(completed: registration.completed, total: total)
         }
         if registration.parentID == id {
-            throw Problem(status: 422, code: "invalid_parent", title: "A task cannot be its own parent",
-                          detail: "parent_id equals the task's own id '\(id)'.",
-                          errors: [FieldError(field: "parent_id", message: "must differ from id")])
+            throw .ownParent(id)
         }
         var task = TaskRecord(
             id: id, name: registration.name, label: registration.label, parentID: registration.parentID,
@@ -46,17 +44,17 @@ public enum TaskRules {
 
     /// A registration with an id that exists: the same definition is answered with the task
     /// as it is now; another definition is a conflict.
-    public static func reregister(_ registration: Registration, existing: TaskRecord) throws(Problem) -> TaskRecord {
+    public static func reregister(_ registration: Registration, existing: TaskRecord) throws(TaskError) -> TaskRecord {
         guard registration.definition == existing.definition else { throw .registrationConflict(existing.id) }
         return existing
     }
 
     /// Applies a progress report.
     public static func progress(_ update: ProgressUpdate, to task: TaskRecord,
-                                now: EpochMilliseconds) throws(Problem) -> Outcome {
-        if update.completed != nil, update.increment != nil { throw .completedAndIncrement() }
+                                now: EpochMilliseconds) throws(TaskError) -> Outcome {
+        if update.completed != nil, update.increment != nil { throw .completedAndIncrement }
         if isDuplicate(update.seq, task) { return .unchanged(task) }
-        if task.state.isFinished { throw .taskFinished(task) }
+        if task.state.isFinished { throw .taskFinished(id: task.id, state: task.state) }
 
         let completed: Int64
         if let absolute = update.completed {
@@ -65,7 +63,7 @@ public enum TaskRules {
             completed = task.completed + (update.increment ?? 0)
             if completed > Limits.maxCount { throw .countOutOfRange(completed) }
         }
-        if completed < task.completed { throw .progressRegression(task, requested: completed) }
+        if completed < task.completed { throw .progressRegression(id: task.id, completed: task.completed, requested: completed) }
         let total = update.total ?? task.total
         if let total, completed > total {
             if let newTotal = update.total, newTotal < task.completed {
@@ -85,9 +83,9 @@ public enum TaskRules {
 
     /// Applies a heartbeat.
     public static func heartbeat(_ heartbeat: Heartbeat, to task: TaskRecord,
-                                 now: EpochMilliseconds) throws(Problem) -> Outcome {
+                                 now: EpochMilliseconds) throws(TaskError) -> Outcome {
         if isDuplicate(heartbeat.seq, task) { return .unchanged(task) }
-        if task.state.isFinished { throw .taskFinished(task) }
+        if task.state.isFinished { throw .taskFinished(id: task.id, state: task.state) }
         var next = signal(task, now: now, seq: heartbeat.seq, label: heartbeat.label)
         next.rate.observe(next.progressValue, at: now)
         return .applied(next)
@@ -95,9 +93,9 @@ public enum TaskRules {
 
     /// Finishes a task. Finishing again with the same outcome changes nothing; with
     /// another outcome it is a conflict.
-    public static func finish(_ finish: Finish, task: TaskRecord, now: EpochMilliseconds) throws(Problem) -> Outcome {
+    public static func finish(_ finish: Finish, task: TaskRecord, now: EpochMilliseconds) throws(TaskError) -> Outcome {
         if task.state.isFinished {
-            guard task.state == finish.outcome else { throw .outcomeConflict(task, requested: finish.outcome) }
+            guard task.state == finish.outcome else { throw .outcomeConflict(id: task.id, state: task.state, requested: finish.outcome) }
             return .unchanged(task)
         }
         var next = task
@@ -116,8 +114,8 @@ public enum TaskRules {
     }
 
     /// Records a request to cancel; the runner sees it in every later reply.
-    public static func requestCancel(_ task: TaskRecord, now: EpochMilliseconds) throws(Problem) -> Outcome {
-        if task.state.isFinished { throw .taskFinished(task) }
+    public static func requestCancel(_ task: TaskRecord, now: EpochMilliseconds) throws(TaskError) -> Outcome {
+        if task.state.isFinished { throw .taskFinished(id: task.id, state: task.state) }
         if task.cancelRequested { return .unchanged(task) }
         var next = task
         next.cancelRequested = true

@@ -121,10 +121,12 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store, broker: broker,
                                   clock: clock, logger: logger)
     var router = Router()
-    TaskAPI(writer: writer, reader: reader, store: store, broker: broker, clock: clock, logger: logger)
+    let errors = ErrorReplies(logger: logger)
+    TaskAPI(writer: writer, reader: reader, store: store, broker: broker, clock: clock, logger: logger, errors: errors)
         .register(in: &router)
     let recentCatchUps = CatchUpCache()
-    EventsAPI(broker: broker, reader: streamReader, clock: clock, logger: logger, recentCatchUps: recentCatchUps)
+    EventsAPI(broker: broker, reader: streamReader, clock: clock, logger: logger, errors: errors,
+              recentCatchUps: recentCatchUps)
         .register(in: &router)
     var serverConfiguration = MicroHTTPServer.Configuration()
     serverConfiguration.host = configuration.host
@@ -138,15 +140,11 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.streamPaths = [EventsAPI.path]
     serverConfiguration.streamConnectionMemoryLimit = 4 * 1024
     serverConfiguration.maximumStreamHeadBytes = 1024
-    let finalRouter = router
-    let server = try MicroHTTPServer(configuration: serverConfiguration, handler: { request, responder in
-        finalRouter.handle(request, responder)
-    }, accessLog: { entry in
-        logger.log(.info, "http.request", [
-            "request_id": entry.requestID, "method": entry.method, "path": entry.path,
-            "status": "\(entry.status)", "duration_us": "\(entry.durationMicroseconds)",
-        ])
-    }, libraryLog: { message, clientGone in
+    // Every request passes the middleware in this order; the HTTP layer's refusals look
+    // like every other problem.
+    let pipeline = HTTPPipeline(middleware: [RequestIDMiddleware(), AccessLogMiddleware(logger: logger)],
+                                router: router, renderRefusal: errors.response(for:_:))
+    let server = try MicroHTTPServer(configuration: serverConfiguration, pipeline: pipeline, libraryLog: { message, clientGone in
         logger.log(clientGone ? .debug : .warn, "http.library", ["message": message])
     })
     return HeadwayApplication(configuration: configuration, writer: writer, readers: [reader, streamReader],

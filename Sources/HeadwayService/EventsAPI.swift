@@ -14,6 +14,8 @@ struct EventsAPI: Sendable {
     let reader: DatabaseReader
     let clock: any WallClock
     let logger: Logger
+    /// How failures are answered.
+    let errors: ErrorReplies
     /// Catch-ups just read, shared by subscribers that arrive with the same query while
     /// nothing has changed (a reconnection storm after a restart); used on `catchUpQueue`.
     let recentCatchUps: CatchUpCache
@@ -31,16 +33,13 @@ struct EventsAPI: Sendable {
 
     private func subscribe(_ request: HTTPRequest, _ responder: any Responder) {
         let query: EventsQuery
-        do throws(Problem) {
+        do throws(TaskError) {
             query = try EventsQuery.parse(request)
         } catch {
-            return responder.respond(.json(error.status, error.json, contentType: "application/problem+json"))
+            return responder.respond(errors.response(for: error, request))
         }
         guard broker.reserveSlot() else {
-            let problem = Problem(status: 503, code: "too_many_subscribers", title: "Too many subscribers",
-                                  detail: "This server already serves \(broker.settings.maximumSubscribers) event streams; retry later.")
-            return responder.respond(.json(503, problem.json, contentType: "application/problem+json",
-                                           headers: [HTTPField("Retry-After", "5")]))
+            return responder.respond(Problem.tooManySubscribers(limit: broker.settings.maximumSubscribers).response)
         }
         let stream = ResponseStream()
         let subscriber = Subscriber(stream: stream, filter: query.filter)
@@ -171,35 +170,16 @@ struct EventsQuery {
     /// Nil when absent or not a number; such a client gets a fresh snapshot.
     var lastEventID: Int64?
 
-    static func parse(_ request: HTTPRequest) throws(Problem) -> EventsQuery {
-        var errors: [FieldError] = []
+    static func parse(_ request: HTTPRequest) throws(TaskError) -> EventsQuery {
         var result = EventsQuery()
-        for field in request.query where !["task", "parent_id", "min_duration", "last_event_id"].contains(field.name) {
-            errors.append(FieldError(field: field.name, message: "is not a known query parameter"))
+        var query = QueryReader(request.queryParameters, allowed: ["task", "parent_id", "min_duration", "last_event_id"])
+        result.filter.taskIDs = Set(query.ids("task"))
+        result.filter.parentID = query.id("parent_id")
+        if let seconds = query.number("min_duration", in: 0...86_400, unit: "seconds") {
+            result.filter.minDurationMilliseconds = Int64((seconds * 1000).rounded())
         }
-        for id in request.queryValues("task") {
-            if TaskID.isValid(id) { result.filter.taskIDs.insert(id) } else {
-                errors.append(FieldError(field: "task", message: "must match [A-Za-z0-9._~:-]{1,128}"))
-            }
-        }
-        let parents = request.queryValues("parent_id")
-        if parents.count > 1 { errors.append(FieldError(field: "parent_id", message: "may be given only once")) }
-        if let parent = parents.first {
-            if TaskID.isValid(parent) { result.filter.parentID = parent } else {
-                errors.append(FieldError(field: "parent_id", message: "must match [A-Za-z0-9._~:-]{1,128}"))
-            }
-        }
-        let durations = request.queryValues("min_duration")
-        if durations.count > 1 { errors.append(FieldError(field: "min_duration", message: "may be given only once")) }
-        if let text = durations.first {
-            if let seconds = Double(text), seconds.isFinite, (0...86_400).contains(seconds) {
-                result.filter.minDurationMilliseconds = Int64((seconds * 1000).rounded())
-            } else {
-                errors.append(FieldError(field: "min_duration", message: "must be a number of seconds from 0 to 86400"))
-            }
-        }
-        guard errors.isEmpty else { throw .invalidRequest(errors) }
-        let lastID = request.header("last-event-id") ?? request.queryValues("last_event_id").last
+        guard query.errors.isEmpty else { throw .invalidRequest(query.errors) }
+        let lastID = request.header("last-event-id") ?? query.values("last_event_id").last
         result.lastEventID = lastID.flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
         return result
     }

@@ -11,56 +11,19 @@ struct ListQuery {
 
     static let allowed: Set<String> = ["state", "stalled", "parent_id", "root", "page_size", "page_token"]
 
-    static func parse(_ query: [HTTPField]) throws(Problem) -> ListQuery {
+    static func parse(_ parameters: [(name: String, value: String)]) throws -> ListQuery {
         var result = ListQuery()
-        var errors: [FieldError] = []
-        for field in query where !allowed.contains(field.name) {
-            errors.append(FieldError(field: field.name, message: "is not a known query parameter"))
-        }
-        for value in query.filter({ $0.name == "state" }).flatMap({ $0.value.split(separator: ",") }) {
-            if let state = TaskState(rawValue: String(value)) {
-                if !result.filter.states.contains(state) { result.filter.states.append(state) }
-            } else {
-                errors.append(FieldError(field: "state", message: "must be pending, running, succeeded, failed or canceled"))
-            }
-        }
-        result.filter.states.sort { $0.rawValue < $1.rawValue }
-        func single(_ name: String) -> String? {
-            let values = query.filter { $0.name == name }.map(\.value)
-            if values.count > 1 { errors.append(FieldError(field: name, message: "may be given only once")) }
-            return values.first
-        }
-        func boolean(_ name: String) -> Bool? {
-            guard let text = single(name) else { return nil }
-            switch text {
-            case "true": return true
-            case "false": return false
-            default:
-                errors.append(FieldError(field: name, message: "must be true or false"))
-                return nil
-            }
-        }
-        result.filter.stalled = boolean("stalled")
-        result.filter.rootOnly = boolean("root") ?? false
-        if let parent = single("parent_id") {
-            if TaskID.isValid(parent) { result.filter.parentID = parent } else {
-                errors.append(FieldError(field: "parent_id", message: "must match [A-Za-z0-9._~:-]{1,128}"))
-            }
-        }
-        if let size = single("page_size") {
-            if let number = Int(size), (1...500).contains(number) { result.pageSize = number } else {
-                errors.append(FieldError(field: "page_size", message: "must be a whole number from 1 to 500"))
-            }
-        }
-        if let token = single("page_token"), errors.isEmpty {
-            guard let decoded = PageToken(encoded: token), decoded.matches(result.filter) else {
-                throw Problem(status: 400, code: "invalid_page_token", title: "Invalid page token",
-                              detail: "The page_token was not issued for this listing; pass it back with the same filters.",
-                              errors: [FieldError(field: "page_token", message: "is not a token of this listing")])
-            }
+        var query = QueryReader(parameters, allowed: allowed)
+        result.filter.states = query.choices("state", of: TaskState.allCases).sorted { $0.rawValue < $1.rawValue }
+        result.filter.stalled = query.boolean("stalled")
+        result.filter.rootOnly = query.boolean("root") ?? false
+        result.filter.parentID = query.id("parent_id")
+        result.pageSize = query.integer("page_size", in: 1...500) ?? result.pageSize
+        if let token = query.single("page_token"), query.errors.isEmpty {
+            guard let decoded = PageToken(encoded: token), decoded.matches(result.filter) else { throw Problem.invalidPageToken }
             result.beforeKey = decoded.beforeKey
         }
-        guard errors.isEmpty else { throw .invalidRequest(errors) }
+        guard query.errors.isEmpty else { throw TaskError.invalidRequest(query.errors) }
         return result
     }
 }

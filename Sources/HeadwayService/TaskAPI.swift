@@ -13,6 +13,8 @@ struct TaskAPI: Sendable {
     let broker: EventBroker
     let clock: any WallClock
     let logger: Logger
+    /// How failures are answered.
+    let errors: ErrorReplies
 
     /// Every route the daemon serves, as `(method, path pattern)`; the OpenAPI test
     /// compares this set with the paths of `openapi.yaml`.
@@ -39,7 +41,7 @@ struct TaskAPI: Sendable {
             }
         }
         router.add("POST", "/v1/tasks/{id}/cancel") { request, responder in
-            update(request, responder, successStatus: 202, parse: { _ throws(Problem) in () }) { id, _, now, database in
+            update(request, responder, successStatus: 202, parse: { _ throws(TaskError) in () }) { id, _, now, database in
                 try store.cancel(id, now: now, in: database)
             }
         }
@@ -59,10 +61,10 @@ struct TaskAPI: Sendable {
 
     private func registerTask(_ request: HTTPRequest, _ responder: any Responder) {
         let registration: Registration
-        do throws(Problem) {
+        do {
             registration = try Registration.parse(try jsonBody(request, emptyAllowed: false))
         } catch {
-            return responder.respond(reply(error))
+            return responder.respond(errors.response(for: error, request))
         }
         writer.submit({ [store, clock] database in
             try store.register(registration, now: clock.now(), in: database)
@@ -79,11 +81,11 @@ struct TaskAPI: Sendable {
         do {
             let id = try taskID(request)
             guard let task = try reader.read({ database in try TaskRepository.find(id, in: database) }) else {
-                return reply(Problem.notFound(id))
+                throw TaskError.notFound(id)
             }
             return .json(200, task.json)
         } catch {
-            return reply(error, request)
+            return errors.response(for: error, request)
         }
     }
 
@@ -91,24 +93,14 @@ struct TaskAPI: Sendable {
     private func history(_ request: HTTPRequest) -> HTTPResponse {
         do {
             let id = try taskID(request)
-            var maximum = 200
-            var errors: [FieldError] = []
-            for field in request.query where field.name != "max_points" {
-                errors.append(FieldError(field: field.name, message: "is not a known query parameter"))
-            }
-            let values = request.queryValues("max_points")
-            if values.count > 1 { errors.append(FieldError(field: "max_points", message: "may be given only once")) }
-            if let text = values.first {
-                if let number = Int(text), (2...1000).contains(number) { maximum = number } else {
-                    errors.append(FieldError(field: "max_points", message: "must be a whole number from 2 to 1000"))
-                }
-            }
-            guard errors.isEmpty else { throw Problem.invalidRequest(errors) }
+            var query = QueryReader(request.queryParameters, allowed: ["max_points"])
+            let maximum = query.integer("max_points", in: 2...1000) ?? 200
+            guard query.errors.isEmpty else { throw TaskError.invalidRequest(query.errors) }
             let points = try reader.snapshot { database -> [History.Point]? in
                 guard let task = try TaskRepository.find(id, in: database) else { return nil }
                 return try History.points(of: task, in: database)
             }
-            guard let points else { return reply(Problem.notFound(id)) }
+            guard let points else { throw TaskError.notFound(id) }
             let kept = Downsampling.largestTriangleThreeBuckets(
                 points.map { (x: Double($0.t), y: $0.fraction ?? Double($0.completed)) }, maximum: maximum)
             var body = JSONText()
@@ -128,13 +120,13 @@ struct TaskAPI: Sendable {
             body.appendRaw("]}")
             return .json(200, body.text)
         } catch {
-            return reply(error, request)
+            return errors.response(for: error, request)
         }
     }
 
     private func list(_ request: HTTPRequest) -> HTTPResponse {
         do {
-            let query = try ListQuery.parse(request.query)
+            let query = try ListQuery.parse(request.queryParameters)
             let page = try reader.read { database in
                 try database.execute("BEGIN")
                 defer { try? database.execute("COMMIT") }
@@ -155,13 +147,13 @@ struct TaskAPI: Sendable {
             body.appendRaw(#","total_size":\#(page.totalSize)}"#)
             return .json(200, body.text)
         } catch {
-            return reply(error, request)
+            return errors.response(for: error, request)
         }
     }
 
     private func delete(_ request: HTTPRequest, _ responder: any Responder) {
         let id: String
-        do throws(Problem) { id = try taskID(request) } catch { return responder.respond(reply(error)) }
+        do throws(TaskError) { id = try taskID(request) } catch { return responder.respond(errors.response(for: error, request)) }
         writer.submit({ [store, clock] database in try store.delete(id, now: clock.now(), in: database) }) { [broker] result in
             if case .success(let deleted) = result { broker.publish(deleted.events) }
             responder.respond(reply(result, request) { _ in HTTPResponse(status: 204) })
@@ -172,16 +164,16 @@ struct TaskAPI: Sendable {
     /// body, run the change in the writer, answer with the task once committed.
     private func update<Body: Sendable>(
         _ request: HTTPRequest, _ responder: any Responder, emptyBodyAllowed: Bool = true, successStatus: Int = 200,
-        parse: (JSONValue) throws(Problem) -> Body,
+        parse: (JSONValue) throws(TaskError) -> Body,
         apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskStore.Changed
     ) {
         let id: String
         let body: Body
-        do throws(Problem) {
+        do {
             id = try taskID(request)
             body = try parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed))
         } catch {
-            return responder.respond(reply(error))
+            return responder.respond(errors.response(for: error, request))
         }
         writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker] result in
             if case .success(let changed) = result { broker.publish(changed.events) }
@@ -197,7 +189,7 @@ struct TaskAPI: Sendable {
 
     // MARK: - Request and reply helpers
 
-    private func taskID(_ request: HTTPRequest) throws(Problem) -> String {
+    private func taskID(_ request: HTTPRequest) throws(TaskError) -> String {
         let id = request.pathParameters["id"] ?? ""
         guard TaskID.isValid(id) else { throw .invalidID(id) }
         return id
@@ -205,19 +197,18 @@ struct TaskAPI: Sendable {
 
     /// The body as JSON: 415 unless it is declared JSON, 400 unless it parses. An empty
     /// body counts as `{}` where `emptyAllowed`.
-    private func jsonBody(_ request: HTTPRequest, emptyAllowed: Bool) throws(Problem) -> JSONValue {
+    private func jsonBody(_ request: HTTPRequest, emptyAllowed: Bool) throws -> JSONValue {
         if request.body.isEmpty {
-            guard emptyAllowed else { throw .malformedJSON("This request needs a JSON object as its body.") }
+            guard emptyAllowed else { throw TaskError.malformedJSON("This request needs a JSON object as its body.") }
             return .object([:])
         }
         let mediaType = Self.mediaType(request.header("content-type") ?? "")
         guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
-            throw Problem(status: 415, code: "unsupported_media_type", title: "Unsupported media type",
-                          detail: "Send the body as application/json (got '\(mediaType.isEmpty ? "no Content-Type" : mediaType)').")
+            throw Problem.unsupportedMediaType(mediaType)
         }
         switch JSONParser.parse(request.body) {
         case .success(let value): return value
-        case .failure(let failure): throw .malformedJSON("The request body is not valid JSON: \(failure).")
+        case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
         }
     }
 
@@ -230,26 +221,11 @@ struct TaskAPI: Sendable {
         return String(decoding: type[..<end], as: UTF8.self).lowercased()
     }
 
-    private func reply(_ problem: Problem) -> HTTPResponse {
-        .json(problem.status, problem.json, contentType: "application/problem+json")
-    }
-
-    private func reply(_ error: any Error, _ request: HTTPRequest) -> HTTPResponse {
-        if let problem = error as? Problem { return reply(problem) }
-        if let error = error as? WriterError, error == .stopped {
-            return reply(Problem(status: 503, code: "shutting_down", title: "Shutting down",
-                                 detail: "The server is stopping; retry shortly."))
-        }
-        logger.log(.error, "request.failed", ["request_id": request.requestID, "error": "\(error)"])
-        return reply(Problem(status: 500, code: "internal_error", title: "Internal error",
-                             detail: "The server could not complete the request (request id \(request.requestID)); nothing was changed."))
-    }
-
     private func reply<Value>(_ result: Result<Value, any Error>, _ request: HTTPRequest,
                               success: (Value) -> HTTPResponse) -> HTTPResponse {
         switch result {
         case .success(let value): success(value)
-        case .failure(let error): reply(error, request)
+        case .failure(let error): errors.response(for: error, request)
         }
     }
 }

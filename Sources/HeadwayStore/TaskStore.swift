@@ -58,7 +58,7 @@ public final class TaskCache: @unchecked Sendable {
 /// The task operations, each run by the writer inside one savepoint: read the task, apply
 /// the pure rules (`TaskRules`, `StallRule`), write the result with its change number,
 /// carry the change up to the task's ancestors, and return the events to publish once
-/// committed. A rule violation throws a `Problem` before anything is written, and the
+/// committed. A rule violation throws a `TaskError` before anything is written, and the
 /// numbers it took are given back.
 public struct TaskStore: Sendable {
     /// The stall timeout given to tasks registered without one.
@@ -108,8 +108,8 @@ public struct TaskStore: Sendable {
                 return Registered(task: try TaskRules.reregister(registration, existing: existing), created: false, events: [])
             }
             if let parentID = registration.parentID, parentID != id {
-                guard let parent = try load(parentID, in: database) else { throw Problem.parentNotFound(parentID) }
-                if parent.state.isFinished { throw Problem.parentFinished(parentID) }
+                guard let parent = try load(parentID, in: database) else { throw TaskError.parentNotFound(parentID) }
+                if parent.state.isFinished { throw TaskError.parentFinished(parentID) }
             }
             var task = try TaskRules.register(registration, id: id, now: now,
                                               defaultStallTimeoutSeconds: defaultStallTimeoutSeconds)
@@ -129,7 +129,7 @@ public struct TaskStore: Sendable {
     public func progress(_ id: String, _ update: ProgressUpdate, now: EpochMilliseconds,
                          in database: Database) throws -> Changed {
         try numbered {
-            try modify(id, .updated, now: now, in: database) { task throws(Problem) in
+            try modify(id, .updated, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.progress(update, to: task, now: now)
             }
         }
@@ -139,7 +139,7 @@ public struct TaskStore: Sendable {
     public func heartbeat(_ id: String, _ heartbeat: Heartbeat, now: EpochMilliseconds,
                           in database: Database) throws -> Changed {
         try numbered {
-            try modify(id, .updated, now: now, in: database) { task throws(Problem) in
+            try modify(id, .updated, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.heartbeat(heartbeat, to: task, now: now)
             }
         }
@@ -149,7 +149,7 @@ public struct TaskStore: Sendable {
     public func finish(_ id: String, _ finish: Finish, now: EpochMilliseconds,
                        in database: Database) throws -> Changed {
         try numbered {
-            try modify(id, .finished, now: now, in: database) { task throws(Problem) in
+            try modify(id, .finished, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.finish(finish, task: task, now: now)
             }
         }
@@ -158,11 +158,11 @@ public struct TaskStore: Sendable {
     /// Requests cancellation of a task and of its unfinished descendants.
     public func cancel(_ id: String, now: EpochMilliseconds, in database: Database) throws -> Changed {
         try numbered {
-            var changed = try modify(id, .cancelRequested, now: now, in: database) { task throws(Problem) in
+            var changed = try modify(id, .cancelRequested, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.requestCancel(task, now: now)
             }
             for descendant in try TaskRepository.unfinishedDescendants(of: id, in: database) {
-                changed.events += try modify(descendant, .cancelRequested, now: now, in: database) { task throws(Problem) in
+                changed.events += try modify(descendant, .cancelRequested, now: now, in: database) { task throws(TaskError) in
                     try TaskRules.requestCancel(task, now: now)
                 }.events
             }
@@ -175,7 +175,7 @@ public struct TaskStore: Sendable {
     public func delete(_ id: String, now: EpochMilliseconds, in database: Database) throws -> Deleted {
         try numbered {
             let tree = try TaskRepository.tree(id, in: database)
-            guard let root = tree.first(where: { $0.id == id }) else { throw Problem.notFound(id) }
+            guard let root = tree.first(where: { $0.id == id }) else { throw TaskError.notFound(id) }
             var events: [TaskEvent] = []
             for task in tree.reversed() {
                 let seq = sequence.next()
@@ -260,8 +260,8 @@ public struct TaskStore: Sendable {
     }
 
     private func modify(_ id: String, _ kind: TaskEventKind, now: EpochMilliseconds, in database: Database,
-                        _ rule: (TaskRecord) throws(Problem) -> TaskRules.Outcome) throws -> Changed {
-        guard let task = try load(id, in: database) else { throw Problem.notFound(id) }
+                        _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome) throws -> Changed {
+        guard let task = try load(id, in: database) else { throw TaskError.notFound(id) }
         guard case .applied(var next) = try rule(task) else { return Changed(outcome: .unchanged(task), events: []) }
         let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
         if next.completed != task.completed || next.total != task.total || next.state != task.state {

@@ -1,10 +1,17 @@
+import Synchronization
 import Testing
 @testable import HTTPServer
 
-/// Records what a handler answered.
-final class RecordingResponder: Responder, @unchecked Sendable {
-    var response: HTTPResponse?
-    func respond(_ response: HTTPResponse) { self.response = response }
+/// Records what a handler answered, and runs the completion handlers when told.
+final class RecordingResponder: Responder {
+    private let state = Mutex<(response: HTTPResponse?, completions: [@Sendable (HTTPCompletion) -> Void])>((nil, []))
+    var response: HTTPResponse? { state.withLock { $0.response } }
+    func respond(_ response: HTTPResponse) { state.withLock { $0.response = response } }
+    func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) { state.withLock { $0.completions.append(handler) } }
+    /// Ends the exchange as the server would.
+    func complete(status: Int?) {
+        for handler in state.withLock({ $0.completions }) { handler(HTTPCompletion(status: status, durationMicroseconds: 1)) }
+    }
 }
 
 @Suite struct RouterTests {
@@ -19,30 +26,87 @@ final class RecordingResponder: Responder, @unchecked Sendable {
         return router
     }()
 
-    private func route(_ method: String, _ path: String) -> HTTPResponse {
+    private func route(_ method: String, _ path: String) -> HTTPResponse? {
+        guard case .handler(let handler, let request) = router.match(HTTPRequest(method: method, path: path)) else { return nil }
         let responder = RecordingResponder()
-        router.handle(HTTPRequest(method: method, path: path), responder)
-        return responder.response!
+        handler(request, responder)
+        return responder.response
+    }
+
+    private func refusal(_ method: String, _ path: String) -> HTTPRefusal? {
+        guard case .refused(let refusal) = router.match(HTTPRequest(method: method, path: path)) else { return nil }
+        return refusal
     }
 
     @Test func matchesLiteralAndParameterSegments() {
-        #expect(route("GET", "/").status == 200)
-        #expect(route("GET", "/v1/tasks/abc").body == Array("abc".utf8))
-        #expect(route("POST", "/v1/tasks/abc/progress").status == 202)
+        #expect(route("GET", "/")?.status == 200)
+        #expect(route("GET", "/v1/tasks/abc")?.body == Array("abc".utf8))
+        #expect(route("POST", "/v1/tasks/abc/progress")?.status == 202)
     }
 
-    @Test func unknownPathsAre404() {
+    @Test func unknownPathsAreRefusedAsNotFound() {
         for path in ["/v1", "/v1/tasks/", "/v1/tasks/a/b", "/v1/tasks//progress", "/nope"] {
-            let response = route("GET", path)
-            #expect(response.status == 404, "\(path)")
-            #expect(response.headers.contains(HTTPField("Content-Type", "application/problem+json")))
+            #expect(refusal("GET", path) == .routeNotFound, "\(path)")
         }
     }
 
-    @Test func knownPathWithOtherMethodIs405WithAllow() {
-        let response = route("PUT", "/v1/tasks/abc")
-        #expect(response.status == 405)
-        #expect(response.headers.contains(HTTPField("Allow", "GET, DELETE")))
-        #expect(String(decoding: response.body, as: UTF8.self).contains(#""code":"method_not_allowed""#))
+    @Test func knownPathWithOtherMethodIsRefusedWithTheMethodsItTakes() {
+        #expect(refusal("PUT", "/v1/tasks/abc") == .methodNotAllowed(allowed: ["GET", "DELETE"]))
+    }
+}
+
+/// Adds `name` to the `X-Steps` header on the way in and notes when the exchange ends.
+private struct Step: HTTPMiddleware {
+    let name: String
+    let ended: Notes
+
+    func handle(_ request: HTTPRequest, _ responder: any Responder, next: HTTPHandler) {
+        var request = request
+        let steps = (request.header("x-steps").map { $0 + "," } ?? "") + name
+        request.headers.removeAll { $0.name == "x-steps" }
+        request.headers.append(HTTPField("x-steps", steps))
+        responder.onComplete { [name, ended] completion in ended.note("\(name):\(completion.status ?? 0)") }
+        next(request, responder)
+    }
+}
+
+/// Notes taken from several threads.
+private final class Notes: Sendable {
+    private let notes = Mutex<[String]>([])
+    func note(_ text: String) { notes.withLock { $0.append(text) } }
+    var all: [String] { notes.withLock { $0 } }
+}
+
+@Suite struct HTTPPipelineTests {
+    private func pipeline(_ ended: Notes) -> HTTPPipeline {
+        var router = Router()
+        router.add("GET", "/steps") { request, responder in
+            responder.respond(HTTPResponse(status: 200, body: Array((request.header("x-steps") ?? "").utf8)))
+        }
+        return HTTPPipeline(middleware: [Step(name: "first", ended: ended), Step(name: "second", ended: ended)],
+                            router: router) { refusal, request in
+            HTTPResponse(status: 499, body: Array("\(refusal) \(request.header("x-steps") ?? "")".utf8))
+        }
+    }
+
+    @Test func middlewareRunsInOrderAroundTheRouteAndSeesTheEnd() {
+        let ended = Notes()
+        let responder = RecordingResponder()
+        pipeline(ended).handle(HTTPRequest(method: "GET", path: "/steps"), responder)
+        #expect(responder.response.map { String(decoding: $0.body, as: UTF8.self) } == "first,second")
+        responder.complete(status: 200)
+        #expect(ended.all == ["first:200", "second:200"])
+    }
+
+    @Test func refusalsOfTheRouterAndOfTheServerPassTheSameMiddleware() {
+        let ended = Notes()
+        let routed = RecordingResponder()
+        pipeline(ended).handle(HTTPRequest(method: "POST", path: "/steps"), routed)
+        #expect(routed.response.map { String(decoding: $0.body, as: UTF8.self) }
+            == "methodNotAllowed(allowed: [\"GET\"]) first,second")
+        let refused = RecordingResponder()
+        pipeline(ended).refuse(.shuttingDown, HTTPRequest(method: "GET", path: "/steps"), refused)
+        #expect(refused.response.map { String(decoding: $0.body, as: UTF8.self) } == "shuttingDown first,second")
+        #expect(refused.response?.status == 499)
     }
 }

@@ -7,10 +7,12 @@ private func fieldErrors(_ parse: () throws -> Void) -> [String: String] {
     do {
         try parse()
         return [:]
-    } catch let error as Problem {
-        #expect(error.status == 400)
-        #expect(error.code == "invalid_request")
-        return Dictionary(error.errors.map { ($0.field, $0.message) }, uniquingKeysWith: { first, _ in first })
+    } catch let error as TaskError {
+        guard case .invalidRequest(let errors) = error else {
+            Issue.record("expected invalid_request, got \(error)")
+            return [:]
+        }
+        return Dictionary(errors.map { ($0.field, $0.message) }, uniquingKeysWith: { first, _ in first })
     } catch {
         Issue.record("unexpected error \(error)")
         return [:]

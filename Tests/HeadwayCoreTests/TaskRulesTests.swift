@@ -12,12 +12,12 @@ import Testing
         return task
     }
 
-    private func problem(_ body: () throws -> Void) -> Problem? {
+    private func problem(_ body: () throws -> Void) -> TaskError? {
         do {
             try body()
             return nil
         } catch {
-            return error as? Problem
+            return error as? TaskError
         }
     }
 
@@ -39,8 +39,8 @@ import Testing
             _ = try TaskRules.register(Registration(name: "x", completed: 5, total: 4), id: "t", now: 0,
                                        defaultStallTimeoutSeconds: 30)
         }
+        #expect(error == .completedExceedsTotal(completed: 5, total: 4))
         #expect(error?.code == "completed_exceeds_total")
-        #expect(error?.status == 422)
     }
 
     @Test func repeatedRegistrationIsIdempotentOrConflicts() throws {
@@ -48,8 +48,8 @@ import Testing
         let task = try TaskRules.register(original, id: "t", now: 0, defaultStallTimeoutSeconds: 30)
         #expect(try TaskRules.reregister(original, existing: task) == task)
         let error = problem { _ = try TaskRules.reregister(Registration(id: "t", name: "Other"), existing: task) }
+        #expect(error == .registrationConflict("t"))
         #expect(error?.code == "task_conflict")
-        #expect(error?.status == 409)
     }
 
     @Test func progressAppliesAbsoluteAndIncrement() throws {
@@ -65,8 +65,8 @@ import Testing
 
     @Test func progressNeverRegresses() throws {
         let error = problem { _ = try TaskRules.progress(ProgressUpdate(completed: 9), to: task(completed: 10), now: 0) }
+        #expect(error == .progressRegression(id: "t", completed: 10, requested: 9))
         #expect(error?.code == "progress_regression")
-        #expect(error?.status == 422)
     }
 
     @Test func completedNeverExceedsTotal() throws {
@@ -92,8 +92,8 @@ import Testing
 
     @Test func completedAndIncrementAreExclusive() throws {
         let error = problem { _ = try TaskRules.progress(ProgressUpdate(completed: 1, increment: 1), to: task(), now: 0) }
+        #expect(error == .completedAndIncrement)
         #expect(error?.code == "completed_and_increment")
-        #expect(error?.status == 422)
     }
 
     @Test func repeatedSeqIsAcknowledgedNotApplied() throws {
@@ -131,7 +131,7 @@ import Testing
         #expect(finished.finishedAt == 7)
         #expect(finished.message == "disk full")
         #expect(problem { _ = try TaskRules.progress(ProgressUpdate(increment: 1), to: finished, now: 8) }?.code == "task_finished")
-        #expect(problem { _ = try TaskRules.heartbeat(Heartbeat(), to: finished, now: 8) }?.status == 409)
+        #expect(problem { _ = try TaskRules.heartbeat(Heartbeat(), to: finished, now: 8) } == .taskFinished(id: "t", state: .failed))
         #expect(problem { _ = try TaskRules.requestCancel(finished, now: 8) }?.code == "task_finished")
     }
 
@@ -139,8 +139,8 @@ import Testing
         let finished = try TaskRules.finish(Finish(outcome: .succeeded), task: task(), now: 7).task
         #expect(try TaskRules.finish(Finish(outcome: .succeeded), task: finished, now: 9) == .unchanged(finished))
         let error = problem { _ = try TaskRules.finish(Finish(outcome: .failed), task: finished, now: 9) }
+        #expect(error == .outcomeConflict(id: "t", state: .succeeded, requested: .failed))
         #expect(error?.code == "outcome_conflict")
-        #expect(error?.status == 409)
     }
 
     @Test func successCompletesAQuantifiedTask() throws {

@@ -240,6 +240,24 @@ import Testing
         #expect(try daemon.snapshot("h") == before, "refused requests changed the task")
     }
 
+    /// Every reply carries the id its request is logged under: the client's own when plain,
+    /// else one made up — refusals of the HTTP layer and the router included.
+    @Test func everyReplyCarriesItsRequestID() throws {
+        let daemon = try LiveDaemon()
+        #expect(try daemon.request("GET", "/healthz", headers: [("X-Request-Id", "abc-123")]).headers["x-request-id"] == "abc-123")
+        for hostile in [String(repeating: "x", count: 65), "has space", "quote\"d", ""] {
+            let madeUp = try daemon.request("GET", "/healthz", headers: [("X-Request-Id", hostile)]).headers["x-request-id"]
+            #expect(madeUp != nil && madeUp != hostile && madeUp?.isEmpty == false, "\(hostile)")
+        }
+        let first = try daemon.request("GET", "/nowhere").headers["x-request-id"]
+        let second = try daemon.request("PATCH", "/v1/tasks/x").headers["x-request-id"]
+        #expect(first != nil && second != nil && first != second)
+        let big = "{\"label\":\"" + String(repeating: "x", count: 70_000) + "\"}"
+        let refused = try daemon.connect().request("POST", "/v1/tasks/x/heartbeat", json: big, headers: [("X-Request-Id", "big-1")])
+        #expect(refused.status == 413)
+        #expect(refused.headers["x-request-id"] == "big-1")
+    }
+
     @Test func healthz() throws {
         let daemon = try LiveDaemon()
         let health = try daemon.request("GET", "/healthz")

@@ -35,7 +35,7 @@ import Testing
         let store = fixture.store
         _ = try fixture.write { try store.register(Registration(id: "a", name: "A", total: 5), now: 1, in: $0) }
         let before = store.sequence.last
-        #expect(throws: Problem.self) {
+        #expect(throws: TaskError.self) {
             _ = try fixture.write { try store.progress("a", ProgressUpdate(completed: 6), now: 2, in: $0) }
         }
         #expect(store.sequence.last == before)

@@ -118,7 +118,7 @@ final class Box<Value>: @unchecked Sendable {
             fixture.writer.submit({ database in
                 try database.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
                                  [.integer(Int64(version)), .text(name)])
-                if name == "bad" { throw Problem.notFound(name) }
+                if name == "bad" { throw TaskError.notFound(name) }
             }) { result in
                 if case .success = result { outcomes.value![name] = true } else { outcomes.value![name] = false }
                 group.leave()
@@ -182,7 +182,7 @@ final class Box<Value>: @unchecked Sendable {
         #expect(next.outcome.task.completed == 3, "2 stored + 1, not 7 + 1")
         #expect(try fixture.read { try TaskRepository.find("c", in: $0)?.completed } == 3)
         // A refused change (a rule, before anything is written) leaves the task as it was.
-        #expect(throws: Problem.self) {
+        #expect(throws: TaskError.self) {
             _ = try fixture.write { try store.progress("c", ProgressUpdate(completed: 11), now: 5, in: $0) }
         }
         #expect(try fixture.write { try store.progress("c", ProgressUpdate(increment: 1), now: 6, in: $0) }
@@ -210,7 +210,7 @@ final class Box<Value>: @unchecked Sendable {
         let again = try fixture.write { try store.register(registration, now: 2, in: $0) }
         #expect(!again.created)
         #expect(again.task.createdAt == 1)
-        #expect(throws: Problem.registrationConflict("same")) {
+        #expect(throws: TaskError.registrationConflict("same")) {
             _ = try fixture.write { try store.register(Registration(id: "same", name: "Other"), now: 3, in: $0) }
         }
     }
@@ -218,12 +218,12 @@ final class Box<Value>: @unchecked Sendable {
     @Test func parentMustExistAndBeUnfinished() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
-        #expect(throws: Problem.parentNotFound("ghost")) {
+        #expect(throws: TaskError.parentNotFound("ghost")) {
             _ = try fixture.write { try store.register(Registration(id: "c", name: "Child", parentID: "ghost"), now: 1, in: $0) }
         }
         _ = try fixture.write { try store.register(Registration(id: "p", name: "Parent"), now: 1, in: $0) }
         _ = try fixture.write { try store.finish("p", Finish(outcome: .succeeded), now: 2, in: $0) }
-        #expect(throws: Problem.parentFinished("p")) {
+        #expect(throws: TaskError.parentFinished("p")) {
             _ = try fixture.write { try store.register(Registration(id: "c", name: "Child", parentID: "p"), now: 3, in: $0) }
         }
     }
@@ -242,7 +242,7 @@ final class Box<Value>: @unchecked Sendable {
         #expect(flags == [true, true, false, true, false])
         #expect(try fixture.write { try store.delete("root", now: 4, in: $0) }.count == 4)
         #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM tasks") } == 1)
-        #expect(throws: Problem.notFound("root")) { _ = try fixture.write { try store.delete("root", now: 4, in: $0) } }
+        #expect(throws: TaskError.notFound("root")) { _ = try fixture.write { try store.delete("root", now: 4, in: $0) } }
     }
 
     @Test func pagesWalkNewestFirstWithoutGapsOrRepeats() throws {

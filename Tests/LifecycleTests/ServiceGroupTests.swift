@@ -39,6 +39,7 @@ private final class Recorder: Service {
     }
 
     func requestStop() {
+        journal.note("stop \(name)")
         stopRequested.withLock { $0 = true }
         doorbell.ring()
     }
@@ -59,8 +60,9 @@ private final class Recorder: Service {
             let ended = try #require(entries.firstIndex(of: "end \(name)"))
             #expect(prepared < ran && ran < ended)
         }
-        // Nothing of a is stopped before c and b have ended.
-        #expect(entries.suffix(3) == ["end c", "end b", "end a"])
+        // Each is asked to stop only once those started after it have ended.
+        let position = { (entry: String) in entries.firstIndex(of: entry) ?? -1 }
+        #expect(position("stop b") > position("end c") && position("stop a") > position("end b"))
     }
 
     @Test func aServiceThatCannotPrepareStopsThoseAlreadyRunning() throws {
@@ -87,7 +89,10 @@ private final class Recorder: Service {
         try group.start()
         group.stop()
         group.stop()
-        #expect(journal.all == ["prepare early", "run early", "end early"])
+        let entries = journal.all
+        #expect(entries.prefix(2) == ["stop early", "prepare early"])
+        #expect(entries.filter { $0 == "stop early" }.count == 2, "once before the start, once by the first stop only")
+        #expect(entries.filter { $0 != "stop early" } == ["prepare early", "run early", "end early"])
     }
 }
 

@@ -1,0 +1,74 @@
+/// A step every request passes through on its way to its route: it may change the request,
+/// answer it itself, or wrap the responder to see (or add to) the response — request ids,
+/// access logs and token checks are middleware.
+public protocol HTTPMiddleware: Sendable {
+    /// Handles `request`, usually by calling `next` with it (perhaps changed) and `responder`
+    /// (perhaps wrapped).
+    func handle(_ request: HTTPRequest, _ responder: any Responder, next: HTTPHandler)
+}
+
+/// What the server does with every request: the middleware in order, then the router. What
+/// the HTTP layer or the router refuses (`HTTPRefusal`) passes through the same middleware
+/// and is shown by `renderRefusal`, which the application provides, so every reply has one
+/// look and every request one log line.
+public struct HTTPPipeline: Sendable {
+    /// Turns a refusal into a response.
+    public typealias RefusalRenderer = @Sendable (HTTPRefusal, HTTPRequest) -> HTTPResponse
+
+    private let renderRefusal: RefusalRenderer
+    /// The middleware composed around the router, built once.
+    private let routed: HTTPHandler
+    private let middleware: [any HTTPMiddleware]
+
+    /// A pipeline through `middleware` (the first sees the request first) to `router`.
+    public init(middleware: [any HTTPMiddleware] = [], router: Router, renderRefusal: @escaping RefusalRenderer) {
+        self.init(middleware: middleware, renderRefusal: renderRefusal) { request, responder in
+            switch router.match(request) {
+            case .handler(let handler, let routedRequest): handler(routedRequest, responder)
+            case .refused(let refusal): responder.respond(renderRefusal(refusal, request))
+            }
+        }
+    }
+
+    /// A pipeline that hands every request through `middleware` to `handler` (no routes),
+    /// showing refusals as plain text unless told otherwise.
+    public init(middleware: [any HTTPMiddleware] = [], renderRefusal: @escaping RefusalRenderer = Self.plainText,
+                handler: @escaping HTTPHandler) {
+        self.renderRefusal = renderRefusal
+        self.middleware = middleware
+        routed = Self.compose(middleware, around: handler)
+    }
+
+    /// Passes `request` through the middleware to its route.
+    public func handle(_ request: HTTPRequest, _ responder: any Responder) { routed(request, responder) }
+
+    /// Passes `request` through the middleware to the answer of `refusal` (what the server
+    /// refuses before any route: a body too large, a stop under way).
+    public func refuse(_ refusal: HTTPRefusal, _ request: HTTPRequest, _ responder: any Responder) {
+        Self.compose(middleware) { request, responder in responder.respond(renderRefusal(refusal, request)) }(request, responder)
+    }
+
+    /// The answer of `refusal`, without the middleware (for a response that replaces
+    /// another one already through it).
+    public func response(for refusal: HTTPRefusal, _ request: HTTPRequest) -> HTTPResponse {
+        renderRefusal(refusal, request)
+    }
+
+    /// Wraps `last` in `middleware`, the first outermost.
+    private static func compose(_ middleware: [any HTTPMiddleware], around last: @escaping HTTPHandler) -> HTTPHandler {
+        middleware.reversed().reduce(last) { next, step in
+            { request, responder in step.handle(request, responder, next: next) }
+        }
+    }
+
+    /// Refusals as a status and a line of text.
+    public static let plainText: RefusalRenderer = { refusal, _ in
+        let (status, text): (Int, String) = switch refusal {
+        case .bodyTooLarge(let limit): (413, "request body larger than \(limit) bytes")
+        case .shuttingDown: (503, "shutting down")
+        case .routeNotFound: (404, "no such route")
+        case .methodNotAllowed(let allowed): (405, "allowed: \(allowed.joined(separator: ", "))")
+        }
+        return HTTPResponse(status: status, headers: [HTTPField("Content-Type", "text/plain")], body: Array((text + "\n").utf8))
+    }
+}

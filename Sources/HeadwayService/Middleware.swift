@@ -1,0 +1,65 @@
+import HTTPServer
+import Synchronization
+
+/// Gives every request an id, under which it is logged and which its reply carries as
+/// `X-Request-Id`: the client's own when it sent a plain one (1–64 printable ASCII
+/// characters, no quote), else one made up (a random prefix per daemon, a counter).
+struct RequestIDMiddleware: HTTPMiddleware {
+    private let prefix = String(UInt32.random(in: 0...UInt32.max), radix: 36)
+    private let counter = Counter()
+
+    /// The requests numbered so far.
+    private final class Counter: Sendable {
+        let value = Atomic<UInt64>(0)
+    }
+
+    func handle(_ request: HTTPRequest, _ responder: any Responder, next: HTTPHandler) {
+        var request = request
+        request.requestID = request.header("x-request-id").flatMap(Self.acceptable)
+            ?? "\(prefix)-\(String(counter.value.add(1, ordering: .relaxed).newValue, radix: 36))"
+        next(request, AddingHeader(HTTPField("X-Request-Id", request.requestID), to: responder))
+    }
+
+    /// A client's id, if it is plain enough to log and send back as it is.
+    static func acceptable(_ id: String) -> String? {
+        id.utf8.count <= 64 && !id.isEmpty && id.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7f && $0 != UInt8(ascii: "\"") }) ? id : nil
+    }
+
+    /// Adds one header to the response it passes on.
+    private struct AddingHeader: Responder {
+        let field: HTTPField
+        let base: any Responder
+
+        init(_ field: HTTPField, to base: any Responder) {
+            self.field = field
+            self.base = base
+        }
+
+        func respond(_ response: HTTPResponse) {
+            var response = response
+            response.headers.append(field)
+            base.respond(response)
+        }
+
+        func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) { base.onComplete(handler) }
+    }
+}
+
+/// Logs one `http.request` line per request when its exchange is over (an event stream: when
+/// it ends), with its id, method, path, the status sent and the time taken.
+struct AccessLogMiddleware: HTTPMiddleware {
+    let logger: Logger
+
+    func handle(_ request: HTTPRequest, _ responder: any Responder, next: HTTPHandler) {
+        if logger.minimumLevel <= .info {
+            let (id, method, path) = (request.requestID, request.method, request.path)
+            responder.onComplete { [logger] completion in
+                logger.log(.info, "http.request", [
+                    "request_id": id, "method": method, "path": path, "status": "\(completion.status ?? 0)",
+                    "duration_us": "\(completion.durationMicroseconds)",
+                ])
+            }
+        }
+        next(request, responder)
+    }
+}

@@ -1,0 +1,193 @@
+import HTTPServer
+import HeadwayCore
+import HeadwayStore
+
+/// An error reply in the sense of RFC 9457 (problem details), with a stable machine `code`:
+/// the one shape every refusal of the daemon takes over HTTP. `ErrorReplies` turns any
+/// error into one, in one place.
+struct Problem: Error, Equatable, Sendable {
+    /// The HTTP status code.
+    var status: Int
+    /// A stable, machine-readable code such as `progress_regression`.
+    var code: String
+    /// A short summary that does not change between occurrences.
+    var title: String
+    /// What went wrong this time.
+    var detail: String
+    /// Field-level messages, where they apply.
+    var errors: [FieldError] = []
+    /// Headers the reply carries besides its content type (`Retry-After`, `Allow`, …).
+    var headers: [HTTPField] = []
+
+    /// The problem as `application/problem+json` text.
+    var json: String {
+        var object = JSONObjectWriter()
+        object.string("type", "https://headway.dev/problems/\(String(code.map { $0 == "_" ? "-" : $0 }))")
+        object.string("title", title)
+        object.integer("status", Int64(status))
+        object.string("detail", detail)
+        object.string("code", code)
+        if !errors.isEmpty {
+            var list = JSONText()
+            list.appendRaw("[")
+            for (index, error) in errors.enumerated() {
+                if index > 0 { list.appendRaw(",") }
+                var item = JSONObjectWriter()
+                item.string("field", error.field)
+                item.string("message", error.message)
+                list.appendRaw(item.finish())
+            }
+            list.appendRaw("]")
+            object.raw("errors", list.text)
+        }
+        return object.finish()
+    }
+
+    /// The reply.
+    var response: HTTPResponse {
+        .json(status, json, contentType: "application/problem+json", headers: headers)
+    }
+}
+
+// MARK: - The domain's refusals
+
+extension Problem {
+    /// How a refusal of the domain looks over HTTP: 400 for a request that cannot be read,
+    /// 404 for a task that does not exist, 409 for a conflict with the task's state, 422 for
+    /// a rule of accurate progress that the change would break.
+    init(_ error: TaskError) {
+        let code = error.code
+        switch error {
+        case .invalidRequest(let errors):
+            let summary = errors.map { "\($0.field): \($0.message)" }.joined(separator: "; ")
+            self.init(status: 400, code: code, title: "Invalid request", detail: summary, errors: errors)
+        case .malformedJSON(let detail):
+            self.init(status: 400, code: code, title: "Malformed JSON", detail: detail)
+        case .invalidID:
+            self.init(status: 400, code: code, title: "Invalid task id",
+                      detail: "A task id is 1 to \(Limits.idLength) characters of A-Z a-z 0-9 . _ ~ : -",
+                      errors: [FieldError(field: "id", message: "must match [A-Za-z0-9._~:-]{1,\(Limits.idLength)}")])
+        case .notFound(let id):
+            self.init(status: 404, code: code, title: "Task not found", detail: "No task has the id '\(id)'.")
+        case .registrationConflict(let id):
+            self.init(status: 409, code: code, title: "Task already registered differently",
+                      detail: "A task with the id '\(id)' exists with another definition; register it again only with the same body.")
+        case .taskFinished(let id, let state):
+            self.init(status: 409, code: code, title: "Task already finished",
+                      detail: "The task '\(id)' finished as \(state.rawValue) and accepts no more changes.")
+        case .outcomeConflict(let id, let state, let requested):
+            self.init(status: 409, code: code, title: "Task finished with another outcome",
+                      detail: "The task '\(id)' already finished as \(state.rawValue), not \(requested.rawValue).")
+        case .progressRegression(_, let completed, let requested):
+            self.init(status: 422, code: code, title: "Progress may not go backwards",
+                      detail: "completed would go from \(completed) down to \(requested).",
+                      errors: [FieldError(field: "completed", message: "must be at least \(completed)")])
+        case .completedExceedsTotal(let completed, let total):
+            self.init(status: 422, code: code, title: "Completed exceeds total",
+                      detail: "completed would be \(completed) but total is \(total).",
+                      errors: [FieldError(field: "completed", message: "must not exceed total (\(total))")])
+        case .totalBelowCompleted(let total, let completed):
+            self.init(status: 422, code: code, title: "Total below completed",
+                      detail: "total \(total) is below the \(completed) units already completed.",
+                      errors: [FieldError(field: "total", message: "must be at least \(completed)")])
+        case .completedAndIncrement:
+            self.init(status: 422, code: code, title: "Give completed or increment, not both",
+                      detail: "An update sets completed or adds an increment, never both.",
+                      errors: [FieldError(field: "increment", message: "must not be given together with completed")])
+        case .countOutOfRange(let completed):
+            self.init(status: 422, code: code, title: "Count out of range",
+                      detail: "completed would be \(completed), beyond \(Limits.maxCount).",
+                      errors: [FieldError(field: "increment", message: "would take completed beyond \(Limits.maxCount)")])
+        case .parentNotFound(let parentID):
+            self.init(status: 422, code: code, title: "Parent task not found",
+                      detail: "No task has the id '\(parentID)' given as parent_id.",
+                      errors: [FieldError(field: "parent_id", message: "names no task")])
+        case .parentFinished(let parentID):
+            self.init(status: 422, code: code, title: "Parent task already finished",
+                      detail: "The parent task '\(parentID)' has finished and takes no new children.",
+                      errors: [FieldError(field: "parent_id", message: "names a finished task")])
+        case .ownParent(let id):
+            self.init(status: 422, code: code, title: "A task cannot be its own parent",
+                      detail: "parent_id equals the task's own id '\(id)'.",
+                      errors: [FieldError(field: "parent_id", message: "must differ from id")])
+        }
+    }
+}
+
+// MARK: - The service's and the HTTP layer's refusals
+
+extension Problem {
+    /// How a refusal of the HTTP layer looks.
+    init(_ refusal: HTTPRefusal, method: String) {
+        switch refusal {
+        case .bodyTooLarge(let limit): self = .bodyTooLarge(limit: limit)
+        case .shuttingDown: self = .shuttingDown
+        case .routeNotFound:
+            self.init(status: 404, code: "route_not_found", title: "No such route", detail: "Nothing is served at this path.")
+        case .methodNotAllowed(let allowed):
+            self.init(status: 405, code: "method_not_allowed", title: "Method not allowed",
+                      detail: "This path accepts \(allowed.joined(separator: ", ")), not \(method).",
+                      headers: [HTTPField("Allow", allowed.joined(separator: ", "))])
+        }
+    }
+
+    /// The daemon is stopping; nothing was changed.
+    static let shuttingDown = Problem(
+        status: 503, code: "shutting_down", title: "Shutting down", detail: "The server is stopping; retry shortly.",
+        headers: [HTTPField("Connection", "close"), HTTPField("Retry-After", "1")])
+
+    static func bodyTooLarge(limit: Int) -> Problem {
+        Problem(status: 413, code: "body_too_large", title: "Request body too large",
+                detail: "A request body may be at most \(limit) bytes.")
+    }
+
+    static func unsupportedMediaType(_ mediaType: String) -> Problem {
+        Problem(status: 415, code: "unsupported_media_type", title: "Unsupported media type",
+                detail: "Send the body as application/json (got '\(mediaType.isEmpty ? "no Content-Type" : mediaType)').")
+    }
+
+    static let invalidPageToken = Problem(
+        status: 400, code: "invalid_page_token", title: "Invalid page token",
+        detail: "The page_token was not issued for this listing; pass it back with the same filters.",
+        errors: [FieldError(field: "page_token", message: "is not a token of this listing")])
+
+    static func tooManySubscribers(limit: Int) -> Problem {
+        Problem(status: 503, code: "too_many_subscribers", title: "Too many subscribers",
+                detail: "This server already serves \(limit) event streams; retry later.",
+                headers: [HTTPField("Retry-After", "5")])
+    }
+
+    static func internalError(requestID: String) -> Problem {
+        Problem(status: 500, code: "internal_error", title: "Internal error",
+                detail: "The server could not complete the request (request id \(requestID)); nothing was changed.")
+    }
+}
+
+/// The one place where errors become replies: a refusal of the domain, of the service or of
+/// the HTTP layer becomes its problem; a stopped writer is `shutting_down`; anything else
+/// is logged and answered 500 `internal_error` (a change that failed was rolled back).
+struct ErrorReplies: Sendable {
+    let logger: Logger
+
+    /// The reply to a request that failed with `error`.
+    func response(for error: any Error, _ request: HTTPRequest) -> HTTPResponse {
+        problem(for: error, request).response
+    }
+
+    /// The problem `error` is shown as.
+    func problem(for error: any Error, _ request: HTTPRequest) -> Problem {
+        switch error {
+        case let error as TaskError: return Problem(error)
+        case let problem as Problem: return problem
+        case WriterError.stopped: return .shuttingDown
+        default:
+            logger.log(.error, "request.failed", ["request_id": request.requestID, "error": "\(error)"])
+            return .internalError(requestID: request.requestID)
+        }
+    }
+
+    /// Shows the HTTP layer's refusals (the pipeline's renderer).
+    func response(for refusal: HTTPRefusal, _ request: HTTPRequest) -> HTTPResponse {
+        Problem(refusal, method: request.method).response
+    }
+}
