@@ -9,8 +9,7 @@ import HeadwayStore
 ///
 /// The thread only moves commands and calls the parts: `FanOutQueue` decides what a round
 /// carries, `Subscriber` what each client is sent, `BrokerSchedule` when to look again.
-// Unchecked: the command queue is guarded by `condition`; everything else is used only
-// on the broker thread.
+// Unchecked: the command queue is guarded by `condition`; all else is broker-thread only.
 final class EventBroker: @unchecked Sendable {
     struct Settings: Sendable {
         var maximumSubscribers = 10_000
@@ -54,6 +53,7 @@ final class EventBroker: @unchecked Sendable {
     /// The broker waits out a pacing pause: new events need not wake it.
     private var inPause = false
     private var reservedSlots = 0
+    /// The last number given to a subscriber.
     private var lastSubscriberID = 0
     private let stopped = DispatchSemaphore(value: 0)
 
@@ -61,7 +61,9 @@ final class EventBroker: @unchecked Sendable {
     private var subscribers: [SubscriberID: Subscriber] = [:]
     /// The subscribers holding tasks back (`min_duration`): only these need the clock.
     private var holding: [SubscriberID: Subscriber] = [:]
+    /// Events waiting for a round, and the pacing of rounds.
     private var queue: FanOutQueue
+    /// When the next heartbeat is due.
     private var schedule: BrokerSchedule
 
     init(settings: Settings, clock: any WallClock, logger: Logger) {

@@ -39,9 +39,13 @@ final class Subscriber {
         var maximumPendingTasks: Int
     }
 
+    /// How other threads name it to the broker.
     let id: SubscriberID
+    /// Its stream, the only part other threads touch.
     let sink: any EventSink
+    /// Which tasks it wants, and its `min_duration`.
     let filter: StreamFilter
+    /// Its bounds.
     let limits: Limits
     /// Whether its catch-up has been handed over (until then live events are kept).
     private(set) var isLive = false
@@ -163,9 +167,6 @@ struct PendingFrames {
 
     /// Tasks waiting.
     var taskCount: Int { order.count }
-
-    /// The waiting tasks, first to go first.
-    var taskIDs: [String] { order }
 
     /// Keeps `frame` as the task's latest, moving the task to the back.
     mutating func put(_ frame: [UInt8], for task: String) {
