@@ -1,49 +1,19 @@
 import Foundation
 import Lifecycle
-import HTTPServer
+import Synchronization
 import HeadwayCore
 import HeadwayStore
 
-/// One client of `GET /v1/events`. Its state belongs to the broker thread, except
-/// `stream`, which any thread may write.
-final class Subscriber: @unchecked Sendable {
-    let stream: ResponseStream
-    let filter: StreamFilter
-    /// The `min_duration` rule, handed over from the catch-up once it is done.
-    var holdBack: HoldBack
-    /// Live events that arrived while the catch-up read the database.
-    var arrivedDuringCatchUp: [TaskEvent] = []
-    var isLive = false
-    /// The last change its catch-up reflected: older events are not sent again.
-    var highWater: Int64 = .min
-    /// Frames waiting because the stream is full: at most one per task, in the order
-    /// of their latest change (an ordered dictionary).
-    var pendingFrames: [String: [UInt8]] = [:]
-    var pendingOrder: [String] = []
-    var isAttached = false
-
-    init(stream: ResponseStream, filter: StreamFilter) {
-        self.stream = stream
-        self.filter = filter
-        self.holdBack = HoldBack(filter: filter)
-    }
-}
-
-/// What the catch-up read from the database for a new subscriber.
-struct CatchUp: Sendable {
-    /// Frames to send first (`retry:`, the snapshot or the replayed changes).
-    var frames: [[UInt8]]
-    /// The last change the catch-up reflects: live events up to it are already covered.
-    var highWater: Int64
-    /// The `min_duration` state after the catch-up (tasks held back).
-    var holdBack: HoldBack
-}
-
-/// Fans committed events out to subscribers on its own thread. Publishing only appends to
-/// a queue, so ingestion never waits for subscribers; a subscriber that cannot keep up has
-/// its waiting events coalesced to the latest per task and, past a bound, is disconnected
-/// (its reconnection resumes exactly from the last id it received).
-final class EventBroker: Service, @unchecked Sendable {
+/// Fans committed events out to subscribers on its own thread (a service). Publishing only
+/// appends to a queue, so ingestion never waits for subscribers; a subscriber that cannot
+/// keep up has its waiting events coalesced to the latest per task and, past a bound, is
+/// disconnected (its reconnection resumes exactly from the last id it received).
+///
+/// The thread only moves commands and calls the parts: `FanOutQueue` decides what a round
+/// carries, `Subscriber` what each client is sent, `BrokerSchedule` when to look again.
+/// What only the thread uses lives in `run()` itself (`BrokerThread`); other threads reach
+/// it through the inbox.
+final class EventBroker: Service {
     struct Settings: Sendable {
         var maximumSubscribers = 10_000
         var heartbeatSeconds = 15.0
@@ -57,83 +27,90 @@ final class EventBroker: Service, @unchecked Sendable {
         var coalescingBacklog = 1024
         /// When fan-out rounds may start (see `FanOutPacing`).
         var pacing = FanOutPacing()
+
+        /// The bounds of each subscriber.
+        var subscriberLimits: Subscriber.Limits {
+            Subscriber.Limits(streamBufferBytes: streamBufferBytes, maximumPendingTasks: maximumPendingTasks)
+        }
     }
 
-    private enum Command {
+    /// What other threads ask of the broker thread.
+    fileprivate enum Command: Sendable {
         case publish([TaskEvent])
-        case attach(Subscriber)
-        case caughtUp(Subscriber, CatchUp)
-        case drained(Subscriber)
-        case detach(Subscriber)
+        case attach(SubscriberID, any EventSink, StreamFilter)
+        case caughtUp(SubscriberID, CatchUp)
+        case drained(SubscriberID)
+        case detach(SubscriberID)
         case wake
+    }
+
+    /// What other threads share with the broker thread.
+    private struct Inbox {
+        var commands: [Command] = []
+        var stopping = false
+        var paused = false
+        /// The broker waits out a pacing pause: new events need not wake it.
+        var inPause = false
+        var reservedSlots = 0
+        /// The last number given to a subscriber.
+        var lastSubscriberID = 0
     }
 
     let settings: Settings
     private let clock: any WallClock
     private let logger: Logger
-    private let condition = NSCondition()
-    private var commands: [Command] = []
-    private var stopping = false
-    private var paused = false
-    /// The broker waits out a pacing pause: new events need not wake it.
-    private var inPause = false
-    private var reservedSlots = 0
-
-    // Broker thread only.
-    private var subscribers: [ObjectIdentifier: Subscriber] = [:]
-    /// The subscribers holding tasks back (`min_duration`): only these need the clock.
-    private var holding: [ObjectIdentifier: Subscriber] = [:]
-    private var nextHeartbeat = DispatchTime.now()
-    /// Events committed and not yet fanned out, and whether some waited for a pause.
-    private var waiting: [TaskEvent] = []
-    private var waitedForPacing = false
-    /// When the last fan-out round ran, and so when the next may.
-    private var pacing: FanOutPacing
+    private let inbox = Mutex(Inbox())
+    private let commandsArrived = Doorbell()
 
     init(settings: Settings, clock: any WallClock, logger: Logger) {
         self.settings = settings
-        self.pacing = settings.pacing
         self.clock = clock
         self.logger = logger
-        nextHeartbeat = .now() + settings.heartbeatSeconds
     }
 
     // MARK: - Any thread
 
     /// Takes one of the `maximumSubscribers` places, or returns false when all are taken.
     func reserveSlot() -> Bool {
-        condition.withLock {
-            guard reservedSlots < settings.maximumSubscribers, !stopping else { return false }
-            reservedSlots += 1
+        inbox.withLock { inbox in
+            guard inbox.reservedSlots < settings.maximumSubscribers, !inbox.stopping else { return false }
+            inbox.reservedSlots += 1
             return true
         }
     }
 
     /// Subscribers connected (places taken).
-    var subscriberCount: Int { condition.withLock { reservedSlots } }
+    var subscriberCount: Int { inbox.withLock { $0.reservedSlots } }
 
     /// Queues committed events, in sequence order. With no subscriber there is nobody to
     /// tell: a subscriber that arrives later reads everything committed before its catch-up
     /// (its place is taken before that read, so nothing after it is dropped).
     func publish(_ events: [TaskEvent]) {
         guard !events.isEmpty else { return }
-        condition.withLock {
-            guard reservedSlots > 0 else { return }
-            commands.append(.publish(events))
-            if !inPause { condition.signal() }
+        let wake = inbox.withLock { inbox -> Bool in
+            guard inbox.reservedSlots > 0 else { return false }
+            inbox.commands.append(.publish(events))
+            return !inbox.inPause
         }
+        if wake { commandsArrived.ring() }
     }
 
-    /// Starts delivering to `subscriber` (events are kept until its catch-up is done).
-    /// The subscriber's place is given back when its stream closes.
-    func attach(_ subscriber: Subscriber) {
-        subscriber.stream.onClose { [weak self] in self?.send(.detach(subscriber)) }
-        subscriber.stream.onDrain { [weak self] in self?.send(.drained(subscriber)) }
-        send(.attach(subscriber))
+    /// Starts delivering to a subscriber writing to `sink` (events are kept until its
+    /// catch-up is handed over with `caughtUp`). Its place, taken with `reserveSlot`, is
+    /// given back when the sink closes.
+    func attach(_ sink: any EventSink, filter: StreamFilter) -> SubscriberID {
+        let id = inbox.withLock { inbox in
+            inbox.lastSubscriberID += 1
+            return SubscriberID(rawValue: inbox.lastSubscriberID)
+        }
+        send(.attach(id, sink, filter))
+        sink.onClose { [weak self] in self?.send(.detach(id)) }
+        sink.onDrain { [weak self] in self?.send(.drained(id)) }
+        return id
     }
 
     /// Hands over what the catch-up read.
-    func caughtUp(_ subscriber: Subscriber, _ catchUp: CatchUp) { send(.caughtUp(subscriber, catchUp)) }
+    func caughtUp(_ id: SubscriberID, _ catchUp: CatchUp) { send(.caughtUp(id, catchUp)) }
 
     /// Makes the thread look at the clock now (after a test moved it).
     func wake() { send(.wake) }
@@ -141,273 +118,160 @@ final class EventBroker: Service, @unchecked Sendable {
     /// Holds (true) or releases (false) the queue, so a test can make the broker fall
     /// behind on purpose.
     func setPaused(_ isPaused: Bool) {
-        condition.withLock {
-            paused = isPaused
-            condition.signal()
-        }
+        inbox.withLock { $0.paused = isPaused }
+        commandsArrived.ring()
     }
 
-    /// Makes `run()` fan out what is queued, end every stream and return.
+    /// Makes `run()` fan out what is queued (through a pacing pause if need be), end every
+    /// stream and return.
     func requestStop() {
-        condition.withLock {
-            stopping = true
-            condition.signal()
-        }
+        inbox.withLock { $0.stopping = true }
+        commandsArrived.ring()
     }
 
     private func send(_ command: Command) {
-        condition.withLock {
-            commands.append(command)
-            condition.signal()
-        }
+        inbox.withLock { $0.commands.append(command) }
+        commandsArrived.ring()
     }
 
     // MARK: - Broker thread
 
-    /// Fans events out until a stop is requested.
+    /// The thread's loop: waits for commands or the next timer, applies the commands,
+    /// runs a fan-out round unless a pause holds it, releases held tasks and sends
+    /// heartbeats; when stopping, one last round, then every stream is ended.
     func run() {
+        let thread = BrokerThread(settings: settings, clock: clock, logger: logger)
         while true {
-            condition.lock()
-            while (commands.isEmpty || paused) && !stopping {
-                if !condition.wait(until: nextWakeUp()) && !paused { break }
+            waitForWork(thread)
+            let (batch, isStopping) = inbox.withLock { inbox in
+                defer { inbox.commands = [] }
+                return (inbox.commands, inbox.stopping)
             }
-            let batch = commands
-            commands = []
-            let isStopping = stopping
-            condition.unlock()
-
             for command in batch {
-                if case .publish(let events) = command {
-                    waiting += events
-                } else {
-                    handle(command)
-                }
+                if thread.handle(command) { inbox.withLock { $0.reservedSlots -= 1 } }
             }
-            if isStopping || pauseEnd() == nil {
-                fanOut()
-            } else {
-                waitedForPacing = true
-            }
-            let isPausing = pauseEnd() != nil
-            condition.withLock { inPause = isPausing }
-            releaseHeldTasks()
-            sendHeartbeatIfDue()
+            let isPausing = thread.fanOut(stopping: isStopping)
+            inbox.withLock { $0.inPause = isPausing }
+            thread.releaseHeldTasks()
+            thread.sendHeartbeatIfDue()
             if isStopping { break }
         }
-        for subscriber in subscribers.values { subscriber.stream.finish() }
-        subscribers = [:]
+        thread.finishAll()
     }
 
-    private func handle(_ command: Command) {
+    /// Sleeps until commands arrive (and the queue is not held) or the thread must look at
+    /// the clock.
+    private func waitForWork(_ thread: BrokerThread) {
+        while true {
+            let (ready, paused) = inbox.withLock { ($0.stopping || (!$0.commands.isEmpty && !$0.paused), $0.paused) }
+            if ready { return }
+            if !commandsArrived.wait(until: thread.nextWakeUp()) && !paused { return }
+        }
+    }
+}
+
+/// The broker thread's own state and steps, made and used by `EventBroker.run()` only.
+private final class BrokerThread {
+    private let settings: EventBroker.Settings
+    private let clock: any WallClock
+    private let logger: Logger
+    private var subscribers: [SubscriberID: Subscriber] = [:]
+    /// The subscribers holding tasks back (`min_duration`): only these need the clock.
+    private var holding: [SubscriberID: Subscriber] = [:]
+    /// Events waiting for a round, and the pacing of rounds.
+    private var queue: FanOutQueue
+    /// When the next heartbeat is due.
+    private var schedule: BrokerSchedule
+
+    init(settings: EventBroker.Settings, clock: any WallClock, logger: Logger) {
+        self.settings = settings
+        self.clock = clock
+        self.logger = logger
+        queue = FanOutQueue(coalescingBacklog: settings.coalescingBacklog, pacing: settings.pacing)
+        schedule = BrokerSchedule(heartbeatSeconds: settings.heartbeatSeconds, now: Self.monotonicNow())
+    }
+
+    /// Applies one command; true when it gave a subscriber's place back.
+    func handle(_ command: EventBroker.Command) -> Bool {
         switch command {
-        case .attach(let subscriber):
-            subscriber.isAttached = true
-            subscribers[ObjectIdentifier(subscriber)] = subscriber
-        case .caughtUp(let subscriber, let catchUp):
-            guard subscriber.isAttached else { return }
-            subscriber.holdBack = catchUp.holdBack
-            subscriber.highWater = catchUp.highWater
-            subscriber.stream.write(contentsOf: catchUp.frames)
-            let arrived = subscriber.arrivedDuringCatchUp.filter { $0.seq > catchUp.highWater }
-            subscriber.arrivedDuringCatchUp = []
-            subscriber.isLive = true
-            deliver(RoundEvents(arrived.count > settings.coalescingBacklog ? coalesced(arrived) : arrived), to: subscriber)
+        case .publish(let events):
+            queue.append(events)
+        case .attach(let id, let sink, let filter):
+            subscribers[id] = Subscriber(id: id, sink: sink, filter: filter, limits: settings.subscriberLimits)
+        case .caughtUp(let id, let catchUp):
+            guard let subscriber = subscribers[id] else { return false }
+            report(subscriber.caughtUp(catchUp, coalescingBacklog: settings.coalescingBacklog, clock: clock), subscriber)
             noteHolds(subscriber)
-        case .drained(let subscriber):
-            flushPending(subscriber)
-        case .detach(let subscriber):
-            subscriber.isAttached = false
-            holding[ObjectIdentifier(subscriber)] = nil
-            if subscribers.removeValue(forKey: ObjectIdentifier(subscriber)) != nil {
-                condition.withLock { reservedSlots -= 1 }
-            }
-        case .publish, .wake:
+        case .drained(let id):
+            subscribers[id]?.drained()
+        case .detach(let id):
+            holding[id] = nil
+            return subscribers.removeValue(forKey: id) != nil
+        case .wake:
             break
         }
+        return false
     }
 
-    /// Fans the waiting events out in one round, every event in order; only when the
-    /// broker is behind (a backlog past `coalescingBacklog`, or events that waited for a
-    /// pause) is a task's run of events cut to its latest. A long round is followed by a
-    /// pause (`FanOutPacing`).
-    private func fanOut() {
-        guard !waiting.isEmpty else { return }
-        let started = DispatchTime.now()
-        let events = RoundEvents(waitedForPacing || waiting.count > settings.coalescingBacklog ? coalesced(waiting) : waiting)
-        waiting = []
-        waitedForPacing = false
-        for subscriber in subscribers.values {
-            if subscriber.isLive {
-                deliver(events, to: subscriber)
-                if subscriber.filter.minDurationMilliseconds > 0 { noteHolds(subscriber) }
-            } else {
-                for index in events.indices where events.matches(index, subscriber.filter) {
-                    subscriber.arrivedDuringCatchUp.append(events.events[index])
-                }
+    /// Runs a round unless a pause holds it; returns whether events wait for a pause.
+    func fanOut(stopping: Bool) -> Bool {
+        let roundStart = Self.monotonicNow()
+        if let events = queue.takeRound(now: roundStart, stopping: stopping) {
+            let round = RoundEvents(events)
+            // Each frame is encoded once, for all subscribers.
+            for subscriber in subscribers.values {
+                report(subscriber.deliver(round, clock: clock), subscriber)
+                if subscriber.holdsBack && subscriber.isLive { noteHolds(subscriber) }
             }
+            queue.roundRan(from: roundStart, to: Self.monotonicNow())
         }
-        pacing.roundRan(from: started.uptimeNanoseconds, to: DispatchTime.now().uptimeNanoseconds)
+        return queue.pauseEnd(now: Self.monotonicNow()) != nil
     }
 
-    /// When the pause after the last round ends, if the waiting events must wait for it.
-    private func pauseEnd() -> DispatchTime? {
-        pacing.pauseEnd(waiting: waiting.count, now: DispatchTime.now().uptimeNanoseconds)
-            .map { DispatchTime(uptimeNanoseconds: $0) }
-    }
-
-    /// Hands one subscriber its events of a round, newer than its catch-up, in one write.
-    private func deliver(_ events: RoundEvents, to subscriber: Subscriber) {
-        var frames: [[UInt8]] = []
-        var tasks: [String] = []
-        let holding = subscriber.filter.minDurationMilliseconds > 0
-        let now = holding ? clock.now() : 0
-        for index in events.indices
-        where events.seqs[index] > subscriber.highWater && events.matches(index, subscriber.filter) {
-            if holding {
-                guard case .send = subscriber.holdBack.offer(events.events[index], now: now) else { continue }
-            }
-            frames.append(events.frame(index))
-            tasks.append(events.taskIDs[index])
-        }
-        enqueue(frames, tasks: tasks, to: subscriber)
-    }
-
-    /// Writes `frames` (one per task in `tasks`) at once, or, when the stream is full or
-    /// frames already wait, keeps them waiting: the latest per task, in the order of their
-    /// latest change (an ordered dictionary).
-    private func enqueue(_ frames: [[UInt8]], tasks: [String], to subscriber: Subscriber) {
-        guard !frames.isEmpty else { return }
-        if subscriber.pendingOrder.isEmpty
-            && subscriber.stream.write(contentsOf: frames, unlessMoreThan: settings.streamBufferBytes - 1) {
-            return
-        }
-        guard subscriber.stream.isOpen else { return }
-        for (frame, task) in zip(frames, tasks) {
-            if subscriber.pendingFrames.updateValue(frame, forKey: task) != nil {
-                subscriber.pendingOrder.removeAll { $0 == task }
-            }
-            subscriber.pendingOrder.append(task)
-        }
-        if subscriber.pendingOrder.count > settings.maximumPendingTasks {
-            logger.log(.warn, "events.subscriber_too_slow", ["pending_tasks": "\(subscriber.pendingOrder.count)"])
-            subscriber.pendingFrames = [:]
-            subscriber.pendingOrder = []
-            // Closed at once: its socket is full, so a clean end would wait for a client
-            // that may never read again. Its reconnection resumes from the last whole event.
-            subscriber.stream.abort()
+    func releaseHeldTasks() {
+        guard !holding.isEmpty else { return }
+        let now = clock.now()
+        for subscriber in holding.values {
+            let delivery = subscriber.releaseHeld(now: now)
+            guard delivery != .nothing else { continue }
+            report(delivery, subscriber)
+            noteHolds(subscriber)
         }
     }
 
-    private func flushPending(_ subscriber: Subscriber) {
-        var frames: [[UInt8]] = []
-        var room = settings.streamBufferBytes - subscriber.stream.bufferedBytes
-        while let task = subscriber.pendingOrder.first, room > 0 {
-            subscriber.pendingOrder.removeFirst()
-            if let frame = subscriber.pendingFrames.removeValue(forKey: task) {
-                frames.append(frame)
-                room -= frame.count
-            }
-        }
-        subscriber.stream.write(contentsOf: frames)
+    func sendHeartbeatIfDue() {
+        guard schedule.heartbeatIsDue(now: Self.monotonicNow()) else { return }
+        let pieces = [EventFrames.heartbeat]
+        for subscriber in subscribers.values { subscriber.heartbeat(pieces) }
+    }
+
+    /// Ends every stream (the broker stops).
+    func finishAll() {
+        for subscriber in subscribers.values { subscriber.finish() }
+        subscribers = [:]
+        holding = [:]
+    }
+
+    /// The next time the thread must look without being told (see `BrokerSchedule`).
+    func nextWakeUp() -> DispatchTime {
+        let now = Self.monotonicNow()
+        let nextRelease = holding.values.compactMap(\.nextRelease).min()
+        let delay = schedule.delay(now: now, pauseEnd: queue.pauseEnd(now: now), wallNow: clock.now(),
+                                   nextRelease: nextRelease)
+        return .now() + delay
+    }
+
+    /// Logs a subscriber cut off for being too slow.
+    private func report(_ delivery: Delivery, _ subscriber: Subscriber) {
+        guard case .cutOff(let pendingTasks) = delivery else { return }
+        logger.log(.warn, "events.subscriber_too_slow", ["pending_tasks": "\(pendingTasks)"])
     }
 
     /// Keeps `holding` in step with a subscriber's held tasks.
     private func noteHolds(_ subscriber: Subscriber) {
-        holding[ObjectIdentifier(subscriber)] = subscriber.holdBack.nextRelease == nil ? nil : subscriber
+        holding[subscriber.id] = subscriber.nextRelease == nil ? nil : subscriber
     }
 
-    private func releaseHeldTasks() {
-        let now = clock.now()
-        for subscriber in holding.values where subscriber.isLive {
-            guard let due = subscriber.holdBack.nextRelease, due <= now else { continue }
-            let released = subscriber.holdBack.release(now: now)
-            enqueue(released.map { EventFrames.event($0, withID: false) }, tasks: released.map(\.taskID), to: subscriber)
-            noteHolds(subscriber)
-        }
-    }
-
-    private func sendHeartbeatIfDue() {
-        guard DispatchTime.now() >= nextHeartbeat else { return }
-        nextHeartbeat = .now() + settings.heartbeatSeconds
-        let comment = Array(ServerSentEvent.comment().utf8)
-        for subscriber in subscribers.values where subscriber.isLive && subscriber.pendingOrder.isEmpty {
-            subscriber.stream.write(comment)
-        }
-    }
-
-    /// The next time the thread must look without being told: a heartbeat, a release, or
-    /// the end of a pause with events waiting.
-    private func nextWakeUp() -> Date {
-        var seconds = Double(nextHeartbeat.uptimeNanoseconds) / 1e9 - Double(DispatchTime.now().uptimeNanoseconds) / 1e9
-        if let pauseEnd = pauseEnd() {
-            seconds = min(seconds, Double(pauseEnd.uptimeNanoseconds) / 1e9 - Double(DispatchTime.now().uptimeNanoseconds) / 1e9)
-        }
-        let now = clock.now()
-        for subscriber in holding.values {
-            if let release = subscriber.holdBack.nextRelease {
-                seconds = min(seconds, Double(release - now) / 1000)
-            }
-        }
-        return Date(timeIntervalSinceNow: max(0.001, seconds))
-    }
-
-    private func coalesced(_ events: [TaskEvent]) -> [TaskEvent] {
-        var latestIndex: [String: Int] = [:]
-        for (index, event) in events.enumerated() { latestIndex[event.taskID] = index }
-        return events.enumerated().filter { latestIndex[$0.element.taskID] == $0.offset }.map(\.element)
-    }
-}
-
-/// The events of one fan-out round, with what every subscriber looks at kept apart (so
-/// matching does not copy events) and each frame encoded once, when first needed.
-private final class RoundEvents {
-    let events: [TaskEvent]
-    let seqs: [Int64]
-    let taskIDs: [String]
-    let parentIDs: [String?]
-    private var frames: [[UInt8]?]
-
-    init(_ events: [TaskEvent]) {
-        self.events = events
-        seqs = events.map(\.seq)
-        taskIDs = events.map(\.taskID)
-        parentIDs = events.map(\.parentID)
-        frames = Array(repeating: nil, count: events.count)
-    }
-
-    var indices: Range<Int> { events.indices }
-
-    func matches(_ index: Int, _ filter: StreamFilter) -> Bool {
-        filter.matches(taskID: taskIDs[index], parentID: parentIDs[index])
-    }
-
-    /// The frame of an event, with its id.
-    func frame(_ index: Int) -> [UInt8] {
-        if let frame = frames[index] { return frame }
-        let frame = EventFrames.event(events[index], withID: true)
-        frames[index] = frame
-        return frame
-    }
-}
-
-/// The bytes of event-stream frames.
-enum EventFrames {
-    /// A change: `id` (unless it is a held-back task shown late), event name, task JSON.
-    static func event(_ event: TaskEvent, withID: Bool) -> [UInt8] {
-        // Ids are numbers and names are fixed constants: neither can hold a line break.
-        let frame = try! ServerSentEvent(id: withID ? String(event.seq) : nil, event: event.kind.rawValue, data: event.data)
-        return frame.bytes
-    }
-
-    /// The first event of a fresh subscription.
-    static func snapshot(_ tasks: [TaskRecord], seq: Int64) -> [UInt8] {
-        var data = "{\"tasks\":["
-        for (index, task) in tasks.enumerated() {
-            if index > 0 { data += "," }
-            data += task.json
-        }
-        data += "]}"
-        let frame = try! ServerSentEvent(id: String(seq), event: "snapshot", data: data)
-        return frame.bytes
-    }
+    /// The monotonic clock, in nanoseconds.
+    private static func monotonicNow() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 }

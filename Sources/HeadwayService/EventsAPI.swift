@@ -7,7 +7,7 @@ import HeadwayStore
 /// `GET /v1/events`: the Server-Sent Events stream. A new subscriber is attached to the
 /// broker first (so it misses nothing), then its catch-up — a snapshot, or the changes
 /// after its last event id — is read from one database snapshot on the catch-up queue,
-/// and live events already covered by that snapshot are dropped.
+/// and live events already covered by that snapshot are dropped (`CatchUpMerge`).
 struct EventsAPI: Sendable {
     let broker: EventBroker
     /// A connection of its own, so a large catch-up never waits behind API reads.
@@ -42,8 +42,7 @@ struct EventsAPI: Sendable {
             return responder.respond(Problem.tooManySubscribers(limit: broker.settings.maximumSubscribers).response)
         }
         let stream = ResponseStream()
-        let subscriber = Subscriber(stream: stream, filter: query.filter)
-        broker.attach(subscriber)
+        let subscriber = broker.attach(stream, filter: query.filter)
         responder.respond(HTTPResponse(status: 200, headers: [
             HTTPField("Content-Type", "text/event-stream; charset=utf-8"),
             HTTPField("Cache-Control", "no-cache"),

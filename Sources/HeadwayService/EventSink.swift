@@ -1,0 +1,31 @@
+import HTTPServer
+
+/// Where a subscriber's frames go: the few calls the event broker makes on a response
+/// stream, so that subscribers can be tested without sockets. Every call may come from
+/// any thread.
+protocol EventSink: AnyObject, Sendable {
+    /// Writes several pieces at once; returns false (and drops them) when the sink is no
+    /// longer open, or when more than `limit` bytes are already waiting.
+    @discardableResult
+    func write(contentsOf pieces: [[UInt8]], unlessMoreThan limit: Int) -> Bool
+
+    /// Bytes written and not yet taken by the peer.
+    var bufferedBytes: Int { get }
+
+    /// Whether writes are still accepted.
+    var isOpen: Bool { get }
+
+    /// Ends at once, dropping what is not sent (a subscriber cut off for being too slow).
+    func abort()
+
+    /// Ends after what is written has been sent.
+    func finish()
+
+    /// Adds `handler`, run once when the peer is gone (at once, if it is gone already).
+    func onClose(_ handler: @escaping @Sendable () -> Void)
+
+    /// Sets `handler`, run when what waits in the sink drains to its low-water mark.
+    func onDrain(_ handler: @escaping @Sendable () -> Void)
+}
+
+extension ResponseStream: EventSink {}

@@ -1,0 +1,150 @@
+import HeadwayCore
+import Lifecycle
+import Synchronization
+import Testing
+@testable import HeadwayService
+
+/// The broker's thread with fake sinks: the loop moves commands and calls the parts; no
+/// sockets, a manual clock for `min_duration`, and waits only for writes to arrive.
+@Suite struct EventBrokerTests {
+    typealias E = TestEvents
+    let clock = ManualClock()
+    let logLines = LogLines()
+
+    /// Log lines written, for checking what the broker reports.
+    final class LogLines: Sendable {
+        let lines = Mutex<[String]>([])
+        var all: [String] { lines.withLock { $0 } }
+    }
+
+    /// The broker's service group, to stop it as the daemon does.
+    final class Running: Sendable {
+        let group = Mutex<ServiceGroup?>(nil)
+    }
+    let running = Running()
+
+    /// A running broker.
+    private func broker(_ adjust: (inout EventBroker.Settings) -> Void = { _ in }) -> EventBroker {
+        var settings = EventBroker.Settings()
+        adjust(&settings)
+        let lines = logLines
+        let broker = EventBroker(settings: settings, clock: clock,
+                                 logger: Logger(minimumLevel: .info, sink: { line in lines.lines.withLock { $0.append(line) } }))
+        let group = ServiceGroup([ServiceGroup.Member("test-events", broker)])
+        #expect(throws: Never.self) { try group.start() }
+        running.group.withLock { $0 = group }
+        return broker
+    }
+
+    /// Stops the broker: a last round, then every stream ends.
+    private func stop(_ broker: EventBroker) { running.group.withLock { $0 }?.stop() }
+
+    /// A subscriber taking a place, attached, with a catch-up of one `retry:` frame at
+    /// `highWater` already written.
+    private func subscribe(_ broker: EventBroker, filter: StreamFilter = StreamFilter(),
+                           highWater: Int64 = 0) -> (FakeEventSink, SubscriberID) {
+        let sink = FakeEventSink()
+        #expect(broker.reserveSlot())
+        let id = broker.attach(sink, filter: filter)
+        broker.caughtUp(id, CatchUp(frames: [Array("retry: 3000\n\n".utf8)], highWater: highWater,
+                                    holdBack: HoldBack(filter: filter)))
+        #expect(sink.waitForWrites(1))
+        return (sink, id)
+    }
+
+    @Test func everySubscriberGetsEachRoundInOneWrite() {
+        let broker = broker()
+        let subscribers = (0..<3).map { _ in subscribe(broker).0 }
+        broker.publish([E.event(1, "a"), E.event(2, "b")])
+        for sink in subscribers {
+            #expect(sink.waitForWrites(1))
+            #expect(sink.writtenTexts.last == E.frame(E.event(1, "a")) + E.frame(E.event(2, "b")))
+        }
+        stop(broker)
+        #expect(subscribers.allSatisfy { $0.wasFinished }, "stopping ends every stream")
+    }
+
+    /// Pacing with a pause a billion times as long as the round before it: events published
+    /// after the first round wait for it, and the last round (when the broker stops) carries
+    /// them coalesced, whatever the speed of the machine. A second subscriber's catch-up
+    /// marks when the broker has seen them waiting (commands are handled in order, and a
+    /// round is decided after the commands of its turn).
+    @Test func eventsThatWaitForAPauseReachSubscribersCoalesced() {
+        let broker = broker { $0.pacing = FanOutPacing(threshold: 0, minimumWaiting: 1, factor: 1_000_000_000) }
+        let (sink, _) = subscribe(broker)
+        broker.publish([E.event(1, "storm")])
+        #expect(sink.waitForWrites(1))
+        for seq in 2...100 { broker.publish([E.event(Int64(seq), "storm")]) }
+        broker.publish([E.event(101, "calm")])
+        let (marker, _) = subscribe(broker, highWater: 101)
+        stop(broker)
+        #expect(sink.writtenTexts.dropFirst() == [
+            E.frame(E.event(1, "storm")),
+            E.frame(E.event(100, "storm")) + E.frame(E.event(101, "calm")),
+        ])
+        #expect(marker.writes.count == 1, "its catch-up reflects every change")
+    }
+
+    @Test func aSubscribersPlaceIsGivenBackWhenItsStreamCloses() {
+        let broker = broker { $0.maximumSubscribers = 2 }
+        let (first, firstID) = subscribe(broker)
+        _ = subscribe(broker)
+        #expect(!broker.reserveSlot(), "both places taken")
+        first.close()
+        broker.caughtUp(firstID, CatchUp(frames: [Array("late\n\n".utf8)], highWater: 0, holdBack: HoldBack(filter: StreamFilter())))
+        stop(broker)
+        #expect(broker.subscriberCount == 1, "commands sent before the stop are applied before it ends")
+        #expect(first.writes.count == 1, "a catch-up for a subscriber gone is dropped")
+        #expect(!broker.reserveSlot(), "a stopped broker takes nobody")
+    }
+
+    @Test func aSlowSubscriberIsCutOffAndTheOthersGoOn() {
+        let broker = broker {
+            $0.streamBufferBytes = 1000
+            $0.maximumPendingTasks = 3
+        }
+        let (slow, _) = subscribe(broker)
+        let (fast, _) = subscribe(broker)
+        slow.fill(1000)
+        broker.publish((1...4).map { E.event(Int64($0), "t\($0)") })
+        #expect(fast.waitForWrites(1))
+        stop(broker)
+        #expect(slow.wasAborted)
+        #expect(slow.writes.count == 1, "only its catch-up")
+        #expect(fast.writtenTexts.last == (1...4).map { E.frame(E.event(Int64($0), "t\($0)")) }.joined())
+        #expect(logLines.all.contains { $0.contains("events.subscriber_too_slow") && $0.contains("4") })
+    }
+
+    /// Frames that wait for a full stream go out, each task's latest once, when it drains;
+    /// a subscriber that reads shows when each round has been handed out.
+    @Test func framesThatWaitedGoOutWhenTheStreamDrains() {
+        let broker = broker { $0.streamBufferBytes = 1000 }
+        let (sink, _) = subscribe(broker)
+        let (witness, _) = subscribe(broker)
+        sink.fill(1000)
+        broker.publish([E.event(1, "a"), E.event(2, "b")])
+        #expect(witness.waitForWrites(1))
+        broker.publish([E.event(3, "a")])
+        #expect(witness.waitForWrites(1))
+        sink.peerRead()
+        #expect(sink.waitForWrites(1))
+        stop(broker)
+        #expect(sink.writtenTexts.dropFirst() == [E.frame(E.event(2, "b")) + E.frame(E.event(3, "a"))])
+    }
+
+    @Test func heldTasksAreReleasedWhenTheyComeOfAge() {
+        let broker = broker()
+        let (sink, _) = subscribe(broker, filter: StreamFilter(minDurationMilliseconds: 10_000))
+        let start = clock.now()
+        let young = E.event(1, "young", kind: .created, createdAt: start)
+        let old = E.event(2, "old", createdAt: start - 60_000)
+        broker.publish([young, old])
+        #expect(sink.waitForWrites(1))
+        #expect(sink.writtenTexts.last == E.frame(old), "the young task is held back")
+        clock.advance(by: 10_000)
+        broker.wake()
+        #expect(sink.waitForWrites(1))
+        #expect(sink.writtenTexts.last == E.frame(young, withID: false))
+        stop(broker)
+    }
+}

@@ -1,0 +1,135 @@
+import Dispatch
+import HeadwayCore
+import Synchronization
+@testable import HeadwayService
+
+/// An event sink without a socket: it records every write, and its peer reads nothing
+/// until told (`fill`, `peerRead`), so a test decides when the stream is full.
+final class FakeEventSink: EventSink {
+    private struct State {
+        var writes: [[[UInt8]]] = []
+        var buffered = 0
+        var isOpen = true
+        var aborted = false
+        var finished = false
+        /// Whether written bytes stay buffered (the peer does not read).
+        var peerStalled = false
+        var closeHandlers: [@Sendable () -> Void] = []
+        var drainHandler: (@Sendable () -> Void)?
+    }
+
+    private let state = Mutex(State())
+    /// Signalled once per accepted write.
+    private let written = DispatchSemaphore(value: 0)
+
+    /// Every accepted write, each as its pieces.
+    var writes: [[[UInt8]]] { state.withLock { $0.writes } }
+
+    /// Every accepted write, its pieces joined as text.
+    var writtenTexts: [String] { writes.map { String(decoding: $0.joined(), as: UTF8.self) } }
+
+    /// Whether the stream was closed at once.
+    var wasAborted: Bool { state.withLock { $0.aborted } }
+
+    /// Whether the stream was ended cleanly.
+    var wasFinished: Bool { state.withLock { $0.finished } }
+
+    /// From now on, the peer reads nothing and `bytes` are already waiting.
+    func fill(_ bytes: Int) {
+        state.withLock {
+            $0.peerStalled = true
+            $0.buffered = bytes
+        }
+    }
+
+    /// The peer reads everything waiting and keeps reading; the drain handler runs.
+    func peerRead() {
+        let drained = state.withLock { state in
+            state.peerStalled = false
+            state.buffered = 0
+            return state.drainHandler
+        }
+        drained?()
+    }
+
+    /// The peer goes away: the sink closes and its close handlers run.
+    func close() {
+        let handlers = state.withLock { state in
+            state.isOpen = false
+            defer { state.closeHandlers = [] }
+            return state.closeHandlers
+        }
+        handlers.forEach { $0() }
+    }
+
+    /// Waits until `count` more writes have been accepted; false if they do not come
+    /// within `seconds` (a broken broker, not a slow one: the writes need no time).
+    func waitForWrites(_ count: Int, seconds: Double = 10) -> Bool {
+        (0..<count).allSatisfy { _ in written.wait(timeout: .now() + seconds) == .success }
+    }
+
+    // MARK: - EventSink
+
+    func write(contentsOf pieces: [[UInt8]], unlessMoreThan limit: Int) -> Bool {
+        let accepted = state.withLock { state in
+            guard state.isOpen, state.buffered <= limit else { return false }
+            state.writes.append(pieces)
+            if state.peerStalled { state.buffered += pieces.reduce(0) { $0 + $1.count } }
+            return true
+        }
+        if accepted { written.signal() }
+        return accepted
+    }
+
+    var bufferedBytes: Int { state.withLock { $0.buffered } }
+
+    var isOpen: Bool { state.withLock { $0.isOpen } }
+
+    func abort() {
+        state.withLock {
+            $0.isOpen = false
+            $0.aborted = true
+        }
+    }
+
+    func finish() {
+        state.withLock {
+            $0.isOpen = false
+            $0.finished = true
+        }
+    }
+
+    func onClose(_ handler: @escaping @Sendable () -> Void) { state.withLock { $0.closeHandlers.append(handler) } }
+
+    func onDrain(_ handler: @escaping @Sendable () -> Void) { state.withLock { $0.drainHandler = handler } }
+}
+
+/// Events for tests of the event stream's parts.
+enum TestEvents {
+    /// A change of `task` numbered `seq`; its data names both.
+    static func event(_ seq: Int64, _ task: String = "t", parent: String? = nil, kind: TaskEventKind = .updated,
+                      createdAt: EpochMilliseconds = 0) -> TaskEvent {
+        TaskEvent(seq: seq, kind: kind, taskID: task, parentID: parent, createdAt: createdAt, finishedAt: nil,
+                  data: #"{"id":"\#(task)","seq":\#(seq)}"#)
+    }
+
+    /// The frame of `event` as a subscriber receives it live (with its id).
+    static func frame(_ event: TaskEvent, withID: Bool = true) -> String {
+        String(decoding: EventFrames.event(event, withID: withID), as: UTF8.self)
+    }
+}
+
+/// A small seeded random generator (SplitMix64), so randomized tests repeat exactly.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}

@@ -1,0 +1,180 @@
+import HeadwayCore
+import Testing
+@testable import HeadwayService
+
+/// What a fan-out round carries and when it may run, with explicit times (nanoseconds):
+/// every event below the backlog bound, each task's latest past it or after a pause.
+@Suite struct FanOutRoundTests {
+    private let ms: UInt64 = 1_000_000
+    typealias E = TestEvents
+
+    /// Pacing that pauses after any round, for `factor` times its length.
+    private func pressed(factor: UInt64 = 3) -> FanOutPacing {
+        FanOutPacing(threshold: 0, minimumWaiting: 1, factor: factor)
+    }
+
+    @Test func belowTheBacklogEveryEventGoesOutInOrder() {
+        var queue = FanOutQueue(coalescingBacklog: 1024, pacing: FanOutPacing())
+        var round: [TaskEvent]?
+        let events = (1...200).map { E.event(Int64($0), "fast") }
+        queue.append(Array(events[..<150]))
+        queue.append(Array(events[150...]))
+        round = queue.takeRound(now: 0, stopping: false)
+        #expect(round == events, "200 queued changes, 200 events")
+        #expect(queue.waiting.isEmpty)
+        round = queue.takeRound(now: 0, stopping: false)
+        #expect(round == nil, "nothing waits: no round")
+    }
+
+    @Test func pastTheBacklogARoundCarriesEachTasksLatestInTheOrderOfThoseChanges() {
+        var queue = FanOutQueue(coalescingBacklog: 1024, pacing: FanOutPacing())
+        var round: [TaskEvent]?
+        queue.append((1...1100).map { E.event(Int64($0), "fast") })
+        round = queue.takeRound(now: 0, stopping: false)
+        #expect(round == [E.event(1100, "fast")],
+                "a backlog of 1,100 changes of one task comes as its latest state")
+
+        queue.append((1...1025).map { E.event(Int64($0), $0 == 1024 ? "other" : "fast") })
+        round = queue.takeRound(now: 0, stopping: false)
+        #expect(round == [E.event(1024, "other"), E.event(1025, "fast")])
+        queue.append((1...1024).map { E.event(Int64($0), "fast") })
+        round = queue.takeRound(now: 0, stopping: false)
+        #expect(round?.count == 1024, "at the bound, every event")
+    }
+
+    @Test func eventsThatWaitForAPauseGoCoalescedWhenItEnds() {
+        var queue = FanOutQueue(coalescingBacklog: 1024, pacing: pressed())
+        var round: [TaskEvent]?
+        queue.append([E.event(1, "storm")])
+        round = queue.takeRound(now: 0, stopping: false)
+        #expect(round == [E.event(1, "storm")])
+        queue.roundRan(from: 0, to: 10 * ms)
+        // A 10 ms round: the next starts 4 × 10 ms after it began.
+        queue.append([E.event(2, "storm"), E.event(3, "calm"), E.event(4, "storm")])
+        #expect(queue.pauseEnd(now: 20 * ms) == 40 * ms)
+        round = queue.takeRound(now: 20 * ms, stopping: false)
+        #expect(round == nil)
+        #expect(queue.waitedForPacing)
+        queue.append((5...100).map { E.event(Int64($0), "storm") })
+        round = queue.takeRound(now: 39 * ms, stopping: false)
+        #expect(round == nil)
+        round = queue.takeRound(now: 40 * ms, stopping: false)
+        #expect(round == [E.event(3, "calm"), E.event(100, "storm")],
+                "99 changes that waited come as each task's latest")
+        queue.roundRan(from: 40 * ms, to: 41 * ms)
+        queue.append([E.event(101, "storm")])
+        round = queue.takeRound(now: 44 * ms, stopping: false)
+        #expect(round == [E.event(101, "storm")], "after the pause, at once")
+    }
+
+    @Test func aStoppingBrokerRunsItsLastRoundThroughAPause() {
+        var queue = FanOutQueue(coalescingBacklog: 1024, pacing: pressed(factor: 1000))
+        var round: [TaskEvent]?
+        queue.append([E.event(1)])
+        _ = queue.takeRound(now: 0, stopping: false)
+        queue.roundRan(from: 0, to: ms)
+        queue.append([E.event(2), E.event(3)])
+        round = queue.takeRound(now: 2 * ms, stopping: false)
+        #expect(round == nil)
+        round = queue.takeRound(now: 2 * ms, stopping: true)
+        #expect(round == [E.event(3)])
+    }
+
+    @Test func aShortRoundOrFewEventsWaitingNeedNoPause() {
+        var queue = FanOutQueue(coalescingBacklog: 1024, pacing: FanOutPacing(threshold: 5 * ms, minimumWaiting: 64, factor: 3))
+        var round: [TaskEvent]?
+        queue.roundRan(from: 0, to: 40 * ms)
+        queue.append((1...63).map { E.event(Int64($0)) })
+        #expect(queue.pauseEnd(now: 40 * ms) == nil)
+        round = queue.takeRound(now: 40 * ms, stopping: false)
+        #expect(round?.count == 63, "few waiting: every event, at once")
+    }
+
+    /// Coalescing keeps exactly each task's latest event, in the order of those events,
+    /// whatever the mix (random mixes, from a fixed seed).
+    @Test func coalescingKeepsExactlyEachTasksLatestInOrder() {
+        var random = SeededGenerator(seed: 9)
+        for _ in 0..<200 {
+            let count = Int.random(in: 0...60, using: &random)
+            let tasks = (0..<Int.random(in: 1...8, using: &random)).map { "t\($0)" }
+            let events = (0..<count).map { E.event(Int64($0), tasks.randomElement(using: &random)!) }
+            let coalesced = FanOutQueue.coalesced(events)
+            let expected = events.indices.filter { index in
+                !events[(index + 1)...].contains { $0.taskID == events[index].taskID }
+            }.map { events[$0] }
+            #expect(coalesced == expected)
+            #expect(Set(coalesced.map(\.taskID)).count == coalesced.count)
+        }
+    }
+
+    @Test func aRoundEncodesEachFrameOnceAndMatchesByFilter() {
+        let round = RoundEvents([E.event(1, "a"), E.event(2, "c", parent: "p")])
+        let first = round.frame(0)
+        let again = round.frame(0)
+        #expect(first.withUnsafeBufferPointer { $0.baseAddress } == again.withUnsafeBufferPointer { $0.baseAddress })
+        #expect(String(decoding: first, as: UTF8.self) == E.frame(E.event(1, "a")))
+        #expect(round.matches(1, StreamFilter(parentID: "p")))
+        #expect(!round.matches(0, StreamFilter(parentID: "p")))
+        #expect(round.seqs == [1, 2] && round.taskIDs == ["a", "c"])
+    }
+}
+
+/// The join of a catch-up and the live events that arrived while it was read.
+@Suite struct CatchUpMergeTests {
+    typealias E = TestEvents
+
+    @Test func liveEventsTheCatchUpReflectsAreDropped() {
+        let merge = CatchUpMerge(highWater: 10)
+        #expect(!merge.isNew(9) && !merge.isNew(10) && merge.isNew(11))
+        let arrived = [E.event(9, "a"), E.event(10, "b"), E.event(11, "a"), E.event(12, "b")]
+        #expect(merge.eventsAfterCatchUp(arrived, coalescingBacklog: 1024) == [E.event(11, "a"), E.event(12, "b")])
+    }
+
+    @Test func pastTheBacklogTheNewEventsComeOnceEachAtTheirLatest() {
+        let merge = CatchUpMerge(highWater: 1)
+        let arrived = [E.event(1, "a"), E.event(2, "a"), E.event(3, "b"), E.event(4, "a")]
+        #expect(merge.eventsAfterCatchUp(arrived, coalescingBacklog: 2) == [E.event(3, "b"), E.event(4, "a")])
+        #expect(merge.eventsAfterCatchUp(arrived, coalescingBacklog: 3) == Array(arrived.dropFirst()),
+                "the bound counts only the new events")
+    }
+
+    @Test func beforeAnyCatchUpEveryEventIsNew() {
+        #expect(CatchUpMerge(highWater: .min).isNew(.min + 1))
+        #expect(CatchUpMerge(highWater: .min).eventsAfterCatchUp([E.event(0)], coalescingBacklog: 0) == [E.event(0)])
+    }
+}
+
+/// When the broker thread looks again without being told.
+@Suite struct BrokerScheduleTests {
+    private let second: UInt64 = 1_000_000_000
+
+    @Test func heartbeatsComeOneIntervalApartFromWhenTheyAreSent() {
+        var schedule = BrokerSchedule(heartbeatSeconds: 15, now: 100 * second)
+        var due = schedule.heartbeatIsDue(now: 115 * second - 1)
+        #expect(!due)
+        due = schedule.heartbeatIsDue(now: 115 * second)
+        #expect(due)
+        due = schedule.heartbeatIsDue(now: 115 * second)
+        #expect(!due, "once")
+        #expect(schedule.nextHeartbeat == 130 * second)
+        due = schedule.heartbeatIsDue(now: 140 * second)
+        #expect(due, "late: sent, and the next counted from now")
+        #expect(schedule.nextHeartbeat == 155 * second)
+    }
+
+    @Test func theThreadSleepsUntilTheFirstThingDue() {
+        let schedule = BrokerSchedule(heartbeatSeconds: 15, now: 0)
+        let wall: EpochMilliseconds = 1_800_000_000_000
+        #expect(schedule.delay(now: 0, pauseEnd: nil, wallNow: wall, nextRelease: nil) == 15)
+        #expect(schedule.delay(now: 5 * second, pauseEnd: nil, wallNow: wall, nextRelease: nil) == 10)
+        #expect(schedule.delay(now: 0, pauseEnd: 2 * second, wallNow: wall, nextRelease: nil) == 2)
+        #expect(schedule.delay(now: 0, pauseEnd: 2 * second, wallNow: wall, nextRelease: wall + 500) == 0.5)
+        #expect(schedule.delay(now: 0, pauseEnd: nil, wallNow: wall, nextRelease: wall + 20_000) == 15)
+    }
+
+    @Test func aTimeAlreadyPastIsWaitedForBrieflyNotInABusyLoop() {
+        let schedule = BrokerSchedule(heartbeatSeconds: 15, now: 0)
+        #expect(schedule.delay(now: 20 * second, pauseEnd: nil, wallNow: 0, nextRelease: nil) == 0.001)
+        #expect(schedule.delay(now: 0, pauseEnd: nil, wallNow: 1000, nextRelease: 999) == 0.001)
+    }
+}

@@ -1,0 +1,184 @@
+import HeadwayCore
+import Testing
+@testable import HeadwayService
+
+/// One subscriber, driven by hand with a fake sink and a manual clock: what it writes,
+/// what it keeps waiting, when it is cut off, and how its catch-up joins live events.
+@Suite struct SubscriberTests {
+    let clock = ManualClock()
+    let limits = Subscriber.Limits(streamBufferBytes: 1000, maximumPendingTasks: 3)
+    let catchUpFrame = "retry: 3000\n\n"
+    typealias E = TestEvents
+
+    private func subscriber(_ sink: FakeEventSink, filter: StreamFilter = StreamFilter()) -> Subscriber {
+        Subscriber(id: SubscriberID(rawValue: 1), sink: sink, filter: filter, limits: limits)
+    }
+
+    /// A subscriber whose catch-up (one `retry:` frame, reflecting changes up to
+    /// `highWater`) has been handed over.
+    private func live(_ sink: FakeEventSink, filter: StreamFilter = StreamFilter(), highWater: Int64 = 0) -> Subscriber {
+        let subscriber = subscriber(sink, filter: filter)
+        let catchUp = CatchUp(frames: [Array(catchUpFrame.utf8)], highWater: highWater, holdBack: HoldBack(filter: filter))
+        #expect(subscriber.caughtUp(catchUp, coalescingBacklog: 1024, clock: clock) == .nothing)
+        return subscriber
+    }
+
+    @Test func aRoundGoesOutInOneWriteWithOnlyTheMatchingEventsNewerThanTheCatchUp() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink, filter: StreamFilter(taskIDs: ["a"], parentID: "p"), highWater: 10)
+        let round = RoundEvents([E.event(10, "a"), E.event(11, "a"), E.event(12, "b"), E.event(13, "c", parent: "p")])
+        #expect(subscriber.deliver(round, clock: clock) == .written)
+        #expect(sink.writtenTexts == [catchUpFrame, E.frame(E.event(11, "a")) + E.frame(E.event(13, "c", parent: "p"))])
+        #expect(sink.writes[1].count == 2, "one piece per frame, in one write")
+        #expect(subscriber.deliver(RoundEvents([E.event(14, "b")]), clock: clock) == .nothing)
+        #expect(sink.writes.count == 2)
+    }
+
+    @Test func theFrameIsExactlyTheServerSentEvent() {
+        #expect(E.frame(E.event(7, "a")) == "id: 7\nevent: task.updated\ndata: {\"id\":\"a\",\"seq\":7}\n\n")
+        #expect(E.frame(E.event(7, "a"), withID: false) == "event: task.updated\ndata: {\"id\":\"a\",\"seq\":7}\n\n")
+    }
+
+    @Test func eventsArrivingDuringTheCatchUpFollowItAndThoseItReflectsAreDropped() {
+        let sink = FakeEventSink()
+        let subscriber = subscriber(sink, filter: StreamFilter(taskIDs: ["a", "b"]))
+        #expect(subscriber.deliver(RoundEvents([E.event(5, "a"), E.event(6, "x")]), clock: clock) == .nothing)
+        #expect(subscriber.deliver(RoundEvents([E.event(7, "b"), E.event(8, "a")]), clock: clock) == .nothing)
+        #expect(sink.writes.isEmpty, "nothing goes out before the catch-up")
+        #expect(!subscriber.isLive)
+
+        let catchUp = CatchUp(frames: [Array(catchUpFrame.utf8)], highWater: 6, holdBack: HoldBack(filter: subscriber.filter))
+        #expect(subscriber.caughtUp(catchUp, coalescingBacklog: 1024, clock: clock) == .written)
+        #expect(subscriber.isLive)
+        #expect(sink.writtenTexts == [catchUpFrame, E.frame(E.event(7, "b")) + E.frame(E.event(8, "a"))])
+        // The same rule keeps holding for live rounds: a change the catch-up reflects
+        // (published late, in the same batch as the hand-over) is not sent again.
+        #expect(subscriber.deliver(RoundEvents([E.event(6, "a"), E.event(9, "a")]), clock: clock) == .written)
+        #expect(sink.writtenTexts.last == E.frame(E.event(9, "a")))
+    }
+
+    @Test func aLargeBacklogDuringTheCatchUpFollowsItCoalesced() {
+        let sink = FakeEventSink()
+        let subscriber = subscriber(sink)
+        subscriber.deliver(RoundEvents((1...5).map { E.event($0, $0 % 2 == 0 ? "even" : "odd") }), clock: clock)
+        let catchUp = CatchUp(frames: [Array(catchUpFrame.utf8)], highWater: 1, holdBack: HoldBack(filter: StreamFilter()))
+        subscriber.caughtUp(catchUp, coalescingBacklog: 3, clock: clock)
+        #expect(sink.writtenTexts == [catchUpFrame, E.frame(E.event(4, "even")) + E.frame(E.event(5, "odd"))])
+    }
+
+    @Test func aFullStreamKeepsTheLatestFramePerTaskInTheOrderOfLatestChange() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink)
+        sink.fill(1000)
+        #expect(subscriber.deliver(RoundEvents([E.event(1, "a"), E.event(2, "b"), E.event(3, "a")]), clock: clock) == .waiting)
+        #expect(subscriber.pendingTaskCount == 2)
+        sink.peerRead()
+        // Room again, but frames wait: a new round queues behind them rather than jump ahead.
+        #expect(subscriber.deliver(RoundEvents([E.event(4, "c")]), clock: clock) == .waiting)
+        subscriber.drained()
+        #expect(sink.writtenTexts.dropFirst() == [E.frame(E.event(2, "b")) + E.frame(E.event(3, "a")) + E.frame(E.event(4, "c"))])
+        #expect(subscriber.pendingTaskCount == 0)
+        #expect(subscriber.deliver(RoundEvents([E.event(5, "a")]), clock: clock) == .written)
+    }
+
+    @Test func drainingWritesWaitingFramesOnlyWhileTheyFit() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink)
+        let events = [E.event(1, "a"), E.event(2, "b"), E.event(3, "c")]
+        let frameBytes = E.frame(events[0]).utf8.count
+        sink.fill(1000)
+        subscriber.deliver(RoundEvents(events), clock: clock)
+        sink.fill(1000 - frameBytes)
+        subscriber.drained()
+        #expect(sink.writtenTexts.last == E.frame(events[0]), "room for one frame: one frame")
+        #expect(subscriber.pendingTaskCount == 2)
+        sink.peerRead()
+        subscriber.drained()
+        #expect(sink.writtenTexts.last == E.frame(events[1]) + E.frame(events[2]))
+    }
+
+    @Test func pastItsBoundASubscriberIsCutOffAtOnce() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink)
+        sink.fill(1000)
+        #expect(subscriber.deliver(RoundEvents((1...3).map { E.event($0, "t\($0)") }), clock: clock) == .waiting)
+        #expect(!sink.wasAborted, "at the bound, it waits")
+        #expect(subscriber.deliver(RoundEvents([E.event(4, "t4")]), clock: clock) == .cutOff(pendingTasks: 4))
+        #expect(sink.wasAborted && !sink.wasFinished, "closed at once, not after what is queued")
+        #expect(subscriber.pendingTaskCount == 0)
+        #expect(subscriber.deliver(RoundEvents([E.event(5, "t5")]), clock: clock) == .dropped)
+        #expect(subscriber.pendingTaskCount == 0)
+    }
+
+    @Test func manyChangesOfOneTaskNeverCutASubscriberOff() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink)
+        sink.fill(1000)
+        for seq in 1...100 { #expect(subscriber.deliver(RoundEvents([E.event(Int64(seq), "busy")]), clock: clock) == .waiting) }
+        #expect(subscriber.pendingTaskCount == 1)
+        sink.peerRead()
+        subscriber.drained()
+        #expect(sink.writtenTexts.last == E.frame(E.event(100, "busy")))
+    }
+
+    @Test func heartbeatsGoOnlyToLiveSubscribersWithNothingWaiting() {
+        let comment = [EventFrames.heartbeat]
+        let catchingUpSink = FakeEventSink()
+        subscriber(catchingUpSink).heartbeat(comment)
+        #expect(catchingUpSink.writes.isEmpty)
+
+        let sink = FakeEventSink()
+        let subscriber = live(sink)
+        subscriber.heartbeat(comment)
+        #expect(sink.writtenTexts.last == ":\n\n")
+        sink.fill(1000)
+        subscriber.deliver(RoundEvents([E.event(1)]), clock: clock)
+        subscriber.heartbeat(comment)
+        #expect(sink.writes.count == 2, "frames wait: no heartbeat")
+    }
+
+    @Test func youngTasksAreHeldThenReleasedWithoutAnID() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink, filter: StreamFilter(minDurationMilliseconds: 5000))
+        let start = clock.now()
+        let created = E.event(1, "young", kind: .created, createdAt: start)
+        let updated = E.event(2, "young", createdAt: start)
+        #expect(subscriber.deliver(RoundEvents([created]), clock: clock) == .nothing)
+        clock.advance(by: 1000)
+        #expect(subscriber.deliver(RoundEvents([updated]), clock: clock) == .nothing)
+        #expect(subscriber.nextRelease == start + 5000)
+        #expect(subscriber.releaseHeld(now: start + 4999) == .nothing)
+        #expect(subscriber.releaseHeld(now: start + 5000) == .written)
+        #expect(sink.writtenTexts.last == E.frame(updated, withID: false), "its latest state, without an id")
+        #expect(subscriber.nextRelease == nil)
+        clock.advance(by: 4000)
+        #expect(subscriber.deliver(RoundEvents([E.event(3, "young", createdAt: start)]), clock: clock) == .written)
+        #expect(sink.writtenTexts.last == E.frame(E.event(3, "young", createdAt: start)))
+    }
+
+    @Test func theCatchUpHandsOverTheTasksItHeldBack() {
+        let sink = FakeEventSink()
+        let filter = StreamFilter(minDurationMilliseconds: 5000)
+        let subscriber = subscriber(sink, filter: filter)
+        let start = clock.now()
+        var holdBack = HoldBack(filter: filter)
+        let held = E.event(1, "young", kind: .created, createdAt: start)
+        #expect(holdBack.offer(held, now: start) == .hold)
+        subscriber.caughtUp(CatchUp(frames: [Array(catchUpFrame.utf8)], highWater: 1, holdBack: holdBack),
+                            coalescingBacklog: 1024, clock: clock)
+        #expect(subscriber.nextRelease == start + 5000)
+        #expect(subscriber.releaseHeld(now: start + 5000) == .written)
+        #expect(sink.writtenTexts == [catchUpFrame, E.frame(held, withID: false)])
+    }
+
+    /// One encode per event per round, shared: every subscriber writes the same bytes.
+    @Test func subscribersShareOneEncodedFramePerEvent() {
+        let sinks = [FakeEventSink(), FakeEventSink(), FakeEventSink()]
+        let subscribers = sinks.map { live($0) }
+        let round = RoundEvents([E.event(1, "a"), E.event(2, "b")])
+        for subscriber in subscribers { #expect(subscriber.deliver(round, clock: clock) == .written) }
+        let buffers = sinks.map { sink in sink.writes[1].map { $0.withUnsafeBufferPointer { $0.baseAddress } } }
+        #expect(buffers[0].count == 2)
+        #expect(buffers.allSatisfy { $0 == buffers[0] }, "the same storage, not copies")
+    }
+}
