@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Milliseconds since the Unix epoch, the unit every stored time uses.
 public typealias EpochMilliseconds = Int64
@@ -20,16 +21,15 @@ public struct SystemClock: WallClock {
 }
 
 /// A clock that moves only when told to; for tests.
-public final class ManualClock: WallClock, @unchecked Sendable {
-    private let lock = NSLock()
-    private var current: EpochMilliseconds
+public final class ManualClock: WallClock {
+    private let current: Mutex<EpochMilliseconds>
 
-    public init(_ start: EpochMilliseconds = 1_800_000_000_000) { current = start }
+    public init(_ start: EpochMilliseconds = 1_800_000_000_000) { current = Mutex(start) }
 
-    public func now() -> EpochMilliseconds { lock.withLock { current } }
+    public func now() -> EpochMilliseconds { current.withLock { $0 } }
 
     /// Moves the clock forward by `milliseconds`.
-    public func advance(by milliseconds: Int64) { lock.withLock { current += milliseconds } }
+    public func advance(by milliseconds: Int64) { current.withLock { $0 += milliseconds } }
 }
 
 /// RFC 3339 timestamps in UTC with milliseconds, e.g. `2026-11-30T03:38:28.123Z`.

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Dispatch
 import HTTPServer
 import HeadwayCore
@@ -123,37 +124,45 @@ struct EventsAPI: Sendable {
 /// could see), no `min_duration` (whose answer depends on the time), and no finished task
 /// in it old enough to have left the snapshot's last minute. Holds the answers of one
 /// position at a time.
-final class CatchUpCache: @unchecked Sendable {
+final class CatchUpCache: Sendable {
     private struct Key: Hashable {
         var taskIDs: Set<String>
         var parentID: String?
         var lastEventID: Int64?
     }
 
-    private var position: ChangeFeed.Position?
-    private var answers: [Key: (catchUp: CatchUp, validUntil: EpochMilliseconds?)] = [:]
-    private let lock = NSLock()
-    private var reused = 0
+    private struct Answers {
+        var position: ChangeFeed.Position?
+        var byQuery: [Key: (catchUp: CatchUp, validUntil: EpochMilliseconds?)] = [:]
+        var reused = 0
+    }
+
+    private let answers = Mutex(Answers())
 
     /// How many answers were reused (for tests and measurements).
-    var hits: Int { lock.withLock { reused } }
+    var hits: Int { answers.withLock { $0.reused } }
 
     func catchUp(for query: EventsQuery, at position: ChangeFeed.Position, now: EpochMilliseconds) -> CatchUp? {
-        guard self.position == position, let key = Self.key(query), let answer = answers[key] else { return nil }
-        if let validUntil = answer.validUntil, now >= validUntil { return nil }
-        lock.withLock { reused += 1 }
-        return answer.catchUp
+        guard let key = Self.key(query) else { return nil }
+        return answers.withLock { answers in
+            guard answers.position == position, let answer = answers.byQuery[key] else { return nil }
+            if let validUntil = answer.validUntil, now >= validUntil { return nil }
+            answers.reused += 1
+            return answer.catchUp
+        }
     }
 
     func remember(_ catchUp: CatchUp, for query: EventsQuery, at position: ChangeFeed.Position,
                   validUntil: EpochMilliseconds?) {
         guard let key = Self.key(query) else { return }
-        if self.position != position {
-            self.position = position
-            answers = [:]
+        answers.withLock { answers in
+            if answers.position != position {
+                answers.position = position
+                answers.byQuery = [:]
+            }
+            if answers.byQuery.count >= 256 { answers.byQuery = [:] }
+            answers.byQuery[key] = (catchUp, validUntil)
         }
-        if answers.count >= 256 { answers = [:] }
-        answers[key] = (catchUp, validUntil)
     }
 
     private static func key(_ query: EventsQuery) -> Key? {
