@@ -78,6 +78,8 @@ final class ConnectionSorter: Service {
     /// Connections waiting to be sorted beyond this are closed at once.
     private let maximumWaiting: Int
     private let decisionTimeoutNanoseconds: UInt64
+    /// Monotonic nanoseconds (injected by tests).
+    private let monotonicNow: @Sendable () -> UInt64
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
     /// Used by the accept loop only; in a mutex so that nothing but the type system's
     /// word is needed for it (the lock is never contended).
@@ -87,12 +89,14 @@ final class ConnectionSorter: Service {
     /// the sorter closes when its loop ends) once `run()` is called.
     init(listenFD: Int32, streamPaths: [String], maximumStreamHead: Int, maximumWaiting: Int,
          decisionTimeoutNanoseconds: UInt64 = ConnectionSorter.decisionTimeoutNanoseconds,
+         monotonicNow: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds },
          handOff: @escaping @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void) throws {
         self.listenFD = listenFD
         self.streamPaths = streamPaths
         self.maximumStreamHead = maximumStreamHead
         self.maximumWaiting = maximumWaiting
         self.decisionTimeoutNanoseconds = decisionTimeoutNanoseconds
+        self.monotonicNow = monotonicNow
         self.handOff = handOff
         loop = try EpollLoop()
         loop.watch(listenFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
@@ -147,7 +151,7 @@ final class ConnectionSorter: Service {
                 close(fd)
                 continue
             }
-            waiting.connections[fd] = Waiting.Entry(address: address, length: length, since: DispatchTime.now().uptimeNanoseconds)
+            waiting.connections[fd] = Waiting.Entry(address: address, length: length, since: monotonicNow())
             loop.watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_ADD)
         }
     }
@@ -175,8 +179,8 @@ final class ConnectionSorter: Service {
     }
 
     private func handOverLate(_ waiting: inout Waiting) {
-        let now = DispatchTime.now().uptimeNanoseconds
-        for (fd, entry) in waiting.connections where now - entry.since > decisionTimeoutNanoseconds {
+        let now = monotonicNow()
+        for (fd, entry) in waiting.connections where now &- entry.since > decisionTimeoutNanoseconds {
             hand(fd, .request, &waiting)
         }
     }

@@ -46,6 +46,8 @@ public final class MicroHTTPServer: Service {
         /// A connection that has sent too little to be sorted after this long goes to the
         /// request daemon.
         public var sortingTimeoutNanoseconds = ConnectionSorter.decisionTimeoutNanoseconds
+        /// The monotonic clock of the sorting timeout, in nanoseconds (tests move their own).
+        public var sortingClock: @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }
 
         public init() {}
     }
@@ -118,7 +120,7 @@ public final class MicroHTTPServer: Service {
             let sorter = try ConnectionSorter(
                 listenFD: listenFD, streamPaths: configuration.streamPaths,
                 maximumStreamHead: configuration.maximumStreamHeadBytes, maximumWaiting: configuration.connectionLimit,
-                decisionTimeoutNanoseconds: configuration.sortingTimeoutNanoseconds
+                decisionTimeoutNanoseconds: configuration.sortingTimeoutNanoseconds, monotonicNow: configuration.sortingClock
             ) { [unowned self] fd, route, address, length in
                 let daemon = daemons.withLock { route == .stream ? $0.stream : $0.request }
                 // libmicrohttpd closes the socket if it cannot take it (at its connection limit).

@@ -18,14 +18,25 @@ public struct TestResponse: Sendable {
 /// Why a test exchange failed.
 public struct TestHTTPError: Error, CustomStringConvertible {
     public var description: String
-    public init(_ description: String) { self.description = description }
+    /// The server closed (or reset) the connection: an answer in itself, unlike a timeout.
+    public var peerClosed: Bool
+    public init(_ description: String, peerClosed: Bool = false) {
+        self.description = description
+        self.peerClosed = peerClosed
+    }
+}
+
+/// What a server did with a request: answered it, or closed the connection.
+public enum TestReply: Sendable {
+    case response(TestResponse)
+    case closed
 }
 
 /// A deliberately plain HTTP/1.1 client on a blocking socket, so tests control every byte
 /// sent (bad bodies, chunked uploads, missing headers) and read exactly what came back.
 /// Every read times out after a few seconds, so a test can never hang. One thread uses a
 /// client at a time.
-public final class TestHTTPClient: @unchecked Sendable {
+public final class TestHTTPClient: @unchecked Sendable {  // a socket and a read buffer, used by one thread at a time
     private let fd: Int32
     private var buffer: [UInt8] = []
 
@@ -41,7 +52,9 @@ public final class TestHTTPClient: @unchecked Sendable {
         var offset = 0
         while offset < bytes.count {
             let written = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            guard written > 0 else { throw TestHTTPError("write failed (errno \(errno))") }
+            guard written > 0 else {
+                throw TestHTTPError("write failed (errno \(errno))", peerClosed: errno == EPIPE || errno == ECONNRESET)
+            }
             offset += written
         }
     }
@@ -71,6 +84,17 @@ public final class TestHTTPClient: @unchecked Sendable {
         let lineEnd = try readUntil([13, 10])
         defer { buffer.removeFirst(lineEnd + 2) }
         return String(decoding: buffer[..<lineEnd], as: UTF8.self)
+    }
+
+    /// Sends `bytes` and reads the reply, or sees the connection closed (at any point); throws
+    /// when the server neither answers nor closes in time.
+    public func exchange(_ bytes: [UInt8]) throws -> TestReply {
+        do {
+            try send(bytes)
+            return .response(try readResponse())
+        } catch let error as TestHTTPError where error.peerClosed {
+            return .closed
+        }
     }
 
     /// Reads one response (body by Content-Length, chunked, or up to the close).
@@ -118,7 +142,7 @@ public final class TestHTTPClient: @unchecked Sendable {
                 }
                 searchFrom = buffer.count - marker.count + 1
             }
-            guard try readMore() else { throw TestHTTPError("connection closed before a complete response") }
+            guard try readMore() else { throw TestHTTPError("connection closed before a complete response", peerClosed: true) }
         }
     }
 
@@ -133,7 +157,7 @@ public final class TestHTTPClient: @unchecked Sendable {
     private func readMore() throws -> Bool {
         var chunk = [UInt8](repeating: 0, count: 65536)
         let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        if count < 0 { throw TestHTTPError("read failed or timed out (errno \(errno))") }
+        if count < 0 { throw TestHTTPError("read failed or timed out (errno \(errno))", peerClosed: errno == ECONNRESET) }
         if count == 0 { return false }
         buffer += chunk.prefix(count)
         return true

@@ -1,4 +1,5 @@
 import HeadwayCore
+import HeadwayTestSupport
 import Testing
 @testable import HeadwayService
 

@@ -13,23 +13,23 @@ import Testing
         return formatter.date(from: text)?.timeIntervalSince1970
     }
 
-    /// Real time: a 1 s stall timeout, flagged by the running sweeper.
-    @Test func aSilentTaskIsFlaggedWithinASecondOfItsDeadlineAndRecovers() throws {
-        let daemon = try LiveDaemon()
+    /// The running sweeper (not one called by the test) flags a task whose deadline has
+    /// passed on the daemon's clock; how late it does so in real time is a benchmark figure
+    /// (`bench/stall-sweeper.py`), not a test.
+    @Test func aSilentTaskIsFlaggedByTheRunningSweeperAndRecovers() throws {
+        let clock = ManualClock()
+        let daemon = try LiveDaemon(clock: clock)
         let subscriber = try daemon.subscribe()
         _ = try subscriber.nextEvent()
         let task = try daemon.register(#"{"id":"quiet","name":"Quiet","stall_timeout_seconds":1}"#)
         _ = try subscriber.nextEvent()  // task.created
+        clock.advance(by: 1000)
         let stalled = try #require(try subscriber.nextEvent())
-        let arrived = Date().timeIntervalSince1970
         #expect(stalled.event == "task.stalled")
         #expect(stalled.json["stalled"] as? Bool == true)
         #expect(stalled.json["stall_reason"] as? String == "silent")
         let created = try #require(parseTime(task["created_at"]))
-        let deadline = created + 1
-        #expect(parseTime(stalled.json["stalled_since"]) == deadline, "stalled since the deadline itself")
-        #expect(arrived >= deadline)
-        #expect(arrived - deadline < 1.0, "flag raised \(arrived - deadline) s after the deadline")
+        #expect(parseTime(stalled.json["stalled_since"]) == created + 1, "stalled since the deadline itself")
         #expect(stalled.json["rate"] is NSNull)
 
         let reply = try daemon.request("POST", "/v1/tasks/quiet/heartbeat")
