@@ -1,5 +1,6 @@
 import Foundation
 import Lifecycle
+import Synchronization
 import HTTPServer
 import HeadwayCore
 import HeadwayStore
@@ -24,11 +25,14 @@ public final class HeadwayApplication: Sendable {
     let recentCatchUps: CatchUpCache
     /// Every route served, as (method, path pattern).
     public let routes: [(method: String, pattern: String)]
-    private let services: ServiceGroup
+    /// What the server does with each request (tests may hand requests to it directly).
+    let pipeline: HTTPPipeline
+    /// The services, once started.
+    private let services = Mutex<ServiceGroup?>(nil)
 
     init(configuration: Configuration, writer: GroupCommitWriter, readers: [DatabaseReader], broker: EventBroker,
-         maintenance: Maintenance, server: MicroHTTPServer, recentCatchUps: CatchUpCache, logger: Logger,
-         routes: [(method: String, pattern: String)]) {
+         maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline, recentCatchUps: CatchUpCache,
+         logger: Logger, routes: [(method: String, pattern: String)]) {
         self.maintenance = maintenance
         self.recentCatchUps = recentCatchUps
         self.configuration = configuration
@@ -38,21 +42,26 @@ public final class HeadwayApplication: Sendable {
         self.server = server
         self.logger = logger
         self.routes = routes
-        services = ServiceGroup([
-            ServiceGroup.Member("headway-log", logger.flusher),
-            ServiceGroup.Member("headway-events", broker),
-            ServiceGroup.Member("headway-writer", writer),
-            ServiceGroup.Member("headway-sweeper", maintenance),
-            ServiceGroup.Member("headway-accept", server),
-        ])
+        self.pipeline = pipeline
     }
 
     /// The port served (useful with port 0).
     public var port: Int { server.port }
 
-    /// Starts every service; listening once this returns.
-    public func start() throws {
-        try services.start()
+    /// Starts every service; listening once this returns. Without `listening` (tests that
+    /// hand requests to the pipeline in process) the HTTP server is left out.
+    public func start(listening: Bool = true) throws {
+        var members = [
+            ServiceGroup.Member("headway-log", logger.flusher),
+            ServiceGroup.Member("headway-events", broker),
+            ServiceGroup.Member("headway-writer", writer),
+            ServiceGroup.Member("headway-sweeper", maintenance),
+        ]
+        if listening { members.append(ServiceGroup.Member("headway-accept", server)) }
+        let group = ServiceGroup(members)
+        try group.start()
+        services.withLock { $0 = group }
+        guard listening else { return }
         logger.log(.info, "server.listening", [
             "address": configuration.host.contains(":") ? "[\(configuration.host)]:\(port)" : "\(configuration.host):\(port)",
             "db": configuration.databasePath, "durability": configuration.durability.rawValue,
@@ -81,7 +90,7 @@ public final class HeadwayApplication: Sendable {
     /// last log lines.
     public func shutdown() {
         logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
-        services.stop()
+        services.withLock { $0 }?.stop()
         readers.forEach { $0.close() }
         logger.log(.info, "server.stopped", ["batches": "\(writer.statistics.batches)", "writes": "\(writer.statistics.jobs)"])
         logger.flush()
@@ -148,7 +157,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         logger.log(clientGone ? .debug : .warn, "http.library", ["message": message])
     })
     return HeadwayApplication(configuration: configuration, writer: writer, readers: [reader, streamReader],
-                              broker: broker, maintenance: maintenance, server: server,
+                              broker: broker, maintenance: maintenance, server: server, pipeline: pipeline,
                               recentCatchUps: recentCatchUps, logger: logger,
                               routes: router.routes.map { ($0.method, $0.pattern) })
 }

@@ -7,6 +7,12 @@ public struct TestResponse: Sendable {
     public var headers: [String: String]
     public var body: [UInt8]
 
+    public init(status: Int, headers: [String: String], body: [UInt8]) {
+        self.status = status
+        self.headers = headers
+        self.body = body
+    }
+
     public var text: String { String(decoding: body, as: UTF8.self) }
 
     /// The body parsed as a JSON object (empty when it is not one).

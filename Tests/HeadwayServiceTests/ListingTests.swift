@@ -8,8 +8,8 @@ import Testing
         (response.json["tasks"] as? [[String: Any]] ?? []).compactMap { $0["id"] as? String }
     }
 
-    @Test func pagesThroughEveryTaskNewestFirst() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func pagesThroughEveryTaskNewestFirst(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         for index in 0..<23 { try daemon.register(#"{"id":"t\#(index)","name":"Task \#(index)"}"#) }
         var seen: [String] = []
         var token: String?
@@ -28,8 +28,8 @@ import Testing
         #expect(ids(try daemon.request("GET", "/v1/tasks")).count == 23, "default page size is 50")
     }
 
-    @Test func filtersByStateStalledParentAndRoot() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func filtersByStateStalledParentAndRoot(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         try daemon.register(#"{"id":"root","name":"Root"}"#)
         try daemon.register(#"{"id":"a","name":"A","parent_id":"root"}"#)
         try daemon.register(#"{"id":"b","name":"B","parent_id":"root","state":"pending"}"#)
@@ -46,8 +46,8 @@ import Testing
         #expect(ids(notStalled).count == 2)
     }
 
-    @Test func refusesBadQueries() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func refusesBadQueries(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         for query in ["page_size=0", "page_size=501", "page_size=ten", "state=done", "stalled=yes", "root=1",
                       "parent_id=a%20b", "sort=name", "page_size=5&page_size=6"] {
             let response = try daemon.request("GET", "/v1/tasks?\(query)")
@@ -56,8 +56,8 @@ import Testing
         }
     }
 
-    @Test func pageTokensAreTiedToTheirListing() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func pageTokensAreTiedToTheirListing(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         for index in 0..<3 { try daemon.register(#"{"id":"t\#(index)","name":"T","state":"pending"}"#) }
         let first = try daemon.request("GET", "/v1/tasks?state=pending&page_size=1")
         let token = try #require(first.json["next_page_token"] as? String)

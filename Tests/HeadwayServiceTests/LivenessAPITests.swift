@@ -61,9 +61,9 @@ import Testing
         #expect(try daemon.request("GET", "/v1/tasks?stalled=true").json["total_size"] as? Int == 0)
     }
 
-    @Test func pendingTasksAreNeverStalledAndChildrenKeepTheirParentAlive() throws {
+    @Test(arguments: Transport.allCases) func pendingTasksAreNeverStalledAndChildrenKeepTheirParentAlive(_ transport: Transport) throws {
         let clock = ManualClock()
-        let daemon = try LiveDaemon(clock: clock)
+        let daemon = try LiveDaemon(transport: transport, clock: clock)
         try daemon.register(#"{"id":"queued","name":"Queued","state":"pending","stall_timeout_seconds":5}"#)
         try daemon.register(#"{"id":"parent","name":"Parent","stall_timeout_seconds":5}"#)
         try daemon.register(#"{"id":"child","name":"Child","parent_id":"parent","stall_timeout_seconds":60}"#)
@@ -106,9 +106,9 @@ import Testing
         #expect(second.sweepStalls() == 1)
     }
 
-    @Test func rateAndETAComeFromWhenProgressArrived() throws {
+    @Test(arguments: Transport.allCases) func rateAndETAComeFromWhenProgressArrived(_ transport: Transport) throws {
         let clock = ManualClock()
-        let daemon = try LiveDaemon(clock: clock)
+        let daemon = try LiveDaemon(transport: transport, clock: clock)
         let created = try daemon.register(#"{"id":"copy","name":"Copy","total":100}"#)
         #expect(created["rate"] is NSNull)
         var last: [String: Any] = [:]
@@ -140,9 +140,9 @@ import Testing
         #expect(updates.allSatisfy { $0.json["id"] as? String == "deploy" && $0.event == "task.updated" })
     }
 
-    @Test func historyIsDownsampledWithinItsBounds() throws {
+    @Test(arguments: Transport.allCases) func historyIsDownsampledWithinItsBounds(_ transport: Transport) throws {
         let clock = ManualClock()
-        let daemon = try LiveDaemon(clock: clock)
+        let daemon = try LiveDaemon(transport: transport, clock: clock)
         try daemon.register(#"{"id":"curve","name":"Curve","total":1000}"#)
         for second in 1...300 {
             clock.advance(by: 1000)
@@ -164,9 +164,9 @@ import Testing
         #expect(try daemon.request("GET", "/v1/tasks/nope/history").status == 404)
     }
 
-    @Test func retentionForgetsOldFinishedTasks() throws {
+    @Test(arguments: Transport.allCases) func retentionForgetsOldFinishedTasks(_ transport: Transport) throws {
         let clock = ManualClock()
-        let daemon = try LiveDaemon(arguments: ["--retention", "1d"], clock: clock)
+        let daemon = try LiveDaemon(transport: transport, arguments: ["--retention", "1d"], clock: clock)
         try daemon.register(#"{"id":"old","name":"Old"}"#)
         try daemon.register(#"{"id":"active","name":"Active"}"#)
         try daemon.request("POST", "/v1/tasks/old/finish", json: #"{"outcome":"succeeded"}"#)

@@ -6,8 +6,8 @@ import Testing
 /// The task routes against the real daemon on a loopback port: the life cycle, every
 /// accuracy rule, and that a refused request changes nothing.
 @Suite(.serialized) struct TaskAPITests {
-    @Test func runnerLifeCycle() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func runnerLifeCycle(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         let created = try daemon.request("POST", "/v1/tasks", json: #"{"id":"job-1","name":"Nightly backup","total":200,"unit":"files","metadata":{"host":"db-3"}}"#)
         #expect(created.status == 201)
         #expect(created.headers["location"] == "/v1/tasks/job-1")
@@ -42,8 +42,8 @@ import Testing
         #expect(fetched.text == finished.text)
     }
 
-    @Test func everyReplyCarriesEveryField() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func everyReplyCarriesEveryField(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         let task = try daemon.register(#"{"name":"Indexing"}"#)
         let fields = ["id", "name", "label", "parent_id", "weight", "state", "mode", "completed", "total", "unit",
                       "fraction", "rate", "eta_seconds", "stalled", "stall_reason", "stalled_since",
@@ -58,8 +58,8 @@ import Testing
         #expect((task["created_at"] as! String).hasSuffix("Z"))
     }
 
-    @Test func registrationIsIdempotentAndConflictsAre409() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func registrationIsIdempotentAndConflictsAre409(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         let body = #"{"id":"etl-7","name":"ETL","total":10}"#
         let first = try daemon.request("POST", "/v1/tasks", json: body)
         #expect(first.status == 201)
@@ -75,8 +75,8 @@ import Testing
         #expect(try daemon.snapshot("etl-7") == before)
     }
 
-    @Test func accuracyRulesRefuseAndChangeNothing() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func accuracyRulesRefuseAndChangeNothing(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         try daemon.register(#"{"id":"t","name":"Copy","total":100}"#)
         try daemon.request("POST", "/v1/tasks/t/progress", json: #"{"completed":40,"seq":5}"#)
         let before = try daemon.snapshot("t")
@@ -106,8 +106,8 @@ import Testing
         #expect(try daemon.snapshot("t") == before, "refused updates changed the task")
     }
 
-    @Test func repeatedSeqIsAcknowledgedAndNotApplied() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func repeatedSeqIsAcknowledgedAndNotApplied(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         try daemon.register(#"{"id":"s","name":"Upload"}"#)
         let first = try daemon.request("POST", "/v1/tasks/s/progress", json: #"{"increment":10,"seq":1}"#)
         #expect(first.json["completed"] as? Int == 10)
@@ -122,8 +122,8 @@ import Testing
         #expect(next.json["completed"] as? Int == 20)
     }
 
-    @Test func finishSemantics() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func finishSemantics(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         try daemon.register(#"{"id":"f","name":"Build","total":10}"#)
         #expect(try daemon.request("POST", "/v1/tasks/f/finish", json: "{}").problemCode == "invalid_request")
         #expect(try daemon.request("POST", "/v1/tasks/f/finish").problemCode == "malformed_json")
@@ -141,15 +141,15 @@ import Testing
         #expect(try daemon.snapshot("f") == failed.text)
     }
 
-    @Test func pendingTasksStartAtTheirFirstSignal() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func pendingTasksStartAtTheirFirstSignal(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         #expect(try daemon.register(#"{"id":"q","name":"Queued","state":"pending"}"#)["state"] as? String == "pending")
         #expect(try daemon.request("POST", "/v1/tasks/q/heartbeat").json["state"] as? String == "running")
         #expect(try daemon.request("POST", "/v1/tasks", json: #"{"name":"x","state":"succeeded"}"#).status == 400)
     }
 
-    @Test func cancelReachesTheRunnerAndCascades() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func cancelReachesTheRunnerAndCascades(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         try daemon.register(#"{"id":"parent","name":"Deploy"}"#)
         try daemon.register(#"{"id":"child","name":"Deploy web","parent_id":"parent","weight":2}"#)
         let canceled = try daemon.request("POST", "/v1/tasks/parent/cancel")
@@ -164,8 +164,8 @@ import Testing
         #expect(try daemon.request("POST", "/v1/tasks", json: #"{"name":"x","parent_id":"nope"}"#).problemCode == "parent_not_found")
     }
 
-    @Test func deleteRemovesTheTaskAndItsChildren() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func deleteRemovesTheTaskAndItsChildren(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         try daemon.register(#"{"id":"p","name":"Parent"}"#)
         try daemon.register(#"{"id":"c","name":"Child","parent_id":"p"}"#)
         try daemon.register(#"{"id":"keep","name":"Other"}"#)
@@ -177,8 +177,8 @@ import Testing
         #expect(try daemon.request("GET", "/v1/tasks/keep").status == 200)
     }
 
-    @Test func unknownTasksAndBadIDs() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func unknownTasksAndBadIDs(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         for (method, path) in [("GET", "/v1/tasks/ghost"), ("POST", "/v1/tasks/ghost/progress"),
                                ("POST", "/v1/tasks/ghost/heartbeat"), ("POST", "/v1/tasks/ghost/cancel")] {
             let response = try daemon.request(method, path, json: method == "POST" ? "{}" : nil)
@@ -258,8 +258,8 @@ import Testing
         #expect(refused.headers["x-request-id"] == "big-1")
     }
 
-    @Test func healthz() throws {
-        let daemon = try LiveDaemon()
+    @Test(arguments: Transport.allCases) func healthz(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
         let health = try daemon.request("GET", "/healthz")
         #expect(health.status == 200)
         #expect(health.json["status"] as? String == "ok")
