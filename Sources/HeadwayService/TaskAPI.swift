@@ -135,10 +135,8 @@ struct TaskAPI: Sendable {
     private func list(_ request: HTTPRequest) -> HTTPResponse {
         do {
             let query = try ListQuery.parse(request.query)
-            let page = try reader.read { database in
-                try database.execute("BEGIN")
-                defer { try? database.execute("COMMIT") }
-                return try TaskRepository.page(query.filter, size: query.pageSize, beforeKey: query.beforeKey, in: database)
+            let page = try reader.snapshot { database in
+                try TaskRepository.page(query.filter, size: query.pageSize, beforeKey: query.beforeKey, in: database)
             }
             var body = JSONText()
             body.appendRaw(#"{"tasks":["#)

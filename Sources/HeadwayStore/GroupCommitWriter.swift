@@ -12,7 +12,9 @@ public enum Durability: String, Sendable, CaseIterable {
 /// `BEGIN IMMEDIATE … COMMIT` batches (group commit). Each job runs inside its own
 /// savepoint, so a job that throws changes nothing while the rest of its batch commits.
 /// A job's completion is called only after its batch has committed; if the commit fails,
-/// every job of the batch gets the error.
+/// the batch is rolled back and every job of it gets the error. The connection is confined
+/// to the writer thread.
+// @unchecked: the queue, the flag and the counters are guarded by `condition`.
 public final class GroupCommitWriter: @unchecked Sendable {
     /// Counts of what the writer has done, for metrics and benchmarks.
     public struct Statistics: Sendable, Equatable {
@@ -21,8 +23,9 @@ public final class GroupCommitWriter: @unchecked Sendable {
     }
 
     private struct Job {
-        /// Runs the work; false when it threw, so its savepoint must be rolled back.
-        let run: (Database) -> Bool
+        /// Runs the work in its own savepoint and keeps its result for `commit`; returns the
+        /// error that rolled the savepoint back, if any.
+        let run: (Database) -> (any Error)?
         let commit: () -> Void
         let abort: (any Error) -> Void
     }
@@ -60,10 +63,13 @@ public final class GroupCommitWriter: @unchecked Sendable {
         let box = ResultBox<Value>()
         let job = Job(
             run: { database in
-                let result = Result { try work(database) }
-                box.result = result
-                if case .failure = result { return false }
-                return true
+                do {
+                    box.result = .success(try database.inSavepoint { try work(database) })
+                    return nil
+                } catch {
+                    box.result = .failure(error)
+                    return error
+                }
             },
             commit: { completion(box.result ?? .failure(WriterError.stopped)) },
             abort: { error in completion(.failure(error)) })
@@ -91,6 +97,7 @@ public final class GroupCommitWriter: @unchecked Sendable {
     }
 
     private func loop() {
+        database.confine(to: .currentThread)
         while true {
             condition.lock()
             while queue.isEmpty && !stopping { condition.wait() }
@@ -112,32 +119,16 @@ public final class GroupCommitWriter: @unchecked Sendable {
     }
 
     private func runBatch(_ batch: [Job]) {
-        // Prepared once and reused (`run`), not parsed again for every job.
         do {
-            try database.run("BEGIN IMMEDIATE")
-        } catch {
-            batch.forEach { $0.abort(error) }
-            return
-        }
-        for job in batch {
-            do {
-                try database.run("SAVEPOINT job")
-                if !job.run(database) {
-                    try database.run("ROLLBACK TO job")
-                    database.noteRollback()
+            try database.inTransaction(.immediate) {
+                for job in batch {
+                    // A job that throws is rolled back alone and learns its error after the
+                    // commit, unless SQLite rolled back the whole transaction (after a full
+                    // disk, say): then the batch is lost.
+                    if let error = job.run(database), !database.isInsideTransaction { throw error }
                 }
-                try database.run("RELEASE job")
-            } catch {
-                // The savepoint itself failed: nothing of this job can be trusted.
-                try? database.execute("ROLLBACK TO job; RELEASE job")
-                database.noteRollback()
             }
-        }
-        do {
-            try database.run("COMMIT")
         } catch {
-            try? database.execute("ROLLBACK")
-            database.noteRollback()
             batch.forEach { $0.abort(error) }
             return
         }

@@ -17,16 +17,18 @@ public struct Migration: Sendable, Equatable {
 /// Applies migrations in order, each in its own immediate transaction together with its
 /// bookkeeping row in `schema_migrations`, so a migration is either wholly applied and
 /// recorded or not at all.
-public struct Migrator {
+public struct Migrator: Sendable {
+    /// The migrations this build knows, in version order.
     public let migrations: [Migration]
 
+    /// A migrator for `migrations` (by default those compiled in from `migrations/`).
     public init(_ migrations: [Migration] = EmbeddedMigrations.all) {
         self.migrations = migrations.sorted { $0.version < $1.version }
     }
 
     /// Applies every migration not yet recorded; returns the versions applied.
     @discardableResult
-    public func migrate(_ database: Database) throws(SQLiteError) -> [Int] {
+    public func migrate(_ database: Database) throws -> [Int] {
         try database.execute("""
             CREATE TABLE IF NOT EXISTS schema_migrations (
                 version INTEGER PRIMARY KEY,
@@ -36,19 +38,13 @@ public struct Migrator {
             """)
         var applied: [Int] = []
         for migration in migrations {
-            try database.execute("BEGIN IMMEDIATE")
-            do {
-                if try database.scalar("SELECT 1 FROM schema_migrations WHERE version = ?",
-                                       [.integer(Int64(migration.version))]) == nil {
-                    try database.execute(migration.sql)
-                    try database.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
-                                     [.integer(Int64(migration.version)), .text(migration.name)])
-                    applied.append(migration.version)
-                }
-                try database.execute("COMMIT")
-            } catch {
-                try? database.execute("ROLLBACK")
-                throw error
+            let version = SQLValue.integer(Int64(migration.version))
+            try database.inTransaction(.immediate) {
+                guard try database.scalar("SELECT 1 FROM schema_migrations WHERE version = ?", [version]) == nil else { return }
+                try database.execute(migration.sql)
+                try database.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                                 [version, .text(migration.name)])
+                applied.append(migration.version)
             }
         }
         return applied

@@ -295,32 +295,3 @@ public struct TaskStore: Sendable {
         return events
     }
 }
-
-/// A connection for queries, shared under a lock. WAL lets it read while the writer commits.
-public final class DatabaseReader: @unchecked Sendable {
-    private let database: Database
-    private let lock = NSLock()
-
-    /// Opens a connection to an existing database, for reading only.
-    public init(path: String) throws(SQLiteError) {
-        database = try Database(path: path)
-        try database.execute("PRAGMA query_only = 1")
-    }
-
-    /// Closes the connection; later reads throw.
-    public func close() { lock.withLock { database.close() } }
-
-    /// Runs `body` with the connection, one caller at a time.
-    public func read<Value>(_ body: (Database) throws -> Value) rethrows -> Value {
-        try lock.withLock { try body(database) }
-    }
-
-    /// Runs `body` in one read transaction, so everything it reads is one snapshot.
-    public func snapshot<Value>(_ body: (Database) throws -> Value) throws -> Value {
-        try read { database in
-            try database.execute("BEGIN")
-            defer { try? database.execute("COMMIT") }
-            return try body(database)
-        }
-    }
-}
