@@ -49,7 +49,7 @@ struct TaskAPI: Sendable {
 
     private func health() -> HTTPResponse {
         do {
-            _ = try reader.read { database in try database.scalar("SELECT count(*) FROM schema_migrations") }
+            _ = try reader.schemaVersion()
             return .json(200, #"{"status":"ok"}"#)
         } catch {
             logger.log(.error, "health.failed", ["error": "\(error)"])

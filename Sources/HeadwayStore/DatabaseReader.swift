@@ -31,4 +31,9 @@ public final class DatabaseReader: Sendable {
         try read { database in try database.inTransaction(.deferred) { try body(database) } }
     }
 
+    /// The latest schema version recorded in the database (0 before any migration); throws
+    /// when the database cannot be read or was never set up. The readiness check.
+    public func schemaVersion() throws -> Int {
+        try read { database in try Migrator.recordedVersion(in: database) }
+    }
 }

@@ -49,4 +49,29 @@ public struct Migrator: Sendable {
         }
         return applied
     }
+
+    /// The highest version recorded in `database` (0 when none); throws when the database
+    /// has no `schema_migrations` table.
+    public static func recordedVersion(in database: Database) throws(SQLiteError) -> Int {
+        Int(try database.scalar("SELECT max(version) FROM schema_migrations") ?? 0)
+    }
+}
+
+/// Prepares the daemon's database before it serves: the WAL journal, every migration, and
+/// the change sequence where it stands.
+public struct DatabaseSetup: Sendable {
+    /// The migration versions applied now (empty when the database was up to date).
+    public let appliedMigrations: [Int]
+    /// The change sequence, loaded from the database.
+    public let sequence: ChangeSequence
+
+    /// Opens (creating if needed) the database at `path`, switches it to WAL, migrates it
+    /// and loads its change sequence; the connection is closed again.
+    public static func open(path: String, migrator: Migrator = Migrator()) throws -> DatabaseSetup {
+        let database = try Database(path: path)
+        defer { database.close() }
+        try database.execute("PRAGMA journal_mode = WAL")
+        let applied = try migrator.migrate(database)
+        return DatabaseSetup(appliedMigrations: applied, sequence: try ChangeSequence(database: database))
+    }
 }
