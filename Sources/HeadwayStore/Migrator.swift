@@ -14,9 +14,24 @@ public struct Migration: Sendable, Equatable {
     }
 }
 
+/// Why a database cannot be migrated.
+public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The database records a schema version above every migration this build has: a newer
+    /// build migrated it, and this one would misread it.
+    case databaseIsNewer(databaseVersion: Int, latestKnownVersion: Int)
+
+    public var description: String {
+        switch self {
+        case .databaseIsNewer(let databaseVersion, let latestKnownVersion):
+            "the database was migrated by a newer Headway (schema version \(databaseVersion); "
+                + "this build knows up to \(latestKnownVersion)); upgrade headwayd or use another database"
+        }
+    }
+}
+
 /// Applies migrations in order, each in its own immediate transaction together with its
 /// bookkeeping row in `schema_migrations`, so a migration is either wholly applied and
-/// recorded or not at all.
+/// recorded or not at all. A database migrated by a newer build is refused untouched.
 public struct Migrator: Sendable {
     /// The migrations this build knows, in version order.
     public let migrations: [Migration]
@@ -26,16 +41,27 @@ public struct Migrator: Sendable {
         self.migrations = migrations.sorted { $0.version < $1.version }
     }
 
-    /// Applies every migration not yet recorded; returns the versions applied.
+    /// The highest version this build knows (0 when it knows none).
+    public var latestVersion: Int { migrations.last?.version ?? 0 }
+
+    /// Applies every migration not yet recorded; returns the versions applied. Throws
+    /// `MigrationError.databaseIsNewer`, changing nothing, when the database records a
+    /// version above `latestVersion`.
     @discardableResult
     public func migrate(_ database: Database) throws -> [Int] {
-        try database.execute("""
-            CREATE TABLE IF NOT EXISTS schema_migrations (
-                version INTEGER PRIMARY KEY,
-                name TEXT NOT NULL,
-                applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-            ) STRICT
-            """)
+        try database.inTransaction(.immediate) {
+            try database.execute("""
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version INTEGER PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+                ) STRICT
+                """)
+            let recorded = try Self.recordedVersion(in: database)
+            if recorded > latestVersion {
+                throw MigrationError.databaseIsNewer(databaseVersion: recorded, latestKnownVersion: latestVersion)
+            }
+        }
         var applied: [Int] = []
         for migration in migrations {
             let version = SQLValue.integer(Int64(migration.version))
@@ -65,13 +91,15 @@ public struct DatabaseSetup: Sendable {
     /// The change sequence, loaded from the database.
     public let sequence: ChangeSequence
 
-    /// Opens (creating if needed) the database at `path`, switches it to WAL, migrates it
-    /// and loads its change sequence; the connection is closed again.
+    /// Opens (creating if needed) the database at `path`, migrates it, switches it to WAL
+    /// and loads its change sequence; the connection is closed again. Throws
+    /// `MigrationError.databaseIsNewer` for a database from a newer build, which it leaves
+    /// as it was (hence WAL only after migrating).
     public static func open(path: String, migrator: Migrator = Migrator()) throws -> DatabaseSetup {
         let database = try Database(path: path)
         defer { database.close() }
-        try database.execute("PRAGMA journal_mode = WAL")
         let applied = try migrator.migrate(database)
+        try database.execute("PRAGMA journal_mode = WAL")
         return DatabaseSetup(appliedMigrations: applied, sequence: try ChangeSequence(database: database))
     }
 }
