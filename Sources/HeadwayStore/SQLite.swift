@@ -144,6 +144,16 @@ public final class Database: @unchecked Sendable {
 
     var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
+    /// While `refuse` is true, every `COMMIT` of this connection fails and SQLite rolls the
+    /// transaction back itself (SQLite's commit hook): for tests of failed commits.
+    func refuseCommits(_ refuse: Bool) {
+        if refuse {
+            sqlite3_commit_hook(handle, { _ in 1 }, nil)
+        } else {
+            sqlite3_commit_hook(handle, nil, nil)
+        }
+    }
+
     /// Rows inserted, updated or deleted on this connection since it opened (triggers included).
     private var totalChanges: Int64 { sqlite3_total_changes64(handle) }
 }
