@@ -8,13 +8,13 @@ public enum Durability: String, Sendable, CaseIterable {
     case normal
 }
 
+// @unchecked Sendable: the queue, the flag and the counters are guarded by `condition`.
 /// The one writer of the database: a thread that drains a queue of jobs into
 /// `BEGIN IMMEDIATE … COMMIT` batches (group commit). Each job runs inside its own
 /// savepoint, so a job that throws changes nothing while the rest of its batch commits.
 /// A job's completion is called only after its batch has committed; if the commit fails,
 /// the batch is rolled back and every job of it gets the error. The connection is confined
 /// to the writer thread.
-// @unchecked: the queue, the flag and the counters are guarded by `condition`.
 public final class GroupCommitWriter: @unchecked Sendable {
     /// Counts of what the writer has done, for metrics and benchmarks.
     public struct Statistics: Sendable, Equatable {

@@ -20,6 +20,7 @@ public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible 
     /// build migrated it, and this one would misread it.
     case databaseIsNewer(databaseVersion: Int, latestKnownVersion: Int)
 
+    /// What went wrong and what to do, as `headwayd` prints it.
     public var description: String {
         switch self {
         case .databaseIsNewer(let databaseVersion, let latestKnownVersion):

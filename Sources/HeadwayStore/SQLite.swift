@@ -15,12 +15,11 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     }
 }
 
+// @unchecked Sendable: a C handle, opened without SQLite's mutex; `confinement` checks its use.
 /// One SQLite connection. A connection is used by one thread at a time: its owner says
 /// which (`confine(to:)`) and every statement checks it. Statements are prepared once and
 /// cached. Transactions and savepoints go through `inTransaction(_:_:)` and
 /// `inSavepoint(_:)`, which commit, roll back and keep `rollbacks` themselves.
-// @unchecked: the SQLite handle is opened without SQLite's own mutex; `confinement` checks
-// that one thread at a time uses it.
 public final class Database: @unchecked Sendable {
     private let handle: OpaquePointer
     /// Which threads may use the connection now, as `ThreadConfinement.encoded`. Atomic, so
@@ -219,8 +218,8 @@ extension Database {
     /// Ends the open transaction with `ROLLBACK`, unless SQLite already rolled it back.
     private func rollBackTransaction(changedSince changesAtStart: Int64) {
         if isInsideTransaction {
-            // Only an I/O error stops a rollback; SQLite then rolls back by itself when the
-            // connection is next used, so there is nothing more to do here.
+            // If even ROLLBACK fails (an I/O error), there is nothing more to try: the
+            // caller learns the error that got here.
             do { try run("ROLLBACK") } catch {}
         }
         noteRollback(changedSince: changesAtStart)

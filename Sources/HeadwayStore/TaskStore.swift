@@ -20,11 +20,13 @@ public final class ChangeSequence: @unchecked Sendable {
     }
 }
 
+// @unchecked Sendable: mutable, and used by the writer thread only.
 /// The tasks the writer read or wrote lately, exactly as stored, so that an update reads
 /// its task without asking SQLite. Only the writer's connection writes tasks, and only
 /// through `TaskStore`, so the cache stays exact provided that nothing a rolled-back
-/// savepoint or transaction wrote is kept: whenever the writer rolls back
-/// (`Database.rollbacks` moves), everything is forgotten. Writer thread only.
+/// savepoint or transaction wrote is kept: whenever a rollback undoes changes
+/// (`Database.rollbacks`, kept by the connection's transaction helpers, moves), everything
+/// is forgotten. Writer thread only.
 public final class TaskCache: @unchecked Sendable {
     private var tasks: [String: TaskRecord] = [:]
     private var rollbacksSeen = 0

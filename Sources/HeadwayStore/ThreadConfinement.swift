@@ -17,6 +17,7 @@ public struct ThreadID: Hashable, Sendable, CustomStringConvertible {
         #endif
     }
 
+    /// `thread 0x…`, for messages.
     public var description: String { "thread 0x" + String(rawValue, radix: 16) }
 }
 
@@ -51,6 +52,7 @@ public enum ThreadConfinement: Equatable, Sendable, CustomStringConvertible {
         }
     }
 
+    /// What the confinement allows, for messages.
     public var description: String {
         switch self {
         case .anyThread: "usable on any thread"
