@@ -101,16 +101,11 @@ public final class HeadwayApplication: Sendable {
 public func buildApplication(_ configuration: Configuration, clock: any WallClock = SystemClock(),
                              logger: Logger? = nil) throws -> HeadwayApplication {
     let logger = logger ?? Logger(minimumLevel: configuration.logLevel)
-    let sequence: ChangeSequence
-    do {
-        let setup = try Database(path: configuration.databasePath)
-        try setup.execute("PRAGMA journal_mode = WAL")
-        let applied = try Migrator().migrate(setup)
-        if !applied.isEmpty {
-            logger.log(.info, "database.migrated", ["versions": applied.map(String.init).joined(separator: ",")])
-        }
-        sequence = try ChangeSequence(database: setup)
+    let setup = try DatabaseSetup.open(path: configuration.databasePath)
+    if !setup.appliedMigrations.isEmpty {
+        logger.log(.info, "database.migrated", ["versions": setup.appliedMigrations.map(String.init).joined(separator: ",")])
     }
+    let sequence = setup.sequence
     let connectionLimit = configuration.maximumSubscribers + 1024
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability)

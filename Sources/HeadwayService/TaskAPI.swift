@@ -51,7 +51,7 @@ struct TaskAPI: Sendable {
 
     private func health() -> HTTPResponse {
         do {
-            _ = try reader.read { database in try database.scalar("SELECT count(*) FROM schema_migrations") }
+            _ = try reader.schemaVersion()
             return .json(200, #"{"status":"ok"}"#)
         } catch {
             logger.log(.error, "health.failed", ["error": "\(error)"])
@@ -127,10 +127,8 @@ struct TaskAPI: Sendable {
     private func list(_ request: HTTPRequest) -> HTTPResponse {
         do {
             let query = try ListQuery.parse(request.queryParameters)
-            let page = try reader.read { database in
-                try database.execute("BEGIN")
-                defer { try? database.execute("COMMIT") }
-                return try TaskRepository.page(query.filter, size: query.pageSize, beforeKey: query.beforeKey, in: database)
+            let page = try reader.snapshot { database in
+                try TaskRepository.page(query.filter, size: query.pageSize, beforeKey: query.beforeKey, in: database)
             }
             var body = JSONText()
             body.appendRaw(#"{"tasks":["#)

@@ -14,8 +14,9 @@ public enum Durability: String, Sendable, CaseIterable {
 /// `BEGIN IMMEDIATE … COMMIT` batches (group commit). Each job runs inside its own
 /// savepoint, so a job that throws changes nothing while the rest of its batch commits.
 /// A job's completion is called only after its batch has committed; if the commit fails,
-/// every job of the batch gets the error. A requested stop commits what is queued, then
-/// `run()` closes the connection and returns; later submissions fail with `.stopped`.
+/// the batch is rolled back and every job of it gets the error. The connection is confined
+/// to the writer thread. A requested stop commits what is queued, then `run()` closes the
+/// connection and returns; later submissions fail with `.stopped`.
 public final class GroupCommitWriter: Service {
     /// Counts of what the writer has done, for metrics and benchmarks.
     public struct Statistics: Sendable, Equatable {
@@ -24,9 +25,10 @@ public final class GroupCommitWriter: Service {
     }
 
     private struct Job: Sendable {
-        /// Runs the work; false when it threw, so its savepoint must be rolled back.
-        let run: @Sendable (Database) -> Bool
-        let commit: @Sendable () -> Void
+        /// Runs the work in its own savepoint (on the writer thread); returns the error that
+        /// rolled the savepoint back, if any, and what to call once the batch has committed.
+        let run: @Sendable (Database) -> (error: (any Error)?, afterCommit: @Sendable () -> Void)
+        /// Called instead when the batch could not commit.
         let abort: @Sendable (any Error) -> Void
     }
 
@@ -57,16 +59,15 @@ public final class GroupCommitWriter: Service {
     /// the batch has committed (or with the error that stopped it).
     public func submit<Value: Sendable>(_ work: @escaping @Sendable (Database) throws -> Value,
                                         completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
-        // The result lives in a box written by `run` and read by `commit`, both on the writer thread.
-        let box = ResultBox<Value>()
         let job = Job(
             run: { database in
-                let result = Result { try work(database) }
-                box.result = result
-                if case .failure = result { return false }
-                return true
+                do {
+                    let value = try database.inSavepoint { try work(database) }
+                    return (nil, { completion(.success(value)) })
+                } catch {
+                    return (error, { completion(.failure(error)) })
+                }
             },
-            commit: { completion(box.result ?? .failure(WriterError.stopped)) },
             abort: { error in completion(.failure(error)) })
         let accepted = queue.withLock { queue in
             guard !queue.stopping else { return false }
@@ -80,6 +81,7 @@ public final class GroupCommitWriter: Service {
     /// Writes batches until a stop is requested and the queue is empty, then closes the
     /// connection.
     public func run() {
+        database.confine(to: .currentThread)
         while true {
             let (hasWork, stopping) = queue.withLock { (!$0.jobs.isEmpty, $0.stopping) }
             if !hasWork {
@@ -107,32 +109,20 @@ public final class GroupCommitWriter: Service {
     }
 
     private func runBatch(_ batch: [Job]) {
-        // Prepared once and reused (`run`), not parsed again for every job.
+        var afterCommit: [@Sendable () -> Void] = []
+        afterCommit.reserveCapacity(batch.count)
         do {
-            try database.run("BEGIN IMMEDIATE")
-        } catch {
-            batch.forEach { $0.abort(error) }
-            return
-        }
-        for job in batch {
-            do {
-                try database.run("SAVEPOINT job")
-                if !job.run(database) {
-                    try database.run("ROLLBACK TO job")
-                    database.noteRollback()
+            try database.inTransaction(.immediate) {
+                for job in batch {
+                    // A job that throws is rolled back alone and learns its error after the
+                    // commit, unless SQLite rolled back the whole transaction (after a full
+                    // disk, say): then the batch is lost.
+                    let (error, completion) = job.run(database)
+                    afterCommit.append(completion)
+                    if let error, !database.isInsideTransaction { throw error }
                 }
-                try database.run("RELEASE job")
-            } catch {
-                // The savepoint itself failed: nothing of this job can be trusted.
-                try? database.execute("ROLLBACK TO job; RELEASE job")
-                database.noteRollback()
             }
-        }
-        do {
-            try database.run("COMMIT")
         } catch {
-            try? database.execute("ROLLBACK")
-            database.noteRollback()
             batch.forEach { $0.abort(error) }
             return
         }
@@ -140,7 +130,7 @@ public final class GroupCommitWriter: Service {
             stats.batches += 1
             stats.jobs += batch.count
         }
-        batch.forEach { $0.commit() }
+        afterCommit.forEach { $0() }
     }
 }
 
@@ -148,9 +138,4 @@ public final class GroupCommitWriter: Service {
 public enum WriterError: Error, Equatable {
     /// The writer has stopped (the daemon is shutting down).
     case stopped
-}
-
-/// A value written and read on the writer thread only.
-private final class ResultBox<Value>: @unchecked Sendable {
-    var result: Result<Value, any Error>?
 }

@@ -14,43 +14,93 @@ public struct Migration: Sendable, Equatable {
     }
 }
 
+/// Why a database cannot be migrated.
+public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The database records a schema version above every migration this build has: a newer
+    /// build migrated it, and this one would misread it.
+    case databaseIsNewer(databaseVersion: Int, latestKnownVersion: Int)
+
+    /// What went wrong and what to do, as `headwayd` prints it.
+    public var description: String {
+        switch self {
+        case .databaseIsNewer(let databaseVersion, let latestKnownVersion):
+            "the database was migrated by a newer Headway (schema version \(databaseVersion); "
+                + "this build knows up to \(latestKnownVersion)); upgrade headwayd or use another database"
+        }
+    }
+}
+
 /// Applies migrations in order, each in its own immediate transaction together with its
 /// bookkeeping row in `schema_migrations`, so a migration is either wholly applied and
-/// recorded or not at all.
-public struct Migrator {
+/// recorded or not at all. A database migrated by a newer build is refused untouched.
+public struct Migrator: Sendable {
+    /// The migrations this build knows, in version order.
     public let migrations: [Migration]
 
+    /// A migrator for `migrations` (by default those compiled in from `migrations/`).
     public init(_ migrations: [Migration] = EmbeddedMigrations.all) {
         self.migrations = migrations.sorted { $0.version < $1.version }
     }
 
-    /// Applies every migration not yet recorded; returns the versions applied.
+    /// The highest version this build knows (0 when it knows none).
+    public var latestVersion: Int { migrations.last?.version ?? 0 }
+
+    /// Applies every migration not yet recorded; returns the versions applied. Throws
+    /// `MigrationError.databaseIsNewer`, changing nothing, when the database records a
+    /// version above `latestVersion`.
     @discardableResult
-    public func migrate(_ database: Database) throws(SQLiteError) -> [Int] {
-        try database.execute("""
-            CREATE TABLE IF NOT EXISTS schema_migrations (
-                version INTEGER PRIMARY KEY,
-                name TEXT NOT NULL,
-                applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-            ) STRICT
-            """)
+    public func migrate(_ database: Database) throws -> [Int] {
+        try database.inTransaction(.immediate) {
+            try database.execute("""
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version INTEGER PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+                ) STRICT
+                """)
+            let recorded = try Self.recordedVersion(in: database)
+            if recorded > latestVersion {
+                throw MigrationError.databaseIsNewer(databaseVersion: recorded, latestKnownVersion: latestVersion)
+            }
+        }
         var applied: [Int] = []
         for migration in migrations {
-            try database.execute("BEGIN IMMEDIATE")
-            do {
-                if try database.scalar("SELECT 1 FROM schema_migrations WHERE version = ?",
-                                       [.integer(Int64(migration.version))]) == nil {
-                    try database.execute(migration.sql)
-                    try database.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
-                                     [.integer(Int64(migration.version)), .text(migration.name)])
-                    applied.append(migration.version)
-                }
-                try database.execute("COMMIT")
-            } catch {
-                try? database.execute("ROLLBACK")
-                throw error
+            let version = SQLValue.integer(Int64(migration.version))
+            try database.inTransaction(.immediate) {
+                guard try database.scalar("SELECT 1 FROM schema_migrations WHERE version = ?", [version]) == nil else { return }
+                try database.execute(migration.sql)
+                try database.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                                 [version, .text(migration.name)])
+                applied.append(migration.version)
             }
         }
         return applied
+    }
+
+    /// The highest version recorded in `database` (0 when none); throws when the database
+    /// has no `schema_migrations` table.
+    public static func recordedVersion(in database: Database) throws(SQLiteError) -> Int {
+        Int(try database.scalar("SELECT max(version) FROM schema_migrations") ?? 0)
+    }
+}
+
+/// Prepares the daemon's database before it serves: the WAL journal, every migration, and
+/// the change sequence where it stands.
+public struct DatabaseSetup: Sendable {
+    /// The migration versions applied now (empty when the database was up to date).
+    public let appliedMigrations: [Int]
+    /// The change sequence, loaded from the database.
+    public let sequence: ChangeSequence
+
+    /// Opens (creating if needed) the database at `path`, migrates it, switches it to WAL
+    /// and loads its change sequence; the connection is closed again. Throws
+    /// `MigrationError.databaseIsNewer` for a database from a newer build, which it leaves
+    /// as it was (hence WAL only after migrating).
+    public static func open(path: String, migrator: Migrator = Migrator()) throws -> DatabaseSetup {
+        let database = try Database(path: path)
+        defer { database.close() }
+        let applied = try migrator.migrate(database)
+        try database.execute("PRAGMA journal_mode = WAL")
+        return DatabaseSetup(appliedMigrations: applied, sequence: try ChangeSequence(database: database))
     }
 }

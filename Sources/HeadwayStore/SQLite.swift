@@ -1,4 +1,5 @@
 import CSQLite
+import Synchronization
 
 /// An error from SQLite, with its result code and the statement that failed.
 public struct SQLiteError: Error, CustomStringConvertible, Sendable {
@@ -14,10 +15,16 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     }
 }
 
-/// One SQLite connection. A connection is used by one thread at a time (its owner
-/// guarantees it); statements are prepared once and cached.
+// @unchecked Sendable: a C handle, opened without SQLite's mutex; `confinement` checks its use.
+/// One SQLite connection. A connection is used by one thread at a time: its owner says
+/// which (`confine(to:)`) and every statement checks it. Statements are prepared once and
+/// cached. Transactions and savepoints go through `inTransaction(_:_:)` and
+/// `inSavepoint(_:)`, which commit, roll back and keep `rollbacks` themselves.
 public final class Database: @unchecked Sendable {
     private let handle: OpaquePointer
+    /// Which threads may use the connection now, as `ThreadConfinement.encoded`. Atomic, so
+    /// that a thread the connection does not belong to reads it without a data race.
+    let confinementValue = Atomic<UInt>(ThreadConfinement.anyThread.encoded)
     private var statements: [String: Statement] = [:]
     /// The statements used last, looked up before `statements`: the hot path's SQL are
     /// the same strings every time, which compare equal at once (no hashing of long SQL).
@@ -26,8 +33,9 @@ public final class Database: @unchecked Sendable {
     private var isClosed = false
     /// The file this connection opened.
     public let path: String
-    /// How many times a transaction of this connection was rolled back after changes
-    /// (counted by its user, the writer): caches of what it stored check it.
+    /// How many times a transaction or savepoint of this connection was rolled back after
+    /// it had changed rows (counted by `inTransaction` and `inSavepoint`): caches of what
+    /// the connection stored check it, and forget what they hold when it moves.
     public private(set) var rollbacks = 0
 
     /// Opens (creating if needed) the database at `path`.
@@ -58,7 +66,10 @@ public final class Database: @unchecked Sendable {
         sqlite3_close_v2(handle)
     }
 
+    /// Every statement starts here: the connection must be open and used on its own thread.
     private func checkOpen(_ sql: String) throws(SQLiteError) {
+        precondition(isUsable(on: .current),
+                     "database connection to \(path) used on \(ThreadID.current), but it is \(confinement)")
         if isClosed { throw SQLiteError(code: SQLITE_MISUSE, message: "the connection is closed", sql: sql) }
     }
 
@@ -132,8 +143,114 @@ public final class Database: @unchecked Sendable {
 
     var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
-    /// Records that changes made on this connection were rolled back.
-    public func noteRollback() { rollbacks += 1 }
+    /// While `refuse` is true, every `COMMIT` of this connection fails and SQLite rolls the
+    /// transaction back itself (SQLite's commit hook): for tests of failed commits.
+    func refuseCommits(_ refuse: Bool) {
+        if refuse {
+            sqlite3_commit_hook(handle, { _ in 1 }, nil)
+        } else {
+            sqlite3_commit_hook(handle, nil, nil)
+        }
+    }
+
+    /// Rows inserted, updated or deleted on this connection since it opened (triggers included).
+    private var totalChanges: Int64 { sqlite3_total_changes64(handle) }
+}
+
+// MARK: - Transactions
+
+/// How a transaction takes its locks.
+public enum TransactionKind: Sendable {
+    /// `BEGIN DEFERRED`: no lock until the first read or write (a read snapshot starts at
+    /// the first read).
+    case deferred
+    /// `BEGIN IMMEDIATE`: the write lock at once, so the transaction never fails to upgrade
+    /// a read lock later.
+    case immediate
+}
+
+extension Database {
+    /// Whether a transaction is open on this connection (SQLite can also end one by itself,
+    /// rolling it back after some errors, such as a full disk).
+    public var isInsideTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
+    /// Runs `body` in a transaction: commits when it returns, rolls back when it throws,
+    /// and rethrows. A failed `COMMIT` rolls back too and throws the commit's error. Every
+    /// rollback after changes is counted in `rollbacks`.
+    @discardableResult
+    public func inTransaction<Value>(_ kind: TransactionKind = .deferred, _ body: () throws -> Value) throws -> Value {
+        // String literals, so the statements come from the cache without hashing or allocating.
+        switch kind {
+        case .deferred: try run("BEGIN DEFERRED")
+        case .immediate: try run("BEGIN IMMEDIATE")
+        }
+        let changesAtStart = totalChanges
+        let value: Value
+        do {
+            value = try body()
+            try run("COMMIT")
+        } catch {
+            rollBackTransaction(changedSince: changesAtStart)
+            throw error
+        }
+        return value
+    }
+
+    /// Runs `body` inside a savepoint (nested in a transaction, or alone as its own
+    /// transaction): releases it when `body` returns; when `body` throws, rolls back to it,
+    /// releases it and rethrows, leaving the enclosing transaction as it was before. Every
+    /// rollback after changes is counted in `rollbacks`. Savepoints nest.
+    @discardableResult
+    public func inSavepoint<Value>(_ body: () throws -> Value) throws -> Value {
+        try run("SAVEPOINT nested")
+        let changesAtStart = totalChanges
+        let value: Value
+        do {
+            value = try body()
+            try run("RELEASE nested")
+        } catch {
+            rollBackSavepoint(changedSince: changesAtStart)
+            throw error
+        }
+        return value
+    }
+
+    /// Ends the open transaction with `ROLLBACK`, unless SQLite already rolled it back.
+    private func rollBackTransaction(changedSince changesAtStart: Int64) {
+        if isInsideTransaction {
+            // If even ROLLBACK fails (an I/O error), there is nothing more to try: the
+            // caller learns the error that got here.
+            do { try run("ROLLBACK") } catch {}
+        }
+        noteRollback(changedSince: changesAtStart)
+    }
+
+    /// Undoes and ends the innermost savepoint.
+    private func rollBackSavepoint(changedSince changesAtStart: Int64) {
+        guard isInsideTransaction else {
+            // SQLite already rolled back the whole transaction (after a full disk, say),
+            // with whatever was changed before this savepoint too.
+            rollbacks += 1
+            return
+        }
+        do {
+            try run("ROLLBACK TO nested")
+            try run("RELEASE nested")
+        } catch {
+            // The savepoint could not be restored: end the whole transaction rather than
+            // keep half of its changes. Its user learns it from `isInsideTransaction`.
+            do { try run("ROLLBACK") } catch {}
+            rollbacks += 1
+            return
+        }
+        noteRollback(changedSince: changesAtStart)
+    }
+
+    /// Counts a rollback in `rollbacks` if rows had changed since `changesAtStart`. A
+    /// rollback that undid nothing leaves what caches remember true.
+    private func noteRollback(changedSince changesAtStart: Int64) {
+        if totalChanges != changesAtStart { rollbacks += 1 }
+    }
 }
 
 /// A value bound to a statement parameter.

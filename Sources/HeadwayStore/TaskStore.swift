@@ -20,11 +20,13 @@ public final class ChangeSequence: @unchecked Sendable {
     }
 }
 
+// @unchecked Sendable: mutable, and used by the writer thread only.
 /// The tasks the writer read or wrote lately, exactly as stored, so that an update reads
 /// its task without asking SQLite. Only the writer's connection writes tasks, and only
 /// through `TaskStore`, so the cache stays exact provided that nothing a rolled-back
-/// savepoint or transaction wrote is kept: whenever the writer rolls back
-/// (`Database.rollbacks` moves), everything is forgotten. Writer thread only.
+/// savepoint or transaction wrote is kept: whenever a rollback undoes changes
+/// (`Database.rollbacks`, kept by the connection's transaction helpers, moves), everything
+/// is forgotten. Writer thread only.
 public final class TaskCache: @unchecked Sendable {
     private var tasks: [String: TaskRecord] = [:]
     private var rollbacksSeen = 0
@@ -293,34 +295,5 @@ public struct TaskStore: Sendable {
             currentID = parent.parentID
         }
         return events
-    }
-}
-
-/// A connection for queries, shared under a lock. WAL lets it read while the writer commits.
-public final class DatabaseReader: @unchecked Sendable {
-    private let database: Database
-    private let lock = NSLock()
-
-    /// Opens a connection to an existing database, for reading only.
-    public init(path: String) throws(SQLiteError) {
-        database = try Database(path: path)
-        try database.execute("PRAGMA query_only = 1")
-    }
-
-    /// Closes the connection; later reads throw.
-    public func close() { lock.withLock { database.close() } }
-
-    /// Runs `body` with the connection, one caller at a time.
-    public func read<Value>(_ body: (Database) throws -> Value) rethrows -> Value {
-        try lock.withLock { try body(database) }
-    }
-
-    /// Runs `body` in one read transaction, so everything it reads is one snapshot.
-    public func snapshot<Value>(_ body: (Database) throws -> Value) throws -> Value {
-        try read { database in
-            try database.execute("BEGIN")
-            defer { try? database.execute("COMMIT") }
-            return try body(database)
-        }
     }
 }

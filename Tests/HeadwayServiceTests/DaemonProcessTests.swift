@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayStore
 import HeadwayTestSupport
 import Testing
 import HeadwayService
@@ -49,8 +50,11 @@ final class DaemonProcess {
         return process.terminationStatus
     }
 
-    /// Runs `headwayd` with `arguments` to its end; returns status, stdout and stderr.
-    static func run(_ arguments: [String], environment: [String: String] = [:]) throws -> (Int32, String, String) {
+    /// Runs `headwayd` with `arguments` to its end (sending SIGTERM if it still runs after
+    /// `timeout` seconds, as a daemon that should have refused to start would); returns
+    /// status, stdout and stderr.
+    static func run(_ arguments: [String], environment: [String: String] = [:],
+                    timeout: Double = 20) throws -> (Int32, String, String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
@@ -59,6 +63,9 @@ final class DaemonProcess {
         process.standardOutput = out
         process.standardError = err
         try process.run()
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [process] in
+            if process.isRunning { process.terminate() }
+        }
         let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
@@ -77,6 +84,21 @@ final class DaemonProcess {
         let (envStatus, _, envError) = try DaemonProcess.run([], environment: ["HEADWAY_LISTEN": "0.0.0.0:8080"])
         #expect(envStatus == 64)
         #expect(envError.contains("only on loopback"))
+    }
+
+    /// A database migrated by a newer build stops the start with the reason, exit status 1.
+    @Test func aDatabaseFromANewerBuildIsRefusedAtStart() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("newer.db")
+        _ = try DatabaseSetup.open(path: path)
+        let known = Migrator().latestVersion
+        try Database(path: path).run("INSERT INTO schema_migrations (version, name) VALUES (?, 'later')",
+                                     [.integer(Int64(known + 4))])
+        let (status, _, errors) = try DaemonProcess.run(["--listen", "127.0.0.1:0", "--db", path])
+        #expect(status == 1)
+        #expect(errors == "headwayd: cannot start: the database was migrated by a newer Headway "
+            + "(schema version \(known + 4); this build knows up to \(known)); upgrade headwayd or use another database\n")
     }
 
     @Test func acknowledgedChangesSurviveKillDashNine() throws {

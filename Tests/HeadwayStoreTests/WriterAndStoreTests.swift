@@ -15,9 +15,7 @@ final class StoreFixture: @unchecked Sendable {
 
     init(durability: Durability = .full) throws {
         path = directory.file("headway.db")
-        let setup = try Database(path: path)
-        try Migrator().migrate(setup)
-        store = TaskStore(sequence: try ChangeSequence(database: setup))
+        store = TaskStore(sequence: try DatabaseSetup.open(path: path).sequence)
         writer = try GroupCommitWriter(path: path, durability: durability)
         writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try writerThread.start()
@@ -48,6 +46,19 @@ final class StoreFixture: @unchecked Sendable {
         }
         done.wait()
         return try box.value!.get()
+    }
+
+    /// Keeps the writer busy in a batch of its own until the returned function is called, so
+    /// that the jobs submitted meanwhile wait in its queue and run together as one batch.
+    func holdWriter() -> @Sendable () -> Void {
+        let running = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        writer.submit({ _ in
+            running.signal()
+            release.wait()
+        }) { _ in }
+        running.wait()
+        return { release.signal() }
     }
 
     /// Reads through a fresh connection, as another process would.
@@ -96,16 +107,18 @@ final class Box<Value>: @unchecked Sendable {
     @Test func completionComesAfterCommit() throws {
         let fixture = try StoreFixture()
         let path = fixture.path
-        let seenByOtherConnection = Box<Int64>()
+        let seenByOtherConnection = Box<Result<Int64?, any Error>>()
         let done = DispatchSemaphore(value: 0)
         fixture.writer.submit({ database in
             try database.execute("INSERT INTO schema_migrations (version, name) VALUES (999, 'probe')")
         }) { _ in
-            seenByOtherConnection.value = try? Database(path: path).scalar("SELECT count(*) FROM schema_migrations WHERE version = 999")
+            seenByOtherConnection.value = Result {
+                try Database(path: path).scalar("SELECT count(*) FROM schema_migrations WHERE version = 999")
+            }
             done.signal()
         }
         done.wait()
-        #expect(seenByOtherConnection.value == 1)
+        #expect(try seenByOtherConnection.value?.get() == 1)
     }
 
     @Test func aFailingJobChangesNothingAndItsBatchStillCommits() throws {
@@ -113,6 +126,8 @@ final class Box<Value>: @unchecked Sendable {
         let group = DispatchGroup()
         let outcomes = Box<[String: Bool]>()
         outcomes.value = [:]
+        let release = fixture.holdWriter()
+        let batchesBefore = fixture.writer.statistics.batches
         for (version, name) in [(1001, "a"), (1002, "bad"), (1003, "c")] {
             group.enter()
             fixture.writer.submit({ database in
@@ -124,10 +139,61 @@ final class Box<Value>: @unchecked Sendable {
                 group.leave()
             }
         }
+        release()
         group.wait()
+        #expect(fixture.writer.statistics.batches == batchesBefore + 2, "the held batch, then the three jobs as one")
         #expect(outcomes.value == ["a": true, "bad": false, "c": true])
         #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM schema_migrations WHERE name = 'bad'") } == 0)
         #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM schema_migrations WHERE name IN ('a', 'c')") } == 2)
+    }
+
+    /// When a batch's COMMIT fails, every job of the batch gets the commit's error, nothing
+    /// of the batch is stored, and the next change starts from the task as stored, not from
+    /// what the failed batch had left in the writer's cache.
+    @Test func aFailedCommitFailsEveryJobAndTheCacheForgetsTheBatch() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "kept", name: "Kept", total: 10), now: 1, in: $0) }
+        _ = try fixture.write { try store.progress("kept", ProgressUpdate(completed: 2), now: 2, in: $0) }
+
+        let release = fixture.holdWriter()
+        let group = DispatchGroup()
+        let results = Box<[String: Result<Int64, any Error>]>()
+        results.value = [:]
+        let jobs: [(String, @Sendable (Database) throws -> Int64)] = [
+            ("progress", { try store.progress("kept", ProgressUpdate(completed: 7), now: 3, in: $0).outcome.task.completed }),
+            ("register", { try store.register(Registration(id: "lost", name: "Lost"), now: 3, in: $0).task.completed }),
+            ("refuse commit", { database in
+                database.refuseCommits(true)
+                return 0
+            }),
+        ]
+        for (name, work) in jobs {
+            group.enter()
+            fixture.writer.submit(work) { result in
+                results.value![name] = result
+                group.leave()
+            }
+        }
+        release()
+        group.wait()
+
+        let commitRefused: Int32 = 531 // SQLITE_CONSTRAINT_COMMITHOOK
+        #expect(results.value?.count == 3)
+        for (name, result) in results.value ?? [:] {
+            let error = #expect(throws: SQLiteError.self, "\(name)") { try result.get() }
+            #expect(error?.code == commitRefused, "\(name)")
+            #expect(error?.sql == "COMMIT", "\(name)")
+        }
+        #expect(try fixture.read { try TaskRepository.find("kept", in: $0)?.completed } == 2)
+        #expect(try fixture.read { try TaskRepository.find("lost", in: $0) } == nil)
+
+        let next = try fixture.write { database in
+            database.refuseCommits(false)
+            return try store.progress("kept", ProgressUpdate(increment: 1), now: 4, in: database)
+        }
+        #expect(next.outcome.task.completed == 3, "2 stored + 1, not 7 + 1")
+        #expect(try fixture.read { try TaskRepository.find("kept", in: $0)?.completed } == 3)
     }
 
     @Test func stopCommitsWhatIsQueuedAndRefusesMore() throws {
@@ -270,22 +336,54 @@ final class Box<Value>: @unchecked Sendable {
     @Test func keptCountsMatchCountedRows() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
-        var generator = SystemRandomNumberGenerator()
+        var generator = SeededGenerator(seed: 9)
         var ids: [String] = []
+        var parents: [String: String] = [:]
         for index in 0..<120 {
+            let id = "c\(index)"
             let parent = index > 10 && Bool.random(using: &generator) ? ids.randomElement(using: &generator) : nil
-            let registration = Registration(id: "c\(index)", name: "T", parentID: parent,
+            let registration = Registration(id: id, name: "T", parentID: parent,
                                             state: Bool.random(using: &generator) ? .pending : .running)
-            if (try? fixture.write({ try store.register(registration, now: 1, in: $0) })) != nil { ids.append("c\(index)") }
+            _ = try fixture.write { try store.register(registration, now: 1, in: $0) }
+            ids.append(id)
+            parents[id] = parent
         }
+        var finished: Set<String> = []
         for id in ids.shuffled(using: &generator).prefix(60) {
             let outcome = [TaskState.succeeded, .failed, .canceled].randomElement(using: &generator)!
-            _ = try? fixture.write { try store.finish(id, Finish(outcome: outcome), now: 2, in: $0) }
+            _ = try fixture.write { try store.finish(id, Finish(outcome: outcome), now: 2, in: $0) }
+            finished.insert(id)
         }
-        for id in ids.shuffled(using: &generator).prefix(15) {
-            _ = try? fixture.write { try store.heartbeat(id, Heartbeat(), now: 3, in: $0) }
-            _ = try? fixture.write { try store.delete(id, now: 4, in: $0) }
+        // Whether `id` is `root` or one of its descendants.
+        func isInTree(_ id: String, of root: String) -> Bool {
+            var current: String? = id
+            while let ancestor = current, ancestor != root { current = parents[ancestor] }
+            return current == root
         }
+        var deleted: Set<String> = []
+        var refusedAsGone = 0, refusedAsFinished = 0
+        for id in ids.shuffled(using: &generator).prefix(30) {
+            if deleted.contains(id) {
+                // Gone with an ancestor deleted earlier.
+                refusedAsGone += 1
+                #expect(throws: TaskError.notFound(id)) { _ = try fixture.write { try store.heartbeat(id, Heartbeat(), now: 3, in: $0) } }
+                #expect(throws: TaskError.notFound(id)) { _ = try fixture.write { try store.delete(id, now: 4, in: $0) } }
+                continue
+            }
+            if finished.contains(id) {
+                refusedAsFinished += 1
+                let refusal = #expect(throws: TaskError.self) {
+                    _ = try fixture.write { try store.heartbeat(id, Heartbeat(), now: 3, in: $0) }
+                }
+                #expect(refusal?.code == "task_finished")
+            } else {
+                _ = try fixture.write { try store.heartbeat(id, Heartbeat(), now: 3, in: $0) }
+            }
+            let removed = ids.filter { !deleted.contains($0) && isInTree($0, of: id) }
+            #expect(try fixture.write { try store.delete(id, now: 4, in: $0) }.count == removed.count)
+            deleted.formUnion(removed)
+        }
+        #expect(refusedAsGone > 0 && refusedAsFinished > 0, "the seed makes both kinds of refusal")
         try fixture.read { database in
             for states in [[], [TaskState.pending], [.running, .pending], [.succeeded, .failed, .canceled]] {
                 for stalled in [nil, false, true] as [Bool?] {
