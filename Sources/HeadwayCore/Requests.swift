@@ -81,16 +81,18 @@ public struct ProgressUpdate: Equatable, Sendable {
     public var total: Int64?
     public var unit: String?
     public var label: String?
-    public var seq: Int64?
+    /// The runner's own number for this update (`seq` in the API): an update whose number
+    /// is not above the last one applied is a retry, acknowledged and not applied again.
+    public var runnerSeq: Int64?
 
     public init(completed: Int64? = nil, increment: Int64? = nil, total: Int64? = nil, unit: String? = nil,
-                label: String? = nil, seq: Int64? = nil) {
+                label: String? = nil, runnerSeq: Int64? = nil) {
         self.completed = completed
         self.increment = increment
         self.total = total
         self.unit = unit
         self.label = label
-        self.seq = seq
+        self.runnerSeq = runnerSeq
     }
 
     /// Reads a progress body.
@@ -99,7 +101,7 @@ public struct ProgressUpdate: Equatable, Sendable {
         let update = ProgressUpdate(
             completed: reader.integer("completed"), increment: reader.integer("increment"),
             total: reader.integer("total"), unit: reader.string("unit", maxLength: Limits.unitLength),
-            label: reader.string("label", maxLength: Limits.labelLength), seq: reader.integer("seq"))
+            label: reader.string("label", maxLength: Limits.labelLength), runnerSeq: reader.integer("seq"))
         guard reader.errors.isEmpty else { throw .invalidRequest(reader.errors) }
         return update
     }
@@ -108,18 +110,19 @@ public struct ProgressUpdate: Equatable, Sendable {
 /// A sign of life without progress (`POST /v1/tasks/{id}/heartbeat`).
 public struct Heartbeat: Equatable, Sendable {
     public var label: String?
-    public var seq: Int64?
+    /// The runner's own number for this heartbeat (`seq` in the API; see `ProgressUpdate`).
+    public var runnerSeq: Int64?
 
-    public init(label: String? = nil, seq: Int64? = nil) {
+    public init(label: String? = nil, runnerSeq: Int64? = nil) {
         self.label = label
-        self.seq = seq
+        self.runnerSeq = runnerSeq
     }
 
     /// Reads a heartbeat body (an empty body is an empty heartbeat).
     public static func parse(_ body: JSONValue) throws(TaskError) -> Heartbeat {
         var reader = FieldReader(body, allowed: ["label", "seq"])
         let heartbeat = Heartbeat(label: reader.string("label", maxLength: Limits.labelLength),
-                                  seq: reader.integer("seq"))
+                                  runnerSeq: reader.integer("seq"))
         guard reader.errors.isEmpty else { throw .invalidRequest(reader.errors) }
         return heartbeat
     }

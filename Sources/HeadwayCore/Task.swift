@@ -57,8 +57,8 @@ public struct TaskRecord: Equatable, Sendable {
     public var stallTimeoutMilliseconds: Int64
     public var progressTimeoutMilliseconds: Int64?
     public var cancelRequested: Bool
-    /// The highest `seq` applied so far, if the runner sends them.
-    public var lastSeq: Int64?
+    /// The highest runner `seq` applied so far, if the runner sends them (not a change number).
+    public var lastRunnerSeq: Int64?
     public var createdAt: EpochMilliseconds
     public var updatedAt: EpochMilliseconds
     /// The last create, progress or heartbeat.
@@ -84,7 +84,7 @@ public struct TaskRecord: Equatable, Sendable {
     public var historyPoints = 0
     public var historyBucket: Int64?
     /// The number of the task's latest change in the global change sequence (0 until stored).
-    public var changeSeq: Int64 = 0
+    public var changeNumber: Int64 = 0
     /// What that change was (replayed as the event name when a subscriber resumes).
     public var changeKind: TaskEventKind = .created
 
@@ -92,7 +92,7 @@ public struct TaskRecord: Equatable, Sendable {
                 state: TaskState = .running, completed: Int64 = 0, total: Int64? = nil, unit: String? = nil,
                 stalled: Bool = false, stallReason: StallReason? = nil, stalledSince: EpochMilliseconds? = nil,
                 stallTimeoutMilliseconds: Int64 = 30_000, progressTimeoutMilliseconds: Int64? = nil,
-                cancelRequested: Bool = false, lastSeq: Int64? = nil, createdAt: EpochMilliseconds,
+                cancelRequested: Bool = false, lastRunnerSeq: Int64? = nil, createdAt: EpochMilliseconds,
                 updatedAt: EpochMilliseconds, lastSignalAt: EpochMilliseconds, lastProgressAt: EpochMilliseconds? = nil,
                 finishedAt: EpochMilliseconds? = nil, message: String? = nil, metadata: String? = nil,
                 definition: String = "{}") {
@@ -111,7 +111,7 @@ public struct TaskRecord: Equatable, Sendable {
         self.stallTimeoutMilliseconds = stallTimeoutMilliseconds
         self.progressTimeoutMilliseconds = progressTimeoutMilliseconds
         self.cancelRequested = cancelRequested
-        self.lastSeq = lastSeq
+        self.lastRunnerSeq = lastRunnerSeq
         self.createdAt = createdAt
         self.updatedAt = updatedAt
         self.lastSignalAt = lastSignalAt
@@ -187,7 +187,7 @@ public struct TaskRecord: Equatable, Sendable {
         object.number("stall_timeout_seconds", Double(stallTimeoutMilliseconds) / 1000)
         object.number("progress_timeout_seconds", progressTimeoutMilliseconds.map { Double($0) / 1000 })
         object.bool("cancel_requested", cancelRequested)
-        object.integer("seq", lastSeq)
+        object.integer("seq", lastRunnerSeq)
         object.string("created_at", Timestamp.rfc3339(createdAt))
         object.string("updated_at", Timestamp.rfc3339(updatedAt))
         object.string("last_progress_at", lastProgressAt.map(Timestamp.rfc3339))

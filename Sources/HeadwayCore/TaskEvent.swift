@@ -11,8 +11,9 @@ public enum TaskEventKind: String, Sendable, CaseIterable {
 
 /// One committed change of one task, numbered in the global change sequence.
 public struct TaskEvent: Equatable, Sendable {
-    /// The change's number: global and strictly increasing, stored with the task.
-    public var seq: Int64
+    /// The change's number: global and strictly increasing, stored with the task; the
+    /// event stream's `id`.
+    public var changeNumber: Int64
     public var kind: TaskEventKind
     public var taskID: String
     public var parentID: String?
@@ -23,9 +24,9 @@ public struct TaskEvent: Equatable, Sendable {
     /// The event's data: the whole task as JSON, or `{"id":…}` for a deletion.
     public var data: String
 
-    public init(seq: Int64, kind: TaskEventKind, taskID: String, parentID: String?, createdAt: EpochMilliseconds,
+    public init(changeNumber: Int64, kind: TaskEventKind, taskID: String, parentID: String?, createdAt: EpochMilliseconds,
                 finishedAt: EpochMilliseconds?, data: String) {
-        self.seq = seq
+        self.changeNumber = changeNumber
         self.kind = kind
         self.taskID = taskID
         self.parentID = parentID
@@ -34,17 +35,17 @@ public struct TaskEvent: Equatable, Sendable {
         self.data = data
     }
 
-    /// The event for a task as it is after the change numbered `task.changeSeq`.
+    /// The event for a task as it is after the change numbered `task.changeNumber`.
     public init(_ kind: TaskEventKind, _ task: TaskRecord) {
-        self.init(seq: task.changeSeq, kind: kind, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt,
+        self.init(changeNumber: task.changeNumber, kind: kind, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt,
                   finishedAt: task.finishedAt, data: task.json)
     }
 
     /// The event for a deleted task.
-    public static func deleted(seq: Int64, taskID: String, parentID: String?, createdAt: EpochMilliseconds) -> TaskEvent {
+    public static func deleted(changeNumber: Int64, taskID: String, parentID: String?, createdAt: EpochMilliseconds) -> TaskEvent {
         var data = JSONObjectWriter()
         data.string("id", taskID)
-        return TaskEvent(seq: seq, kind: .deleted, taskID: taskID, parentID: parentID, createdAt: createdAt,
+        return TaskEvent(changeNumber: changeNumber, kind: .deleted, taskID: taskID, parentID: parentID, createdAt: createdAt,
                          finishedAt: nil, data: data.finish())
     }
 }
@@ -121,7 +122,7 @@ public struct HoldBack: Sendable {
     /// are no longer held.
     public mutating func release(now: EpochMilliseconds) -> [TaskEvent] {
         let due = held.values.filter { !filter.isTooYoung(createdAt: $0.createdAt, now: now) }
-            .sorted { ($0.createdAt, $0.seq) < ($1.createdAt, $1.seq) }
+            .sorted { ($0.createdAt, $0.changeNumber) < ($1.createdAt, $1.changeNumber) }
         for event in due { held[event.taskID] = nil }
         return due
     }

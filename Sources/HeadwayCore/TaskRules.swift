@@ -53,7 +53,7 @@ public enum TaskRules {
     public static func progress(_ update: ProgressUpdate, to task: TaskRecord,
                                 now: EpochMilliseconds) throws(TaskError) -> Outcome {
         if update.completed != nil, update.increment != nil { throw .completedAndIncrement }
-        if isDuplicate(update.seq, task) { return .unchanged(task) }
+        if isDuplicate(update.runnerSeq, task) { return .unchanged(task) }
         if task.state.isFinished { throw .taskFinished(id: task.id, state: task.state) }
 
         let completed: Int64
@@ -72,7 +72,7 @@ public enum TaskRules {
             throw .completedExceedsTotal(completed: completed, total: total)
         }
 
-        var next = signal(task, now: now, seq: update.seq, label: update.label)
+        var next = signal(task, now: now, runnerSeq: update.runnerSeq, label: update.label)
         if completed > task.completed { next.lastProgressAt = now }
         next.completed = completed
         next.total = total
@@ -84,9 +84,9 @@ public enum TaskRules {
     /// Applies a heartbeat.
     public static func heartbeat(_ heartbeat: Heartbeat, to task: TaskRecord,
                                  now: EpochMilliseconds) throws(TaskError) -> Outcome {
-        if isDuplicate(heartbeat.seq, task) { return .unchanged(task) }
+        if isDuplicate(heartbeat.runnerSeq, task) { return .unchanged(task) }
         if task.state.isFinished { throw .taskFinished(id: task.id, state: task.state) }
-        var next = signal(task, now: now, seq: heartbeat.seq, label: heartbeat.label)
+        var next = signal(task, now: now, runnerSeq: heartbeat.runnerSeq, label: heartbeat.label)
         next.rate.observe(next.progressValue, at: now)
         return .applied(next)
     }
@@ -130,7 +130,7 @@ public enum TaskRules {
     public static func rollUp(_ parent: TaskRecord, weightDelta: Double, doneDelta: Double,
                               now: EpochMilliseconds) -> TaskRecord? {
         guard !parent.state.isFinished else { return nil }
-        var next = signal(parent, now: now, seq: nil, label: nil)
+        var next = signal(parent, now: now, runnerSeq: nil, label: nil)
         next.childrenWeight += weightDelta
         next.childrenDone += doneDelta
         if next.childrenWeight < 1e-9 {
@@ -142,20 +142,20 @@ public enum TaskRules {
         return next
     }
 
-    /// Whether `seq` was already applied (it is not above the last one).
-    private static func isDuplicate(_ seq: Int64?, _ task: TaskRecord) -> Bool {
-        guard let seq, let last = task.lastSeq else { return false }
-        return seq <= last
+    /// Whether the runner's `runnerSeq` was already applied (it is not above the last one).
+    private static func isDuplicate(_ runnerSeq: Int64?, _ task: TaskRecord) -> Bool {
+        guard let runnerSeq, let last = task.lastRunnerSeq else { return false }
+        return runnerSeq <= last
     }
 
     /// The common effect of any signal from the runner.
-    private static func signal(_ task: TaskRecord, now: EpochMilliseconds, seq: Int64?, label: String?) -> TaskRecord {
+    private static func signal(_ task: TaskRecord, now: EpochMilliseconds, runnerSeq: Int64?, label: String?) -> TaskRecord {
         var next = task
         if next.state == .pending {
             next.state = .running
             next.startedAt = now
         }
-        if let seq { next.lastSeq = seq }
+        if let runnerSeq { next.lastRunnerSeq = runnerSeq }
         if let label { next.label = label }
         next.updatedAt = now
         next.lastSignalAt = now

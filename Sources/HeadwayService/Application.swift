@@ -105,7 +105,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     if !setup.appliedMigrations.isEmpty {
         logger.log(.info, "database.migrated", ["versions": setup.appliedMigrations.map(String.init).joined(separator: ",")])
     }
-    let sequence = setup.sequence
+    let changeCounter = setup.changeCounter
     let connectionLimit = configuration.maximumSubscribers + 1024
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability)
@@ -118,7 +118,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
     brokerSettings.pacing = configuration.fanOutPacing
     let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger)
-    let store = TaskStore(sequence: sequence, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
+    let store = TaskStore(changeCounter: changeCounter, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
                           graceStart: clock.now())
     var maintenanceSettings = Maintenance.Settings()
     maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)

@@ -19,14 +19,14 @@ struct CatchUpMerge: Equatable {
     /// The last change the catch-up reflects (`.min` before any catch-up).
     let highWater: Int64
 
-    /// Whether the live event numbered `seq` is news after the catch-up.
+    /// Whether the live event with `changeNumber` is news after the catch-up.
     @inline(__always)
-    func isNew(_ seq: Int64) -> Bool { seq > highWater }
+    func isNew(_ changeNumber: Int64) -> Bool { changeNumber > highWater }
 
     /// The live events that arrived during the catch-up, as they are to follow it: those
     /// it reflects dropped, and past `coalescingBacklog` coalesced to each task's latest.
     func eventsAfterCatchUp(_ arrived: [TaskEvent], coalescingBacklog: Int) -> [TaskEvent] {
-        let news = arrived.filter { isNew($0.seq) }
+        let news = arrived.filter { isNew($0.changeNumber) }
         return news.count > coalescingBacklog ? FanOutQueue.coalesced(news) : news
     }
 }

@@ -87,7 +87,7 @@ struct EventsAPI: Sendable {
                 if filter.minDurationMilliseconds > 0 {
                     let since = try ChangeFeed.timeNoLaterThan(change: lastID, in: database) - filter.minDurationMilliseconds
                     for task in try ChangeFeed.unfinished(createdSince: since, in: database)
-                    where task.changeSeq <= lastID && filter.matches(taskID: task.id, parentID: task.parentID) {
+                    where task.changeNumber <= lastID && filter.matches(taskID: task.id, parentID: task.parentID) {
                         if case .send(let event) = holdBack.offer(TaskEvent(task.changeKind, task), now: now) {
                             frames.append(EventFrames.event(event, withID: false))
                         }
@@ -109,7 +109,7 @@ struct EventsAPI: Sendable {
                         validUntil = min(validUntil ?? .max, finishedAt + Self.recentlyFinishedMilliseconds)
                     }
                 }
-                frames.append(EventFrames.snapshot(shown, seq: position.last))
+                frames.append(EventFrames.snapshot(shown, changeNumber: position.last))
             }
             // `retry:` rides on the first event: some clients dispatch a frame without data.
             let retry = Array("retry: \(Self.retryMilliseconds)\n".utf8)

@@ -61,7 +61,7 @@ struct FanOutQueue {
 final class RoundEvents {
     let events: [TaskEvent]
     /// The change number of each event.
-    let seqs: [Int64]
+    let changeNumbers: [Int64]
     /// The task of each event.
     let taskIDs: [String]
     /// The parent of each event's task.
@@ -70,7 +70,7 @@ final class RoundEvents {
 
     init(_ events: [TaskEvent]) {
         self.events = events
-        seqs = events.map(\.seq)
+        changeNumbers = events.map(\.changeNumber)
         taskIDs = events.map(\.taskID)
         parentIDs = events.map(\.parentID)
         frames = Array(repeating: nil, count: events.count)

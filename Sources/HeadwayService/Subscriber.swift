@@ -89,7 +89,7 @@ final class Subscriber {
         var tasks: [String] = []
         let holding = holdsBack
         let now = holding ? clock.now() : 0
-        for index in round.indices where merge.isNew(round.seqs[index]) && round.matches(index, filter) {
+        for index in round.indices where merge.isNew(round.changeNumbers[index]) && round.matches(index, filter) {
             if holding {
                 guard case .send = holdBack.offer(round.events[index], now: now) else { continue }
             }

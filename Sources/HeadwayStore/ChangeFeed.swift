@@ -27,11 +27,11 @@ public enum ChangeFeed {
         return Position(first: first, last: max(first, lastTask, lastTombstone, prunedThrough), prunedThrough: prunedThrough)
     }
 
-    /// Records that `task` was deleted, as change number `seq`.
-    public static func recordDeletion(_ task: TaskRecord, seq: Int64, at now: EpochMilliseconds,
+    /// Records that `task` was deleted, as change `changeNumber`.
+    public static func recordDeletion(_ task: TaskRecord, changeNumber: Int64, at now: EpochMilliseconds,
                                       in database: Database) throws(SQLiteError) {
         try database.run("INSERT INTO tombstones (change_seq, id, parent_id, created_at, deleted_at) VALUES (?, ?, ?, ?, ?)",
-                         [.integer(seq), .text(task.id), task.parentID.map { .text($0) } ?? .null,
+                         [.integer(changeNumber), .text(task.id), task.parentID.map { .text($0) } ?? .null,
                           .integer(task.createdAt), .integer(now)])
     }
 
@@ -47,10 +47,10 @@ public enum ChangeFeed {
         return (numbers.count, through)
     }
 
-    /// Records that changes up to `seq` may have been forgotten: resuming from an id
-    /// below it gets a snapshot.
-    public static func forget(through seq: Int64, in database: Database) throws(SQLiteError) {
-        try database.run("UPDATE stream_state SET pruned_through = max(pruned_through, ?)", [.integer(seq)])
+    /// Records that changes up to `changeNumber` may have been forgotten: resuming from an
+    /// id below it gets a snapshot.
+    public static func forget(through changeNumber: Int64, in database: Database) throws(SQLiteError) {
+        try database.run("UPDATE stream_state SET pruned_through = max(pruned_through, ?)", [.integer(changeNumber)])
     }
 
     /// Every task whose latest change is after `id`, once, in its latest state, and every
@@ -62,9 +62,9 @@ public enum ChangeFeed {
         let deletions = try database.rows(
             "SELECT change_seq, id, parent_id, created_at FROM tombstones WHERE change_seq > ? ORDER BY change_seq",
             [.integer(id)]) { row in
-            TaskEvent.deleted(seq: row.int(0), taskID: row.text(1), parentID: row.optionalText(2), createdAt: row.int(3))
+            TaskEvent.deleted(changeNumber: row.int(0), taskID: row.text(1), parentID: row.optionalText(2), createdAt: row.int(3))
         }
-        return (tasks.map { TaskEvent($0.changeKind, $0) } + deletions).sorted { $0.seq < $1.seq }
+        return (tasks.map { TaskEvent($0.changeKind, $0) } + deletions).sorted { $0.changeNumber < $1.changeNumber }
     }
 
     /// What a fresh subscriber sees first: unfinished tasks and those finished since

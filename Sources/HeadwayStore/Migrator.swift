@@ -89,8 +89,8 @@ public struct Migrator: Sendable {
 public struct DatabaseSetup: Sendable {
     /// The migration versions applied now (empty when the database was up to date).
     public let appliedMigrations: [Int]
-    /// The change sequence, loaded from the database.
-    public let sequence: ChangeSequence
+    /// Hands out change numbers, loaded from the database.
+    public let changeCounter: ChangeCounter
 
     /// Opens (creating if needed) the database at `path`, migrates it, switches it to WAL
     /// and loads its change sequence; the connection is closed again. Throws
@@ -101,6 +101,6 @@ public struct DatabaseSetup: Sendable {
         defer { database.close() }
         let applied = try migrator.migrate(database)
         try database.execute("PRAGMA journal_mode = WAL")
-        return DatabaseSetup(appliedMigrations: applied, sequence: try ChangeSequence(database: database))
+        return DatabaseSetup(appliedMigrations: applied, changeCounter: try ChangeCounter(database: database))
     }
 }

@@ -30,6 +30,11 @@ public struct TaskPage: Equatable, Sendable {
 
 /// SQL for the `tasks` table, mapping rows to `TaskRecord`s. Every function runs on the
 /// connection it is given; the caller decides about transactions.
+///
+/// Three numbers live in a task's row, easily confused: the column `seq` is its *listing
+/// key* (the order of insertion, by which lists are paged: `beforeKey`, `nextKey`);
+/// `last_seq` is the *runner's seq* last applied (`lastRunnerSeq`, for retries); and
+/// `change_seq` is its latest *change number* (`changeNumber`, the event stream's id).
 public enum TaskRepository {
     /// The columns of a task, in the order `values(_:)` and `record(_:)` use.
     static let columnNames = [
@@ -210,10 +215,10 @@ public enum TaskRepository {
             .text(task.state.rawValue), .integer(task.completed), integer(task.total), text(task.unit),
             .integer(task.stalled ? 1 : 0), text(task.stallReason?.rawValue), integer(task.stalledSince),
             .integer(task.stallTimeoutMilliseconds), integer(task.progressTimeoutMilliseconds),
-            .integer(task.cancelRequested ? 1 : 0), integer(task.lastSeq), .integer(task.createdAt),
+            .integer(task.cancelRequested ? 1 : 0), integer(task.lastRunnerSeq), .integer(task.createdAt),
             .integer(task.updatedAt), .integer(task.lastSignalAt), integer(task.lastProgressAt),
             integer(task.finishedAt), text(task.message), text(task.metadata), .text(task.definition),
-            .integer(task.changeSeq), .text(task.changeKind.rawValue), integer(task.startedAt), integer(task.stallDeadline),
+            .integer(task.changeNumber), .text(task.changeKind.rawValue), integer(task.startedAt), integer(task.stallDeadline),
             .real(task.rate.weightedUnits), .real(task.rate.weightedSeconds), integer(task.rate.sampleAt),
             .real(task.rate.sampleValue), .real(task.childrenWeight), .real(task.childrenDone),
             .integer(Int64(task.historyPoints)), integer(task.historyBucket), .integer(task.parentID == nil ? 1 : 0),
@@ -227,11 +232,11 @@ public enum TaskRepository {
             total: row.optionalInt(7), unit: row.optionalText(8), stalled: row.int(9) != 0,
             stallReason: row.optionalText(10).flatMap(StallReason.init(rawValue:)), stalledSince: row.optionalInt(11),
             stallTimeoutMilliseconds: row.int(12), progressTimeoutMilliseconds: row.optionalInt(13),
-            cancelRequested: row.int(14) != 0, lastSeq: row.optionalInt(15), createdAt: row.int(16),
+            cancelRequested: row.int(14) != 0, lastRunnerSeq: row.optionalInt(15), createdAt: row.int(16),
             updatedAt: row.int(17), lastSignalAt: row.int(18), lastProgressAt: row.optionalInt(19),
             finishedAt: row.optionalInt(20), message: row.optionalText(21), metadata: row.optionalText(22),
             definition: row.text(23))
-        task.changeSeq = row.int(24)
+        task.changeNumber = row.int(24)
         task.changeKind = TaskEventKind(rawValue: row.text(25)) ?? .updated
         task.startedAt = row.optionalInt(26)
         task.stallDeadline = row.optionalInt(27)

@@ -1,35 +1,48 @@
 import Foundation
+import Synchronization
 import HeadwayCore
 
-/// The number of the latest change, owned by the writer thread: each change takes the
-/// next number. Loaded from the database at start, so the sequence survives restarts.
-public final class ChangeSequence: @unchecked Sendable {
-    /// The latest number handed out.
-    public fileprivate(set) var last: Int64
+/// Hands out change numbers: each change of a task (or deletion) takes the next one, the
+/// global order of changes and the event stream's `id`. Loaded from the database at start,
+/// so numbers go on rising across restarts. Used by the writer thread; readable anywhere.
+public final class ChangeCounter: Sendable {
+    private let latest: Atomic<Int64>
 
-    public init(last: Int64) { self.last = last }
+    public init(last: Int64) { latest = Atomic(last) }
 
     /// Loads the position of `database`.
     public convenience init(database: Database) throws(SQLiteError) {
         self.init(last: try ChangeFeed.position(in: database).last)
     }
 
-    fileprivate func next() -> Int64 {
-        last += 1
-        return last
-    }
+    /// The latest number handed out.
+    public var last: Int64 { latest.load(ordering: .relaxed) }
+
+    fileprivate func next() -> Int64 { latest.add(1, ordering: .relaxed).newValue }
+
+    /// Gives back the numbers handed out after `mark` (their changes were rolled back).
+    fileprivate func rewind(to mark: Int64) { latest.store(mark, ordering: .relaxed) }
 }
 
-// @unchecked Sendable: mutable, and used by the writer thread only.
 /// The tasks the writer read or wrote lately, exactly as stored, so that an update reads
 /// its task without asking SQLite. Only the writer's connection writes tasks, and only
 /// through `TaskStore`, so the cache stays exact provided that nothing a rolled-back
 /// savepoint or transaction wrote is kept: whenever a rollback undoes changes
 /// (`Database.rollbacks`, kept by the connection's transaction helpers, moves), everything
-/// is forgotten. Writer thread only.
-public final class TaskCache: @unchecked Sendable {
-    private var tasks: [String: TaskRecord] = [:]
-    private var rollbacksSeen = 0
+/// is forgotten. Used by the writer thread (its mutex is never contended).
+public final class TaskCache: Sendable {
+    private struct Contents {
+        var tasks: [String: TaskRecord] = [:]
+        var rollbacksSeen = 0
+
+        mutating func forgetIfRolledBack(_ database: Database) {
+            guard database.rollbacks != rollbacksSeen else { return }
+            rollbacksSeen = database.rollbacks
+            tasks.removeAll(keepingCapacity: true)
+        }
+    }
+
+    private let contents = Mutex(Contents())
     /// At most this many tasks are kept (then the cache starts afresh).
     public let capacity: Int
 
@@ -37,24 +50,24 @@ public final class TaskCache: @unchecked Sendable {
 
     /// The task as stored, if known.
     fileprivate func task(_ id: String, in database: Database) -> TaskRecord? {
-        forgetIfRolledBack(database)
-        return tasks[id]
+        contents.withLock { contents in
+            contents.forgetIfRolledBack(database)
+            return contents.tasks[id]
+        }
     }
 
     /// Remembers a task as read from or written to `database`.
     fileprivate func remember(_ task: TaskRecord, in database: Database) {
-        forgetIfRolledBack(database)
-        if tasks.count >= capacity && tasks[task.id] == nil { tasks.removeAll(keepingCapacity: true) }
-        tasks[task.id] = task
+        contents.withLock { contents in
+            contents.forgetIfRolledBack(database)
+            if contents.tasks.count >= capacity && contents.tasks[task.id] == nil {
+                contents.tasks.removeAll(keepingCapacity: true)
+            }
+            contents.tasks[task.id] = task
+        }
     }
 
-    fileprivate func forget(_ id: String) { tasks[id] = nil }
-
-    private func forgetIfRolledBack(_ database: Database) {
-        guard database.rollbacks != rollbacksSeen else { return }
-        rollbacksSeen = database.rollbacks
-        tasks.removeAll(keepingCapacity: true)
-    }
+    fileprivate func forget(_ id: String) { contents.withLock { _ = $0.tasks.removeValue(forKey: id) } }
 }
 
 /// The task operations, each run by the writer inside one savepoint: read the task, apply
@@ -65,17 +78,17 @@ public final class TaskCache: @unchecked Sendable {
 public struct TaskStore: Sendable {
     /// The stall timeout given to tasks registered without one.
     public var defaultStallTimeoutSeconds: Double
-    /// The change sequence (used on the writer thread only).
-    public let sequence: ChangeSequence
+    /// Hands out change numbers (used on the writer thread only).
+    public let changeCounter: ChangeCounter
     /// When the daemon started: no stall deadline falls earlier than a full timeout after it.
     public var graceStart: EpochMilliseconds
 
     /// The tasks read and written lately (used on the writer thread only).
     public let cache: TaskCache
 
-    public init(sequence: ChangeSequence, defaultStallTimeoutSeconds: Double = 30, graceStart: EpochMilliseconds = 0,
+    public init(changeCounter: ChangeCounter, defaultStallTimeoutSeconds: Double = 30, graceStart: EpochMilliseconds = 0,
                 cache: TaskCache = TaskCache()) {
-        self.sequence = sequence
+        self.changeCounter = changeCounter
         self.cache = cache
         self.defaultStallTimeoutSeconds = defaultStallTimeoutSeconds
         self.graceStart = graceStart
@@ -180,12 +193,12 @@ public struct TaskStore: Sendable {
             guard let root = tree.first(where: { $0.id == id }) else { throw TaskError.notFound(id) }
             var events: [TaskEvent] = []
             for task in tree.reversed() {
-                let seq = sequence.next()
+                let number = changeCounter.next()
                 try TaskRepository.delete(task.id, in: database)
                 cache.forget(task.id)
                 try History.delete(task.id, in: database)
-                try ChangeFeed.recordDeletion(task, seq: seq, at: now, in: database)
-                events.append(.deleted(seq: seq, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt))
+                try ChangeFeed.recordDeletion(task, changeNumber: number, at: now, in: database)
+                events.append(.deleted(changeNumber: number, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt))
             }
             events += try rollUp(from: root.parentID, weightDelta: -root.weight,
                                  doneDelta: -root.weight * root.shareOfParent, now: now, in: database)
@@ -221,7 +234,7 @@ public struct TaskStore: Sendable {
             try TaskRepository.delete(task.id, in: database)
             cache.forget(task.id)
             try History.delete(task.id, in: database)
-            forgottenThrough = max(forgottenThrough, task.changeSeq)
+            forgottenThrough = max(forgottenThrough, task.changeNumber)
         }
         let tombstones = try ChangeFeed.pruneTombstones(deletedBefore: cutoff, limit: limit, in: database)
         forgottenThrough = max(forgottenThrough, tombstones.through)
@@ -232,11 +245,11 @@ public struct TaskStore: Sendable {
     /// Runs one operation; if it throws, the numbers it took are given back (its savepoint
     /// is rolled back by the writer, so they were never stored).
     private func numbered<Value>(_ operation: () throws -> Value) throws -> Value {
-        let mark = sequence.last
+        let mark = changeCounter.last
         do {
             return try operation()
         } catch {
-            sequence.last = mark
+            changeCounter.rewind(to: mark)
             throw error
         }
     }
@@ -257,7 +270,7 @@ public struct TaskStore: Sendable {
 
     /// Gives a change its number.
     private func stamp(_ task: inout TaskRecord, _ kind: TaskEventKind) {
-        task.changeSeq = sequence.next()
+        task.changeNumber = changeCounter.next()
         task.changeKind = kind
     }
 

@@ -98,7 +98,7 @@ private func fieldErrors(_ parse: () throws -> Void) -> [String: String] {
 @Suite struct UpdateParsingTests {
     @Test func readsProgress() throws {
         #expect(try ProgressUpdate.parse(body(#"{"increment":2,"label":"Copying","seq":7}"#))
-            == ProgressUpdate(increment: 2, label: "Copying", seq: 7))
+            == ProgressUpdate(increment: 2, label: "Copying", runnerSeq: 7))
         #expect(fieldErrors { _ = try ProgressUpdate.parse(body(#"{"completed":-1}"#)) }["completed"] != nil)
         #expect(fieldErrors { _ = try ProgressUpdate.parse(body(#"{"seq":1.5}"#)) }["seq"] == "must be a whole number")
         #expect(fieldErrors { _ = try ProgressUpdate.parse(body(#"{"state":"done"}"#)) }["state"] == "is not a known field")

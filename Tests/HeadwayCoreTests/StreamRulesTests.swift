@@ -23,7 +23,7 @@ import Testing
     let start: EpochMilliseconds = 1_000_000
     private func event(_ seq: Int64, _ kind: TaskEventKind = .updated, task: String = "t", createdAt: EpochMilliseconds? = nil,
                        finishedAt: EpochMilliseconds? = nil) -> TaskEvent {
-        TaskEvent(seq: seq, kind: kind, taskID: task, parentID: nil, createdAt: createdAt ?? start,
+        TaskEvent(changeNumber: seq, kind: kind, taskID: task, parentID: nil, createdAt: createdAt ?? start,
                   finishedAt: finishedAt, data: "{\"seq\":\(seq)}")
     }
 

@@ -97,16 +97,16 @@ import Testing
     }
 
     @Test func repeatedSeqIsAcknowledgedNotApplied() throws {
-        let applied = try TaskRules.progress(ProgressUpdate(increment: 5, seq: 3), to: task(), now: 0)
+        let applied = try TaskRules.progress(ProgressUpdate(increment: 5, runnerSeq: 3), to: task(), now: 0)
         #expect(applied.task.completed == 5)
-        #expect(applied.task.lastSeq == 3)
+        #expect(applied.task.lastRunnerSeq == 3)
         for seq: Int64 in [3, 2] {
-            let repeated = try TaskRules.progress(ProgressUpdate(increment: 5, seq: seq), to: applied.task, now: 0)
+            let repeated = try TaskRules.progress(ProgressUpdate(increment: 5, runnerSeq: seq), to: applied.task, now: 0)
             #expect(repeated == .unchanged(applied.task))
         }
-        let next = try TaskRules.progress(ProgressUpdate(increment: 5, seq: 4), to: applied.task, now: 0)
+        let next = try TaskRules.progress(ProgressUpdate(increment: 5, runnerSeq: 4), to: applied.task, now: 0)
         #expect(next.task.completed == 10)
-        let heartbeat = try TaskRules.heartbeat(Heartbeat(seq: 4), to: next.task, now: 0)
+        let heartbeat = try TaskRules.heartbeat(Heartbeat(runnerSeq: 4), to: next.task, now: 0)
         #expect(heartbeat == .unchanged(next.task))
     }
 

@@ -109,7 +109,7 @@ enum TestEvents {
     /// A change of `task` numbered `seq`; its data names both.
     static func event(_ seq: Int64, _ task: String = "t", parent: String? = nil, kind: TaskEventKind = .updated,
                       createdAt: EpochMilliseconds = 0) -> TaskEvent {
-        TaskEvent(seq: seq, kind: kind, taskID: task, parentID: parent, createdAt: createdAt, finishedAt: nil,
+        TaskEvent(changeNumber: seq, kind: kind, taskID: task, parentID: parent, createdAt: createdAt, finishedAt: nil,
                   data: #"{"id":"\#(task)","seq":\#(seq)}"#)
     }
 

@@ -116,7 +116,7 @@ import Testing
         #expect(String(decoding: first, as: UTF8.self) == E.frame(E.event(1, "a")))
         #expect(round.matches(1, StreamFilter(parentID: "p")))
         #expect(!round.matches(0, StreamFilter(parentID: "p")))
-        #expect(round.seqs == [1, 2] && round.taskIDs == ["a", "c"])
+        #expect(round.changeNumbers == [1, 2] && round.taskIDs == ["a", "c"])
     }
 }
 

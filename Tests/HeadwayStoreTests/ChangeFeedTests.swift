@@ -15,32 +15,32 @@ import Testing
         let created = try fixture.write { try store.register(Registration(id: "a", name: "A", total: 5), now: 1, in: $0) }
         let updated = try fixture.write { try store.progress("a", ProgressUpdate(completed: 2), now: 2, in: $0) }
         let finished = try fixture.write { try store.finish("a", Finish(outcome: .succeeded), now: 3, in: $0) }
-        #expect(created.events.map(\.seq) == [start.last + 1])
+        #expect(created.events.map(\.changeNumber) == [start.last + 1])
         #expect(updated.events.map(\.kind) == [.updated])
-        #expect(updated.events.map(\.seq) == [start.last + 2])
+        #expect(updated.events.map(\.changeNumber) == [start.last + 2])
         #expect(finished.events.map(\.kind) == [.finished])
         fixture.stopWriter()
 
         let reopened = try Database(path: fixture.path)
-        let sequence = try ChangeSequence(database: reopened)
+        let sequence = try ChangeCounter(database: reopened)
         #expect(sequence.last == start.last + 3)
-        let store2 = TaskStore(sequence: sequence)
+        let store2 = TaskStore(changeCounter: sequence)
         try fixture.restartWriter()
         let next = try fixture.write { try store2.register(Registration(id: "b", name: "B"), now: 4, in: $0) }
-        #expect(next.events.map(\.seq) == [start.last + 4])
+        #expect(next.events.map(\.changeNumber) == [start.last + 4])
     }
 
     @Test func refusedChangesGiveTheirNumbersBack() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
         _ = try fixture.write { try store.register(Registration(id: "a", name: "A", total: 5), now: 1, in: $0) }
-        let before = store.sequence.last
+        let before = store.changeCounter.last
         #expect(throws: TaskError.self) {
             _ = try fixture.write { try store.progress("a", ProgressUpdate(completed: 6), now: 2, in: $0) }
         }
-        #expect(store.sequence.last == before)
+        #expect(store.changeCounter.last == before)
         let requested = try fixture.write { try store.cancel("a", now: 3, in: $0) }
-        #expect(requested.events.map(\.seq) == [before + 1])
+        #expect(requested.events.map(\.changeNumber) == [before + 1])
         #expect(try fixture.write { try store.cancel("a", now: 4, in: $0) }.events.isEmpty, "no change, no event")
     }
 
@@ -50,7 +50,7 @@ import Testing
         for id in ["a", "b", "c"] {
             _ = try fixture.write { try store.register(Registration(id: id, name: id, total: 10), now: 1, in: $0) }
         }
-        let mark = store.sequence.last
+        let mark = store.changeCounter.last
         _ = try fixture.write { try store.progress("a", ProgressUpdate(completed: 1), now: 2, in: $0) }
         _ = try fixture.write { try store.progress("b", ProgressUpdate(completed: 1), now: 2, in: $0) }
         _ = try fixture.write { try store.progress("a", ProgressUpdate(completed: 2), now: 3, in: $0) }
@@ -58,10 +58,10 @@ import Testing
         let changes = try fixture.read { try ChangeFeed.changes(after: mark, in: $0) }
         #expect(changes.map(\.taskID) == ["b", "a", "c"])
         #expect(changes.map(\.kind) == [.updated, .updated, .deleted])
-        #expect(changes.map(\.seq) == [mark + 2, mark + 3, mark + 4])
+        #expect(changes.map(\.changeNumber) == [mark + 2, mark + 3, mark + 4])
         #expect(changes[1].data.contains(#""completed":2"#))
         #expect(changes[2].data == #"{"id":"c"}"#)
-        #expect(deleted.events.map(\.seq) == [mark + 4])
+        #expect(deleted.events.map(\.changeNumber) == [mark + 4])
         #expect(try fixture.read { try ChangeFeed.changes(after: mark + 4, in: $0) }.isEmpty)
         let position = try fixture.read { try ChangeFeed.position(in: $0) }
         #expect(position.last == mark + 4)

@@ -49,7 +49,7 @@ import Testing
     @Test func afterARestartDeadlinesCountFromTheRestart() throws {
         let fixture = try StoreFixture()
         _ = try register(fixture, fixture.store, Registration(id: "old", name: "Old", stallTimeoutSeconds: 30), at: 0)
-        let restarted = TaskStore(sequence: fixture.store.sequence, graceStart: 100_000)
+        let restarted = TaskStore(changeCounter: fixture.store.changeCounter, graceStart: 100_000)
         #expect(try fixture.write { try restarted.sweep(now: 100_001, limit: 10, in: $0) }.events.isEmpty)
         #expect(try fixture.read { try TaskRepository.find("old", in: $0)?.stallDeadline } == 130_000)
         #expect(try fixture.write { try restarted.sweep(now: 130_000, limit: 10, in: $0) }.events.map(\.kind) == [.stalled])
@@ -119,7 +119,7 @@ import Testing
         _ = try fixture.write { try store.finish("recent", Finish(outcome: .succeeded), now: 9000, in: $0) }
         let deletedAt: EpochMilliseconds = 1000
         let deletion = try fixture.write { try store.delete("gone", now: deletedAt, in: $0) }
-        let seenBefore = deletion.events[0].seq - 1
+        let seenBefore = deletion.events[0].changeNumber - 1
 
         #expect(try fixture.write { try store.prune(finishedBefore: 5000, limit: 100, in: $0) } == 3,
                 "done and child (leaves), and the tombstone; the parent waits for its child")

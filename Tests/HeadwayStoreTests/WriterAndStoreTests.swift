@@ -15,7 +15,7 @@ final class StoreFixture: @unchecked Sendable {
 
     init(durability: Durability = .full) throws {
         path = directory.file("headway.db")
-        store = TaskStore(sequence: try DatabaseSetup.open(path: path).sequence)
+        store = TaskStore(changeCounter: try DatabaseSetup.open(path: path).changeCounter)
         writer = try GroupCommitWriter(path: path, durability: durability)
         writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try writerThread.start()
@@ -259,12 +259,12 @@ final class Box<Value>: @unchecked Sendable {
         let fixture = try StoreFixture()
         let store = fixture.store
         _ = try fixture.write { try store.register(Registration(id: "keep", name: "Kept", total: 10), now: 5, in: $0) }
-        _ = try fixture.write { try store.progress("keep", ProgressUpdate(completed: 4, seq: 1), now: 6, in: $0) }
+        _ = try fixture.write { try store.progress("keep", ProgressUpdate(completed: 4, runnerSeq: 1), now: 6, in: $0) }
         fixture.stopWriter()
         try fixture.restartWriter()
         let task = try fixture.read { try TaskRepository.find("keep", in: $0) }
         #expect(task?.completed == 4)
-        #expect(task?.lastSeq == 1)
+        #expect(task?.lastRunnerSeq == 1)
         #expect(task?.total == 10)
     }
 
