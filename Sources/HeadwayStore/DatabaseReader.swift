@@ -1,11 +1,13 @@
 import Foundation
+import Synchronization
 
 /// A connection for queries, shared under a lock. WAL lets it read while the writer commits.
 /// The connection is confined to the thread holding the lock while it reads, and to no
 /// thread between reads, so a connection kept past its read is caught when used.
 public final class DatabaseReader: Sendable {
     private let database: Database
-    private let lock = NSLock()
+    /// Held by one reader at a time.
+    private let inUse = Mutex<Void>(())
 
     /// Opens a connection to an existing database, for reading only.
     public init(path: String) throws(SQLiteError) {
@@ -15,11 +17,11 @@ public final class DatabaseReader: Sendable {
     }
 
     /// Closes the connection; later reads throw.
-    public func close() { lock.withLock { database.close() } }
+    public func close() { inUse.withLock { _ in database.close() } }
 
     /// Runs `body` with the connection, one caller at a time.
     public func read<Value>(_ body: (Database) throws -> Value) rethrows -> Value {
-        try lock.withLock {
+        try inUse.withLock { _ in
             database.confine(to: .currentThread)
             defer { database.confine(to: .noThread) }
             return try body(database)
