@@ -26,7 +26,7 @@ public struct TestEvent: Equatable, Sendable {
 /// An event-stream client on a raw socket: it sends the request it is told to, decodes the
 /// chunked body and parses SSE frames as the WHATWG standard says, one frame at a time.
 /// Reads time out, so a test waiting for an event that never comes fails instead of hanging.
-public final class TestSSEClient: @unchecked Sendable {
+public final class TestSSEClient: @unchecked Sendable {  // a socket and a read buffer, used by one thread at a time
     private let fd: Int32
     private var raw: [UInt8] = []
     private var body: [UInt8] = []
