@@ -29,10 +29,15 @@ python_tools=()
 [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse)
 [ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib)
 if [ ${#python_tools[@]} -gt 0 ]; then
-  if [ ! -x "$venv/bin/python3" ]; then
+  # A venv without a working pip (an interrupted creation) is made again.
+  if ! "$venv/bin/python3" -m pip --version >/dev/null 2>&1; then
     echo "Creating the Python virtual environment $venv"
+    rm -rf "$venv"
     mkdir -p .build
-    python3 -m venv "$venv"
+    python3 -m venv "$venv" || {
+      echo "Cannot create $venv: install Python's venv module (Debian: apt-get install python3-venv)" >&2
+      exit 1
+    }
   fi
   # Installed once: pip checks what is there and leaves it (a stamp file saves its start-up).
   stamp="$venv/.installed-$(printf '%s\n' "${python_tools[@]}" | sort | tr '\n' '+')"

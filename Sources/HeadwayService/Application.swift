@@ -23,6 +23,8 @@ public final class HeadwayApplication: Sendable {
     let server: MicroHTTPServer
     /// The catch-ups event-stream subscribers shared lately.
     let recentCatchUps: CatchUpCache
+    /// Where event-stream catch-ups are read.
+    let catchUpQueue: DispatchQueue
     /// Every route served, as (method, path pattern).
     public let routes: [(method: String, pattern: String)]
     /// What the server does with each request (tests may hand requests to it directly).
@@ -32,7 +34,8 @@ public final class HeadwayApplication: Sendable {
 
     init(configuration: Configuration, writer: GroupCommitWriter, readers: [DatabaseReader], broker: EventBroker,
          maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline, recentCatchUps: CatchUpCache,
-         logger: Logger, routes: [(method: String, pattern: String)]) {
+         catchUpQueue: DispatchQueue, logger: Logger, routes: [(method: String, pattern: String)]) {
+        self.catchUpQueue = catchUpQueue
         self.maintenance = maintenance
         self.recentCatchUps = recentCatchUps
         self.configuration = configuration
@@ -86,11 +89,12 @@ public final class HeadwayApplication: Sendable {
     @discardableResult
     func pruneOldTasks() -> Int { maintenance.pruneNow() }
 
-    /// Stops every service in order (see the type), then closes the readers and writes the
-    /// last log lines.
+    /// Stops every service in order (see the type), waits for a catch-up still being read,
+    /// then closes the readers and writes the last log lines (the flusher has stopped).
     public func shutdown() {
         logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
         services.withLock { $0 }?.stop()
+        catchUpQueue.sync {}
         readers.forEach { $0.close() }
         logger.log(.info, "server.stopped", ["batches": "\(writer.statistics.batches)", "writes": "\(writer.statistics.jobs)"])
         logger.flush()
@@ -129,8 +133,9 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     TaskAPI(writer: writer, reader: reader, store: store, broker: broker, clock: clock, logger: logger, errors: errors)
         .register(in: &router)
     let recentCatchUps = CatchUpCache()
+    let catchUpQueue = DispatchQueue(label: "headway.events.catch-up")
     EventsAPI(broker: broker, reader: streamReader, clock: clock, logger: logger, errors: errors,
-              recentCatchUps: recentCatchUps)
+              recentCatchUps: recentCatchUps, catchUpQueue: catchUpQueue)
         .register(in: &router)
     var serverConfiguration = MicroHTTPServer.Configuration()
     serverConfiguration.host = configuration.host
@@ -153,7 +158,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     })
     return HeadwayApplication(configuration: configuration, writer: writer, readers: [reader, streamReader],
                               broker: broker, maintenance: maintenance, server: server, pipeline: pipeline,
-                              recentCatchUps: recentCatchUps, logger: logger,
+                              recentCatchUps: recentCatchUps, catchUpQueue: catchUpQueue, logger: logger,
                               routes: router.routes.map { ($0.method, $0.pattern) })
 }
 

@@ -92,6 +92,7 @@ public struct Configuration: Sendable, Equatable {
                 value = String(name[name.index(after: equals)...])
                 name = String(name[..<equals])
             }
+            if ["help", "version"].contains(name) { throw UsageError("option '--\(name)' takes no value") }
             guard names.contains(name) else { throw UsageError("unknown option '--\(name)'") }
             if value == nil {
                 guard index < arguments.count else { throw UsageError("option '--\(name)' needs a value") }

@@ -20,7 +20,9 @@ struct EventsAPI: Sendable {
     /// Catch-ups just read, shared by subscribers that arrive with the same query while
     /// nothing has changed (a reconnection storm after a restart); used on `catchUpQueue`.
     let recentCatchUps: CatchUpCache
-    let catchUpQueue = DispatchQueue(label: "headway.events.catch-up")
+    /// Where catch-ups are read, one at a time (the application waits for it to be idle
+    /// before closing the reader).
+    let catchUpQueue: DispatchQueue
     /// How long a client waits before reconnecting (`retry:`).
     static let retryMilliseconds = 3000
     /// The snapshot also shows tasks finished this recently.

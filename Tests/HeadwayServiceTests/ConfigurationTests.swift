@@ -10,6 +10,14 @@ import HeadwayStore
         return configuration
     }
 
+    @Test func versionAndHelpTakeNoValue() throws {
+        #expect(try Configuration.parse(arguments: ["--version"], environment: [:]) == .version)
+        #expect(try Configuration.parse(arguments: ["--db", "x.db", "--help"], environment: [:]) == .help)
+        #expect(throws: UsageError("option '--version' takes no value")) {
+            try Configuration.parse(arguments: ["--version=1"], environment: [:])
+        }
+    }
+
     @Test func defaults() throws {
         let configuration = try parse([])
         #expect(configuration.host == "127.0.0.1")
