@@ -85,27 +85,27 @@ private func runningTask(stallTimeout: Int64 = 30_000, progressTimeout: Int64? =
 @Suite struct RateEstimatorTests {
     /// Reports `values` at `times` (seconds after start) to a task of `total` units; returns
     /// the ETA after each report.
-    private func etas(total: Int64, reports: [(seconds: Double, completed: Int64)]) -> [Double?] {
+    private func etas(total: Int64, reports: [(seconds: Double, completed: Int64)]) throws -> [Double?] {
         var task = runningTask(total: total)
         task.rate.observe(0, at: start)
-        return reports.map { report in
+        return try reports.map { report in
             let now = start + Int64(report.seconds * 1000)
-            task = (try? TaskRules.progress(ProgressUpdate(completed: report.completed), to: task, now: now).task) ?? task
+            task = try TaskRules.progress(ProgressUpdate(completed: report.completed), to: task, now: now).task
             return task.estimate?.etaSeconds
         }
     }
 
-    @Test func steadyRateGivesAnETAWithin5PercentAfter10Seconds() {
+    @Test func steadyRateGivesAnETAWithin5PercentAfter10Seconds() throws {
         // 7 units per second, reported every 0.5 s, 1000 units in all.
         let reports = (1...40).map { (seconds: Double($0) * 0.5, completed: Int64(Double($0) * 0.5 * 7)) }
-        let result = etas(total: 1000, reports: reports)
+        let result = try etas(total: 1000, reports: reports)
         for (report, eta) in zip(reports, result) where report.seconds >= 10 {
             let truth = Double(1000 - report.completed) / 7
             #expect(abs(eta! - truth) / truth < 0.05, "at \(report.seconds) s: \(eta!) vs \(truth)")
         }
     }
 
-    @Test func burstsEvery3SecondsKeepSuccessiveETAsWithin15Percent() {
+    @Test func burstsEvery3SecondsKeepSuccessiveETAsWithin15Percent() throws {
         // 10 units/s on average, delivered as three quick reports every 3 s.
         var reports: [(seconds: Double, completed: Int64)] = []
         var completed: Int64 = 0
@@ -116,21 +116,21 @@ private func runningTask(stallTimeout: Int64 = 30_000, progressTimeout: Int64? =
             }
         }
         // After the first 10 s (as for a steady rate), successive ETAs stay close.
-        let settled = zip(reports, etas(total: 1000, reports: reports)).filter { $0.0.seconds >= 10 }.compactMap(\.1)
+        let settled = zip(reports, try etas(total: 1000, reports: reports)).filter { $0.0.seconds >= 10 }.compactMap(\.1)
         #expect(settled.count == reports.count - 9)
         for (previous, next) in zip(settled, settled.dropFirst()) {
             #expect(abs(next - previous) / previous < 0.15, "\(previous) → \(next)")
         }
     }
 
-    @Test func aHalvingOfSpeedIsReflectedWithin30Seconds() {
+    @Test func aHalvingOfSpeedIsReflectedWithin30Seconds() throws {
         // 20 units/s for 60 s, then 10 units/s; reports every second.
         var reports: [(seconds: Double, completed: Int64)] = []
         for second in 1...120 {
             let completed = second <= 60 ? 20 * second : 1200 + 10 * (second - 60)
             reports.append((Double(second), Int64(completed)))
         }
-        let result = etas(total: 5000, reports: reports)
+        let result = try etas(total: 5000, reports: reports)
         let at90 = result[89]!
         let truth = Double(5000 - 1500) / 10
         #expect(abs(at90 - truth) / truth < 0.10, "30 s after the halving: \(at90) vs \(truth)")

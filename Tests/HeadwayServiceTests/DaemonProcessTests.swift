@@ -114,6 +114,7 @@ final class DaemonProcess {
             _ = try client.request("POST", "/v1/tasks", json: #"{"id":"w\#(writer)","name":"Writer \#(writer)"}"#)
             DispatchQueue.global().async(group: group) {
                 for index in 1...updates {
+                    // The daemon is killed mid-way: a failed request only ends this writer.
                     guard let reply = try? client.request("POST", "/v1/tasks/w\(writer)/progress",
                                                           json: #"{"completed":\#(index),"seq":\#(index)}"#),
                           reply.status == 200 else { return }
