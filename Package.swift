@@ -33,9 +33,11 @@ let package = Package(
         .target(name: "HeadwayTestSupport"),
         .testTarget(name: "LifecycleTests", dependencies: ["Lifecycle"]),
         .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore"]),
-        .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayTestSupport", "Lifecycle"]),
+        .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayCore", "HeadwayTestSupport", "Lifecycle"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "HeadwayTestSupport", "Lifecycle"]),
-        .testTarget(name: "HeadwayServiceTests", dependencies: ["HeadwayService", "HeadwayTestSupport", "Lifecycle"]),
+        .testTarget(name: "HeadwayServiceTests", dependencies: [
+            "HeadwayService", "HeadwayCore", "HeadwayStore", "HTTPServer", "HeadwayTestSupport", "Lifecycle",
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )
