@@ -40,6 +40,24 @@ public enum Limits {
     public static let weight: ClosedRange<Double> = 0.000001...1_000_000
 }
 
+/// Bounds on the task tree and on what is stored, set by the daemon's flags
+/// (`--max-depth`, `--max-children`, `--max-tasks`): no client can make one change walk,
+/// or the database hold, more than they allow.
+public struct TreeLimits: Sendable, Equatable {
+    /// The deepest a task may be (a root is depth 1).
+    public var maximumDepth = 32
+    /// The most children one parent may have (deleted and forgotten ones no longer count).
+    public var maximumChildren = 10_000
+    /// The most tasks stored at once (finished ones count until retention forgets them).
+    public var maximumTasks: Int64 = 10_000_000
+
+    public init(maximumDepth: Int = 32, maximumChildren: Int = 10_000, maximumTasks: Int64 = 10_000_000) {
+        self.maximumDepth = maximumDepth
+        self.maximumChildren = maximumChildren
+        self.maximumTasks = maximumTasks
+    }
+}
+
 /// One task as stored: what the runner said and what the server derived.
 public struct TaskRecord: Equatable, Sendable {
     public var id: String
@@ -80,6 +98,10 @@ public struct TaskRecord: Equatable, Sendable {
     /// For a parent: the sum of its children's weights, and of weight × child fraction.
     public var childrenWeight = 0.0
     public var childrenDone = 0.0
+    /// How deep the task is in its tree: 1 for a root, its parent's depth + 1 for a child.
+    public var depth = 1
+    /// How many children the task has (stored ones: a deleted or forgotten child no longer counts).
+    public var childCount = 0
     /// History samples stored for this task, and the second of the latest.
     public var historyPoints = 0
     public var historyBucket: Int64?

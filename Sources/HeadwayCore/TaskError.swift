@@ -46,6 +46,12 @@ public enum TaskError: Error, Equatable, Sendable {
     case parentFinished(String)
     /// A registration names the task itself as its parent.
     case ownParent(String)
+    /// The child would be deeper than the deepest a task may be (`--max-depth`; a root is 1).
+    case treeTooDeep(parentID: String, maximumDepth: Int)
+    /// The parent already has the most children a task may have (`--max-children`).
+    case tooManyChildren(parentID: String, maximumChildren: Int)
+    /// The database already holds the most tasks it may (`--max-tasks`).
+    case storageFull(maximumTasks: Int64)
 
     /// The stable machine-readable code of the refusal (`progress_regression`, …).
     public var code: String {
@@ -65,6 +71,9 @@ public enum TaskError: Error, Equatable, Sendable {
         case .parentNotFound: "parent_not_found"
         case .parentFinished: "parent_finished"
         case .ownParent: "invalid_parent"
+        case .treeTooDeep: "tree_too_deep"
+        case .tooManyChildren: "too_many_children"
+        case .storageFull: "storage_full"
         }
     }
 }

@@ -42,6 +42,18 @@ public enum TaskRules {
         return task
     }
 
+    /// Refuses a new child of `parent` that would break the tree's limits: a finished parent
+    /// takes no children, and the child may be neither too deep nor one child too many.
+    public static func checkNewChild(of parent: TaskRecord, limits: TreeLimits) throws(TaskError) {
+        if parent.state.isFinished { throw .parentFinished(parent.id) }
+        if parent.depth >= limits.maximumDepth {
+            throw .treeTooDeep(parentID: parent.id, maximumDepth: limits.maximumDepth)
+        }
+        if parent.childCount >= limits.maximumChildren {
+            throw .tooManyChildren(parentID: parent.id, maximumChildren: limits.maximumChildren)
+        }
+    }
+
     /// A registration with an id that exists: the same definition is answered with the task
     /// as it is now; another definition is a conflict.
     public static func reregister(_ registration: Registration, existing: TaskRecord) throws(TaskError) -> TaskRecord {
@@ -140,6 +152,36 @@ public enum TaskRules {
         if (next.fraction ?? 0) > (parent.fraction ?? 0) { next.lastProgressAt = now }
         next.rate.observe(next.progressValue, at: now)
         return next
+    }
+
+    /// What a change of one of its descendants does to an ancestor (see `rollUpStep`).
+    public enum RollUpStep: Equatable, Sendable {
+        /// The ancestor changes as clients see it (its roll-up, or it starts): a new change, an event.
+        case changed(TaskRecord)
+        /// Only its signal time moves (and with it its stall deadline): the descendant's
+        /// activity keeps it alive, but nothing a client sees changed, so it gets no event
+        /// and no change number (unless that signal clears its stall flag, which shows).
+        case signalled(TaskRecord)
+        /// Nothing changes, here or further up: the ancestor is finished, or it already had
+        /// a signal this recent (and so had every ancestor above it).
+        case unchanged
+    }
+
+    /// One step of a roll-up: the ancestor `parent` as a change below it leaves it. With no
+    /// move of the children's shares and weights, the change only counts as the ancestor's
+    /// signal: its `updatedAt` and rate estimate stay (the estimator folds the quiet spell
+    /// into its next sample), so the roll-up stops being visible at the first ancestor
+    /// whose progress does not move.
+    public static func rollUpStep(_ parent: TaskRecord, weightDelta: Double, doneDelta: Double,
+                                  now: EpochMilliseconds) -> RollUpStep {
+        guard !parent.state.isFinished else { return .unchanged }
+        guard weightDelta == 0, doneDelta == 0, parent.state != .pending else {
+            return rollUp(parent, weightDelta: weightDelta, doneDelta: doneDelta, now: now).map { .changed($0) } ?? .unchanged
+        }
+        guard now > parent.lastSignalAt else { return .unchanged }
+        var next = parent
+        next.lastSignalAt = now
+        return .signalled(next)
     }
 
     /// Whether the runner's `runnerSeq` was already applied (it is not above the last one).

@@ -123,7 +123,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     brokerSettings.pacing = configuration.fanOutPacing
     let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger)
     let store = TaskStore(changeCounter: changeCounter, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
-                          graceStart: clock.now())
+                          graceStart: clock.now(), limits: configuration.treeLimits)
     var maintenanceSettings = Maintenance.Settings()
     maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)
     let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store, broker: broker,

@@ -26,6 +26,8 @@ public struct Configuration: Sendable, Equatable {
     public var maximumPendingTasks = 2048
     /// When fan-out rounds may start during an update storm.
     public var fanOutPacing = FanOutPacing()
+    /// How deep, wide and many tasks may be (`--max-depth`, `--max-children`, `--max-tasks`).
+    public var treeLimits = TreeLimits()
 
     public init() {}
 
@@ -55,6 +57,13 @@ public struct Configuration: Sendable, Equatable {
           --retention DURATION      forget finished tasks, their history and deletions
                                     this long after: seconds, or with s, m, h or d
                                     (HEADWAY_RETENTION, default 7d)
+          --max-depth N             deepest a task may be, a root being 1; deeper
+                                    registrations get 422 tree_too_deep
+                                    (HEADWAY_MAX_DEPTH, default 32)
+          --max-children N          children one task may have; more get 422
+                                    too_many_children (HEADWAY_MAX_CHILDREN, default 10000)
+          --max-tasks N             tasks stored at once; more get 503 storage_full
+                                    (HEADWAY_MAX_TASKS, default 10000000)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -74,7 +83,8 @@ public struct Configuration: Sendable, Equatable {
     public static func parse(arguments: [String], environment: [String: String]) throws(UsageError) -> Command {
         var settings: [String: String] = [:]
         let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers",
-                     "retention"]
+                     "retention",
+                     "max-depth", "max-children", "max-tasks"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -146,7 +156,30 @@ public struct Configuration: Sendable, Equatable {
             }
             configuration.retentionSeconds = seconds
         }
+        try parseTreeLimits(settings, into: &configuration.treeLimits)
         return .run(configuration)
+    }
+
+    /// Reads `--max-depth`, `--max-children` and `--max-tasks`.
+    static func parseTreeLimits(_ settings: [String: String], into limits: inout TreeLimits) throws(UsageError) {
+        if let text = settings["max-depth"] {
+            guard let depth = Int(text), (1...10_000).contains(depth) else {
+                throw UsageError("--max-depth must be a whole number from 1 to 10000, not '\(text)'")
+            }
+            limits.maximumDepth = depth
+        }
+        if let text = settings["max-children"] {
+            guard let count = Int(text), (1...100_000_000).contains(count) else {
+                throw UsageError("--max-children must be a whole number from 1 to 100000000, not '\(text)'")
+            }
+            limits.maximumChildren = count
+        }
+        if let text = settings["max-tasks"] {
+            guard let count = Int64(text), (1...1_000_000_000_000).contains(count) else {
+                throw UsageError("--max-tasks must be a whole number from 1 to 1000000000000, not '\(text)'")
+            }
+            limits.maximumTasks = count
+        }
     }
 
     /// Seconds in `text`: a number, optionally followed by s, m, h or d.

@@ -54,7 +54,8 @@ struct Problem: Error, Equatable, Sendable {
 extension Problem {
     /// How a refusal of the domain looks over HTTP: 400 for a request that cannot be read,
     /// 404 for a task that does not exist, 409 for a conflict with the task's state, 422 for
-    /// a rule of accurate progress that the change would break.
+    /// a rule of accurate progress or a limit of the tree that the change would break, 503
+    /// when the server stores all the tasks it may.
     init(_ error: TaskError) {
         let code = error.code
         switch error {
@@ -110,6 +111,18 @@ extension Problem {
             self.init(status: 422, code: code, title: "A task cannot be its own parent",
                       detail: "parent_id equals the task's own id '\(id)'.",
                       errors: [FieldError(field: "parent_id", message: "must differ from id")])
+        case .treeTooDeep(let parentID, let maximumDepth):
+            self.init(status: 422, code: code, title: "Task tree too deep",
+                      detail: "A child of '\(parentID)' would be deeper than \(maximumDepth) levels (a root is level 1).",
+                      errors: [FieldError(field: "parent_id", message: "is at the deepest level a task may have")])
+        case .tooManyChildren(let parentID, let maximumChildren):
+            self.init(status: 422, code: code, title: "Too many children",
+                      detail: "The task '\(parentID)' already has \(maximumChildren) children, the most a task may have.",
+                      errors: [FieldError(field: "parent_id", message: "has the most children a task may have")])
+        case .storageFull(let maximumTasks):
+            self.init(status: 503, code: code, title: "Storage full",
+                      detail: "The server already stores \(maximumTasks) tasks; retry once finished ones are deleted or forgotten.",
+                      headers: [HTTPField("Retry-After", "60")])
         }
     }
 }

@@ -10,13 +10,23 @@ public enum Durability: String, Sendable, CaseIterable {
     case normal
 }
 
+/// What a writer job's result holds in memory until its batch commits (its events, mostly),
+/// so that a batch's memory is bounded in bytes, not only in jobs.
+public protocol BatchSized {
+    /// About how many bytes the result holds.
+    var estimatedBytes: Int { get }
+}
+
 /// The one writer of the database: a service whose thread drains a queue of jobs into
 /// `BEGIN IMMEDIATE … COMMIT` batches (group commit). Each job runs inside its own
 /// savepoint, so a job that throws changes nothing while the rest of its batch commits.
-/// A job's completion is called only after its batch has committed; if the commit fails,
-/// the batch is rolled back and every job of it gets the error. The connection is confined
-/// to the writer thread. A requested stop commits what is queued, then `run()` closes the
-/// connection and returns; later submissions fail with `.stopped`.
+/// A batch ends after `maximumBatch` jobs or once its results hold `maximumBatchBytes`
+/// (the jobs not run yet wait for the next batch). A job's completion is called only after
+/// its batch has committed; if the commit fails, or SQLite ends the transaction in the
+/// middle of the batch, no further job of the batch runs, nothing of it is stored and every
+/// job of it gets the error. The connection is confined to the writer thread. A requested
+/// stop commits what is queued, then `run()` closes the connection and returns; later
+/// submissions fail with `.stopped`.
 public final class GroupCommitWriter: Service {
     /// Counts of what the writer has done, for metrics and benchmarks.
     public struct Statistics: Sendable, Equatable {
@@ -26,8 +36,9 @@ public final class GroupCommitWriter: Service {
 
     private struct Job: Sendable {
         /// Runs the work in its own savepoint (on the writer thread); returns the error that
-        /// rolled the savepoint back, if any, and what to call once the batch has committed.
-        let run: @Sendable (Database) -> (error: (any Error)?, afterCommit: @Sendable () -> Void)
+        /// rolled the savepoint back, if any, what to call once the batch has committed, and
+        /// about how many bytes its result holds until then.
+        let run: @Sendable (Database) -> (error: (any Error)?, afterCommit: @Sendable () -> Void, bytes: Int)
         /// Called instead when the batch could not commit.
         let abort: @Sendable (any Error) -> Void
     }
@@ -43,13 +54,16 @@ public final class GroupCommitWriter: Service {
     private let workArrived = Doorbell()
     private let stats = Mutex(Statistics())
     private let maximumBatch: Int
+    private let maximumBatchBytes: Int
 
     /// Opens the writer connection (WAL, the given durability); `run()` then writes.
-    public init(path: String, durability: Durability, maximumBatch: Int = 2048) throws(SQLiteError) {
+    public init(path: String, durability: Durability, maximumBatch: Int = 2048,
+                maximumBatchBytes: Int = 16 << 20) throws(SQLiteError) {
         database = try Database(path: path)
         try database.execute("PRAGMA journal_mode = WAL")
         try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
         self.maximumBatch = maximumBatch
+        self.maximumBatchBytes = maximumBatchBytes
     }
 
     /// The work done so far.
@@ -59,13 +73,25 @@ public final class GroupCommitWriter: Service {
     /// the batch has committed (or with the error that stopped it).
     public func submit<Value: Sendable>(_ work: @escaping @Sendable (Database) throws -> Value,
                                         completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
+        enqueue(work, size: { _ in 0 }, completion: completion)
+    }
+
+    /// Queues `work` whose result counts towards its batch's bytes.
+    public func submit<Value: Sendable & BatchSized>(_ work: @escaping @Sendable (Database) throws -> Value,
+                                                     completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
+        enqueue(work, size: { $0.estimatedBytes }, completion: completion)
+    }
+
+    private func enqueue<Value: Sendable>(_ work: @escaping @Sendable (Database) throws -> Value,
+                                          size: @escaping @Sendable (Value) -> Int,
+                                          completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
         let job = Job(
             run: { database in
                 do {
                     let value = try database.inSavepoint { try work(database) }
-                    return (nil, { completion(.success(value)) })
+                    return (nil, { completion(.success(value)) }, size(value))
                 } catch {
-                    return (error, { completion(.failure(error)) })
+                    return (error, { completion(.failure(error)) }, 0)
                 }
             },
             abort: { error in completion(.failure(error)) })
@@ -97,7 +123,8 @@ public final class GroupCommitWriter: Service {
                 queue.jobs.removeFirst(batch.count)
                 return batch
             }
-            runBatch(batch)
+            let notRun = runBatch(batch)
+            if !notRun.isEmpty { queue.withLock { $0.jobs.insert(contentsOf: notRun, at: 0) } }
         }
         database.close()
     }
@@ -108,29 +135,36 @@ public final class GroupCommitWriter: Service {
         workArrived.ring()
     }
 
-    private func runBatch(_ batch: [Job]) {
+    /// Runs the jobs of `batch` in one transaction, in order, until their results hold
+    /// `maximumBatchBytes`, and commits; returns the jobs not run (at least one job runs).
+    private func runBatch(_ batch: [Job]) -> ArraySlice<Job> {
         var afterCommit: [@Sendable () -> Void] = []
         afterCommit.reserveCapacity(batch.count)
+        var bytes = 0
         do {
             try database.inTransaction(.immediate) {
                 for job in batch {
+                    if bytes >= maximumBatchBytes { break }
                     // A job that throws is rolled back alone and learns its error after the
-                    // commit, unless SQLite rolled back the whole transaction (after a full
-                    // disk, say): then the batch is lost.
-                    let (error, completion) = job.run(database)
+                    // commit. But once the transaction is gone (SQLite rolls it back itself
+                    // after a full disk, say), the batch is lost: no later job may run, or its
+                    // savepoint would start and commit a transaction of its own.
+                    let (error, completion, size) = job.run(database)
+                    guard database.isInsideTransaction else { throw error ?? WriterError.transactionLost }
                     afterCommit.append(completion)
-                    if let error, !database.isInsideTransaction { throw error }
+                    bytes += size
                 }
             }
         } catch {
             batch.forEach { $0.abort(error) }
-            return
+            return []
         }
         stats.withLock { stats in
             stats.batches += 1
-            stats.jobs += batch.count
+            stats.jobs += afterCommit.count
         }
         afterCommit.forEach { $0() }
+        return batch[afterCommit.count...]
     }
 }
 
@@ -138,4 +172,6 @@ public final class GroupCommitWriter: Service {
 public enum WriterError: Error, Equatable {
     /// The writer has stopped (the daemon is shutting down).
     case stopped
+    /// SQLite ended the batch's transaction in the middle of it: nothing of the batch was stored.
+    case transactionLost
 }

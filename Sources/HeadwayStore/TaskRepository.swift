@@ -42,7 +42,7 @@ public enum TaskRepository {
         "stall_reason", "stalled_since", "stall_timeout_ms", "progress_timeout_ms", "cancel_requested", "last_seq",
         "created_at", "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "metadata",
         "definition", "change_seq", "change_kind", "started_at", "stall_deadline", "rate_units", "rate_seconds",
-        "sample_at", "sample_value", "children_weight", "children_done", "history_points", "history_bucket", "is_root",
+        "sample_at", "sample_value", "children_weight", "children_done", "history_points", "history_bucket", "is_root", "depth", "child_count",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -67,7 +67,7 @@ public enum TaskRepository {
         "label", "completed", "total", "unit", "stall_reason", "stalled_since", "cancel_requested", "last_seq",
         "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "change_seq", "change_kind",
         "started_at", "stall_deadline", "rate_units", "rate_seconds", "sample_at", "sample_value", "children_weight",
-        "children_done", "history_points", "history_bucket",
+        "children_done", "history_points", "history_bucket", "child_count",
     ]
 
     /// The UPDATE statement for `columns`, with the positions of their values in `values(_:)`.
@@ -84,6 +84,24 @@ public enum TaskRepository {
             ? updateMutableAndIndexed : updateMutable
         let all = values(task)
         try database.run(statement.sql, statement.positions.map { all[$0] } + [.text(task.id)])
+    }
+
+    /// Writes only a task's signal time and stall deadline: all that an ancestor's roll-up
+    /// changes when the change below it moved nothing a client sees.
+    public static func updateSignal(_ task: TaskRecord, in database: Database) throws(SQLiteError) {
+        try database.run("UPDATE tasks SET last_signal_at = ?, stall_deadline = ? WHERE id = ?",
+                         [.integer(task.lastSignalAt), integer(task.stallDeadline), .text(task.id)])
+    }
+
+    /// Changes the stored count of children of `id` by `delta` (a child forgotten by retention).
+    public static func adjustChildCount(of id: String, by delta: Int, in database: Database) throws(SQLiteError) {
+        try database.run("UPDATE tasks SET child_count = child_count + ? WHERE id = ?", [.integer(Int64(delta)), .text(id)])
+    }
+
+    /// How many tasks are stored: the sum of the counts the triggers keep (a few rows),
+    /// not a scan of the table.
+    public static func storedCount(in database: Database) throws(SQLiteError) -> Int64 {
+        try database.scalar("SELECT coalesce(sum(n), 0) FROM task_counts") ?? 0
     }
 
     /// Tasks whose stall deadline has passed at `now`, earliest first (an index range).
@@ -107,15 +125,16 @@ public enum TaskRepository {
             """, [.integer(cutoff), .integer(Int64(limit))], map: record)
     }
 
-    /// The ids of the unfinished descendants of `id` (children, their children, …).
-    public static func unfinishedDescendants(of id: String, in database: Database) throws(SQLiteError) -> [String] {
+    /// The unfinished descendants of `id` (children, their children, …) as stored, read in
+    /// one query, in creation order.
+    public static func unfinishedDescendants(of id: String, in database: Database) throws(SQLiteError) -> [TaskRecord] {
         try database.rows("""
             WITH RECURSIVE tree(id) AS (
                 SELECT id FROM tasks WHERE parent_id = ?
                 UNION SELECT tasks.id FROM tasks JOIN tree ON tasks.parent_id = tree.id
             )
-            SELECT tasks.id FROM tasks JOIN tree USING (id) WHERE tasks.state IN ('pending', 'running')
-            """, [.text(id)]) { $0.text(0) }
+            SELECT \(columns) FROM tasks WHERE id IN tree AND state IN ('pending', 'running') ORDER BY seq
+            """, [.text(id)], map: record)
     }
 
     /// `id` and all its descendants, as stored.
@@ -222,6 +241,7 @@ public enum TaskRepository {
             .real(task.rate.weightedUnits), .real(task.rate.weightedSeconds), integer(task.rate.sampleAt),
             .real(task.rate.sampleValue), .real(task.childrenWeight), .real(task.childrenDone),
             .integer(Int64(task.historyPoints)), integer(task.historyBucket), .integer(task.parentID == nil ? 1 : 0),
+            .integer(Int64(task.depth)), .integer(Int64(task.childCount)),
         ]
     }
 
@@ -246,6 +266,8 @@ public enum TaskRepository {
         task.childrenDone = row.double(33)
         task.historyPoints = Int(row.int(34))
         task.historyBucket = row.optionalInt(35)
+        task.depth = Int(row.int(37))
+        task.childCount = Int(row.int(38))
         return task
     }
 

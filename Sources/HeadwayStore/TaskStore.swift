@@ -70,11 +70,34 @@ public final class TaskCache: Sendable {
     fileprivate func forget(_ id: String) { contents.withLock { _ = $0.tasks.removeValue(forKey: id) } }
 }
 
+extension TaskStore.Registered: BatchSized {
+    public var estimatedBytes: Int { task.json.utf8.count + events.estimatedBytes }
+}
+
+extension TaskStore.Changed: BatchSized {
+    public var estimatedBytes: Int { events.estimatedBytes }
+}
+
+extension TaskStore.Deleted: BatchSized {
+    public var estimatedBytes: Int { events.estimatedBytes }
+}
+
+extension [TaskEvent] {
+    /// About how many bytes these events hold (their data, ids and bookkeeping).
+    var estimatedBytes: Int { reduce(0) { $0 + $1.data.utf8.count + $1.taskID.utf8.count + 96 } }
+}
+
 /// The task operations, each run by the writer inside one savepoint: read the task, apply
 /// the pure rules (`TaskRules`, `StallRule`), write the result with its change number,
 /// carry the change up to the task's ancestors, and return the events to publish once
 /// committed. A rule violation throws a `TaskError` before anything is written, and the
 /// numbers it took are given back.
+///
+/// No change costs more than the tree's limits allow: a registration is refused past
+/// `limits` (depth, children per parent, tasks stored); a roll-up stops being a change at
+/// the first ancestor whose progress does not move (above it, only signal times are
+/// written, see `TaskRules.rollUpStep`); a cancel or delete of a subtree reads it once and
+/// writes each of its tasks once.
 public struct TaskStore: Sendable {
     /// The stall timeout given to tasks registered without one.
     public var defaultStallTimeoutSeconds: Double
@@ -85,11 +108,14 @@ public struct TaskStore: Sendable {
 
     /// The tasks read and written lately (used on the writer thread only).
     public let cache: TaskCache
+    /// How deep, wide and many the tasks may be.
+    public var limits: TreeLimits
 
     public init(changeCounter: ChangeCounter, defaultStallTimeoutSeconds: Double = 30, graceStart: EpochMilliseconds = 0,
-                cache: TaskCache = TaskCache()) {
+                cache: TaskCache = TaskCache(), limits: TreeLimits = TreeLimits()) {
         self.changeCounter = changeCounter
         self.cache = cache
+        self.limits = limits
         self.defaultStallTimeoutSeconds = defaultStallTimeoutSeconds
         self.graceStart = graceStart
     }
@@ -114,7 +140,8 @@ public struct TaskStore: Sendable {
         public var events: [TaskEvent]
     }
 
-    /// Registers a task, or answers a repeated identical registration with the task as it is.
+    /// Registers a task, or answers a repeated identical registration with the task as it is
+    /// (even past the limits, which only new tasks must respect).
     public func register(_ registration: Registration, now: EpochMilliseconds,
                          in database: Database) throws -> Registered {
         try numbered {
@@ -122,19 +149,25 @@ public struct TaskStore: Sendable {
             if let existing = try load(id, in: database) {
                 return Registered(task: try TaskRules.reregister(registration, existing: existing), created: false, events: [])
             }
+            var depth = 1
             if let parentID = registration.parentID, parentID != id {
                 guard let parent = try load(parentID, in: database) else { throw TaskError.parentNotFound(parentID) }
-                if parent.state.isFinished { throw TaskError.parentFinished(parentID) }
+                try TaskRules.checkNewChild(of: parent, limits: limits)
+                depth = parent.depth + 1
+            }
+            if try TaskRepository.storedCount(in: database) >= limits.maximumTasks {
+                throw TaskError.storageFull(maximumTasks: limits.maximumTasks)
             }
             var task = try TaskRules.register(registration, id: id, now: now,
                                               defaultStallTimeoutSeconds: defaultStallTimeoutSeconds)
+            task.depth = depth
             task.stallDeadline = StallRule.nextDeadline(task, graceStart: graceStart)
             try History.record(&task, at: now, in: database)
             stamp(&task, .created)
             try TaskRepository.insert(task, in: database)
             cache.remember(task, in: database)
             var events = [TaskEvent(.created, task)]
-            events += try rollUp(from: task.parentID, weightDelta: task.weight,
+            events += try rollUp(from: task.parentID, childDelta: 1, weightDelta: task.weight,
                                  doneDelta: task.weight * task.shareOfParent, now: now, in: database)
             return Registered(task: task, created: true, events: events)
         }
@@ -170,16 +203,19 @@ public struct TaskStore: Sendable {
         }
     }
 
-    /// Requests cancellation of a task and of its unfinished descendants.
+    /// Requests cancellation of a task and of its unfinished descendants, in one pass: the
+    /// subtree is read once and each task written once. Only the task's own request is
+    /// carried up to its ancestors; its descendants' requests are not carried up (every
+    /// task between them and the task takes the request itself, at the same moment).
     public func cancel(_ id: String, now: EpochMilliseconds, in database: Database) throws -> Changed {
         try numbered {
             var changed = try modify(id, .cancelRequested, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.requestCancel(task, now: now)
             }
             for descendant in try TaskRepository.unfinishedDescendants(of: id, in: database) {
-                changed.events += try modify(descendant, .cancelRequested, now: now, in: database) { task throws(TaskError) in
-                    try TaskRules.requestCancel(task, now: now)
-                }.events
+                guard case .applied(let next) = try TaskRules.requestCancel(descendant, now: now) else { continue }
+                let written = try write(next, previous: descendant, .cancelRequested, now: now, in: database)
+                changed.events.append(TaskEvent(.cancelRequested, written))
             }
             return changed
         }
@@ -200,7 +236,7 @@ public struct TaskStore: Sendable {
                 try ChangeFeed.recordDeletion(task, changeNumber: number, at: now, in: database)
                 events.append(.deleted(changeNumber: number, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt))
             }
-            events += try rollUp(from: root.parentID, weightDelta: -root.weight,
+            events += try rollUp(from: root.parentID, childDelta: -1, weightDelta: -root.weight,
                                  doneDelta: -root.weight * root.shareOfParent, now: now, in: database)
             return Deleted(count: tree.count, events: events)
         }
@@ -234,6 +270,10 @@ public struct TaskStore: Sendable {
             try TaskRepository.delete(task.id, in: database)
             cache.forget(task.id)
             try History.delete(task.id, in: database)
+            if let parentID = task.parentID {
+                try TaskRepository.adjustChildCount(of: parentID, by: -1, in: database)
+                cache.forget(parentID)
+            }
             forgottenThrough = max(forgottenThrough, task.changeNumber)
         }
         let tombstones = try ChangeFeed.pruneTombstones(deletedBefore: cutoff, limit: limit, in: database)
@@ -274,38 +314,73 @@ public struct TaskStore: Sendable {
         task.changeKind = kind
     }
 
+    /// Applies `rule` to the task with `id`, writes the change and carries it up to the
+    /// task's ancestors.
     private func modify(_ id: String, _ kind: TaskEventKind, now: EpochMilliseconds, in database: Database,
                         _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome) throws -> Changed {
         guard let task = try load(id, in: database) else { throw TaskError.notFound(id) }
-        guard case .applied(var next) = try rule(task) else { return Changed(outcome: .unchanged(task), events: []) }
+        guard case .applied(let next) = try rule(task) else { return Changed(outcome: .unchanged(task), events: []) }
+        let written = try write(next, previous: task, kind, now: now, in: database)
+        var events = [TaskEvent(written.changeKind, written)]
+        events += try rollUp(from: task.parentID, weightDelta: 0,
+                             doneDelta: written.weight * (written.shareOfParent - task.shareOfParent), now: now, in: database)
+        return Changed(outcome: .applied(written), events: events)
+    }
+
+    /// Writes a task's change of `kind` (a recovery when an update clears its stall flag),
+    /// with its history sample and change number; returns the task as written.
+    private func write(_ changed: TaskRecord, previous: TaskRecord, _ kind: TaskEventKind, now: EpochMilliseconds,
+                       in database: Database) throws -> TaskRecord {
+        var next = changed
         let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
-        if next.completed != task.completed || next.total != task.total || next.state != task.state {
+        if next.completed != previous.completed || next.total != previous.total || next.state != previous.state {
             try History.record(&next, at: now, in: database)
         }
         stamp(&next, stallChange == .recovered && kind == .updated ? .recovered : kind)
-        try save(next, previous: task, in: database)
-        var events = [TaskEvent(next.changeKind, next)]
-        events += try rollUp(from: next.parentID, weightDelta: 0,
-                             doneDelta: next.weight * (next.shareOfParent - task.shareOfParent), now: now, in: database)
-        return Changed(outcome: .applied(next), events: events)
+        try save(next, previous: previous, in: database)
+        return next
     }
 
-    /// Carries a child's change up through its ancestors: each one's roll-up moves, the
-    /// activity counts as its signal, and each gets a `task.updated` (or `task.recovered`).
-    private func rollUp(from parentID: String?, weightDelta: Double, doneDelta: Double, now: EpochMilliseconds,
-                        in database: Database) throws -> [TaskEvent] {
+    /// Carries a change up through the task's ancestors, from its parent `parentID`. The
+    /// parent's count of children moves by `childDelta`. While the children's shares move,
+    /// each ancestor's roll-up changes: it gets a history sample, a change number and a
+    /// `task.updated` (`task.recovered` if the activity clears its stall flag). Above the
+    /// first ancestor whose progress does not move, the activity still counts as each
+    /// ancestor's signal, so stall detection stays exact: its signal time and stall
+    /// deadline are written, without a change number or an event (it keeps the one of its
+    /// last visible change), unless the signal clears its stall flag, which is a visible
+    /// change. The walk stops at a finished ancestor or one that had this signal already.
+    private func rollUp(from parentID: String?, childDelta: Int = 0, weightDelta: Double, doneDelta: Double,
+                        now: EpochMilliseconds, in database: Database) throws -> [TaskEvent] {
         var events: [TaskEvent] = []
         var currentID = parentID
-        var (weightDelta, doneDelta) = (weightDelta, doneDelta)
-        while let id = currentID, let parent = try load(id, in: database),
-              var next = TaskRules.rollUp(parent, weightDelta: weightDelta, doneDelta: doneDelta, now: now) {
+        var (childDelta, weightDelta, doneDelta) = (childDelta, weightDelta, doneDelta)
+        while let id = currentID, let stored = try load(id, in: database) {
+            var parent = stored
+            parent.childCount += childDelta
+            var next: TaskRecord
+            var isVisible: Bool
+            switch TaskRules.rollUpStep(parent, weightDelta: weightDelta, doneDelta: doneDelta, now: now) {
+            case .unchanged:
+                // A finished parent still counts its children.
+                if parent != stored { try save(parent, previous: stored, in: database) }
+                return events
+            case .signalled(let signalled): (next, isVisible) = (signalled, false)
+            case .changed(let changed): (next, isVisible) = (changed, true)
+            }
             let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
-            if next.fraction != parent.fraction { try History.record(&next, at: now, in: database) }
-            stamp(&next, stallChange == .recovered ? .recovered : .updated)
-            try save(next, previous: parent, in: database)
-            events.append(TaskEvent(next.changeKind, next))
-            (weightDelta, doneDelta) = (0, next.weight * (next.shareOfParent - parent.shareOfParent))
-            currentID = parent.parentID
+            if isVisible || stallChange != nil {
+                if !isVisible { next.updatedAt = now }
+                if next.fraction != stored.fraction { try History.record(&next, at: now, in: database) }
+                stamp(&next, stallChange == .recovered ? .recovered : .updated)
+                try save(next, previous: stored, in: database)
+                events.append(TaskEvent(next.changeKind, next))
+            } else {
+                try TaskRepository.updateSignal(next, in: database)
+                cache.remember(next, in: database)
+            }
+            (childDelta, weightDelta, doneDelta) = (0, 0, next.weight * (next.shareOfParent - stored.shareOfParent))
+            currentID = stored.parentID
         }
         return events
     }
