@@ -37,6 +37,9 @@ public final class Database: @unchecked Sendable {
     /// it had changed rows (counted by `inTransaction` and `inSavepoint`): caches of what
     /// the connection stored check it, and forget what they hold when it moves.
     public private(set) var rollbacks = 0
+    /// How many statements this connection has run (each use of a prepared statement
+    /// counts once): what tests count to check that work grows as it should.
+    public private(set) var statementsRun = 0
 
     /// Opens (creating if needed) the database at `path`.
     public init(path: String, readOnly: Bool = false) throws(SQLiteError) {
@@ -91,6 +94,7 @@ public final class Database: @unchecked Sendable {
     /// the connection to an old snapshot and stops WAL checkpoints.
     func statement(_ sql: String) throws(SQLiteError) -> Statement {
         try checkOpen(sql)
+        statementsRun += 1
         for recent in recentStatements where recent.sql == sql {
             recent.statement.reset()
             return recent.statement

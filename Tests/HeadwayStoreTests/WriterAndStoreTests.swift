@@ -13,10 +13,10 @@ final class StoreFixture: @unchecked Sendable {
     private var writerThread: ServiceGroup
     let store: TaskStore
 
-    init(durability: Durability = .full) throws {
+    init(durability: Durability = .full, limits: TreeLimits = TreeLimits(), maximumBatchBytes: Int = 16 << 20) throws {
         path = directory.file("headway.db")
-        store = TaskStore(changeCounter: try DatabaseSetup.open(path: path).changeCounter)
-        writer = try GroupCommitWriter(path: path, durability: durability)
+        store = TaskStore(changeCounter: try DatabaseSetup.open(path: path).changeCounter, limits: limits)
+        writer = try GroupCommitWriter(path: path, durability: durability, maximumBatchBytes: maximumBatchBytes)
         writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try writerThread.start()
     }

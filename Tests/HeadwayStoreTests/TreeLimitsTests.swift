@@ -1,0 +1,249 @@
+import Dispatch
+import HeadwayCore
+import Testing
+@testable import HeadwayStore
+
+/// What one client can make a change cost: the tree's limits (depth, children per parent,
+/// tasks stored), roll-ups that stop at the first ancestor that does not change, a subtree
+/// cancel in one pass, and batches whose replies match what is stored.
+@Suite struct TreeLimitsTests {
+    /// Registers a chain `c1` (the root) … `c<depth>`, each the only child of the one before.
+    private func registerChain(_ depth: Int, total: Int64? = nil, in fixture: StoreFixture) throws {
+        let store = fixture.store
+        for level in 1...depth {
+            _ = try fixture.write { database in
+                try store.register(Registration(id: "c\(level)", name: "Level \(level)", parentID: level == 1 ? nil : "c\(level - 1)",
+                                                total: total),
+                                   now: 1_000, in: database)
+            }
+        }
+    }
+
+    private func find(_ id: String, _ fixture: StoreFixture) throws -> TaskRecord? {
+        try fixture.read { try TaskRepository.find(id, in: $0) }
+    }
+
+    // MARK: - Limits
+
+    @Test func aTaskAtTheDeepestLevelIsAcceptedAndOneDeeperIsRefused() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        try registerChain(32, in: fixture)
+        #expect(try find("c32", fixture)?.depth == 32)
+
+        let tooDeep = Registration(id: "c33", name: "Level 33", parentID: "c32")
+        #expect(throws: TaskError.treeTooDeep(parentID: "c32", maximumDepth: 32)) {
+            try fixture.write { try store.register(tooDeep, now: 2_000, in: $0) }
+        }
+        #expect(try find("c33", fixture) == nil, "nothing stored")
+        #expect(try find("c32", fixture)?.childCount == 0)
+        // A repeated identical registration stays idempotent.
+        let again = try fixture.write {
+            try store.register(Registration(id: "c32", name: "Level 32", parentID: "c31"), now: 3_000, in: $0)
+        }
+        #expect(!again.created)
+    }
+
+    @Test func aParentTakesChildrenUpToTheLimit() throws {
+        let fixture = try StoreFixture(limits: TreeLimits(maximumChildren: 3))
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "p", name: "Parent"), now: 1, in: $0) }
+        for index in 1...3 {
+            _ = try fixture.write { try store.register(Registration(id: "k\(index)", name: "Kid", parentID: "p"), now: 2, in: $0) }
+        }
+        #expect(try find("p", fixture)?.childCount == 3)
+        #expect(throws: TaskError.tooManyChildren(parentID: "p", maximumChildren: 3)) {
+            try fixture.write { try store.register(Registration(id: "k4", name: "Kid", parentID: "p"), now: 3, in: $0) }
+        }
+        #expect(try find("k4", fixture) == nil)
+
+        // A deleted child no longer counts.
+        _ = try fixture.write { try store.delete("k1", now: 4, in: $0) }
+        #expect(try find("p", fixture)?.childCount == 2)
+        _ = try fixture.write { try store.register(Registration(id: "k4", name: "Kid", parentID: "p"), now: 5, in: $0) }
+        #expect(try find("k4", fixture) != nil)
+    }
+
+    @Test func theStoreHoldsTasksUpToTheLimit() throws {
+        let fixture = try StoreFixture(limits: TreeLimits(maximumTasks: 3))
+        let store = fixture.store
+        for index in 1...3 {
+            _ = try fixture.write { try store.register(Registration(id: "t\(index)", name: "Task"), now: 1, in: $0) }
+        }
+        #expect(throws: TaskError.storageFull(maximumTasks: 3)) {
+            try fixture.write { try store.register(Registration(id: "t4", name: "Task"), now: 2, in: $0) }
+        }
+        #expect(try find("t4", fixture) == nil)
+        let again = try fixture.write { try store.register(Registration(id: "t3", name: "Task"), now: 3, in: $0) }
+        #expect(!again.created, "a repeated registration is answered even when storage is full")
+
+        _ = try fixture.write { try store.delete("t1", now: 4, in: $0) }
+        _ = try fixture.write { try store.register(Registration(id: "t4", name: "Task"), now: 5, in: $0) }
+        #expect(try find("t4", fixture) != nil)
+    }
+
+    // MARK: - Roll-ups
+
+    /// A leaf's heartbeat moves no ancestor's progress: the ancestors get no event and keep
+    /// their change numbers, but their signal time and stall deadline move (liveness).
+    @Test func aLeafSignalOnlyMovesItsAncestorsSignalTimes() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        try registerChain(10, total: 100, in: fixture)
+        let before = try (1...9).map { try #require(try find("c\($0)", fixture)) }
+
+        let beat = try fixture.write { try store.heartbeat("c10", Heartbeat(), now: 5_000, in: $0) }
+        #expect(beat.events.map(\.taskID) == ["c10"])
+        for old in before {
+            let now = try #require(try find(old.id, fixture))
+            #expect(now.changeNumber == old.changeNumber, "\(old.id) keeps its last change")
+            #expect(now.json == old.json, "\(old.id) looks the same")
+            #expect(now.lastSignalAt == 5_000, "\(old.id) heard the signal")
+            #expect(now.stallDeadline == 5_000 + now.stallTimeoutMilliseconds)
+        }
+
+        // Progress moves every ancestor's fraction: each gets its change.
+        let moved = try fixture.write { try store.progress("c10", ProgressUpdate(completed: 50), now: 6_000, in: $0) }
+        #expect(moved.events.map(\.taskID) == (1...10).reversed().map { "c\($0)" })
+        #expect(try find("c1", fixture)?.fraction == 0.5)
+    }
+
+    /// The roll-up stops being a change at the first ancestor whose progress does not move:
+    /// a finished child's progress under a parent whose other child is indeterminate.
+    @Test func theRollUpStopsAtTheFirstAncestorThatDoesNotMove() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "root", name: "Root"), now: 1_000, in: $0) }
+        _ = try fixture.write { try store.register(Registration(id: "mid", name: "Mid", parentID: "root"), now: 1_000, in: $0) }
+        _ = try fixture.write { try store.register(Registration(id: "leaf", name: "Leaf", parentID: "mid"), now: 1_000, in: $0) }
+        let root = try #require(try find("root", fixture))
+        let mid = try #require(try find("mid", fixture))
+
+        // An indeterminate leaf's progress moves no fraction.
+        let changed = try fixture.write { try store.progress("leaf", ProgressUpdate(completed: 7), now: 2_000, in: $0) }
+        #expect(changed.events.map(\.taskID) == ["leaf"])
+        #expect(try find("mid", fixture)?.changeNumber == mid.changeNumber)
+        #expect(try find("root", fixture)?.changeNumber == root.changeNumber)
+        #expect(try find("root", fixture)?.lastSignalAt == 2_000)
+    }
+
+    /// An ancestor stalled for silence recovers with the signal of its descendant: that shows.
+    @Test func aStalledAncestorRecoversWithItsDescendantsSignal() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try fixture.write {
+            try store.register(Registration(id: "root", name: "Root", stallTimeoutSeconds: 10), now: 1_000, in: $0)
+        }
+        _ = try fixture.write {
+            try store.register(Registration(id: "leaf", name: "Leaf", parentID: "root", stallTimeoutSeconds: 100), now: 1_000, in: $0)
+        }
+        let swept = try fixture.write { try store.sweep(now: 20_000, limit: 10, in: $0) }
+        #expect(swept.events.map(\.taskID) == ["root"])
+        #expect(try find("root", fixture)?.stalled == true)
+
+        let beat = try fixture.write { try store.heartbeat("leaf", Heartbeat(), now: 21_000, in: $0) }
+        #expect(beat.events.map(\.taskID) == ["leaf", "root"])
+        #expect(beat.events.last?.kind == .recovered)
+        #expect(try find("root", fixture)?.stalled == false)
+    }
+
+    // MARK: - Subtree cancel
+
+    /// Cancelling the root of a chain writes each task once: as many events as tasks, and
+    /// statements growing with the chain's length, not its square.
+    @Test func aSubtreeCancelIsOnePass() throws {
+        func statementsToCancel(chainOf length: Int) throws -> (events: Int, statements: Int) {
+            let fixture = try StoreFixture(limits: TreeLimits(maximumDepth: 200))
+            try registerChain(length, in: fixture)
+            let store = fixture.store
+            return try fixture.write { database in
+                let start = database.statementsRun
+                let changed = try store.cancel("c1", now: 9_000, in: database)
+                return (changed.events.count, database.statementsRun - start)
+            }
+        }
+        let short = try statementsToCancel(chainOf: 50)
+        let long = try statementsToCancel(chainOf: 150)
+        #expect(short.events == 50)
+        #expect(long.events == 150)
+        #expect(long.statements <= 3 * short.statements + 10, "\(short.statements) then \(long.statements) statements")
+        #expect(long.statements <= 4 * 150, "\(long.statements) statements for 150 tasks")
+    }
+
+    @Test func aSubtreeCancelReachesEveryUnfinishedDescendant() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        try registerChain(4, in: fixture)
+        _ = try fixture.write { try store.finish("c4", Finish(outcome: .succeeded), now: 2_000, in: $0) }
+        let changed = try fixture.write { try store.cancel("c2", now: 3_000, in: $0) }
+        #expect(changed.events.map(\.taskID) == ["c2", "c3"])
+        #expect(changed.events.allSatisfy { $0.kind == .cancelRequested })
+        #expect(try find("c3", fixture)?.cancelRequested == true)
+        #expect(try find("c4", fixture)?.cancelRequested == false)
+        #expect(try find("c1", fixture)?.cancelRequested == false)
+    }
+
+    // MARK: - Batches
+
+    /// SQLite ends the transaction in the middle of a batch (simulated: a job rolls it back
+    /// and leaves a savepoint open as if nothing happened). No later job may run on its own
+    /// transaction: every job is answered with the error, and nothing of the batch is stored.
+    @Test func aBatchWhoseTransactionIsLostStoresNothingAndSaysSo() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        let release = fixture.holdWriter()
+        let group = DispatchGroup()
+        let results = Box<[String: Result<Bool, any Error>]>()
+        results.value = [:]
+        let jobs: [(String, @Sendable (Database) throws -> Bool)] = [
+            ("before", { try store.register(Registration(id: "before", name: "Before"), now: 1, in: $0).created }),
+            ("rollback", { database in
+                try database.execute("ROLLBACK")
+                try database.execute("SAVEPOINT nested")
+                return true
+            }),
+            ("after", { try store.register(Registration(id: "after", name: "After"), now: 1, in: $0).created }),
+        ]
+        for (name, work) in jobs {
+            group.enter()
+            fixture.writer.submit(work) { result in
+                results.value![name] = result
+                group.leave()
+            }
+        }
+        release()
+        group.wait()
+
+        #expect(results.value?.count == 3)
+        for (name, result) in results.value ?? [:] {
+            #expect(throws: (any Error).self, "\(name) is answered with the error") { try result.get() }
+        }
+        #expect(try find("before", fixture) == nil)
+        #expect(try find("after", fixture) == nil)
+        // The writer goes on with a clean transaction.
+        _ = try fixture.write { try store.register(Registration(id: "later", name: "Later"), now: 2, in: $0) }
+        #expect(try find("later", fixture) != nil)
+    }
+
+    /// A batch ends once its results hold the byte cap; the jobs after it commit in the next.
+    @Test func aBatchIsCappedInBytes() throws {
+        let fixture = try StoreFixture(maximumBatchBytes: 1)
+        let store = fixture.store
+        let batchesBefore = fixture.writer.statistics.batches
+        let release = fixture.holdWriter()
+        let group = DispatchGroup()
+        let created = Box<Int>()
+        created.value = 0
+        for index in 1...3 {
+            group.enter()
+            fixture.writer.submit({ try store.register(Registration(id: "b\(index)", name: "B"), now: 1, in: $0) }) { result in
+                if case .success = result { created.value! += 1 }
+                group.leave()
+            }
+        }
+        release()
+        group.wait()
+        #expect(created.value == 3)
+        #expect(fixture.writer.statistics.batches - batchesBefore == 1 + 3, "the hold, then one batch per job")
+    }
+}
