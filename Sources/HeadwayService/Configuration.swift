@@ -26,6 +26,10 @@ public struct Configuration: Sendable, Equatable {
     public var maximumPendingTasks = 2048
     /// When fan-out rounds may start during an update storm.
     public var fanOutPacing = FanOutPacing()
+    /// Reader connections of each read pool (API reads; event-stream catch-ups).
+    public var readConnections = 2
+    /// API reads that may wait for a reader connection; more get 503 `server_busy`.
+    public var maximumQueuedReads = 1000
 
     public init() {}
 
@@ -55,6 +59,11 @@ public struct Configuration: Sendable, Equatable {
           --retention DURATION      forget finished tasks, their history and deletions
                                     this long after: seconds, or with s, m, h or d
                                     (HEADWAY_RETENTION, default 7d)
+          --read-connections N      database connections for API reads, and as many
+                                    again for event-stream catch-ups, read side by side
+                                    (HEADWAY_READ_CONNECTIONS, default 2)
+          --max-queued-reads N      API reads that may wait for a connection; more get
+                                    503 server_busy (HEADWAY_MAX_QUEUED_READS, default 1000)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -74,7 +83,8 @@ public struct Configuration: Sendable, Equatable {
     public static func parse(arguments: [String], environment: [String: String]) throws(UsageError) -> Command {
         var settings: [String: String] = [:]
         let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers",
-                     "retention"]
+                     "retention",
+                     "read-connections", "max-queued-reads"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -146,7 +156,25 @@ public struct Configuration: Sendable, Equatable {
             }
             configuration.retentionSeconds = seconds
         }
+        try parseReadLimits(settings, into: &configuration)
         return .run(configuration)
+    }
+
+    /// `--read-connections` and `--max-queued-reads`.
+    private static func parseReadLimits(_ settings: [String: String],
+                                        into configuration: inout Configuration) throws(UsageError) {
+        if let text = settings["read-connections"] {
+            guard let count = Int(text), (1...64).contains(count) else {
+                throw UsageError("--read-connections must be a whole number from 1 to 64, not '\(text)'")
+            }
+            configuration.readConnections = count
+        }
+        if let text = settings["max-queued-reads"] {
+            guard let count = Int(text), (0...1_000_000).contains(count) else {
+                throw UsageError("--max-queued-reads must be a whole number from 0 to 1000000, not '\(text)'")
+            }
+            configuration.maximumQueuedReads = count
+        }
     }
 
     /// Seconds in `text`: a number, optionally followed by s, m, h or d.

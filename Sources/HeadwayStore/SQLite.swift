@@ -37,6 +37,9 @@ public final class Database: @unchecked Sendable {
     /// it had changed rows (counted by `inTransaction` and `inSavepoint`): caches of what
     /// the connection stored check it, and forget what they hold when it moves.
     public private(set) var rollbacks = 0
+    /// Rows returned by this connection's queries (`rows(_:_:map:)`), for tests and
+    /// measurements of how much a read touches.
+    public private(set) var rowsRead = 0
 
     /// Opens (creating if needed) the database at `path`.
     public init(path: String, readOnly: Bool = false) throws(SQLiteError) {
@@ -133,6 +136,7 @@ public final class Database: @unchecked Sendable {
         try statement.bind(arguments)
         var rows: [Row] = []
         while try statement.step() { rows.append(map(statement)) }
+        rowsRead += rows.count
         return rows
     }
 
