@@ -28,6 +28,8 @@ import Testing
             guard started.wait(timeout: .now() + 10) == .success else { throw TestHTTPError("the held read never started") }
         }
 
+        /// Lets the read go on (again harmless: tests also release in a `defer`, so that a
+        /// failed expectation never leaves the stop waiting for a held read).
         func release() { gate.signal() }
     }
 
@@ -79,6 +81,7 @@ import Testing
         try daemon.register(#"{"id":"a","name":"A"}"#)
         let statistics = daemon.application.catchUpStatistics
         let held = try HeldRead(in: daemon.application.catchUpReads)
+        defer { held.release() }
         let leaving = try (0..<5).map { _ in try daemon.subscribe("?task=a") }
         #expect(eventually { daemon.application.catchUpReads.waitingCount == leaving.count })
         leaving.forEach { $0.disconnect() }
@@ -115,6 +118,7 @@ import Testing
         let daemon = try LiveDaemon(arguments: ["--read-connections", "1"])
         try daemon.register(#"{"id":"a","name":"A","total":10}"#)
         let held = try HeldRead(in: daemon.application.apiReads)
+        defer { held.release() }
         let waiting = try daemon.connect()
         try waiting.send("GET /v1/tasks/a HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         #expect(eventually { daemon.application.apiReads.waitingCount == 1 })
@@ -131,6 +135,7 @@ import Testing
         let daemon = try LiveDaemon(arguments: ["--read-connections", "1", "--max-queued-reads", "2"])
         try daemon.register(#"{"id":"a","name":"A"}"#)
         let held = try HeldRead(in: daemon.application.apiReads)
+        defer { held.release() }
         let waiting = try (0..<2).map { _ in try daemon.connect() }
         for client in waiting { try client.send("GET /v1/tasks/a HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") }
         #expect(eventually { daemon.application.apiReads.waitingCount == 2 }, "at the limit, both wait")
@@ -164,6 +169,7 @@ import Testing
         let daemon = try LiveDaemon(arguments: ["--read-connections", "1"])
         let application = daemon.application
         let held = try HeldRead(in: application.catchUpReads)
+        defer { held.release() }
         let client = try daemon.subscribe()
         #expect(eventually { application.catchUpReads.waitingCount == 1 })
         let stopped = DispatchSemaphore(value: 0)

@@ -33,6 +33,7 @@ import Testing
         let reads = try pool(fixture, connections: 2)
         defer { reads.close() }
         let held = HeldRead()
+        defer { held.release() }
         try reads.submit(held.job())
         #expect(held.waitUntilStarted())
         let done = DispatchSemaphore(value: 0)
@@ -50,6 +51,7 @@ import Testing
         let fixture = try StoreFixture()
         let reads = try pool(fixture, connections: 1, maximumWaiting: 2)
         let held = HeldRead()
+        defer { held.release() }
         try reads.submit(held.job())
         #expect(held.waitUntilStarted())
         let ran = Atomic<Int>(0)
@@ -74,6 +76,7 @@ import Testing
             versions.withLock { $0.append(version) }
         }
         let held = HeldRead()
+        defer { held.release() }
         try reads.submit(held.job(afterwards: record))
         #expect(held.waitUntilStarted())
         try reads.submit(record)
