@@ -273,3 +273,23 @@ let streamFreeCallback: MHD_ContentReaderFreeCallback = { context in
     let stream = Unmanaged<ResponseStream>.fromOpaque(context).takeRetainedValue()
     stream.connectionClosed()
 }
+
+// MARK: - Whether the peer is still there
+
+extension ResponseStream {
+    /// Whether the client is still there: the stream is open and, when its socket is
+    /// known, the peer has not closed it (a peek at the socket finds no end of file). A
+    /// suspended connection notices a close only when it next writes; this lets work
+    /// meant for the client (reading its catch-up) be skipped once it has left.
+    public var isPeerConnected: Bool {
+        state.withLock { state in
+            guard !state.finished && !state.closed && !state.broken else { return false }
+            guard state.directSocket >= 0 else { return true }
+            var byte: UInt8 = 0
+            let peeked = recv(state.directSocket, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT))
+            if peeked > 0 { return true }
+            if peeked == 0 { return false }
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
+        }
+    }
+}

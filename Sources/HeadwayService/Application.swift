@@ -17,14 +17,17 @@ public final class HeadwayApplication: Sendable {
     public let configuration: Configuration
     public let logger: Logger
     let writer: GroupCommitWriter
-    let readers: [DatabaseReader]
+    /// Where API reads run (`GET /v1/tasks…`, `/healthz`).
+    let apiReads: ReadPool
+    /// Where event-stream catch-ups are read, with connections of their own.
+    let catchUpReads: ReadPool
     let broker: EventBroker
     let maintenance: Maintenance
     let server: MicroHTTPServer
     /// The catch-ups event-stream subscribers shared lately.
     let recentCatchUps: CatchUpCache
-    /// Where event-stream catch-ups are read.
-    let catchUpQueue: DispatchQueue
+    /// What the catch-ups cost.
+    let catchUpStatistics: CatchUpStatistics
     /// Every route served, as (method, path pattern).
     public let routes: [(method: String, pattern: String)]
     /// What the server does with each request (tests may hand requests to it directly).
@@ -32,15 +35,17 @@ public final class HeadwayApplication: Sendable {
     /// The services, once started.
     private let services = Mutex<ServiceGroup?>(nil)
 
-    init(configuration: Configuration, writer: GroupCommitWriter, readers: [DatabaseReader], broker: EventBroker,
-         maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline, recentCatchUps: CatchUpCache,
-         catchUpQueue: DispatchQueue, logger: Logger, routes: [(method: String, pattern: String)]) {
-        self.catchUpQueue = catchUpQueue
+    init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
+         broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,
+         recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, logger: Logger,
+         routes: [(method: String, pattern: String)]) {
         self.maintenance = maintenance
         self.recentCatchUps = recentCatchUps
+        self.catchUpStatistics = catchUpStatistics
         self.configuration = configuration
         self.writer = writer
-        self.readers = readers
+        self.apiReads = apiReads
+        self.catchUpReads = catchUpReads
         self.broker = broker
         self.server = server
         self.logger = logger
@@ -89,13 +94,17 @@ public final class HeadwayApplication: Sendable {
     @discardableResult
     func pruneOldTasks() -> Int { maintenance.pruneNow() }
 
-    /// Stops every service in order (see the type), waits for a catch-up still being read,
-    /// then closes the readers and writes the last log lines (the flusher has stopped).
+    /// Every reader connection (for tests of reads that fail).
+    var readers: [DatabaseReader] { apiReads.readers + catchUpReads.readers }
+
+    /// Stops every service in order (see the type), waits for the reads still running or
+    /// waiting (catch-ups, API reads), then closes the readers and writes the last log
+    /// lines (the flusher has stopped).
     public func shutdown() {
         logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
         services.withLock { $0 }?.stop()
-        catchUpQueue.sync {}
-        readers.forEach { $0.close() }
+        catchUpReads.close()
+        apiReads.close()
         logger.log(.info, "server.stopped", ["batches": "\(writer.statistics.batches)", "writes": "\(writer.statistics.jobs)"])
         logger.flush()
     }
@@ -113,8 +122,11 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let connectionLimit = configuration.maximumSubscribers + 1024
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability)
-    let reader = try DatabaseReader(path: configuration.databasePath)
-    let streamReader = try DatabaseReader(path: configuration.databasePath)
+    let apiReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
+                                maximumWaiting: configuration.maximumQueuedReads, label: "headway.reads")
+    // Every waiting catch-up holds a subscriber's place, so the subscriber limit bounds them.
+    let catchUpReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
+                                    maximumWaiting: max(1, configuration.maximumSubscribers), label: "headway.events.catch-up")
     var brokerSettings = EventBroker.Settings()
     brokerSettings.maximumSubscribers = configuration.maximumSubscribers
     brokerSettings.heartbeatSeconds = configuration.sseHeartbeatSeconds
@@ -130,12 +142,12 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                   clock: clock, logger: logger)
     var router = Router()
     let errors = ErrorReplies(logger: logger)
-    TaskAPI(writer: writer, reader: reader, store: store, broker: broker, clock: clock, logger: logger, errors: errors)
+    TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors)
         .register(in: &router)
     let recentCatchUps = CatchUpCache()
-    let catchUpQueue = DispatchQueue(label: "headway.events.catch-up")
-    EventsAPI(broker: broker, reader: streamReader, clock: clock, logger: logger, errors: errors,
-              recentCatchUps: recentCatchUps, catchUpQueue: catchUpQueue)
+    let catchUpStatistics = CatchUpStatistics()
+    EventsAPI(broker: broker, reads: catchUpReads, clock: clock, logger: logger, errors: errors,
+              recentCatchUps: recentCatchUps, statistics: catchUpStatistics)
         .register(in: &router)
     var serverConfiguration = MicroHTTPServer.Configuration()
     serverConfiguration.host = configuration.host
@@ -156,10 +168,10 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let server = try MicroHTTPServer(configuration: serverConfiguration, pipeline: pipeline, libraryLog: { message, clientGone in
         logger.log(clientGone ? .debug : .warn, "http.library", ["message": message])
     })
-    return HeadwayApplication(configuration: configuration, writer: writer, readers: [reader, streamReader],
-                              broker: broker, maintenance: maintenance, server: server, pipeline: pipeline,
-                              recentCatchUps: recentCatchUps, catchUpQueue: catchUpQueue, logger: logger,
-                              routes: router.routes.map { ($0.method, $0.pattern) })
+    return HeadwayApplication(configuration: configuration, writer: writer, apiReads: apiReads,
+                              catchUpReads: catchUpReads, broker: broker, maintenance: maintenance, server: server,
+                              pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
+                              logger: logger, routes: router.routes.map { ($0.method, $0.pattern) })
 }
 
 /// Raises the soft limit of open files toward `wanted` (each connection is a file), as far

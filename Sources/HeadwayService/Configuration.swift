@@ -28,6 +28,10 @@ public struct Configuration: Sendable, Equatable {
     public var fanOutPacing = FanOutPacing()
     /// How deep, wide and many tasks may be (`--max-depth`, `--max-children`, `--max-tasks`).
     public var treeLimits = TreeLimits()
+    /// Reader connections of each read pool (API reads; event-stream catch-ups).
+    public var readConnections = 2
+    /// API reads that may wait for a reader connection; more get 503 `server_busy`.
+    public var maximumQueuedReads = 1000
 
     public init() {}
 
@@ -64,6 +68,11 @@ public struct Configuration: Sendable, Equatable {
                                     too_many_children (HEADWAY_MAX_CHILDREN, default 10000)
           --max-tasks N             tasks stored at once; more get 503 storage_full
                                     (HEADWAY_MAX_TASKS, default 10000000)
+          --read-connections N      database connections for API reads, and as many
+                                    again for event-stream catch-ups, read side by side
+                                    (HEADWAY_READ_CONNECTIONS, default 2)
+          --max-queued-reads N      API reads that may wait for a connection; more get
+                                    503 server_busy (HEADWAY_MAX_QUEUED_READS, default 1000)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -84,7 +93,8 @@ public struct Configuration: Sendable, Equatable {
         var settings: [String: String] = [:]
         let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers",
                      "retention",
-                     "max-depth", "max-children", "max-tasks"]
+                     "max-depth", "max-children", "max-tasks",
+                     "read-connections", "max-queued-reads"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -157,6 +167,7 @@ public struct Configuration: Sendable, Equatable {
             configuration.retentionSeconds = seconds
         }
         try parseTreeLimits(settings, into: &configuration.treeLimits)
+        try parseReadLimits(settings, into: &configuration)
         return .run(configuration)
     }
 
@@ -179,6 +190,23 @@ public struct Configuration: Sendable, Equatable {
                 throw UsageError("--max-tasks must be a whole number from 1 to 1000000000000, not '\(text)'")
             }
             limits.maximumTasks = count
+        }
+    }
+
+    /// `--read-connections` and `--max-queued-reads`.
+    private static func parseReadLimits(_ settings: [String: String],
+                                        into configuration: inout Configuration) throws(UsageError) {
+        if let text = settings["read-connections"] {
+            guard let count = Int(text), (1...64).contains(count) else {
+                throw UsageError("--read-connections must be a whole number from 1 to 64, not '\(text)'")
+            }
+            configuration.readConnections = count
+        }
+        if let text = settings["max-queued-reads"] {
+            guard let count = Int(text), (0...1_000_000).contains(count) else {
+                throw UsageError("--max-queued-reads must be a whole number from 0 to 1000000, not '\(text)'")
+            }
+            configuration.maximumQueuedReads = count
         }
     }
 

@@ -7,22 +7,24 @@ import HeadwayStore
 
 /// `GET /v1/events`: the Server-Sent Events stream. A new subscriber is attached to the
 /// broker first (so it misses nothing), then its catch-up — a snapshot, or the changes
-/// after its last event id — is read from one database snapshot on the catch-up queue,
-/// and live events already covered by that snapshot are dropped (`CatchUpMerge`).
+/// after its last event id, only of the tasks it follows — is read from one database
+/// snapshot on a connection of the catch-up read pool, and live events already covered by
+/// that snapshot are dropped (`CatchUpMerge`). Catch-ups of different subscribers are
+/// read side by side; one whose client has left before its turn is not read at all.
 struct EventsAPI: Sendable {
     let broker: EventBroker
-    /// A connection of its own, so a large catch-up never waits behind API reads.
-    let reader: DatabaseReader
+    /// Connections of their own, so a large catch-up never waits behind API reads (the
+    /// application closes them once every catch-up accepted has been read).
+    let reads: ReadPool
     let clock: any WallClock
     let logger: Logger
     /// How failures are answered.
     let errors: ErrorReplies
     /// Catch-ups just read, shared by subscribers that arrive with the same query while
-    /// nothing has changed (a reconnection storm after a restart); used on `catchUpQueue`.
+    /// nothing has changed (a reconnection storm after a restart).
     let recentCatchUps: CatchUpCache
-    /// Where catch-ups are read, one at a time (the application waits for it to be idle
-    /// before closing the reader).
-    let catchUpQueue: DispatchQueue
+    /// What the catch-ups cost.
+    let statistics: CatchUpStatistics
     /// How long a client waits before reconnecting (`retry:`).
     static let retryMilliseconds = 3000
     /// The snapshot also shows tasks finished this recently.
@@ -51,21 +53,40 @@ struct EventsAPI: Sendable {
             HTTPField("Cache-Control", "no-cache"),
             HTTPField("X-Accel-Buffering", "no"),
         ], stream: stream))
-        catchUpQueue.async { [self] in
-            do {
-                broker.caughtUp(subscriber, try catchUp(query))
-            } catch {
-                logger.log(.error, "events.catch_up_failed", ["request_id": request.requestID, "error": "\(error)"])
-                stream.finish()
-            }
+        do {
+            try reads.submit { [self] reader in catchUp(subscriber, on: stream, query, request, with: reader) }
+        } catch {
+            // The pool is closing, or more catch-ups wait than subscribers are allowed
+            // (clients that left faster than their catch-ups were skipped): the client
+            // reconnects after `retry`.
+            stream.finish()
+        }
+    }
+
+    /// Reads `subscriber`'s catch-up and hands it to the broker — unless its client has
+    /// left meanwhile: then nothing is read and the stream is ended.
+    private func catchUp(_ subscriber: SubscriberID, on stream: ResponseStream, _ query: EventsQuery,
+                         _ request: HTTPRequest, with reader: DatabaseReader) {
+        guard stream.isPeerConnected else {
+            statistics.countSkipped()
+            stream.abort()
+            return
+        }
+        do {
+            broker.caughtUp(subscriber, try catchUp(query, with: reader))
+        } catch {
+            logger.log(.error, "events.catch_up_failed", ["request_id": request.requestID, "error": "\(error)"])
+            stream.finish()
         }
     }
 
     /// Reads, in one database snapshot, what a subscriber must see before live events —
     /// or takes it from `recentCatchUps` when the same query was answered at the same
     /// position and that answer still holds.
-    private func catchUp(_ query: EventsQuery) throws -> CatchUp {
+    private func catchUp(_ query: EventsQuery, with reader: DatabaseReader) throws -> CatchUp {
         try reader.snapshot { database in
+            let rowsBefore = database.rowsRead
+            defer { statistics.countRead(rows: database.rowsRead - rowsBefore) }
             let now = clock.now()
             let position = try ChangeFeed.position(in: database)
             if let cached = recentCatchUps.catchUp(for: query, at: position, now: now) { return cached }
@@ -75,28 +96,29 @@ struct EventsAPI: Sendable {
         }
     }
 
-    /// What `catchUp` reads; the answer holds at its position until `validUntil` (when the
-    /// oldest finished task it shows leaves the last minute), if given.
+    /// What `catchUp` reads (only the rows of the tasks the query follows); the answer
+    /// holds at its position until `validUntil` (when the oldest finished task it shows
+    /// leaves the last minute), if given.
     private func read(_ query: EventsQuery, at position: ChangeFeed.Position, now: EpochMilliseconds,
                       in database: Database) throws -> (value: CatchUp, validUntil: EpochMilliseconds?) {
             var validUntil: EpochMilliseconds?
             var holdBack = HoldBack(filter: query.filter)
             var frames: [[UInt8]] = []
             let filter = query.filter
+            let selection = ChangeFeed.Selection(taskIDs: filter.taskIDs.sorted(), parentID: filter.parentID)
             if let lastID = query.lastEventID, position.canResume(from: lastID) {
                 // Tasks held back by min_duration when the client left are older than any
                 // change it saw, so they are looked up by age and sent without an id.
                 if filter.minDurationMilliseconds > 0 {
                     let since = try ChangeFeed.timeNoLaterThan(change: lastID, in: database) - filter.minDurationMilliseconds
-                    for task in try ChangeFeed.unfinished(createdSince: since, in: database)
-                    where task.changeNumber <= lastID && filter.matches(taskID: task.id, parentID: task.parentID) {
+                    for task in try ChangeFeed.unfinished(createdSince: since, of: selection, in: database)
+                    where task.changeNumber <= lastID {
                         if case .send(let event) = holdBack.offer(TaskEvent(task.changeKind, task), now: now) {
                             frames.append(EventFrames.event(event, withID: false))
                         }
                     }
                 }
-                for event in try ChangeFeed.changes(after: lastID, in: database)
-                where filter.matches(taskID: event.taskID, parentID: event.parentID) {
+                for event in try ChangeFeed.changes(after: lastID, of: selection, in: database) {
                     if case .send(let event) = holdBack.offer(event, now: now) {
                         frames.append(EventFrames.event(event, withID: true))
                     }
@@ -104,8 +126,7 @@ struct EventsAPI: Sendable {
             } else {
                 var shown: [TaskRecord] = []
                 let since = now - Self.recentlyFinishedMilliseconds
-                for task in try ChangeFeed.snapshot(finishedSince: since, in: database)
-                where filter.matches(taskID: task.id, parentID: task.parentID) {
+                for task in try ChangeFeed.snapshot(finishedSince: since, of: selection, in: database) {
                     if case .send = holdBack.offer(TaskEvent(task.changeKind, task), now: now) { shown.append(task) }
                     if let finishedAt = task.finishedAt {
                         validUntil = min(validUntil ?? .max, finishedAt + Self.recentlyFinishedMilliseconds)
@@ -118,6 +139,31 @@ struct EventsAPI: Sendable {
             if frames.isEmpty { frames = [retry + [10]] } else { frames[0] = retry + frames[0] }
             return (CatchUp(frames: frames, highWater: position.last, holdBack: holdBack), validUntil)
     }
+}
+
+/// What event-stream catch-ups cost (for tests and measurements).
+final class CatchUpStatistics: Sendable {
+    struct Counts: Equatable {
+        /// Catch-ups read (or taken from the cache) for a client still there.
+        var read = 0
+        /// Catch-ups not read because the client had left before their turn.
+        var skipped = 0
+        /// Rows the catch-ups read from the database.
+        var rowsRead = 0
+    }
+
+    private let counts = Mutex(Counts())
+
+    var current: Counts { counts.withLock { $0 } }
+
+    func countRead(rows: Int) {
+        counts.withLock {
+            $0.read += 1
+            $0.rowsRead += rows
+        }
+    }
+
+    func countSkipped() { counts.withLock { $0.skipped += 1 } }
 }
 
 /// The catch-ups read lately, keyed by query and change position. An answer is reused
@@ -158,6 +204,9 @@ final class CatchUpCache: Sendable {
                   validUntil: EpochMilliseconds?) {
         guard let key = Self.key(query) else { return }
         answers.withLock { answers in
+            // Catch-ups are read side by side: one read from an older snapshot does not
+            // push out the answers of a newer position.
+            if let current = answers.position, current.last > position.last { return }
             if answers.position != position {
                 answers.position = position
                 answers.byQuery = [:]

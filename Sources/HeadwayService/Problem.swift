@@ -170,6 +170,13 @@ extension Problem {
                 headers: [HTTPField("Retry-After", "5")])
     }
 
+    /// Too many reads already wait for a database connection (`--max-queued-reads`).
+    static func serverBusy(waitingReads: Int) -> Problem {
+        Problem(status: 503, code: "server_busy", title: "Server busy",
+                detail: "\(waitingReads) reads already wait for the database; retry shortly.",
+                headers: [HTTPField("Retry-After", "1")])
+    }
+
     static func internalError(requestID: String) -> Problem {
         Problem(status: 500, code: "internal_error", title: "Internal error",
                 detail: "The server could not complete the request (request id \(requestID)); nothing was changed.")

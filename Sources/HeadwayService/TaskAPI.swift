@@ -3,11 +3,14 @@ import HTTPServer
 import HeadwayCore
 import HeadwayStore
 
-/// The routes of the task API (`/v1/tasks…`) and `/healthz`. Reads go to the reader
-/// connection; changes go to the group-commit writer and are answered only after commit.
+/// The routes of the task API (`/v1/tasks…`) and `/healthz`. A request is checked on the
+/// server's thread; its read then runs on a connection of the read pool (the connection
+/// suspended meanwhile, so a slow query never stalls the server), and a flood of reads
+/// waits in the pool's bounded queue or is refused 503 `server_busy`. Changes go to the
+/// group-commit writer and are answered only after commit.
 struct TaskAPI: Sendable {
     let writer: GroupCommitWriter
-    let reader: DatabaseReader
+    let reads: ReadPool
     let store: TaskStore
     /// Receives the events of each committed change, before its reply is sent.
     let broker: EventBroker
@@ -19,12 +22,12 @@ struct TaskAPI: Sendable {
     /// Every route the daemon serves, as `(method, path pattern)`; the OpenAPI test
     /// compares this set with the paths of `openapi.yaml`.
     func register(in router: inout Router) {
-        router.add("GET", "/healthz") { request, responder in responder.respond(health()) }
+        router.add("GET", "/healthz") { request, responder in health(request, responder) }
         router.add("POST", "/v1/tasks") { request, responder in registerTask(request, responder) }
-        router.add("GET", "/v1/tasks") { request, responder in responder.respond(list(request)) }
-        router.add("GET", "/v1/tasks/{id}") { request, responder in responder.respond(get(request)) }
+        router.add("GET", "/v1/tasks") { request, responder in list(request, responder) }
+        router.add("GET", "/v1/tasks/{id}") { request, responder in get(request, responder) }
         router.add("DELETE", "/v1/tasks/{id}") { request, responder in delete(request, responder) }
-        router.add("GET", "/v1/tasks/{id}/history") { request, responder in responder.respond(history(request)) }
+        router.add("GET", "/v1/tasks/{id}/history") { request, responder in history(request, responder) }
         router.add("POST", "/v1/tasks/{id}/progress") { request, responder in
             update(request, responder, parse: ProgressUpdate.parse) { id, update, now, database in
                 try store.progress(id, update, now: now, in: database)
@@ -49,13 +52,15 @@ struct TaskAPI: Sendable {
 
     // MARK: - Handlers
 
-    private func health() -> HTTPResponse {
-        do {
-            _ = try reader.schemaVersion()
-            return .json(200, #"{"status":"ok"}"#)
-        } catch {
-            logger.log(.error, "health.failed", ["error": "\(error)"])
-            return .json(503, #"{"status":"unavailable"}"#)
+    private func health(_ request: HTTPRequest, _ responder: any Responder) {
+        read(request, responder) { [logger] reader in
+            do {
+                _ = try reader.schemaVersion()
+                return .json(200, #"{"status":"ok"}"#)
+            } catch {
+                logger.log(.error, "health.failed", ["error": "\(error)"])
+                return .json(503, #"{"status":"unavailable"}"#)
+            }
         }
     }
 
@@ -77,25 +82,30 @@ struct TaskAPI: Sendable {
         }
     }
 
-    private func get(_ request: HTTPRequest) -> HTTPResponse {
-        do {
-            let id = try taskID(request)
+    private func get(_ request: HTTPRequest, _ responder: any Responder) {
+        let id: String
+        do throws(TaskError) { id = try taskID(request) } catch { return responder.respond(errors.response(for: error, request)) }
+        read(request, responder) { reader in
             guard let task = try reader.read({ database in try TaskRepository.find(id, in: database) }) else {
                 throw TaskError.notFound(id)
             }
             return .json(200, task.json)
-        } catch {
-            return errors.response(for: error, request)
         }
     }
 
     /// The progress curve, downsampled (largest triangle three buckets) to `max_points`.
-    private func history(_ request: HTTPRequest) -> HTTPResponse {
-        do {
-            let id = try taskID(request)
+    private func history(_ request: HTTPRequest, _ responder: any Responder) {
+        let id: String
+        let maximum: Int
+        do throws(TaskError) {
+            id = try taskID(request)
             var query = QueryReader(request.queryParameters, allowed: ["max_points"])
-            let maximum = query.integer("max_points", in: 2...1000) ?? 200
+            maximum = query.integer("max_points", in: 2...1000) ?? 200
             guard query.errors.isEmpty else { throw TaskError.invalidRequest(query.errors) }
+        } catch {
+            return responder.respond(errors.response(for: error, request))
+        }
+        read(request, responder) { reader in
             let points = try reader.snapshot { database -> [History.Point]? in
                 guard let task = try TaskRepository.find(id, in: database) else { return nil }
                 return try History.points(of: task, in: database)
@@ -119,14 +129,13 @@ struct TaskAPI: Sendable {
             }
             body.appendRaw("]}")
             return .json(200, body.text)
-        } catch {
-            return errors.response(for: error, request)
         }
     }
 
-    private func list(_ request: HTTPRequest) -> HTTPResponse {
-        do {
-            let query = try ListQuery.parse(request.queryParameters)
+    private func list(_ request: HTTPRequest, _ responder: any Responder) {
+        let query: ListQuery
+        do { query = try ListQuery.parse(request.queryParameters) } catch { return responder.respond(errors.response(for: error, request)) }
+        read(request, responder) { reader in
             let page = try reader.snapshot { database in
                 try TaskRepository.page(query.filter, size: query.pageSize, beforeKey: query.beforeKey, in: database)
             }
@@ -144,8 +153,6 @@ struct TaskAPI: Sendable {
             }
             body.appendRaw(#","total_size":\#(page.totalSize)}"#)
             return .json(200, body.text)
-        } catch {
-            return errors.response(for: error, request)
         }
     }
 
@@ -186,6 +193,26 @@ struct TaskAPI: Sendable {
     }
 
     // MARK: - Request and reply helpers
+
+    /// Answers `request` with what `body` reads, on a connection of the read pool: a
+    /// failure becomes its problem; 503 `server_busy` when too many reads already wait,
+    /// 503 `shutting_down` once the pool is closing.
+    private func read(_ request: HTTPRequest, _ responder: any Responder,
+                      _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse) {
+        do throws(ReadPool.Refusal) {
+            try reads.submit { [errors] reader in
+                do {
+                    responder.respond(try body(reader))
+                } catch {
+                    responder.respond(errors.response(for: error, request))
+                }
+            }
+        } catch .busy {
+            responder.respond(errors.response(for: Problem.serverBusy(waitingReads: reads.maximumWaiting), request))
+        } catch {
+            responder.respond(errors.response(for: Problem.shuttingDown, request))
+        }
+    }
 
     private func taskID(_ request: HTTPRequest) throws(TaskError) -> String {
         let id = request.pathParameters["id"] ?? ""

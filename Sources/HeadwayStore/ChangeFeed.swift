@@ -53,28 +53,66 @@ public enum ChangeFeed {
         try database.run("UPDATE stream_state SET pruned_through = max(pruned_through, ?)", [.integer(changeNumber)])
     }
 
-    /// Every task whose latest change is after `id`, once, in its latest state, and every
-    /// deletion after `id`, in sequence order.
-    public static func changes(after id: Int64, in database: Database) throws(SQLiteError) -> [TaskEvent] {
-        let tasks = try database.rows(
-            "SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ? ORDER BY change_seq", [.integer(id)],
-            map: TaskRepository.record)
-        let deletions = try database.rows(
-            "SELECT change_seq, id, parent_id, created_at FROM tombstones WHERE change_seq > ? ORDER BY change_seq",
-            [.integer(id)]) { row in
-            TaskEvent.deleted(changeNumber: row.int(0), taskID: row.text(1), parentID: row.optionalText(2), createdAt: row.int(3))
+    /// Which tasks a reader of the feed follows: every task, or the named tasks and the
+    /// children of a named parent (the stream's `task=` and `parent_id=`). The queries
+    /// select only those rows, through the primary key and the parent index, so a
+    /// filtered catch-up costs what it shows, not what the database holds.
+    public struct Selection: Equatable, Sendable {
+        /// These tasks.
+        public var taskIDs: [String]
+        /// And the children of this task.
+        public var parentID: String?
+
+        /// Every task.
+        public static let all = Selection(taskIDs: [], parentID: nil)
+
+        public init(taskIDs: [String], parentID: String?) {
+            self.taskIDs = taskIDs
+            self.parentID = parentID
         }
-        return (tasks.map { TaskEvent($0.changeKind, $0) } + deletions).sorted { $0.changeNumber < $1.changeNumber }
+
+        /// `sql` followed by this selection as one more condition of its `WHERE` (none for
+        /// every task), with `arguments` followed by the selection's own, all bound.
+        func query(_ sql: String, _ arguments: [SQLValue]) -> (sql: String, arguments: [SQLValue]) {
+            var conditions: [String] = []
+            var selectionArguments: [SQLValue] = []
+            if !taskIDs.isEmpty {
+                conditions.append("id IN (" + Array(repeating: "?", count: taskIDs.count).joined(separator: ", ") + ")")
+                selectionArguments += taskIDs.map { .text($0) }
+            }
+            if let parentID {
+                conditions.append("parent_id = ?")
+                selectionArguments.append(.text(parentID))
+            }
+            guard !conditions.isEmpty else { return (sql, arguments) }
+            return (sql + " AND (" + conditions.joined(separator: " OR ") + ")", arguments + selectionArguments)
+        }
     }
 
-    /// What a fresh subscriber sees first: unfinished tasks and those finished since
-    /// `finishedSince`, newest first.
-    public static func snapshot(finishedSince: EpochMilliseconds, in database: Database) throws(SQLiteError) -> [TaskRecord] {
-        let unfinished = try database.rows(
-            "SELECT \(TaskRepository.columns), seq FROM tasks WHERE state IN ('pending', 'running')", map: keyed)
-        let recent = try database.rows(
-            "SELECT \(TaskRepository.columns), seq FROM tasks WHERE finished_at >= ?", [.integer(finishedSince)], map: keyed)
-        return (unfinished + recent).sorted { $0.key > $1.key }.map(\.task)
+    /// Every selected task whose latest change is after `id`, once, in its latest state,
+    /// and every deletion of a selected task after `id`, in sequence order.
+    public static func changes(after id: Int64, of selection: Selection = .all,
+                               in database: Database) throws(SQLiteError) -> [TaskEvent] {
+        let tasks = selection.query("SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ?", [.integer(id)])
+        let changed = try database.rows(tasks.sql + " ORDER BY change_seq", tasks.arguments, map: TaskRepository.record)
+        let tombstones = selection.query(
+            "SELECT change_seq, id, parent_id, created_at FROM tombstones WHERE change_seq > ?", [.integer(id)])
+        let deletions = try database.rows(tombstones.sql + " ORDER BY change_seq", tombstones.arguments) { row in
+            TaskEvent.deleted(changeNumber: row.int(0), taskID: row.text(1), parentID: row.optionalText(2), createdAt: row.int(3))
+        }
+        return (changed.map { TaskEvent($0.changeKind, $0) } + deletions).sorted { $0.changeNumber < $1.changeNumber }
+    }
+
+    /// What a fresh subscriber sees first: the selected tasks that are unfinished or
+    /// finished since `finishedSince`, newest first.
+    public static func snapshot(finishedSince: EpochMilliseconds, of selection: Selection = .all,
+                                in database: Database) throws(SQLiteError) -> [TaskRecord] {
+        let unfinished = selection.query("SELECT \(TaskRepository.columns), seq FROM tasks WHERE state IN ('pending', 'running')", [])
+        let recent = selection.query("SELECT \(TaskRepository.columns), seq FROM tasks WHERE finished_at >= ?",
+                                     [.integer(finishedSince)])
+        let tasks = try database.rows(unfinished.sql, unfinished.arguments, map: keyed)
+            + database.rows(recent.sql, recent.arguments, map: keyed)
+        return tasks.sorted { $0.key > $1.key }.map(\.task)
     }
 
     /// A time no later than when change `id` was committed (for resuming with
@@ -87,10 +125,13 @@ public enum ChangeFeed {
         return max(task ?? 0, tombstone ?? 0)
     }
 
-    /// Unfinished tasks created at or after `time`.
-    public static func unfinished(createdSince time: EpochMilliseconds, in database: Database) throws(SQLiteError) -> [TaskRecord] {
-        try database.rows("SELECT \(TaskRepository.columns) FROM tasks WHERE state IN ('pending', 'running') AND created_at >= ?",
-                          [.integer(time)], map: TaskRepository.record)
+    /// The selected unfinished tasks created at or after `time`.
+    public static func unfinished(createdSince time: EpochMilliseconds, of selection: Selection = .all,
+                                  in database: Database) throws(SQLiteError) -> [TaskRecord] {
+        let query = selection.query(
+            "SELECT \(TaskRepository.columns) FROM tasks WHERE state IN ('pending', 'running') AND created_at >= ?",
+            [.integer(time)])
+        return try database.rows(query.sql, query.arguments, map: TaskRepository.record)
     }
 
     private static func keyed(_ row: Statement) -> (task: TaskRecord, key: Int64) {

@@ -40,6 +40,9 @@ public final class Database: @unchecked Sendable {
     /// How many statements this connection has run (each use of a prepared statement
     /// counts once): what tests count to check that work grows as it should.
     public private(set) var statementsRun = 0
+    /// Rows returned by this connection's queries (`rows(_:_:map:)`), for tests and
+    /// measurements of how much a read touches.
+    public private(set) var rowsRead = 0
 
     /// Opens (creating if needed) the database at `path`.
     public init(path: String, readOnly: Bool = false) throws(SQLiteError) {
@@ -137,6 +140,7 @@ public final class Database: @unchecked Sendable {
         try statement.bind(arguments)
         var rows: [Row] = []
         while try statement.step() { rows.append(map(statement)) }
+        rowsRead += rows.count
         return rows
     }
 

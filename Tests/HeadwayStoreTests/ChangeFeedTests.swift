@@ -94,4 +94,54 @@ import Testing
         let snapshot = try fixture.read { try ChangeFeed.snapshot(finishedSince: 40_000, in: $0) }
         #expect(snapshot.map(\.id) == ["running", "recent"])
     }
+
+    /// A filtered catch-up reads only the rows it shows: the named tasks and the children
+    /// of the named parent, in the snapshot, the replay and the held-task lookup alike.
+    @Test func aSelectionReadsOnlyTheRowsOfTheTasksItFollows() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "p", name: "P"), now: 1, in: $0) }
+        for index in 0..<20 {
+            _ = try fixture.write { try store.register(Registration(id: "other\(index)", name: "O"), now: 1, in: $0) }
+        }
+        let mark = store.changeCounter.last
+        for id in ["a", "b"] {
+            _ = try fixture.write { try store.register(Registration(id: id, name: id), now: 2, in: $0) }
+        }
+        _ = try fixture.write { try store.register(Registration(id: "child", name: "C", parentID: "p"), now: 2, in: $0) }
+        for index in 0..<20 {
+            _ = try fixture.write { try store.progress("other\(index)", ProgressUpdate(completed: 1), now: 3, in: $0) }
+        }
+        _ = try fixture.write { try store.delete("b", now: 4, in: $0) }
+        _ = try fixture.write { try store.delete("other0", now: 4, in: $0) }
+        let selection = ChangeFeed.Selection(taskIDs: ["a", "b", "x"], parentID: "p")
+
+        let (snapshot, snapshotRows) = try fixture.read { database in
+            let before = database.rowsRead
+            return (try ChangeFeed.snapshot(finishedSince: 0, of: selection, in: database), database.rowsRead - before)
+        }
+        #expect(snapshot.map(\.id) == ["child", "a"])
+        #expect(snapshotRows == 2, "only the rows shown are read")
+
+        let (changes, changeRows) = try fixture.read { database in
+            let before = database.rowsRead
+            return (try ChangeFeed.changes(after: mark, of: selection, in: database), database.rowsRead - before)
+        }
+        #expect(changes.map(\.taskID) == ["a", "child", "b"])
+        #expect(changes.map(\.kind) == [.created, .created, .deleted])
+        #expect(changeRows == 3)
+
+        let (held, heldRows) = try fixture.read { database in
+            let before = database.rowsRead
+            return (try ChangeFeed.unfinished(createdSince: 2, of: selection, in: database), database.rowsRead - before)
+        }
+        #expect(Set(held.map(\.id)) == ["a", "child"])
+        #expect(heldRows == 2)
+
+        // Without a selection, everything (the same rows as before).
+        let all = try fixture.read { try ChangeFeed.snapshot(finishedSince: 0, in: $0) }
+        #expect(all.count == 22, "p, a, child and 19 others")
+        let parentOnly = ChangeFeed.Selection(taskIDs: [], parentID: "p")
+        #expect(try fixture.read { try ChangeFeed.snapshot(finishedSince: 0, of: parentOnly, in: $0) }.map(\.id) == ["child"])
+    }
 }

@@ -1,0 +1,133 @@
+import Dispatch
+import Synchronization
+
+/// A few reader connections that serve queued reads off the caller's thread: a read waits
+/// for a free connection (first come, first served) and runs on a thread of the pool, so a
+/// slow read holds one connection, never the thread that asked (the HTTP server's) nor
+/// the reads behind it while another connection is free. At most `maximumWaiting` reads
+/// wait; past that a read is refused, so a flood costs a bounded queue, not memory.
+///
+/// `close()` refuses new reads, waits for every read accepted (running or waiting), then
+/// closes the connections.
+public final class ReadPool: Sendable {
+    /// A read: gets a connection of the pool for as long as it runs.
+    public typealias Job = @Sendable (DatabaseReader) -> Void
+
+    /// Why a read was not accepted.
+    public enum Refusal: Error, Equatable, Sendable {
+        /// `maximumWaiting` reads already wait for a connection.
+        case busy
+        /// The pool is closing.
+        case closed
+    }
+
+    /// Counts, for tests and measurements.
+    public struct Statistics: Equatable, Sendable {
+        /// Reads accepted.
+        public var accepted = 0
+        /// Reads refused because too many already waited.
+        public var refusedBusy = 0
+        /// The most reads that waited at once.
+        public var mostWaiting = 0
+    }
+
+    private struct State {
+        var idle: [DatabaseReader]
+        /// Reads waiting for a connection, oldest from `firstWaiting` on.
+        var waiting: [Job] = []
+        var firstWaiting = 0
+        var closing = false
+        var statistics = Statistics()
+
+        var waitingCount: Int { waiting.count - firstWaiting }
+
+        /// The oldest waiting read, if any.
+        mutating func takeWaiting() -> Job? {
+            guard firstWaiting < waiting.count else { return nil }
+            let job = waiting[firstWaiting]
+            firstWaiting += 1
+            if firstWaiting == waiting.count || firstWaiting > 256 {
+                waiting.removeFirst(firstWaiting)
+                firstWaiting = 0
+            }
+            return job
+        }
+    }
+
+    /// The connections (each used by one read at a time).
+    public let readers: [DatabaseReader]
+    /// Reads that may wait for a connection at once.
+    public let maximumWaiting: Int
+    private let state: Mutex<State>
+    /// Where reads run: concurrent, but never more at once than there are connections.
+    private let queue: DispatchQueue
+    /// Entered for every read accepted, left when it has run: what `close()` waits for.
+    private let inProgress = DispatchGroup()
+
+    /// Opens `connections` reader connections to the database at `path`.
+    public init(path: String, connections: Int, maximumWaiting: Int, label: String) throws(SQLiteError) {
+        precondition(connections > 0, "a read pool needs a connection")
+        var readers: [DatabaseReader] = []
+        for _ in 0..<connections { readers.append(try DatabaseReader(path: path)) }
+        self.readers = readers
+        self.maximumWaiting = maximumWaiting
+        state = Mutex(State(idle: readers))
+        queue = DispatchQueue(label: label, attributes: .concurrent)
+    }
+
+    /// Runs `job` on a connection as soon as one is free; throws (and never runs it) when
+    /// `maximumWaiting` reads already wait, or once the pool is closing.
+    public func submit(_ job: @escaping Job) throws(Refusal) {
+        let reader = try state.withLock { state throws(Refusal) -> DatabaseReader? in
+            guard !state.closing else { throw .closed }
+            if let reader = state.idle.popLast() {
+                state.statistics.accepted += 1
+                inProgress.enter()
+                return reader
+            }
+            guard state.waitingCount < maximumWaiting else {
+                state.statistics.refusedBusy += 1
+                throw .busy
+            }
+            state.waiting.append(job)
+            state.statistics.accepted += 1
+            // Under the lock: a connection may take the read as soon as it is released.
+            inProgress.enter()
+            state.statistics.mostWaiting = max(state.statistics.mostWaiting, state.waitingCount)
+            return nil
+        }
+        guard let reader else { return }
+        queue.async { [self] in serve(job, with: reader) }
+    }
+
+    /// Runs `job`, then the reads waiting, on `reader` until none waits; then gives the
+    /// connection back.
+    private func serve(_ job: @escaping Job, with reader: DatabaseReader) {
+        var next: Job? = job
+        while let current = next {
+            current(reader)
+            inProgress.leave()
+            next = state.withLock { state in
+                let waiting = state.takeWaiting()
+                if waiting == nil { state.idle.append(reader) }
+                return waiting
+            }
+        }
+    }
+
+    /// Reads waiting for a connection now.
+    public var waitingCount: Int { state.withLock { $0.waitingCount } }
+
+    /// Whether `close()` has begun.
+    public var isClosing: Bool { state.withLock { $0.closing } }
+
+    public var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// Refuses new reads, waits for every read accepted to have run, then closes the
+    /// connections.
+    public func close() {
+        state.withLock { $0.closing = true }
+        inProgress.wait()
+        readers.forEach { $0.close() }
+    }
+}
