@@ -16,8 +16,17 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 /// open with a request for one of `streamPaths` (long-lived event streams) go to one, all
 /// others to the other (`ConnectionSorter` explains why). As a `Service`, `prepare()` binds
 /// and starts the daemons, `run()` is the accept loop, and a requested stop drains: no new
-/// connections, new requests on open ones get 503, streams are ended, requests under way
-/// are answered (for up to `shutdownTimeoutSeconds`), then the daemons stop.
+/// connections, new requests on open ones get 503, streams are ended, requests still
+/// arriving are waited for (up to `shutdownTimeoutSeconds`), every answer under way is
+/// sent (however long its handler takes), then the daemons stop.
+///
+/// libmicrohttpd aborts the process if a daemon is stopped while one of its connections is
+/// suspended (`MHD_stop_daemon`). A connection is suspended while its request waits for
+/// its handler's answer, and while a stream has nothing to send; so the stop counts the
+/// requests handed to a handler and not yet answered, refuses at once (503) any request
+/// that would reach a handler after it has given up waiting, and stops the daemons only
+/// when none is left. Streams are ended first, which resumes their connections for good.
+/// A connection resumed but not yet served again is fine: `MHD_stop_daemon` serves it.
 public final class MicroHTTPServer: Service {
     /// Settings of the listening daemon.
     public struct Configuration: Sendable {
@@ -41,7 +50,8 @@ public final class MicroHTTPServer: Service {
         public var maximumStreamHeadBytes = 16 * 1024
         /// Larger request bodies are refused with 413.
         public var maximumBodyBytes = 64 * 1024
-        /// How long a stop waits for requests under way to be answered.
+        /// How long a stop waits for requests still arriving (a body not all sent yet) and
+        /// streams still sending; answers under way are waited for however long they take.
         public var shutdownTimeoutSeconds = 10.0
         /// A connection that has sent too little to be sorted after this long goes to the
         /// request daemon.
@@ -65,6 +75,13 @@ public final class MicroHTTPServer: Service {
         var requestsInFlight = 0
         var draining = false
         var openStreams: [ObjectIdentifier: ResponseStream] = [:]
+        /// Requests handed to their handler and not yet answered: each keeps its connection
+        /// suspended until its answer comes.
+        var answersUnderWay = 0
+        /// The stop no longer waits for requests still arriving: one that reaches the point
+        /// of being handed to its handler is refused at once instead (its connection is
+        /// never suspended).
+        var closing = false
     }
 
     let configuration: Configuration
@@ -75,7 +92,8 @@ public final class MicroHTTPServer: Service {
     let libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)?
     private let daemons = Mutex(Daemons())
     private let traffic = Mutex(Traffic())
-    /// Rung when the last request under way is answered while draining.
+    /// Rung when the last request under way is answered while draining, or the last answer
+    /// under way comes while closing.
     private let drained = Doorbell()
     /// Sends what streams could not send at once, when their sockets take bytes again.
     let writableWatcher: WritableWatcher
@@ -149,7 +167,22 @@ public final class MicroHTTPServer: Service {
         while traffic.withLock({ $0.requestsInFlight > 0 }) && drained.wait(until: deadline) {}
         // A stream whose client stopped reading cannot finish: close it.
         streams.forEach { $0.abort() }
+        awaitAnswersUnderWay()
         stopDaemons()
+    }
+
+    /// Refuses from now on every request not yet handed to its handler, then waits for
+    /// the answers still under way, as long as they take (a writer behind a slow disk):
+    /// afterwards no connection is suspended, nor can one be.
+    private func awaitAnswersUnderWay() {
+        let waiting = traffic.withLock { traffic in
+            traffic.closing = true
+            return traffic.answersUnderWay
+        }
+        if waiting > 0 {
+            libraryLog?("stop waits for \(waiting) answer\(waiting == 1 ? "" : "s") still under way", false)
+        }
+        while traffic.withLock({ $0.answersUnderWay > 0 }) { drained.wait() }
     }
 
     /// Starts draining: new requests get 503 at once, and the accept loop ends.
@@ -233,6 +266,25 @@ public final class MicroHTTPServer: Service {
         _ = traffic.withLock { $0.openStreams.removeValue(forKey: ObjectIdentifier(stream)) }
     }
 
+    /// A request is about to be handed to its handler: it counts as under way until
+    /// answered. Returns false once the stop has closed (see `awaitAnswersUnderWay`): the
+    /// request must then be refused at once.
+    func handingOver() -> Bool {
+        traffic.withLock { traffic in
+            traffic.answersUnderWay += 1
+            return !traffic.closing
+        }
+    }
+
+    /// The answer of a request counted by `handingOver` has come.
+    func answered() {
+        let lastWhileClosing = traffic.withLock { traffic in
+            traffic.answersUnderWay -= 1
+            return traffic.answersUnderWay == 0 && traffic.closing
+        }
+        if lastWhileClosing { drained.ring() }
+    }
+
     func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) {
         guard let context, let pointer = context.pointee else { return }
         let exchange = Unmanaged<Exchange>.fromOpaque(pointer).takeRetainedValue()
@@ -312,7 +364,11 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         switch step {
         case .queue(let response): return queue(response)
         case .dispatch:
-            handler(request, self)
+            if server.handingOver() {
+                handler(request, self)
+            } else {
+                server.pipeline.refuse(.shuttingDown, request, self)
+            }
             // Only the request line is needed from now on; a long-lived stream should not
             // keep its headers and body.
             request.headers = []
@@ -328,15 +384,19 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         }
     }
 
+    /// Takes the first answer (later ones are ignored) and resumes the connection if it
+    /// waits for it.
     func respond(_ response: HTTPResponse) {
-        answer.withLock { answer in
-            guard answer.pending == nil else { return }
+        let first = answer.withLock { answer in
+            guard answer.pending == nil else { return false }
             answer.pending = response
             if answer.suspended {
                 answer.suspended = false
                 MHD_resume_connection(connection)
             }
+            return true
         }
+        if first { server.answered() }
     }
 
     func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) {

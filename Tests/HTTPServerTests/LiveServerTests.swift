@@ -109,6 +109,49 @@ struct RunningServer {
         #expect(messages.all.contains { $0.text.contains("431") && !$0.clientGone }, "\(messages.all)")
     }
 
+    /// A handler that answers after the stop's timeout has passed still has its answer
+    /// sent, and the daemons are stopped only then (libmicrohttpd aborts the process if a
+    /// connection is still suspended when its daemon stops). A request arriving meanwhile
+    /// on a kept-alive connection is refused at once.
+    @Test func aStopWaitsForAnAnswerPastItsTimeout() throws {
+        let messages = Messages()
+        let received = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.shutdownTimeoutSeconds = 0
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline(
+            renderRefusal: Self.namingRenderer) { request, responder in
+            if request.path == "/now" { return responder.respond(HTTPResponse(status: 204)) }
+            received.signal()
+            DispatchQueue.global().async {
+                hold.wait()
+                responder.respond(HTTPResponse(status: 200, body: request.body))
+            }
+        }, libraryLog: { message, clientGone in messages.append(message, clientGone) }))
+        let client = try TestHTTPClient(port: server.port)
+        let other = try TestHTTPClient(port: server.port)
+        #expect(try other.request("GET", "/now").status == 204)
+        try client.send("POST /later HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nping")
+        #expect(received.wait(timeout: .now() + 10) == .success, "the handler never saw the request")
+        let stopped = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            server.shutdown()
+            stopped.signal()
+        }
+        // The stop has given up waiting for requests still arriving and waits for the answer.
+        for _ in 0..<2000 where !messages.all.contains(where: { $0.text.contains("stop waits for 1 answer") }) {
+            usleep(5000)
+        }
+        #expect(messages.all.contains { $0.text == "stop waits for 1 answer still under way" }, "\(messages.all)")
+        #expect(stopped.wait(timeout: .now()) == .timedOut, "the stop did not wait for the answer")
+        #expect(try other.request("GET", "/now").status == 503)
+        hold.signal()
+        let response = try client.readResponse()
+        #expect(response.status == 200)
+        #expect(response.text == "ping")
+        #expect(stopped.wait(timeout: .now() + 20) == .success, "the stop ended")
+    }
+
     private final class Messages: @unchecked Sendable {
         private let lock = NSLock()
         private var items: [(text: String, clientGone: Bool)] = []
