@@ -50,6 +50,11 @@ public final class MicroHTTPServer: Service {
         public var maximumStreamHeadBytes = 16 * 1024
         /// Larger request bodies are refused with 413.
         public var maximumBodyBytes = 64 * 1024
+        /// Requests with more query parameters are refused with 431. Each parameter the
+        /// library keeps takes about 50 bytes of the connection's memory.
+        public var maximumQueryParameters = 100
+        /// Longer request targets are refused with 414.
+        public var maximumTargetBytes = 8 * 1024
         /// How long a stop waits for requests still arriving (a body not all sent yet) and
         /// streams still sending; answers under way are waited for however long they take.
         public var shutdownTimeoutSeconds = 10.0
@@ -121,6 +126,7 @@ public final class MicroHTTPServer: Service {
             var logTarget: UnsafeMutableRawPointer?
             guard let daemon = headway_mhd_start(
                 accessHandlerCallback, context, requestCompletedCallback, context, libraryLogCallback, context, &logTarget,
+                targetCheckCallback, context,
                 UInt32(configuration.connectionLimit), UInt32(configuration.connectionTimeoutSeconds), memoryLimit)
             else { throw HTTPServerError(description: "cannot start libmicrohttpd") }
             if let logTarget { daemons.withLock { $0.logTargets.append(logTarget) } }
@@ -215,10 +221,14 @@ public final class MicroHTTPServer: Service {
         // a whole committed batch: it answers the batch in one pass once the writer is done,
         // instead of switching back and forth once per request.
         headway_schedule_as_batch_once()
-        guard let existing = context.pointee else {
-            return begin(connection, url: url, method: method, isHTTP11: isHTTP11, context: context)
+        // The first call of a request finds no context, or the refusal of its target.
+        guard let existing = context.pointee,
+              let exchange = Unmanaged<AnyObject>.fromOpaque(existing).takeUnretainedValue() as? Exchange
+        else {
+            let refusal = context.pointee.map { Unmanaged<RefusedTarget>.fromOpaque($0).takeRetainedValue().refusal }
+            context.pointee = nil
+            return begin(connection, url: url, method: method, isHTTP11: isHTTP11, refusal: refusal, context: context)
         }
-        let exchange = Unmanaged<Exchange>.fromOpaque(existing).takeUnretainedValue()
         if uploadSize.pointee > 0 {
             exchange.receive(UnsafeRawBufferPointer(start: uploadData, count: uploadSize.pointee),
                              limit: configuration.maximumBodyBytes)
@@ -232,7 +242,20 @@ public final class MicroHTTPServer: Service {
         return exchange.dispatchOrQueue(pipeline.handle)
     }
 
-    private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool,
+    /// Checks a request's raw target before the library parses it; a refused one keeps no
+    /// query parameters, and its refusal becomes the request's first context (`access`).
+    func checkTarget(_ target: UnsafePointer<CChar>) -> UnsafeMutableRawPointer? {
+        let check = TargetCheck(maximumQueryParameters: configuration.maximumQueryParameters,
+                                maximumTargetBytes: configuration.maximumTargetBytes)
+        let bytes = UnsafeRawBufferPointer(start: target, count: strlen(target))
+        guard let refusal = headway_target_has_raw_nul(target) != 0 ? .nulInTarget : check.refusal(for: bytes) else {
+            return nil
+        }
+        headway_drop_query(target)
+        return Unmanaged.passRetained(RefusedTarget(refusal)).toOpaque()
+    }
+
+    private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, refusal: HTTPRefusal?,
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
         let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
@@ -247,6 +270,9 @@ public final class MicroHTTPServer: Service {
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
         if isDraining {
             return exchange.dispatchOrQueue { pipeline.refuse(.shuttingDown, $0, $1) }
+        }
+        if let refusal {
+            return exchange.dispatchOrQueue { pipeline.refuse(refusal, $0, $1) }
         }
         if let length = request.header("content-length").flatMap(UInt64.init), length > configuration.maximumBodyBytes {
             return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: configuration.maximumBodyBytes), $0, $1) }
@@ -287,8 +313,9 @@ public final class MicroHTTPServer: Service {
 
     func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) {
         guard let context, let pointer = context.pointee else { return }
-        let exchange = Unmanaged<Exchange>.fromOpaque(pointer).takeRetainedValue()
         context.pointee = nil
+        // A refused target whose request never began (the connection closed first) is only released.
+        guard let exchange = Unmanaged<AnyObject>.fromOpaque(pointer).takeRetainedValue() as? Exchange else { return }
         let drainedNow = traffic.withLock { traffic in
             traffic.requestsInFlight -= 1
             return traffic.requestsInFlight == 0 && traffic.draining
@@ -448,6 +475,12 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     }
 }
 
+/// The refusal of a request's target, found before its exchange begins.
+final class RefusedTarget {
+    let refusal: HTTPRefusal
+    init(_ refusal: HTTPRefusal) { self.refusal = refusal }
+}
+
 /// The C entry points, as global closures: nothing in them is actor-isolated, so
 /// libmicrohttpd may call them from its own threads.
 private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadSize, context in
@@ -465,6 +498,12 @@ private let libraryLogCallback: headway_log_sink = { context, message in
     let clientGone = ["closed by remote peer", "no longer available", "Connection reset", "Broken pipe"]
         .contains { text.contains($0) }
     server.libraryLog?(text, clientGone)
+}
+
+private let targetCheckCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?)
+    -> UnsafeMutableRawPointer? = { cls, target, _ in
+    guard let cls, let target else { return nil }
+    return Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().checkTarget(target)
 }
 
 private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, _, context, _ in

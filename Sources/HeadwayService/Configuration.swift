@@ -26,6 +26,8 @@ public struct Configuration: Sendable, Equatable {
     public var maximumPendingTasks = 2048
     /// When fan-out rounds may start during an update storm.
     public var fanOutPacing = FanOutPacing()
+    /// Query parameters one request may carry; more get 431 (60 `task=` ids fit).
+    public var maximumQueryParameters = 100
 
     public init() {}
 
@@ -55,6 +57,8 @@ public struct Configuration: Sendable, Equatable {
           --retention DURATION      forget finished tasks, their history and deletions
                                     this long after: seconds, or with s, m, h or d
                                     (HEADWAY_RETENTION, default 7d)
+          --max-query-params N      query parameters one request may carry; more get
+                                    431 (HEADWAY_MAX_QUERY_PARAMS, default 100)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -74,7 +78,7 @@ public struct Configuration: Sendable, Equatable {
     public static func parse(arguments: [String], environment: [String: String]) throws(UsageError) -> Command {
         var settings: [String: String] = [:]
         let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers",
-                     "retention"]
+                     "retention", "max-query-params"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -145,6 +149,12 @@ public struct Configuration: Sendable, Equatable {
                 throw UsageError("--retention must be a duration from 60s to 3650d (e.g. 7d, 12h, 3600), not '\(text)'")
             }
             configuration.retentionSeconds = seconds
+        }
+        if let text = settings["max-query-params"] {
+            guard let count = Int(text), (1...1000).contains(count) else {
+                throw UsageError("--max-query-params must be a whole number from 1 to 1000, not '\(text)'")
+            }
+            configuration.maximumQueryParameters = count
         }
         return .run(configuration)
     }
