@@ -34,7 +34,9 @@ static inline void headway_mhd_log(void *cls, const char *format, va_list argume
 
 /// Starts a daemon without a listening socket (connections arrive by
 /// `MHD_add_connection`): one epoll thread for all its connections, with suspend/resume;
-/// its error messages go to `sink`. `MHD_start_daemon` is variadic and not imported into
+/// its error messages go to `sink`; `target_check` sees each request's raw target before
+/// the library parses it (`MHD_OPTION_URI_LOG_CALLBACK`; what it returns becomes the
+/// request's first context). `MHD_start_daemon` is variadic and not imported into
 /// Swift: this wrapper passes the options Headway uses and ends the list with
 /// `MHD_OPTION_END`. `*log_target` receives what `headway_mhd_free_log_target` frees once
 /// the daemon has stopped.
@@ -42,6 +44,7 @@ static inline struct MHD_Daemon *headway_mhd_start(
     MHD_AccessHandlerCallback handler, void *handler_context,
     MHD_RequestCompletedCallback completed, void *completed_context,
     headway_log_sink sink, void *sink_context, void **log_target,
+    void *(*target_check)(void *context, const char *target, struct MHD_Connection *connection), void *check_context,
     unsigned int connection_limit,
     unsigned int connection_timeout_seconds,
     size_t connection_memory_limit)
@@ -56,6 +59,7 @@ static inline struct MHD_Daemon *headway_mhd_start(
     struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_context,
         MHD_OPTION_EXTERNAL_LOGGER, headway_mhd_log, (void *)target,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_context,
+        MHD_OPTION_URI_LOG_CALLBACK, target_check, check_context,
         MHD_OPTION_CONNECTION_LIMIT, connection_limit,
         MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,
@@ -65,6 +69,21 @@ static inline struct MHD_Daemon *headway_mhd_start(
         *log_target = NULL;
     }
     return daemon;
+}
+
+/// Whether `target`, as the URI callback gets it, was cut short by a NUL byte of its own:
+/// libmicrohttpd ends the target by writing a NUL over the space before the HTTP version,
+/// so the version follows the target's end unless a raw NUL ended it earlier.
+static inline int headway_target_has_raw_nul(const char *target) {
+    return strncmp(target + strlen(target) + 1, "HTTP/", 5) != 0;
+}
+
+/// Empties the query of `target` (the URI callback's, in the library's own buffer) so that
+/// the library stores none of its parameters: a refused request's parameters cannot use up
+/// the connection's memory, which would leave the library unable to answer at all.
+static inline void headway_drop_query(const char *target) {
+    char *query = strchr((char *)target, '?');
+    if (query != NULL && query[1] != 0) query[1] = 0;
 }
 
 static inline void headway_mhd_free_log_target(void *log_target) { free(log_target); }

@@ -88,6 +88,41 @@ public enum HTTPRefusal: Equatable, Sendable {
     case routeNotFound
     /// Routes with this path take other methods (405).
     case methodNotAllowed(allowed: [String])
+    /// The request target holds a NUL byte, raw or percent-encoded (400).
+    case nulInTarget
+    /// The query has more parameters than the server's limit (431).
+    case tooManyQueryParameters(limit: Int)
+    /// The request target is longer than the server's limit (414).
+    case targetTooLong(limit: Int)
+}
+
+/// What the server checks of a request target before libmicrohttpd parses it (the library
+/// keeps every query parameter in the connection's fixed memory, and cannot even answer
+/// once that is full).
+struct TargetCheck: Sendable {
+    /// More query parameters are refused (431).
+    var maximumQueryParameters: Int
+    /// Longer targets are refused (414).
+    var maximumTargetBytes: Int
+
+    /// The refusal `target` (raw, as sent) calls for, if any.
+    func refusal(for target: some Collection<UInt8>) -> HTTPRefusal? {
+        if target.count > maximumTargetBytes { return .targetTooLong(limit: maximumTargetBytes) }
+        if Self.containsEncodedNUL(target) { return .nulInTarget }
+        guard let question = target.firstIndex(of: UInt8(ascii: "?")) else { return nil }
+        let query = target[target.index(after: question)...]
+        let parameters = query.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).count
+        return parameters > maximumQueryParameters ? .tooManyQueryParameters(limit: maximumQueryParameters) : nil
+    }
+
+    /// Whether `target` holds `%00`.
+    private static func containsEncodedNUL(_ target: some Collection<UInt8>) -> Bool {
+        let bytes = Array(target)
+        guard bytes.count >= 3 else { return false }
+        return (0..<bytes.count - 2).contains {
+            bytes[$0] == UInt8(ascii: "%") && bytes[$0 + 1] == UInt8(ascii: "0") && bytes[$0 + 2] == UInt8(ascii: "0")
+        }
+    }
 }
 
 /// How an exchange ended: the status sent (nil when the connection went away first) and

@@ -24,7 +24,8 @@ public struct HTTPPipeline: Sendable {
     public init(middleware: [any HTTPMiddleware] = [], router: Router, renderRefusal: @escaping RefusalRenderer) {
         self.init(middleware: middleware, renderRefusal: renderRefusal) { request, responder in
             switch router.match(request) {
-            case .handler(let handler, let routedRequest): handler(routedRequest, responder)
+            case .handler(let handler, let routedRequest):
+                handler(routedRequest, request.method == "HEAD" ? HeadResponder(base: responder) : responder)
             case .refused(let refusal): responder.respond(renderRefusal(refusal, request))
             }
         }
@@ -68,7 +69,27 @@ public struct HTTPPipeline: Sendable {
         case .shuttingDown: (503, "shutting down")
         case .routeNotFound: (404, "no such route")
         case .methodNotAllowed(let allowed): (405, "allowed: \(allowed.joined(separator: ", "))")
+        case .nulInTarget: (400, "NUL in the request target")
+        case .tooManyQueryParameters(let limit): (431, "more than \(limit) query parameters")
+        case .targetTooLong(let limit): (414, "request target longer than \(limit) bytes")
         }
         return HTTPResponse(status: status, headers: [HTTPField("Content-Type", "text/plain")], body: Array((text + "\n").utf8))
     }
+}
+
+/// Answers a `HEAD` request with what `GET` would answer, without a body: libmicrohttpd
+/// sends the head of a complete response only; a stream is ended before it starts.
+private struct HeadResponder: Responder {
+    let base: any Responder
+
+    func respond(_ response: HTTPResponse) {
+        var response = response
+        if let stream = response.stream {
+            stream.connectionClosed()
+            response.stream = nil
+        }
+        base.respond(response)
+    }
+
+    func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) { base.onComplete(handler) }
 }

@@ -16,8 +16,17 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 /// open with a request for one of `streamPaths` (long-lived event streams) go to one, all
 /// others to the other (`ConnectionSorter` explains why). As a `Service`, `prepare()` binds
 /// and starts the daemons, `run()` is the accept loop, and a requested stop drains: no new
-/// connections, new requests on open ones get 503, streams are ended, requests under way
-/// are answered (for up to `shutdownTimeoutSeconds`), then the daemons stop.
+/// connections, new requests on open ones get 503, streams are ended, requests still
+/// arriving are waited for (up to `shutdownTimeoutSeconds`), every answer under way is
+/// sent (however long its handler takes), then the daemons stop.
+///
+/// libmicrohttpd aborts the process if a daemon is stopped while one of its connections is
+/// suspended (`MHD_stop_daemon`). A connection is suspended while its request waits for
+/// its handler's answer, and while a stream has nothing to send; so the stop counts the
+/// requests handed to a handler and not yet answered, refuses at once (503) any request
+/// that would reach a handler after it has given up waiting, and stops the daemons only
+/// when none is left. Streams are ended first, which resumes their connections for good.
+/// A connection resumed but not yet served again is fine: `MHD_stop_daemon` serves it.
 public final class MicroHTTPServer: Service {
     /// Settings of the listening daemon.
     public struct Configuration: Sendable {
@@ -41,7 +50,13 @@ public final class MicroHTTPServer: Service {
         public var maximumStreamHeadBytes = 16 * 1024
         /// Larger request bodies are refused with 413.
         public var maximumBodyBytes = 64 * 1024
-        /// How long a stop waits for requests under way to be answered.
+        /// Requests with more query parameters are refused with 431. Each parameter the
+        /// library keeps takes about 50 bytes of the connection's memory.
+        public var maximumQueryParameters = 100
+        /// Longer request targets are refused with 414.
+        public var maximumTargetBytes = 8 * 1024
+        /// How long a stop waits for requests still arriving (a body not all sent yet) and
+        /// streams still sending; answers under way are waited for however long they take.
         public var shutdownTimeoutSeconds = 10.0
         /// A connection that has sent too little to be sorted after this long goes to the
         /// request daemon.
@@ -65,6 +80,13 @@ public final class MicroHTTPServer: Service {
         var requestsInFlight = 0
         var draining = false
         var openStreams: [ObjectIdentifier: ResponseStream] = [:]
+        /// Requests handed to their handler and not yet answered: each keeps its connection
+        /// suspended until its answer comes.
+        var answersUnderWay = 0
+        /// The stop no longer waits for requests still arriving: one that reaches the point
+        /// of being handed to its handler is refused at once instead (its connection is
+        /// never suspended).
+        var closing = false
     }
 
     let configuration: Configuration
@@ -75,7 +97,8 @@ public final class MicroHTTPServer: Service {
     let libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)?
     private let daemons = Mutex(Daemons())
     private let traffic = Mutex(Traffic())
-    /// Rung when the last request under way is answered while draining.
+    /// Rung when the last request under way is answered while draining, or the last answer
+    /// under way comes while closing.
     private let drained = Doorbell()
     /// Sends what streams could not send at once, when their sockets take bytes again.
     let writableWatcher: WritableWatcher
@@ -103,6 +126,7 @@ public final class MicroHTTPServer: Service {
             var logTarget: UnsafeMutableRawPointer?
             guard let daemon = headway_mhd_start(
                 accessHandlerCallback, context, requestCompletedCallback, context, libraryLogCallback, context, &logTarget,
+                targetCheckCallback, context,
                 UInt32(configuration.connectionLimit), UInt32(configuration.connectionTimeoutSeconds), memoryLimit)
             else { throw HTTPServerError(description: "cannot start libmicrohttpd") }
             if let logTarget { daemons.withLock { $0.logTargets.append(logTarget) } }
@@ -149,7 +173,22 @@ public final class MicroHTTPServer: Service {
         while traffic.withLock({ $0.requestsInFlight > 0 }) && drained.wait(until: deadline) {}
         // A stream whose client stopped reading cannot finish: close it.
         streams.forEach { $0.abort() }
+        awaitAnswersUnderWay()
         stopDaemons()
+    }
+
+    /// Refuses from now on every request not yet handed to its handler, then waits for
+    /// the answers still under way, as long as they take (a writer behind a slow disk):
+    /// afterwards no connection is suspended, nor can one be.
+    private func awaitAnswersUnderWay() {
+        let waiting = traffic.withLock { traffic in
+            traffic.closing = true
+            return traffic.answersUnderWay
+        }
+        if waiting > 0 {
+            libraryLog?("stop waits for \(waiting) answer\(waiting == 1 ? "" : "s") still under way", false)
+        }
+        while traffic.withLock({ $0.answersUnderWay > 0 }) { drained.wait() }
     }
 
     /// Starts draining: new requests get 503 at once, and the accept loop ends.
@@ -182,10 +221,14 @@ public final class MicroHTTPServer: Service {
         // a whole committed batch: it answers the batch in one pass once the writer is done,
         // instead of switching back and forth once per request.
         headway_schedule_as_batch_once()
-        guard let existing = context.pointee else {
-            return begin(connection, url: url, method: method, isHTTP11: isHTTP11, context: context)
+        // The first call of a request finds no context, or the refusal of its target.
+        guard let existing = context.pointee,
+              let exchange = Unmanaged<AnyObject>.fromOpaque(existing).takeUnretainedValue() as? Exchange
+        else {
+            let refusal = context.pointee.map { Unmanaged<RefusedTarget>.fromOpaque($0).takeRetainedValue().refusal }
+            context.pointee = nil
+            return begin(connection, url: url, method: method, isHTTP11: isHTTP11, refusal: refusal, context: context)
         }
-        let exchange = Unmanaged<Exchange>.fromOpaque(existing).takeUnretainedValue()
         if uploadSize.pointee > 0 {
             exchange.receive(UnsafeRawBufferPointer(start: uploadData, count: uploadSize.pointee),
                              limit: configuration.maximumBodyBytes)
@@ -199,7 +242,20 @@ public final class MicroHTTPServer: Service {
         return exchange.dispatchOrQueue(pipeline.handle)
     }
 
-    private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool,
+    /// Checks a request's raw target before the library parses it; a refused one keeps no
+    /// query parameters, and its refusal becomes the request's first context (`access`).
+    func checkTarget(_ target: UnsafePointer<CChar>) -> UnsafeMutableRawPointer? {
+        let check = TargetCheck(maximumQueryParameters: configuration.maximumQueryParameters,
+                                maximumTargetBytes: configuration.maximumTargetBytes)
+        let bytes = UnsafeRawBufferPointer(start: target, count: strlen(target))
+        guard let refusal = headway_target_has_raw_nul(target) != 0 ? .nulInTarget : check.refusal(for: bytes) else {
+            return nil
+        }
+        headway_drop_query(target)
+        return Unmanaged.passRetained(RefusedTarget(refusal)).toOpaque()
+    }
+
+    private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, refusal: HTTPRefusal?,
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
         let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
@@ -214,6 +270,9 @@ public final class MicroHTTPServer: Service {
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
         if isDraining {
             return exchange.dispatchOrQueue { pipeline.refuse(.shuttingDown, $0, $1) }
+        }
+        if let refusal {
+            return exchange.dispatchOrQueue { pipeline.refuse(refusal, $0, $1) }
         }
         if let length = request.header("content-length").flatMap(UInt64.init), length > configuration.maximumBodyBytes {
             return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: configuration.maximumBodyBytes), $0, $1) }
@@ -233,10 +292,30 @@ public final class MicroHTTPServer: Service {
         _ = traffic.withLock { $0.openStreams.removeValue(forKey: ObjectIdentifier(stream)) }
     }
 
+    /// A request is about to be handed to its handler: it counts as under way until
+    /// answered. Returns false once the stop has closed (see `awaitAnswersUnderWay`): the
+    /// request must then be refused at once.
+    func handingOver() -> Bool {
+        traffic.withLock { traffic in
+            traffic.answersUnderWay += 1
+            return !traffic.closing
+        }
+    }
+
+    /// The answer of a request counted by `handingOver` has come.
+    func answered() {
+        let lastWhileClosing = traffic.withLock { traffic in
+            traffic.answersUnderWay -= 1
+            return traffic.answersUnderWay == 0 && traffic.closing
+        }
+        if lastWhileClosing { drained.ring() }
+    }
+
     func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) {
         guard let context, let pointer = context.pointee else { return }
-        let exchange = Unmanaged<Exchange>.fromOpaque(pointer).takeRetainedValue()
         context.pointee = nil
+        // A refused target whose request never began (the connection closed first) is only released.
+        guard let exchange = Unmanaged<AnyObject>.fromOpaque(pointer).takeRetainedValue() as? Exchange else { return }
         let drainedNow = traffic.withLock { traffic in
             traffic.requestsInFlight -= 1
             return traffic.requestsInFlight == 0 && traffic.draining
@@ -312,7 +391,11 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         switch step {
         case .queue(let response): return queue(response)
         case .dispatch:
-            handler(request, self)
+            if server.handingOver() {
+                handler(request, self)
+            } else {
+                server.pipeline.refuse(.shuttingDown, request, self)
+            }
             // Only the request line is needed from now on; a long-lived stream should not
             // keep its headers and body.
             request.headers = []
@@ -328,15 +411,19 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         }
     }
 
+    /// Takes the first answer (later ones are ignored) and resumes the connection if it
+    /// waits for it.
     func respond(_ response: HTTPResponse) {
-        answer.withLock { answer in
-            guard answer.pending == nil else { return }
+        let first = answer.withLock { answer in
+            guard answer.pending == nil else { return false }
             answer.pending = response
             if answer.suspended {
                 answer.suspended = false
                 MHD_resume_connection(connection)
             }
+            return true
         }
+        if first { server.answered() }
     }
 
     func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) {
@@ -388,6 +475,12 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     }
 }
 
+/// The refusal of a request's target, found before its exchange begins.
+final class RefusedTarget {
+    let refusal: HTTPRefusal
+    init(_ refusal: HTTPRefusal) { self.refusal = refusal }
+}
+
 /// The C entry points, as global closures: nothing in them is actor-isolated, so
 /// libmicrohttpd may call them from its own threads.
 private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadSize, context in
@@ -405,6 +498,12 @@ private let libraryLogCallback: headway_log_sink = { context, message in
     let clientGone = ["closed by remote peer", "no longer available", "Connection reset", "Broken pipe"]
         .contains { text.contains($0) }
     server.libraryLog?(text, clientGone)
+}
+
+private let targetCheckCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?)
+    -> UnsafeMutableRawPointer? = { cls, target, _ in
+    guard let cls, let target else { return nil }
+    return Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().checkTarget(target)
 }
 
 private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, _, context, _ in

@@ -1,6 +1,7 @@
 /// Maps method and path to a handler. Patterns are literal segments and `{name}`
 /// segments, e.g. `/v1/tasks/{id}/progress`. An unknown path is refused as
-/// `.routeNotFound`; a known path with another method as `.methodNotAllowed`.
+/// `.routeNotFound`; a known path with another method as `.methodNotAllowed`. `HEAD` is
+/// served by the `GET` route of a path (the pipeline sends no body).
 public struct Router: Sendable {
     /// One route as declared.
     public struct Route: Sendable {
@@ -50,12 +51,13 @@ public struct Router: Sendable {
         bounds.append(start..<path.count)
         var allowed: [String] = []
         for route in routes where matches(route.segments, path, bounds) {
-            if route.method == request.method {
+            if route.method == request.method || (request.method == "HEAD" && route.method == "GET") {
                 var routed = request
                 routed.pathParameters = parameters(route.segments, path, bounds)
                 return .handler(route.handler, routed)
             }
             allowed.append(route.method)
+            if route.method == "GET" { allowed.append("HEAD") }
         }
         return .refused(allowed.isEmpty ? .routeNotFound : .methodNotAllowed(allowed: allowed))
     }

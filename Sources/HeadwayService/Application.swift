@@ -154,12 +154,15 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.port = configuration.port
     serverConfiguration.connectionLimit = connectionLimit
     // Each connection's buffers: 10,000 connections cost ~280 MB at the default 32 KiB.
-    // Requests: headers up to about 6 KiB fit in 8 KiB; bodies arrive in pieces. Event
-    // streams send their frames themselves and need only room for their request head:
-    // one page each (a head over 1 KiB is served by the request daemon instead).
-    serverConfiguration.connectionMemoryLimit = 8 * 1024
+    // Requests: a target of up to 8 KiB and headers fit, bodies arrive in pieces. Event
+    // streams send their frames themselves and need only room for their request head (a
+    // head over 1 KiB is served by the request daemon instead). Both keep each query
+    // parameter in about 50 bytes more: room for the most allowed.
+    serverConfiguration.maximumQueryParameters = configuration.maximumQueryParameters
+    let roomForQueryParameters = configuration.maximumQueryParameters * 64
+    serverConfiguration.connectionMemoryLimit = 16 * 1024 + roomForQueryParameters
     serverConfiguration.streamPaths = [EventsAPI.path]
-    serverConfiguration.streamConnectionMemoryLimit = 4 * 1024
+    serverConfiguration.streamConnectionMemoryLimit = 4 * 1024 + roomForQueryParameters
     serverConfiguration.maximumStreamHeadBytes = 1024
     // Every request passes the middleware in this order; the HTTP layer's refusals look
     // like every other problem.

@@ -32,6 +32,8 @@ public struct Configuration: Sendable, Equatable {
     public var readConnections = 2
     /// API reads that may wait for a reader connection; more get 503 `server_busy`.
     public var maximumQueuedReads = 1000
+    /// Query parameters one request may carry; more get 431 (60 `task=` ids fit).
+    public var maximumQueryParameters = 100
 
     public init() {}
 
@@ -73,6 +75,8 @@ public struct Configuration: Sendable, Equatable {
                                     (HEADWAY_READ_CONNECTIONS, default 2)
           --max-queued-reads N      API reads that may wait for a connection; more get
                                     503 server_busy (HEADWAY_MAX_QUEUED_READS, default 1000)
+          --max-query-params N      query parameters one request may carry; more get
+                                    431 (HEADWAY_MAX_QUERY_PARAMS, default 100)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -94,7 +98,8 @@ public struct Configuration: Sendable, Equatable {
         let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers",
                      "retention",
                      "max-depth", "max-children", "max-tasks",
-                     "read-connections", "max-queued-reads"]
+                     "read-connections", "max-queued-reads",
+                     "max-query-params"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -168,6 +173,12 @@ public struct Configuration: Sendable, Equatable {
         }
         try parseTreeLimits(settings, into: &configuration.treeLimits)
         try parseReadLimits(settings, into: &configuration)
+        if let text = settings["max-query-params"] {
+            guard let count = Int(text), (1...1000).contains(count) else {
+                throw UsageError("--max-query-params must be a whole number from 1 to 1000, not '\(text)'")
+            }
+            configuration.maximumQueryParameters = count
+        }
         return .run(configuration)
     }
 

@@ -69,6 +69,9 @@ public struct Logger: Sendable {
         output.append(line, immediately: level >= .warn)
     }
 
+    /// `value` as it is when plain, else quoted with every control character escaped: a
+    /// value from a client (a percent-decoded path) can neither start a line of its own nor
+    /// send escape sequences to the terminal that shows the log.
     private static func quoted(_ value: String) -> String {
         var value = value
         let plain = !value.isEmpty && value.withUTF8 { utf8 in
@@ -81,6 +84,12 @@ public struct Logger: Sendable {
             case "\"": escaped += "\\\""
             case "\\": escaped += "\\\\"
             case "\n": escaped += "\\n"
+            case "\r": escaped += "\\r"
+            case "\t": escaped += "\\t"
+            case _ where scalar.properties.generalCategory == .control:
+                // C0, DEL and C1 (which some terminals read as the start of a sequence).
+                let hex = String(scalar.value, radix: 16)
+                escaped += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
             default: escaped.unicodeScalars.append(scalar)
             }
         }

@@ -141,6 +141,15 @@ extension Problem {
             self.init(status: 405, code: "method_not_allowed", title: "Method not allowed",
                       detail: "This path accepts \(allowed.joined(separator: ", ")), not \(method).",
                       headers: [HTTPField("Allow", allowed.joined(separator: ", "))])
+        case .nulInTarget:
+            self.init(status: 400, code: "invalid_request", title: "Invalid request target",
+                      detail: "The request target holds a NUL byte (raw or as %00).")
+        case .tooManyQueryParameters(let limit):
+            self.init(status: 431, code: "request_header_too_large", title: "Too many query parameters",
+                      detail: "A request may carry at most \(limit) query parameters (--max-query-params).")
+        case .targetTooLong(let limit):
+            self.init(status: 414, code: "uri_too_long", title: "Request target too long",
+                      detail: "A request target may be at most \(limit) bytes long.")
         }
     }
 

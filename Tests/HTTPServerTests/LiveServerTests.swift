@@ -32,6 +32,9 @@ struct RunningServer {
         case .shuttingDown: (503, "shutting_down")
         case .routeNotFound: (404, "route_not_found")
         case .methodNotAllowed(let allowed): (405, "method_not_allowed \(allowed)")
+        case .nulInTarget: (400, "nul_in_target")
+        case .tooManyQueryParameters(let limit): (431, "too_many_query_parameters \(limit)")
+        case .targetTooLong(let limit): (414, "target_too_long \(limit)")
         }
         return HTTPResponse(status: status, headers: refusal == .shuttingDown ? [HTTPField("Connection", "close")] : [],
                             body: Array("\(name) \(request.path)".utf8))
@@ -107,6 +110,95 @@ struct RunningServer {
         #expect(try client.readResponse().status == 431)
         server.shutdown()
         #expect(messages.all.contains { $0.text.contains("431") && !$0.clientGone }, "\(messages.all)")
+    }
+
+    /// A handler that answers after the stop's timeout has passed still has its answer
+    /// sent, and the daemons are stopped only then (libmicrohttpd aborts the process if a
+    /// connection is still suspended when its daemon stops). A request arriving meanwhile
+    /// on a kept-alive connection is refused at once.
+    @Test func aStopWaitsForAnAnswerPastItsTimeout() throws {
+        let messages = Messages()
+        let received = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.shutdownTimeoutSeconds = 0
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline(
+            renderRefusal: Self.namingRenderer) { request, responder in
+            if request.path == "/now" { return responder.respond(HTTPResponse(status: 204)) }
+            received.signal()
+            DispatchQueue.global().async {
+                hold.wait()
+                responder.respond(HTTPResponse(status: 200, body: request.body))
+            }
+        }, libraryLog: { message, clientGone in messages.append(message, clientGone) }))
+        let client = try TestHTTPClient(port: server.port)
+        let other = try TestHTTPClient(port: server.port)
+        #expect(try other.request("GET", "/now").status == 204)
+        try client.send("POST /later HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nping")
+        #expect(received.wait(timeout: .now() + 10) == .success, "the handler never saw the request")
+        let stopped = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            server.shutdown()
+            stopped.signal()
+        }
+        // The stop has given up waiting for requests still arriving and waits for the answer.
+        for _ in 0..<2000 where !messages.all.contains(where: { $0.text.contains("stop waits for 1 answer") }) {
+            usleep(5000)
+        }
+        #expect(messages.all.contains { $0.text == "stop waits for 1 answer still under way" }, "\(messages.all)")
+        #expect(stopped.wait(timeout: .now()) == .timedOut, "the stop did not wait for the answer")
+        #expect(try other.request("GET", "/now").status == 503)
+        hold.signal()
+        let response = try client.readResponse()
+        #expect(response.status == 200)
+        #expect(response.text == "ping")
+        #expect(stopped.wait(timeout: .now() + 20) == .success, "the stop ended")
+    }
+
+    /// A request target with a NUL byte, raw or percent-encoded, never reaches a handler
+    /// (the library would cut the path short at it).
+    @Test func refusesANulInTheTarget() throws {
+        let server = try Self.startEchoServer()
+        defer { server.shutdown() }
+        for target in ["/now/p1%00%2F..%2Fx", "/now?x=a%00b"] {
+            let response = try TestHTTPClient(port: server.port).request("GET", target)
+            #expect(response.status == 400 && response.text.hasPrefix("nul_in_target"), "\(target): \(response.text)")
+        }
+        let client = try TestHTTPClient(port: server.port)
+        try client.send(Array("GET /now/p1".utf8) + [0] + Array("/x HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+        let response = try client.readResponse()
+        #expect(response.status == 400 && response.text == "nul_in_target /now/p1")
+    }
+
+    /// Query parameters up to the limit are served, even 60 long task ids; one more gets
+    /// 431 naming the limit; thousands, or a target too long, get an answer, not silence.
+    @Test func queryParametersAtAndPastTheLimit() throws {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.maximumQueryParameters = 100
+        configuration.connectionMemoryLimit = 16 * 1024 + 100 * 64
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline(
+            renderRefusal: Self.namingRenderer) { request, responder in
+            responder.respond(HTTPResponse(status: 200, body: Array("\(request.query.count)".utf8)))
+        }))
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port)
+        func query(_ count: Int, value: (Int) -> String) -> String {
+            "/x?" + (0..<count).map { "task=\(value($0))" }.joined(separator: "&")
+        }
+        let longID = { (index: Int) in String(repeating: "a", count: 62) + String(format: "%02d", index % 100) }
+        let sixty = try client.request("GET", query(60, value: longID))
+        #expect(sixty.status == 200 && sixty.text == "60")
+        let atLimit = try client.request("GET", query(100, value: longID))
+        #expect(atLimit.status == 200 && atLimit.text == "100")
+        // A refused head may cost its connection: each on a connection of its own.
+        let pastLimit = try TestHTTPClient(port: server.port).request("GET", query(101, value: { "\($0)" }))
+        #expect(pastLimit.status == 431 && pastLimit.text.hasPrefix("too_many_query_parameters 100"))
+        let thousands = try TestHTTPClient(port: server.port).request(
+            "GET", "/x?" + Array(repeating: "a", count: 3000).joined(separator: "&"))
+        #expect(thousands.status == 431, "\(thousands.status)")
+        let tooLong = try TestHTTPClient(port: server.port).request("GET", "/x?q=" + String(repeating: "b", count: 9000))
+        #expect(tooLong.status == 414 && tooLong.text.hasPrefix("target_too_long 8192"))
     }
 
     private final class Messages: @unchecked Sendable {

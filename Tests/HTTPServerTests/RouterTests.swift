@@ -51,7 +51,21 @@ final class RecordingResponder: Responder {
     }
 
     @Test func knownPathWithOtherMethodIsRefusedWithTheMethodsItTakes() {
-        #expect(refusal("PUT", "/v1/tasks/abc") == .methodNotAllowed(allowed: ["GET", "DELETE"]))
+        #expect(refusal("PUT", "/v1/tasks/abc") == .methodNotAllowed(allowed: ["GET", "HEAD", "DELETE"]))
+        #expect(refusal("HEAD", "/v1/tasks/abc/progress") == .methodNotAllowed(allowed: ["POST"]))
+    }
+
+    /// `HEAD` is served by a path's `GET` route; through the pipeline a stream never starts.
+    @Test func headIsServedLikeGetWithoutAStream() {
+        #expect(route("HEAD", "/v1/tasks/abc")?.body == Array("abc".utf8), "the library leaves out the body of a HEAD reply")
+        var router = Router()
+        let stream = ResponseStream()
+        router.add("GET", "/events") { _, responder in responder.respond(HTTPResponse(status: 200, stream: stream)) }
+        let responder = RecordingResponder()
+        HTTPPipeline(router: router, renderRefusal: HTTPPipeline.plainText).handle(HTTPRequest(method: "HEAD", path: "/events"), responder)
+        #expect(responder.response?.status == 200)
+        #expect(responder.response?.stream == nil)
+        #expect(!stream.isOpen, "the stream was closed, not left to its writer")
     }
 }
 
@@ -103,7 +117,7 @@ private final class Notes: Sendable {
         let routed = RecordingResponder()
         pipeline(ended).handle(HTTPRequest(method: "POST", path: "/steps"), routed)
         #expect(routed.response.map { String(decoding: $0.body, as: UTF8.self) }
-            == "methodNotAllowed(allowed: [\"GET\"]) first,second")
+            == "methodNotAllowed(allowed: [\"GET\", \"HEAD\"]) first,second")
         let refused = RecordingResponder()
         pipeline(ended).refuse(.shuttingDown, HTTPRequest(method: "GET", path: "/steps"), refused)
         #expect(refused.response.map { String(decoding: $0.body, as: UTF8.self) } == "shuttingDown first,second")

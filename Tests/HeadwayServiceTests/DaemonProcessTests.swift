@@ -192,6 +192,42 @@ extension DaemonProcessTests {
         #expect(try TestHTTPClient(port: restarted.port).request("GET", "/v1/tasks/kept").status == 200)
     }
 
+    /// SIGTERM at random moments under keep-alive load always ends in a clean stop: exit
+    /// status 0 and the last log line written (never an abort with a suspended connection).
+    @Test func sigtermAtRandomMomentsUnderKeepAliveLoadStopsCleanly() throws {
+        var random = SeededGenerator(seed: 0x5167_7e24)
+        for round in 0..<20 {
+            let directory = TemporaryDirectory()
+            defer { directory.remove() }
+            let daemon = try DaemonProcess(["--listen", "127.0.0.1:0", "--db", directory.file("h.db")],
+                                           logPath: directory.file("round.log"))
+            let runners = 8
+            let acknowledged = Box(0)
+            let group = DispatchGroup()
+            for runner in 0..<runners {
+                let client = try TestHTTPClient(port: daemon.port)
+                DispatchQueue.global().async(group: group) {
+                    guard (try? client.request("POST", "/v1/tasks", json: #"{"id":"r\#(runner)","name":"R"}"#)) != nil
+                    else { return }
+                    // Until the stop refuses or closes: each runner keeps its connection.
+                    for index in 1... {
+                        guard let reply = try? client.request("POST", "/v1/tasks/r\(runner)/progress",
+                                                              json: #"{"completed":\#(index),"seq":\#(index)}"#),
+                              reply.status == 200 else { return }
+                        acknowledged.update { $0 += 1 }
+                    }
+                }
+            }
+            // The signal comes after a random number of acknowledged updates.
+            let signalAfter = Int.random(in: 1...40, using: &random)
+            for _ in 0..<4000 where acknowledged.value < signalAfter { usleep(500) }
+            let status = daemon.stop(SIGTERM)
+            group.wait()
+            #expect(status == 0, "round \(round): exit status \(status.map(String.init) ?? "none"): \(daemon.log.suffix(600))")
+            #expect(daemon.log.contains("event=server.stopped"), "round \(round): \(daemon.log.suffix(600))")
+        }
+    }
+
     /// The change sequence is stored: a subscriber resumes across a restart of the daemon.
     @Test func eventStreamResumesAcrossARestart() throws {
         let directory = TemporaryDirectory()

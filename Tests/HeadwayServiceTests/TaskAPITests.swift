@@ -220,7 +220,7 @@ import Testing
         #expect(unknown.problemCode == "route_not_found")
         let wrongMethod = try daemon.request("PATCH", "/v1/tasks/h")
         #expect(wrongMethod.status == 405)
-        #expect(wrongMethod.headers["allow"] == "GET, DELETE")
+        #expect(wrongMethod.headers["allow"] == "GET, HEAD, DELETE")
         #expect(try daemon.request("GET", "/v1/tasks/h/progress").headers["allow"] == "POST")
 
         let big = "{\"label\":\"" + String(repeating: "x", count: 70_000) + "\"}"
