@@ -34,7 +34,8 @@ static inline void headway_mhd_log(void *cls, const char *format, va_list argume
 
 /// Starts a daemon without a listening socket (connections arrive by
 /// `MHD_add_connection`): one epoll thread for all its connections, with suspend/resume;
-/// its error messages go to `sink`. `MHD_start_daemon` is variadic and not imported into
+/// its error messages go to `sink`; `closed` is told each connection's close
+/// (`MHD_OPTION_NOTIFY_CONNECTION`). `MHD_start_daemon` is variadic and not imported into
 /// Swift: this wrapper passes the options Headway uses and ends the list with
 /// `MHD_OPTION_END`. `*log_target` receives what `headway_mhd_free_log_target` frees once
 /// the daemon has stopped.
@@ -42,6 +43,7 @@ static inline struct MHD_Daemon *headway_mhd_start(
     MHD_AccessHandlerCallback handler, void *handler_context,
     MHD_RequestCompletedCallback completed, void *completed_context,
     headway_log_sink sink, void *sink_context, void **log_target,
+    MHD_NotifyConnectionCallback closed, void *closed_context,
     unsigned int connection_limit,
     unsigned int connection_timeout_seconds,
     size_t connection_memory_limit)
@@ -56,6 +58,7 @@ static inline struct MHD_Daemon *headway_mhd_start(
     struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_context,
         MHD_OPTION_EXTERNAL_LOGGER, headway_mhd_log, (void *)target,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_context,
+        MHD_OPTION_NOTIFY_CONNECTION, closed, closed_context,
         MHD_OPTION_CONNECTION_LIMIT, connection_limit,
         MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,

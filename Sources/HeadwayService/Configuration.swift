@@ -26,6 +26,11 @@ public struct Configuration: Sendable, Equatable {
     public var maximumPendingTasks = 2048
     /// When fan-out rounds may start during an update storm.
     public var fanOutPacing = FanOutPacing()
+    // Connection floods.
+    /// Seconds a new connection has to send its whole request head; then it is closed.
+    public var headTimeoutSeconds = 10.0
+    /// Connections open at once from one client address; more are closed at once.
+    public var maximumConnectionsPerAddress = 1000
 
     public init() {}
 
@@ -55,6 +60,13 @@ public struct Configuration: Sendable, Equatable {
           --retention DURATION      forget finished tasks, their history and deletions
                                     this long after: seconds, or with s, m, h or d
                                     (HEADWAY_RETENTION, default 7d)
+          --head-timeout SECONDS    time a new connection has to send its whole request
+                                    head, then it is closed (HEADWAY_HEAD_TIMEOUT,
+                                    default 10)
+          --max-connections-per-address N
+                                    connections open at once from one client address;
+                                    more are closed at once
+                                    (HEADWAY_MAX_CONNECTIONS_PER_ADDRESS, default 1000)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -74,7 +86,8 @@ public struct Configuration: Sendable, Equatable {
     public static func parse(arguments: [String], environment: [String: String]) throws(UsageError) -> Command {
         var settings: [String: String] = [:]
         let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers",
-                     "retention"]
+                     "retention",
+                     "head-timeout", "max-connections-per-address"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -145,6 +158,18 @@ public struct Configuration: Sendable, Equatable {
                 throw UsageError("--retention must be a duration from 60s to 3650d (e.g. 7d, 12h, 3600), not '\(text)'")
             }
             configuration.retentionSeconds = seconds
+        }
+        if let text = settings["head-timeout"] {
+            guard let seconds = Double(text), seconds.isFinite, (0.1...3600).contains(seconds) else {
+                throw UsageError("--head-timeout must be a number of seconds from 0.1 to 3600, not '\(text)'")
+            }
+            configuration.headTimeoutSeconds = seconds
+        }
+        if let text = settings["max-connections-per-address"] {
+            guard let count = Int(text), (1...1_000_000).contains(count) else {
+                throw UsageError("--max-connections-per-address must be a whole number from 1 to 1000000, not '\(text)'")
+            }
+            configuration.maximumConnectionsPerAddress = count
         }
         return .run(configuration)
     }
