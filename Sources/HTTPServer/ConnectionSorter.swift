@@ -68,7 +68,11 @@ public enum ConnectionRefusal: String, CaseIterable, Sendable {
 /// sent a whole head by its deadline is closed (slowloris); the waiting set is bounded
 /// (when full, the oldest waiting connection is closed for the newest); connections per
 /// client address are capped for their whole life. Refusals are reported as counts at
-/// most once per `reportIntervalNanoseconds`.
+/// most once per `reportIntervalNanoseconds`. The head deadline covers a connection's
+/// first request only: later heads on a kept-alive connection are bounded by
+/// libmicrohttpd, by its idle timeout (time between two arrivals of bytes, not in
+/// total) and its per-connection memory, and the cap per address bounds how many such
+/// connections one client holds.
 final class ConnectionSorter: Service {
     /// The bounds of the sorting.
     struct Limits: Sendable {

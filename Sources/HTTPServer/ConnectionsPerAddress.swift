@@ -51,6 +51,8 @@ final class ConnectionsPerAddress: Sendable {
     func admit(_ fd: Int32, from address: UnsafePointer<sockaddr>) -> Bool {
         guard let key = Address(address) else { return true }
         return state.withLock { state in
+            // A number still counted belongs to a closed socket whose notice has not come yet.
+            Self.forget(fd, &state)
             guard state.perAddress[key, default: 0] < limit else { return false }
             state.perAddress[key, default: 0] += 1
             state.addressOfSocket[fd] = key
@@ -60,11 +62,13 @@ final class ConnectionsPerAddress: Sendable {
 
     /// `fd` is closing (or was never handed over): its address may open another.
     func release(_ fd: Int32) {
-        state.withLock { state in
-            guard let key = state.addressOfSocket.removeValue(forKey: fd) else { return }
-            let remaining = state.perAddress[key, default: 1] - 1
-            state.perAddress[key] = remaining > 0 ? remaining : nil
-        }
+        state.withLock { Self.forget(fd, &$0) }
+    }
+
+    private static func forget(_ fd: Int32, _ state: inout State) {
+        guard let key = state.addressOfSocket.removeValue(forKey: fd) else { return }
+        let remaining = state.perAddress[key, default: 1] - 1
+        state.perAddress[key] = remaining > 0 ? remaining : nil
     }
 
     /// Open connections counted, all addresses (for tests).
