@@ -15,11 +15,14 @@ enum ConnectionRoute: Equatable, Sendable {
     /// whose head has at most `maximumStreamHead` bytes is a stream (the stream daemon's
     /// connections have small buffers), anything else a request. More than `maximumHead`
     /// bytes without the head's end go to the request daemon, which refuses a head too
-    /// large for it. `nil` while the head is incomplete.
+    /// large for it, and so does a first line that is no request line (refused at once).
+    /// `nil` while the head is incomplete.
     static func classify(_ bytes: some Collection<UInt8>, streamPaths: [String], maximumStreamHead: Int = 1024,
                          maximumHead: Int = 8 * 1024) -> ConnectionRoute? {
         let bytes = Array(bytes)
-        guard let headEnd = endOfHead(bytes) else { return bytes.count > maximumHead ? .request : nil }
+        guard let headEnd = endOfHead(bytes) else {
+            return bytes.count > maximumHead || beginsWithMalformedRequestLine(bytes) ? .request : nil
+        }
         guard headEnd <= maximumStreamHead else { return .request }
         let isStream = streamPaths.contains { path in
             let target = Array("GET \(path)".utf8)
@@ -27,6 +30,20 @@ enum ConnectionRoute: Equatable, Sendable {
                 && (bytes[target.count] == UInt8(ascii: " ") || bytes[target.count] == UInt8(ascii: "?"))
         }
         return isStream ? .stream : .request
+    }
+
+    /// Whether the first line is whole and is not `METHOD SP target SP HTTP/…` (an empty
+    /// first line may precede a request: RFC 9112 §2.2).
+    static func beginsWithMalformedRequestLine(_ bytes: [UInt8]) -> Bool {
+        guard var lineEnd = bytes.firstIndex(of: UInt8(ascii: "\n")) else { return false }
+        if lineEnd > 0 && bytes[lineEnd - 1] == UInt8(ascii: "\r") { lineEnd -= 1 }
+        guard lineEnd > 0 else { return false }
+        let parts = bytes[..<lineEnd].split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
+        let isToken = { (byte: UInt8) in
+            (0x21...0x7e).contains(byte) && !Array("\"(),/:;<=>?@[\\]{}".utf8).contains(byte)
+        }
+        return parts.count != 3 || parts[0].isEmpty || !parts[0].allSatisfy(isToken) || parts[1].isEmpty
+            || !parts[2].starts(with: Array("HTTP/".utf8))
     }
 
     /// Where the request head ends (just after its empty line), if `bytes` hold all of it.

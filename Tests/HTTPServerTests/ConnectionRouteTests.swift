@@ -41,6 +41,18 @@ import Testing
         #expect(route("POST /v1/tasks HTTP/1.1\r\nHost: x\r\n") == nil)
     }
 
+    /// Garbage is refused by the request daemon at once, not left to wait for a head's end.
+    @Test func aFirstLineThatIsNoRequestLineGoesToTheRequestDaemonAtOnce() {
+        #expect(route("GARBAGE\r\nmore") == .request)
+        #expect(route("GET /v1/events\r\n") == .request, "no HTTP version")
+        #expect(route("GET  /v1/events HTTP/1.1\r\n") == .request)
+        #expect(route("G\u{1}T /v1/events HTTP/1.1\n") == .request)
+        #expect(route("\u{0}\u{ff}\n\u{7}") == .request)
+        #expect(route("GET /v1/events HTTP/1.1\r\nHost: x") == nil, "a request line: waits for the head")
+        #expect(route("\r\nGET /v1/events HTTP/1.1\r\n") == nil, "an empty line first: may still be a request")
+        #expect(route("GARBAGE WITHOUT A LINE END") == nil)
+    }
+
     /// RFC 9112 lets a server take a bare LF as a line end: such a head is whole at once.
     @Test func aHeadWithBareLineFeedsIsWholeAtOnce() {
         #expect(route("GET /v1/events HTTP/1.1\n\n") == .stream)
