@@ -36,7 +36,8 @@ static inline void headway_mhd_log(void *cls, const char *format, va_list argume
 /// `MHD_add_connection`): one epoll thread for all its connections, with suspend/resume;
 /// its error messages go to `sink`; `target_check` sees each request's raw target before
 /// the library parses it (`MHD_OPTION_URI_LOG_CALLBACK`; what it returns becomes the
-/// request's first context). `MHD_start_daemon` is variadic and not imported into
+/// request's first context); `closed` is told each connection's close
+/// (`MHD_OPTION_NOTIFY_CONNECTION`). `MHD_start_daemon` is variadic and not imported into
 /// Swift: this wrapper passes the options Headway uses and ends the list with
 /// `MHD_OPTION_END`. `*log_target` receives what `headway_mhd_free_log_target` frees once
 /// the daemon has stopped.
@@ -45,6 +46,7 @@ static inline struct MHD_Daemon *headway_mhd_start(
     MHD_RequestCompletedCallback completed, void *completed_context,
     headway_log_sink sink, void *sink_context, void **log_target,
     void *(*target_check)(void *context, const char *target, struct MHD_Connection *connection), void *check_context,
+    MHD_NotifyConnectionCallback closed, void *closed_context,
     unsigned int connection_limit,
     unsigned int connection_timeout_seconds,
     size_t connection_memory_limit)
@@ -60,6 +62,7 @@ static inline struct MHD_Daemon *headway_mhd_start(
         MHD_OPTION_EXTERNAL_LOGGER, headway_mhd_log, (void *)target,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_context,
         MHD_OPTION_URI_LOG_CALLBACK, target_check, check_context,
+        MHD_OPTION_NOTIFY_CONNECTION, closed, closed_context,
         MHD_OPTION_CONNECTION_LIMIT, connection_limit,
         MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,

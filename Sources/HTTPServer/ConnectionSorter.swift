@@ -10,41 +10,68 @@ enum ConnectionRoute: Equatable, Sendable {
     /// Everything else: short requests, suspended only while their answer is prepared.
     case request
 
-    /// Decides by the first bytes a client sent (peeked, not consumed): a connection whose
-    /// first request is `GET <stream path>` (followed by a space or `?`) with a head of at
-    /// most `maximumStreamHead` bytes is a stream (the stream daemon's connections have
-    /// small buffers; a larger head is served by the request daemon); `nil` while those
-    /// bytes could still become one.
-    static func classify(_ bytes: some Collection<UInt8>, streamPaths: [String], maximumStreamHead: Int = 1024) -> ConnectionRoute? {
+    /// Decides by the first bytes a client sent (peeked, not consumed), once they hold its
+    /// whole first request head: a request `GET <stream path>` (followed by a space or `?`)
+    /// whose head has at most `maximumStreamHead` bytes is a stream (the stream daemon's
+    /// connections have small buffers), anything else a request. More than `maximumHead`
+    /// bytes without the head's end go to the request daemon, which refuses a head too
+    /// large for it, and so does a first line that is no request line (refused at once).
+    /// `nil` while the head is incomplete.
+    static func classify(_ bytes: some Collection<UInt8>, streamPaths: [String], maximumStreamHead: Int = 1024,
+                         maximumHead: Int = 8 * 1024) -> ConnectionRoute? {
         let bytes = Array(bytes)
-        var undecided = false
-        for path in streamPaths {
-            let target = Array("GET \(path)".utf8)
-            if bytes.count <= target.count {
-                if target.starts(with: bytes) { undecided = true }
-                continue
-            }
-            guard bytes.starts(with: target), bytes[target.count] == UInt8(ascii: " ") || bytes[target.count] == UInt8(ascii: "?")
-            else { continue }
-            if let headEnd = endOfHead(bytes) { return headEnd <= maximumStreamHead ? .stream : .request }
-            return bytes.count < maximumStreamHead ? nil : .request
+        guard let headEnd = endOfHead(bytes) else {
+            return bytes.count > maximumHead || beginsWithMalformedRequestLine(bytes) ? .request : nil
         }
-        return undecided ? nil : .request
+        guard headEnd <= maximumStreamHead else { return .request }
+        let isStream = streamPaths.contains { path in
+            let target = Array("GET \(path)".utf8)
+            return bytes.count > target.count && bytes.starts(with: target)
+                && (bytes[target.count] == UInt8(ascii: " ") || bytes[target.count] == UInt8(ascii: "?"))
+        }
+        return isStream ? .stream : .request
     }
 
-    /// Where the request head ends (just after its blank line), if `bytes` hold all of it.
-    private static func endOfHead(_ bytes: [UInt8]) -> Int? {
-        guard bytes.count >= 4 else { return nil }
-        for index in 3..<bytes.count
-        where bytes[index] == 10 && bytes[index - 1] == 13 && bytes[index - 2] == 10 && bytes[index - 3] == 13 {
-            return index + 1
+    /// Whether the first line is whole and is not `METHOD SP target SP HTTP/…` (an empty
+    /// first line may precede a request: RFC 9112 §2.2).
+    static func beginsWithMalformedRequestLine(_ bytes: [UInt8]) -> Bool {
+        guard var lineEnd = bytes.firstIndex(of: UInt8(ascii: "\n")) else { return false }
+        if lineEnd > 0 && bytes[lineEnd - 1] == UInt8(ascii: "\r") { lineEnd -= 1 }
+        guard lineEnd > 0 else { return false }
+        let parts = bytes[..<lineEnd].split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
+        let isToken = { (byte: UInt8) in
+            (0x21...0x7e).contains(byte) && !Array("\"(),/:;<=>?@[\\]{}".utf8).contains(byte)
+        }
+        return parts.count != 3 || parts[0].isEmpty || !parts[0].allSatisfy(isToken) || parts[1].isEmpty
+            || !parts[2].starts(with: Array("HTTP/".utf8))
+    }
+
+    /// Where the request head ends (just after its empty line), if `bytes` hold all of it.
+    /// Lines end with CRLF or a bare LF (RFC 9112 §2.2 lets a server accept either).
+    static func endOfHead(_ bytes: [UInt8]) -> Int? {
+        let lineFeed = UInt8(ascii: "\n"), carriageReturn = UInt8(ascii: "\r")
+        guard bytes.count >= 2 else { return nil }
+        for index in 1..<bytes.count where bytes[index] == lineFeed {
+            if bytes[index - 1] == lineFeed { return index + 1 }
+            if index >= 2 && bytes[index - 1] == carriageReturn && bytes[index - 2] == lineFeed { return index + 1 }
         }
         return nil
     }
 }
 
+/// Why the accept loop closed a connection without handing it to a daemon.
+public enum ConnectionRefusal: String, CaseIterable, Sendable {
+    /// Its client address already had as many connections open as allowed.
+    case tooManyFromAddress = "per_address"
+    /// The set of connections waiting to be sorted was full: the oldest gave way.
+    case waitingFull = "waiting_full"
+    /// It had not sent a whole request head when its time was up.
+    case headTimeout = "head_timeout"
+}
+
 /// Owns the listening socket: accepts connections and hands each to the daemon its first
-/// request line calls for (`ConnectionRoute`). Its `run()` is the server's accept loop.
+/// request calls for (`ConnectionRoute`), once its whole first request head has arrived.
+/// Its `run()` is the server's accept loop.
 ///
 /// Why two daemons: libmicrohttpd walks its whole list of suspended connections whenever
 /// any connection is resumed. Idle event streams stay suspended; an ordinary request is
@@ -52,52 +79,109 @@ enum ConnectionRoute: Equatable, Sendable {
 /// stream (with 10,000 subscribers, updates/s fell 6×); apart, each walk is short.
 /// A keep-alive connection stays with the daemon that got it, which serves every route;
 /// the sorting only decides where the work is cheapest.
+///
+/// Hostile clients: a waiting connection costs nothing until it sends more (edge-triggered
+/// epoll: its unread bytes are peeked again only when new ones arrive); one that has not
+/// sent a whole head by its deadline is closed (slowloris); the waiting set is bounded
+/// (when full, the oldest waiting connection is closed for the newest); connections per
+/// client address are capped for their whole life. Refusals are reported as counts at
+/// most once per `reportIntervalNanoseconds`. The head deadline covers a connection's
+/// first request only: later heads on a kept-alive connection are bounded by
+/// libmicrohttpd, by its idle timeout (time between two arrivals of bytes, not in
+/// total) and its per-connection memory, and the cap per address bounds how many such
+/// connections one client holds.
 final class ConnectionSorter: Service {
-    /// A client that has sent too little to decide after this long goes to the request
-    /// daemon, whose own timeout then applies.
-    static let decisionTimeoutNanoseconds: UInt64 = 10_000_000_000
+    /// The bounds of the sorting.
+    struct Limits: Sendable {
+        /// Paths of long-lived streams (`ConnectionRoute`).
+        var streamPaths: [String] = []
+        /// A stream request with a larger head goes to the request daemon.
+        var maximumStreamHead = 1024
+        /// Bytes looked at for the end of the head; a larger head is handed over unfinished.
+        var maximumHead = 8 * 1024
+        /// Connections waiting to be sorted at once.
+        var maximumWaiting = 1024
+        /// Time from acceptance to a whole request head.
+        var headTimeoutNanoseconds: UInt64 = 10_000_000_000
+        /// Least time between two reports of refusals.
+        var reportIntervalNanoseconds: UInt64 = 1_000_000_000
+    }
 
-    /// Accepted connections still waiting for enough bytes to be sorted.
+    /// Accepted connections still waiting for their whole first head.
     private struct Waiting {
         struct Entry {
             var address: sockaddr_storage
             var length: socklen_t
-            var since: UInt64
+            var deadline: UInt64
+            var serial: UInt64
         }
 
         var connections: [Int32: Entry] = [:]
-        /// Connections that sent too little to decide: looked at again every 10 ms (their
-        /// bytes stay unread, so waiting for readability would wake at once, again and again).
-        var incomplete: Set<Int32> = []
+        /// Sockets in their order of arrival, so of deadline; an entry no longer in
+        /// `connections` (or with another serial: its number was reused) is skipped.
+        var arrivals: [(fd: Int32, serial: UInt64)] = []
+        var arrivalsStart = 0
+        var nextSerial: UInt64 = 0
+        /// Where the bytes of a connection are peeked.
+        var peekBuffer: [UInt8]
+        /// Refusals not yet reported, and when the last report was made.
+        var refused: [ConnectionRefusal: Int] = [:]
+        var lastReport: UInt64?
+
+        init(peekBytes: Int) { peekBuffer = [UInt8](repeating: 0, count: peekBytes) }
+
+        /// The connection waiting longest (dropping the skipped arrivals before it).
+        mutating func oldest() -> (fd: Int32, entry: Entry)? {
+            while arrivalsStart < arrivals.count {
+                let arrival = arrivals[arrivalsStart]
+                if let entry = connections[arrival.fd], entry.serial == arrival.serial { return (arrival.fd, entry) }
+                arrivalsStart += 1
+            }
+            arrivals.removeAll(keepingCapacity: true)
+            arrivalsStart = 0
+            return nil
+        }
+
+        mutating func add(_ fd: Int32, _ entry: Entry) {
+            connections[fd] = entry
+            arrivals.append((fd, entry.serial))
+            // Skipped arrivals are dropped once they outnumber the connections waiting.
+            if arrivals.count - arrivalsStart > 2 * connections.count + 64 {
+                arrivals = arrivals[arrivalsStart...].filter { connections[$0.fd]?.serial == $0.serial }
+                arrivalsStart = 0
+            }
+        }
     }
 
     private let listenFD: Int32
     private let loop: EpollLoop
-    private let streamPaths: [String]
-    private let maximumStreamHead: Int
-    /// Connections waiting to be sorted beyond this are closed at once.
-    private let maximumWaiting: Int
-    private let decisionTimeoutNanoseconds: UInt64
+    private let limits: Limits
+    private let connectionsPerAddress: ConnectionsPerAddress
     /// Monotonic nanoseconds (injected by tests).
     private let monotonicNow: @Sendable () -> UInt64
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
+    private let reportRefusals: @Sendable ([ConnectionRefusal: Int]) -> Void
     /// Used by the accept loop only; in a mutex so that nothing but the type system's
     /// word is needed for it (the lock is never contended).
-    private let waiting = Mutex(Waiting())
+    private let waiting: Mutex<Waiting>
+    private let peeks = Atomic<Int>(0)
+    private let passes = Atomic<Int>(0)
 
     /// Sorts the connections of `listenFD` (a bound, listening, non-blocking socket, which
-    /// the sorter closes when its loop ends) once `run()` is called.
-    init(listenFD: Int32, streamPaths: [String], maximumStreamHead: Int, maximumWaiting: Int,
-         decisionTimeoutNanoseconds: UInt64 = ConnectionSorter.decisionTimeoutNanoseconds,
+    /// the sorter closes when its loop ends) once `run()` is called. Each connection is
+    /// admitted by `connectionsPerAddress`; the sorter releases those it closes, the
+    /// receiver of `handOff` those it is handed.
+    init(listenFD: Int32, limits: Limits, connectionsPerAddress: ConnectionsPerAddress,
          monotonicNow: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds },
+         reportRefusals: @escaping @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in },
          handOff: @escaping @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void) throws {
         self.listenFD = listenFD
-        self.streamPaths = streamPaths
-        self.maximumStreamHead = maximumStreamHead
-        self.maximumWaiting = maximumWaiting
-        self.decisionTimeoutNanoseconds = decisionTimeoutNanoseconds
+        self.limits = limits
+        self.connectionsPerAddress = connectionsPerAddress
         self.monotonicNow = monotonicNow
+        self.reportRefusals = reportRefusals
         self.handOff = handOff
+        waiting = Mutex(Waiting(peekBytes: max(limits.maximumHead, limits.maximumStreamHead) + 1))
         loop = try EpollLoop()
         loop.watch(listenFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
     }
@@ -106,23 +190,21 @@ final class ConnectionSorter: Service {
     /// the connections not yet handed over.
     func run() {
         loop.run(timeout: {
-            waiting.withLock { !$0.incomplete.isEmpty ? 10 : $0.connections.isEmpty ? -1 : 1000 }
-        }, handle: { fd in
+            waiting.withLock { millisecondsToNextDuty(&$0) }
+        }, handleEvents: { fd, events in
             waiting.withLock { waiting in
-                if fd == listenFD { acceptAll(&waiting) } else { sort(fd, &waiting) }
+                if fd == listenFD { acceptAll(&waiting) } else { sort(fd, events: events, &waiting) }
             }
         }, tick: {
             waiting.withLock { waiting in
-                for fd in waiting.incomplete {
-                    waiting.incomplete.remove(fd)
-                    sort(fd, &waiting)
-                }
-                handOverLate(&waiting)
+                closeLate(&waiting)
+                reportIfDue(&waiting)
             }
+            passes.add(1, ordering: .releasing)
         })
         waiting.withLock { waiting in
-            for fd in waiting.connections.keys { close(fd) }
-            waiting = Waiting()
+            for fd in Array(waiting.connections.keys) { drop(fd, nil, &waiting) }
+            if !waiting.refused.isEmpty { reportRefusals(waiting.refused) }
         }
         close(listenFD)
     }
@@ -130,8 +212,30 @@ final class ConnectionSorter: Service {
     /// Stops accepting (the loop ends after the connection it is looking at).
     func requestStop() { loop.requestStop() }
 
+    /// Makes the loop look at its deadlines now (tests that move the clock call it).
+    func wake() { loop.wake() }
+
     /// Connections accepted and not yet handed over (for tests).
     var waitingCount: Int { waiting.withLock { $0.connections.count } }
+
+    /// How many times the bytes of a waiting connection were peeked (for tests).
+    var peekCount: Int { peeks.load(ordering: .relaxed) }
+
+    /// How many times the loop has waited and done its duties (for tests).
+    var loopPasses: Int { passes.load(ordering: .acquiring) }
+
+    /// The loop's wait: until the oldest head's deadline or the next report, if any.
+    private func millisecondsToNextDuty(_ waiting: inout Waiting) -> Int32 {
+        var next = waiting.oldest()?.entry.deadline
+        if !waiting.refused.isEmpty {
+            let report = (waiting.lastReport ?? 0) &+ limits.reportIntervalNanoseconds
+            next = min(next ?? report, report)
+        }
+        guard let next else { return -1 }
+        let now = monotonicNow()
+        guard next > now else { return 0 }
+        return Int32(clamping: (next - now + 999_999) / 1_000_000)
+    }
 
     private func acceptAll(_ waiting: inout Waiting) {
         while true {
@@ -147,42 +251,60 @@ final class ConnectionSorter: Service {
                 if errno == EMFILE || errno == ENFILE { usleep(50_000) }
                 return
             }
-            guard waiting.connections.count < maximumWaiting else {
+            let admitted = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connectionsPerAddress.admit(fd, from: $0) }
+            }
+            guard admitted else {
                 close(fd)
+                waiting.refused[.tooManyFromAddress, default: 0] += 1
                 continue
             }
-            waiting.connections[fd] = Waiting.Entry(address: address, length: length, since: monotonicNow())
-            loop.watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_ADD)
+            if waiting.connections.count >= limits.maximumWaiting, let oldest = waiting.oldest() {
+                drop(oldest.fd, .waitingFull, &waiting)
+            }
+            let serial = waiting.nextSerial
+            waiting.nextSerial += 1
+            waiting.add(fd, Waiting.Entry(address: address, length: length,
+                                          deadline: monotonicNow() &+ limits.headTimeoutNanoseconds, serial: serial))
+            // Edge-triggered: woken once now if bytes are already there, then once per arrival of more.
+            loop.watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue, operation: EPOLL_CTL_ADD)
         }
     }
 
-    /// Peeks at what `fd` sent so far and hands it over once that decides its route.
-    private func sort(_ fd: Int32, _ waiting: inout Waiting) {
-        var buffer = [UInt8](repeating: 0, count: maximumStreamHead + 1)
-        let count = recv(fd, &buffer, buffer.count, Int32(MSG_PEEK | MSG_DONTWAIT))
+    /// Peeks at what `fd` sent so far and hands it over once its whole head is there.
+    private func sort(_ fd: Int32, events: UInt32, _ waiting: inout Waiting) {
+        guard waiting.connections[fd] != nil else { return }
+        peeks.add(1, ordering: .relaxed)
+        let count = recv(fd, &waiting.peekBuffer, waiting.peekBuffer.count, Int32(MSG_PEEK | MSG_DONTWAIT))
         if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) {
-            forget(fd, &waiting)
-            close(fd)
+            drop(fd, nil, &waiting)
             return
         }
-        guard count > 0 else {
-            // Nothing to read after all: wait for readability again.
-            loop.watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue, operation: EPOLL_CTL_MOD)
-            return
-        }
-        if let route = ConnectionRoute.classify(buffer.prefix(count), streamPaths: streamPaths,
-                                                maximumStreamHead: maximumStreamHead) {
+        guard count > 0 else { return }  // nothing yet: the next arrival wakes the loop again
+        if let route = ConnectionRoute.classify(waiting.peekBuffer.prefix(count), streamPaths: limits.streamPaths,
+                                                maximumStreamHead: limits.maximumStreamHead,
+                                                maximumHead: limits.maximumHead) {
             hand(fd, route, &waiting)
-        } else {
-            waiting.incomplete.insert(fd)
+        } else if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
+            drop(fd, nil, &waiting)  // the client stopped sending before its head was whole
         }
     }
 
-    private func handOverLate(_ waiting: inout Waiting) {
+    /// Closes the connections whose head is not whole by their deadline.
+    private func closeLate(_ waiting: inout Waiting) {
         let now = monotonicNow()
-        for (fd, entry) in waiting.connections where now &- entry.since > decisionTimeoutNanoseconds {
-            hand(fd, .request, &waiting)
+        while let oldest = waiting.oldest(), oldest.entry.deadline <= now {
+            drop(oldest.fd, .headTimeout, &waiting)
         }
+    }
+
+    private func reportIfDue(_ waiting: inout Waiting) {
+        guard !waiting.refused.isEmpty else { return }
+        let now = monotonicNow()
+        if let last = waiting.lastReport, now &- last < limits.reportIntervalNanoseconds { return }
+        reportRefusals(waiting.refused)
+        waiting.refused = [:]
+        waiting.lastReport = now
     }
 
     private func hand(_ fd: Int32, _ route: ConnectionRoute, _ waiting: inout Waiting) {
@@ -192,9 +314,16 @@ final class ConnectionSorter: Service {
         }
     }
 
+    /// Closes a waiting connection, counting the refusal if it is one.
+    private func drop(_ fd: Int32, _ refusal: ConnectionRefusal?, _ waiting: inout Waiting) {
+        guard forget(fd, &waiting) != nil else { return }
+        connectionsPerAddress.release(fd)
+        close(fd)
+        if let refusal { waiting.refused[refusal, default: 0] += 1 }
+    }
+
     @discardableResult
     private func forget(_ fd: Int32, _ waiting: inout Waiting) -> Waiting.Entry? {
-        waiting.incomplete.remove(fd)
         loop.forget(fd)
         return waiting.connections.removeValue(forKey: fd)
     }

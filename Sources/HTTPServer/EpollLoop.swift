@@ -1,5 +1,6 @@
 import CMicroHTTPD
 import Foundation
+import Synchronization
 
 #if !os(Linux)
 #error("Headway runs on Linux: its HTTP layer waits on epoll and eventfd.")
@@ -12,6 +13,7 @@ import Foundation
 final class EpollLoop: Sendable {
     private let epollFD: Int32
     private let wakeFD: Int32
+    private let stopRequested = Atomic<Bool>(false)
 
     init() throws {
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
@@ -45,21 +47,39 @@ final class EpollLoop: Sendable {
     /// `timeout()` milliseconds (-1: until something is ready), hands each ready descriptor
     /// to `handle`, then calls `tick`. The closures run on this thread only.
     func run(timeout: () -> Int32, handle: (Int32) -> Void, tick: () -> Void = {}) {
+        run(timeout: timeout, handleEvents: { fd, _ in handle(fd) }, tick: tick)
+    }
+
+    /// `run`, handing `handleEvents` each ready descriptor with its ready events
+    /// (`EPOLLIN`, `EPOLLRDHUP`, …).
+    func run(timeout: () -> Int32, handleEvents: (Int32, UInt32) -> Void, tick: () -> Void = {}) {
         var events = [epoll_event](repeating: epoll_event(), count: 64)
         while true {
             let count = epoll_wait(epollFD, &events, Int32(events.count), timeout())
             for event in events.prefix(max(0, Int(count))) {
-                if event.data.fd == wakeFD { return }
-                handle(event.data.fd)
+                if event.data.fd == wakeFD {
+                    if stopRequested.load(ordering: .acquiring) { return }
+                    var value: UInt64 = 0
+                    _ = read(wakeFD, &value, 8)
+                    continue
+                }
+                handleEvents(event.data.fd, event.events)
             }
             tick()
         }
     }
 
-    /// Makes `run` return after its current handler (or at once, if it has not begun);
-    /// the eventfd stays readable, so later runs return at once too.
-    func requestStop() {
+    /// Makes `run` call its tick soon (after the handlers of its current wait, or at once
+    /// if it is waiting), whatever its timeout.
+    func wake() {
         var one: UInt64 = 1
         _ = write(wakeFD, &one, 8)
+    }
+
+    /// Makes `run` return after its current handler (or at once, if it has not begun);
+    /// later runs return at once too.
+    func requestStop() {
+        stopRequested.store(true, ordering: .releasing)
+        wake()
     }
 }

@@ -58,10 +58,16 @@ public final class MicroHTTPServer: Service {
         /// How long a stop waits for requests still arriving (a body not all sent yet) and
         /// streams still sending; answers under way are waited for however long they take.
         public var shutdownTimeoutSeconds = 10.0
-        /// A connection that has sent too little to be sorted after this long goes to the
-        /// request daemon.
-        public var sortingTimeoutNanoseconds = ConnectionSorter.decisionTimeoutNanoseconds
-        /// The monotonic clock of the sorting timeout, in nanoseconds (tests move their own).
+        // Connection floods (`ConnectionSorter`).
+        /// A connection that has not sent its whole first request head after this long is closed.
+        public var headTimeoutNanoseconds: UInt64 = 10_000_000_000
+        /// Connections waiting for their first head at once; past it the oldest is closed.
+        public var maximumWaitingConnections = 1024
+        /// Connections open at once from one client address; more are closed at once.
+        public var maximumConnectionsPerAddress = 1000
+        /// Told the connections closed unserved, counted by reason, at most once a second.
+        public var connectionsRefused: @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in }
+        /// The monotonic clock of the head timeout, in nanoseconds (tests move their own).
         public var sortingClock: @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }
 
         public init() {}
@@ -105,6 +111,8 @@ public final class MicroHTTPServer: Service {
     /// Runs the writable watcher's thread while the server runs.
     private let helpers: ServiceGroup
     private let boundPort = Atomic<Int>(0)
+    /// Open connections per client address, from acceptance to close.
+    let connectionsPerAddress: ConnectionsPerAddress
 
     /// A server for `configuration`, not yet listening.
     public init(configuration: Configuration, pipeline: HTTPPipeline,
@@ -112,6 +120,7 @@ public final class MicroHTTPServer: Service {
         self.configuration = configuration
         self.pipeline = pipeline
         self.libraryLog = libraryLog
+        connectionsPerAddress = ConnectionsPerAddress(limit: configuration.maximumConnectionsPerAddress)
         writableWatcher = try WritableWatcher()
         helpers = ServiceGroup([ServiceGroup.Member("headway-flush", writableWatcher)])
     }
@@ -127,6 +136,7 @@ public final class MicroHTTPServer: Service {
             guard let daemon = headway_mhd_start(
                 accessHandlerCallback, context, requestCompletedCallback, context, libraryLogCallback, context, &logTarget,
                 targetCheckCallback, context,
+                connectionNotifyCallback, context,
                 UInt32(configuration.connectionLimit), UInt32(configuration.connectionTimeoutSeconds), memoryLimit)
             else { throw HTTPServerError(description: "cannot start libmicrohttpd") }
             if let logTarget { daemons.withLock { $0.logTargets.append(logTarget) } }
@@ -141,14 +151,19 @@ public final class MicroHTTPServer: Service {
             let streamDaemon = configuration.streamPaths.isEmpty
                 ? requestDaemon : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit)
             daemons.withLock { $0.stream = streamDaemon }
+            var limits = ConnectionSorter.Limits()
+            limits.streamPaths = configuration.streamPaths
+            limits.maximumStreamHead = configuration.maximumStreamHeadBytes
+            limits.maximumHead = configuration.connectionMemoryLimit
+            limits.maximumWaiting = configuration.maximumWaitingConnections
+            limits.headTimeoutNanoseconds = configuration.headTimeoutNanoseconds
             let sorter = try ConnectionSorter(
-                listenFD: listenFD, streamPaths: configuration.streamPaths,
-                maximumStreamHead: configuration.maximumStreamHeadBytes, maximumWaiting: configuration.connectionLimit,
-                decisionTimeoutNanoseconds: configuration.sortingTimeoutNanoseconds, monotonicNow: configuration.sortingClock
+                listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress,
+                monotonicNow: configuration.sortingClock, reportRefusals: configuration.connectionsRefused
             ) { [unowned self] fd, route, address, length in
                 let daemon = daemons.withLock { route == .stream ? $0.stream : $0.request }
                 // libmicrohttpd closes the socket if it cannot take it (at its connection limit).
-                _ = MHD_add_connection(daemon, fd, address, length)
+                if MHD_add_connection(daemon, fd, address, length) != MHD_Result.YES { connectionsPerAddress.release(fd) }
             }
             daemons.withLock { $0.sorter = sorter }
         } catch {
@@ -201,6 +216,9 @@ public final class MicroHTTPServer: Service {
 
     /// Connections accepted and not yet sorted (for tests).
     var connectionsBeingSorted: Int { daemons.withLock { $0.sorter }?.waitingCount ?? 0 }
+
+    /// The accept loop (for tests).
+    var sorter: ConnectionSorter? { daemons.withLock { $0.sorter } }
 
     private func stopDaemons() {
         let stopped = daemons.withLock { daemons in
@@ -504,6 +522,13 @@ private let targetCheckCallback: @convention(c) (UnsafeMutableRawPointer?, Unsaf
     -> UnsafeMutableRawPointer? = { cls, target, _ in
     guard let cls, let target else { return nil }
     return Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().checkTarget(target)
+}
+
+/// A connection closes in a daemon: its address may open another.
+private let connectionNotifyCallback: MHD_NotifyConnectionCallback = { cls, connection, _, event in
+    guard let cls, let connection, event == .CONNECTION_NOTIFY_CLOSED else { return }
+    Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().connectionsPerAddress
+        .release(headway_connection_fd(connection))
 }
 
 private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, _, context, _ in

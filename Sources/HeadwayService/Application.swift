@@ -164,6 +164,18 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.streamPaths = [EventsAPI.path]
     serverConfiguration.streamConnectionMemoryLimit = 4 * 1024 + roomForQueryParameters
     serverConfiguration.maximumStreamHeadBytes = 1024
+    // Connection floods: a deadline for the first head, a bounded waiting set, a cap per
+    // address; what is refused is logged as counts, at most once a second.
+    serverConfiguration.headTimeoutNanoseconds = UInt64(configuration.headTimeoutSeconds * 1e9)
+    serverConfiguration.maximumWaitingConnections = max(16, min(1024, connectionLimit / 8))
+    serverConfiguration.maximumConnectionsPerAddress = configuration.maximumConnectionsPerAddress
+    serverConfiguration.connectionsRefused = { counts in
+        logger.log(.warn, "http.connections_refused", [
+            ConnectionRefusal.headTimeout.rawValue: "\(counts[.headTimeout] ?? 0)",
+            ConnectionRefusal.waitingFull.rawValue: "\(counts[.waitingFull] ?? 0)",
+            ConnectionRefusal.tooManyFromAddress.rawValue: "\(counts[.tooManyFromAddress] ?? 0)",
+        ])
+    }
     // Every request passes the middleware in this order; the HTTP layer's refusals look
     // like every other problem.
     let pipeline = HTTPPipeline(middleware: [RequestIDMiddleware(), AccessLogMiddleware(logger: logger)],

@@ -34,6 +34,11 @@ public struct Configuration: Sendable, Equatable {
     public var maximumQueuedReads = 1000
     /// Query parameters one request may carry; more get 431 (60 `task=` ids fit).
     public var maximumQueryParameters = 100
+    // Connection floods.
+    /// Seconds a new connection has to send its whole request head; then it is closed.
+    public var headTimeoutSeconds = 10.0
+    /// Connections open at once from one client address; more are closed at once.
+    public var maximumConnectionsPerAddress = 1000
 
     public init() {}
 
@@ -77,6 +82,13 @@ public struct Configuration: Sendable, Equatable {
                                     503 server_busy (HEADWAY_MAX_QUEUED_READS, default 1000)
           --max-query-params N      query parameters one request may carry; more get
                                     431 (HEADWAY_MAX_QUERY_PARAMS, default 100)
+          --head-timeout SECONDS    time a new connection has to send its whole request
+                                    head, then it is closed (HEADWAY_HEAD_TIMEOUT,
+                                    default 10)
+          --max-connections-per-address N
+                                    connections open at once from one client address;
+                                    more are closed at once
+                                    (HEADWAY_MAX_CONNECTIONS_PER_ADDRESS, default 1000)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -99,7 +111,8 @@ public struct Configuration: Sendable, Equatable {
                      "retention",
                      "max-depth", "max-children", "max-tasks",
                      "read-connections", "max-queued-reads",
-                     "max-query-params"]
+                     "max-query-params",
+                     "head-timeout", "max-connections-per-address"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -128,6 +141,7 @@ public struct Configuration: Sendable, Equatable {
         }
 
         var configuration = Configuration()
+        let reader = SettingReader(settings)
         if let listen = settings["listen"] {
             (configuration.host, configuration.port) = try parseListen(listen)
         }
@@ -141,29 +155,11 @@ public struct Configuration: Sendable, Equatable {
             }
             configuration.durability = durability
         }
-        if let text = settings["stall-timeout"] {
-            guard let seconds = Double(text), seconds.isFinite, (1...2_592_000).contains(seconds) else {
-                throw UsageError("--stall-timeout must be a number of seconds from 1 to 2592000, not '\(text)'")
-            }
-            configuration.stallTimeoutSeconds = seconds
-        }
         if let text = settings["log-level"] {
             guard let level = LogLevel(name: text) else {
                 throw UsageError("--log-level must be debug, info, warn or error, not '\(text)'")
             }
             configuration.logLevel = level
-        }
-        if let text = settings["sse-heartbeat"] {
-            guard let seconds = Double(text), seconds.isFinite, (0.1...3600).contains(seconds) else {
-                throw UsageError("--sse-heartbeat must be a number of seconds from 0.1 to 3600, not '\(text)'")
-            }
-            configuration.sseHeartbeatSeconds = seconds
-        }
-        if let text = settings["max-subscribers"] {
-            guard let count = Int(text), (0...1_000_000).contains(count) else {
-                throw UsageError("--max-subscribers must be a whole number from 0 to 1000000, not '\(text)'")
-            }
-            configuration.maximumSubscribers = count
         }
         if let text = settings["retention"] {
             guard let seconds = parseDuration(text), (60...315_360_000).contains(seconds) else {
@@ -171,54 +167,22 @@ public struct Configuration: Sendable, Equatable {
             }
             configuration.retentionSeconds = seconds
         }
-        try parseTreeLimits(settings, into: &configuration.treeLimits)
-        try parseReadLimits(settings, into: &configuration)
-        if let text = settings["max-query-params"] {
-            guard let count = Int(text), (1...1000).contains(count) else {
-                throw UsageError("--max-query-params must be a whole number from 1 to 1000, not '\(text)'")
-            }
-            configuration.maximumQueryParameters = count
-        }
+        try reader.seconds("stall-timeout", in: 1...2_592_000, into: &configuration.stallTimeoutSeconds)
+        try reader.seconds("sse-heartbeat", in: 0.1...3600, into: &configuration.sseHeartbeatSeconds)
+        try reader.wholeNumber("max-subscribers", in: 0...1_000_000, into: &configuration.maximumSubscribers)
+        // Limits: how deep, wide and many tasks may be.
+        try reader.wholeNumber("max-depth", in: 1...10_000, into: &configuration.treeLimits.maximumDepth)
+        try reader.wholeNumber("max-children", in: 1...100_000_000, into: &configuration.treeLimits.maximumChildren)
+        try reader.wholeNumber("max-tasks", in: 1...1_000_000_000_000, into: &configuration.treeLimits.maximumTasks)
+        // Limits: reads.
+        try reader.wholeNumber("read-connections", in: 1...64, into: &configuration.readConnections)
+        try reader.wholeNumber("max-queued-reads", in: 0...1_000_000, into: &configuration.maximumQueuedReads)
+        // Limits: requests and connections.
+        try reader.wholeNumber("max-query-params", in: 1...1000, into: &configuration.maximumQueryParameters)
+        try reader.seconds("head-timeout", in: 0.1...3600, into: &configuration.headTimeoutSeconds)
+        try reader.wholeNumber("max-connections-per-address", in: 1...1_000_000,
+                               into: &configuration.maximumConnectionsPerAddress)
         return .run(configuration)
-    }
-
-    /// Reads `--max-depth`, `--max-children` and `--max-tasks`.
-    static func parseTreeLimits(_ settings: [String: String], into limits: inout TreeLimits) throws(UsageError) {
-        if let text = settings["max-depth"] {
-            guard let depth = Int(text), (1...10_000).contains(depth) else {
-                throw UsageError("--max-depth must be a whole number from 1 to 10000, not '\(text)'")
-            }
-            limits.maximumDepth = depth
-        }
-        if let text = settings["max-children"] {
-            guard let count = Int(text), (1...100_000_000).contains(count) else {
-                throw UsageError("--max-children must be a whole number from 1 to 100000000, not '\(text)'")
-            }
-            limits.maximumChildren = count
-        }
-        if let text = settings["max-tasks"] {
-            guard let count = Int64(text), (1...1_000_000_000_000).contains(count) else {
-                throw UsageError("--max-tasks must be a whole number from 1 to 1000000000000, not '\(text)'")
-            }
-            limits.maximumTasks = count
-        }
-    }
-
-    /// `--read-connections` and `--max-queued-reads`.
-    private static func parseReadLimits(_ settings: [String: String],
-                                        into configuration: inout Configuration) throws(UsageError) {
-        if let text = settings["read-connections"] {
-            guard let count = Int(text), (1...64).contains(count) else {
-                throw UsageError("--read-connections must be a whole number from 1 to 64, not '\(text)'")
-            }
-            configuration.readConnections = count
-        }
-        if let text = settings["max-queued-reads"] {
-            guard let count = Int(text), (0...1_000_000).contains(count) else {
-                throw UsageError("--max-queued-reads must be a whole number from 0 to 1000000, not '\(text)'")
-            }
-            configuration.maximumQueuedReads = count
-        }
     }
 
     /// Seconds in `text`: a number, optionally followed by s, m, h or d.
@@ -269,4 +233,37 @@ public struct UsageError: Error, Equatable, CustomStringConvertible {
 
 extension String {
     fileprivate func replacingHyphens() -> String { String(map { $0 == "-" ? "_" : $0 }) }
+}
+
+/// Reads numeric settings by flag name, refusing a value out of range with a usage error
+/// that names the flag and the range.
+private struct SettingReader {
+    let settings: [String: String]
+
+    init(_ settings: [String: String]) { self.settings = settings }
+
+    /// Sets `value` from the setting `name`, a whole number within `range`, if given.
+    func wholeNumber<Number: FixedWidthInteger>(_ name: String, in range: ClosedRange<Number>,
+                                                into value: inout Number) throws(UsageError) {
+        guard let text = settings[name] else { return }
+        guard let number = Number(text), range.contains(number) else {
+            throw UsageError("--\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
+        }
+        value = number
+    }
+
+    /// Sets `value` from the setting `name`, a number of seconds within `range`, if given.
+    func seconds(_ name: String, in range: ClosedRange<Double>, into value: inout Double) throws(UsageError) {
+        guard let text = settings[name] else { return }
+        guard let seconds = Double(text), seconds.isFinite, range.contains(seconds) else {
+            throw UsageError("--\(name) must be a number of seconds from \(Self.plain(range.lowerBound)) to "
+                             + "\(Self.plain(range.upperBound)), not '\(text)'")
+        }
+        value = seconds
+    }
+
+    /// `3600` rather than `3600.0`.
+    private static func plain(_ number: Double) -> String {
+        number == number.rounded() && abs(number) < 1e15 ? String(Int64(number)) : String(number)
+    }
 }

@@ -1,68 +1,153 @@
 import Foundation
 import HeadwayTestSupport
+import Lifecycle
 import Synchronization
 import Testing
 @testable import HTTPServer
 
-/// The accept loop's bounds, through a real server: a connection that sends too little to
-/// be sorted goes to the request daemon after the timeout (a manual clock moves it), and
-/// connections beyond the limit of those waiting are closed at once.
+/// Monotonic nanoseconds that move only when told.
+final class ManualMonotonicClock: Sendable {
+    private let now = Atomic<UInt64>(1_000_000_000)
+    func read() -> UInt64 { now.load(ordering: .acquiring) }
+    func advance(by nanoseconds: UInt64) { now.add(nanoseconds, ordering: .acquiringAndReleasing) }
+}
+
+/// Polls `condition` for up to 2 s; true as soon as it holds.
+func eventually(_ condition: () -> Bool) -> Bool {
+    for _ in 0..<400 {
+        if condition() { return true }
+        usleep(5000)
+    }
+    return condition()
+}
+
+/// A connection sorter alone on a loopback port, its loop on a thread of its own, its clock
+/// manual; it records the connections it hands over (and keeps them open) and its reports.
+final class SortingHarness: Sendable {
+    let sorter: ConnectionSorter
+    let port: Int
+    let clock = ManualMonotonicClock()
+    let perAddress: ConnectionsPerAddress
+    private let record = Record()
+    private let group: ServiceGroup
+
+    /// What the sorter handed over and reported.
+    private final class Record: Sendable {
+        let handed = Mutex<[(fd: Int32, route: ConnectionRoute)]>([])
+        let reports = Mutex<[[ConnectionRefusal: Int]]>([])
+    }
+
+    init(_ adjust: (inout ConnectionSorter.Limits) -> Void = { _ in }, perAddressLimit: Int = 1000) throws {
+        var limits = ConnectionSorter.Limits()
+        limits.streamPaths = ["/stream"]
+        adjust(&limits)
+        let listenFD = try SocketAddress.listen(host: "127.0.0.1", port: 0)
+        port = SocketAddress.boundPort(fd: listenFD) ?? 0
+        perAddress = ConnectionsPerAddress(limit: perAddressLimit)
+        let (clock, record) = (clock, record)
+        sorter = try ConnectionSorter(listenFD: listenFD, limits: limits, connectionsPerAddress: perAddress,
+                                      monotonicNow: { clock.read() },
+                                      reportRefusals: { counts in record.reports.withLock { $0.append(counts) } }) { fd, route, _, _ in
+            record.handed.withLock { $0.append((fd, route)) }
+        }
+        group = ServiceGroup([ServiceGroup.Member("test-sorter", sorter)])
+        try group.start()
+    }
+
+    var handedRoutes: [ConnectionRoute] { record.handed.withLock { $0.map(\.route) } }
+    var refusals: [ConnectionRefusal: Int] {
+        record.reports.withLock { $0.reduce(into: [:]) { total, report in total.merge(report, uniquingKeysWith: +) } }
+    }
+
+    /// Wakes the loop and returns once it has done its duties at least twice more.
+    func passTwice() -> Bool {
+        let start = sorter.loopPasses
+        return eventually {
+            sorter.wake()
+            return sorter.loopPasses >= start + 2
+        }
+    }
+
+    func stop() {
+        group.stop()
+        record.handed.withLock { $0.forEach { close($0.fd) } }
+    }
+}
+
+/// The accept loop alone (no daemons): connections wait at no cost until their whole head is
+/// there, a head not whole in time closes its connection, and the waiting set is bounded.
 @Suite(.serialized) struct ConnectionSorterTests {
-    /// Monotonic nanoseconds that move only when told.
-    final class ManualMonotonicClock: Sendable {
-        private let now = Atomic<UInt64>(1_000_000_000)
-        func read() -> UInt64 { now.load(ordering: .acquiring) }
-        func advance(by nanoseconds: UInt64) { now.add(nanoseconds, ordering: .acquiringAndReleasing) }
+    @Test func anIdleHalfHeadIsNotReadAgainUntilMoreBytesArrive() throws {
+        let harness = try SortingHarness()
+        defer { harness.stop() }
+        let clients = try (0..<5).map { _ in try TestHTTPClient(port: harness.port) }
+        for client in clients { try client.send("GET /str") }
+        #expect(eventually { harness.sorter.waitingCount == 5 && harness.sorter.peekCount >= 5 })
+        let peeked = harness.sorter.peekCount
+        for _ in 0..<5 { #expect(harness.passTwice()) }
+        #expect(harness.sorter.peekCount == peeked, "idle half heads were read again without new bytes")
+        try clients[0].send("eam HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(eventually { harness.handedRoutes == [.stream] }, "the rest of the head is seen at once")
+        #expect(harness.sorter.peekCount == peeked + 1)
+        #expect(harness.sorter.waitingCount == 4)
     }
 
-    private func server(_ adjust: (inout MicroHTTPServer.Configuration) -> Void) throws -> RunningServer {
-        var configuration = MicroHTTPServer.Configuration()
-        configuration.port = 0
-        configuration.streamPaths = ["/stream"]
-        adjust(&configuration)
-        return try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline { request, responder in
-            responder.respond(HTTPResponse(status: 200, body: Array("\(request.method) \(request.path)".utf8)))
-        }))
-    }
-
-    /// Polls `condition` up to 2 s (the loops it waits for tick every 10 ms).
-    private func eventually(_ condition: () -> Bool) -> Bool {
-        for _ in 0..<400 {
-            if condition() { return true }
-            usleep(5000)
-        }
-        return condition()
-    }
-
-    @Test func aConnectionThatSendsTooLittleIsHandedOverAfterTheTimeout() throws {
-        let clock = ManualMonotonicClock()
-        let running = try server {
-            $0.sortingTimeoutNanoseconds = 10_000_000_000
-            $0.sortingClock = { clock.read() }
-        }
-        defer { running.shutdown() }
-        let client = try TestHTTPClient(port: running.port)
-        try client.send("GET /str")  // could still become a stream request
-        #expect(eventually { running.server.connectionsBeingSorted == 1 })
-        clock.advance(by: 9_000_000_000)
-        usleep(50_000)  // several ticks of the sorter, with the clock short of the timeout
-        #expect(running.server.connectionsBeingSorted == 1, "not before its time")
-        clock.advance(by: 2_000_000_000)
-        #expect(eventually { running.server.connectionsBeingSorted == 0 }, "handed over once its time has come")
-        try client.send("eam HTTP/1.1\r\nHost: x\r\n\r\n")
-        #expect(try client.readResponse().text == "GET /stream", "the request daemon serves it")
-    }
-
-    @Test func connectionsBeyondTheLimitOfThoseWaitingAreClosedAtOnce() throws {
-        let running = try server { $0.connectionLimit = 2 }
-        defer { running.shutdown() }
-        let silent = try (0..<2).map { _ in try TestHTTPClient(port: running.port) }
-        #expect(eventually { running.server.connectionsBeingSorted == 2 })
-        let refused = try TestHTTPClient(port: running.port)
-        guard case .closed = try refused.exchange(Array("GET /x HTTP/1.1\r\nHost: x\r\n\r\n".utf8)) else {
-            Issue.record("a third connection was served while two waited to be sorted")
+    @Test func aHeadNotWholeByItsDeadlineClosesItsConnection() throws {
+        let harness = try SortingHarness { $0.headTimeoutNanoseconds = 10_000_000_000 }
+        defer { harness.stop() }
+        let slow = try TestHTTPClient(port: harness.port)
+        try slow.send("POST /v1/tasks HTTP/1.1\r\nHost: x\r\n")  // and never the end of the head
+        #expect(eventually { harness.sorter.waitingCount == 1 && harness.sorter.peekCount >= 1 })
+        harness.clock.advance(by: 9_999_999_999)
+        #expect(harness.passTwice())
+        #expect(harness.sorter.waitingCount == 1, "at its deadline, not past it: still waiting")
+        #expect(harness.handedRoutes.isEmpty, "an unfinished head is not handed over")
+        harness.clock.advance(by: 2)
+        #expect(harness.passTwice())
+        #expect(harness.sorter.waitingCount == 0)
+        guard case .closed = try slow.exchange(Array("Content-Length: 0\r\n\r\n".utf8)) else {
+            Issue.record("a head not whole by its deadline was served")
             return
         }
-        #expect(try silent[0].request("GET", "/x").text == "GET /x", "those waiting are still served")
+        #expect(harness.refusals == [.headTimeout: 1])
+        #expect(harness.perAddress.openCount == 0, "its address is released")
+    }
+
+    @Test func aFullWaitingSetClosesItsOldestForTheNewest() throws {
+        let harness = try SortingHarness { $0.maximumWaiting = 3 }
+        defer { harness.stop() }
+        var silent: [TestHTTPClient] = []
+        for count in 1...3 {
+            silent.append(try TestHTTPClient(port: harness.port))
+            #expect(eventually { harness.sorter.waitingCount == count })  // in this order
+        }
+        let newest = try TestHTTPClient(port: harness.port)
+        #expect(eventually { harness.refusals == [.waitingFull: 1] })
+        #expect(harness.sorter.waitingCount == 3, "at the bound, not past it")
+        guard case .closed = try silent[0].exchange(Array("GET /x HTTP/1.1\r\nHost: x\r\n\r\n".utf8)) else {
+            Issue.record("the oldest waiting connection was kept")
+            return
+        }
+        try newest.send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        try silent[1].send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(eventually { harness.handedRoutes.count == 2 }, "the newest and the others are sorted")
+        #expect(Set(harness.handedRoutes.map { "\($0)" }) == ["request", "stream"])
+    }
+
+    @Test func connectionsPastTheCapOfTheirAddressAreClosedAtAccept() throws {
+        let harness = try SortingHarness(perAddressLimit: 2)
+        defer { harness.stop() }
+        let first = try (0..<2).map { _ in try TestHTTPClient(port: harness.port) }
+        #expect(eventually { harness.sorter.waitingCount == 2 })
+        let third = try TestHTTPClient(port: harness.port)
+        #expect(eventually { harness.refusals == [.tooManyFromAddress: 1] })
+        guard case .closed = try third.exchange(Array("GET /x HTTP/1.1\r\nHost: x\r\n\r\n".utf8)) else {
+            Issue.record("a third connection from one address was kept")
+            return
+        }
+        #expect(harness.sorter.waitingCount == 2)
+        try first[0].send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(eventually { harness.handedRoutes == [.request] })
+        #expect(harness.perAddress.openCount == 2, "a connection handed over still counts")
     }
 }

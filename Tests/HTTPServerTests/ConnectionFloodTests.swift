@@ -1,0 +1,91 @@
+import Foundation
+import HeadwayTestSupport
+import Testing
+@testable import HTTPServer
+
+/// One request from a client bound to `source` (127.0.0.2 is loopback too on Linux: another
+/// client address): the response's text, or nil if the server closed the connection.
+private func requestFrom(_ source: String, port: Int, path: String = "/x") throws -> String? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw TestHTTPError("socket() failed") }
+    defer { close(fd) }
+    var timeout = timeval(tv_sec: 5, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    func address(_ host: String, _ port: Int) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr(host)
+        return address
+    }
+    var local = address(source, 0), server = address("127.0.0.1", port)
+    let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    guard withUnsafePointer(to: &local, { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }) == 0,
+          withUnsafePointer(to: &server, { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, length) } }) == 0
+    else { throw TestHTTPError("cannot connect from \(source)") }
+    let request = Array("GET \(path) HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".utf8)
+    guard write(fd, request, request.count) == request.count else { return nil }
+    var reply: [UInt8] = []
+    var chunk = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let count = read(fd, &chunk, chunk.count)
+        if count > 0 { reply += chunk.prefix(count) } else if count == 0 || errno == ECONNRESET { break } else {
+            throw TestHTTPError("no answer from the server (errno \(errno))")
+        }
+    }
+    guard let end = reply.firstRange(of: Array("\r\n\r\n".utf8)) else { return nil }
+    return String(decoding: reply[end.upperBound...], as: UTF8.self)
+}
+
+/// Floods through a real server: the cap per client address holds for the whole life of a
+/// connection, and established clients are served while half-sent heads fill the waiting set.
+@Suite(.serialized) struct ConnectionFloodTests {
+    private func server(_ adjust: (inout MicroHTTPServer.Configuration) -> Void) throws -> RunningServer {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.streamPaths = ["/stream"]
+        adjust(&configuration)
+        return try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline { request, responder in
+            responder.respond(HTTPResponse(status: 200, body: Array("\(request.method) \(request.path)".utf8)))
+        }))
+    }
+
+    @Test func theCapPerAddressHoldsWhileItsConnectionsLiveAndSparesOtherAddresses() throws {
+        let running = try server { $0.maximumConnectionsPerAddress = 20 }
+        defer { running.shutdown() }
+        var clients = try (0..<20).map { _ in try TestHTTPClient(port: running.port) }
+        for client in clients { #expect(try client.request("GET", "/x").text == "GET /x", "up to the cap: served") }
+        let past = try TestHTTPClient(port: running.port)
+        guard case .closed = try past.exchange(Array("GET /x HTTP/1.1\r\nHost: x\r\n\r\n".utf8)) else {
+            Issue.record("a 21st connection from one address was served")
+            return
+        }
+        #expect(try requestFrom("127.0.0.2", port: running.port) == "GET /x", "another address is served")
+        #expect(try clients[0].request("GET", "/y").text == "GET /y", "the connections open are still served")
+        clients.removeLast()  // closed by the client: the daemon's close notice makes room
+        #expect(eventually { (try? requestFrom("127.0.0.1", port: running.port)) == "GET /x" })
+    }
+
+    @Test func establishedAndNewClientsAreServedWhileHalfHeadsFillTheWaitingSet() throws {
+        let running = try server { $0.maximumWaitingConnections = 8 }
+        defer { running.shutdown() }
+        let established = try TestHTTPClient(port: running.port)
+        #expect(try established.request("GET", "/before").text == "GET /before")
+        let halfHeads = try (0..<8).map { _ in try TestHTTPClient(port: running.port) }
+        for client in halfHeads { try client.send("GET /x HTTP/1.1\r\nHost: x\r\n") }
+        #expect(eventually { running.server.connectionsBeingSorted == 8 })
+        #expect(try established.request("GET", "/during").text == "GET /during", "a kept-alive client is served")
+        let newcomer = try TestHTTPClient(port: running.port)
+        #expect(try newcomer.request("GET", "/new").text == "GET /new", "a new client is served at once")
+        #expect(running.server.connectionsBeingSorted <= 8)
+    }
+
+    @Test func aStreamHeadWithBareLineFeedsIsServedWithoutWaiting() throws {
+        let clock = ManualMonotonicClock()  // never moves: no timeout can be what hands it over
+        let running = try server { $0.sortingClock = { clock.read() } }
+        defer { running.shutdown() }
+        let client = try TestHTTPClient(port: running.port)
+        try client.send("GET /stream HTTP/1.1\nHost: x\n\n")
+        #expect(try client.readResponse().text == "GET /stream")
+    }
+}
