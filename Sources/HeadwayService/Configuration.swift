@@ -20,8 +20,12 @@ public struct Configuration: Sendable, Equatable {
     public var maximumSubscribers = 10_000
     /// Finished tasks, their history and tombstones are forgotten this long after.
     public var retentionSeconds = 7 * 86_400.0
-    /// Bytes queued on one event stream before further events wait (coalesced per task).
-    public var streamBufferBytes = 64 * 1024
+    /// The cap on one event stream's unsent bytes, its catch-up aside (which is shared,
+    /// not owned); past it the stream is closed and its client resumes. From a quarter of
+    /// it further events wait, coalesced per task.
+    public var streamBufferBytes = 256 * 1024
+    /// An event stream whose socket takes nothing for this long while bytes wait is closed.
+    public var streamStallTimeoutSeconds = 30.0
     /// Tasks waiting for one slow subscriber before it is disconnected (it then resumes).
     public var maximumPendingTasks = 2048
     /// When fan-out rounds may start during an update storm.
@@ -55,6 +59,13 @@ public struct Configuration: Sendable, Equatable {
           --retention DURATION      forget finished tasks, their history and deletions
                                     this long after: seconds, or with s, m, h or d
                                     (HEADWAY_RETENTION, default 7d)
+          --stream-buffer-bytes N   bytes one event stream may hold unsent (its catch-up
+                                    aside); past it the stream is closed and its client
+                                    resumes (HEADWAY_STREAM_BUFFER_BYTES, default 262144)
+          --stream-stall-timeout SECONDS
+                                    close an event stream whose client took nothing for
+                                    this long while bytes wait
+                                    (HEADWAY_STREAM_STALL_TIMEOUT, default 30)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -74,7 +85,8 @@ public struct Configuration: Sendable, Equatable {
     public static func parse(arguments: [String], environment: [String: String]) throws(UsageError) -> Command {
         var settings: [String: String] = [:]
         let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers",
-                     "retention"]
+                     "retention",
+                     "stream-buffer-bytes", "stream-stall-timeout"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -145,6 +157,18 @@ public struct Configuration: Sendable, Equatable {
                 throw UsageError("--retention must be a duration from 60s to 3650d (e.g. 7d, 12h, 3600), not '\(text)'")
             }
             configuration.retentionSeconds = seconds
+        }
+        if let text = settings["stream-buffer-bytes"] {
+            guard let bytes = Int(text), (4096...1_073_741_824).contains(bytes) else {
+                throw UsageError("--stream-buffer-bytes must be a whole number from 4096 to 1073741824, not '\(text)'")
+            }
+            configuration.streamBufferBytes = bytes
+        }
+        if let text = settings["stream-stall-timeout"] {
+            guard let seconds = Double(text), seconds.isFinite, (0.1...86_400).contains(seconds) else {
+                throw UsageError("--stream-stall-timeout must be a number of seconds from 0.1 to 86400, not '\(text)'")
+            }
+            configuration.streamStallTimeoutSeconds = seconds
         }
         return .run(configuration)
     }
