@@ -13,10 +13,12 @@ import Synchronization
 /// Once the library has sent the headers and everything queued (it asks for more only
 /// then) and the body is chunked, the stream is *direct*: the connection stays suspended
 /// and each write goes straight to the socket as one chunk from the writer's thread — a
-/// single `send`, where a resume costs a wake-up, two epoll changes, a walk of the
+/// single `sendmsg`, where a resume costs a wake-up, two epoll changes, a walk of the
 /// library's suspended list and a copy. What the socket cannot take at once waits here
-/// and is sent when it can (`WritableWatcher`). To end the stream, or when the peer is
-/// gone, the connection is resumed and the library finishes or closes it.
+/// as references to the writers' arrays (`UnsentBytes`: a catch-up written to many
+/// streams is held once) and is sent when it can (`WritableWatcher`, which also closes a
+/// stream whose socket has taken nothing for the stall timeout). To end the stream, or
+/// when the peer is gone, the connection is resumed and the library finishes or closes it.
 public final class ResponseStream: Sendable {
     /// Everything the writers (any thread) and libmicrohttpd's thread share.
     private struct State: @unchecked Sendable {  // libmicrohttpd's connection handle; used under `state` only
