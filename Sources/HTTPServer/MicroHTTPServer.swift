@@ -38,6 +38,9 @@ public final class MicroHTTPServer: Service {
         public var connectionLimit = 10_240
         /// Idle connections are closed after this many seconds.
         public var connectionTimeoutSeconds = 60
+        /// A stream whose socket takes nothing for this long while bytes wait is closed
+        /// (by the writable watcher once direct, by the library's timeout before).
+        public var streamStallTimeoutSeconds = 30.0
         /// Per-connection buffer memory of libmicrohttpd.
         public var connectionMemoryLimit = 32 * 1024
         /// Paths of long-lived streams: a connection whose first request is `GET` one of
@@ -121,7 +124,8 @@ public final class MicroHTTPServer: Service {
         self.pipeline = pipeline
         self.libraryLog = libraryLog
         connectionsPerAddress = ConnectionsPerAddress(limit: configuration.maximumConnectionsPerAddress)
-        writableWatcher = try WritableWatcher()
+        writableWatcher = try WritableWatcher(
+            stallTimeoutNanoseconds: UInt64(configuration.streamStallTimeoutSeconds * 1_000_000_000))
         helpers = ServiceGroup([ServiceGroup.Member("headway-flush", writableWatcher)])
     }
 
@@ -131,13 +135,13 @@ public final class MicroHTTPServer: Service {
     /// Binds, and starts the daemons and the writable watcher.
     public func prepare() throws {
         let context = Unmanaged.passUnretained(self).toOpaque()
-        func startDaemon(memoryLimit: Int) throws -> OpaquePointer {
+        func startDaemon(memoryLimit: Int, timeoutSeconds: Int) throws -> OpaquePointer {
             var logTarget: UnsafeMutableRawPointer?
             guard let daemon = headway_mhd_start(
                 accessHandlerCallback, context, requestCompletedCallback, context, libraryLogCallback, context, &logTarget,
                 targetCheckCallback, context,
                 connectionNotifyCallback, context,
-                UInt32(configuration.connectionLimit), UInt32(configuration.connectionTimeoutSeconds), memoryLimit)
+                UInt32(configuration.connectionLimit), UInt32(timeoutSeconds), memoryLimit)
             else { throw HTTPServerError(description: "cannot start libmicrohttpd") }
             if let logTarget { daemons.withLock { $0.logTargets.append(logTarget) } }
             return daemon
@@ -146,10 +150,14 @@ public final class MicroHTTPServer: Service {
         boundPort.store(SocketAddress.boundPort(fd: listenFD) ?? configuration.port, ordering: .releasing)
         do {
             try helpers.start()
-            let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit)
+            let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit,
+                                                timeoutSeconds: configuration.connectionTimeoutSeconds)
             daemons.withLock { $0.request = requestDaemon }
             let streamDaemon = configuration.streamPaths.isEmpty
-                ? requestDaemon : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit)
+                ? requestDaemon
+                : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit,
+                                  // A stream not yet direct stalls on the library's timeout.
+                                  timeoutSeconds: max(1, Int(configuration.streamStallTimeoutSeconds.rounded(.up))))
             daemons.withLock { $0.stream = streamDaemon }
             var limits = ConnectionSorter.Limits()
             limits.streamPaths = configuration.streamPaths

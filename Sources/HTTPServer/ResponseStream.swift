@@ -13,37 +13,41 @@ import Synchronization
 /// Once the library has sent the headers and everything queued (it asks for more only
 /// then) and the body is chunked, the stream is *direct*: the connection stays suspended
 /// and each write goes straight to the socket as one chunk from the writer's thread — a
-/// single `send`, where a resume costs a wake-up, two epoll changes, a walk of the
+/// single `sendmsg`, where a resume costs a wake-up, two epoll changes, a walk of the
 /// library's suspended list and a copy. What the socket cannot take at once waits here
-/// and is sent when it can (`WritableWatcher`). To end the stream, or when the peer is
-/// gone, the connection is resumed and the library finishes or closes it.
+/// as references to the writers' arrays (`UnsentBytes`: a catch-up written to many
+/// streams is held once) and is sent when it can (`WritableWatcher`, which also closes a
+/// stream whose socket has taken nothing for the stall timeout). To end the stream, or
+/// when the peer is gone, the connection is resumed and the library finishes or closes it.
 public final class ResponseStream: Sendable {
     /// Everything the writers (any thread) and libmicrohttpd's thread share.
     private struct State: @unchecked Sendable {  // libmicrohttpd's connection handle; used under `state` only
-        var chunks: [[UInt8]] = []
-        var firstChunk = 0
-        var offsetInFirstChunk = 0
-        var queuedBytes = 0
+        /// Bytes written and not yet handed over: to the library (before the stream is
+        /// direct, unframed) or to the socket (direct, framed as chunks).
+        var unsent = UnsentBytes()
         var finished = false
         var closed = false
         var suspended = false
         var connection: OpaquePointer?
         var closeHandlers: [@Sendable () -> Void] = []
         var drainHandler: (@Sendable () -> Void)?
+        /// When unsent bytes fall to this after being above it, the drain handler runs.
+        var lowWaterBytes: Int
         var aboveLowWater = false
         /// The connection's socket, when the body goes out chunked (else -1).
         var directSocket: Int32 = -1
         var watcher: WritableWatcher?
         /// Whether writes go straight to the socket.
         var isDirect = false
-        /// Framed bytes the socket has not taken yet (direct mode), from `unsentOffset` on.
-        var unsent: [UInt8] = []
-        var unsentOffset = 0
-        /// The socket refused a write (the peer is gone).
+        /// The socket refused a write (the peer is gone), or the stream was aborted.
         var broken = false
-
-        /// Bytes written and not yet handed to the connection.
-        var bufferedBytes: Int { queuedBytes + unsent.count - unsentOffset }
+        /// Direct mode: bytes wait for the socket to take them.
+        var isWaiting = false
+        /// Direct mode: when the socket last took bytes, or when bytes began to wait
+        /// (the watcher's monotonic clock, in nanoseconds).
+        var lastProgress: UInt64 = 0
+        /// Closed because the socket took nothing for the stall timeout.
+        var stalled = false
 
         mutating func resumeIfSuspended() {
             if suspended, let connection {
@@ -52,44 +56,47 @@ public final class ResponseStream: Sendable {
             }
         }
 
-        /// Appends a chunk's size line (hexadecimal, CRLF) to `unsent`.
-        mutating func appendChunkSize(_ count: Int) {
-            let digits = Array("0123456789abcdef".utf8)
-            var shift = (Int.bitWidth - count.leadingZeroBitCount + 3) / 4 * 4
-            repeat {
-                shift -= 4
-                unsent.append(digits[(count >> shift) & 0xF])
-            } while shift > 0
-            unsent.append(contentsOf: [13, 10])
+        /// Drops what is unsent and has the connection closed (resumed, the library reads
+        /// the end of the stream as an error).
+        mutating func breakOff() {
+            broken = true
+            finished = true
+            isWaiting = false
+            unsent.removeAll()
+            resumeIfSuspended()
         }
 
         /// Sends what the socket takes of `unsent` (direct mode); has `owner` called back
         /// when the socket takes more, ends the stream when finished, gives up when the peer
         /// is gone. Returns the drain handler when it should run (after the lock).
-        mutating func sendUnsent(lowWaterBytes: Int, owner: ResponseStream) -> (@Sendable () -> Void)? {
-            while unsentOffset < unsent.count {
-                let sent = unsent.withUnsafeBytes { raw in
-                    send(directSocket, raw.baseAddress! + unsentOffset, raw.count - unsentOffset,
-                         Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+        mutating func sendUnsent(owner: ResponseStream) -> (@Sendable () -> Void)? {
+            var progressed = false
+            while !unsent.isEmpty {
+                let sent = unsent.withIOVectors { vectors in
+                    var message = msghdr()
+                    message.msg_iov = vectors.baseAddress
+                    message.msg_iovlen = vectors.count
+                    return sendmsg(directSocket, &message, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
                 }
                 if sent > 0 {
-                    unsentOffset += sent
+                    unsent.removeFirst(sent)
+                    progressed = true
                 } else if sent < 0 && errno == EINTR {
                     continue
                 } else if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                    if unsent.count - unsentOffset > lowWaterBytes { aboveLowWater = true }
-                    watcher?.watch(directSocket) { [weak owner] in owner?.sendWhenWritable() }
+                    if unsent.count > lowWaterBytes { aboveLowWater = true }
+                    if progressed || !isWaiting, let watcher {
+                        lastProgress = watcher.now()
+                        isWaiting = true
+                    }
+                    watcher?.watch(directSocket, owner)
                     return nil
                 } else {
-                    broken = true
-                    unsent = []
-                    unsentOffset = 0
-                    resumeIfSuspended()
+                    breakOff()
                     return nil
                 }
             }
-            unsent = []
-            unsentOffset = 0
+            isWaiting = false
             if finished { resumeIfSuspended() }
             guard aboveLowWater else { return nil }
             aboveLowWater = false
@@ -97,12 +104,10 @@ public final class ResponseStream: Sendable {
         }
     }
 
-    private let state = Mutex(State())
-    /// When queued bytes fall to this after being above it, the drain handler runs.
-    public let lowWaterBytes: Int
+    private let state: Mutex<State>
 
     public init(lowWaterBytes: Int = 16 * 1024) {
-        self.lowWaterBytes = lowWaterBytes
+        state = Mutex(State(lowWaterBytes: lowWaterBytes))
     }
 
     /// Adds `handler`, run once on the server's thread when the connection is gone (at
@@ -115,42 +120,59 @@ public final class ResponseStream: Sendable {
         if alreadyClosed { handler() }
     }
 
-    /// Runs `handler` on the server's thread when the queue drains to `lowWaterBytes`.
-    public func onDrain(_ handler: @escaping @Sendable () -> Void) { state.withLock { $0.drainHandler = handler } }
+    /// Runs `handler` when unsent bytes fall to `lowWaterBytes` after being above.
+    public func onDrain(atOrBelow lowWaterBytes: Int, _ handler: @escaping @Sendable () -> Void) {
+        state.withLock {
+            $0.lowWaterBytes = lowWaterBytes
+            $0.drainHandler = handler
+        }
+    }
 
-    /// Bytes queued and not yet handed to the connection.
-    public var bufferedBytes: Int { state.withLock { $0.bufferedBytes } }
+    /// Bytes written and not yet handed to the connection, shared ones included.
+    public var bufferedBytes: Int { state.withLock { $0.unsent.count } }
+
+    /// Bytes written and not yet handed to the connection that this stream owns: all but
+    /// those written with `writeShared` (which it only references).
+    public var ownedBytes: Int { state.withLock { $0.unsent.ownedCount } }
 
     /// Whether writes are still accepted (not finished, connection not gone).
     public var isOpen: Bool { state.withLock { !$0.finished && !$0.closed && !$0.broken } }
+
+    /// Whether the stream was closed because its socket took nothing for the stall timeout.
+    public var hasStalled: Bool { state.withLock { $0.stalled } }
 
     /// Queues `bytes`; returns false (and drops them) once finished or closed.
     @discardableResult
     public func write(_ bytes: [UInt8]) -> Bool { write(contentsOf: [bytes]) }
 
     /// Queues several pieces at once (one lock, one resume or one `send`); returns false
-    /// (and drops them) once finished or closed, or when more than `limit` bytes are
-    /// already waiting.
+    /// (and drops them) once finished or closed, or when more than `limit` bytes (shared
+    /// ones included) are already waiting. The pieces are referenced, not copied.
     @discardableResult
     public func write(contentsOf pieces: [[UInt8]], unlessMoreThan limit: Int = .max) -> Bool {
+        append(pieces, unlessMoreThan: limit, shared: false)
+    }
+
+    /// Queues immutable pieces that other streams may send too (a catch-up read once for
+    /// several subscribers): referenced, never copied, and not counted in `ownedBytes`.
+    /// Returns false (and drops them) once finished or closed.
+    @discardableResult
+    public func writeShared(contentsOf pieces: [[UInt8]]) -> Bool {
+        append(pieces, unlessMoreThan: .max, shared: true)
+    }
+
+    private func append(_ pieces: [[UInt8]], unlessMoreThan limit: Int, shared: Bool) -> Bool {
         let (accepted, drained) = state.withLock { state -> (Bool, (@Sendable () -> Void)?) in
-            guard !state.finished && !state.closed && !state.broken, state.bufferedBytes <= limit else {
+            guard !state.finished && !state.closed && !state.broken, state.unsent.count <= limit else {
                 return (false, nil)
             }
             if state.isDirect {
-                let count = pieces.reduce(0) { $0 + $1.count }
-                guard count > 0 else { return (true, nil) }
-                state.appendChunkSize(count)
-                for bytes in pieces { state.unsent += bytes }
-                state.unsent += [13, 10]
-                return (true, state.sendUnsent(lowWaterBytes: lowWaterBytes, owner: self))
+                state.unsent.appendChunk(pieces, shared: shared)
+                return (true, state.sendUnsent(owner: self))
             }
-            for bytes in pieces where !bytes.isEmpty {
-                state.chunks.append(bytes)
-                state.queuedBytes += bytes.count
-            }
-            if state.queuedBytes > lowWaterBytes { state.aboveLowWater = true }
-            if state.queuedBytes > 0 { state.resumeIfSuspended() }
+            for piece in pieces { state.unsent.append(piece, shared: shared) }
+            if state.unsent.count > state.lowWaterBytes { state.aboveLowWater = true }
+            if !state.unsent.isEmpty { state.resumeIfSuspended() }
             return (true, nil)
         }
         drained?()
@@ -161,33 +183,41 @@ public final class ResponseStream: Sendable {
     public func finish() {
         state.withLock { state in
             state.finished = true
-            if !state.isDirect || state.unsent.count == state.unsentOffset { state.resumeIfSuspended() }
+            if !state.isDirect || state.unsent.isEmpty { state.resumeIfSuspended() }
         }
     }
 
     /// Ends the stream at once, dropping what is not sent (the connection is closed).
     public func abort() {
-        state.withLock { state in
-            state.finished = true
-            state.broken = true
-            state.resumeIfSuspended()
-        }
+        state.withLock { $0.breakOff() }
     }
 
     /// Called by the watcher when the socket takes bytes again.
-    private func sendWhenWritable() {
+    func sendWhenWritable() {
         let drained = state.withLock { state in
-            state.isDirect && !state.closed && !state.broken
-                ? state.sendUnsent(lowWaterBytes: lowWaterBytes, owner: self) : nil
+            state.isDirect && !state.closed && !state.broken ? state.sendUnsent(owner: self) : nil
         }
         drained?()
     }
 
+    /// Closes the stream (as `abort`) if bytes have waited `timeout` nanoseconds or more
+    /// at `now` without the socket taking any; returns whether it did.
+    @discardableResult
+    func closeIfStalled(now: UInt64, timeout: UInt64) -> Bool {
+        state.withLock { state in
+            guard state.isWaiting, !state.closed, !state.broken,
+                  now >= state.lastProgress, now - state.lastProgress >= timeout else { return false }
+            state.stalled = true
+            state.breakOff()
+            return true
+        }
+    }
+
     // MARK: - Called on the libmicrohttpd thread
 
-    /// Binds the stream to its connection; with a socket, writes go to it directly once
-    /// the library has sent everything before them.
-    func attach(_ connection: OpaquePointer, directSocket: Int32 = -1, watcher: WritableWatcher? = nil) {
+    /// Binds the stream to its connection (nil in tests without a library); with a
+    /// socket, writes go to it directly once the library has sent everything before them.
+    func attach(_ connection: OpaquePointer?, directSocket: Int32 = -1, watcher: WritableWatcher? = nil) {
         state.withLock { state in
             state.connection = connection
             state.directSocket = directSocket
@@ -201,33 +231,16 @@ public final class ResponseStream: Sendable {
         let (result, drained) = state.withLock { state -> (Int, (@Sendable () -> Void)?) in
             if state.isDirect {
                 // Resumed to end: cleanly if everything went out, else by closing.
-                if state.broken || state.unsent.count > state.unsentOffset { return (-2, nil) }
+                if state.broken || !state.unsent.isEmpty { return (-2, nil) }
                 if state.finished { return (-1, nil) }
                 state.suspended = true
                 if let connection = state.connection { MHD_suspend_connection(connection) }
                 return (0, nil)
             }
-            var copied = 0
-            while copied < capacity && state.firstChunk < state.chunks.count {
-                let chunk = state.chunks[state.firstChunk]
-                let count = min(capacity - copied, chunk.count - state.offsetInFirstChunk)
-                chunk.withUnsafeBytes { source in
-                    (buffer + copied).copyMemory(from: source.baseAddress! + state.offsetInFirstChunk, byteCount: count)
-                }
-                copied += count
-                state.offsetInFirstChunk += count
-                if state.offsetInFirstChunk == chunk.count {
-                    state.firstChunk += 1
-                    state.offsetInFirstChunk = 0
-                }
-            }
-            if state.firstChunk == state.chunks.count || state.firstChunk > 64 {
-                state.chunks.removeFirst(state.firstChunk)
-                state.firstChunk = 0
-            }
-            state.queuedBytes -= copied
+            if state.broken { return (-2, nil) }
+            let copied = state.unsent.copy(into: buffer, capacity: capacity)
             var drained: (@Sendable () -> Void)?
-            if state.aboveLowWater && state.queuedBytes <= lowWaterBytes {
+            if state.aboveLowWater && state.unsent.count <= state.lowWaterBytes {
                 state.aboveLowWater = false
                 drained = state.drainHandler
             }
@@ -249,10 +262,8 @@ public final class ResponseStream: Sendable {
         let handlers = state.withLock { state -> [@Sendable () -> Void] in
             state.closed = true
             state.suspended = false
-            state.chunks = []
-            state.queuedBytes = 0
-            state.unsent = []
-            state.unsentOffset = 0
+            state.isWaiting = false
+            state.unsent.removeAll()
             if state.isDirect { state.watcher?.forget(state.directSocket) }
             defer { state.closeHandlers = [] }
             state.drainHandler = nil

@@ -3,29 +3,62 @@ import Foundation
 import Lifecycle
 import Synchronization
 
-/// Waits, on a thread of its own, for sockets whose send buffer was full to take bytes
-/// again, and then calls the action given for each (once per `watch`).
+/// Waits, on a thread of its own, for the sockets of direct streams whose send buffer was
+/// full to take bytes again, and then has each stream send more (once per `watch`).
+///
+/// It also closes stalled streams: about four times per stall timeout it asks every
+/// stream it watches whether bytes have waited that long without its socket taking any
+/// (`ResponseStream.closeIfStalled`); a peer that stopped reading is cut off that way, as
+/// suspended connections get no timeout from the library.
 final class WritableWatcher: Service {
-    private let loop: EpollLoop
-    private let actions = Mutex<[Int32: @Sendable () -> Void]>([:])
-
-    init() throws {
-        loop = try EpollLoop()
+    /// A watched stream, held weakly: the stream owns the watch, not the other way round.
+    private struct Watched {
+        weak var stream: ResponseStream?
     }
 
+    private let loop: EpollLoop
+    private let watched = Mutex<[Int32: Watched]>([:])
+    /// How long bytes may wait without the socket taking any, in nanoseconds.
+    let stallTimeoutNanoseconds: UInt64
+    /// The monotonic clock, in nanoseconds (tests move their own).
+    let now: @Sendable () -> UInt64
+    /// When the watcher's thread last looked for stalled streams.
+    private let lastStallCheck: Mutex<UInt64>
+
+    init(stallTimeoutNanoseconds: UInt64 = 30_000_000_000,
+         now: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }) throws {
+        loop = try EpollLoop()
+        self.stallTimeoutNanoseconds = stallTimeoutNanoseconds
+        self.now = now
+        lastStallCheck = Mutex(now())
+    }
+
+    /// How often the thread looks for stalled streams: a quarter of the timeout, from
+    /// 10 ms to 1 s.
+    var stallCheckIntervalNanoseconds: UInt64 { min(max(stallTimeoutNanoseconds / 4, 10_000_000), 1_000_000_000) }
+
     func run() {
-        loop.run(timeout: { -1 }, handle: { fd in
-            let action = actions.withLock { $0[fd] }
-            action?()
+        let intervalMilliseconds = Int32(stallCheckIntervalNanoseconds / 1_000_000)
+        loop.run(timeout: { intervalMilliseconds }, handle: { fd in
+            let stream = watched.withLock { $0[fd]?.stream }
+            stream?.sendWhenWritable()
+        }, tick: {
+            let time = now()
+            let isDue = lastStallCheck.withLock { last in
+                guard time &- last >= stallCheckIntervalNanoseconds else { return false }
+                last = time
+                return true
+            }
+            if isDue { closeStalledStreams(now: time) }
         })
     }
 
     func requestStop() { loop.requestStop() }
 
-    /// Calls `action` once `fd` can be written (or has failed).
-    func watch(_ fd: Int32, action: @escaping @Sendable () -> Void) {
-        actions.withLock { actions in
-            let isNew = actions.updateValue(action, forKey: fd) == nil
+    /// Has `stream` send more once `fd` can be written (or has failed).
+    func watch(_ fd: Int32, _ stream: ResponseStream) {
+        watched.withLock { watched in
+            let isNew = watched.updateValue(Watched(stream: stream), forKey: fd) == nil
             let events = EPOLLOUT.rawValue | EPOLLONESHOT.rawValue
             if !isNew || !loop.watch(fd, events: events, operation: EPOLL_CTL_ADD) {
                 loop.watch(fd, events: events, operation: EPOLL_CTL_MOD)
@@ -35,8 +68,17 @@ final class WritableWatcher: Service {
 
     /// Stops watching `fd` (before it is closed).
     func forget(_ fd: Int32) {
-        actions.withLock { actions in
-            if actions.removeValue(forKey: fd) != nil { loop.forget(fd) }
+        watched.withLock { watched in
+            if watched.removeValue(forKey: fd) != nil { loop.forget(fd) }
         }
+    }
+
+    /// Closes every watched stream whose bytes have waited the stall timeout at `now`
+    /// without its socket taking any; returns how many it closed.
+    @discardableResult
+    func closeStalledStreams(now: UInt64) -> Int {
+        // Streams are asked outside the lock: a stream calls `watch` under its own.
+        let streams = watched.withLock { $0.values.compactMap(\.stream) }
+        return streams.filter { $0.closeIfStalled(now: now, timeout: stallTimeoutNanoseconds) }.count
     }
 }

@@ -153,6 +153,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.host = configuration.host
     serverConfiguration.port = configuration.port
     serverConfiguration.connectionLimit = connectionLimit
+    serverConfiguration.streamStallTimeoutSeconds = configuration.streamStallTimeoutSeconds
     // Each connection's buffers: 10,000 connections cost ~280 MB at the default 32 KiB.
     // Requests: a target of up to 8 KiB and headers fit, bodies arrive in pieces. Event
     // streams send their frames themselves and need only room for their request head (a

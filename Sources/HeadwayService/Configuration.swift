@@ -20,8 +20,12 @@ public struct Configuration: Sendable, Equatable {
     public var maximumSubscribers = 10_000
     /// Finished tasks, their history and tombstones are forgotten this long after.
     public var retentionSeconds = 7 * 86_400.0
-    /// Bytes queued on one event stream before further events wait (coalesced per task).
-    public var streamBufferBytes = 64 * 1024
+    /// The cap on one event stream's unsent bytes, its catch-up aside (which is shared,
+    /// not owned); past it the stream is closed and its client resumes. From a quarter of
+    /// it further events wait, coalesced per task.
+    public var streamBufferBytes = 256 * 1024
+    /// An event stream whose socket takes nothing for this long while bytes wait is closed.
+    public var streamStallTimeoutSeconds = 30.0
     /// Tasks waiting for one slow subscriber before it is disconnected (it then resumes).
     public var maximumPendingTasks = 2048
     /// When fan-out rounds may start during an update storm.
@@ -89,6 +93,13 @@ public struct Configuration: Sendable, Equatable {
                                     connections open at once from one client address;
                                     more are closed at once
                                     (HEADWAY_MAX_CONNECTIONS_PER_ADDRESS, default 1000)
+          --stream-buffer-bytes N   bytes one event stream may hold unsent (its catch-up
+                                    aside); past it the stream is closed and its client
+                                    resumes (HEADWAY_STREAM_BUFFER_BYTES, default 262144)
+          --stream-stall-timeout SECONDS
+                                    close an event stream whose client took nothing for
+                                    this long while bytes wait
+                                    (HEADWAY_STREAM_STALL_TIMEOUT, default 30)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -112,7 +123,8 @@ public struct Configuration: Sendable, Equatable {
                      "max-depth", "max-children", "max-tasks",
                      "read-connections", "max-queued-reads",
                      "max-query-params",
-                     "head-timeout", "max-connections-per-address"]
+                     "head-timeout", "max-connections-per-address",
+                     "stream-buffer-bytes", "stream-stall-timeout"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -182,6 +194,9 @@ public struct Configuration: Sendable, Equatable {
         try reader.seconds("head-timeout", in: 0.1...3600, into: &configuration.headTimeoutSeconds)
         try reader.wholeNumber("max-connections-per-address", in: 1...1_000_000,
                                into: &configuration.maximumConnectionsPerAddress)
+        // Limits: event streams.
+        try reader.wholeNumber("stream-buffer-bytes", in: 4096...1_073_741_824, into: &configuration.streamBufferBytes)
+        try reader.seconds("stream-stall-timeout", in: 0.1...86_400, into: &configuration.streamStallTimeoutSeconds)
         return .run(configuration)
     }
 

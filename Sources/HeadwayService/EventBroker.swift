@@ -6,7 +6,7 @@ import HeadwayStore
 
 /// Fans committed events out to subscribers on its own thread (a service). Publishing only
 /// appends to a queue, so ingestion never waits for subscribers; a subscriber that cannot
-/// keep up has its waiting events coalesced to the latest per task and, past a bound, is
+/// keep up has its waiting events coalesced to the latest per task and, past its bounds, is
 /// disconnected (its reconnection resumes exactly from the last id it received).
 ///
 /// The thread only moves commands and calls the parts: `FanOutQueue` decides what a round
@@ -17,8 +17,9 @@ final class EventBroker: Service {
     struct Settings: Sendable {
         var maximumSubscribers = 10_000
         var heartbeatSeconds = 15.0
-        /// A stream holding more than this is "full": further events wait, coalesced.
-        var streamBufferBytes = 64 * 1024
+        /// The cap on one stream's unsent bytes (see `Subscriber`): past it the subscriber
+        /// is disconnected; from a quarter of it further events wait, coalesced.
+        var streamBufferBytes = 256 * 1024
         /// A subscriber with more tasks than this waiting is disconnected.
         var maximumPendingTasks = 2048
         /// Past this many events waiting for the broker itself, a task's events are
@@ -30,7 +31,7 @@ final class EventBroker: Service {
 
         /// The bounds of each subscriber.
         var subscriberLimits: Subscriber.Limits {
-            Subscriber.Limits(streamBufferBytes: streamBufferBytes, maximumPendingTasks: maximumPendingTasks)
+            Subscriber.Limits(unsentBytes: streamBufferBytes, maximumPendingTasks: maximumPendingTasks)
         }
     }
 
@@ -105,7 +106,7 @@ final class EventBroker: Service {
         }
         send(.attach(id, sink, filter))
         sink.onClose { [weak self] in self?.send(.detach(id)) }
-        sink.onDrain { [weak self] in self?.send(.drained(id)) }
+        sink.onDrain(atOrBelow: settings.subscriberLimits.lowWaterBytes) { [weak self] in self?.send(.drained(id)) }
         return id
     }
 
@@ -206,7 +207,9 @@ private final class BrokerThread {
             subscribers[id]?.drained()
         case .detach(let id):
             holding[id] = nil
-            return subscribers.removeValue(forKey: id) != nil
+            guard let subscriber = subscribers.removeValue(forKey: id) else { return false }
+            if subscriber.sink.hasStalled { report(.cutOff(.stalled), subscriber) }
+            return true
         case .wake:
             break
         }
@@ -261,10 +264,15 @@ private final class BrokerThread {
         return .now() + delay
     }
 
-    /// Logs a subscriber cut off for being too slow.
+    /// Logs a subscriber cut off for being too slow: one line, with the reason.
     private func report(_ delivery: Delivery, _ subscriber: Subscriber) {
-        guard case .cutOff(let pendingTasks) = delivery else { return }
-        logger.log(.warn, "events.subscriber_too_slow", ["pending_tasks": "\(pendingTasks)"])
+        guard case .cutOff(let why) = delivery else { return }
+        let event = "events.subscriber_too_slow"
+        switch why {
+        case .bytes(let bytes): logger.log(.warn, event, ["reason": why.reason, "unsent_bytes": "\(bytes)"])
+        case .pendingTasks(let count): logger.log(.warn, event, ["reason": why.reason, "pending_tasks": "\(count)"])
+        case .stalled: logger.log(.warn, event, ["reason": why.reason])
+        }
     }
 
     /// Keeps `holding` in step with a subscriber's held tasks.

@@ -5,15 +5,27 @@ import HTTPServer
 /// any thread.
 protocol EventSink: AnyObject, Sendable {
     /// Writes several pieces at once; returns false (and drops them) when the sink is no
-    /// longer open, or when more than `limit` bytes are already waiting.
+    /// longer open, or when more than `limit` bytes (shared ones included) are already
+    /// waiting.
     @discardableResult
     func write(contentsOf pieces: [[UInt8]], unlessMoreThan limit: Int) -> Bool
 
-    /// Bytes written and not yet taken by the peer.
+    /// Writes immutable pieces other sinks may hold too (a catch-up): referenced, not
+    /// copied, and not counted in `ownedBytes`.
+    @discardableResult
+    func writeShared(contentsOf pieces: [[UInt8]]) -> Bool
+
+    /// Bytes written and not yet taken by the peer, shared ones included.
     var bufferedBytes: Int { get }
+
+    /// Bytes written and not yet taken by the peer, less those written shared.
+    var ownedBytes: Int { get }
 
     /// Whether writes are still accepted.
     var isOpen: Bool { get }
+
+    /// Whether it was closed because its peer took nothing for the stall timeout.
+    var hasStalled: Bool { get }
 
     /// Ends at once, dropping what is not sent (a subscriber cut off for being too slow).
     func abort()
@@ -24,8 +36,9 @@ protocol EventSink: AnyObject, Sendable {
     /// Adds `handler`, run once when the peer is gone (at once, if it is gone already).
     func onClose(_ handler: @escaping @Sendable () -> Void)
 
-    /// Sets `handler`, run when what waits in the sink drains to its low-water mark.
-    func onDrain(_ handler: @escaping @Sendable () -> Void)
+    /// Sets `handler`, run when what waits in the sink falls to `lowWaterBytes` after
+    /// being above.
+    func onDrain(atOrBelow lowWaterBytes: Int, _ handler: @escaping @Sendable () -> Void)
 }
 
 extension ResponseStream: EventSink {}

@@ -16,8 +16,27 @@ enum Delivery: Equatable {
     case waiting
     /// Dropped: the stream is no longer open.
     case dropped
-    /// Too many tasks were waiting: the stream was closed at once.
-    case cutOff(pendingTasks: Int)
+    /// Too slow: the stream was closed at once.
+    case cutOff(SlowSubscriber)
+}
+
+/// Why a subscriber was cut off, for its log line.
+enum SlowSubscriber: Equatable {
+    /// Its stream's owned unsent bytes and its waiting frames passed the cap.
+    case bytes(Int)
+    /// Too many tasks were waiting.
+    case pendingTasks(Int)
+    /// Its socket took nothing for the stall timeout (the HTTP layer closed it).
+    case stalled
+
+    /// The `reason` field of `events.subscriber_too_slow`.
+    var reason: String {
+        switch self {
+        case .bytes: "bytes"
+        case .pendingTasks: "pending_tasks"
+        case .stalled: "stalled"
+        }
+    }
 }
 
 /// One client of `GET /v1/events`, as the broker serves it: it owns its queue of frames
@@ -28,15 +47,31 @@ enum Delivery: Equatable {
 /// Until its catch-up is handed over it keeps the live events that match its filter; then
 /// the catch-up's frames go first and those events follow (`CatchUpMerge`). A round's
 /// frames go out in one write; when the stream is full they wait, one per task at its
-/// latest, and past `maximumPendingTasks` tasks waiting the stream is closed (its client
-/// reconnects and resumes from the last whole event it received).
+/// latest; the stream is closed (its client reconnects and resumes from the last whole
+/// event it received) once it holds more than its cap or too many tasks wait.
+///
+/// How bytes count against the cap (`Limits.unsentBytes`): the catch-up is written
+/// *shared* — immutable frames that subscribers with the same catch-up (`CatchUpCache`)
+/// reference without copying — and does not count, so a catch-up larger than the cap
+/// reaches a client that reads; every later write (live frames, held tasks, heartbeats)
+/// is *owned* and counts, with the frames waiting here. The cap is checked whenever
+/// frames must wait; a round written while the stream was below its full mark may pass it
+/// once (a round's frames are encoded once for every subscriber). How long a peer that
+/// reads nothing may hold shared bytes is bounded by the stall timeout of the HTTP layer.
 final class Subscriber {
     /// The bounds of one subscriber.
     struct Limits: Equatable {
-        /// A stream holding more than this is full: further frames wait, one per task.
-        var streamBufferBytes: Int
+        /// The cap: owned unsent bytes plus frames waiting here; past it, cut off.
+        var unsentBytes: Int
         /// Past this many tasks waiting, the subscriber is cut off.
         var maximumPendingTasks: Int
+
+        /// A stream holding this much or more (shared bytes included) is full: further
+        /// frames wait here, one per task, so a slow reader gets each task's latest.
+        var fullBytes: Int { unsentBytes / 4 }
+
+        /// When a full stream has sent down to this, waiting frames are written.
+        var lowWaterBytes: Int { fullBytes / 2 }
     }
 
     /// How other threads name it to the broker.
@@ -105,7 +140,7 @@ final class Subscriber {
     func caughtUp(_ catchUp: CatchUp, coalescingBacklog: Int, clock: any WallClock) -> Delivery {
         holdBack = catchUp.holdBack
         merge = CatchUpMerge(highWater: catchUp.highWater)
-        sink.write(contentsOf: catchUp.frames, unlessMoreThan: .max)
+        sink.writeShared(contentsOf: catchUp.frames)
         let following = merge.eventsAfterCatchUp(arrivedDuringCatchUp, coalescingBacklog: coalescingBacklog)
         arrivedDuringCatchUp = []
         isLive = true
@@ -114,7 +149,7 @@ final class Subscriber {
 
     /// The stream has room again: writes waiting frames, oldest first, while they fit.
     func drained() {
-        let frames = pending.takeFront(room: limits.streamBufferBytes - sink.bufferedBytes)
+        let frames = pending.takeFront(room: limits.fullBytes - sink.bufferedBytes)
         sink.write(contentsOf: frames, unlessMoreThan: .max)
     }
 
@@ -128,31 +163,39 @@ final class Subscriber {
     }
 
     /// Writes a heartbeat comment (`pieces`, shared by every subscriber) when live and
-    /// nothing waits (waiting frames will show the stream is alive soon enough).
+    /// nothing waits, here or in the stream (waiting bytes will show the stream is alive
+    /// soon enough, and a heartbeat must not grow a full stream).
     func heartbeat(_ pieces: [[UInt8]]) {
         guard isLive && pending.isEmpty else { return }
-        sink.write(contentsOf: pieces, unlessMoreThan: .max)
+        sink.write(contentsOf: pieces, unlessMoreThan: 0)
     }
 
     /// Ends the stream after what is written.
     func finish() { sink.finish() }
 
     /// Writes `frames` (one per task in `tasks`) at once, or, when the stream is full or
-    /// frames already wait, keeps them waiting; cuts the subscriber off past its bound.
+    /// frames already wait, keeps them waiting; cuts the subscriber off past its bounds.
     private func enqueue(_ frames: [[UInt8]], tasks: [String]) -> Delivery {
         guard !frames.isEmpty else { return .nothing }
-        if pending.isEmpty && sink.write(contentsOf: frames, unlessMoreThan: limits.streamBufferBytes - 1) {
+        if pending.isEmpty && sink.write(contentsOf: frames, unlessMoreThan: limits.fullBytes - 1) {
             return .written
         }
         guard sink.isOpen else { return .dropped }
         for (frame, task) in zip(frames, tasks) { pending.put(frame, for: task) }
-        guard pending.taskCount > limits.maximumPendingTasks else { return .waiting }
-        let count = pending.taskCount
+        let heldBytes = sink.ownedBytes + pending.byteCount
+        let overflow: SlowSubscriber
+        if heldBytes > limits.unsentBytes {
+            overflow = .bytes(heldBytes)
+        } else if pending.taskCount > limits.maximumPendingTasks {
+            overflow = .pendingTasks(pending.taskCount)
+        } else {
+            return .waiting
+        }
         pending.removeAll()
         // Closed at once: its socket is full, so a clean end would wait for a client that
         // may never read again. Its reconnection resumes from the last whole event.
         sink.abort()
-        return .cutOff(pendingTasks: count)
+        return .cutOff(overflow)
     }
 }
 
@@ -161,6 +204,8 @@ final class Subscriber {
 struct PendingFrames {
     private var frames: [String: [UInt8]] = [:]
     private var order: [String] = []
+    /// The bytes of the frames waiting.
+    private(set) var byteCount = 0
 
     /// Whether nothing waits.
     var isEmpty: Bool { order.isEmpty }
@@ -170,8 +215,12 @@ struct PendingFrames {
 
     /// Keeps `frame` as the task's latest, moving the task to the back.
     mutating func put(_ frame: [UInt8], for task: String) {
-        if frames.updateValue(frame, forKey: task) != nil { order.removeAll { $0 == task } }
+        if let replaced = frames.updateValue(frame, forKey: task) {
+            order.removeAll { $0 == task }
+            byteCount -= replaced.count
+        }
         order.append(task)
+        byteCount += frame.count
     }
 
     /// Takes frames from the front while there is room (the last may pass it).
@@ -183,6 +232,7 @@ struct PendingFrames {
             if let frame = frames.removeValue(forKey: task) {
                 taken.append(frame)
                 room -= frame.count
+                byteCount -= frame.count
             }
         }
         return taken
@@ -192,5 +242,6 @@ struct PendingFrames {
     mutating func removeAll() {
         frames = [:]
         order = []
+        byteCount = 0
     }
 }

@@ -76,6 +76,33 @@ import HeadwayStore
         }
     }
 
+    /// The event-stream bounds: defaults, environment, each flag at its limits and just past.
+    @Test func streamBufferBytesAndStallTimeout() throws {
+        let defaults = try parse([])
+        #expect(defaults.streamBufferBytes == 256 * 1024)
+        #expect(defaults.streamStallTimeoutSeconds == 30)
+        let fromEnvironment = try parse([], ["HEADWAY_STREAM_BUFFER_BYTES": "65536", "HEADWAY_STREAM_STALL_TIMEOUT": "5"])
+        #expect(fromEnvironment.streamBufferBytes == 65536 && fromEnvironment.streamStallTimeoutSeconds == 5)
+        #expect(try parse(["--stream-buffer-bytes", "4096"]).streamBufferBytes == 4096)
+        #expect(try parse(["--stream-buffer-bytes=1073741824"]).streamBufferBytes == 1_073_741_824)
+        #expect(try parse(["--stream-stall-timeout", "0.1"]).streamStallTimeoutSeconds == 0.1)
+        #expect(try parse(["--stream-stall-timeout", "86400"]).streamStallTimeoutSeconds == 86_400)
+        for bad in ["4095", "1073741825", "64k", ""] {
+            #expect(throws: UsageError("--stream-buffer-bytes must be a whole number from 4096 to 1073741824, not '\(bad)'")) {
+                _ = try Configuration.parse(arguments: ["--stream-buffer-bytes", bad], environment: [:])
+            }
+        }
+        for bad in ["0.09", "86401", "nan", "inf", "30s"] {
+            #expect(throws: UsageError("--stream-stall-timeout must be a number of seconds from 0.1 to 86400, not '\(bad)'")) {
+                _ = try Configuration.parse(arguments: ["--stream-stall-timeout", bad], environment: [:])
+            }
+        }
+        for text in ["--stream-buffer-bytes N", "HEADWAY_STREAM_BUFFER_BYTES", "--stream-stall-timeout SECONDS",
+                     "HEADWAY_STREAM_STALL_TIMEOUT"] {
+            #expect(Configuration.usage.contains(text))
+        }
+    }
+
     @Test func refusesToListenBeyondLoopbackWithoutTokens() {
         for address in ["0.0.0.0:8080", "[::]:8080", "192.0.2.1:80"] {
             #expect(throws: UsageError.self) { _ = try Configuration.parse(arguments: ["--listen", address], environment: [:]) }

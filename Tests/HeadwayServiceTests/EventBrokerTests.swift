@@ -100,7 +100,7 @@ import Testing
 
     @Test func aSlowSubscriberIsCutOffAndTheOthersGoOn() {
         let broker = broker {
-            $0.streamBufferBytes = 1000
+            $0.streamBufferBytes = 4000  // full at 1,000
             $0.maximumPendingTasks = 3
         }
         let (slow, _) = subscribe(broker)
@@ -112,13 +112,14 @@ import Testing
         #expect(slow.wasAborted)
         #expect(slow.writes.count == 1, "only its catch-up")
         #expect(fast.writtenTexts.last == (1...4).map { E.frame(E.event(Int64($0), "t\($0)")) }.joined())
-        #expect(logLines.all.contains { $0.contains("events.subscriber_too_slow") && $0.contains("4") })
+        #expect(logLines.all.contains { $0.contains("events.subscriber_too_slow") && $0.contains("reason=pending_tasks")
+            && $0.contains("pending_tasks=4") })
     }
 
     /// Frames that wait for a full stream go out, each task's latest once, when it drains;
     /// a subscriber that reads shows when each round has been handed out.
     @Test func framesThatWaitedGoOutWhenTheStreamDrains() {
-        let broker = broker { $0.streamBufferBytes = 1000 }
+        let broker = broker { $0.streamBufferBytes = 4000 }
         let (sink, _) = subscribe(broker)
         let (witness, _) = subscribe(broker)
         sink.fill(1000)
@@ -130,6 +131,21 @@ import Testing
         #expect(sink.waitForWrites(1))
         stop(broker)
         #expect(sink.writtenTexts.dropFirst() == [E.frame(E.event(2, "b")) + E.frame(E.event(3, "a"))])
+    }
+
+    /// A stream the HTTP layer closed because its peer took nothing for the stall timeout
+    /// is reported once, with its reason; its place is given back.
+    @Test func aStalledStreamIsReportedOnceWithItsReason() {
+        let broker = broker()
+        let (stalled, _) = subscribe(broker)
+        let (closed, _) = subscribe(broker)
+        stalled.stall()
+        closed.close()
+        stop(broker)
+        let reports = logLines.all.filter { $0.contains("events.subscriber_too_slow") }
+        #expect(reports.count == 1)
+        #expect(reports.first?.contains("reason=stalled") == true)
+        #expect(broker.subscriberCount == 0)
     }
 
     @Test func heldTasksAreReleasedWhenTheyComeOfAge() {

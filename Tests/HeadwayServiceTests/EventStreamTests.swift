@@ -373,4 +373,74 @@ import Testing
         }
         #expect(received == Set((0..<count).map { "t\($0)" } + ["marker"]))
     }
+    /// Clients that subscribe and then read nothing, with a snapshot far larger than
+    /// their sockets and the kernel hold: every stream is closed once its socket has taken
+    /// nothing for the stall timeout, and each place is given back.
+    @Test func streamsWhoseClientsReadNothingAreClosedAfterTheStallTimeout() throws {
+        let daemon = try LiveDaemon(arguments: ["--stream-stall-timeout", "0.5"])
+        let padding = String(repeating: "p", count: 4000)
+        // About 8 MB of snapshot for each subscriber.
+        for index in 0..<2000 {
+            try daemon.register(#"{"id":"t\#(index)","name":"Task","metadata":{"pad":"\#(padding)"}}"#)
+        }
+        let readers = try (0..<8).map { _ in try daemon.subscribe(receiveBuffer: 4096) }
+        #expect(readers.allSatisfy { $0.status == 200 })
+        // A stream closes within the timeout plus the watcher's check interval once its
+        // catch-up waits; the loop ends by itself long after that.
+        var polls = 0
+        while daemon.application.subscriberCount > 0 && polls < 3000 {
+            polls += 1
+            usleep(10_000)
+        }
+        #expect(daemon.application.subscriberCount == 0, "streams still open: \(daemon.application.subscriberCount)")
+        for reader in readers {
+            #expect(try reader.remainingEvents().allSatisfy { $0.event != "snapshot" }, "the snapshot never arrived whole")
+        }
+    }
+
+    /// A reader that stops while a few tasks keep changing is cut off once what its stream
+    /// holds passes the cap in bytes (far fewer tasks wait than the bound on tasks). With its
+    /// last id it then resumes exactly: each task it has not seen at its latest state comes
+    /// once, at that state, and nothing it already had comes again.
+    @Test func aReaderThatStopsIsCutOffPastTheCapInBytesAndResumesExactly() throws {
+        let daemon = try LiveDaemon(arguments: ["--stream-buffer-bytes", "16384"])
+        let padding = String(repeating: "p", count: 3900)
+        let tasks = (0..<6).map { "few\($0)" }
+        for task in tasks { try daemon.register(#"{"id":"\#(task)","name":"Few","metadata":{"pad":"\#(padding)"}}"#) }
+        let slow = try daemon.subscribe(receiveBuffer: 2048)
+        var latestLabel: [String: String] = [:]
+        var updates = 0
+        // About 4 KB per update: the kernel's buffers hold at most a few MB.
+        while daemon.application.subscriberCount > 0 && updates < 20_000 {
+            let task = tasks[updates % tasks.count]
+            try daemon.request("POST", "/v1/tasks/\(task)/heartbeat", json: #"{"label":"u\#(updates)"}"#)
+            latestLabel[task] = "u\(updates)"
+            updates += 1
+        }
+        #expect(daemon.application.subscriberCount == 0, "not cut off after \(updates) updates of \(tasks.count) tasks")
+
+        var seenLabel: [String: String] = [:]
+        var ids: [Int64] = []
+        while let event = try slow.nextEvent() {
+            if let id = event.id.flatMap({ Int64($0) }) { ids.append(id) }
+            if let task = event.json["id"] as? String { seenLabel[task] = event.json["label"] as? String }
+        }
+        #expect(ids == ids.sorted() && Set(ids).count == ids.count)
+        let lastID = try #require(ids.last, "the snapshot arrived")
+
+        let resumed = try daemon.subscribe(headers: [("Last-Event-ID", "\(lastID)")])
+        try daemon.register(#"{"id":"marker","name":"Marker"}"#)
+        let replayed = try resumed.events { $0.json["id"] as? String == "marker" }.dropLast()
+        let replayedIDs = replayed.compactMap { $0.id.flatMap { Int64($0) } }
+        #expect(replayedIDs.count == replayed.count && replayedIDs == replayedIDs.sorted())
+        #expect(replayedIDs.allSatisfy { $0 > lastID }, "nothing at or before the last id seen")
+        let replayedTasks = replayed.compactMap { $0.json["id"] as? String }
+        #expect(Set(replayedTasks).count == replayedTasks.count, "each task once")
+        #expect(Set(replayedTasks) == Set(tasks.filter { seenLabel[$0] != latestLabel[$0] }),
+                "exactly the tasks not seen at their latest state")
+        for event in replayed {
+            let task = try #require(event.json["id"] as? String)
+            #expect(event.json["label"] as? String == latestLabel[task], "\(task) at its latest state")
+        }
+    }
 }

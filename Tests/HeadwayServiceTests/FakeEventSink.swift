@@ -9,7 +9,10 @@ final class FakeEventSink: EventSink {
     private struct State {
         var writes: [[[UInt8]]] = []
         var buffered = 0
+        /// Of `buffered`, bytes written shared.
+        var sharedBuffered = 0
         var isOpen = true
+        var stalled = false
         var aborted = false
         var finished = false
         /// Whether written bytes stay buffered (the peer does not read).
@@ -22,11 +25,17 @@ final class FakeEventSink: EventSink {
     /// Signalled once per accepted write.
     private let written = DispatchSemaphore(value: 0)
 
+    /// Whether each accepted write was shared.
+    private let sharedFlags = Mutex<[Bool]>([])
+
     /// Every accepted write, each as its pieces.
     var writes: [[[UInt8]]] { state.withLock { $0.writes } }
 
     /// Every accepted write, its pieces joined as text.
     var writtenTexts: [String] { writes.map { String(decoding: $0.joined(), as: UTF8.self) } }
+
+    /// Whether each accepted write was shared (a catch-up), in order.
+    var sharedWrites: [Bool] { sharedFlags.withLock { $0 } }
 
     /// Whether the stream was closed at once.
     var wasAborted: Bool { state.withLock { $0.aborted } }
@@ -47,6 +56,7 @@ final class FakeEventSink: EventSink {
         let drained = state.withLock { state in
             state.peerStalled = false
             state.buffered = 0
+            state.sharedBuffered = 0
             return state.drainHandler
         }
         drained?()
@@ -62,6 +72,13 @@ final class FakeEventSink: EventSink {
         handlers.forEach { $0() }
     }
 
+    /// The peer took nothing for the stall timeout: the stream is closed and its close
+    /// handlers run, as the HTTP layer does.
+    func stall() {
+        state.withLock { $0.stalled = true }
+        close()
+    }
+
     /// Waits until `count` more writes have been accepted; false if they do not come
     /// within `seconds` (a broken broker, not a slow one: the writes need no time).
     func waitForWrites(_ count: Int, seconds: Double = 10) -> Bool {
@@ -71,10 +88,21 @@ final class FakeEventSink: EventSink {
     // MARK: - EventSink
 
     func write(contentsOf pieces: [[UInt8]], unlessMoreThan limit: Int) -> Bool {
+        append(pieces, unlessMoreThan: limit, shared: false)
+    }
+
+    func writeShared(contentsOf pieces: [[UInt8]]) -> Bool { append(pieces, unlessMoreThan: .max, shared: true) }
+
+    private func append(_ pieces: [[UInt8]], unlessMoreThan limit: Int, shared: Bool) -> Bool {
         let accepted = state.withLock { state in
             guard state.isOpen, state.buffered <= limit else { return false }
             state.writes.append(pieces)
-            if state.peerStalled { state.buffered += pieces.reduce(0) { $0 + $1.count } }
+            sharedFlags.withLock { $0.append(shared) }
+            if state.peerStalled {
+                let count = pieces.reduce(0) { $0 + $1.count }
+                state.buffered += count
+                if shared { state.sharedBuffered += count }
+            }
             return true
         }
         if accepted { written.signal() }
@@ -82,6 +110,10 @@ final class FakeEventSink: EventSink {
     }
 
     var bufferedBytes: Int { state.withLock { $0.buffered } }
+
+    var ownedBytes: Int { state.withLock { $0.buffered - $0.sharedBuffered } }
+
+    var hasStalled: Bool { state.withLock { $0.stalled } }
 
     var isOpen: Bool { state.withLock { $0.isOpen } }
 
@@ -101,7 +133,9 @@ final class FakeEventSink: EventSink {
 
     func onClose(_ handler: @escaping @Sendable () -> Void) { state.withLock { $0.closeHandlers.append(handler) } }
 
-    func onDrain(_ handler: @escaping @Sendable () -> Void) { state.withLock { $0.drainHandler = handler } }
+    func onDrain(atOrBelow lowWaterBytes: Int, _ handler: @escaping @Sendable () -> Void) {
+        state.withLock { $0.drainHandler = handler }
+    }
 }
 
 /// Events for tests of the event stream's parts.

@@ -6,7 +6,8 @@ import Testing
 /// what it keeps waiting, when it is cut off, and how its catch-up joins live events.
 @Suite struct SubscriberTests {
     let clock = ManualClock()
-    let limits = Subscriber.Limits(streamBufferBytes: 1000, maximumPendingTasks: 3)
+    /// Full at 1,000 bytes, cut off past 4,000.
+    let limits = Subscriber.Limits(unsentBytes: 4000, maximumPendingTasks: 3)
     let catchUpFrame = "retry: 3000\n\n"
     typealias E = TestEvents
 
@@ -103,11 +104,58 @@ import Testing
         sink.fill(1000)
         #expect(subscriber.deliver(RoundEvents((1...3).map { E.event($0, "t\($0)") }), clock: clock) == .waiting)
         #expect(!sink.wasAborted, "at the bound, it waits")
-        #expect(subscriber.deliver(RoundEvents([E.event(4, "t4")]), clock: clock) == .cutOff(pendingTasks: 4))
+        #expect(subscriber.deliver(RoundEvents([E.event(4, "t4")]), clock: clock) == .cutOff(.pendingTasks(4)))
         #expect(sink.wasAborted && !sink.wasFinished, "closed at once, not after what is queued")
         #expect(subscriber.pendingTaskCount == 0)
         #expect(subscriber.deliver(RoundEvents([E.event(5, "t5")]), clock: clock) == .dropped)
         #expect(subscriber.pendingTaskCount == 0)
+    }
+
+    /// Owned unsent bytes and waiting frames together are capped: at the cap it waits,
+    /// one byte past it the stream is closed, however few tasks wait.
+    @Test func pastTheCapInBytesASubscriberIsCutOffEvenWithOneTaskWaiting() {
+        let frame = E.frame(E.event(1, "big"))
+        for (owned, expected) in [(4000 - frame.utf8.count, Delivery.waiting),
+                                  (4001 - frame.utf8.count, .cutOff(.bytes(4001)))] {
+            let sink = FakeEventSink()
+            let subscriber = live(sink)
+            sink.fill(owned)
+            #expect(subscriber.deliver(RoundEvents([E.event(1, "big")]), clock: clock) == expected, "\(owned) bytes owned")
+            #expect(sink.wasAborted == (expected != .waiting))
+        }
+    }
+
+    /// The catch-up is written shared (referenced, not counted): one larger than the cap
+    /// reaches a client that reads, and only what is written after it counts.
+    @Test func aCatchUpLargerThanTheCapIsSharedAndDoesNotCount() {
+        let sink = FakeEventSink()
+        let subscriber = subscriber(sink)
+        sink.fill(0)
+        let big = Array(repeating: UInt8(ascii: "x"), count: 10_000)
+        let catchUp = CatchUp(frames: [big], highWater: 0, holdBack: HoldBack(filter: StreamFilter()))
+        #expect(subscriber.caughtUp(catchUp, coalescingBacklog: 1024, clock: clock) == .nothing)
+        #expect(sink.sharedWrites == [true])
+        #expect(sink.bufferedBytes == 10_000 && sink.ownedBytes == 0)
+        // The stream is full (its catch-up waits): live frames wait too, and count.
+        #expect(subscriber.deliver(RoundEvents([E.event(1, "a")]), clock: clock) == .waiting)
+        #expect(!sink.wasAborted)
+        sink.peerRead()
+        subscriber.drained()
+        #expect(sink.writtenTexts.last == E.frame(E.event(1, "a")))
+        #expect(sink.sharedWrites == [true, false], "live frames are owned")
+    }
+
+    /// A heartbeat goes only into an empty stream: it must not grow one whose peer reads
+    /// nothing (nor add to a catch-up still waiting).
+    @Test func heartbeatsNeverGrowAStreamThatHoldsBytes() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink)
+        sink.fill(10)
+        subscriber.heartbeat([EventFrames.heartbeat])
+        #expect(sink.writes.count == 1, "only the catch-up")
+        sink.peerRead()
+        subscriber.heartbeat([EventFrames.heartbeat])
+        #expect(sink.writtenTexts.last == ":\n\n")
     }
 
     @Test func manyChangesOfOneTaskNeverCutASubscriberOff() {
