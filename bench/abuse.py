@@ -232,6 +232,7 @@ def closed_by_server(socks):
     """How many of `socks` the server has closed (EOF or reset, nothing unread before it)."""
     closed = 0
     for sock in socks:
+        sock.setblocking(False)  # a socket with a timeout would wait for bytes before peeking
         try:
             closed += sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
         except BlockingIOError:
