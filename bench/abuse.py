@@ -115,6 +115,7 @@ class HonestLoad:
         self.stopping = threading.Event()
         self.requests = []   # (finished at, latency ms, error or None)
         self.probes = []     # (finished at, snapshot wait ms, error or None)
+        self.waiting = {}    # runner or probe: since when its request is unanswered
         self.samples = []    # (at, RSS KiB, CPU seconds); RSS None once the process is gone
         self.subscribers = servers.Subscribers(server.port, subscribers, events_request(self.tasks))
         self.threads = [threading.Thread(target=self._run, args=(task,)) for task in self.tasks]
@@ -131,6 +132,7 @@ class HonestLoad:
             if self.stopping.wait(max(0.0, slot - time.monotonic())):
                 break
             error = None
+            self.waiting[task] = slot
             try:
                 api = api or http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
                 status, _ = post(api, path, {"increment": 1, "label": f"t={time.time_ns()}", "unit": "files"})
@@ -143,6 +145,7 @@ class HonestLoad:
                 api = None
             done = time.monotonic()
             self.requests.append((done, (done - slot) * 1000, error))
+            del self.waiting[task]
             if error:
                 self.stopping.wait(0.05)  # do not spin on a dead daemon
 
@@ -154,6 +157,7 @@ class HonestLoad:
         """A new subscriber every second: how long until its snapshot has arrived."""
         while not self.stopping.wait(1.0):
             started, error = time.monotonic(), None
+            self.waiting["probe"] = started
             try:
                 with socket.create_connection(("127.0.0.1", self.server.port), timeout=15) as sock:
                     sock.sendall(events_request(self.tasks))
@@ -168,6 +172,7 @@ class HonestLoad:
                 error = type(failure).__name__
             done = time.monotonic()
             self.probes.append((done, (done - started) * 1000, error))
+            del self.waiting["probe"]
 
     def _sample(self):
         pid = self.server.pid
@@ -180,11 +185,16 @@ class HonestLoad:
     def mark(self):
         """A point in time the figures can be split at."""
         states = self.subscribers.states
-        return {"at": time.monotonic(), "events": [len(s["latencies"]) for s in states],
+        now = time.monotonic()
+        return {"at": now, "events": [len(s["latencies"]) for s in states],
+                "waiting": {who: (now - since) * 1000 for who, since in list(self.waiting.items())},
                 "closed": len(states) - len(self.subscribers.selector.get_map())}
 
-    def window(self, start, end):
-        """The honest clients' figures and the daemon's between two marks."""
+    def window(self, start, end, unanswered=False):
+        """The honest clients' figures and the daemon's between two marks; with `unanswered`,
+        a request or probe still waiting at the end counts with its wait so far (the last
+        window, which no later one would otherwise see)."""
+        waiting = end["waiting"] if unanswered else {}
         requests = [r for r in self.requests if start["at"] <= r[0] < end["at"]]
         probes = [p for p in self.probes if start["at"] <= p[0] < end["at"]]
         delays = [d for s, a, b in zip(self.subscribers.states, start["events"], end["events"])
@@ -199,12 +209,14 @@ class HonestLoad:
                 errors[error] = errors.get(error, 0) + 1
         if end["closed"] > start["closed"]:
             errors["stream closed"] = end["closed"] - start["closed"]
-        latencies = [r[1] for r in requests]
+        latencies = [r[1] for r in requests] + [ms for who, ms in waiting.items() if who != "probe"]
         return {
             "seconds": end["at"] - start["at"], "requests": len(requests),
             "p50_ms": percentile(latencies, 0.50), "p99_ms": percentile(latencies, 0.99),
             "events": len(delays), "event_p99_ms": percentile(delays, 0.99),
-            "snapshot_max_ms": max((p[1] for p in probes), default=None),
+            "snapshot_max_ms": max([p[1] for p in probes] + ([waiting["probe"]] if "probe" in waiting else []),
+                                   default=None),
+            "unanswered_at_end": len(waiting),
             "rss_peak_mib": max((s[1] for s in samples), default=0) / 1024, "cpu_percent": cpu,
             "errors": errors,
         }
@@ -489,7 +501,7 @@ def run_phase(name, options, log_folder, log):
         result["alive"] = server.process.poll() is None
         end = load.mark()
         result["timed_out"] = not done.is_set()
-        result["quiet"], result["attack"] = load.window(before, middle), load.window(middle, end)
+        result["quiet"], result["attack"] = load.window(before, middle), load.window(middle, end, True)
         stop.set()
         attacker.join(timeout=30)
         try:
