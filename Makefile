@@ -10,7 +10,7 @@ PYTHON := $(VENV)/bin/python3
 # Warnings fail the build in CI (.ci/run sets CI=true); locally they stay warnings.
 SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 
-.PHONY: run test build release deps test-deps migrations bench clean
+.PHONY: run test build release deps test-deps migrations bench bench-abuse clean
 
 ## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
 run: deps release
@@ -44,6 +44,13 @@ bench:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	$(PYTHON) bench/suite.py
+
+## Hostile clients (issue 10) against honest runners and subscribers, one fresh daemon per
+## attack: prints a table with PASS/FAIL per attack (about 5 minutes). ABUSE_ARGS="--json out.json"
+bench-abuse:
+	@HEADWAY_BENCH=1 scripts/install-deps.sh
+	$(SWIFT) build -c release $(SWIFT_FLAGS)
+	$(PYTHON) bench/abuse.py $(ABUSE_ARGS)
 
 clean:
 	rm -rf .build

@@ -78,14 +78,16 @@ class Headway:
     """headwayd with a fresh database."""
     name = "headway"
 
-    def __init__(self, durability="full", extra=()):
+    def __init__(self, durability="full", extra=(), stderr=None):
+        """Starts headwayd; `stderr` (a file) receives its log instead of this process's stderr."""
         self.durability = durability
         self.name = f"headway ({durability})"
         self.work = tempfile.mkdtemp()
         self.port = free_port()
         self.process = subprocess.Popen(
             ["taskset", "-c", "0", HEADWAYD, "--listen", f"127.0.0.1:{self.port}", "--db", f"{self.work}/h.db",
-             "--durability", durability, "--log-level", "warn", "--max-subscribers", "20000", *extra])
+             "--durability", durability, "--log-level", "warn", "--max-subscribers", "20000", *extra],
+            stderr=stderr)
         wait_for_port(self.port, self.process)
         self.pid = self.process.pid
 

@@ -1,0 +1,640 @@
+#!/usr/bin/env python3
+"""Hostile clients against a daemon serving honest runners and subscribers (issue 10).
+
+Each phase runs on its own fresh release headwayd (pinned to CPU 0, a temporary database,
+`--durability normal` unless told otherwise), so nothing one attack leaves behind (8,000
+big tasks, a deep chain, held sockets) slows the next. A phase is:
+
+  setup     what the attack needs (e.g. 8,000 tasks with 4 KB metadata)
+  honest    8 keep-alive runners each posting a progress update RATE times a second to its
+            own task, 20 SSE subscribers of those tasks, and a probe that opens a new
+            subscriber every second and times its snapshot; all run until the phase ends
+  quiet     SECONDS of honest load alone: the baseline
+  attack    SECONDS at least (until the attack's script is done, at most TIMEBOX): the
+            attack runs in a child process (nice 10, so the honest clients keep CPU 1)
+
+A runner's latency is measured from the moment it meant to send (a fixed schedule, as wrk2
+does), so a stalled daemon shows in the percentiles however few requests it let through.
+A subscriber's delivery delay is receipt time minus the send time stamped in the label.
+The daemon's RSS (VmRSS) and CPU (utime+stime) are sampled every 100 ms.
+
+A phase PASSES when, during the attack, the daemon stays alive, the honest clients see no
+error, their request p99 and event delivery p99 stay within 2x of the quiet baseline of
+the same daemon, and the peak RSS stays within 2x the quiet peak + 200 MB. The `quiet`
+phase runs no attack: its ratios show how much two quiet windows differ on this machine.
+
+    bench/abuse.py [--seconds 10] [--phases quiet,slow-readers,...] [--json PATH]
+"""
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import selectors
+import socket
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import servers  # noqa: E402
+
+JSON = {"Content-Type": "application/json"}
+ALL_EVENTS = b"GET /v1/events HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n"
+
+
+def percentile(values, fraction):
+    """The nearest-rank percentile of `values` (None when there are none)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, min(len(ordered) - 1, int(round(fraction * len(ordered))) - 1))]
+
+
+def process_cpu_seconds(pid):
+    """utime + stime of the whole process from /proc/PID/stat: unlike per-thread schedstat
+    (servers.cpu_seconds), it keeps the time of threads that have already exited."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def big_metadata(number):
+    """About 4 KB of task metadata (the limit is 4096 bytes as compact JSON)."""
+    return {"n": number, "blob": "m" * 4000}
+
+
+def post(api, path, document=None):
+    """POSTs JSON on a keep-alive connection; returns (status, parsed body or None)."""
+    api.request("POST", path, body=json.dumps(document or {}), headers=JSON)
+    response = api.getresponse()
+    data = response.read()
+    try:
+        return response.status, json.loads(data) if data else None
+    except ValueError:
+        return response.status, None
+
+
+def register_tasks(port, documents, connections=8):
+    """Registers every task document over `connections` keep-alive connections."""
+    failures = []
+
+    def worker(part):
+        api = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for document in part:
+            status, _ = post(api, "/v1/tasks", document)
+            if status not in (200, 201):
+                failures.append((document.get("id"), status))
+        api.close()
+
+    threads = [threading.Thread(target=worker, args=(documents[i::connections],)) for i in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise RuntimeError(f"{len(failures)} registrations refused, first {failures[0]}")
+
+
+def events_request(tasks):
+    """The head of a subscription to `tasks`."""
+    query = "&".join(f"task={task}" for task in tasks)
+    return f"GET /v1/events?{query} HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n".encode()
+
+
+# --- the honest load -------------------------------------------------------------------
+
+class HonestLoad:
+    """Runners, subscribers, a snapshot probe and a sampler of the daemon, each a thread."""
+
+    def __init__(self, server, runners, rate, subscribers):
+        self.server, self.rate = server, rate
+        self.tasks = [f"honest-{i}" for i in range(runners)]
+        register_tasks(server.port, [{"id": t, "name": f"Honest {t}"} for t in self.tasks])
+        self.stopping = threading.Event()
+        self.requests = []   # (finished at, latency ms, error or None)
+        self.probes = []     # (finished at, snapshot wait ms, error or None)
+        self.waiting = {}    # runner or probe: since when its request is unanswered
+        self.samples = []    # (at, RSS KiB, CPU seconds); RSS None once the process is gone
+        self.subscribers = servers.Subscribers(server.port, subscribers, events_request(self.tasks))
+        self.threads = [threading.Thread(target=self._run, args=(task,)) for task in self.tasks]
+        self.threads += [threading.Thread(target=self._pump), threading.Thread(target=self._probe),
+                         threading.Thread(target=self._sample)]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self, task):
+        """One runner: an update every 1/rate s on one keep-alive connection."""
+        api, slot, path = None, time.monotonic(), f"/v1/tasks/{task}/progress"
+        while not self.stopping.is_set():
+            slot += 1.0 / self.rate
+            if self.stopping.wait(max(0.0, slot - time.monotonic())):
+                break
+            error = None
+            self.waiting[task] = slot
+            try:
+                api = api or http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+                status, _ = post(api, path, {"increment": 1, "label": f"t={time.time_ns()}", "unit": "files"})
+                if not 200 <= status < 300:
+                    error = f"HTTP {status}"
+            except (OSError, http.client.HTTPException) as failure:
+                error = type(failure).__name__
+                if api is not None:
+                    api.close()
+                api = None
+            done = time.monotonic()
+            self.requests.append((done, (done - slot) * 1000, error))
+            del self.waiting[task]
+            if error:
+                self.stopping.wait(0.05)  # do not spin on a dead daemon
+
+    def _pump(self):
+        while not self.stopping.is_set():
+            self.subscribers.pump(0.05)
+
+    def _probe(self):
+        """A new subscriber every second: how long until its snapshot has arrived."""
+        while not self.stopping.wait(1.0):
+            started, error = time.monotonic(), None
+            self.waiting["probe"] = started
+            try:
+                with socket.create_connection(("127.0.0.1", self.server.port), timeout=15) as sock:
+                    sock.sendall(events_request(self.tasks))
+                    data = b""
+                    # The stream is chunked: the snapshot is whole once a blank line follows it.
+                    while b"\n\n" not in data.partition(b"event: snapshot")[2]:
+                        chunk = sock.recv(65536)
+                        if not chunk:
+                            raise ConnectionError("closed before the snapshot")
+                        data += chunk
+            except OSError as failure:
+                error = type(failure).__name__
+            done = time.monotonic()
+            self.probes.append((done, (done - started) * 1000, error))
+            del self.waiting["probe"]
+
+    def _sample(self):
+        pid = self.server.pid
+        while not self.stopping.wait(0.1):
+            try:
+                self.samples.append((time.monotonic(), servers.rss_kib(pid), process_cpu_seconds(pid)))
+            except (OSError, ValueError, IndexError):
+                self.samples.append((time.monotonic(), None, None))
+
+    def mark(self):
+        """A point in time the figures can be split at."""
+        states = self.subscribers.states
+        now = time.monotonic()
+        return {"at": now, "events": [len(s["latencies"]) for s in states],
+                "waiting": {who: (now - since) * 1000 for who, since in list(self.waiting.items())},
+                "closed": len(states) - len(self.subscribers.selector.get_map())}
+
+    def window(self, start, end, unanswered=False):
+        """The honest clients' figures and the daemon's between two marks; with `unanswered`,
+        a request or probe still waiting at the end counts with its wait so far (the last
+        window, which no later one would otherwise see)."""
+        waiting = end["waiting"] if unanswered else {}
+        requests = [r for r in self.requests if start["at"] <= r[0] < end["at"]]
+        probes = [p for p in self.probes if start["at"] <= p[0] < end["at"]]
+        delays = [d for s, a, b in zip(self.subscribers.states, start["events"], end["events"])
+                  for d in s["latencies"][a:b]]
+        samples = [s for s in self.samples if start["at"] <= s[0] <= end["at"] and s[1] is not None]
+        cpu = None
+        if len(samples) >= 2:
+            cpu = 100 * (samples[-1][2] - samples[0][2]) / (samples[-1][0] - samples[0][0])
+        errors = {}
+        for _, _, error in requests + probes:
+            if error:
+                errors[error] = errors.get(error, 0) + 1
+        if end["closed"] > start["closed"]:
+            errors["stream closed"] = end["closed"] - start["closed"]
+        latencies = [r[1] for r in requests] + [ms for who, ms in waiting.items() if who != "probe"]
+        return {
+            "seconds": end["at"] - start["at"], "requests": len(requests),
+            "p50_ms": percentile(latencies, 0.50), "p99_ms": percentile(latencies, 0.99),
+            "events": len(delays), "event_p99_ms": percentile(delays, 0.99),
+            "snapshot_max_ms": max([p[1] for p in probes] + ([waiting["probe"]] if "probe" in waiting else []),
+                                   default=None),
+            "unanswered_at_end": len(waiting),
+            "rss_peak_mib": max((s[1] for s in samples), default=0) / 1024, "cpu_percent": cpu,
+            "errors": errors,
+        }
+
+    def stop(self):
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=40)
+        self.subscribers.close()
+
+
+# --- the attacks: each runs in a child process until `stop`, sets `done` when its ---------
+# --- scripted part is over, and puts one line of notes for the report ---------------------
+
+def connect(port, timeout=2.0, receive_buffer=None):
+    sock = socket.socket()
+    if receive_buffer:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+    sock.settimeout(timeout)
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def closed_by_server(socks):
+    """How many of `socks` the server has closed (EOF or reset, nothing unread before it)."""
+    closed = 0
+    for sock in socks:
+        sock.setblocking(False)  # a socket with a timeout would wait for bytes before peeking
+        try:
+            closed += sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+    return closed
+
+
+def hold_connections(port, count, first_bytes, stop, done, notes, timebox):
+    """Opens up to `count` connections, sends each `first_bytes` (maybe none), holds them."""
+    socks, failures, consecutive = [], {}, 0
+    try:
+        while len(socks) < count and consecutive < 50 and not stop.is_set():
+            try:
+                sock = connect(port)
+                if first_bytes:
+                    sock.sendall(first_bytes)
+                socks.append(sock)
+                consecutive = 0
+            except OSError as failure:
+                failures[type(failure).__name__] = failures.get(type(failure).__name__, 0) + 1
+                consecutive += 1
+        done.set()
+        stop.wait(timebox)
+        notes.put(f"opened {len(socks)} of {count} (failed: {failures or 'none'}); "
+                  f"closed by the server by the end: {closed_by_server(socks)}")
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def quiet(port, options, stop, done, notes):
+    """No attack: a second quiet window, to show the noise between two quiet windows."""
+    done.set()
+    notes.put("no attack")
+
+
+def slow_readers(port, options, stop, done, notes):
+    """Event streams of every task over a 4 KiB receive buffer, never read."""
+    socks = []
+    try:
+        for _ in range(options["slow_readers"]):
+            sock = connect(port, timeout=5, receive_buffer=4096)
+            sock.sendall(ALL_EVENTS)
+            socks.append(sock)
+        done.set()
+        stop.wait(options["timebox"])
+        notes.put(f"{len(socks)} streams of all {options['big_tasks']:,} big tasks held, never read")
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def half_sent_heads(port, options, stop, done, notes):
+    """Connections that send part of a request line and then nothing."""
+    hold_connections(port, options["half_heads"], b"GET /v1/tas", stop, done, notes, options["timebox"])
+
+
+def connection_flood(port, options, stop, done, notes):
+    """As many silent connections as this process can open."""
+    hold_connections(port, options["flood"], b"", stop, done, notes, options["timebox"])
+
+
+def deep_tree(port, options, stop, done, notes):
+    """A parent chain as deep as allowed, updates of its leaf, then a cancel of its root."""
+    api = http.client.HTTPConnection("127.0.0.1", port, timeout=options["timebox"])
+    depth, refusal, steps = 0, None, []
+    try:
+        started = time.monotonic()
+        while depth < options["depth_cap"] and not stop.is_set():
+            document = {"id": f"deep-{depth}", "name": f"Deep {depth}", "metadata": big_metadata(depth)}
+            if depth:
+                document["parent_id"] = f"deep-{depth - 1}"
+            status, reply = post(api, "/v1/tasks", document)
+            if status not in (200, 201):
+                refusal = f"{status} {(reply or {}).get('code', '')}".strip()
+                break
+            depth += 1
+        steps.append(f"chain of {depth} in {time.monotonic() - started:.1f} s"
+                     f"{f' (next refused: {refusal})' if refusal else ''}")
+        leaf, times = f"deep-{depth - 1}", []
+        for _ in range(options["leaf_updates"] if depth and not stop.is_set() else 0):
+            started = time.monotonic()
+            post(api, f"/v1/tasks/{leaf}/progress", {"increment": 1})
+            times.append((time.monotonic() - started) * 1000)
+        if times:
+            steps.append(f"leaf update median {percentile(times, 0.5):.1f} ms")
+        if depth and not stop.is_set():
+            started = time.monotonic()
+            status, _ = post(api, "/v1/tasks/deep-0/cancel")
+            steps.append(f"root cancel {status} in {time.monotonic() - started:.2f} s")
+        done.set()
+        stop.wait(options["timebox"])
+    except (OSError, http.client.HTTPException) as failure:
+        steps.append(f"stopped by {type(failure).__name__} at depth {depth}")
+    finally:
+        api.close()
+        notes.put("; ".join(steps))
+
+
+def catch_up_storm(port, options, stop, done, notes):
+    """100 subscriptions to one task opened and closed at once, once a second."""
+    request, rounds, failures = events_request(["big-0"]), 0, 0
+    while rounds < 1000 and not stop.is_set():
+        socks = []
+        for _ in range(options["storm"]):
+            try:
+                sock = connect(port)
+                sock.sendall(request)
+                socks.append(sock)
+            except OSError:
+                failures += 1
+        for sock in socks:
+            sock.close()
+        rounds += 1
+        done.set()
+        stop.wait(1.0)
+    notes.put(f"{rounds} rounds of {options['storm']} opened and closed ({failures} failed to connect)")
+
+
+def first_lines(port, payloads, wait):
+    """Sends each payload on its own connection; returns, per payload, the status the
+    server answered (or `silence`, `closed`, `reset`) and the seconds it took."""
+    selector, outcomes, started = selectors.DefaultSelector(), {}, time.monotonic()
+    for index, payload in enumerate(payloads):
+        try:
+            sock = connect(port)
+            sock.sendall(payload)
+            sock.setblocking(False)
+            selector.register(sock, selectors.EVENT_READ, index)
+        except OSError as failure:
+            outcomes[index] = (type(failure).__name__, 0.0)
+    while selector.get_map() and time.monotonic() - started < wait:
+        for key, _ in selector.select(0.1):
+            try:
+                data = key.fileobj.recv(256)
+                outcome = data.split(b" ", 2)[1].decode(errors="replace") if data else "closed"
+            except OSError:
+                outcome = "reset"
+            outcomes[key.data] = (outcome, time.monotonic() - started)
+            selector.unregister(key.fileobj)
+            key.fileobj.close()
+    for key in list(selector.get_map().values()):
+        outcomes[key.data] = ("silence", wait)
+        key.fileobj.close()
+    selector.close()
+    return [outcomes[i] for i in range(len(payloads))]
+
+
+def tally(kinds, stop, done, port, wait, concurrent=1):
+    """Sends every kind's payload `concurrent` times a round until `stop`; per kind, the
+    outcomes seen and the slowest answer."""
+    seen = {name: {} for name in kinds}
+    slowest = dict.fromkeys(kinds, 0.0)
+    for _ in range(200):
+        if stop.is_set():
+            break
+        names = [name for name in kinds for _ in range(concurrent)]
+        for name, (outcome, seconds) in zip(names, first_lines(port, [kinds[n] for n in names], wait)):
+            seen[name][outcome] = seen[name].get(outcome, 0) + 1
+            slowest[name] = max(slowest[name], seconds)
+        done.set()
+    return "; ".join(f"{name}: {seen[name]} (slowest {slowest[name]:.1f} s)" for name in kinds)
+
+
+def huge_heads(port, options, stop, done, notes):
+    """Heads with 150 query parameters and with 60 `task=` parameters, 10 of each a round."""
+    many = "&".join(f"p{i}={i}" for i in range(150))
+    kinds = {"150 query params": f"GET /v1/tasks?{many} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode(),
+             "60 task= params": events_request([f"task-{i:02d}" for i in range(60)])}
+    notes.put(tally(kinds, stop, done, port, wait=5.0, concurrent=10))
+
+
+HOSTILE = {
+    "%00 in path": b"GET /v1/tasks/a%00b HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    "raw NUL in path": b"GET /v1/tasks/a\x00b HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    "ESC/CR/LF in path": b"GET /v1/tasks/%1b%5b31m%0d%0afake HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    "control bytes in a header": b"GET /v1/tasks HTTP/1.1\r\nHost: localhost\r\nX-A: \x01\x1b[2J\x7f\r\n\r\n",
+    "bare-LF head /v1/tasks": b"GET /v1/tasks HTTP/1.1\nHost: localhost\n\n",
+    "bare-LF head /v1/events": b"GET /v1/events HTTP/1.1\nHost: localhost\nAccept: text/event-stream\n\n",
+    "DELETE victim%00%2F..%2Fx": b"DELETE /v1/tasks/victim%00%2F..%2Fx HTTP/1.1\r\nHost: localhost\r\n\r\n",
+}
+
+
+def hostile_bytes(port, options, stop, done, notes):
+    """NUL and control characters in targets and headers, bare-LF heads; then whether the
+    NUL-truncated DELETE removed the task `victim`."""
+    summary = tally(HOSTILE, stop, done, port, wait=12.0)
+    try:
+        api = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        api.request("GET", "/v1/tasks/victim")
+        status = api.getresponse().status
+        api.close()
+        victim = "still there" if status == 200 else f"GET answers {status}"
+    except (OSError, http.client.HTTPException) as failure:
+        victim = f"unknown ({type(failure).__name__})"
+    notes.put(f"{summary}; task `victim` afterwards: {victim}")
+
+
+# --- phases ---------------------------------------------------------------------------------
+
+def big_tasks(port, options):
+    register_tasks(port, [{"id": f"big-{i}", "name": f"Big {i}", "metadata": big_metadata(i)}
+                          for i in range(options["big_tasks"])])
+
+
+def victim_task(port, options):
+    register_tasks(port, [{"id": "victim", "name": "Victim"}])
+
+
+PHASES = {  # name: (attack, setup)
+    "quiet": (quiet, None),
+    "slow-readers": (slow_readers, big_tasks),
+    "half-heads": (half_sent_heads, None),
+    "flood": (connection_flood, None),
+    "deep-tree": (deep_tree, None),
+    "catch-up-storm": (catch_up_storm, big_tasks),
+    "huge-heads": (huge_heads, None),
+    "hostile-bytes": (hostile_bytes, victim_task),
+}
+
+
+def attacker_main(attack, port, options, stop, done, notes):
+    """The child process: lower priority, then the attack."""
+    os.nice(10)
+    attack(port, options, stop, done, notes)
+
+
+def run_phase(name, options, log_folder, log):
+    """One phase on its own daemon; returns its figures (always, whatever happens)."""
+    attack, setup = PHASES[name]
+    result = {"phase": name, "notes": "", "alive": None, "exit": None, "error": None}
+    context = multiprocessing.get_context("spawn")
+    stop, done, notes = context.Event(), context.Event(), context.Queue()
+    daemon_log = open(os.path.join(log_folder, f"{name}.log"), "w")
+    server = load = attacker = None
+    try:
+        server = servers.Headway(options["durability"], stderr=daemon_log)
+        if setup:
+            started = time.monotonic()
+            setup(server.port, options)
+            log(f"  setup {setup.__name__} in {time.monotonic() - started:.1f} s")
+        load = HonestLoad(server, options["runners"], options["rate"], options["subscribers"])
+        time.sleep(1.0)
+        before = load.mark()
+        time.sleep(options["seconds"])
+        middle = load.mark()
+        attacker = context.Process(target=attacker_main, args=(attack, server.port, options, stop, done, notes))
+        attacker.start()
+        shortest, longest = middle["at"] + options["seconds"], middle["at"] + options["timebox"]
+        while time.monotonic() < longest and not (time.monotonic() >= shortest and done.is_set()):
+            time.sleep(0.1)
+        result["alive"] = server.process.poll() is None
+        end = load.mark()
+        result["timed_out"] = not done.is_set()
+        result["quiet"], result["attack"] = load.window(before, middle), load.window(middle, end, True)
+        stop.set()
+        attacker.join(timeout=30)
+        try:
+            result["notes"] = notes.get(timeout=5)
+        except Exception:  # queue.Empty: the attack ended without a word
+            result["notes"] = "(no notes)"
+        if result["timed_out"]:
+            result["notes"] += f" [cut off after the {options['timebox']} s time box]"
+    except Exception as failure:  # a phase that breaks is reported, the next one still runs
+        result["error"] = f"{type(failure).__name__}: {failure}"
+    finally:
+        stop.set()
+        if attacker is not None and attacker.is_alive():
+            attacker.kill()
+            attacker.join(timeout=10)
+        if load is not None:
+            load.stop()
+        if server is not None:
+            server.stop()
+            result["exit"] = server.process.returncode
+        daemon_log.close()
+    with open(daemon_log.name, errors="replace") as written:
+        lines = written.read().splitlines()
+    result["daemon_log_lines"], result["daemon_log_tail"] = len(lines), lines[-3:]
+    return result
+
+
+def verdict(result, options):
+    """The failed criteria of a phase (none: PASS)."""
+    if result["error"]:
+        return [result["error"]]
+    quiet_, attack = result["quiet"], result["attack"]
+    failed = []
+    if not result["alive"]:
+        failed.append("daemon died")
+    if attack["errors"]:
+        failed.append("honest errors")
+    for key, label in (("p99_ms", "request p99"), ("event_p99_ms", "event p99")):
+        if attack[key] is None or quiet_[key] is None:
+            failed.append(f"no {label}")
+        elif attack[key] > 2 * quiet_[key]:
+            failed.append(f"{label} {attack[key] / quiet_[key]:.1f}x")
+    if attack["rss_peak_mib"] > rss_bound(result, options):
+        failed.append("RSS")
+    return failed
+
+
+def rss_bound(result, options):
+    return options["rss_factor"] * result["quiet"]["rss_peak_mib"] + options["rss_slack_mib"]
+
+
+def number(value, pattern="{:.1f}"):
+    return "—" if value is None else pattern.format(value)
+
+
+def exit_text(code):
+    if code is None:
+        return "—"
+    return {0: "clean", -6: "SIGABRT", -9: "killed"}.get(code, f"exit {code}")
+
+
+def table(results, options):
+    """The Markdown table of every phase, then its notes."""
+    rows = ["| phase | req p50 ms | req p99 ms quiet → attack | × | event p99 ms quiet → attack | × "
+            "| new subscriber's snapshot, max ms | RSS MiB quiet → peak (bound) | CPU % | honest errors "
+            "| alive / stop | verdict |", "|---|" + "---|" * 11]
+    for r in results:
+        if r["error"]:
+            rows.append(f"| {r['phase']} |" + " |" * 9 + f" {exit_text(r['exit'])} | FAIL: {r['error']} |")
+            continue
+        q, a = r["quiet"], r["attack"]
+        ratio = lambda key: number(a[key] / q[key], "{:.2f}") if a[key] is not None and q[key] else "—"
+        failed = verdict(r, options)
+        rows.append(
+            f"| {r['phase']} | {number(a['p50_ms'])} | {number(q['p99_ms'])} → {number(a['p99_ms'])} "
+            f"| {ratio('p99_ms')} | {number(q['event_p99_ms'])} → {number(a['event_p99_ms'])} "
+            f"| {ratio('event_p99_ms')} | {number(q['snapshot_max_ms'], '{:.0f}')} → "
+            f"{number(a['snapshot_max_ms'], '{:.0f}')} | {q['rss_peak_mib']:.0f} → {a['rss_peak_mib']:.0f} "
+            f"({rss_bound(r, options):.0f}) | {number(a['cpu_percent'], '{:.0f}')} "
+            f"| {sum(a['errors'].values()) and a['errors'] or 0} | {'yes' if r['alive'] else '**no**'} / "
+            f"{exit_text(r['exit'])} | {'PASS' if not failed else 'FAIL: ' + ', '.join(failed)} |")
+    notes = [f"- **{r['phase']}**: {r['notes']}" + (f" (daemon log: {r['daemon_log_lines']} lines)"
+                                                   if r.get("daemon_log_lines") else "") for r in results]
+    return "\n".join(rows) + "\n\n" + "\n".join(notes)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--phases", default=",".join(PHASES), help="comma-separated, from: " + ", ".join(PHASES))
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the quiet and the attack windows")
+    parser.add_argument("--timebox", type=float, default=90.0, help="longest attack window, in seconds")
+    parser.add_argument("--runners", type=int, default=8)
+    parser.add_argument("--rate", type=float, default=25.0, help="updates per second per runner")
+    parser.add_argument("--subscribers", type=int, default=20)
+    parser.add_argument("--durability", default="normal", choices=["full", "normal"])
+    parser.add_argument("--big-tasks", type=int, default=8000, help="tasks with 4 KB metadata (slow readers, storm)")
+    parser.add_argument("--slow-readers", type=int, default=20)
+    parser.add_argument("--half-heads", type=int, default=3000)
+    parser.add_argument("--flood", type=int, default=11000)
+    parser.add_argument("--depth-cap", type=int, default=1000)
+    parser.add_argument("--leaf-updates", type=int, default=20)
+    parser.add_argument("--storm", type=int, default=100, help="subscriptions opened and closed per round")
+    parser.add_argument("--rss-factor", type=float, default=2.0)
+    parser.add_argument("--rss-slack-mib", type=float, default=200.0)
+    parser.add_argument("--json", metavar="PATH", help="also write every figure to PATH")
+    args = parser.parse_args()
+    phases = [name.strip() for name in args.phases.split(",") if name.strip()]
+    unknown = [name for name in phases if name not in PHASES]
+    if unknown:
+        parser.error(f"unknown phases: {', '.join(unknown)}")
+    options = vars(args)
+    servers.pin_this_process_to_cpu1()  # also raises RLIMIT_NOFILE to its hard limit
+    log = lambda text: print(text, file=sys.stderr, flush=True)
+    results = []
+    with tempfile.TemporaryDirectory() as log_folder:
+        for name in phases:
+            log(f"phase {name}")
+            result = run_phase(name, options, log_folder, log)
+            results.append(result)
+            log(f"  {'error: ' + result['error'] if result['error'] else 'done'}; notes: {result['notes']}")
+            if result.get("daemon_log_tail"):
+                log("  daemon log ends: " + " | ".join(line[:200] for line in result["daemon_log_tail"]))
+    print(f"Honest load: {args.runners} runners x {args.rate:g} updates/s, {args.subscribers} subscribers, "
+          f"a new subscriber each second; windows of {args.seconds:g} s (attack at most {args.timebox:g} s); "
+          f"--durability {args.durability}; {servers.HEADWAYD}. Bound: p99 ≤ 2 × quiet, "
+          f"RSS ≤ {args.rss_factor:g} × quiet + {args.rss_slack_mib:g} MiB, no honest error, alive.\n")
+    print(table(results, options))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"options": options, "phases": [dict(r, failed=verdict(r, options)) for r in results]},
+                      out, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
