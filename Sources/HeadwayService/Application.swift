@@ -160,6 +160,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // head over 1 KiB is served by the request daemon instead). Both keep each query
     // parameter in about 50 bytes more: room for the most allowed.
     serverConfiguration.maximumQueryParameters = configuration.maximumQueryParameters
+    serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
     let roomForQueryParameters = configuration.maximumQueryParameters * 64
     serverConfiguration.connectionMemoryLimit = 16 * 1024 + roomForQueryParameters
     serverConfiguration.streamPaths = [EventsAPI.path]

@@ -36,6 +36,8 @@ public struct Configuration: Sendable, Equatable {
     public var readConnections = 2
     /// API reads that may wait for a reader connection; more get 503 `server_busy`.
     public var maximumQueuedReads = 1000
+    /// Bytes of one request body; larger bodies get 413 `body_too_large`.
+    public var maximumBodyBytes = 64 * 1024
     /// Query parameters one request may carry; more get 431 (60 `task=` ids fit).
     public var maximumQueryParameters = 100
     // Connection floods.
@@ -84,6 +86,8 @@ public struct Configuration: Sendable, Equatable {
                                     (HEADWAY_READ_CONNECTIONS, default 2)
           --max-queued-reads N      API reads that may wait for a connection; more get
                                     503 server_busy (HEADWAY_MAX_QUEUED_READS, default 1000)
+          --max-body-bytes N        bytes of one request body; larger ones get 413
+                                    body_too_large (HEADWAY_MAX_BODY_BYTES, default 65536)
           --max-query-params N      query parameters one request may carry; more get
                                     431 (HEADWAY_MAX_QUERY_PARAMS, default 100)
           --head-timeout SECONDS    time a new connection has to send its whole request
@@ -122,7 +126,7 @@ public struct Configuration: Sendable, Equatable {
                      "retention",
                      "max-depth", "max-children", "max-tasks",
                      "read-connections", "max-queued-reads",
-                     "max-query-params",
+                     "max-body-bytes", "max-query-params",
                      "head-timeout", "max-connections-per-address",
                      "stream-buffer-bytes", "stream-stall-timeout"]
         for name in names {
@@ -190,6 +194,7 @@ public struct Configuration: Sendable, Equatable {
         try reader.wholeNumber("read-connections", in: 1...64, into: &configuration.readConnections)
         try reader.wholeNumber("max-queued-reads", in: 0...1_000_000, into: &configuration.maximumQueuedReads)
         // Limits: requests and connections.
+        try reader.wholeNumber("max-body-bytes", in: 1024...16_777_216, into: &configuration.maximumBodyBytes)
         try reader.wholeNumber("max-query-params", in: 1...1000, into: &configuration.maximumQueryParameters)
         try reader.seconds("head-timeout", in: 0.1...3600, into: &configuration.headTimeoutSeconds)
         try reader.wholeNumber("max-connections-per-address", in: 1...1_000_000,
