@@ -163,7 +163,7 @@ final class ConnectionSorter: Service {
     private let reportRefusals: @Sendable ([ConnectionRefusal: Int]) -> Void
     /// Used by the accept loop only; in a mutex so that nothing but the type system's
     /// word is needed for it (the lock is never contended).
-    private let waiting: Mutex<Waiting>
+    private let waiting: Locked<Waiting>
     private let peeks = Atomic<Int>(0)
     private let passes = Atomic<Int>(0)
 
@@ -181,7 +181,7 @@ final class ConnectionSorter: Service {
         self.monotonicNow = monotonicNow
         self.reportRefusals = reportRefusals
         self.handOff = handOff
-        waiting = Mutex(Waiting(peekBytes: max(limits.maximumHead, limits.maximumStreamHead) + 1))
+        waiting = Locked(Waiting(peekBytes: max(limits.maximumHead, limits.maximumStreamHead) + 1))
         loop = try EpollLoop()
         loop.watch(listenFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
     }

@@ -1,6 +1,6 @@
+import Lifecycle
 import CMicroHTTPD
 import Foundation
-import Synchronization
 
 /// Counts the open connections of each client address, from their acceptance until they
 /// close (in the sorter or in a daemon), and refuses a connection past the limit.
@@ -40,7 +40,7 @@ final class ConnectionsPerAddress: Sendable {
 
     /// Open connections allowed from one address.
     let limit: Int
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     init(limit: Int) {
         self.limit = limit

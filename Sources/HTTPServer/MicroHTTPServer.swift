@@ -104,8 +104,8 @@ public final class MicroHTTPServer: Service {
     /// Receives libmicrohttpd's own messages, and whether one only says that a client
     /// went away (routine for long-lived streams).
     let libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)?
-    private let daemons = Mutex(Daemons())
-    private let traffic = Mutex(Traffic())
+    private let daemons = Locked(Daemons())
+    private let traffic = Locked(Traffic())
     /// Rung when the last request under way is answered while draining, or the last answer
     /// under way comes while closing.
     private let drained = Doorbell()
@@ -378,7 +378,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         var completionHandlers: [@Sendable (HTTPCompletion) -> Void] = []
     }
 
-    private let answer = Mutex(Answer())
+    private let answer = Locked(Answer())
     private let connection: OpaquePointer
     private unowned let server: MicroHTTPServer
     private(set) var request: HTTPRequest

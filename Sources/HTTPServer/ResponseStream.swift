@@ -1,6 +1,6 @@
+import Lifecycle
 import CMicroHTTPD
 import Foundation
-import Synchronization
 
 /// A response body written over time from any thread (an event stream).
 ///
@@ -104,10 +104,10 @@ public final class ResponseStream: Sendable {
         }
     }
 
-    private let state: Mutex<State>
+    private let state: Locked<State>
 
     public init(lowWaterBytes: Int = 16 * 1024) {
-        state = Mutex(State(lowWaterBytes: lowWaterBytes))
+        state = Locked(State(lowWaterBytes: lowWaterBytes))
     }
 
     /// Adds `handler`, run once on the server's thread when the connection is gone (at

@@ -1,7 +1,6 @@
 import CMicroHTTPD
 import Foundation
 import Lifecycle
-import Synchronization
 
 /// Waits, on a thread of its own, for the sockets of direct streams whose send buffer was
 /// full to take bytes again, and then has each stream send more (once per `watch`).
@@ -17,20 +16,20 @@ final class WritableWatcher: Service {
     }
 
     private let loop: EpollLoop
-    private let watched = Mutex<[Int32: Watched]>([:])
+    private let watched = Locked<[Int32: Watched]>([:])
     /// How long bytes may wait without the socket taking any, in nanoseconds.
     let stallTimeoutNanoseconds: UInt64
     /// The monotonic clock, in nanoseconds (tests move their own).
     let now: @Sendable () -> UInt64
     /// When the watcher's thread last looked for stalled streams.
-    private let lastStallCheck: Mutex<UInt64>
+    private let lastStallCheck: Locked<UInt64>
 
     init(stallTimeoutNanoseconds: UInt64 = 30_000_000_000,
          now: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }) throws {
         loop = try EpollLoop()
         self.stallTimeoutNanoseconds = stallTimeoutNanoseconds
         self.now = now
-        lastStallCheck = Mutex(now())
+        lastStallCheck = Locked(now())
     }
 
     /// How often the thread looks for stalled streams: a quarter of the timeout, from

@@ -1,5 +1,5 @@
+import Lifecycle
 import Foundation
-import Synchronization
 
 /// Milliseconds since the Unix epoch, the unit every stored time uses.
 public typealias EpochMilliseconds = Int64
@@ -22,9 +22,9 @@ public struct SystemClock: WallClock {
 
 /// A clock that moves only when told to; for tests.
 public final class ManualClock: WallClock {
-    private let current: Mutex<EpochMilliseconds>
+    private let current: Locked<EpochMilliseconds>
 
-    public init(_ start: EpochMilliseconds = 1_800_000_000_000) { current = Mutex(start) }
+    public init(_ start: EpochMilliseconds = 1_800_000_000_000) { current = Locked(start) }
 
     public func now() -> EpochMilliseconds { current.withLock { $0 } }
 

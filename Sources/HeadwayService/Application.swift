@@ -1,6 +1,5 @@
 import Foundation
 import Lifecycle
-import Synchronization
 import HTTPServer
 import HeadwayCore
 import HeadwayStore
@@ -33,7 +32,7 @@ public final class HeadwayApplication: Sendable {
     /// What the server does with each request (tests may hand requests to it directly).
     let pipeline: HTTPPipeline
     /// The services, once started.
-    private let services = Mutex<ServiceGroup?>(nil)
+    private let services = Locked<ServiceGroup?>(nil)
 
     init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
          broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,

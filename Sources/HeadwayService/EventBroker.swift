@@ -1,6 +1,5 @@
 import Foundation
 import Lifecycle
-import Synchronization
 import HeadwayCore
 import HeadwayStore
 
@@ -60,7 +59,7 @@ final class EventBroker: Service {
     let settings: Settings
     private let clock: any WallClock
     private let logger: Logger
-    private let inbox = Mutex(Inbox())
+    private let inbox = Locked(Inbox())
     private let commandsArrived = Doorbell()
 
     init(settings: Settings, clock: any WallClock, logger: Logger) {

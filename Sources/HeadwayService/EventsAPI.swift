@@ -1,5 +1,5 @@
+import Lifecycle
 import Foundation
-import Synchronization
 import Dispatch
 import HTTPServer
 import HeadwayCore
@@ -152,7 +152,7 @@ final class CatchUpStatistics: Sendable {
         var rowsRead = 0
     }
 
-    private let counts = Mutex(Counts())
+    private let counts = Locked(Counts())
 
     var current: Counts { counts.withLock { $0 } }
 
@@ -185,7 +185,7 @@ final class CatchUpCache: Sendable {
         var reused = 0
     }
 
-    private let answers = Mutex(Answers())
+    private let answers = Locked(Answers())
 
     /// How many answers were reused (for tests and measurements).
     var hits: Int { answers.withLock { $0.reused } }

@@ -100,9 +100,9 @@ public struct Logger: Sendable {
 /// Where log lines go: straight to a sink, or to stderr through a buffer.
 final class LogOutput: Sendable {
     private let sink: (@Sendable (String) -> Void)?
-    private let pending = Mutex<[UInt8]>([])
+    private let pending = Locked<[UInt8]>([])
     /// Held from taking the pending lines to writing them, so lines keep their order.
-    private let writing = Mutex<Void>(())
+    private let writing = Locked<Void>(())
 
     init(sink: (@Sendable (String) -> Void)?) { self.sink = sink }
 

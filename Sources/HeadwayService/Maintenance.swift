@@ -75,7 +75,7 @@ final class Maintenance: Service {
     @discardableResult
     private func waitFor(_ submit: (Int, @escaping @Sendable (Int) -> Void) -> Void) -> Int {
         let done = DispatchSemaphore(value: 0)
-        let result = Mutex(0)
+        let result = Locked(0)
         submit(0) { count in
             result.withLock { $0 += count }
             done.signal()

@@ -1,5 +1,5 @@
+import Lifecycle
 import Foundation
-import Synchronization
 
 /// A connection for queries, shared under a lock. WAL lets it read while the writer commits.
 /// The connection is confined to the thread holding the lock while it reads, and to no
@@ -7,7 +7,7 @@ import Synchronization
 public final class DatabaseReader: Sendable {
     private let database: Database
     /// Held by one reader at a time.
-    private let inUse = Mutex<Void>(())
+    private let inUse = Locked<Void>(())
 
     /// Opens a connection to an existing database, for reading only.
     public init(path: String) throws(SQLiteError) {

@@ -1,6 +1,5 @@
 import Foundation
 import Lifecycle
-import Synchronization
 
 /// How hard a commit tries to reach the disk.
 public enum Durability: String, Sendable, CaseIterable {
@@ -50,9 +49,9 @@ public final class GroupCommitWriter: Service {
     }
 
     private let database: Database
-    private let queue = Mutex(Queue())
+    private let queue = Locked(Queue())
     private let workArrived = Doorbell()
-    private let stats = Mutex(Statistics())
+    private let stats = Locked(Statistics())
     private let maximumBatch: Int
     private let maximumBatchBytes: Int
 

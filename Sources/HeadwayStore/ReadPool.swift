@@ -1,5 +1,5 @@
+import Lifecycle
 import Dispatch
-import Synchronization
 
 /// A few reader connections that serve queued reads off the caller's thread: a read waits
 /// for a free connection (first come, first served) and runs on a thread of the pool, so a
@@ -58,7 +58,7 @@ public final class ReadPool: Sendable {
     public let readers: [DatabaseReader]
     /// Reads that may wait for a connection at once.
     public let maximumWaiting: Int
-    private let state: Mutex<State>
+    private let state: Locked<State>
     /// Where reads run: concurrent, but never more at once than there are connections.
     private let queue: DispatchQueue
     /// Entered for every read accepted, left when it has run: what `close()` waits for.
@@ -71,7 +71,7 @@ public final class ReadPool: Sendable {
         for _ in 0..<connections { readers.append(try DatabaseReader(path: path)) }
         self.readers = readers
         self.maximumWaiting = maximumWaiting
-        state = Mutex(State(idle: readers))
+        state = Locked(State(idle: readers))
         queue = DispatchQueue(label: label, attributes: .concurrent)
     }
 

@@ -1,3 +1,4 @@
+import Lifecycle
 import Foundation
 import Synchronization
 import HeadwayCore
@@ -42,7 +43,7 @@ public final class TaskCache: Sendable {
         }
     }
 
-    private let contents = Mutex(Contents())
+    private let contents = Locked(Contents())
     /// At most this many tasks are kept (then the cache starts afresh).
     public let capacity: Int
 

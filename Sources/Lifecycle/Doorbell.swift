@@ -2,7 +2,7 @@ import Dispatch
 import Synchronization
 
 /// How a service's thread sleeps until there is work: producers change shared state under
-/// a `Mutex`, then `ring()`; the thread waits in `wait(until:)`, then looks at the state.
+/// a `Locked`, then `ring()`; the thread waits in `wait(until:)`, then looks at the state.
 ///
 /// Rings while the thread is awake collapse into one (the bell stays rung until the next
 /// `wait`), so a burst of producers costs one wake-up, and none is lost: a ring that comes

@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// A long-running part of the daemon (the writer, the event broker, the HTTP server, …):
 /// one shape for all of them, so that one `ServiceGroup` starts them in a declared order
@@ -51,9 +50,9 @@ public final class ServiceGroup: Sendable {
     }
 
     private let members: [Member]
-    private let phase = Mutex<Phase>(.idle)
+    private let phase = Locked<Phase>(.idle)
     /// Held by `stop()` from start to end, so a second caller waits for the first to finish.
-    private let stopping = Mutex<Void>(())
+    private let stopping = Locked<Void>(())
 
     /// A group of `members`, started in this order and stopped in the reverse one.
     public init(_ members: [Member]) {

@@ -33,8 +33,8 @@ final class SortingHarness: Sendable {
 
     /// What the sorter handed over and reported.
     private final class Record: Sendable {
-        let handed = Mutex<[(fd: Int32, route: ConnectionRoute)]>([])
-        let reports = Mutex<[[ConnectionRefusal: Int]]>([])
+        let handed = Locked<[(fd: Int32, route: ConnectionRoute)]>([])
+        let reports = Locked<[[ConnectionRefusal: Int]]>([])
     }
 
     init(_ adjust: (inout ConnectionSorter.Limits) -> Void = { _ in }, perAddressLimit: Int = 1000) throws {

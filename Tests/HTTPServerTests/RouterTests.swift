@@ -1,10 +1,10 @@
-import Synchronization
+import Lifecycle
 import Testing
 @testable import HTTPServer
 
 /// Records what a handler answered, and runs the completion handlers when told.
 final class RecordingResponder: Responder {
-    private let state = Mutex<(response: HTTPResponse?, completions: [@Sendable (HTTPCompletion) -> Void])>((nil, []))
+    private let state = Locked<(response: HTTPResponse?, completions: [@Sendable (HTTPCompletion) -> Void])>((nil, []))
     var response: HTTPResponse? { state.withLock { $0.response } }
     func respond(_ response: HTTPResponse) { state.withLock { $0.response = response } }
     func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) { state.withLock { $0.completions.append(handler) } }
@@ -86,7 +86,7 @@ private struct Step: HTTPMiddleware {
 
 /// Notes taken from several threads.
 private final class Notes: Sendable {
-    private let notes = Mutex<[String]>([])
+    private let notes = Locked<[String]>([])
     func note(_ text: String) { notes.withLock { $0.append(text) } }
     var all: [String] { notes.withLock { $0 } }
 }

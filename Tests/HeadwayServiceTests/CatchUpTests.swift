@@ -1,8 +1,8 @@
+import Lifecycle
 import Dispatch
 import Foundation
 import HeadwayStore
 import HeadwayTestSupport
-import Synchronization
 import Testing
 @testable import HeadwayService
 
@@ -15,7 +15,7 @@ import Testing
         private let started = DispatchSemaphore(value: 0)
         private let gate = DispatchSemaphore(value: 0)
         /// What the held read found once let go (the schema version, -1 if it could not read).
-        let found = Mutex<Int?>(nil)
+        let found = Locked<Int?>(nil)
 
         /// Submits the read to `pool` and waits until it holds a connection.
         init(in pool: ReadPool) throws {

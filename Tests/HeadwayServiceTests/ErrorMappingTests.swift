@@ -1,9 +1,9 @@
+import Lifecycle
 import Foundation
 import HTTPServer
 import HeadwayCore
 import HeadwayStore
 import HeadwayTestSupport
-import Synchronization
 import Testing
 @testable import HeadwayService
 
@@ -11,7 +11,7 @@ import Testing
 /// service's and the HTTP layer's, a stopped writer, and anything unexpected.
 @Suite struct ErrorMappingTests {
     final class Lines: Sendable {
-        let lines = Mutex<[String]>([])
+        let lines = Locked<[String]>([])
         var all: [String] { lines.withLock { $0 } }
     }
 

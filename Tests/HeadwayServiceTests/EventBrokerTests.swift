@@ -1,6 +1,5 @@
 import HeadwayCore
 import Lifecycle
-import Synchronization
 import Testing
 @testable import HeadwayService
 
@@ -13,13 +12,13 @@ import Testing
 
     /// Log lines written, for checking what the broker reports.
     final class LogLines: Sendable {
-        let lines = Mutex<[String]>([])
+        let lines = Locked<[String]>([])
         var all: [String] { lines.withLock { $0 } }
     }
 
     /// The broker's service group, to stop it as the daemon does.
     final class Running: Sendable {
-        let group = Mutex<ServiceGroup?>(nil)
+        let group = Locked<ServiceGroup?>(nil)
     }
     let running = Running()
 

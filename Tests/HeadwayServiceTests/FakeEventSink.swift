@@ -1,6 +1,6 @@
+import Lifecycle
 import Dispatch
 import HeadwayCore
-import Synchronization
 @testable import HeadwayService
 
 /// An event sink without a socket: it records every write, and its peer reads nothing
@@ -21,12 +21,12 @@ final class FakeEventSink: EventSink {
         var drainHandler: (@Sendable () -> Void)?
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
     /// Signalled once per accepted write.
     private let written = DispatchSemaphore(value: 0)
 
     /// Whether each accepted write was shared.
-    private let sharedFlags = Mutex<[Bool]>([])
+    private let sharedFlags = Locked<[Bool]>([])
 
     /// Every accepted write, each as its pieces.
     var writes: [[[UInt8]]] { state.withLock { $0.writes } }

@@ -1,8 +1,8 @@
+import Lifecycle
 import Foundation
 import HTTPServer
 import HeadwayCore
 import HeadwayTestSupport
-import Synchronization
 @testable import HeadwayService
 
 /// How a test reaches the daemon: over a loopback socket, or by handing requests to its
@@ -104,7 +104,7 @@ struct InProcessClient {
 
     /// Keeps the answer and lets the test wait for it.
     final class WaitingResponder: Responder {
-        private let answer = Mutex<HTTPResponse?>(nil)
+        private let answer = Locked<HTTPResponse?>(nil)
         private let answered = DispatchSemaphore(value: 0)
 
         func respond(_ response: HTTPResponse) {

@@ -1,3 +1,4 @@
+import Lifecycle
 import Dispatch
 import Foundation
 import Synchronization
@@ -70,7 +71,7 @@ import Testing
     @Test func closeWaitsForEveryReadAcceptedBeforeClosingTheConnections() throws {
         let fixture = try StoreFixture()
         let reads = try pool(fixture, connections: 1)
-        let versions = Mutex<[Int]>([])
+        let versions = Locked<[Int]>([])
         let record: @Sendable (DatabaseReader) -> Void = { reader in
             let version = (try? reader.schemaVersion()) ?? -1
             versions.withLock { $0.append(version) }

@@ -6,7 +6,7 @@ import Testing
 
 /// What the services of one test did, in order.
 private final class Journal: Sendable {
-    private let entries = Mutex<[String]>([])
+    private let entries = Locked<[String]>([])
     func note(_ entry: String) { entries.withLock { $0.append(entry) } }
     var all: [String] { entries.withLock { $0 } }
 }
@@ -17,7 +17,7 @@ private final class Recorder: Service {
     let journal: Journal
     let failsToPrepare: Bool
     private let doorbell = Doorbell()
-    private let stopRequested = Mutex(false)
+    private let stopRequested = Locked(false)
 
     init(_ name: String, _ journal: Journal, failsToPrepare: Bool = false) {
         self.name = name
