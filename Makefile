@@ -53,13 +53,15 @@ fuzz: deps
 
 ## The Swift suite under ThreadSanitizer, then AddressSanitizer (both run even if the first
 ## fails). Each has its own build folder (.build/tsan, .build/asan), so the normal build is
-## untouched; each is a full build, so this is slow.
+## untouched, and the process tests start the daemon built with the same sanitizer; each
+## is a full build, so this is slow. docs/fuzzing.md says what they reported.
 sanitize: test-deps
 	@status=0; \
 	for sanitizer in thread:tsan address:asan; do \
 	  echo "== swift test --sanitize=$${sanitizer%%:*}"; \
-	  HEADWAY_PYTHON=$(PYTHON) $(SWIFT) test --sanitize=$${sanitizer%%:*} --scratch-path .build/$${sanitizer##*:} \
-	    $(SWIFT_FLAGS) || status=1; \
+	  HEADWAY_PYTHON=$(PYTHON) HEADWAYD=$(CURDIR)/.build/$${sanitizer##*:}/debug/headwayd \
+	    $(SWIFT) test --sanitize=$${sanitizer%%:*} --scratch-path .build/$${sanitizer##*:} $(SWIFT_FLAGS) \
+	    || status=1; \
 	done; \
 	exit $$status
 
