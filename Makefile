@@ -59,6 +59,7 @@ sanitize: test-deps
 	@status=0; \
 	for sanitizer in thread:tsan address:asan; do \
 	  echo "== swift test --sanitize=$${sanitizer%%:*}"; \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/sanitizers/lsan.supp \
 	  HEADWAY_PYTHON=$(PYTHON) HEADWAYD=$(CURDIR)/.build/$${sanitizer##*:}/debug/headwayd \
 	    $(SWIFT) test --sanitize=$${sanitizer%%:*} --scratch-path .build/$${sanitizer##*:} $(SWIFT_FLAGS) \
 	    || status=1; \
