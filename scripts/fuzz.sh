@@ -35,12 +35,19 @@ stale() {
   [ ! -e "$output" ] || [ -n "$(find "$@" -newer "$output" -print -quit)" ]
 }
 
+# A failing property aborts: libFuzzer's own handler must see it (saving the input and
+# exiting at once); the Swift runtime's backtracer, on by default, stalls under ASan.
+export SWIFT_BACKTRACE=enable=no
+# Swift seeds its hashing at random in each process, which changes the paths a dictionary
+# takes: fixed, a counted run with seed 1 repeats itself (to within a few features).
+export SWIFT_DETERMINISTIC_HASHING=1
+
 mkdir -p "$out/artifacts"
-core=(Sources/HeadwayCore/*.swift)
+core=("$PWD"/Sources/HeadwayCore/*.swift)
 if stale "$out/libHeadwayCore.a" "${core[@]}"; then
   echo "fuzz: building HeadwayCore with coverage and AddressSanitizer"
-  (cd "$out" && "$swiftc" "${flags[@]}" -module-name HeadwayCore -emit-module -emit-library -static \
-    "${core[@]/#/../../}")
+  # Built inside $out, where the library and its module (for the harnesses' import) land.
+  (cd "$out" && "$swiftc" "${flags[@]}" -module-name HeadwayCore -emit-module -emit-library -static "${core[@]}")
 fi
 
 for target in "${targets[@]}"; do
@@ -59,8 +66,8 @@ for target in "${targets[@]}"; do
   [ -e "Fuzz/$target.dict" ] && options+=(-dict="Fuzz/$target.dict")
   echo "fuzz: $target ${limit[*]}"
   if ! "$out/$target" "${options[@]}" "$out/$found/$target" "Fuzz/corpus/$target" > "$out/$target.log" 2>&1; then
-    cat "$out/$target.log" >&2
-    echo "fuzz: $target failed; the input is in $out/artifacts/" >&2
+    tail -n 60 "$out/$target.log" >&2
+    echo "fuzz: $target failed (whole output: $out/$target.log); the input is in $out/artifacts/" >&2
     exit 1
   fi
   grep -E '^#[0-9]+[[:space:]]+DONE|^stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)' "$out/$target.log" | sed "s/^/  /"
