@@ -10,7 +10,7 @@ PYTHON := $(VENV)/bin/python3
 # Warnings fail the build in CI (.ci/run sets CI=true); locally they stay warnings.
 SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 
-.PHONY: run test build release deps test-deps migrations bench bench-abuse clean
+.PHONY: run test build release deps test-deps migrations bench bench-abuse clean fuzz sanitize
 
 ## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
 run: deps release
@@ -21,6 +21,7 @@ run: deps release
 test: test-deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	HEADWAY_PYTHON=$(PYTHON) $(SWIFT) test --skip-build
+	$(MAKE) fuzz
 	$(PYTHON) -m pytest -q Tests/integration
 
 build: deps
@@ -51,6 +52,26 @@ bench-abuse:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	$(PYTHON) bench/abuse.py $(ABUSE_ARGS)
+
+## A short, repeatable libFuzzer run of each target in Fuzz/ (seed 1, a fixed count of
+## inputs); `scripts/fuzz.sh SECONDS` is the long run (see docs/fuzzing.md).
+fuzz: deps
+	@scripts/fuzz.sh --runs 10000
+
+## The Swift suite under ThreadSanitizer, then AddressSanitizer (both run even if the first
+## fails). Each has its own build folder (.build/tsan, .build/asan), so the normal build is
+## untouched, and the process tests start the daemon built with the same sanitizer; each
+## is a full build, so this is slow. docs/fuzzing.md says what they reported.
+sanitize: test-deps
+	@status=0; \
+	for sanitizer in thread:tsan address:asan; do \
+	  echo "== swift test --sanitize=$${sanitizer%%:*}"; \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/sanitizers/lsan.supp \
+	  HEADWAY_PYTHON=$(PYTHON) HEADWAYD=$(CURDIR)/.build/$${sanitizer##*:}/debug/headwayd \
+	    $(SWIFT) test --sanitize=$${sanitizer%%:*} --scratch-path .build/$${sanitizer##*:} $(SWIFT_FLAGS) \
+	    || status=1; \
+	done; \
+	exit $$status
 
 clean:
 	rm -rf .build

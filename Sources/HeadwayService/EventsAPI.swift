@@ -239,7 +239,7 @@ struct EventsQuery {
         }
         guard query.errors.isEmpty else { throw .invalidRequest(query.errors) }
         let lastID = request.header("last-event-id") ?? query.values("last_event_id").last
-        result.lastEventID = lastID.flatMap { Int64($0.trimmingCharacters(in: .whitespaces)) }
+        result.lastEventID = lastID.flatMap(LastEventID.parse)
         return result
     }
 }

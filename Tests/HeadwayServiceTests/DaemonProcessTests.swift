@@ -47,6 +47,8 @@ final class DaemonProcess {
         kill(process.processIdentifier, signal)
         for _ in 0..<2000 where process.isRunning { usleep(10_000) }
         guard !process.isRunning else { return nil }
+        // Returns at once; without it Foundation never releases the Process (LeakSanitizer).
+        process.waitUntilExit()
         return process.terminationStatus
     }
 
