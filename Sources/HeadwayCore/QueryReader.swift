@@ -47,7 +47,7 @@ public struct QueryReader {
     /// A whole number in `range`.
     public mutating func integer(_ name: String, in range: ClosedRange<Int>) -> Int? {
         guard let text = single(name) else { return nil }
-        guard let number = Int(text), range.contains(number) else {
+        guard Self.isDecimal(text, fraction: false), let number = Int(text), range.contains(number) else {
             fail(name, "must be a whole number from \(range.lowerBound) to \(range.upperBound)")
             return nil
         }
@@ -57,7 +57,7 @@ public struct QueryReader {
     /// A finite number in `range`, e.g. seconds.
     public mutating func number(_ name: String, in range: ClosedRange<Double>, unit: String) -> Double? {
         guard let text = single(name) else { return nil }
-        guard let number = Double(text), number.isFinite, range.contains(number) else {
+        guard Self.isDecimal(text, fraction: true), let number = Double(text), range.contains(number) else {
             fail(name, "must be a number of \(unit) from \(Self.plain(range.lowerBound)) to \(Self.plain(range.upperBound))")
             return nil
         }
@@ -89,7 +89,7 @@ public struct QueryReader {
         _ name: String, of allowed: [Choice]
     ) -> [Choice] {
         var chosen: [Choice] = []
-        for text in values(name).flatMap({ $0.split(separator: ",") }) {
+        for text in values(name).flatMap({ $0.split(separator: ",", omittingEmptySubsequences: false) }) {
             guard let choice = Choice(rawValue: String(text)), allowed.contains(choice) else {
                 fail(name, "must be \(Self.list(allowed.map(\.rawValue)))")
                 continue
@@ -97,6 +97,14 @@ public struct QueryReader {
             if !chosen.contains(choice) { chosen.append(choice) }
         }
         return chosen
+    }
+
+    /// Plain decimal digits (`12`, or with `fraction` also `1.5`): no sign, exponent, hex
+    /// or spaces, which Swift's own number parsing would accept (`0x10`, `+5`, `1e3`).
+    static func isDecimal(_ text: String, fraction: Bool) -> Bool {
+        let parts = text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard parts.count == 1 || (fraction && parts.count == 2) else { return false }
+        return parts.allSatisfy { part in !part.isEmpty && part.count <= 18 && part.allSatisfy { (48...57).contains($0) } }
     }
 
     /// "a, b or c".
