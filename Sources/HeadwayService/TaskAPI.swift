@@ -43,11 +43,7 @@ struct TaskAPI: Sendable {
                 try store.finish(id, finish, now: now, in: database)
             }
         }
-        router.add("POST", "/v1/tasks/{id}/cancel") { request, responder in
-            update(request, responder, successStatus: 202, parse: { _ throws(TaskError) in () }) { id, _, now, database in
-                try store.cancel(id, now: now, in: database)
-            }
-        }
+        router.add("POST", "/v1/tasks/{id}/cancel") { request, responder in cancel(request, responder) }
     }
 
     // MARK: - Handlers
@@ -156,43 +152,67 @@ struct TaskAPI: Sendable {
         }
     }
 
+    /// Deletes the task and its subtree in steps (`TaskStore.inSteps`), other writes
+    /// committing between them; each step's tombstones are published once it has
+    /// committed, and the 204 is sent after the last step: the whole subtree is gone.
     private func delete(_ request: HTTPRequest, _ responder: any Responder) {
         let id: String
         do throws(TaskError) { id = try taskID(request) } catch { return responder.respond(errors.response(for: error, request)) }
-        writer.submit({ [store, clock] database in try store.delete(id, now: clock.now(), in: database) }) { [broker] result in
-            if case .success(let deleted) = result { broker.publish(deleted.events) }
+        store.inSteps(on: writer, { [store, clock] database in try store.delete(id, now: clock.now(), in: database) },
+                      afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
             responder.respond(reply(result, request) { _ in HTTPResponse(status: 204) })
         }
     }
 
-    /// The shape shared by progress, heartbeat, finish and cancel: validate the id and
-    /// body, run the change in the writer, answer with the task once committed.
-    private func update<Body: Sendable>(
-        _ request: HTTPRequest, _ responder: any Responder, emptyBodyAllowed: Bool = true, successStatus: Int = 200,
-        parse: (JSONValue) throws(TaskError) -> Body,
-        apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskStore.Changed
-    ) {
-        let id: String
-        let body: Body
-        do {
-            id = try taskID(request)
-            body = try parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed))
-        } catch {
-            return responder.respond(errors.response(for: error, request))
-        }
-        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker] result in
-            if case .success(let changed) = result { broker.publish(changed.events) }
-            responder.respond(reply(result, request) { changed in
-                var headers: [HTTPField] = []
-                if case .unchanged = changed.outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
-                // The task's own event (first) already carries its JSON.
-                let json = changed.events.first?.data ?? changed.outcome.task.json
-                return .json(successStatus, json, headers: headers)
+    /// Requests cancellation of the task and its unfinished descendants in steps
+    /// (`TaskStore.inSteps`), other writes committing between them; each step's events
+    /// are published once it has committed, and the 202 with the task is sent after the
+    /// last step: every unfinished task of the subtree is then cancel-requested.
+    private func cancel(_ request: HTTPRequest, _ responder: any Responder) {
+        guard let (id, _) = parsed(request, responder, emptyBodyAllowed: true, parse: { _ throws(TaskError) in () }) else { return }
+        store.inSteps(on: writer, { [store, clock] database in try store.cancel(id, now: clock.now(), in: database) },
+                      afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
+            responder.respond(reply(result, request) { step in
+                // A cancel's first step always has its task's outcome.
+                step.outcome.map { taskReply(202, $0, events: step.events) } ?? HTTPResponse(status: 202)
             })
         }
     }
 
+    /// The shape shared by progress, heartbeat and finish: validate the id and body, run
+    /// the change in the writer, answer with the task once committed.
+    private func update<Body: Sendable>(
+        _ request: HTTPRequest, _ responder: any Responder, emptyBodyAllowed: Bool = true,
+        parse: (JSONValue) throws(TaskError) -> Body,
+        apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskStore.Changed
+    ) {
+        guard let (id, body) = parsed(request, responder, emptyBodyAllowed: emptyBodyAllowed, parse: parse) else { return }
+        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker] result in
+            if case .success(let changed) = result { broker.publish(changed.events) }
+            responder.respond(reply(result, request) { changed in taskReply(200, changed.outcome, events: changed.events) })
+        }
+    }
+
     // MARK: - Request and reply helpers
+
+    /// The task id and the parsed body of a change, or nil once the refusal is answered.
+    private func parsed<Body>(_ request: HTTPRequest, _ responder: any Responder, emptyBodyAllowed: Bool,
+                              parse: (JSONValue) throws(TaskError) -> Body) -> (String, Body)? {
+        do {
+            return (try taskID(request), try parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed)))
+        } catch {
+            responder.respond(errors.response(for: error, request))
+            return nil
+        }
+    }
+
+    /// The reply to a change of one task: the task as written (`Headway-Unchanged` when
+    /// nothing changed). The task's own event, first of `events`, already carries its JSON.
+    private func taskReply(_ status: Int, _ outcome: TaskRules.Outcome, events: [TaskEvent]) -> HTTPResponse {
+        var headers: [HTTPField] = []
+        if case .unchanged = outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
+        return .json(status, events.first?.data ?? outcome.task.json, headers: headers)
+    }
 
     /// Answers `request` with what `body` reads, on a connection of the read pool: a
     /// failure becomes its problem; 503 `server_busy` when too many reads already wait,

@@ -110,8 +110,8 @@ public enum ChangeFeed {
         let unfinished = selection.query("SELECT \(TaskRepository.columns), seq FROM tasks WHERE state IN ('pending', 'running')", [])
         let recent = selection.query("SELECT \(TaskRepository.columns), seq FROM tasks WHERE finished_at >= ?",
                                      [.integer(finishedSince)])
-        let tasks = try database.rows(unfinished.sql, unfinished.arguments, map: keyed)
-            + database.rows(recent.sql, recent.arguments, map: keyed)
+        let tasks = try database.rows(unfinished.sql, unfinished.arguments, map: TaskRepository.keyedRecord)
+            + database.rows(recent.sql, recent.arguments, map: TaskRepository.keyedRecord)
         return tasks.sorted { $0.key > $1.key }.map(\.task)
     }
 
@@ -132,9 +132,5 @@ public enum ChangeFeed {
             "SELECT \(TaskRepository.columns) FROM tasks WHERE state IN ('pending', 'running') AND created_at >= ?",
             [.integer(time)])
         return try database.rows(query.sql, query.arguments, map: TaskRepository.record)
-    }
-
-    private static func keyed(_ row: Statement) -> (task: TaskRecord, key: Int64) {
-        (TaskRepository.record(row), row.int(Int32(TaskRepository.columnNames.count)))
     }
 }

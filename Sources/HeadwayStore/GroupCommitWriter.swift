@@ -23,9 +23,11 @@ public protocol BatchSized {
 /// (the jobs not run yet wait for the next batch). A job's completion is called only after
 /// its batch has committed; if the commit fails, or SQLite ends the transaction in the
 /// middle of the batch, no further job of the batch runs, nothing of it is stored and every
-/// job of it gets the error. The connection is confined to the writer thread. A requested
-/// stop commits what is queued, then `run()` closes the connection and returns; later
-/// submissions fail with `.stopped`.
+/// job of it gets the error. Work too big for one job is submitted in steps
+/// (`submitSteps`), each a job of its own. The connection is confined to the writer
+/// thread. A requested stop commits what is queued (with every remaining step of work
+/// done in steps), then `run()` closes the connection and returns; later submissions fail
+/// with `.stopped`.
 public final class GroupCommitWriter: Service {
     /// Counts of what the writer has done, for metrics and benchmarks.
     public struct Statistics: Sendable, Equatable {
@@ -81,8 +83,53 @@ public final class GroupCommitWriter: Service {
         enqueue(work, size: { $0.estimatedBytes }, completion: completion)
     }
 
+    /// Queues work done in bounded steps, each a job of its own: `first` runs in the next
+    /// batch; after each step has committed, `afterEachCommit` gets its result and, while
+    /// `nextStep` gives more work, that work is queued behind the jobs submitted
+    /// meanwhile, so they commit between the steps. `completion` gets the first step's
+    /// result after the last step has committed, or the error that ended a step (the steps
+    /// committed before it stay). A stop requested between the steps still runs the rest:
+    /// the next step is queued on the writer thread before it looks at its queue again.
+    public func submitSteps<Value: Sendable & BatchSized>(
+        _ first: @escaping @Sendable (Database) throws -> Value,
+        nextStep: @escaping @Sendable (Value) -> (@Sendable (Database) throws -> Value)?,
+        afterEachCommit: @escaping @Sendable (Value) -> Void,
+        completion: @escaping @Sendable (Result<Value, any Error>) -> Void
+    ) {
+        enqueue(first, size: { $0.estimatedBytes }) { [self] result in
+            if case .success(let value) = result {
+                continueSteps(after: value, first: value, nextStep: nextStep, afterEachCommit: afterEachCommit,
+                              completion: completion)
+            } else {
+                completion(result)
+            }
+        }
+    }
+
+    /// Publishes a committed step and queues the next one, if any (on the writer thread).
+    private func continueSteps<Value: Sendable & BatchSized>(
+        after step: Value, first: Value,
+        nextStep: @escaping @Sendable (Value) -> (@Sendable (Database) throws -> Value)?,
+        afterEachCommit: @escaping @Sendable (Value) -> Void,
+        completion: @escaping @Sendable (Result<Value, any Error>) -> Void
+    ) {
+        afterEachCommit(step)
+        guard let work = nextStep(step) else { return completion(.success(first)) }
+        enqueue(work, size: { $0.estimatedBytes }, evenWhenStopping: true) { [self] result in
+            switch result {
+            case .success(let value):
+                continueSteps(after: value, first: first, nextStep: nextStep, afterEachCommit: afterEachCommit,
+                              completion: completion)
+            case .failure(let error):
+                completion(.failure(error))
+            }
+        }
+    }
+
+    /// Queues a job; `evenWhenStopping` only for the next step of accepted work, queued on
+    /// the writer thread after a commit (so `run()` has not returned yet).
     private func enqueue<Value: Sendable>(_ work: @escaping @Sendable (Database) throws -> Value,
-                                          size: @escaping @Sendable (Value) -> Int,
+                                          size: @escaping @Sendable (Value) -> Int, evenWhenStopping: Bool = false,
                                           completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
         let job = Job(
             run: { database in
@@ -95,7 +142,7 @@ public final class GroupCommitWriter: Service {
             },
             abort: { error in completion(.failure(error)) })
         let accepted = queue.withLock { queue in
-            guard !queue.stopping else { return false }
+            guard !queue.stopping || evenWhenStopping else { return false }
             queue.jobs.append(job)
             return true
         }

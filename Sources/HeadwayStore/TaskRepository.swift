@@ -125,27 +125,13 @@ public enum TaskRepository {
             """, [.integer(cutoff), .integer(Int64(limit))], map: record)
     }
 
-    /// The unfinished descendants of `id` (children, their children, …) as stored, read in
-    /// one query, in creation order.
-    public static func unfinishedDescendants(of id: String, in database: Database) throws(SQLiteError) -> [TaskRecord] {
-        try database.rows("""
-            WITH RECURSIVE tree(id) AS (
-                SELECT id FROM tasks WHERE parent_id = ?
-                UNION SELECT tasks.id FROM tasks JOIN tree ON tasks.parent_id = tree.id
-            )
-            SELECT \(columns) FROM tasks WHERE id IN tree AND state IN ('pending', 'running') ORDER BY seq
-            """, [.text(id)], map: record)
-    }
-
-    /// `id` and all its descendants, as stored.
-    public static func tree(_ id: String, in database: Database) throws(SQLiteError) -> [TaskRecord] {
-        try database.rows("""
-            WITH RECURSIVE tree(id) AS (
-                SELECT ?
-                UNION SELECT tasks.id FROM tasks JOIN tree ON tasks.parent_id = tree.id
-            )
-            SELECT \(columns) FROM tasks WHERE id IN tree ORDER BY seq
-            """, [.text(id)], map: record)
+    /// At most `limit` children of `parentID` with a listing key above `afterKey`, in
+    /// creation order, each with its listing key: one range of `tasks_by_parent`, so a
+    /// subtree is walked a bounded page at a time.
+    public static func children(of parentID: String, afterKey: Int64, limit: Int,
+                                in database: Database) throws(SQLiteError) -> [(task: TaskRecord, key: Int64)] {
+        try database.rows("SELECT \(columns), seq FROM tasks WHERE parent_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                          [.text(parentID), .integer(afterKey), .integer(Int64(limit))], map: keyedRecord)
     }
 
     /// Deletes one task.
@@ -269,6 +255,11 @@ public enum TaskRepository {
         task.depth = Int(row.int(37))
         task.childCount = Int(row.int(38))
         return task
+    }
+
+    /// A task read with its listing key, selected as one more column after `columns`.
+    static func keyedRecord(_ row: Statement) -> (task: TaskRecord, key: Int64) {
+        (record(row), row.int(Int32(columnNames.count)))
     }
 
     private static func text(_ value: String?) -> SQLValue { value.map { .text($0) } ?? .null }

@@ -79,10 +79,6 @@ extension TaskStore.Changed: BatchSized {
     public var estimatedBytes: Int { events.estimatedBytes }
 }
 
-extension TaskStore.Deleted: BatchSized {
-    public var estimatedBytes: Int { events.estimatedBytes }
-}
-
 extension [TaskEvent] {
     /// About how many bytes these events hold (their data, ids and bookkeeping).
     var estimatedBytes: Int { reduce(0) { $0 + $1.data.utf8.count + $1.taskID.utf8.count + 96 } }
@@ -97,8 +93,8 @@ extension [TaskEvent] {
 /// No change costs more than the tree's limits allow: a registration is refused past
 /// `limits` (depth, children per parent, tasks stored); a roll-up stops being a change at
 /// the first ancestor whose progress does not move (above it, only signal times are
-/// written, see `TaskRules.rollUpStep`); a cancel or delete of a subtree reads it once and
-/// writes each of its tasks once.
+/// written, see `TaskRules.rollUpStep`); a cancel or delete of a subtree reads and writes
+/// each of its tasks once, in steps of at most `stepTasks` tasks (`SubtreeWalk`).
 public struct TaskStore: Sendable {
     /// The stall timeout given to tasks registered without one.
     public var defaultStallTimeoutSeconds: Double
@@ -111,10 +107,17 @@ public struct TaskStore: Sendable {
     public let cache: TaskCache
     /// How deep, wide and many the tasks may be.
     public var limits: TreeLimits
+    /// At most this many tasks are cancelled or deleted in one step of a subtree's walk.
+    public var stepTasks: Int
+    /// A step of a subtree's walk ends once its events hold about this many bytes.
+    public var stepBytes: Int
 
     public init(changeCounter: ChangeCounter, defaultStallTimeoutSeconds: Double = 30, graceStart: EpochMilliseconds = 0,
-                cache: TaskCache = TaskCache(), limits: TreeLimits = TreeLimits()) {
+                cache: TaskCache = TaskCache(), limits: TreeLimits = TreeLimits(), stepTasks: Int = 1_000,
+                stepBytes: Int = 4 << 20) {
         self.changeCounter = changeCounter
+        self.stepTasks = stepTasks
+        self.stepBytes = stepBytes
         self.cache = cache
         self.limits = limits
         self.defaultStallTimeoutSeconds = defaultStallTimeoutSeconds
@@ -132,12 +135,6 @@ public struct TaskStore: Sendable {
     /// What an update did, and the events to publish (the task's own first).
     public struct Changed: Sendable, Equatable {
         public var outcome: TaskRules.Outcome
-        public var events: [TaskEvent]
-    }
-
-    /// What a deletion did.
-    public struct Deleted: Sendable, Equatable {
-        public var count: Int
         public var events: [TaskEvent]
     }
 
@@ -204,43 +201,81 @@ public struct TaskStore: Sendable {
         }
     }
 
-    /// Requests cancellation of a task and of its unfinished descendants, in one pass: the
-    /// subtree is read once and each task written once. Only the task's own request is
-    /// carried up to its ancestors; its descendants' requests are not carried up (every
-    /// task between them and the task takes the request itself, at the same moment).
-    public func cancel(_ id: String, now: EpochMilliseconds, in database: Database) throws -> Changed {
+    /// Requests cancellation of a task, and the first step of its unfinished descendants'
+    /// (see `continueWalk`). Only the task's own request is carried up to its ancestors;
+    /// its descendants' requests are not carried up (every task between them and the task
+    /// takes the request itself, at the same moment).
+    public func cancel(_ id: String, now: EpochMilliseconds, in database: Database) throws -> SubtreeChange {
         try numbered {
-            var changed = try modify(id, .cancelRequested, now: now, in: database) { task throws(TaskError) in
+            let changed = try modify(id, .cancelRequested, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.requestCancel(task, now: now)
             }
-            for descendant in try TaskRepository.unfinishedDescendants(of: id, in: database) {
-                guard case .applied(let next) = try TaskRules.requestCancel(descendant, now: now) else { continue }
-                let written = try write(next, previous: descendant, .cancelRequested, now: now, in: database)
-                changed.events.append(TaskEvent(.cancelRequested, written))
-            }
-            return changed
+            var step = try walk(SubtreeWalk(.cancel, below: id, now: now), in: database)
+            step.outcome = changed.outcome
+            step.count += changed.events.isEmpty ? 0 : 1
+            step.events = changed.events + step.events
+            return step
         }
     }
 
-    /// Deletes a task and its descendants, leaving a tombstone for each; its parent's
-    /// roll-up loses it.
-    public func delete(_ id: String, now: EpochMilliseconds, in database: Database) throws -> Deleted {
+    /// Deletes a task, leaving its tombstone (its parent's roll-up and count of children
+    /// lose it), and the first step of its descendants (see `continueWalk`).
+    public func delete(_ id: String, now: EpochMilliseconds, in database: Database) throws -> SubtreeChange {
         try numbered {
-            let tree = try TaskRepository.tree(id, in: database)
-            guard let root = tree.first(where: { $0.id == id }) else { throw TaskError.notFound(id) }
-            var events: [TaskEvent] = []
-            for task in tree.reversed() {
-                let number = changeCounter.next()
-                try TaskRepository.delete(task.id, in: database)
-                cache.forget(task.id)
-                try History.delete(task.id, in: database)
-                try ChangeFeed.recordDeletion(task, changeNumber: number, at: now, in: database)
-                events.append(.deleted(changeNumber: number, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt))
-            }
+            guard let root = try load(id, in: database) else { throw TaskError.notFound(id) }
+            var events = [try remove(root, now: now, in: database)]
             events += try rollUp(from: root.parentID, childDelta: -1, weightDelta: -root.weight,
                                  doneDelta: -root.weight * root.shareOfParent, now: now, in: database)
-            return Deleted(count: tree.count, events: events)
+            var step = try walk(SubtreeWalk(.delete, below: id, now: now), in: database)
+            step.count += 1
+            step.events = events + step.events
+            return step
         }
+    }
+
+    /// The next step of a cancel or delete of a subtree: at most `stepTasks` tasks, or
+    /// fewer once their events hold `stepBytes`, each written once (a cancel request) or
+    /// deleted with its tombstone. Run each step as a writer job of its own
+    /// (`GroupCommitWriter.submitSteps`), so that other writes commit between them.
+    public func continueWalk(_ walk: SubtreeWalk, in database: Database) throws -> SubtreeChange {
+        try numbered { try self.walk(walk, in: database) }
+    }
+
+    /// One step of `walk`.
+    private func walk(_ walk: SubtreeWalk, in database: Database) throws -> SubtreeChange {
+        var walk = walk
+        var step = SubtreeChange(count: 0, events: [])
+        var bytes = 0
+        while step.count < stepTasks, bytes < stepBytes, !walk.isFinished {
+            // Pages small enough that a step ends close to its byte budget.
+            for task in try walk.nextTasks(limit: min(64, stepTasks - step.count), in: database) {
+                let event: TaskEvent
+                switch walk.operation {
+                case .cancel:
+                    guard !task.state.isFinished, case .applied(let next) = try TaskRules.requestCancel(task, now: walk.now)
+                    else { continue }
+                    event = TaskEvent(.cancelRequested, try write(next, previous: task, .cancelRequested, now: walk.now,
+                                                                  in: database))
+                case .delete:
+                    event = try remove(task, now: walk.now, in: database)
+                }
+                step.count += 1
+                bytes += [event].estimatedBytes
+                step.events.append(event)
+            }
+        }
+        step.remaining = walk.isFinished ? nil : walk
+        return step
+    }
+
+    /// Deletes one task with its history, leaves its tombstone, and returns its event.
+    private func remove(_ task: TaskRecord, now: EpochMilliseconds, in database: Database) throws -> TaskEvent {
+        let number = changeCounter.next()
+        try TaskRepository.delete(task.id, in: database)
+        cache.forget(task.id)
+        try History.delete(task.id, in: database)
+        try ChangeFeed.recordDeletion(task, changeNumber: number, at: now, in: database)
+        return .deleted(changeNumber: number, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt)
     }
 
     /// Raises (or changes) the stall flag of every task whose deadline has passed, at most

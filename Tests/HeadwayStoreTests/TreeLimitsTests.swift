@@ -1,11 +1,13 @@
 import Dispatch
 import HeadwayCore
+import Lifecycle
 import Testing
 @testable import HeadwayStore
 
 /// What one client can make a change cost: the tree's limits (depth, children per parent,
-/// tasks stored), roll-ups that stop at the first ancestor that does not change, a subtree
-/// cancel in one pass, and batches whose replies match what is stored.
+/// tasks stored), roll-ups that stop at the first ancestor that does not change, subtree
+/// cancels and deletes in one pass of bounded steps, and batches whose replies match what
+/// is stored.
 @Suite struct TreeLimitsTests {
     /// Registers a chain `c1` (the root) … `c<depth>`, each the only child of the one before.
     private func registerChain(_ depth: Int, total: Int64? = nil, in fixture: StoreFixture) throws {
@@ -181,6 +183,134 @@ import Testing
         #expect(try find("c3", fixture)?.cancelRequested == true)
         #expect(try find("c4", fixture)?.cancelRequested == false)
         #expect(try find("c1", fixture)?.cancelRequested == false)
+    }
+
+    // MARK: - Subtree steps
+
+    /// Registers `root` with `children` children `k<i>`, each with `grandchildren` children
+    /// `k<i>-<j>`, in one job; `root` is a child of `parent`, if any.
+    private func registerTree(under parent: String? = nil, children: Int, grandchildren: Int,
+                              in fixture: StoreFixture) throws {
+        let store = fixture.store
+        _ = try fixture.write { database in
+            _ = try store.register(Registration(id: "root", name: "Root", parentID: parent), now: 1_000, in: database)
+            for child in 0..<children {
+                _ = try store.register(Registration(id: "k\(child)", name: "Kid", parentID: "root"), now: 1_000, in: database)
+                for grandchild in 0..<grandchildren {
+                    _ = try store.register(Registration(id: "k\(child)-\(grandchild)", name: "Grandkid", parentID: "k\(child)"),
+                                           now: 1_000, in: database)
+                }
+            }
+        }
+    }
+
+    /// What a subtree change in steps did: its steps in order, and what was stored when
+    /// its reply would be sent.
+    private struct Stepped<Stored: Sendable>: Sendable {
+        var steps: [SubtreeChange]
+        var first: SubtreeChange
+        var storedAtReply: Stored
+        /// The change number of `other`, registered by another client after the first step.
+        var otherChangeNumber: Int64
+    }
+
+    /// Runs `first` in steps; after the first step commits, another client registers
+    /// `other`; `stored` reads the database when the completion (the reply) comes.
+    private func runInSteps<Stored: Sendable>(_ fixture: StoreFixture,
+                                              _ first: @escaping @Sendable (Database) throws -> SubtreeChange,
+                                              stored: @escaping @Sendable (Database) throws -> Stored) throws -> Stepped<Stored> {
+        let store = fixture.store
+        let steps = Locked<[SubtreeChange]>([])
+        let other = Box<Int64>()
+        let outcome = Box<Result<(SubtreeChange, Stored), any Error>>()
+        let done = DispatchSemaphore(value: 0)
+        store.inSteps(on: fixture.writer, first, afterEachCommit: { step in
+            let isFirst = steps.withLock { steps in
+                steps.append(step)
+                return steps.count == 1
+            }
+            guard isFirst else { return }
+            fixture.writer.submit({ try store.register(Registration(id: "other", name: "Other"), now: 2_000, in: $0) }) { result in
+                other.value = (try? result.get())?.task.changeNumber
+            }
+        }) { result in
+            outcome.value = result.flatMap { first in Result { (first, try fixture.read(stored)) } }
+            done.signal()
+        }
+        done.wait()
+        let (first, storedAtReply) = try outcome.value!.get()
+        return Stepped(steps: steps.withLock { $0 }, first: first, storedAtReply: storedAtReply,
+                       otherChangeNumber: try #require(other.value))
+    }
+
+    /// A big subtree is deleted in bounded steps, each its own writer job: another client's
+    /// write commits between them, the reply comes after the last, and every task is gone
+    /// with its tombstone; the parent lost its child once.
+    @Test func aBigSubtreeIsDeletedInStepsWithOtherWritesBetween() throws {
+        let fixture = try StoreFixture(stepTasks: 100)
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "top", name: "Top"), now: 1_000, in: $0) }
+        try registerTree(under: "top", children: 3, grandchildren: 400, in: fixture)
+        let batchesBefore = fixture.writer.statistics.batches
+
+        let result = try runInSteps(fixture, { try store.delete("root", now: 3_000, in: $0) }) { database in
+            (tasks: try database.scalar("SELECT count(*) FROM tasks WHERE id NOT IN ('top', 'other')"),
+             tombstones: try database.scalar("SELECT count(*) FROM tombstones"),
+             topChildren: try TaskRepository.find("top", in: database)?.childCount)
+        }
+        #expect(result.storedAtReply.tasks == 0, "the reply comes after the last step")
+        #expect(result.storedAtReply.tombstones == 1_204, "the root, 3 children, 1,200 grandchildren")
+        #expect(result.storedAtReply.topChildren == 0)
+        #expect(result.steps.count >= 1_204 / 100, "\(result.steps.count) steps")
+        #expect(result.steps.allSatisfy { $0.count <= 101 }, "the first step deletes the root too")
+        #expect(result.steps.map(\.count).reduce(0, +) == 1_204)
+        #expect(result.first == result.steps.first)
+        let numbers = result.steps.map { $0.events.map(\.changeNumber) }
+        #expect(numbers[0].max()! < result.otherChangeNumber && result.otherChangeNumber < numbers.last!.min()!,
+                "another client's write committed between the steps")
+        #expect(fixture.writer.statistics.batches - batchesBefore >= result.steps.count, "a batch per step")
+    }
+
+    /// A big subtree's cancel runs in bounded steps too; at the reply every unfinished task
+    /// of the subtree is cancel-requested and a finished one is left as it was.
+    @Test func aBigSubtreeIsCancelledInStepsWithOtherWritesBetween() throws {
+        let fixture = try StoreFixture(stepTasks: 100)
+        let store = fixture.store
+        try registerTree(children: 3, grandchildren: 400, in: fixture)
+        _ = try fixture.write { try store.finish("k1-7", Finish(outcome: .succeeded), now: 2_000, in: $0) }
+
+        let result = try runInSteps(fixture, { try store.cancel("root", now: 3_000, in: $0) }) { database in
+            (notRequested: try database.scalar("SELECT count(*) FROM tasks WHERE cancel_requested = 0 AND id <> 'other'"),
+             finished: try TaskRepository.find("k1-7", in: database)?.cancelRequested)
+        }
+        #expect(result.storedAtReply.notRequested == 1, "only the finished task")
+        #expect(result.storedAtReply.finished == false)
+        #expect(result.first.outcome.map { if case .applied = $0 { true } else { false } } == true)
+        #expect(result.first.events.first?.taskID == "root", "the reply's task comes first")
+        #expect(result.steps.count >= 1_204 / 100, "\(result.steps.count) steps")
+        #expect(result.steps.allSatisfy { $0.count <= 101 })
+        #expect(result.steps.map(\.count).reduce(0, +) == 1_203, "all but the finished task")
+        let numbers = result.steps.map { $0.events.map(\.changeNumber) }
+        #expect(numbers[0].max()! < result.otherChangeNumber && result.otherChangeNumber < numbers.last!.min()!)
+    }
+
+    /// Deleting a subtree costs statements in proportion to its size.
+    @Test func aSubtreeDeleteCostsStatementsInProportionToItsSize() throws {
+        func statementsToDelete(grandchildren: Int) throws -> Int {
+            let fixture = try StoreFixture(stepTasks: 100)
+            try registerTree(children: 3, grandchildren: grandchildren, in: fixture)
+            let store = fixture.store
+            return try fixture.write { database in
+                let start = database.statementsRun
+                var step = try store.delete("root", now: 9_000, in: database)
+                while let walk = step.remaining { step = try store.continueWalk(walk, in: database) }
+                return database.statementsRun - start
+            }
+        }
+        let small = try statementsToDelete(grandchildren: 100)
+        let large = try statementsToDelete(grandchildren: 400)
+        #expect(large <= 4 * small + 10, "\(small) then \(large) statements")
+        #expect(large <= 4 * (3 + 1_200), "\(large) statements for 1,204 tasks")
     }
 
     // MARK: - Batches

@@ -13,9 +13,11 @@ final class StoreFixture: @unchecked Sendable {
     private var writerThread: ServiceGroup
     let store: TaskStore
 
-    init(durability: Durability = .full, limits: TreeLimits = TreeLimits(), maximumBatchBytes: Int = 16 << 20) throws {
+    init(durability: Durability = .full, limits: TreeLimits = TreeLimits(), maximumBatchBytes: Int = 16 << 20,
+         stepTasks: Int = 1_000) throws {
         path = directory.file("headway.db")
-        store = TaskStore(changeCounter: try DatabaseSetup.open(path: path).changeCounter, limits: limits)
+        store = TaskStore(changeCounter: try DatabaseSetup.open(path: path).changeCounter, limits: limits,
+                          stepTasks: stepTasks)
         writer = try GroupCommitWriter(path: path, durability: durability, maximumBatchBytes: maximumBatchBytes)
         writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try writerThread.start()
