@@ -7,8 +7,11 @@ import HeadwayStore
 /// The daemon's own writes, on a timer: the stall sweeper (every `sweepInterval`, it
 /// raises the flags whose deadlines have passed, read in deadline order from an index) and
 /// retention (it forgets old finished tasks and tombstones in small batches). Both run as
-/// ordinary jobs of the group-commit writer, so they never hold it for long. A service:
-/// its thread is the timer; a requested stop ends it (jobs already queued still commit).
+/// ordinary jobs of the group-commit writer, so they never hold it for long. At start it
+/// first finishes what a crash may have interrupted: a subtree delete stopped between its
+/// steps leaves tasks whose parent is gone, and those are deleted with their subtrees.
+/// A service: its thread is the timer; a requested stop ends it (jobs already queued still
+/// commit).
 final class Maintenance: Service {
     struct Settings: Sendable {
         /// How often due stall deadlines are looked for (the flag's lateness is at most this
@@ -44,6 +47,8 @@ final class Maintenance: Service {
 
     /// Sweeps every `sweepInterval` and prunes every `pruneInterval` until a stop is requested.
     func run() {
+        let orphansDeleted = waitFor(submitOrphanDeletes)
+        if orphansDeleted > 0 { logger.log(.warn, "orphans.deleted", ["tasks": "\(orphansDeleted)"]) }
         var nextPrune = DispatchTime.now()
         while true {
             stopRequested.wait(until: .now() + settings.sweepInterval)
@@ -82,6 +87,38 @@ final class Maintenance: Service {
         }
         done.wait()
         return result.withLock { $0 }
+    }
+
+    /// Deletes, each with its subtree and in steps like any delete, the tasks whose parent
+    /// is gone, until none is left; calls `completion` with the number of tasks deleted.
+    private func submitOrphanDeletes(deleted total: Int, completion: @escaping @Sendable (Int) -> Void) {
+        writer.submit({ database in try TaskRepository.orphans(limit: 64, in: database) }) { [self] result in
+            guard case .success(let orphans) = result, !orphans.isEmpty else {
+                if case .failure(let error) = result, (error as? WriterError) != .stopped {
+                    logger.log(.error, "orphans.failed", ["error": "\(error)"])
+                }
+                return completion(total)
+            }
+            let now = clock.now()
+            let deletes = DispatchGroup()
+            let deleted = Locked(0)
+            for id in orphans {
+                deletes.enter()
+                store.inSteps(on: writer, { [store] database in try store.delete(id, now: now, in: database) },
+                              afterEachCommit: { [broker] step in
+                                  broker.publish(step.events)
+                                  deleted.withLock { $0 += step.count }
+                              },
+                              completion: { _ in deletes.leave() })
+            }
+            deletes.notify(queue: .global()) { [self] in
+                let round = deleted.withLock { $0 }
+                // A round that deleted nothing (its deletes failed, or the writer stopped)
+                // ends the repair rather than trying the same tasks for ever.
+                guard round > 0 else { return completion(total) }
+                submitOrphanDeletes(deleted: total + round, completion: completion)
+            }
+        }
     }
 
     /// Sweeps until a batch comes back short; calls `completion` with the number of events.

@@ -134,6 +134,16 @@ public enum TaskRepository {
                           [.text(parentID), .integer(afterKey), .integer(Int64(limit))], map: keyedRecord)
     }
 
+    /// At most `limit` tasks whose parent is not stored: what a subtree delete interrupted
+    /// between its steps (a crash) left behind. One scan of the table, with a primary-key
+    /// lookup per child task.
+    public static func orphans(limit: Int, in database: Database) throws(SQLiteError) -> [String] {
+        try database.rows("""
+            SELECT id FROM tasks AS child WHERE parent_id IS NOT NULL
+            AND NOT EXISTS (SELECT 1 FROM tasks AS parent WHERE parent.id = child.parent_id) LIMIT ?
+            """, [.integer(Int64(limit))]) { $0.text(0) }
+    }
+
     /// Deletes one task.
     public static func delete(_ id: String, in database: Database) throws(SQLiteError) {
         try database.run("DELETE FROM tasks WHERE id = ?", [.text(id)])
