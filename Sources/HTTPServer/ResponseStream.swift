@@ -34,6 +34,8 @@ public final class ResponseStream: Sendable {
         /// When unsent bytes fall to this after being above it, the drain handler runs.
         var lowWaterBytes: Int
         var aboveLowWater = false
+        /// Shared bytes wait: the drain handler runs when the last of them is sent.
+        var holdsShared = false
         /// The connection's socket, when the body goes out chunked (else -1).
         var directSocket: Int32 = -1
         var watcher: WritableWatcher?
@@ -90,7 +92,7 @@ public final class ResponseStream: Sendable {
                         isWaiting = true
                     }
                     watcher?.watch(directSocket, owner)
-                    return nil
+                    return dueDrainHandler()
                 } else {
                     breakOff()
                     return nil
@@ -98,8 +100,17 @@ public final class ResponseStream: Sendable {
             }
             isWaiting = false
             if finished { resumeIfSuspended() }
-            guard aboveLowWater else { return nil }
-            aboveLowWater = false
+            return dueDrainHandler()
+        }
+
+        /// The drain handler, when it is due: unsent bytes fell to the low water after
+        /// being above it, or the last shared byte has been sent.
+        mutating func dueDrainHandler() -> (@Sendable () -> Void)? {
+            let belowLowWater = aboveLowWater && unsent.count <= lowWaterBytes
+            let sharedSent = holdsShared && unsent.sharedCount == 0
+            guard belowLowWater || sharedSent else { return nil }
+            if belowLowWater { aboveLowWater = false }
+            if sharedSent { holdsShared = false }
             return drainHandler
         }
     }
@@ -120,7 +131,8 @@ public final class ResponseStream: Sendable {
         if alreadyClosed { handler() }
     }
 
-    /// Runs `handler` when unsent bytes fall to `lowWaterBytes` after being above.
+    /// Runs `handler` when unsent bytes fall to `lowWaterBytes` after being above, and when
+    /// the last byte written shared has been sent.
     public func onDrain(atOrBelow lowWaterBytes: Int, _ handler: @escaping @Sendable () -> Void) {
         state.withLock {
             $0.lowWaterBytes = lowWaterBytes
@@ -134,6 +146,9 @@ public final class ResponseStream: Sendable {
     /// Bytes written and not yet handed to the connection that this stream owns: all but
     /// those written with `writeShared` (which it only references).
     public var ownedBytes: Int { state.withLock { $0.unsent.ownedCount } }
+
+    /// Bytes written with `writeShared` and not yet handed to the connection.
+    public var sharedBytes: Int { state.withLock { $0.unsent.sharedCount } }
 
     /// Whether writes are still accepted (not finished, connection not gone).
     public var isOpen: Bool { state.withLock { !$0.finished && !$0.closed && !$0.broken } }
@@ -166,6 +181,7 @@ public final class ResponseStream: Sendable {
             guard !state.finished && !state.closed && !state.broken, state.unsent.count <= limit else {
                 return (false, nil)
             }
+            if shared && pieces.contains(where: { !$0.isEmpty }) { state.holdsShared = true }
             if state.isDirect {
                 state.unsent.appendChunk(pieces, shared: shared)
                 return (true, state.sendUnsent(owner: self))
@@ -239,11 +255,7 @@ public final class ResponseStream: Sendable {
             }
             if state.broken { return (-2, nil) }
             let copied = state.unsent.copy(into: buffer, capacity: capacity)
-            var drained: (@Sendable () -> Void)?
-            if state.aboveLowWater && state.unsent.count <= state.lowWaterBytes {
-                state.aboveLowWater = false
-                drained = state.drainHandler
-            }
+            let drained = state.dueDrainHandler()
             if copied > 0 { return (copied, drained) }
             if state.finished { return (-1, drained) }
             // Everything handed over so far has been sent: later writes may go direct.

@@ -27,6 +27,8 @@ public final class HeadwayApplication: Sendable {
     let recentCatchUps: CatchUpCache
     /// What the catch-ups cost.
     let catchUpStatistics: CatchUpStatistics
+    /// The bound on catch-up bytes held in memory (`--max-catch-up-bytes`).
+    let catchUpBudget: CatchUpBudget
     /// Every route served, as (method, path pattern).
     public let routes: [(method: String, pattern: String)]
     /// What the server does with each request (tests may hand requests to it directly).
@@ -36,11 +38,12 @@ public final class HeadwayApplication: Sendable {
 
     init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
          broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,
-         recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, logger: Logger,
-         routes: [(method: String, pattern: String)]) {
+         recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, catchUpBudget: CatchUpBudget,
+         logger: Logger, routes: [(method: String, pattern: String)]) {
         self.maintenance = maintenance
         self.recentCatchUps = recentCatchUps
         self.catchUpStatistics = catchUpStatistics
+        self.catchUpBudget = catchUpBudget
         self.configuration = configuration
         self.writer = writer
         self.apiReads = apiReads
@@ -145,8 +148,9 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         .register(in: &router)
     let recentCatchUps = CatchUpCache()
     let catchUpStatistics = CatchUpStatistics()
+    let catchUpBudget = CatchUpBudget(limitBytes: configuration.maximumCatchUpBytes)
     EventsAPI(broker: broker, reads: catchUpReads, clock: clock, logger: logger, errors: errors,
-              recentCatchUps: recentCatchUps, statistics: catchUpStatistics)
+              recentCatchUps: recentCatchUps, statistics: catchUpStatistics, budget: catchUpBudget)
         .register(in: &router)
     var serverConfiguration = MicroHTTPServer.Configuration()
     serverConfiguration.host = configuration.host
@@ -187,6 +191,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     return HeadwayApplication(configuration: configuration, writer: writer, apiReads: apiReads,
                               catchUpReads: catchUpReads, broker: broker, maintenance: maintenance, server: server,
                               pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
+                              catchUpBudget: catchUpBudget,
                               logger: logger, routes: router.routes.map { ($0.method, $0.pattern) })
 }
 

@@ -8,6 +8,9 @@ struct CatchUp: Sendable {
     var highWater: Int64
     /// The `min_duration` state after the catch-up (tasks held back).
     var holdBack: HoldBack
+    /// What it costs the catch-up budget, once however many subscribers it is sent to
+    /// (nil: not counted).
+    var charge: CatchUpCharge?
 }
 
 /// The one rule that joins a subscriber's catch-up and its live events. The catch-up is

@@ -26,6 +26,10 @@ public struct Configuration: Sendable, Equatable {
     public var streamBufferBytes = 256 * 1024
     /// An event stream whose socket takes nothing for this long while bytes wait is closed.
     public var streamStallTimeoutSeconds = 30.0
+    /// Catch-up bytes (snapshots, replays) all event streams may hold in memory at once, a
+    /// catch-up shared by several streams counted once; past it a new subscriber's
+    /// catch-up is not read: its stream gets `retry:` and ends.
+    public var maximumCatchUpBytes = 256 * 1024 * 1024
     /// Tasks waiting for one slow subscriber before it is disconnected (it then resumes).
     public var maximumPendingTasks = 2048
     /// When fan-out rounds may start during an update storm.
@@ -104,6 +108,10 @@ public struct Configuration: Sendable, Equatable {
                                     close an event stream whose client took nothing for
                                     this long while bytes wait
                                     (HEADWAY_STREAM_STALL_TIMEOUT, default 30)
+          --max-catch-up-bytes N    bytes of catch-ups (snapshots, replays) all event
+                                    streams may hold unsent at once; past it a new
+                                    subscriber gets retry: and its stream ends
+                                    (HEADWAY_MAX_CATCH_UP_BYTES, default 268435456)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -128,7 +136,7 @@ public struct Configuration: Sendable, Equatable {
                      "read-connections", "max-queued-reads",
                      "max-body-bytes", "max-query-params",
                      "head-timeout", "max-connections-per-address",
-                     "stream-buffer-bytes", "stream-stall-timeout"]
+                     "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -202,6 +210,8 @@ public struct Configuration: Sendable, Equatable {
         // Limits: event streams.
         try reader.wholeNumber("stream-buffer-bytes", in: 4096...1_073_741_824, into: &configuration.streamBufferBytes)
         try reader.seconds("stream-stall-timeout", in: 0.1...86_400, into: &configuration.streamStallTimeoutSeconds)
+        try reader.wholeNumber("max-catch-up-bytes", in: 1_048_576...1_099_511_627_776,
+                               into: &configuration.maximumCatchUpBytes)
         return .run(configuration)
     }
 

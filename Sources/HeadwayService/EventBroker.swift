@@ -38,7 +38,7 @@ final class EventBroker: Service {
     fileprivate enum Command: Sendable {
         case publish([TaskEvent])
         case attach(SubscriberID, any EventSink, StreamFilter)
-        case caughtUp(SubscriberID, CatchUp)
+        case caughtUp(SubscriberID, CatchUp, CatchUpHold?)
         case drained(SubscriberID)
         case detach(SubscriberID)
         case wake
@@ -109,8 +109,11 @@ final class EventBroker: Service {
         return id
     }
 
-    /// Hands over what the catch-up read.
-    func caughtUp(_ id: SubscriberID, _ catchUp: CatchUp) { send(.caughtUp(id, catchUp)) }
+    /// Hands over what the catch-up read, with its charge on the catch-up budget (let go
+    /// once the subscriber's stream has sent it, or at once if the subscriber is gone).
+    func caughtUp(_ id: SubscriberID, _ catchUp: CatchUp, holding hold: CatchUpHold? = nil) {
+        send(.caughtUp(id, catchUp, hold))
+    }
 
     /// Makes the thread look at the clock now (after a test moved it).
     func wake() { send(.wake) }
@@ -198,9 +201,10 @@ private final class BrokerThread {
             queue.append(events)
         case .attach(let id, let sink, let filter):
             subscribers[id] = Subscriber(id: id, sink: sink, filter: filter, limits: settings.subscriberLimits)
-        case .caughtUp(let id, let catchUp):
+        case .caughtUp(let id, let catchUp, let hold):
             guard let subscriber = subscribers[id] else { return false }
-            report(subscriber.caughtUp(catchUp, coalescingBacklog: settings.coalescingBacklog, clock: clock), subscriber)
+            report(subscriber.caughtUp(catchUp, holding: hold, coalescingBacklog: settings.coalescingBacklog,
+                                       clock: clock), subscriber)
             noteHolds(subscriber)
         case .drained(let id):
             subscribers[id]?.drained()

@@ -21,6 +21,9 @@ protocol EventSink: AnyObject, Sendable {
     /// Bytes written and not yet taken by the peer, less those written shared.
     var ownedBytes: Int { get }
 
+    /// Bytes written shared and not yet taken by the peer.
+    var sharedBytes: Int { get }
+
     /// Whether writes are still accepted.
     var isOpen: Bool { get }
 
@@ -37,7 +40,7 @@ protocol EventSink: AnyObject, Sendable {
     func onClose(_ handler: @escaping @Sendable () -> Void)
 
     /// Sets `handler`, run when what waits in the sink falls to `lowWaterBytes` after
-    /// being above.
+    /// being above, and when the last byte written shared has been taken.
     func onDrain(atOrBelow lowWaterBytes: Int, _ handler: @escaping @Sendable () -> Void)
 }
 

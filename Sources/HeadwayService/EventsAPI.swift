@@ -10,7 +10,9 @@ import HeadwayStore
 /// after its last event id, only of the tasks it follows — is read from one database
 /// snapshot on a connection of the catch-up read pool, and live events already covered by
 /// that snapshot are dropped (`CatchUpMerge`). Catch-ups of different subscribers are
-/// read side by side; one whose client has left before its turn is not read at all.
+/// read side by side; one whose client has left before its turn is not read at all, and
+/// none while the catch-ups held in memory use up their budget (`CatchUpBudget`): that
+/// stream gets `retry:` and ends, and its client comes back later.
 struct EventsAPI: Sendable {
     let broker: EventBroker
     /// Connections of their own, so a large catch-up never waits behind API reads (the
@@ -25,8 +27,12 @@ struct EventsAPI: Sendable {
     let recentCatchUps: CatchUpCache
     /// What the catch-ups cost.
     let statistics: CatchUpStatistics
+    /// The bound on catch-up bytes held in memory by all streams.
+    let budget: CatchUpBudget
     /// How long a client waits before reconnecting (`retry:`).
     static let retryMilliseconds = 3000
+    /// The `retry:` field, sent first on every stream.
+    static let retryField = Array("retry: \(retryMilliseconds)\n".utf8)
     /// The snapshot also shows tasks finished this recently.
     static let recentlyFinishedMilliseconds: Int64 = 60_000
     /// The path of the stream; its connections get a daemon of their own.
@@ -72,11 +78,26 @@ struct EventsAPI: Sendable {
             stream.abort()
             return
         }
+        guard budget.admits else { return refuse(stream) }
         do {
-            broker.caughtUp(subscriber, try catchUp(query, with: reader))
+            let catchUp = try catchUp(query, with: reader)
+            broker.caughtUp(subscriber, catchUp, holding: catchUp.charge.map(budget.hold))
         } catch {
             logger.log(.error, "events.catch_up_failed", ["request_id": request.requestID, "error": "\(error)"])
             stream.finish()
+        }
+    }
+
+    /// Ends `stream` with only `retry:` (nothing read: the catch-up budget is used up); logs
+    /// the refusals as one count a second.
+    private func refuse(_ stream: ResponseStream) {
+        statistics.countRefused()
+        stream.write(Self.retryField + [10])
+        stream.finish()
+        if let count = budget.countRefusal(now: clock.now()) {
+            logger.log(.warn, "events.catch_ups_refused", [
+                "count": "\(count)", "used_bytes": "\(budget.usedBytes)", "limit_bytes": "\(budget.limitBytes)",
+            ])
         }
     }
 
@@ -135,9 +156,9 @@ struct EventsAPI: Sendable {
                 frames.append(EventFrames.snapshot(shown, changeNumber: position.last))
             }
             // `retry:` rides on the first event: some clients dispatch a frame without data.
-            let retry = Array("retry: \(Self.retryMilliseconds)\n".utf8)
-            if frames.isEmpty { frames = [retry + [10]] } else { frames[0] = retry + frames[0] }
-            return (CatchUp(frames: frames, highWater: position.last, holdBack: holdBack), validUntil)
+            if frames.isEmpty { frames = [Self.retryField + [10]] } else { frames[0] = Self.retryField + frames[0] }
+            return (CatchUp(frames: frames, highWater: position.last, holdBack: holdBack, charge: CatchUpCharge(frames)),
+                    validUntil)
     }
 }
 
@@ -148,6 +169,8 @@ final class CatchUpStatistics: Sendable {
         var read = 0
         /// Catch-ups not read because the client had left before their turn.
         var skipped = 0
+        /// Catch-ups not read because the catch-up budget was used up.
+        var refused = 0
         /// Rows the catch-ups read from the database.
         var rowsRead = 0
     }
@@ -164,6 +187,8 @@ final class CatchUpStatistics: Sendable {
     }
 
     func countSkipped() { counts.withLock { $0.skipped += 1 } }
+
+    func countRefused() { counts.withLock { $0.refused += 1 } }
 }
 
 /// The catch-ups read lately, keyed by query and change position. An answer is reused

@@ -57,7 +57,21 @@ enum SlowSubscriber: Equatable {
 /// is *owned* and counts, with the frames waiting here. The cap is checked whenever
 /// frames must wait; a round written while the stream was below its full mark may pass it
 /// once (a round's frames are encoded once for every subscriber). How long a peer that
-/// reads nothing may hold shared bytes is bounded by the stall timeout of the HTTP layer.
+/// reads nothing may hold shared bytes is bounded by the stall timeout of the HTTP layer,
+/// and how many catch-up bytes all streams hold at once by the `CatchUpBudget`, whose
+/// charge the subscriber holds (`CatchUpHold`) until its stream has sent the catch-up.
+///
+/// While the catch-up is being sent, live frames wait here behind it, one per task at
+/// its latest, bounded by count (`maximumPendingTasks`) rather than by the byte cap: a
+/// slow but reading client must be able to finish a catch-up many times the cap (it has
+/// no event id until then, so a cut-off would send it back for a new one, for ever),
+/// and counting bytes would cut it off as soon as more than the cap of distinct tasks
+/// changed meanwhile. What that costs at worst: `maximumPendingTasks` frames per such
+/// subscriber (2,048 frames of at most ~5 KiB, the largest task: ~10 MiB), but a round's
+/// frames are encoded once and shared, so subscribers waiting for the same tasks hold
+/// the same latest frames; only the held tasks a `min_duration` releases are its own.
+/// Once the catch-up has gone out, the frames waiting go out as the stream takes them,
+/// and the byte cap applies again.
 final class Subscriber {
     /// The bounds of one subscriber.
     struct Limits: Equatable {
@@ -92,6 +106,11 @@ final class Subscriber {
     private var holdBack: HoldBack
     /// Frames waiting because the stream is full.
     private var pending = PendingFrames()
+    /// Whether the stream still holds unsent bytes of the catch-up (frames then wait
+    /// bounded by count, not bytes).
+    private(set) var isSendingCatchUp = false
+    /// The catch-up's charge on the budget, held until the stream has sent it.
+    private var catchUpHold: CatchUpHold?
 
     init(id: SubscriberID, sink: any EventSink, filter: StreamFilter, limits: Limits) {
         self.id = id
@@ -135,22 +154,35 @@ final class Subscriber {
     }
 
     /// Takes the catch-up: its frames go out first, then the live events that arrived
-    /// meanwhile and are newer (`CatchUpMerge`); from now on the subscriber is live.
+    /// meanwhile and are newer (`CatchUpMerge`); from now on the subscriber is live. Keeps
+    /// `hold` (its charge on the catch-up budget) while the stream holds catch-up bytes.
     @discardableResult
-    func caughtUp(_ catchUp: CatchUp, coalescingBacklog: Int, clock: any WallClock) -> Delivery {
+    func caughtUp(_ catchUp: CatchUp, holding hold: CatchUpHold? = nil, coalescingBacklog: Int,
+                  clock: any WallClock) -> Delivery {
         holdBack = catchUp.holdBack
         merge = CatchUpMerge(highWater: catchUp.highWater)
         sink.writeShared(contentsOf: catchUp.frames)
+        isSendingCatchUp = sink.sharedBytes > 0
+        catchUpHold = isSendingCatchUp ? hold : nil
         let following = merge.eventsAfterCatchUp(arrivedDuringCatchUp, coalescingBacklog: coalescingBacklog)
         arrivedDuringCatchUp = []
         isLive = true
         return deliver(RoundEvents(following), clock: clock)
     }
 
-    /// The stream has room again: writes waiting frames, oldest first, while they fit.
+    /// The stream has room again, or has sent its catch-up: lets go of the catch-up's
+    /// charge once it has gone out, and writes waiting frames, oldest first, while the
+    /// stream is below its full mark (once full, it calls again when it has room).
     func drained() {
-        let frames = pending.takeFront(room: limits.fullBytes - sink.bufferedBytes)
-        sink.write(contentsOf: frames, unlessMoreThan: .max)
+        if isSendingCatchUp && sink.sharedBytes == 0 {
+            isSendingCatchUp = false
+            catchUpHold = nil
+        }
+        while !pending.isEmpty, sink.isOpen {
+            let room = limits.fullBytes - sink.bufferedBytes
+            guard room > 0 else { return }
+            sink.write(contentsOf: pending.takeFront(room: room), unlessMoreThan: .max)
+        }
     }
 
     /// Sends the held tasks that have come of age at `now`, without ids (they are older
@@ -174,7 +206,8 @@ final class Subscriber {
     func finish() { sink.finish() }
 
     /// Writes `frames` (one per task in `tasks`) at once, or, when the stream is full or
-    /// frames already wait, keeps them waiting; cuts the subscriber off past its bounds.
+    /// frames already wait, keeps them waiting; cuts the subscriber off past its bounds
+    /// (while the catch-up is being sent, past its bound in tasks only).
     private func enqueue(_ frames: [[UInt8]], tasks: [String]) -> Delivery {
         guard !frames.isEmpty else { return .nothing }
         if pending.isEmpty && sink.write(contentsOf: frames, unlessMoreThan: limits.fullBytes - 1) {
@@ -184,7 +217,7 @@ final class Subscriber {
         for (frame, task) in zip(frames, tasks) { pending.put(frame, for: task) }
         let heldBytes = sink.ownedBytes + pending.byteCount
         let overflow: SlowSubscriber
-        if heldBytes > limits.unsentBytes {
+        if heldBytes > limits.unsentBytes && !isSendingCatchUp {
             overflow = .bytes(heldBytes)
         } else if pending.taskCount > limits.maximumPendingTasks {
             overflow = .pendingTasks(pending.taskCount)

@@ -184,4 +184,35 @@ import Testing
         #expect(try client.remainingEvents().isEmpty, "the stream ended")
         #expect(throws: (any Error).self) { try application.readers[0].schemaVersion() }
     }
+
+    /// While the catch-ups held use up `--max-catch-up-bytes`, a new subscriber's catch-up
+    /// is not read: its stream gets `retry:` and ends, and the refusals are logged as a
+    /// count. Once the budget has room, the next one is read.
+    @Test func pastTheCatchUpBudgetAStreamGetsRetryAndEndsWithoutARead() throws {
+        let daemon = try LiveDaemon(arguments: ["--max-catch-up-bytes", "1048576"])
+        try daemon.register(#"{"id":"a","name":"A"}"#)
+        let application = daemon.application
+        var held: CatchUpHold? = application.catchUpBudget.hold(CatchUpCharge(bytes: 1_048_576))
+        let refused = try daemon.subscribe()
+        #expect(refused.status == 200)
+        #expect(try refused.next() == TestEvent(retry: 3000))
+        #expect(try refused.remainingEvents().isEmpty, "the stream ended")
+        #expect(application.catchUpStatistics.current.refused == 1)
+        #expect(application.catchUpStatistics.current.read == 0, "nothing was read")
+        held = nil
+        #expect(try snapshotIDs(daemon.subscribe()) == ["a"])
+        withExtendedLifetime(held) {}
+    }
+
+    @Test func catchUpBudgetFlag() throws {
+        func parse(_ arguments: [String]) throws(UsageError) -> Configuration? {
+            guard case .run(let configuration) = try Configuration.parse(arguments: arguments, environment: [:]) else { return nil }
+            return configuration
+        }
+        #expect(try parse([])?.maximumCatchUpBytes == 268_435_456)
+        #expect(try parse(["--max-catch-up-bytes", "1048576"])?.maximumCatchUpBytes == 1_048_576)
+        #expect(throws: UsageError.self) { try parse(["--max-catch-up-bytes", "1048575"]) }
+        #expect(throws: UsageError.self) { try parse(["--max-catch-up-bytes", "lots"]) }
+        #expect(Configuration.usage.contains("--max-catch-up-bytes"))
+    }
 }

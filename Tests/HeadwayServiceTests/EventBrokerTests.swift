@@ -162,4 +162,64 @@ import Testing
         #expect(sink.writtenTexts.last == E.frame(young, withID: false))
         stop(broker)
     }
+
+    /// A subscriber whose 10,000-byte catch-up, charged to `budget`, its peer does not read.
+    private func subscribeUnread(_ broker: EventBroker, _ budget: CatchUpBudget,
+                                 charge: CatchUpCharge = CatchUpCharge(bytes: 10_000)) -> FakeEventSink {
+        let sink = FakeEventSink()
+        sink.fill(0)
+        #expect(broker.reserveSlot())
+        let id = broker.attach(sink, filter: StreamFilter())
+        let catchUp = CatchUp(frames: [Array(repeating: UInt8(ascii: "x"), count: 10_000)], highWater: 0,
+                              holdBack: HoldBack(filter: StreamFilter()), charge: charge)
+        broker.caughtUp(id, catchUp, holding: budget.hold(charge))
+        #expect(sink.waitForWrites(1))
+        return sink
+    }
+
+    /// The budget is used up while a stream holds its catch-up, and admits again once that
+    /// stream has sent it — or has closed. (A marker subscriber's catch-up shows when the
+    /// broker has handled the commands before it.)
+    @Test func theBudgetAdmitsAgainOnceAStreamHasSentItsCatchUpOrClosed() {
+        let broker = broker()
+        let budget = CatchUpBudget(limitBytes: 10_000)
+        let reading = subscribeUnread(broker, budget)
+        #expect(!budget.admits)
+        reading.peerRead()
+        _ = subscribe(broker)
+        #expect(budget.admits, "sent: let go")
+        let leaving = subscribeUnread(broker, budget)
+        #expect(!budget.admits)
+        leaving.close()
+        _ = subscribe(broker)
+        #expect(budget.admits, "closed: let go")
+        stop(broker)
+    }
+
+    /// Subscribers sent the same catch-up (from the cache) charge it once; it counts until
+    /// the last of them has sent it. One for a subscriber already gone is let go at once.
+    @Test func aSharedCatchUpIsChargedOnceAndOneForASubscriberGoneNotAtAll() {
+        let broker = broker()
+        let budget = CatchUpBudget(limitBytes: 20_000)
+        let charge = CatchUpCharge(bytes: 10_000)
+        let sinks = (0..<3).map { _ in subscribeUnread(broker, budget, charge: charge) }
+        #expect(budget.usedBytes == 10_000)
+        sinks[0].peerRead()
+        sinks[1].close()
+        _ = subscribe(broker)
+        #expect(budget.usedBytes == 10_000, "one stream still holds it")
+        sinks[2].peerRead()
+        let gone = FakeEventSink()
+        #expect(broker.reserveSlot())
+        let id = broker.attach(gone, filter: StreamFilter())
+        gone.close()
+        broker.caughtUp(id, CatchUp(frames: [[1]], highWater: 0, holdBack: HoldBack(filter: StreamFilter())),
+                        holding: budget.hold(CatchUpCharge(bytes: 5_000)))
+        // The second marker is handled in a later turn of the loop, after the commands of
+        // the first's turn have been let go.
+        _ = subscribe(broker)
+        _ = subscribe(broker)
+        #expect(budget.usedBytes == 0)
+        stop(broker)
+    }
 }

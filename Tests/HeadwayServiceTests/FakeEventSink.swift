@@ -113,6 +113,8 @@ final class FakeEventSink: EventSink {
 
     var ownedBytes: Int { state.withLock { $0.buffered - $0.sharedBuffered } }
 
+    var sharedBytes: Int { state.withLock { $0.sharedBuffered } }
+
     var hasStalled: Bool { state.withLock { $0.stalled } }
 
     var isOpen: Bool { state.withLock { $0.isOpen } }

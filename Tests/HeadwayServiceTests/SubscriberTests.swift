@@ -136,7 +136,7 @@ import Testing
         #expect(subscriber.caughtUp(catchUp, coalescingBacklog: 1024, clock: clock) == .nothing)
         #expect(sink.sharedWrites == [true])
         #expect(sink.bufferedBytes == 10_000 && sink.ownedBytes == 0)
-        // The stream is full (its catch-up waits): live frames wait too, and count.
+        // The stream is full (its catch-up waits): live frames wait too.
         #expect(subscriber.deliver(RoundEvents([E.event(1, "a")]), clock: clock) == .waiting)
         #expect(!sink.wasAborted)
         sink.peerRead()
@@ -228,5 +228,92 @@ import Testing
         let buffers = sinks.map { sink in sink.writes[1].map { $0.withUnsafeBufferPointer { $0.baseAddress } } }
         #expect(buffers[0].count == 2)
         #expect(buffers.allSatisfy { $0 == buffers[0] }, "the same storage, not copies")
+    }
+
+    /// A change of `task` whose frame is about 2,000 bytes (half the cap).
+    private func large(_ seq: Int64, _ task: String) -> TaskEvent {
+        TaskEvent(changeNumber: seq, kind: .updated, taskID: task, parentID: nil, createdAt: 0, finishedAt: nil,
+                  data: #"{"id":"\#(task)","metadata":"\#(String(repeating: "m", count: 2000))"}"#)
+    }
+
+    /// A subscriber with a 10,000-byte catch-up (over twice the cap) its peer has not read.
+    private func sendingCatchUp(_ sink: FakeEventSink, hold: CatchUpHold? = nil) -> Subscriber {
+        let subscriber = subscriber(sink)
+        sink.fill(0)
+        let catchUp = CatchUp(frames: [Array(repeating: UInt8(ascii: "x"), count: 10_000)], highWater: 0,
+                              holdBack: HoldBack(filter: StreamFilter()))
+        #expect(subscriber.caughtUp(catchUp, holding: hold, coalescingBacklog: 1024, clock: clock) == .nothing)
+        #expect(subscriber.isSendingCatchUp)
+        return subscriber
+    }
+
+    /// While its catch-up is being sent, a subscriber's live frames wait bounded by count,
+    /// not by bytes: a slow reader finishes a catch-up however many bytes of news arrive,
+    /// up to `maximumPendingTasks` tasks; one task more and it is cut off.
+    @Test func aSubscriberSendingItsCatchUpIsCutOffOnlyPastTheBoundInTasks() {
+        let sink = FakeEventSink()
+        let subscriber = sendingCatchUp(sink)
+        let round = RoundEvents((1...3).map { large(Int64($0), "t\($0)") })
+        #expect(subscriber.deliver(round, clock: clock) == .waiting, "three tasks, ~6,000 bytes: past the cap, within the bound")
+        #expect(!sink.wasAborted)
+        #expect(subscriber.deliver(RoundEvents([large(4, "t4")]), clock: clock) == .cutOff(.pendingTasks(4)))
+        #expect(sink.wasAborted)
+    }
+
+    /// Once the catch-up has gone out, the frames that waited behind it all go out and
+    /// the byte cap applies again.
+    @Test func afterItsCatchUpHasGoneOutTheByteCapAppliesAgain() {
+        let sink = FakeEventSink()
+        let subscriber = sendingCatchUp(sink)
+        #expect(subscriber.deliver(RoundEvents([large(1, "a"), large(2, "b")]), clock: clock) == .waiting)
+        sink.peerRead()
+        subscriber.drained()
+        #expect(!subscriber.isSendingCatchUp)
+        #expect(sink.writtenTexts.dropFirst() == [E.frame(large(1, "a")), E.frame(large(2, "b"))])
+        sink.fill(1000)
+        #expect(subscriber.deliver(RoundEvents([large(3, "c")]), clock: clock) == .waiting)
+        #expect(subscriber.deliver(RoundEvents([large(4, "d")]), clock: clock) == .cutOff(.bytes(1000 + 2 * E.frame(large(3, "c")).utf8.count)))
+    }
+
+    /// A stream that drains writes every waiting frame while it stays below its full mark,
+    /// not only one full mark's worth (a socket that takes them all at once calls back no
+    /// more).
+    @Test func drainingWritesEveryWaitingFrameWhileTheStreamTakesThem() {
+        let sink = FakeEventSink()
+        let subscriber = Subscriber(id: SubscriberID(rawValue: 1), sink: sink, filter: StreamFilter(),
+                                    limits: Subscriber.Limits(unsentBytes: 4000, maximumPendingTasks: 100))
+        subscriber.caughtUp(CatchUp(frames: [Array(catchUpFrame.utf8)], highWater: 0, holdBack: HoldBack(filter: StreamFilter())),
+                            coalescingBacklog: 1024, clock: clock)
+        sink.fill(1000)
+        let events = (1...30).map { E.event(Int64($0), "t\($0)") }
+        #expect(subscriber.deliver(RoundEvents(events), clock: clock) == .waiting)
+        sink.peerRead()
+        subscriber.drained()
+        #expect(subscriber.pendingTaskCount == 0)
+        #expect(sink.writtenTexts.dropFirst().joined() == events.map { E.frame($0) }.joined())
+    }
+
+    /// The catch-up's charge on the budget is held while the stream holds the catch-up,
+    /// and let go once it has been sent.
+    @Test func theCatchUpsChargeIsLetGoOnceItsStreamHasSentIt() {
+        let budget = CatchUpBudget(limitBytes: 10_000)
+        let sink = FakeEventSink()
+        let subscriber = sendingCatchUp(sink, hold: budget.hold(CatchUpCharge(bytes: 10_000)))
+        #expect(!budget.admits)
+        subscriber.drained()
+        #expect(!budget.admits, "a drain before the catch-up has gone out keeps it")
+        sink.peerRead()
+        subscriber.drained()
+        #expect(budget.usedBytes == 0)
+    }
+
+    /// A catch-up the socket takes at once is not held at all.
+    @Test func aCatchUpSentAtOnceHoldsNoCharge() {
+        let budget = CatchUpBudget(limitBytes: 10_000)
+        let sink = FakeEventSink()
+        let catchUp = CatchUp(frames: [Array(catchUpFrame.utf8)], highWater: 0, holdBack: HoldBack(filter: StreamFilter()))
+        subscriber(sink).caughtUp(catchUp, holding: budget.hold(CatchUpCharge(bytes: 10_000)), coalescingBacklog: 1024,
+                                  clock: clock)
+        #expect(budget.usedBytes == 0)
     }
 }
