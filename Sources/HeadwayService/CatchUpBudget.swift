@@ -23,6 +23,8 @@ final class CatchUpBudget: Sendable {
         /// Catch-ups refused since the last log line, and when that line was written.
         var refusedSinceLine = 0
         var lastLine: EpochMilliseconds?
+        /// A later line is promised for refusals not yet logged (`claimFlush`).
+        var flushClaimed = false
     }
 
     /// The most catch-up bytes held at once (passed by at most the catch-ups being read).
@@ -47,6 +49,28 @@ final class CatchUpBudget: Sendable {
         state.withLock { state in
             state.refusedSinceLine += 1
             if let last = state.lastLine, now - last < Self.lineIntervalMilliseconds { return nil }
+            state.lastLine = now
+            defer { state.refusedSinceLine = 0 }
+            return state.refusedSinceLine
+        }
+    }
+
+    /// Whether the caller should write, after `lineIntervalMilliseconds`, a line for the
+    /// refusals counted but not logged (`flush`): true once until that flush, so the last
+    /// refusals of a burst are logged too, without a line per refusal.
+    func claimFlush() -> Bool {
+        state.withLock { state in
+            guard state.refusedSinceLine > 0, !state.flushClaimed else { return false }
+            state.flushClaimed = true
+            return true
+        }
+    }
+
+    /// The refusals counted since the last line, if any, now logged at `now`.
+    func flush(now: EpochMilliseconds) -> Int? {
+        state.withLock { state in
+            state.flushClaimed = false
+            guard state.refusedSinceLine > 0 else { return nil }
             state.lastLine = now
             defer { state.refusedSinceLine = 0 }
             return state.refusedSinceLine

@@ -95,10 +95,19 @@ struct EventsAPI: Sendable {
         stream.write(Self.retryField + [10])
         stream.finish()
         if let count = budget.countRefusal(now: clock.now()) {
-            logger.log(.warn, "events.catch_ups_refused", [
-                "count": "\(count)", "used_bytes": "\(budget.usedBytes)", "limit_bytes": "\(budget.limitBytes)",
-            ])
+            logRefusals(count)
+        } else if budget.claimFlush() {
+            DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(Int(CatchUpBudget.lineIntervalMilliseconds))) {
+                [budget, clock] in
+                if let count = budget.flush(now: clock.now()) { logRefusals(count) }
+            }
         }
+    }
+
+    private func logRefusals(_ count: Int) {
+        logger.log(.warn, "events.catch_ups_refused", [
+            "count": "\(count)", "used_bytes": "\(budget.usedBytes)", "limit_bytes": "\(budget.limitBytes)",
+        ])
     }
 
     /// Reads, in one database snapshot, what a subscriber must see before live events —

@@ -37,5 +37,11 @@ import Testing
         #expect(budget.countRefusal(now: 10_999) == nil)
         #expect(budget.countRefusal(now: 11_000) == 3, "a second later, the count since the last line")
         #expect(budget.countRefusal(now: 11_001) == nil)
+        #expect(budget.claimFlush(), "the refusal not logged is promised a later line")
+        #expect(!budget.claimFlush(), "once")
+        #expect(budget.countRefusal(now: 11_500) == nil)
+        #expect(budget.flush(now: 12_001) == 2, "the end of a burst is logged too")
+        #expect(budget.flush(now: 12_002) == nil)
+        #expect(!budget.claimFlush(), "nothing left to log")
     }
 }
