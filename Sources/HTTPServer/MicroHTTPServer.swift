@@ -18,7 +18,9 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 /// and starts the daemons, `run()` is the accept loop, and a requested stop drains: no new
 /// connections, new requests on open ones get 503, streams are ended, requests still
 /// arriving are waited for (up to `shutdownTimeoutSeconds`), every answer under way is
-/// sent (however long its handler takes), then the daemons stop.
+/// awaited (however long its handler takes) and then sent (up to
+/// `answerSendingGraceSeconds`: a client that does not read cannot hold the stop), then
+/// the daemons stop.
 ///
 /// libmicrohttpd aborts the process if a daemon is stopped while one of its connections is
 /// suspended (`MHD_stop_daemon`). A connection is suspended while its request waits for
@@ -61,6 +63,9 @@ public final class MicroHTTPServer: Service {
         /// How long a stop waits for requests still arriving (a body not all sent yet) and
         /// streams still sending; answers under way are waited for however long they take.
         public var shutdownTimeoutSeconds = 10.0
+        /// How long a stop waits, once every answer has come, for libmicrohttpd to send
+        /// them (a connection the stop closes loses its answer).
+        public var answerSendingGraceSeconds = 5.0
         // Connection floods (`ConnectionSorter`).
         /// A connection that has not sent its whole first request head after this long is closed.
         public var headTimeoutNanoseconds: UInt64 = 10_000_000_000
@@ -72,6 +77,9 @@ public final class MicroHTTPServer: Service {
         public var connectionsRefused: @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in }
         /// The monotonic clock of the head timeout, in nanoseconds (tests move their own).
         public var sortingClock: @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }
+        /// Runs on the daemon's thread just before a request resumed by its answer queues
+        /// it (tests hold the thread there).
+        var beforeQueueingAResumedAnswer: @Sendable () -> Void = {}
 
         public init() {}
     }
@@ -92,6 +100,11 @@ public final class MicroHTTPServer: Service {
         /// Requests handed to their handler and not yet answered: each keeps its connection
         /// suspended until its answer comes.
         var answersUnderWay = 0
+        /// Requests handed to their handler (or refused at that point) whose exchange has
+        /// not completed: their answer is still to come or to be sent.
+        var answersUnsent = 0
+        /// The stop waits for the answers that have come to be sent (for tests).
+        var awaitingSends = false
         /// The stop no longer waits for requests still arriving: one that reaches the point
         /// of being handed to its handler is refused at once instead (its connection is
         /// never suspended).
@@ -197,8 +210,21 @@ public final class MicroHTTPServer: Service {
         // A stream whose client stopped reading cannot finish: close it.
         streams.forEach { $0.abort() }
         awaitAnswersUnderWay()
+        awaitAnswersSent()
         stopDaemons()
     }
+
+    /// Waits (up to `answerSendingGraceSeconds`) until libmicrohttpd has sent every answer
+    /// that has come: an answer resumes its connection, but the daemon's thread sends it
+    /// later, and `MHD_stop_daemon` would close the connection first.
+    private func awaitAnswersSent() {
+        let deadline = DispatchTime.now() + configuration.answerSendingGraceSeconds
+        traffic.withLock { $0.awaitingSends = true }
+        while traffic.withLock({ $0.answersUnsent > 0 }) && drained.wait(until: deadline) {}
+    }
+
+    /// Whether the stop is waiting for answers to be sent (for tests).
+    var isAwaitingAnswersSent: Bool { traffic.withLock { $0.awaitingSends } }
 
     /// Refuses from now on every request not yet handed to its handler, then waits for
     /// the answers still under way, as long as they take (a writer behind a slow disk):
@@ -324,6 +350,7 @@ public final class MicroHTTPServer: Service {
     func handingOver() -> Bool {
         traffic.withLock { traffic in
             traffic.answersUnderWay += 1
+            traffic.answersUnsent += 1
             return !traffic.closing
         }
     }
@@ -342,9 +369,12 @@ public final class MicroHTTPServer: Service {
         context.pointee = nil
         // A refused target whose request never began (the connection closed first) is only released.
         guard let exchange = Unmanaged<AnyObject>.fromOpaque(pointer).takeRetainedValue() as? Exchange else { return }
+        let wasHandedOver = exchange.wasHandedOver  // read first: an exchange's lock is never taken under `traffic`
         let drainedNow = traffic.withLock { traffic in
             traffic.requestsInFlight -= 1
-            return traffic.requestsInFlight == 0 && traffic.draining
+            if wasHandedOver { traffic.answersUnsent -= 1 }
+            return (traffic.requestsInFlight == 0 && traffic.draining)
+                || (wasHandedOver && traffic.answersUnsent == 0 && traffic.closing)
         }
         if drainedNow { drained.ring() }
         exchange.complete()
@@ -415,7 +445,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             return .dispatch
         }
         switch step {
-        case .queue(let response): return queue(response)
+        case .queue(let response):
+            server.configuration.beforeQueueingAResumedAnswer()
+            return queue(response)
         case .dispatch:
             if server.handingOver() {
                 handler(request, self)
@@ -451,6 +483,10 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         }
         if first { server.answered() }
     }
+
+    /// Whether the request was handed to its handler (or refused at that point): counted
+    /// by `MicroHTTPServer.handingOver`.
+    var wasHandedOver: Bool { answer.withLock { $0.dispatched } }
 
     func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) {
         answer.withLock { $0.completionHandlers.append(handler) }

@@ -115,13 +115,16 @@ struct RunningServer {
     /// A handler that answers after the stop's timeout has passed still has its answer
     /// sent, and the daemons are stopped only then (libmicrohttpd aborts the process if a
     /// connection is still suspended when its daemon stops). A request arriving meanwhile
-    /// on a kept-alive connection is refused at once.
+    /// on a kept-alive connection is refused at once. The daemon's thread is held before
+    /// it queues the answer: the stop must wait for the answer to be sent, not only to come.
     @Test func aStopWaitsForAnAnswerPastItsTimeout() throws {
         let messages = Messages()
         let received = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        let queueing = DispatchSemaphore(value: 0)
         var configuration = MicroHTTPServer.Configuration()
         configuration.port = 0
         configuration.shutdownTimeoutSeconds = 0
+        configuration.beforeQueueingAResumedAnswer = { _ = queueing.wait(timeout: .now() + 20) }
         let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline(
             renderRefusal: Self.namingRenderer) { request, responder in
             if request.path == "/now" { return responder.respond(HTTPResponse(status: 204)) }
@@ -149,6 +152,10 @@ struct RunningServer {
         #expect(stopped.wait(timeout: .now()) == .timedOut, "the stop did not wait for the answer")
         #expect(try other.request("GET", "/now").status == 503)
         hold.signal()
+        // The daemon's thread waits to queue the answer until the stop waits for it to be
+        // sent, or (the fault) has gone on to stop the daemons.
+        #expect(eventually { server.server.isAwaitingAnswersSent || server.server.sorter == nil })
+        queueing.signal()
         let response = try client.readResponse()
         #expect(response.status == 200)
         #expect(response.text == "ping")
