@@ -67,7 +67,8 @@ public final class MicroHTTPServer: Service {
         /// them (a connection the stop closes loses its answer).
         public var answerSendingGraceSeconds = 5.0
         // Connection floods (`ConnectionSorter`).
-        /// A connection that has not sent its whole first request head after this long is closed.
+        /// A connection that has not sent a whole request head this long after its opening or
+        /// its previous response is closed.
         public var headTimeoutNanoseconds: UInt64 = 10_000_000_000
         /// Connections waiting for their first head at once; past it the oldest is closed.
         public var maximumWaitingConnections = 1024
@@ -129,6 +130,8 @@ public final class MicroHTTPServer: Service {
     private let boundPort = Atomic<Int>(0)
     /// Open connections per client address, from acceptance to close.
     let connectionsPerAddress: ConnectionsPerAddress
+    /// The deadline of every request head after a connection's first (checked by the sorter).
+    let headDeadlines: HeadDeadlines
 
     /// A server for `configuration`, not yet listening.
     public init(configuration: Configuration, pipeline: HTTPPipeline,
@@ -137,6 +140,8 @@ public final class MicroHTTPServer: Service {
         self.pipeline = pipeline
         self.libraryLog = libraryLog
         connectionsPerAddress = ConnectionsPerAddress(limit: configuration.maximumConnectionsPerAddress)
+        headDeadlines = HeadDeadlines(timeoutNanoseconds: configuration.headTimeoutNanoseconds,
+                                      now: configuration.sortingClock)
         writableWatcher = try WritableWatcher(
             stallTimeoutNanoseconds: UInt64(configuration.streamStallTimeoutSeconds * 1_000_000_000))
         helpers = ServiceGroup([ServiceGroup.Member("headway-flush", writableWatcher)])
@@ -179,7 +184,7 @@ public final class MicroHTTPServer: Service {
             limits.maximumWaiting = configuration.maximumWaitingConnections
             limits.headTimeoutNanoseconds = configuration.headTimeoutNanoseconds
             let sorter = try ConnectionSorter(
-                listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress,
+                listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress, headDeadlines: headDeadlines,
                 monotonicNow: configuration.sortingClock, reportRefusals: configuration.connectionsRefused
             ) { [unowned self] fd, route, address, length in
                 let daemon = daemons.withLock { route == .stream ? $0.stream : $0.request }
@@ -309,6 +314,7 @@ public final class MicroHTTPServer: Service {
 
     private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, refusal: HTTPRefusal?,
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
+        headDeadlines.stopWaiting(headway_connection_fd(connection))
         let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
         let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
         let isDraining = traffic.withLock { traffic in
@@ -364,7 +370,13 @@ public final class MicroHTTPServer: Service {
         if lastWhileClosing { drained.ring() }
     }
 
-    func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) {
+    /// A request is over: a connection kept alive now waits for its next head (one closing
+    /// is forgotten by its close notice).
+    func completed(_ connection: OpaquePointer?, _ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+                   _ termination: MHD_RequestTerminationCode) {
+        if let connection, termination == .REQUEST_TERMINATED_COMPLETED_OK {
+            headDeadlines.startWaiting(headway_connection_fd(connection))
+        }
         guard let context, let pointer = context.pointee else { return }
         context.pointee = nil
         // A refused target whose request never began (the connection closed first) is only released.
@@ -568,16 +580,24 @@ private let targetCheckCallback: @convention(c) (UnsafeMutableRawPointer?, Unsaf
     return Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().checkTarget(target)
 }
 
-/// A connection closes in a daemon: its address may open another.
+/// A connection opens in a daemon: it waits for its first head. It closes: it waits no
+/// more, and its address may open another.
 private let connectionNotifyCallback: MHD_NotifyConnectionCallback = { cls, connection, _, event in
-    guard let cls, let connection, event == .CONNECTION_NOTIFY_CLOSED else { return }
-    Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().connectionsPerAddress
-        .release(headway_connection_fd(connection))
+    guard let cls, let connection else { return }
+    let server = Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue()
+    let fd = headway_connection_fd(connection)
+    switch event {
+    case .CONNECTION_NOTIFY_STARTED: server.headDeadlines.startWaiting(fd)
+    case .CONNECTION_NOTIFY_CLOSED:
+        server.headDeadlines.stopWaiting(fd)
+        server.connectionsPerAddress.release(fd)
+    default: break
+    }
 }
 
-private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, _, context, _ in
+private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, connection, context, termination in
     guard let cls else { return }
-    Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().completed(context)
+    Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().completed(connection, context, termination)
 }
 
 /// Turning `host:port` into a socket address.

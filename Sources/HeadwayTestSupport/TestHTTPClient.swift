@@ -53,11 +53,12 @@ public final class TestHTTPClient: @unchecked Sendable {  // a socket and a read
 
     deinit { close(fd) }
 
-    /// Sends raw bytes.
+    /// Sends raw bytes; a connection the server has closed is an error (`peerClosed`), not
+    /// a SIGPIPE that would end the tests.
     public func send(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard written > 0 else {
                 throw TestHTTPError("write failed (errno \(errno))", peerClosed: errno == EPIPE || errno == ECONNRESET)
             }
