@@ -38,10 +38,12 @@ public final class MicroHTTPServer: Service {
         public var port = 8080
         /// Connections at once, all kinds.
         public var connectionLimit = 10_240
-        /// Idle connections are closed after this many seconds.
+        /// Connections of the request daemon are closed after this many seconds without
+        /// any byte read or sent (and sooner while a response waits: the send stall timeout).
         public var connectionTimeoutSeconds = 60
-        /// A stream whose socket takes nothing for this long while bytes wait is closed
-        /// (by the writable watcher once direct, by the library's timeout before).
+        /// The send stall timeout: a response whose socket takes nothing for this long while
+        /// bytes wait is closed — a direct stream by the writable watcher, any other by the
+        /// library's timeout (whole seconds, at least 1), which is then no longer than this.
         public var streamStallTimeoutSeconds = 30.0
         /// Per-connection buffer memory of libmicrohttpd.
         public var connectionMemoryLimit = 32 * 1024
@@ -164,18 +166,21 @@ public final class MicroHTTPServer: Service {
             if let logTarget { daemons.withLock { $0.logTargets.append(logTarget) } }
             return daemon
         }
+        // The library's timeout counts from the last byte read or sent: while a response
+        // waits for its client to read, that is the time its socket has taken nothing.
+        let sendStallSeconds = max(1, Int(configuration.streamStallTimeoutSeconds.rounded(.up)))
         let listenFD = try SocketAddress.listen(host: configuration.host, port: configuration.port)
         boundPort.store(SocketAddress.boundPort(fd: listenFD) ?? configuration.port, ordering: .releasing)
         do {
             try helpers.start()
             let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit,
-                                                timeoutSeconds: configuration.connectionTimeoutSeconds)
+                                                timeoutSeconds: min(configuration.connectionTimeoutSeconds, sendStallSeconds))
             daemons.withLock { $0.request = requestDaemon }
             let streamDaemon = configuration.streamPaths.isEmpty
                 ? requestDaemon
                 : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit,
                                   // A stream not yet direct stalls on the library's timeout.
-                                  timeoutSeconds: max(1, Int(configuration.streamStallTimeoutSeconds.rounded(.up))))
+                                  timeoutSeconds: sendStallSeconds)
             daemons.withLock { $0.stream = streamDaemon }
             var limits = ConnectionSorter.Limits()
             limits.streamPaths = configuration.streamPaths

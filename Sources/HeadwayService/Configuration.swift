@@ -24,7 +24,8 @@ public struct Configuration: Sendable, Equatable {
     /// not owned); past it the stream is closed and its client resumes. From a quarter of
     /// it further events wait, coalesced per task.
     public var streamBufferBytes = 256 * 1024
-    /// An event stream whose socket takes nothing for this long while bytes wait is closed.
+    /// A response (an event stream or any other) whose socket takes nothing for this long
+    /// while bytes wait is closed: the send stall timeout.
     public var streamStallTimeoutSeconds = 30.0
     /// Tasks waiting for one slow subscriber before it is disconnected (it then resumes).
     public var maximumPendingTasks = 2048
@@ -102,8 +103,8 @@ public struct Configuration: Sendable, Equatable {
                                     aside); past it the stream is closed and its client
                                     resumes (HEADWAY_STREAM_BUFFER_BYTES, default 262144)
           --stream-stall-timeout SECONDS
-                                    close an event stream whose client took nothing for
-                                    this long while bytes wait
+                                    close a response (event stream or other) whose
+                                    client took nothing for this long while bytes wait
                                     (HEADWAY_STREAM_STALL_TIMEOUT, default 30)
           --version                 print the version and exit
           -h, --help                show this text

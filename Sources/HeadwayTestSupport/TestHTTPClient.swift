@@ -46,9 +46,10 @@ public final class TestHTTPClient: @unchecked Sendable {  // a socket and a read
     private let fd: Int32
     private var buffer: [UInt8] = []
 
-    /// Connects to 127.0.0.1:`port`.
-    public init(port: Int, timeoutSeconds: Int = 5) throws {
-        fd = try connectToLoopback(port: port, timeoutSeconds: timeoutSeconds)
+    /// Connects to 127.0.0.1:`port`; a small `receiveBuffer` makes a client that does not
+    /// read leave the server's bytes waiting sooner.
+    public init(port: Int, timeoutSeconds: Int = 5, receiveBuffer: Int? = nil) throws {
+        fd = try connectToLoopback(port: port, timeoutSeconds: timeoutSeconds, receiveBuffer: receiveBuffer)
     }
 
     deinit { close(fd) }

@@ -279,4 +279,23 @@ struct RunningServer {
         #expect(response.text == "ping")
         stopped.wait()
     }
+
+    /// An ordinary response whose client reads nothing has its connection closed after the
+    /// send stall timeout, not after the library's longer idle timeout.
+    @Test func anUnreadResponseIsClosedAfterTheSendStallTimeout() throws {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.streamStallTimeoutSeconds = 1
+        let body = [UInt8](repeating: UInt8(ascii: "a"), count: 8 << 20)
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline { _, responder in
+            responder.respond(HTTPResponse(status: 200, body: body))
+        }))
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port, receiveBuffer: 4096)
+        try client.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(eventually { server.server.connectionsPerAddress.openCount == 1 })
+        // Up to 15 s (the library's idle timeout is 60 s): the connection's close releases it.
+        for _ in 0..<3000 where server.server.connectionsPerAddress.openCount > 0 { usleep(5000) }
+        #expect(server.server.connectionsPerAddress.openCount == 0, "an unread response held its connection")
+    }
 }
