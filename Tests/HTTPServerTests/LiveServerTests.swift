@@ -33,6 +33,7 @@ struct RunningServer {
         case .routeNotFound: (404, "route_not_found")
         case .methodNotAllowed(let allowed): (405, "method_not_allowed \(allowed)")
         case .nulInTarget: (400, "nul_in_target")
+        case .encodedSlashInPath: (400, "encoded_slash_in_path")
         case .tooManyQueryParameters(let limit): (431, "too_many_query_parameters \(limit)")
         case .targetTooLong(let limit): (414, "target_too_long \(limit)")
         }
@@ -175,6 +176,19 @@ struct RunningServer {
         try client.send(Array("GET /now/p1".utf8) + [0] + Array("/x HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
         let response = try client.readResponse()
         #expect(response.status == 400 && response.text == "nul_in_target /now/p1")
+    }
+
+    /// An encoded slash in the path is refused (the library would decode it into a
+    /// separator: `/p1%2Fcancel` would reach the route of `/p1/cancel`); in the query it is data.
+    @Test func refusesAnEncodedSlashInThePath() throws {
+        let server = try Self.startEchoServer()
+        defer { server.shutdown() }
+        for target in ["/now/p1%2Fcancel", "/now/p1%2f..%2fx?a=b"] {
+            let response = try TestHTTPClient(port: server.port).request("GET", target)
+            #expect(response.status == 400 && response.text.hasPrefix("encoded_slash_in_path"), "\(target): \(response.text)")
+        }
+        let query = try TestHTTPClient(port: server.port).request("GET", "/now/p1%2G?next=a%2Fb")
+        #expect(query.status == 200, "\(query.text)")
     }
 
     /// Query parameters up to the limit are served, even 60 long task ids; one more gets
