@@ -258,6 +258,16 @@ public final class MicroHTTPServer: Service {
         }
     }
 
+    /// Whether a message of libmicrohttpd's reports only what clients do routinely, once per
+    /// connection (so a client decides how many there are): it went away, or its stream
+    /// was cut off by the server (the stream's reader ends with an error, which the
+    /// library reports as its application's).
+    static func saysClientGone(_ message: String) -> Bool {
+        ["closed by remote peer", "closed by remote side with incomplete request", "no longer available",
+         "Connection reset", "Broken pipe", "application error generating response",
+         "application reported error generating data"].contains { message.contains($0) }
+    }
+
     /// Connections accepted and not yet sorted (for tests).
     var connectionsBeingSorted: Int { daemons.withLock { $0.sorter }?.waitingCount ?? 0 }
 
@@ -574,9 +584,7 @@ private let libraryLogCallback: headway_log_sink = { context, message in
     guard let context, let message else { return }
     let server = Unmanaged<MicroHTTPServer>.fromOpaque(context).takeUnretainedValue()
     let text = String(cString: message)
-    let clientGone = ["closed by remote peer", "no longer available", "Connection reset", "Broken pipe"]
-        .contains { text.contains($0) }
-    server.libraryLog?(text, clientGone)
+    server.libraryLog?(text, MicroHTTPServer.saysClientGone(text))
 }
 
 private let targetCheckCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?)

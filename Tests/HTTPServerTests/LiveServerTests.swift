@@ -113,6 +113,20 @@ struct RunningServer {
         #expect(messages.all.contains { $0.text.contains("431") && !$0.clientGone }, "\(messages.all)")
     }
 
+    /// libmicrohttpd's messages for what clients do routinely, once per connection (so a
+    /// client decides how many there are), say that the client went away (logged as
+    /// debug, not as a warning); others do not. The texts are the library's own.
+    @Test func routineLibraryMessagesSayTheClientWentAway() {
+        let routine = ["Connection was closed by remote side with incomplete request.",
+                       "Closing connection (application error generating response).",
+                       "Closing connection (application reported error generating data).",
+                       "The connection was forcibly closed by remote peer"]
+        let notRoutine = ["Closing connection (out of memory).",
+                          "Error processing request (HTTP response code is 431 ('Request Header Fields Too Large')). Closing connection."]
+        for message in routine { #expect(MicroHTTPServer.saysClientGone(message), "\(message)") }
+        for message in notRoutine { #expect(!MicroHTTPServer.saysClientGone(message), "\(message)") }
+    }
+
     /// A handler that answers after the stop's timeout has passed still has its answer
     /// sent, and the daemons are stopped only then (libmicrohttpd aborts the process if a
     /// connection is still suspended when its daemon stops). A request arriving meanwhile
