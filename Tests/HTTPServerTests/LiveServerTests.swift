@@ -120,7 +120,8 @@ struct RunningServer {
         let routine = ["Connection was closed by remote side with incomplete request.",
                        "Closing connection (application error generating response).",
                        "Closing connection (application reported error generating data).",
-                       "The connection was forcibly closed by remote peer"]
+                       "The connection was forcibly closed by remote peer",
+                       "Connection socket is closed when reading request due to the error: detected connection closure"]
         let notRoutine = ["Closing connection (out of memory).",
                           "Error processing request (HTTP response code is 431 ('Request Header Fields Too Large')). Closing connection."]
         for message in routine { #expect(MicroHTTPServer.saysClientGone(message), "\(message)") }
