@@ -59,13 +59,15 @@ enum ConnectionRoute: Equatable, Sendable {
     }
 }
 
-/// Why the accept loop closed a connection without handing it to a daemon.
+/// Why the accept loop closed a connection without handing it to a daemon, or closed one
+/// a daemon had kept alive.
 public enum ConnectionRefusal: String, CaseIterable, Sendable {
     /// Its client address already had as many connections open as allowed.
     case tooManyFromAddress = "per_address"
     /// The set of connections waiting to be sorted was full: the oldest gave way.
     case waitingFull = "waiting_full"
-    /// It had not sent a whole request head when its time was up.
+    /// It had not sent a whole request head when its time was up (its first, while being
+    /// sorted, or a later one, in a daemon: `HeadDeadlines`).
     case headTimeout = "head_timeout"
 }
 
@@ -85,11 +87,9 @@ public enum ConnectionRefusal: String, CaseIterable, Sendable {
 /// sent a whole head by its deadline is closed (slowloris); the waiting set is bounded
 /// (when full, the oldest waiting connection is closed for the newest); connections per
 /// client address are capped for their whole life. Refusals are reported as counts at
-/// most once per `reportIntervalNanoseconds`. The head deadline covers a connection's
-/// first request only: later heads on a kept-alive connection are bounded by
-/// libmicrohttpd, by its idle timeout (time between two arrivals of bytes, not in
-/// total) and its per-connection memory, and the cap per address bounds how many such
-/// connections one client holds.
+/// most once per `reportIntervalNanoseconds`. The head deadline here covers a
+/// connection's first request; later heads (on a kept-alive connection) have the same
+/// deadline (`HeadDeadlines`), which this loop checks too.
 final class ConnectionSorter: Service {
     /// The bounds of the sorting.
     struct Limits: Sendable {
@@ -109,19 +109,14 @@ final class ConnectionSorter: Service {
 
     /// Accepted connections still waiting for their whole first head.
     private struct Waiting {
-        struct Entry {
+        /// Where a connection came from.
+        struct Peer {
             var address: sockaddr_storage
             var length: socklen_t
-            var deadline: UInt64
-            var serial: UInt64
         }
 
-        var connections: [Int32: Entry] = [:]
-        /// Sockets in their order of arrival, so of deadline; an entry no longer in
-        /// `connections` (or with another serial: its number was reused) is skipped.
-        var arrivals: [(fd: Int32, serial: UInt64)] = []
-        var arrivalsStart = 0
-        var nextSerial: UInt64 = 0
+        /// By deadline, so by order of arrival.
+        var connections = DeadlineQueue<Peer>()
         /// Where the bytes of a connection are peeked.
         var peekBuffer: [UInt8]
         /// Refusals not yet reported, and when the last report was made.
@@ -129,34 +124,14 @@ final class ConnectionSorter: Service {
         var lastReport: UInt64?
 
         init(peekBytes: Int) { peekBuffer = [UInt8](repeating: 0, count: peekBytes) }
-
-        /// The connection waiting longest (dropping the skipped arrivals before it).
-        mutating func oldest() -> (fd: Int32, entry: Entry)? {
-            while arrivalsStart < arrivals.count {
-                let arrival = arrivals[arrivalsStart]
-                if let entry = connections[arrival.fd], entry.serial == arrival.serial { return (arrival.fd, entry) }
-                arrivalsStart += 1
-            }
-            arrivals.removeAll(keepingCapacity: true)
-            arrivalsStart = 0
-            return nil
-        }
-
-        mutating func add(_ fd: Int32, _ entry: Entry) {
-            connections[fd] = entry
-            arrivals.append((fd, entry.serial))
-            // Skipped arrivals are dropped once they outnumber the connections waiting.
-            if arrivals.count - arrivalsStart > 2 * connections.count + 64 {
-                arrivals = arrivals[arrivalsStart...].filter { connections[$0.fd]?.serial == $0.serial }
-                arrivalsStart = 0
-            }
-        }
     }
 
     private let listenFD: Int32
     private let loop: EpollLoop
     private let limits: Limits
     private let connectionsPerAddress: ConnectionsPerAddress
+    /// The head deadlines of the connections the daemons serve, checked by this loop.
+    private let headDeadlines: HeadDeadlines?
     /// Monotonic nanoseconds (injected by tests).
     private let monotonicNow: @Sendable () -> UInt64
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
@@ -170,14 +145,17 @@ final class ConnectionSorter: Service {
     /// Sorts the connections of `listenFD` (a bound, listening, non-blocking socket, which
     /// the sorter closes when its loop ends) once `run()` is called. Each connection is
     /// admitted by `connectionsPerAddress`; the sorter releases those it closes, the
-    /// receiver of `handOff` those it is handed.
+    /// receiver of `handOff` those it is handed. The loop also closes the daemons'
+    /// connections late for a head (`headDeadlines`), counted as `headTimeout` refusals.
     init(listenFD: Int32, limits: Limits, connectionsPerAddress: ConnectionsPerAddress,
+         headDeadlines: HeadDeadlines? = nil,
          monotonicNow: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds },
          reportRefusals: @escaping @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in },
          handOff: @escaping @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void) throws {
         self.listenFD = listenFD
         self.limits = limits
         self.connectionsPerAddress = connectionsPerAddress
+        self.headDeadlines = headDeadlines
         self.monotonicNow = monotonicNow
         self.reportRefusals = reportRefusals
         self.handOff = handOff
@@ -198,12 +176,13 @@ final class ConnectionSorter: Service {
         }, tick: {
             waiting.withLock { waiting in
                 closeLate(&waiting)
+                if let closed = headDeadlines?.closeLate(), closed > 0 { waiting.refused[.headTimeout, default: 0] += closed }
                 reportIfDue(&waiting)
             }
             passes.add(1, ordering: .releasing)
         })
         waiting.withLock { waiting in
-            for fd in Array(waiting.connections.keys) { drop(fd, nil, &waiting) }
+            for fd in Array(waiting.connections.entries.keys) { drop(fd, nil, &waiting) }
             if !waiting.refused.isEmpty { reportRefusals(waiting.refused) }
         }
         close(listenFD)
@@ -224,15 +203,21 @@ final class ConnectionSorter: Service {
     /// How many times the loop has waited and done its duties (for tests).
     var loopPasses: Int { passes.load(ordering: .acquiring) }
 
-    /// The loop's wait: until the oldest head's deadline or the next report, if any.
+    /// The loop's wait: until the oldest head's deadline or the next report, if any. With
+    /// daemons' head deadlines, at most a tenth of the head timeout while none is held:
+    /// one may begin at any time, and its daemon's thread does not wake this loop.
     private func millisecondsToNextDuty(_ waiting: inout Waiting) -> Int32 {
-        var next = waiting.oldest()?.entry.deadline
+        let now = monotonicNow()
+        var next = waiting.connections.first()?.entry.deadline
         if !waiting.refused.isEmpty {
             let report = (waiting.lastReport ?? 0) &+ limits.reportIntervalNanoseconds
             next = min(next ?? report, report)
         }
+        if let headDeadlines {
+            let daemons = headDeadlines.nextDeadline ?? now &+ max(headDeadlines.timeoutNanoseconds / 10, 1_000_000)
+            next = min(next ?? daemons, daemons)
+        }
         guard let next else { return -1 }
-        let now = monotonicNow()
         guard next > now else { return 0 }
         return Int32(clamping: (next - now + 999_999) / 1_000_000)
     }
@@ -259,13 +244,11 @@ final class ConnectionSorter: Service {
                 waiting.refused[.tooManyFromAddress, default: 0] += 1
                 continue
             }
-            if waiting.connections.count >= limits.maximumWaiting, let oldest = waiting.oldest() {
+            if waiting.connections.count >= limits.maximumWaiting, let oldest = waiting.connections.first() {
                 drop(oldest.fd, .waitingFull, &waiting)
             }
-            let serial = waiting.nextSerial
-            waiting.nextSerial += 1
-            waiting.add(fd, Waiting.Entry(address: address, length: length,
-                                          deadline: monotonicNow() &+ limits.headTimeoutNanoseconds, serial: serial))
+            waiting.connections.insert(fd, Waiting.Peer(address: address, length: length),
+                                       deadline: monotonicNow() &+ limits.headTimeoutNanoseconds)
             // Edge-triggered: woken once now if bytes are already there, then once per arrival of more.
             loop.watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue, operation: EPOLL_CTL_ADD)
         }
@@ -273,7 +256,7 @@ final class ConnectionSorter: Service {
 
     /// Peeks at what `fd` sent so far and hands it over once its whole head is there.
     private func sort(_ fd: Int32, events: UInt32, _ waiting: inout Waiting) {
-        guard waiting.connections[fd] != nil else { return }
+        guard waiting.connections.contains(fd) else { return }
         peeks.add(1, ordering: .relaxed)
         let count = recv(fd, &waiting.peekBuffer, waiting.peekBuffer.count, Int32(MSG_PEEK | MSG_DONTWAIT))
         if count == 0 || (count < 0 && errno != EAGAIN && errno != EINTR) {
@@ -293,8 +276,8 @@ final class ConnectionSorter: Service {
     /// Closes the connections whose head is not whole by their deadline.
     private func closeLate(_ waiting: inout Waiting) {
         let now = monotonicNow()
-        while let oldest = waiting.oldest(), oldest.entry.deadline <= now {
-            drop(oldest.fd, .headTimeout, &waiting)
+        while let first = waiting.connections.first(), first.entry.deadline <= now {
+            drop(first.fd, .headTimeout, &waiting)
         }
     }
 
@@ -308,9 +291,9 @@ final class ConnectionSorter: Service {
     }
 
     private func hand(_ fd: Int32, _ route: ConnectionRoute, _ waiting: inout Waiting) {
-        guard var entry = forget(fd, &waiting) else { return }
-        withUnsafePointer(to: &entry.address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { handOff(fd, route, $0, entry.length) }
+        guard var peer = forget(fd, &waiting) else { return }
+        withUnsafePointer(to: &peer.address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { handOff(fd, route, $0, peer.length) }
         }
     }
 
@@ -323,8 +306,8 @@ final class ConnectionSorter: Service {
     }
 
     @discardableResult
-    private func forget(_ fd: Int32, _ waiting: inout Waiting) -> Waiting.Entry? {
+    private func forget(_ fd: Int32, _ waiting: inout Waiting) -> Waiting.Peer? {
         loop.forget(fd)
-        return waiting.connections.removeValue(forKey: fd)
+        return waiting.connections.remove(fd)?.value
     }
 }

@@ -90,6 +90,9 @@ public enum HTTPRefusal: Equatable, Sendable {
     case methodNotAllowed(allowed: [String])
     /// The request target holds a NUL byte, raw or percent-encoded (400).
     case nulInTarget
+    /// The path holds an encoded slash (`%2F`), which the library would decode into a
+    /// separator of the path's segments: `/v1/tasks/p1%2Fcancel` is not `/v1/tasks/p1/cancel` (400).
+    case encodedSlashInPath
     /// The query has more parameters than the server's limit (431).
     case tooManyQueryParameters(limit: Int)
     /// The request target is longer than the server's limit (414).
@@ -109,10 +112,21 @@ struct TargetCheck: Sendable {
     func refusal(for target: some Collection<UInt8>) -> HTTPRefusal? {
         if target.count > maximumTargetBytes { return .targetTooLong(limit: maximumTargetBytes) }
         if Self.containsEncodedNUL(target) { return .nulInTarget }
-        guard let question = target.firstIndex(of: UInt8(ascii: "?")) else { return nil }
+        let question = target.firstIndex(of: UInt8(ascii: "?"))
+        if Self.containsEncodedSlash(target[..<(question ?? target.endIndex)]) { return .encodedSlashInPath }
+        guard let question else { return nil }
         let query = target[target.index(after: question)...]
         let parameters = query.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).count
         return parameters > maximumQueryParameters ? .tooManyQueryParameters(limit: maximumQueryParameters) : nil
+    }
+
+    /// Whether `path` holds `%2F` or `%2f`.
+    private static func containsEncodedSlash(_ path: some Collection<UInt8>) -> Bool {
+        let bytes = Array(path)
+        guard bytes.count >= 3 else { return false }
+        return (0..<bytes.count - 2).contains {
+            bytes[$0] == UInt8(ascii: "%") && bytes[$0 + 1] == UInt8(ascii: "2") && bytes[$0 + 2] | 0x20 == UInt8(ascii: "f")
+        }
     }
 
     /// Whether `target` holds `%00`.

@@ -70,6 +70,7 @@ public struct HTTPPipeline: Sendable {
         case .routeNotFound: (404, "no such route")
         case .methodNotAllowed(let allowed): (405, "allowed: \(allowed.joined(separator: ", "))")
         case .nulInTarget: (400, "NUL in the request target")
+        case .encodedSlashInPath: (400, "an encoded slash in the path")
         case .tooManyQueryParameters(let limit): (431, "more than \(limit) query parameters")
         case .targetTooLong(let limit): (414, "request target longer than \(limit) bytes")
         }

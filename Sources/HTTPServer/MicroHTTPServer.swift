@@ -18,7 +18,9 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 /// and starts the daemons, `run()` is the accept loop, and a requested stop drains: no new
 /// connections, new requests on open ones get 503, streams are ended, requests still
 /// arriving are waited for (up to `shutdownTimeoutSeconds`), every answer under way is
-/// sent (however long its handler takes), then the daemons stop.
+/// awaited (however long its handler takes) and then sent (up to
+/// `answerSendingGraceSeconds`: a client that does not read cannot hold the stop), then
+/// the daemons stop.
 ///
 /// libmicrohttpd aborts the process if a daemon is stopped while one of its connections is
 /// suspended (`MHD_stop_daemon`). A connection is suspended while its request waits for
@@ -36,10 +38,12 @@ public final class MicroHTTPServer: Service {
         public var port = 8080
         /// Connections at once, all kinds.
         public var connectionLimit = 10_240
-        /// Idle connections are closed after this many seconds.
+        /// Connections of the request daemon are closed after this many seconds without
+        /// any byte read or sent (and sooner while a response waits: the send stall timeout).
         public var connectionTimeoutSeconds = 60
-        /// A stream whose socket takes nothing for this long while bytes wait is closed
-        /// (by the writable watcher once direct, by the library's timeout before).
+        /// The send stall timeout: a response whose socket takes nothing for this long while
+        /// bytes wait is closed — a direct stream by the writable watcher, any other by the
+        /// library's timeout (whole seconds, at least 1), which is then no longer than this.
         public var streamStallTimeoutSeconds = 30.0
         /// Per-connection buffer memory of libmicrohttpd.
         public var connectionMemoryLimit = 32 * 1024
@@ -61,8 +65,12 @@ public final class MicroHTTPServer: Service {
         /// How long a stop waits for requests still arriving (a body not all sent yet) and
         /// streams still sending; answers under way are waited for however long they take.
         public var shutdownTimeoutSeconds = 10.0
+        /// How long a stop waits, once every answer has come, for libmicrohttpd to send
+        /// them (a connection the stop closes loses its answer).
+        public var answerSendingGraceSeconds = 5.0
         // Connection floods (`ConnectionSorter`).
-        /// A connection that has not sent its whole first request head after this long is closed.
+        /// A connection that has not sent a whole request head this long after its opening or
+        /// its previous response is closed.
         public var headTimeoutNanoseconds: UInt64 = 10_000_000_000
         /// Connections waiting for their first head at once; past it the oldest is closed.
         public var maximumWaitingConnections = 1024
@@ -72,6 +80,9 @@ public final class MicroHTTPServer: Service {
         public var connectionsRefused: @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in }
         /// The monotonic clock of the head timeout, in nanoseconds (tests move their own).
         public var sortingClock: @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }
+        /// Runs on the daemon's thread just before a request resumed by its answer queues
+        /// it (tests hold the thread there).
+        var beforeQueueingAResumedAnswer: @Sendable () -> Void = {}
 
         public init() {}
     }
@@ -92,6 +103,11 @@ public final class MicroHTTPServer: Service {
         /// Requests handed to their handler and not yet answered: each keeps its connection
         /// suspended until its answer comes.
         var answersUnderWay = 0
+        /// Requests handed to their handler (or refused at that point) whose exchange has
+        /// not completed: their answer is still to come or to be sent.
+        var answersUnsent = 0
+        /// The stop waits for the answers that have come to be sent (for tests).
+        var awaitingSends = false
         /// The stop no longer waits for requests still arriving: one that reaches the point
         /// of being handed to its handler is refused at once instead (its connection is
         /// never suspended).
@@ -116,6 +132,8 @@ public final class MicroHTTPServer: Service {
     private let boundPort = Atomic<Int>(0)
     /// Open connections per client address, from acceptance to close.
     let connectionsPerAddress: ConnectionsPerAddress
+    /// The deadline of every request head after a connection's first (checked by the sorter).
+    let headDeadlines: HeadDeadlines
 
     /// A server for `configuration`, not yet listening.
     public init(configuration: Configuration, pipeline: HTTPPipeline,
@@ -124,6 +142,8 @@ public final class MicroHTTPServer: Service {
         self.pipeline = pipeline
         self.libraryLog = libraryLog
         connectionsPerAddress = ConnectionsPerAddress(limit: configuration.maximumConnectionsPerAddress)
+        headDeadlines = HeadDeadlines(timeoutNanoseconds: configuration.headTimeoutNanoseconds,
+                                      now: configuration.sortingClock)
         writableWatcher = try WritableWatcher(
             stallTimeoutNanoseconds: UInt64(configuration.streamStallTimeoutSeconds * 1_000_000_000))
         helpers = ServiceGroup([ServiceGroup.Member("headway-flush", writableWatcher)])
@@ -146,18 +166,21 @@ public final class MicroHTTPServer: Service {
             if let logTarget { daemons.withLock { $0.logTargets.append(logTarget) } }
             return daemon
         }
+        // The library's timeout counts from the last byte read or sent: while a response
+        // waits for its client to read, that is the time its socket has taken nothing.
+        let sendStallSeconds = max(1, Int(configuration.streamStallTimeoutSeconds.rounded(.up)))
         let listenFD = try SocketAddress.listen(host: configuration.host, port: configuration.port)
         boundPort.store(SocketAddress.boundPort(fd: listenFD) ?? configuration.port, ordering: .releasing)
         do {
             try helpers.start()
             let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit,
-                                                timeoutSeconds: configuration.connectionTimeoutSeconds)
+                                                timeoutSeconds: min(configuration.connectionTimeoutSeconds, sendStallSeconds))
             daemons.withLock { $0.request = requestDaemon }
             let streamDaemon = configuration.streamPaths.isEmpty
                 ? requestDaemon
                 : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit,
                                   // A stream not yet direct stalls on the library's timeout.
-                                  timeoutSeconds: max(1, Int(configuration.streamStallTimeoutSeconds.rounded(.up))))
+                                  timeoutSeconds: sendStallSeconds)
             daemons.withLock { $0.stream = streamDaemon }
             var limits = ConnectionSorter.Limits()
             limits.streamPaths = configuration.streamPaths
@@ -166,7 +189,7 @@ public final class MicroHTTPServer: Service {
             limits.maximumWaiting = configuration.maximumWaitingConnections
             limits.headTimeoutNanoseconds = configuration.headTimeoutNanoseconds
             let sorter = try ConnectionSorter(
-                listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress,
+                listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress, headDeadlines: headDeadlines,
                 monotonicNow: configuration.sortingClock, reportRefusals: configuration.connectionsRefused
             ) { [unowned self] fd, route, address, length in
                 let daemon = daemons.withLock { route == .stream ? $0.stream : $0.request }
@@ -197,8 +220,21 @@ public final class MicroHTTPServer: Service {
         // A stream whose client stopped reading cannot finish: close it.
         streams.forEach { $0.abort() }
         awaitAnswersUnderWay()
+        awaitAnswersSent()
         stopDaemons()
     }
+
+    /// Waits (up to `answerSendingGraceSeconds`) until libmicrohttpd has sent every answer
+    /// that has come: an answer resumes its connection, but the daemon's thread sends it
+    /// later, and `MHD_stop_daemon` would close the connection first.
+    private func awaitAnswersSent() {
+        let deadline = DispatchTime.now() + configuration.answerSendingGraceSeconds
+        traffic.withLock { $0.awaitingSends = true }
+        while traffic.withLock({ $0.answersUnsent > 0 }) && drained.wait(until: deadline) {}
+    }
+
+    /// Whether the stop is waiting for answers to be sent (for tests).
+    var isAwaitingAnswersSent: Bool { traffic.withLock { $0.awaitingSends } }
 
     /// Refuses from now on every request not yet handed to its handler, then waits for
     /// the answers still under way, as long as they take (a writer behind a slow disk):
@@ -220,6 +256,16 @@ public final class MicroHTTPServer: Service {
         if let sorter = daemons.withLock({ $0.sorter }) {
             sorter.requestStop()
         }
+    }
+
+    /// Whether a message of libmicrohttpd's reports only what clients do routinely, once per
+    /// connection (so a client decides how many there are): it went away, or its stream
+    /// was cut off by the server (the stream's reader ends with an error, which the
+    /// library reports as its application's).
+    static func saysClientGone(_ message: String) -> Bool {
+        ["closed by remote peer", "closed by remote side with incomplete request", "no longer available",
+         "Connection reset", "Broken pipe", "detected connection closure", "shut down for writing or no longer connected",
+         "application error generating response", "application reported error generating data"].contains { message.contains($0) }
     }
 
     /// Connections accepted and not yet sorted (for tests).
@@ -283,6 +329,7 @@ public final class MicroHTTPServer: Service {
 
     private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, refusal: HTTPRefusal?,
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
+        headDeadlines.stopWaiting(headway_connection_fd(connection))
         let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
         let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
         let isDraining = traffic.withLock { traffic in
@@ -324,6 +371,7 @@ public final class MicroHTTPServer: Service {
     func handingOver() -> Bool {
         traffic.withLock { traffic in
             traffic.answersUnderWay += 1
+            traffic.answersUnsent += 1
             return !traffic.closing
         }
     }
@@ -337,14 +385,23 @@ public final class MicroHTTPServer: Service {
         if lastWhileClosing { drained.ring() }
     }
 
-    func completed(_ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?) {
+    /// A request is over: a connection kept alive now waits for its next head (one closing
+    /// is forgotten by its close notice).
+    func completed(_ connection: OpaquePointer?, _ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
+                   _ termination: MHD_RequestTerminationCode) {
+        if let connection, termination == .REQUEST_TERMINATED_COMPLETED_OK {
+            headDeadlines.startWaiting(headway_connection_fd(connection))
+        }
         guard let context, let pointer = context.pointee else { return }
         context.pointee = nil
         // A refused target whose request never began (the connection closed first) is only released.
         guard let exchange = Unmanaged<AnyObject>.fromOpaque(pointer).takeRetainedValue() as? Exchange else { return }
+        let wasHandedOver = exchange.wasHandedOver  // read first: an exchange's lock is never taken under `traffic`
         let drainedNow = traffic.withLock { traffic in
             traffic.requestsInFlight -= 1
-            return traffic.requestsInFlight == 0 && traffic.draining
+            if wasHandedOver { traffic.answersUnsent -= 1 }
+            return (traffic.requestsInFlight == 0 && traffic.draining)
+                || (wasHandedOver && traffic.answersUnsent == 0 && traffic.closing)
         }
         if drainedNow { drained.ring() }
         exchange.complete()
@@ -415,7 +472,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             return .dispatch
         }
         switch step {
-        case .queue(let response): return queue(response)
+        case .queue(let response):
+            server.configuration.beforeQueueingAResumedAnswer()
+            return queue(response)
         case .dispatch:
             if server.handingOver() {
                 handler(request, self)
@@ -451,6 +510,10 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         }
         if first { server.answered() }
     }
+
+    /// Whether the request was handed to its handler (or refused at that point): counted
+    /// by `MicroHTTPServer.handingOver`.
+    var wasHandedOver: Bool { answer.withLock { $0.dispatched } }
 
     func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) {
         answer.withLock { $0.completionHandlers.append(handler) }
@@ -521,9 +584,7 @@ private let libraryLogCallback: headway_log_sink = { context, message in
     guard let context, let message else { return }
     let server = Unmanaged<MicroHTTPServer>.fromOpaque(context).takeUnretainedValue()
     let text = String(cString: message)
-    let clientGone = ["closed by remote peer", "no longer available", "Connection reset", "Broken pipe"]
-        .contains { text.contains($0) }
-    server.libraryLog?(text, clientGone)
+    server.libraryLog?(text, MicroHTTPServer.saysClientGone(text))
 }
 
 private let targetCheckCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?)
@@ -532,16 +593,24 @@ private let targetCheckCallback: @convention(c) (UnsafeMutableRawPointer?, Unsaf
     return Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().checkTarget(target)
 }
 
-/// A connection closes in a daemon: its address may open another.
+/// A connection opens in a daemon: it waits for its first head. It closes: it waits no
+/// more, and its address may open another.
 private let connectionNotifyCallback: MHD_NotifyConnectionCallback = { cls, connection, _, event in
-    guard let cls, let connection, event == .CONNECTION_NOTIFY_CLOSED else { return }
-    Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().connectionsPerAddress
-        .release(headway_connection_fd(connection))
+    guard let cls, let connection else { return }
+    let server = Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue()
+    let fd = headway_connection_fd(connection)
+    switch event {
+    case .CONNECTION_NOTIFY_STARTED: server.headDeadlines.startWaiting(fd)
+    case .CONNECTION_NOTIFY_CLOSED:
+        server.headDeadlines.stopWaiting(fd)
+        server.connectionsPerAddress.release(fd)
+    default: break
+    }
 }
 
-private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, _, context, _ in
+private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, connection, context, termination in
     guard let cls else { return }
-    Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().completed(context)
+    Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().completed(connection, context, termination)
 }
 
 /// Turning `host:port` into a socket address.

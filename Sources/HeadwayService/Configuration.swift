@@ -24,7 +24,8 @@ public struct Configuration: Sendable, Equatable {
     /// not owned); past it the stream is closed and its client resumes. From a quarter of
     /// it further events wait, coalesced per task.
     public var streamBufferBytes = 256 * 1024
-    /// An event stream whose socket takes nothing for this long while bytes wait is closed.
+    /// A response (an event stream or any other) whose socket takes nothing for this long
+    /// while bytes wait is closed: the send stall timeout.
     public var streamStallTimeoutSeconds = 30.0
     /// Catch-up bytes (snapshots, replays) all event streams may hold in memory at once, a
     /// catch-up shared by several streams counted once; past it a new subscriber's
@@ -45,7 +46,8 @@ public struct Configuration: Sendable, Equatable {
     /// Query parameters one request may carry; more get 431 (60 `task=` ids fit).
     public var maximumQueryParameters = 100
     // Connection floods.
-    /// Seconds a new connection has to send its whole request head; then it is closed.
+    /// Seconds a connection has to send a whole request head, from its opening or its
+    /// previous response; then it is closed.
     public var headTimeoutSeconds = 10.0
     /// Connections open at once from one client address; more are closed at once.
     public var maximumConnectionsPerAddress = 1000
@@ -94,9 +96,9 @@ public struct Configuration: Sendable, Equatable {
                                     body_too_large (HEADWAY_MAX_BODY_BYTES, default 65536)
           --max-query-params N      query parameters one request may carry; more get
                                     431 (HEADWAY_MAX_QUERY_PARAMS, default 100)
-          --head-timeout SECONDS    time a new connection has to send its whole request
-                                    head, then it is closed (HEADWAY_HEAD_TIMEOUT,
-                                    default 10)
+          --head-timeout SECONDS    time a connection has to send a whole request head,
+                                    from its opening or its previous response, then it
+                                    is closed (HEADWAY_HEAD_TIMEOUT, default 10)
           --max-connections-per-address N
                                     connections open at once from one client address;
                                     more are closed at once
@@ -105,8 +107,8 @@ public struct Configuration: Sendable, Equatable {
                                     aside); past it the stream is closed and its client
                                     resumes (HEADWAY_STREAM_BUFFER_BYTES, default 262144)
           --stream-stall-timeout SECONDS
-                                    close an event stream whose client took nothing for
-                                    this long while bytes wait
+                                    close a response (event stream or other) whose
+                                    client took nothing for this long while bytes wait
                                     (HEADWAY_STREAM_STALL_TIMEOUT, default 30)
           --max-catch-up-bytes N    bytes of catch-ups (snapshots, replays) all event
                                     streams may hold unsent at once; past it a new

@@ -144,6 +144,9 @@ extension Problem {
         case .nulInTarget:
             self.init(status: 400, code: "invalid_request", title: "Invalid request target",
                       detail: "The request target holds a NUL byte (raw or as %00).")
+        case .encodedSlashInPath:
+            self.init(status: 400, code: "invalid_request", title: "Invalid request target",
+                      detail: "The path may not contain an encoded slash (%2F).")
         case .tooManyQueryParameters(let limit):
             self.init(status: 431, code: "request_header_too_large", title: "Too many query parameters",
                       detail: "A request may carry at most \(limit) query parameters (--max-query-params).")

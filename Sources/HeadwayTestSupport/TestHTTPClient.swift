@@ -46,18 +46,20 @@ public final class TestHTTPClient: @unchecked Sendable {  // a socket and a read
     private let fd: Int32
     private var buffer: [UInt8] = []
 
-    /// Connects to 127.0.0.1:`port`.
-    public init(port: Int, timeoutSeconds: Int = 5) throws {
-        fd = try connectToLoopback(port: port, timeoutSeconds: timeoutSeconds)
+    /// Connects to 127.0.0.1:`port`; a small `receiveBuffer` makes a client that does not
+    /// read leave the server's bytes waiting sooner.
+    public init(port: Int, timeoutSeconds: Int = 5, receiveBuffer: Int? = nil) throws {
+        fd = try connectToLoopback(port: port, timeoutSeconds: timeoutSeconds, receiveBuffer: receiveBuffer)
     }
 
     deinit { close(fd) }
 
-    /// Sends raw bytes.
+    /// Sends raw bytes; a connection the server has closed is an error (`peerClosed`), not
+    /// a SIGPIPE that would end the tests.
     public func send(_ bytes: [UInt8]) throws {
         var offset = 0
         while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard written > 0 else {
                 throw TestHTTPError("write failed (errno \(errno))", peerClosed: errno == EPIPE || errno == ECONNRESET)
             }

@@ -88,4 +88,35 @@ private func requestFrom(_ source: String, port: Int, path: String = "/x") throw
         try client.send("GET /stream HTTP/1.1\nHost: x\n\n")
         #expect(try client.readResponse().text == "GET /stream")
     }
+
+    /// Every head has the head timeout, counted from the previous response: a kept-alive
+    /// connection that dribbles its next head is closed at its deadline, while one that
+    /// sends its next request in time is served (and has the timeout again afterwards).
+    @Test func aKeptAliveConnectionDribblingItsNextHeadIsClosedWhileOneInTimeIsServed() throws {
+        let clock = ManualMonotonicClock()
+        let running = try server {
+            $0.sortingClock = { clock.read() }
+            $0.headTimeoutNanoseconds = 10_000_000_000
+        }
+        defer { running.shutdown() }
+        let dribbling = try TestHTTPClient(port: running.port), inTime = try TestHTTPClient(port: running.port)
+        #expect(try dribbling.request("GET", "/a").text == "GET /a")
+        #expect(try inTime.request("GET", "/a").text == "GET /a")
+        #expect(eventually { running.server.headDeadlines.count == 2 }, "both wait for their next head")
+        try dribbling.send("GET /b HTTP/1.1\r\nHost: x\r\n")
+        clock.advance(by: 9_000_000_000)
+        try dribbling.send("X-More: 1\r\n")
+        #expect(try inTime.request("GET", "/b").text == "GET /b", "a next request in time is served")
+        #expect(eventually { running.server.headDeadlines.count == 2 }, "and waits for its next head again")
+        clock.advance(by: 1_000_000_001)
+        #expect(eventually {
+            running.server.sorter?.wake()
+            return running.server.headDeadlines.count == 1
+        }, "the dribbling connection's time is up")
+        guard case .closed = try dribbling.exchange(Array("X-Last: 1\r\n\r\n".utf8)) else {
+            Issue.record("a kept-alive connection dribbling its next head was served past the head timeout")
+            return
+        }
+        #expect(try inTime.request("GET", "/c").text == "GET /c")
+    }
 }

@@ -28,6 +28,8 @@ final class SortingHarness: Sendable {
     let port: Int
     let clock = ManualMonotonicClock()
     let perAddress: ConnectionsPerAddress
+    /// Later heads' deadlines, as a server's daemons would start and stop them.
+    let headDeadlines: HeadDeadlines
     private let record = Record()
     private let group: ServiceGroup
 
@@ -45,7 +47,9 @@ final class SortingHarness: Sendable {
         port = SocketAddress.boundPort(fd: listenFD) ?? 0
         perAddress = ConnectionsPerAddress(limit: perAddressLimit)
         let (clock, record) = (clock, record)
+        headDeadlines = HeadDeadlines(timeoutNanoseconds: limits.headTimeoutNanoseconds, now: { clock.read() })
         sorter = try ConnectionSorter(listenFD: listenFD, limits: limits, connectionsPerAddress: perAddress,
+                                      headDeadlines: headDeadlines,
                                       monotonicNow: { clock.read() },
                                       reportRefusals: { counts in record.reports.withLock { $0.append(counts) } }) { fd, route, _, _ in
             record.handed.withLock { $0.append((fd, route)) }
@@ -55,6 +59,7 @@ final class SortingHarness: Sendable {
     }
 
     var handedRoutes: [ConnectionRoute] { record.handed.withLock { $0.map(\.route) } }
+    var handedSockets: [Int32] { record.handed.withLock { $0.map(\.fd) } }
     var refusals: [ConnectionRefusal: Int] {
         record.reports.withLock { $0.reduce(into: [:]) { total, report in total.merge(report, uniquingKeysWith: +) } }
     }
@@ -149,5 +154,35 @@ final class SortingHarness: Sendable {
         try first[0].send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(eventually { harness.handedRoutes == [.request] })
         #expect(harness.perAddress.openCount == 2, "a connection handed over still counts")
+    }
+
+    /// A connection a daemon serves that waits for a later head past the head timeout is
+    /// shut down by the loop and counted as a head timeout; one whose head came in time is not.
+    @Test func aDaemonsConnectionLateForItsNextHeadIsShutDown() throws {
+        let harness = try SortingHarness { $0.headTimeoutNanoseconds = 10_000_000_000 }
+        defer { harness.stop() }
+        let late = try TestHTTPClient(port: harness.port), inTime = try TestHTTPClient(port: harness.port)
+        try late.send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(eventually { harness.handedSockets.count == 1 })
+        try inTime.send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(eventually { harness.handedSockets.count == 2 })
+        // As the daemons do: each waits for a head once handed over; one's head comes.
+        harness.handedSockets.forEach(harness.headDeadlines.startWaiting)
+        harness.clock.advance(by: 5_000_000_000)
+        harness.headDeadlines.stopWaiting(harness.handedSockets[1])
+        harness.clock.advance(by: 4_999_999_999)
+        #expect(harness.passTwice())
+        #expect(harness.headDeadlines.count == 1, "at its deadline, not past it: still waiting")
+        harness.clock.advance(by: 2)
+        #expect(harness.passTwice())
+        #expect(harness.headDeadlines.count == 0)
+        #expect(eventually { harness.refusals == [.headTimeout: 1] })
+        guard case .closed = try late.exchange(Array("GET /y HTTP/1.1\r\nHost: x\r\n\r\n".utf8)) else {
+            Issue.record("a connection late for its next head was kept")
+            return
+        }
+        var byte: UInt8 = 0
+        #expect(recv(harness.handedSockets[1], &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 1,
+                "the connection whose head came in time is untouched")
     }
 }

@@ -33,6 +33,7 @@ struct RunningServer {
         case .routeNotFound: (404, "route_not_found")
         case .methodNotAllowed(let allowed): (405, "method_not_allowed \(allowed)")
         case .nulInTarget: (400, "nul_in_target")
+        case .encodedSlashInPath: (400, "encoded_slash_in_path")
         case .tooManyQueryParameters(let limit): (431, "too_many_query_parameters \(limit)")
         case .targetTooLong(let limit): (414, "target_too_long \(limit)")
         }
@@ -112,16 +113,34 @@ struct RunningServer {
         #expect(messages.all.contains { $0.text.contains("431") && !$0.clientGone }, "\(messages.all)")
     }
 
+    /// libmicrohttpd's messages for what clients do routinely, once per connection (so a
+    /// client decides how many there are), say that the client went away (logged as
+    /// debug, not as a warning); others do not. The texts are the library's own.
+    @Test func routineLibraryMessagesSayTheClientWentAway() {
+        let routine = ["Connection was closed by remote side with incomplete request.",
+                       "Closing connection (application error generating response).",
+                       "Closing connection (application reported error generating data).",
+                       "The connection was forcibly closed by remote peer",
+                       "Connection socket is closed when reading request due to the error: detected connection closure"]
+        let notRoutine = ["Closing connection (out of memory).",
+                          "Error processing request (HTTP response code is 431 ('Request Header Fields Too Large')). Closing connection."]
+        for message in routine { #expect(MicroHTTPServer.saysClientGone(message), "\(message)") }
+        for message in notRoutine { #expect(!MicroHTTPServer.saysClientGone(message), "\(message)") }
+    }
+
     /// A handler that answers after the stop's timeout has passed still has its answer
     /// sent, and the daemons are stopped only then (libmicrohttpd aborts the process if a
     /// connection is still suspended when its daemon stops). A request arriving meanwhile
-    /// on a kept-alive connection is refused at once.
+    /// on a kept-alive connection is refused at once. The daemon's thread is held before
+    /// it queues the answer: the stop must wait for the answer to be sent, not only to come.
     @Test func aStopWaitsForAnAnswerPastItsTimeout() throws {
         let messages = Messages()
         let received = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        let queueing = DispatchSemaphore(value: 0)
         var configuration = MicroHTTPServer.Configuration()
         configuration.port = 0
         configuration.shutdownTimeoutSeconds = 0
+        configuration.beforeQueueingAResumedAnswer = { _ = queueing.wait(timeout: .now() + 20) }
         let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline(
             renderRefusal: Self.namingRenderer) { request, responder in
             if request.path == "/now" { return responder.respond(HTTPResponse(status: 204)) }
@@ -149,6 +168,10 @@ struct RunningServer {
         #expect(stopped.wait(timeout: .now()) == .timedOut, "the stop did not wait for the answer")
         #expect(try other.request("GET", "/now").status == 503)
         hold.signal()
+        // The daemon's thread waits to queue the answer until the stop waits for it to be
+        // sent, or (the fault) has gone on to stop the daemons.
+        #expect(eventually { server.server.isAwaitingAnswersSent || server.server.sorter == nil })
+        queueing.signal()
         let response = try client.readResponse()
         #expect(response.status == 200)
         #expect(response.text == "ping")
@@ -168,6 +191,19 @@ struct RunningServer {
         try client.send(Array("GET /now/p1".utf8) + [0] + Array("/x HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
         let response = try client.readResponse()
         #expect(response.status == 400 && response.text == "nul_in_target /now/p1")
+    }
+
+    /// An encoded slash in the path is refused (the library would decode it into a
+    /// separator: `/p1%2Fcancel` would reach the route of `/p1/cancel`); in the query it is data.
+    @Test func refusesAnEncodedSlashInThePath() throws {
+        let server = try Self.startEchoServer()
+        defer { server.shutdown() }
+        for target in ["/now/p1%2Fcancel", "/now/p1%2f..%2fx?a=b"] {
+            let response = try TestHTTPClient(port: server.port).request("GET", target)
+            #expect(response.status == 400 && response.text.hasPrefix("encoded_slash_in_path"), "\(target): \(response.text)")
+        }
+        let query = try TestHTTPClient(port: server.port).request("GET", "/now/p1%2G?next=a%2Fb")
+        #expect(query.status == 200, "\(query.text)")
     }
 
     /// Query parameters up to the limit are served, even 60 long task ids; one more gets
@@ -271,5 +307,24 @@ struct RunningServer {
         #expect(response.status == 200)
         #expect(response.text == "ping")
         stopped.wait()
+    }
+
+    /// An ordinary response whose client reads nothing has its connection closed after the
+    /// send stall timeout, not after the library's longer idle timeout.
+    @Test func anUnreadResponseIsClosedAfterTheSendStallTimeout() throws {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.streamStallTimeoutSeconds = 1
+        let body = [UInt8](repeating: UInt8(ascii: "a"), count: 8 << 20)
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline { _, responder in
+            responder.respond(HTTPResponse(status: 200, body: body))
+        }))
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port, receiveBuffer: 4096)
+        try client.send("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(eventually { server.server.connectionsPerAddress.openCount == 1 })
+        // Up to 15 s (the library's idle timeout is 60 s): the connection's close releases it.
+        for _ in 0..<3000 where server.server.connectionsPerAddress.openCount > 0 { usleep(5000) }
+        #expect(server.server.connectionsPerAddress.openCount == 0, "an unread response held its connection")
     }
 }

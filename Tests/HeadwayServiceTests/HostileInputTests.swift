@@ -42,6 +42,9 @@ import Testing
             #expect(response.status == 400, "\(String(decoding: body.prefix(40), as: UTF8.self)) → \(response.text)")
             #expect(response.problemCode == code, "\(String(decoding: body.prefix(40), as: UTF8.self))")
         }
+        // An encoded slash does not split the path: this is no cancel of "calm".
+        let encodedSlash = try daemon.connect().request("POST", "/v1/tasks/calm%2Fcancel", json: "{}")
+        #expect(encodedSlash.status == 400 && encodedSlash.problemCode == "invalid_request", "\(encodedSlash.text)")
         #expect(try daemon.request("GET", "/healthz").status == 200)
         #expect(try daemon.snapshot("calm") == before, "refused input changed the task")
     }
