@@ -231,8 +231,16 @@ class HonestLoad:
 # --- the attacks: each runs in a child process until `stop`, sets `done` when its ---------
 # --- scripted part is over, and puts one line of notes for the report ---------------------
 
+# The attackers' own address: the honest clients come from 127.0.0.1, the attacks from
+# another loopback address, as they would from another machine (a cap per client address
+# must not make the honest clients pay for the attacker).
+ATTACKER_ADDRESS = "127.0.0.2"
+
+
 def connect(port, timeout=2.0, receive_buffer=None):
+    """A socket to the daemon from the attackers' address."""
     sock = socket.socket()
+    sock.bind((ATTACKER_ADDRESS, 0))
     if receive_buffer:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     sock.settimeout(timeout)
@@ -483,7 +491,7 @@ def run_phase(name, options, log_folder, log):
     daemon_log = open(os.path.join(log_folder, f"{name}.log"), "w")
     server = load = attacker = None
     try:
-        server = servers.Headway(options["durability"], stderr=daemon_log)
+        server = servers.Headway(options["durability"], stderr=daemon_log, many_clients_from_one_address=False)
         if setup:
             started = time.monotonic()
             setup(server.port, options)

@@ -74,19 +74,30 @@ def pin_this_process_to_cpu1():
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def headway_load_flags():
+    """Flags that let one benchmark client be many clients: every connection of a benchmark
+    comes from 127.0.0.1, which a build with a cap per client address would refuse past
+    its default (1,000) — an attack's limit, not a load's. Older builds lack the flag."""
+    usage = subprocess.run([HEADWAYD, "--help"], capture_output=True, text=True).stdout
+    return ["--max-connections-per-address", "100000"] if "--max-connections-per-address" in usage else []
+
+
 class Headway:
     """headwayd with a fresh database."""
     name = "headway"
 
-    def __init__(self, durability="full", extra=(), stderr=None):
-        """Starts headwayd; `stderr` (a file) receives its log instead of this process's stderr."""
+    def __init__(self, durability="full", extra=(), stderr=None, many_clients_from_one_address=True):
+        """Starts headwayd; `stderr` (a file) receives its log instead of this process's
+        stderr; `many_clients_from_one_address` lifts the cap per client address (see
+        `headway_load_flags`), which an attack benchmark keeps."""
         self.durability = durability
         self.name = f"headway ({durability})"
         self.work = tempfile.mkdtemp()
         self.port = free_port()
         self.process = subprocess.Popen(
             ["taskset", "-c", "0", HEADWAYD, "--listen", f"127.0.0.1:{self.port}", "--db", f"{self.work}/h.db",
-             "--durability", durability, "--log-level", "warn", "--max-subscribers", "20000", *extra],
+             "--durability", durability, "--log-level", "warn", "--max-subscribers", "20000",
+             *(headway_load_flags() if many_clients_from_one_address else []), *extra],
             stderr=stderr)
         wait_for_port(self.port, self.process)
         self.pid = self.process.pid
