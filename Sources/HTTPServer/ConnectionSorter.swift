@@ -18,18 +18,30 @@ enum ConnectionRoute: Equatable, Sendable {
     /// large for it, and so does a first line that is no request line (refused at once).
     /// `nil` while the head is incomplete.
     static func classify(_ bytes: some Collection<UInt8>, streamPaths: [String], maximumStreamHead: Int = 1024,
-                         maximumHead: Int = 8 * 1024) -> ConnectionRoute? {
+                         maximumStreamQueryParameters: Int = 8, maximumHead: Int = 8 * 1024) -> ConnectionRoute? {
         let bytes = Array(bytes)
         guard let headEnd = endOfHead(bytes) else {
             return bytes.count > maximumHead || beginsWithMalformedRequestLine(bytes) ? .request : nil
         }
-        guard headEnd <= maximumStreamHead else { return .request }
+        guard headEnd <= maximumStreamHead, queryParameterCount(bytes) <= maximumStreamQueryParameters else {
+            return .request
+        }
         let isStream = streamPaths.contains { path in
             let target = Array("GET \(path)".utf8)
             return bytes.count > target.count && bytes.starts(with: target)
                 && (bytes[target.count] == UInt8(ascii: " ") || bytes[target.count] == UInt8(ascii: "?"))
         }
         return isStream ? .stream : .request
+    }
+
+    /// How many query parameters the first line's target carries (`?a=1&b=2` is 2): the
+    /// library keeps each in the connection's memory, which is small on the stream daemon.
+    static func queryParameterCount(_ bytes: [UInt8]) -> Int {
+        let lineEnd = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+        let line = bytes[..<lineEnd]
+        guard let question = line.firstIndex(of: UInt8(ascii: "?")) else { return 0 }
+        let query = line[(question + 1)...].prefix { $0 != UInt8(ascii: " ") }
+        return query.split(separator: UInt8(ascii: "&")).count
     }
 
     /// Whether the first line is whole and is not `METHOD SP target SP HTTP/…` (an empty
@@ -95,8 +107,10 @@ final class ConnectionSorter: Service {
     struct Limits: Sendable {
         /// Paths of long-lived streams (`ConnectionRoute`).
         var streamPaths: [String] = []
-        /// A stream request with a larger head goes to the request daemon.
+        /// A stream request with a larger head, or more query parameters, goes to the
+        /// request daemon.
         var maximumStreamHead = 1024
+        var maximumStreamQueryParameters = 8
         /// Bytes looked at for the end of the head; a larger head is handed over unfinished.
         var maximumHead = 8 * 1024
         /// Connections waiting to be sorted at once.
@@ -266,6 +280,7 @@ final class ConnectionSorter: Service {
         guard count > 0 else { return }  // nothing yet: the next arrival wakes the loop again
         if let route = ConnectionRoute.classify(waiting.peekBuffer.prefix(count), streamPaths: limits.streamPaths,
                                                 maximumStreamHead: limits.maximumStreamHead,
+                                                maximumStreamQueryParameters: limits.maximumStreamQueryParameters,
                                                 maximumHead: limits.maximumHead) {
             hand(fd, route, &waiting)
         } else if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {

@@ -55,6 +55,9 @@ public final class MicroHTTPServer: Service {
         /// A stream request whose head is larger goes to the request daemon (whose
         /// connections have room for it).
         public var maximumStreamHeadBytes = 16 * 1024
+        /// A stream request with more query parameters goes to the request daemon too (the
+        /// library keeps each parameter in the connection's memory).
+        public var maximumStreamQueryParameters = 8
         /// Larger request bodies are refused with 413.
         public var maximumBodyBytes = 64 * 1024
         /// Requests with more query parameters are refused with 431. Each parameter the
@@ -185,6 +188,7 @@ public final class MicroHTTPServer: Service {
             var limits = ConnectionSorter.Limits()
             limits.streamPaths = configuration.streamPaths
             limits.maximumStreamHead = configuration.maximumStreamHeadBytes
+            limits.maximumStreamQueryParameters = configuration.maximumStreamQueryParameters
             limits.maximumHead = configuration.connectionMemoryLimit
             limits.maximumWaiting = configuration.maximumWaitingConnections
             limits.headTimeoutNanoseconds = configuration.headTimeoutNanoseconds

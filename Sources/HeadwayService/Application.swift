@@ -158,17 +158,21 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.connectionLimit = connectionLimit
     serverConfiguration.streamStallTimeoutSeconds = configuration.streamStallTimeoutSeconds
     // Each connection's buffers: 10,000 connections cost ~280 MB at the default 32 KiB.
-    // Requests: a target of up to 8 KiB and headers fit, bodies arrive in pieces. Event
-    // streams send their frames themselves and need only room for their request head (a
-    // head over 1 KiB is served by the request daemon instead). Both keep each query
-    // parameter in about 50 bytes more: room for the most allowed.
+    // The library keeps each query parameter in about 50 bytes more. Requests: a target of
+    // up to 8 KiB, headers and the most query parameters allowed fit; bodies arrive in
+    // pieces. Event streams send their frames themselves and need only room for a small
+    // request head: a stream request whose head passes 1 KiB or carries more than 8 query
+    // parameters is served by the request daemon instead (10,000 streams cost 4.5 KiB
+    // each, not the request daemon's 22 KiB).
     serverConfiguration.maximumQueryParameters = configuration.maximumQueryParameters
     serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
-    let roomForQueryParameters = configuration.maximumQueryParameters * 64
-    serverConfiguration.connectionMemoryLimit = 16 * 1024 + roomForQueryParameters
+    let bytesPerQueryParameter = 64
+    serverConfiguration.connectionMemoryLimit = 16 * 1024 + configuration.maximumQueryParameters * bytesPerQueryParameter
     serverConfiguration.streamPaths = [EventsAPI.path]
-    serverConfiguration.streamConnectionMemoryLimit = 4 * 1024 + roomForQueryParameters
     serverConfiguration.maximumStreamHeadBytes = 1024
+    serverConfiguration.maximumStreamQueryParameters = 8
+    serverConfiguration.streamConnectionMemoryLimit = 4 * 1024 + serverConfiguration.maximumStreamQueryParameters
+        * bytesPerQueryParameter
     // Connection floods: a deadline for the first head, a bounded waiting set, a cap per
     // address; what is refused is logged as counts, at most once a second.
     serverConfiguration.headTimeoutNanoseconds = UInt64(configuration.headTimeoutSeconds * 1e9)

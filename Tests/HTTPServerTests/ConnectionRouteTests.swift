@@ -22,6 +22,15 @@ import Testing
         #expect(route("GET /v1/events HTTP/1.1\r\nCookie: \(huge)") == .request, "past 8 KiB without an end")
     }
 
+    /// The stream daemon's connections have room for a few query parameters only.
+    @Test func aStreamRequestWithManyQueryParametersGoesToTheRequestDaemon() {
+        let eight = (1...8).map { "task=t\($0)" }.joined(separator: "&")
+        #expect(route("GET /v1/events?\(eight) HTTP/1.1\r\nHost: x\r\n\r\n") == .stream)
+        #expect(route("GET /v1/events?\(eight)&task=t9 HTTP/1.1\r\nHost: x\r\n\r\n") == .request)
+        #expect(ConnectionRoute.queryParameterCount(Array("GET /v1/events?a=1&&b HTTP/1.1\r\n".utf8)) == 2)
+        #expect(ConnectionRoute.queryParameterCount(Array("GET /v1/events HTTP/1.1\r\n".utf8)) == 0)
+    }
+
     @Test func everythingElseGoesToTheRequestDaemon() {
         #expect(route("POST /v1/tasks HTTP/1.1\r\n\r\n") == .request)
         #expect(route("GET /v1/tasks HTTP/1.1\r\n\r\n") == .request)
