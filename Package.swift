@@ -24,7 +24,7 @@ let package = Package(
         // The shape every long-running part shares (Service, ServiceGroup) and how its
         // thread sleeps (Doorbell); knows nothing of tasks or HTTP.
         .target(name: "Lifecycle"),
-        .target(name: "HeadwayCore", dependencies: ["Lifecycle"]),
+        .target(name: "HeadwayCore"),
         .target(name: "HeadwayStore", dependencies: ["CSQLite", "HeadwayCore", "Lifecycle"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Lifecycle"]),
         .target(name: "HeadwayService", dependencies: ["HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"]),

@@ -1,5 +1,5 @@
-import Lifecycle
 import Foundation
+import Synchronization
 
 /// Milliseconds since the Unix epoch, the unit every stored time uses.
 public typealias EpochMilliseconds = Int64
@@ -22,14 +22,14 @@ public struct SystemClock: WallClock {
 
 /// A clock that moves only when told to; for tests.
 public final class ManualClock: WallClock {
-    private let current: Locked<EpochMilliseconds>
+    private let current: Atomic<EpochMilliseconds>
 
-    public init(_ start: EpochMilliseconds = 1_800_000_000_000) { current = Locked(start) }
+    public init(_ start: EpochMilliseconds = 1_800_000_000_000) { current = Atomic(start) }
 
-    public func now() -> EpochMilliseconds { current.withLock { $0 } }
+    public func now() -> EpochMilliseconds { current.load(ordering: .acquiring) }
 
     /// Moves the clock forward by `milliseconds`.
-    public func advance(by milliseconds: Int64) { current.withLock { $0 += milliseconds } }
+    public func advance(by milliseconds: Int64) { current.add(milliseconds, ordering: .acquiringAndReleasing) }
 }
 
 /// RFC 3339 timestamps in UTC with milliseconds, e.g. `2026-11-30T03:38:28.123Z`.
