@@ -16,6 +16,12 @@ let package = Package(
             pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]
         ),
+        // GnuTLS: the CSPRNG and SHA-256 of token secrets, and the certificates of HTTPS.
+        .systemLibrary(
+            name: "CGnuTLS",
+            pkgConfig: "gnutls",
+            providers: [.apt(["libgnutls28-dev"])]
+        ),
         .systemLibrary(
             name: "CSQLite",
             pkgConfig: "sqlite3",
@@ -26,8 +32,8 @@ let package = Package(
         .target(name: "Lifecycle"),
         .target(name: "HeadwayCore"),
         .target(name: "HeadwayStore", dependencies: ["CSQLite", "HeadwayCore", "Lifecycle"]),
-        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "Lifecycle"]),
-        .target(name: "HeadwayService", dependencies: ["HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"]),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CGnuTLS", "Lifecycle"]),
+        .target(name: "HeadwayService", dependencies: ["CGnuTLS", "HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"]),
         .executableTarget(name: "headwayd", dependencies: ["HeadwayService"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing Headway need on a fresh Debian machine:
-# the C libraries (libmicrohttpd, SQLite), and the Python tools the tests and benchmarks
+# the C libraries (libmicrohttpd, SQLite, GnuTLS), and the Python tools the tests and benchmarks
 # call, in a virtual environment under .build/venv (Debian 12 and Ubuntu 24.04 refuse pip
 # installs into the system Python, PEP 668). Only what is missing is installed; run as
 # root (or with sudo available).
 set -euo pipefail
 
-apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev)
+apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev)
 # The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf).
 [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv)
 [ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv)
