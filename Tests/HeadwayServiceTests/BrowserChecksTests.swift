@@ -255,6 +255,14 @@ import Testing
             #expect(exposed.contains(header), "\(exposed)")
         }
         #expect(canceled.headers["access-control-allow-credentials"] == nil)
+        // An event stream too: EventSource on the dashboard reads it.
+        let stream = try daemon.subscribe(headers: [dash])
+        #expect(stream.status == 200)
+        #expect(stream.headers["access-control-allow-origin"] == "https://dash.example.com")
+        #expect(try stream.nextEvent()?.event == "snapshot")
+        let foreignStream = try daemon.subscribe(headers: [("Origin", "https://evil.example")])
+        #expect(foreignStream.status == 200)
+        #expect(foreignStream.headers["access-control-allow-origin"] == nil)
         // The origin as the flag wrote it or with the default port written out is the same one.
         #expect(try send(daemon, "GET", "/v1/tasks/t", host: own(daemon),
                          [("Origin", "https://dash.example.com:443")]).headers["access-control-allow-origin"] != nil)
