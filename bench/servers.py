@@ -116,7 +116,7 @@ class Headway:
         return f"/v1/tasks/{channel}/progress"
 
     def subscribe_request(self, channel):
-        return f"GET /v1/events?task={channel} HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n".encode()
+        return f"GET /v1/events?task={channel} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n".encode()
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
@@ -296,7 +296,7 @@ def publish_while_subscribed(server, subscribers=10_000, connections=50, seconds
     also how many events each subscriber received per second meanwhile."""
     server.prepare_channels([f"bench-{i}" for i in range(50)])
     clients = Subscribers(server.port, subscribers,
-                          b"GET /v1/events HTTP/1.1\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n")
+                          b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
     # Measure the steady state: every subscriber has its snapshot before updates start.
     clients.wait_until_ready()
     for state in clients.states:

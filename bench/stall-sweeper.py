@@ -81,7 +81,7 @@ def main():
 
         def read_events():
             sock = socket.create_connection(("127.0.0.1", port))
-            sock.sendall(b"GET /v1/events HTTP/1.1\r\nHost: bench\r\n\r\n")
+            sock.sendall(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             raw, body = b"", b""
             reader_ready.set()
             head_done = False

@@ -7,8 +7,9 @@
 set -euo pipefail
 
 apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev)
-# The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf).
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv)
+# The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf) and drive
+# a real headless Chromium at it (Selenium uses Debian's chromedriver, no download).
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver)
 [ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv)
 
 missing=()
@@ -26,7 +27,7 @@ fi
 cd "$(dirname "$0")/.."
 venv=.build/venv
 python_tools=()
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse)
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium)
 [ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib)
 if [ ${#python_tools[@]} -gt 0 ]; then
   # A venv without a working pip (an interrupted creation) is made again.

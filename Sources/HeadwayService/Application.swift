@@ -186,12 +186,17 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         ])
     }
     // Every request passes the middleware in this order; the HTTP layer's refusals look
-    // like every other problem.
-    let pipeline = HTTPPipeline(middleware: [RequestIDMiddleware(), AccessLogMiddleware(logger: logger)],
+    // like every other problem. What browsers may do (Host, Origin, Content-Type, CORS) is
+    // checked before anything else, with the port the server binds.
+    let servedPort = ServedPort(configured: configuration.port)
+    let pipeline = HTTPPipeline(middleware: [RequestIDMiddleware(), AccessLogMiddleware(logger: logger),
+                                             BrowserChecks(configuration: configuration, routedMethods: Set(router.routes.map(\.method)),
+                                                           servedPort: servedPort, errors: errors)],
                                 router: router, renderRefusal: errors.response(for:_:))
     let server = try MicroHTTPServer(configuration: serverConfiguration, pipeline: pipeline, libraryLog: { message, clientGone in
         logger.log(clientGone ? .debug : .warn, "http.library", ["message": message])
     })
+    servedPort.follow(server)
     return HeadwayApplication(configuration: configuration, writer: writer, apiReads: apiReads,
                               catchUpReads: catchUpReads, broker: broker, maintenance: maintenance, server: server,
                               pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,

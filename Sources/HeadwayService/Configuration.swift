@@ -51,6 +51,12 @@ public struct Configuration: Sendable, Equatable {
     public var headTimeoutSeconds = 10.0
     /// Connections open at once from one client address; more are closed at once.
     public var maximumConnectionsPerAddress = 1000
+    // Browsers.
+    /// The origins of `--public-url`: names served besides the listen address, whose pages
+    /// are the daemon's own.
+    public var publicOrigins: [WebOrigin] = []
+    /// `--cors-origin`: pages that may call the API from a browser.
+    public var corsOrigins: [CORSOrigin] = []
 
     public init() {}
 
@@ -114,6 +120,15 @@ public struct Configuration: Sendable, Equatable {
                                     streams may hold unsent at once; past it a new
                                     subscriber gets retry: and its stream ends
                                     (HEADWAY_MAX_CATCH_UP_BYTES, default 268435456)
+          --public-url URL          a URL the daemon is reached at, e.g. behind a proxy
+                                    (https://headway.example.com): its host is served
+                                    besides the listen address and localhost, and its
+                                    pages may change tasks; repeat for several
+                                    (HEADWAY_PUBLIC_URL, comma-separated)
+          --cors-origin ORIGIN      an origin (https://dash.example.com) whose pages may
+                                    call the API from a browser, or '*' for any page;
+                                    repeat for several (HEADWAY_CORS_ORIGIN,
+                                    comma-separated)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -138,10 +153,21 @@ public struct Configuration: Sendable, Equatable {
                      "read-connections", "max-queued-reads",
                      "max-body-bytes", "max-query-params",
                      "head-timeout", "max-connections-per-address",
-                     "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes"]
+                     "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
+                     "public-url", "cors-origin"]
+        // Flags that may repeat, each adding a value; their variable holds a comma-separated
+        // list, and the flags, when given, replace it.
+        let repeatable: Set<String> = ["public-url", "cors-origin"]
+        var lists: [String: [String]] = [:]
+        var listsFromFlags: Set<String> = []
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
-            if let value = environment[variable] { settings[name] = value }
+            guard let value = environment[variable] else { continue }
+            if repeatable.contains(name) {
+                lists[name] = value.split(separator: ",").map { String($0.filter { !$0.isWhitespace }) }
+            } else {
+                settings[name] = value
+            }
         }
         var index = 0
         while index < arguments.count {
@@ -163,7 +189,12 @@ public struct Configuration: Sendable, Equatable {
                 value = arguments[index]
                 index += 1
             }
-            settings[name] = value
+            if repeatable.contains(name), let value {
+                if listsFromFlags.insert(name).inserted { lists[name] = [] }
+                lists[name, default: []].append(value)
+            } else {
+                settings[name] = value
+            }
         }
 
         var configuration = Configuration()
@@ -214,6 +245,13 @@ public struct Configuration: Sendable, Equatable {
         try reader.seconds("stream-stall-timeout", in: 0.1...86_400, into: &configuration.streamStallTimeoutSeconds)
         try reader.wholeNumber("max-catch-up-bytes", in: 1_048_576...1_099_511_627_776,
                                into: &configuration.maximumCatchUpBytes)
+        // Browsers.
+        configuration.publicOrigins = try (lists["public-url"] ?? []).map { text throws(UsageError) in
+            try WebOrigin.parsePublicURL(text)
+        }
+        configuration.corsOrigins = try (lists["cors-origin"] ?? []).map { text throws(UsageError) in
+            try CORSOrigin.parse(text)
+        }
         return .run(configuration)
     }
 

@@ -37,7 +37,7 @@ import Testing
         ]
         for (body, code) in bodies {
             let client = try daemon.connect()
-            try client.send(Array("POST /v1/tasks/calm/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
+            try client.send(Array("POST /v1/tasks/calm/heartbeat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body)
             let response = try client.readResponse()
             #expect(response.status == 400, "\(String(decoding: body.prefix(40), as: UTF8.self)) → \(response.text)")
             #expect(response.problemCode == code, "\(String(decoding: body.prefix(40), as: UTF8.self))")

@@ -49,11 +49,16 @@ final class LiveDaemon {
     /// A new connection to the daemon (over a socket).
     func connect() throws -> TestHTTPClient { try TestHTTPClient(port: application.port) }
 
-    /// Sends one request (a JSON body gets `Content-Type: application/json` unless `headers`
-    /// sets one) and returns the reply, by the daemon's transport.
+    /// Sends one request (a JSON body, and a POST without one, gets `Content-Type:
+    /// application/json` unless `headers` sets one, as the daemon asks of every POST) and
+    /// returns the reply, by the daemon's transport.
     @discardableResult
     func request(_ method: String, _ path: String, json: String? = nil,
                  headers: [(String, String)] = []) throws -> TestResponse {
+        var headers = headers
+        if method == "POST" && json == nil && !headers.contains(where: { $0.0.lowercased() == "content-type" }) {
+            headers.append(("Content-Type", "application/json"))
+        }
         if let socketClient { return try socketClient.request(method, path, json: json, headers: headers) }
         return try InProcessClient(pipeline: application.pipeline).request(method, path, json: json, headers: headers)
     }

@@ -65,6 +65,12 @@ import Testing
         keep("Problem", try daemon.request("POST", "/v1/tasks", json: #"{"name":5,"extra":true}"#))
         keep("Problem", try daemon.request("PUT", "/v1/tasks"))
         keep("Problem", try daemon.request("GET", "/nowhere"))
+        // What browsers may not do: a foreign Origin, an undeclared body, a foreign Host.
+        keep("Problem", try daemon.request("POST", "/v1/tasks/p/heartbeat", headers: [("Origin", "https://evil.example")]))
+        keep("Problem", try daemon.request("POST", "/v1/tasks/p/heartbeat", headers: [("Content-Type", "text/plain")]))
+        let foreignHost = try daemon.connect()
+        try foreignHost.send("GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+        keep("Problem", try foreignHost.readResponse())
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let file = directory.file("instances.tsv")

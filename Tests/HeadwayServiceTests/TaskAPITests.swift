@@ -228,7 +228,7 @@ import Testing
         #expect(try announced.request("POST", "/v1/tasks/h/heartbeat", json: big).status == 413)
         let chunked = try daemon.connect()
         let piece = String(repeating: "x", count: 40_000)
-        try chunked.send("POST /v1/tasks/h/heartbeat HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        try chunked.send("POST /v1/tasks/h/heartbeat HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
             + "9c40\r\n\(piece)\r\n9c40\r\n\(piece)\r\n0\r\n\r\n")
         let chunkedReply = try chunked.readResponse()
         #expect(chunkedReply.status == 413)

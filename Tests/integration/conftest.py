@@ -1,10 +1,15 @@
-"""Fixtures that start the real headwayd (and nginx) on loopback ports for the tests."""
+"""Fixtures that start the real headwayd (and nginx, a static web server, a headless
+Chromium) on loopback ports for the tests."""
+import contextlib
+import functools
+import http.server
 import os
 import pathlib
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -31,14 +36,16 @@ def wait_for_port(port, process, what):
     raise RuntimeError(f"{what} did not listen on {port}")
 
 
-@pytest.fixture
-def headwayd(tmp_path):
-    """The daemon on a free port with a fresh database; yields its base URL."""
+@contextlib.contextmanager
+def run_headwayd(directory, *arguments):
+    """Runs the daemon on a free port with a fresh database in `directory` (its log in
+    `directory`/headwayd.log), with extra `arguments`; yields its base URL."""
+    directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    log = open(tmp_path / "headwayd.log", "w")
+    log = open(directory / "headwayd.log", "w")
     process = subprocess.Popen(
-        [HEADWAYD, "--listen", f"127.0.0.1:{port}", "--db", str(tmp_path / "headway.db"),
-         "--durability", "normal", "--sse-heartbeat", "1"],
+        [HEADWAYD, "--listen", f"127.0.0.1:{port}", "--db", str(directory / "headway.db"),
+         "--durability", "normal", "--sse-heartbeat", "1", *arguments],
         stderr=log)
     try:
         wait_for_port(port, process, "headwayd")
@@ -47,6 +54,67 @@ def headwayd(tmp_path):
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0, "headwayd did not stop cleanly"
         log.close()
+
+
+@pytest.fixture
+def headwayd(tmp_path):
+    """The daemon on a free port with a fresh database; yields its base URL."""
+    with run_headwayd(tmp_path) as base:
+        yield base
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    """Serves files without a log line per request."""
+
+    def log_message(self, format, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serve_directory(directory):
+    """A static web server for `directory` on a free loopback port (another origin than
+    the daemon's); yields its base URL."""
+    handler = functools.partial(QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def chromium_options():
+    """Options of a headless Chromium for Selenium (Debian's `chromium`): no sandbox (the
+    tests may run as root), and `*.test` names resolved to 127.0.0.1, so a page can be
+    loaded under a name of its own that points at this machine, as in DNS rebinding."""
+    from selenium import webdriver
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                     "--window-size=1000,700", "--host-resolver-rules=MAP *.test 127.0.0.1",
+                     "--disable-features=HttpsUpgrades"]:
+        options.add_argument(argument)
+    return options
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium driven by Selenium (Debian's `chromedriver`, no download) for
+    the whole session; tests load their pages in it."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    service = Service(shutil.which("chromedriver") or "/usr/bin/chromedriver")
+    driver = webdriver.Chrome(service=service, options=chromium_options())
+    driver.set_page_load_timeout(15)
+    driver.set_script_timeout(15)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 @pytest.fixture
