@@ -33,6 +33,8 @@ public final class HeadwayApplication: Sendable {
     public let routes: [RouteEntry]
     /// The tokens, in memory.
     let tokens: TokenRegistry
+    /// Keeps `tokens` current (the maintenance thread calls it about once a second).
+    let tokenKeeper: TokenKeeper
     /// What the server does with each request (tests may hand requests to it directly).
     let pipeline: HTTPPipeline
     /// The services, once started.
@@ -41,8 +43,9 @@ public final class HeadwayApplication: Sendable {
     init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
          broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,
          recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, catchUpBudget: CatchUpBudget,
-         logger: Logger, routes: [RouteEntry], tokens: TokenRegistry) {
+         logger: Logger, routes: [RouteEntry], tokens: TokenRegistry, tokenKeeper: TokenKeeper) {
         self.tokens = tokens
+        self.tokenKeeper = tokenKeeper
         self.maintenance = maintenance
         self.recentCatchUps = recentCatchUps
         self.catchUpStatistics = catchUpStatistics
@@ -94,6 +97,10 @@ public final class HeadwayApplication: Sendable {
     /// Runs the stall sweeper now and waits for its commit; returns the events it raised.
     @discardableResult
     func sweepStalls() -> Int { maintenance.sweepNow() }
+
+    /// Looks at the tokens table now, as the maintenance thread does about once a second,
+    /// and waits (for tests: a token made by `headwayd token create`, one that expired).
+    func refreshTokens() { tokenKeeper.refresh() }
 
     /// Runs one retention pass now; returns the rows forgotten.
     @discardableResult
@@ -215,7 +222,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                               catchUpReads: catchUpReads, broker: broker, maintenance: maintenance, server: server,
                               pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
                               catchUpBudget: catchUpBudget,
-                              logger: logger, routes: routes.table, tokens: tokens)
+                              logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper)
 }
 
 /// Why the daemon refuses to start.
