@@ -370,6 +370,25 @@ private struct Probe {
             let raw = try TestHTTPClient(port: application.port)
             try raw.send("GET /v1/events?access_token=\(secret)&x=\(String(repeating: "y", count: 9000)) HTTP/1.1\r\nHost: a\r\n\r\n")
             _ = try? raw.readResponse()
+            // Admin actions are logged with the acting token's id and name, never a secret.
+            let admin = try TokenCommand.create(TokenRequest(name: "boss", scopes: [.admin]), expiresInSeconds: nil,
+                                                databasePath: configuration.databasePath)
+            application.refreshTokens()
+            let auth = [("Authorization", "Bearer \(admin)")]
+            let made = try client.request("POST", "/v1/tokens", json: #"{"name":"temp","scopes":["read"]}"#, headers: auth)
+            let madeSecret = made.json["secret"] as? String ?? ""
+            let madeID = made.json["id"] as? String ?? ""
+            #expect(try client.request("DELETE", "/v1/tokens/\(madeID)", headers: auth).status == 204)
+            #expect(try client.request("POST", "/v1/tasks", json: #"{"id":"t","name":"T"}"#, headers: auth).status == 201)
+            #expect(try client.request("POST", "/v1/tasks/t/cancel", headers: auth).status == 202)
+            #expect(try client.request("DELETE", "/v1/tasks/t", headers: auth).status == 204)
+            let logged = lines.withLock { $0 }
+            for event in ["audit.token_create", "audit.token_revoke", "audit.task_cancel", "audit.task_delete"] {
+                let line = logged.first { $0.contains("event=\(event) ") } ?? ""
+                #expect(line.contains("token_name=boss") && line.contains("token_id=tok_"), "\(event): \(line)")
+            }
+            #expect(!logged.joined().contains(String(madeSecret.dropFirst(3))))
+            #expect(!logged.joined().contains(String(admin.dropFirst(3))))
             let unused = try TestHTTPClient(port: application.port)
             try unused.send("GET /v1/tasks?access_token=\(secret) HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc")
 
