@@ -170,9 +170,9 @@ struct TaskAPI: Sendable {
     private func delete(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let id: String
         do throws(TaskError) { id = try taskID(request, grant) } catch { return responder.respond(errors.response(for: error, request)) }
-        audit("audit.task_delete", grant, request, id)
         store.inSteps(on: writer, { [store, clock] database in try store.delete(id, now: clock.now(), in: database) },
                       afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
+            if case .success = result { audit("audit.task_delete", grant, request, id) }
             responder.respond(reply(result, request) { _ in HTTPResponse(status: 204) })
         }
     }
@@ -183,9 +183,9 @@ struct TaskAPI: Sendable {
     /// last step: every unfinished task of the subtree is then cancel-requested.
     private func cancel(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         guard let (id, _) = parsed(request, grant, responder, emptyBodyAllowed: true, parse: { _ throws(TaskError) in () }) else { return }
-        audit("audit.task_cancel", grant, request, id)
         store.inSteps(on: writer, { [store, clock] database in try store.cancel(id, now: clock.now(), in: database) },
                       afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
+            if case .success = result { audit("audit.task_cancel", grant, request, id) }
             responder.respond(reply(result, request) { step in
                 // A cancel's first step always has its task's outcome.
                 step.outcome.map { taskReply(202, $0, events: step.events) } ?? HTTPResponse(status: 202)
@@ -257,7 +257,7 @@ struct TaskAPI: Sendable {
         return id
     }
 
-    /// Logs an admin action with the token's id and name (never its secret).
+    /// Logs an admin action, once done, with the token's id and name (never its secret).
     private func audit(_ event: String, _ grant: Grant, _ request: HTTPRequest, _ taskID: String) {
         logger.log(.info, event, ["request_id": request.requestID, "task_id": taskID,
                                   "token_id": grant.tokenID ?? "none", "token_name": grant.tokenName ?? "none"])
