@@ -325,7 +325,7 @@ extension Timestamp {
                 index += 1
             }
             guard digits > 0 else { return nil }
-            for _ in digits..<3 where digits < 3 { milliseconds *= 10 }
+            for _ in min(digits, 3)..<3 { milliseconds *= 10 }
         }
         guard index < bytes.count else { return nil }
         var offsetMinutes: Int64 = 0

@@ -112,6 +112,8 @@ struct AccessTests {
         #expect(Timestamp.parseRFC3339("1970-01-01T00:00:00Z") == 0)
         #expect(Timestamp.parseRFC3339("2026-11-30T03:38:28.123Z") == 1_796_009_908_123)
         #expect(Timestamp.parseRFC3339("2026-11-30T04:38:28.1+01:00") == 1_796_009_908_100)
+        #expect(Timestamp.parseRFC3339("2026-11-30T03:38:28.12345Z") == 1_796_009_908_123)
+        #expect(Timestamp.parseRFC3339("2030-01-31T12:00:00.12531T100") == nil)  // found by the fuzzer
         for time: Int64 in [0, 1_796_009_908_123, 4_102_444_800_000] {
             #expect(Timestamp.parseRFC3339(Timestamp.rfc3339(time)) == time)
         }
