@@ -58,9 +58,13 @@ final class Maintenance: Service {
             stopRequested.wait(until: .now() + settings.sweepInterval)
             if stopping.load(ordering: .acquiring) { break }
             waitFor(submitSweep)
-            if let tokens, DispatchTime.now() >= nextTokenCheck {
-                nextTokenCheck = .now() + Self.tokenCheckInterval
-                tokens.refresh()
+            if let tokens {
+                if DispatchTime.now() >= nextTokenCheck {
+                    nextTokenCheck = .now() + Self.tokenCheckInterval
+                    tokens.refresh()
+                } else {
+                    tokens.closeDeadStreams()
+                }
             }
             if DispatchTime.now() >= nextPrune {
                 nextPrune = .now() + settings.pruneInterval
@@ -71,7 +75,7 @@ final class Maintenance: Service {
         tokens?.refresh(final: true)
     }
 
-    /// How often the tokens table is looked at (and token streams closed on expiry).
+    /// How often the tokens table is looked at (expired tokens' streams are looked for on every tick).
     static let tokenCheckInterval = DispatchTimeInterval.milliseconds(900)
 
     /// Ends the timer (the sweep or pruning under way, if any, finishes first).

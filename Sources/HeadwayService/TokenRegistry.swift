@@ -116,9 +116,9 @@ final class TokenRegistry: Sendable {
     }
 }
 
-/// Keeps the registry current from the maintenance thread (about once a second): writes
-/// the uses that are due, reloads the tokens when their generation moved, and has the
-/// event streams of tokens revoked or expired since closed.
+/// Keeps the registry current from the maintenance thread: about once a second it writes
+/// the uses that are due and reloads the tokens when their generation moved; on every
+/// tick (250 ms) it has the event streams of tokens revoked or expired since closed.
 struct TokenKeeper: Sendable {
     let registry: TokenRegistry
     let writer: GroupCommitWriter
@@ -148,6 +148,12 @@ struct TokenKeeper: Sendable {
             done.signal()
         }
         done.wait()
+        closeDeadStreams()
+    }
+
+    /// Has the streams of tokens revoked or expired since the last look closed (memory
+    /// only: the maintenance thread calls it on every tick).
+    func closeDeadStreams() {
         let dead = registry.newlyDead(now: clock.now())
         if !dead.isEmpty { broker.closeStreams(ofTokens: dead) }
     }
