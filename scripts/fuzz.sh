@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-targets=(json requests query last-event-id)
+targets=(json requests query last-event-id credentials)
 swiftc=${SWIFTC:-swiftc}
 out=.build/fuzz
 flags=(-sanitize=fuzzer,address -parse-as-library -O -use-ld=lld -swift-version 6)

@@ -59,16 +59,23 @@ public struct StreamFilter: Equatable, Sendable {
     public var parentID: String?
     /// Tasks younger than this are held back; those that finish sooner are never sent.
     public var minDurationMilliseconds: Int64
+    /// Only tasks whose id starts with this (the task prefix of the subscriber's token),
+    /// whatever else is named.
+    public var taskPrefix: String?
 
-    public init(taskIDs: Set<String> = [], parentID: String? = nil, minDurationMilliseconds: Int64 = 0) {
+    public init(taskIDs: Set<String> = [], parentID: String? = nil, minDurationMilliseconds: Int64 = 0,
+                taskPrefix: String? = nil) {
         self.taskIDs = taskIDs
         self.parentID = parentID
         self.minDurationMilliseconds = minDurationMilliseconds
+        self.taskPrefix = taskPrefix
     }
 
-    /// Whether a task belongs to the stream: every task when no task or parent is named,
-    /// else the named tasks and the children of the named parent.
+    /// Whether a task belongs to the stream: none outside the task prefix; else every
+    /// task when no task or parent is named, else the named tasks and the children of the
+    /// named parent.
     public func matches(taskID: String, parentID: String?) -> Bool {
+        if let taskPrefix, !taskID.utf8.starts(with: taskPrefix.utf8) { return false }
         if taskIDs.isEmpty && self.parentID == nil { return true }
         return taskIDs.contains(taskID) || (self.parentID != nil && parentID == self.parentID)
     }

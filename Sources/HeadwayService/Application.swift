@@ -29,8 +29,12 @@ public final class HeadwayApplication: Sendable {
     let catchUpStatistics: CatchUpStatistics
     /// The bound on catch-up bytes held in memory (`--max-catch-up-bytes`).
     let catchUpBudget: CatchUpBudget
-    /// Every route served, as (method, path pattern).
-    public let routes: [(method: String, pattern: String)]
+    /// Every route served, with the access it needs (tests build their matrix from it).
+    public let routes: [RouteEntry]
+    /// The tokens, in memory.
+    let tokens: TokenRegistry
+    /// Keeps `tokens` current (the maintenance thread calls it about once a second).
+    let tokenKeeper: TokenKeeper
     /// What the server does with each request (tests may hand requests to it directly).
     let pipeline: HTTPPipeline
     /// The services, once started.
@@ -39,7 +43,9 @@ public final class HeadwayApplication: Sendable {
     init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
          broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,
          recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, catchUpBudget: CatchUpBudget,
-         logger: Logger, routes: [(method: String, pattern: String)]) {
+         logger: Logger, routes: [RouteEntry], tokens: TokenRegistry, tokenKeeper: TokenKeeper) {
+        self.tokens = tokens
+        self.tokenKeeper = tokenKeeper
         self.maintenance = maintenance
         self.recentCatchUps = recentCatchUps
         self.catchUpStatistics = catchUpStatistics
@@ -92,6 +98,10 @@ public final class HeadwayApplication: Sendable {
     @discardableResult
     func sweepStalls() -> Int { maintenance.sweepNow() }
 
+    /// Looks at the tokens table now, as the maintenance thread does about once a second,
+    /// and waits (for tests: a token made by `headwayd token create`, one that expired).
+    func refreshTokens() { tokenKeeper.refresh() }
+
     /// Runs one retention pass now; returns the rows forgotten.
     @discardableResult
     func pruneOldTasks() -> Int { maintenance.pruneNow() }
@@ -121,6 +131,16 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         logger.log(.info, "database.migrated", ["versions": setup.appliedMigrations.map(String.init).joined(separator: ",")])
     }
     let changeCounter = setup.changeCounter
+    let tokens = TokenRegistry()
+    let tokenDatabase = try Database(path: configuration.databasePath)
+    defer { tokenDatabase.close() }
+    let (tokenGeneration, storedTokens) = try tokenDatabase.inTransaction {
+        (try TokenRepository.generation(in: tokenDatabase), try TokenRepository.all(in: tokenDatabase))
+    }
+    tokens.load(storedTokens, generation: tokenGeneration)
+    guard Configuration.isLoopback(configuration.host) || tokens.authenticationRequired else {
+        throw StartRefusal.noTokens(host: configuration.host, port: configuration.port, databasePath: configuration.databasePath)
+    }
     let connectionLimit = configuration.maximumSubscribers + 1024
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability)
@@ -140,18 +160,22 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                           graceStart: clock.now(), limits: configuration.treeLimits)
     var maintenanceSettings = Maintenance.Settings()
     maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)
+    let keeper = TokenKeeper(registry: tokens, writer: writer, broker: broker, clock: clock, logger: logger)
     let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store, broker: broker,
-                                  clock: clock, logger: logger)
-    var router = Router()
+                                  clock: clock, logger: logger, tokens: keeper)
+    var routes = ServiceRoutes(gate: AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path))
     let errors = ErrorReplies(logger: logger)
     TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors)
-        .register(in: &router)
+        .register(in: &routes)
+    TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors)
+        .register(in: &routes)
     let recentCatchUps = CatchUpCache()
     let catchUpStatistics = CatchUpStatistics()
     let catchUpBudget = CatchUpBudget(limitBytes: configuration.maximumCatchUpBytes)
     EventsAPI(broker: broker, reads: catchUpReads, clock: clock, logger: logger, errors: errors,
               recentCatchUps: recentCatchUps, statistics: catchUpStatistics, budget: catchUpBudget)
-        .register(in: &router)
+        .register(in: &routes)
+    let router = routes.router
     var serverConfiguration = MicroHTTPServer.Configuration()
     serverConfiguration.host = configuration.host
     serverConfiguration.port = configuration.port
@@ -194,14 +218,32 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                                            servedPort: servedPort, errors: errors)],
                                 router: router, renderRefusal: errors.response(for:_:))
     let server = try MicroHTTPServer(configuration: serverConfiguration, pipeline: pipeline, libraryLog: { message, clientGone in
-        logger.log(clientGone ? .debug : .warn, "http.library", ["message": message])
+        // The library's messages may quote a request target: `access_token=` is redacted
+        // (the logger redacts it in every value too).
+        logger.log(clientGone ? .debug : .warn, "http.library", ["message": Redaction.redact(message)])
     })
     servedPort.follow(server)
     return HeadwayApplication(configuration: configuration, writer: writer, apiReads: apiReads,
                               catchUpReads: catchUpReads, broker: broker, maintenance: maintenance, server: server,
                               pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
                               catchUpBudget: catchUpBudget,
-                              logger: logger, routes: router.routes.map { ($0.method, $0.pattern) })
+                              logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper)
+}
+
+/// Why the daemon refuses to start.
+public enum StartRefusal: Error, CustomStringConvertible {
+    /// Listening beyond loopback while no token exists.
+    case noTokens(host: String, port: Int, databasePath: String)
+
+    public var description: String {
+        switch self {
+        case .noTokens(let host, let port, let databasePath):
+            let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+            return "--listen \(address): no access token exists in \(databasePath), so Headway serves only on "
+                + "loopback (127.0.0.0/8, ::1, localhost). Create the first token with: "
+                + "headwayd token create --scope admin --db \(databasePath)"
+        }
+    }
 }
 
 /// Raises the soft limit of open files toward `wanted` (each connection is a file), as far

@@ -65,6 +65,8 @@ public struct Configuration: Sendable, Equatable {
         headwayd — the Headway progress-reporting daemon
 
         Usage: headwayd [options]
+               headwayd token create --scope S [--scope S…] [--name N] [--task-prefix P]
+                                     [--expires-in DURATION] --db PATH
 
         Options (each may also be set by the environment variable shown):
           --listen HOST:PORT        address to serve HTTP on; loopback only until tokens
@@ -268,7 +270,7 @@ public struct Configuration: Sendable, Equatable {
         return value * scale
     }
 
-    /// Splits `HOST:PORT` (`[v6]:PORT` for IPv6) and refuses addresses beyond loopback.
+    /// Splits `HOST:PORT` (`[v6]:PORT` for IPv6).
     static func parseListen(_ text: String) throws(UsageError) -> (String, Int) {
         let host: String
         let portText: Substring
@@ -288,10 +290,15 @@ public struct Configuration: Sendable, Equatable {
         guard let port = Int(portText), (0...65535).contains(port) else {
             throw UsageError("--listen port must be a number from 0 to 65535, not '\(portText)'")
         }
-        guard host == "localhost" || host == "::1" || host.hasPrefix("127.") else {
-            throw UsageError("--listen \(text): Headway has no access tokens yet, so it serves only on loopback (127.0.0.0/8, ::1, localhost)")
-        }
+        guard !host.isEmpty else { throw UsageError("--listen must name a host, not '\(text)'") }
         return (host, port)
+    }
+
+    /// Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost). Beyond
+    /// loopback the daemon starts only once a token exists (checked at start, where the
+    /// database is open).
+    public static func isLoopback(_ host: String) -> Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
     }
 }
 

@@ -37,7 +37,8 @@ final class EventBroker: Service {
     /// What other threads ask of the broker thread.
     fileprivate enum Command: Sendable {
         case publish([TaskEvent])
-        case attach(SubscriberID, any EventSink, StreamFilter)
+        case attach(SubscriberID, any EventSink, StreamFilter, tokenID: String?)
+        case closeTokens(Set<String>)
         case caughtUp(SubscriberID, CatchUp, CatchUpHold?)
         case drained(SubscriberID)
         case detach(SubscriberID)
@@ -97,13 +98,14 @@ final class EventBroker: Service {
 
     /// Starts delivering to a subscriber writing to `sink` (events are kept until its
     /// catch-up is handed over with `caughtUp`). Its place, taken with `reserveSlot`, is
-    /// given back when the sink closes.
-    func attach(_ sink: any EventSink, filter: StreamFilter) -> SubscriberID {
+    /// given back when the sink closes. `tokenID` names the token the stream was opened
+    /// with, whose revocation or expiry closes it (`closeStreams`).
+    func attach(_ sink: any EventSink, filter: StreamFilter, tokenID: String? = nil) -> SubscriberID {
         let id = inbox.withLock { inbox in
             inbox.lastSubscriberID += 1
             return SubscriberID(rawValue: inbox.lastSubscriberID)
         }
-        send(.attach(id, sink, filter))
+        send(.attach(id, sink, filter, tokenID: tokenID))
         sink.onClose { [weak self] in self?.send(.detach(id)) }
         sink.onDrain(atOrBelow: settings.subscriberLimits.lowWaterBytes) { [weak self] in self?.send(.drained(id)) }
         return id
@@ -114,6 +116,10 @@ final class EventBroker: Service {
     func caughtUp(_ id: SubscriberID, _ catchUp: CatchUp, holding hold: CatchUpHold? = nil) {
         send(.caughtUp(id, catchUp, hold))
     }
+
+    /// Closes at once every stream opened with one of `tokenIDs` (revoked or expired), and
+    /// any such stream attached later.
+    func closeStreams(ofTokens tokenIDs: Set<String>) { send(.closeTokens(tokenIDs)) }
 
     /// Makes the thread look at the clock now (after a test moved it).
     func wake() { send(.wake) }
@@ -179,6 +185,10 @@ private final class BrokerThread {
     private let clock: any WallClock
     private let logger: Logger
     private var subscribers: [SubscriberID: Subscriber] = [:]
+    /// The token each stream was opened with, if any.
+    private var tokens: [SubscriberID: String] = [:]
+    /// Tokens revoked or expired: their streams are closed, even those attached later.
+    private var deadTokens: Set<String> = []
     /// The subscribers holding tasks back (`min_duration`): only these need the clock.
     private var holding: [SubscriberID: Subscriber] = [:]
     /// Events waiting for a round, and the pacing of rounds.
@@ -199,8 +209,16 @@ private final class BrokerThread {
         switch command {
         case .publish(let events):
             queue.append(events)
-        case .attach(let id, let sink, let filter):
+        case .attach(let id, let sink, let filter, let tokenID):
             subscribers[id] = Subscriber(id: id, sink: sink, filter: filter, limits: settings.subscriberLimits)
+            if let tokenID {
+                tokens[id] = tokenID
+                // Its place is given back when the closed sink reports it (`detach`).
+                if deadTokens.contains(tokenID) { sink.abort() }
+            }
+        case .closeTokens(let tokenIDs):
+            deadTokens.formUnion(tokenIDs)
+            for (id, tokenID) in tokens where tokenIDs.contains(tokenID) { subscribers[id]?.sink.abort() }
         case .caughtUp(let id, let catchUp, let hold):
             guard let subscriber = subscribers[id] else { return false }
             report(subscriber.caughtUp(catchUp, holding: hold, coalescingBacklog: settings.coalescingBacklog,
@@ -210,6 +228,7 @@ private final class BrokerThread {
             subscribers[id]?.drained()
         case .detach(let id):
             holding[id] = nil
+            tokens[id] = nil
             guard let subscriber = subscribers.removeValue(forKey: id) else { return false }
             if subscriber.sink.hasStalled { report(.cutOff(.stalled), subscriber) }
             return true

@@ -38,22 +38,26 @@ struct EventsAPI: Sendable {
     /// The path of the stream; its connections get a daemon of their own.
     static let path = "/v1/events"
 
-    func register(in router: inout Router) {
-        router.add("GET", Self.path) { request, responder in subscribe(request, responder) }
+    /// The stream needs the `read` scope; a token's task prefix narrows what it shows
+    /// (catch-up and live), and its revocation or expiry closes it.
+    func register(in routes: inout ServiceRoutes) {
+        routes.add("GET", Self.path, .scope(.read)) { request, grant, responder in subscribe(request, grant, responder) }
     }
 
-    private func subscribe(_ request: HTTPRequest, _ responder: any Responder) {
-        let query: EventsQuery
+    private func subscribe(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        var parsed: EventsQuery
         do throws(TaskError) {
-            query = try EventsQuery.parse(request)
+            parsed = try EventsQuery.parse(request)
+            parsed.filter.taskPrefix = grant.taskPrefix
         } catch {
             return responder.respond(errors.response(for: error, request))
         }
+        let query = parsed
         guard broker.reserveSlot() else {
             return responder.respond(Problem.tooManySubscribers(limit: broker.settings.maximumSubscribers).response)
         }
         let stream = ResponseStream()
-        let subscriber = broker.attach(stream, filter: query.filter)
+        let subscriber = broker.attach(stream, filter: query.filter, tokenID: grant.tokenID)
         responder.respond(HTTPResponse(status: 200, headers: [
             HTTPField("Content-Type", "text/event-stream; charset=utf-8"),
             HTTPField("Cache-Control", "no-cache"),
@@ -135,7 +139,8 @@ struct EventsAPI: Sendable {
             var holdBack = HoldBack(filter: query.filter)
             var frames: [[UInt8]] = []
             let filter = query.filter
-            let selection = ChangeFeed.Selection(taskIDs: filter.taskIDs.sorted(), parentID: filter.parentID)
+            let selection = ChangeFeed.Selection(taskIDs: filter.taskIDs.sorted(), parentID: filter.parentID,
+                                                 taskPrefix: filter.taskPrefix)
             if let lastID = query.lastEventID, position.canResume(from: lastID) {
                 // Tasks held back by min_duration when the client left are older than any
                 // change it saw, so they are looked up by age and sent without an id.
@@ -210,6 +215,7 @@ final class CatchUpCache: Sendable {
     private struct Key: Hashable {
         var taskIDs: Set<String>
         var parentID: String?
+        var taskPrefix: String?
         var lastEventID: Int64?
     }
 
@@ -252,7 +258,8 @@ final class CatchUpCache: Sendable {
 
     private static func key(_ query: EventsQuery) -> Key? {
         guard query.filter.minDurationMilliseconds == 0 else { return nil }
-        return Key(taskIDs: query.filter.taskIDs, parentID: query.filter.parentID, lastEventID: query.lastEventID)
+        return Key(taskIDs: query.filter.taskIDs, parentID: query.filter.parentID, taskPrefix: query.filter.taskPrefix,
+                   lastEventID: query.lastEventID)
     }
 }
 
@@ -265,7 +272,9 @@ struct EventsQuery {
 
     static func parse(_ request: HTTPRequest) throws(TaskError) -> EventsQuery {
         var result = EventsQuery()
-        var query = QueryReader(request.queryParameters, allowed: ["task", "parent_id", "min_duration", "last_event_id"])
+        // `access_token` is the gate's (a token for EventSource, which cannot send headers).
+        var query = QueryReader(request.queryParameters,
+                                allowed: ["task", "parent_id", "min_duration", "last_event_id", "access_token"])
         result.filter.taskIDs = Set(query.ids("task"))
         result.filter.parentID = query.id("parent_id")
         if let seconds = query.number("min_duration", in: 0...86_400, unit: "seconds") {

@@ -24,6 +24,7 @@ public enum LogLevel: Int, Sendable, Comparable {
 }
 
 /// Writes one logfmt line per event to stderr: `ts=… level=… event=http.request key=value …`.
+/// Token secrets never reach a line (`Redaction`).
 /// Lines are gathered and written every 50 ms by the `flusher` service (one `write(2)` for
 /// many requests), and at once when 64 KiB wait; warnings and errors are written at once,
 /// and `flush()` writes what is pending. Lines never interleave.
@@ -63,7 +64,7 @@ public struct Logger: Sendable {
             line.append(UInt8(ascii: " "))
             put(key)
             line.append(UInt8(ascii: "="))
-            put(Self.quoted(value))
+            put(Self.quoted(Redaction.redact(value)))
         }
         line.append(UInt8(ascii: "\n"))
         output.append(line, immediately: level >= .warn)
@@ -144,5 +145,49 @@ final class LogFlusher: Service {
     func requestStop() {
         stopping.store(true, ordering: .releasing)
         stopRequested.ring()
+    }
+}
+
+/// Keeps token secrets out of logs: the value of an `access_token=` query parameter, and
+/// anything shaped like a secret (`hw_` and 43 base64url characters), become `[REDACTED]`.
+/// The logger applies it to every value; the library's messages pass it too.
+enum Redaction {
+    private static let parameter = Array("access_token=".utf8)
+    private static let secretPrefix = Array(TokenSecret.prefix.utf8)
+    static let marker = Array("[REDACTED]".utf8)
+
+    /// `value` with every secret it may hold replaced.
+    static func redact(_ value: String) -> String {
+        var value = value
+        let suspicious = value.withUTF8 { utf8 in
+            utf8.count >= 3 && (0..<utf8.count - 2).contains { index in
+                (utf8[index] == UInt8(ascii: "a") || utf8[index] == UInt8(ascii: "h"))
+                    && (utf8[index..<min(utf8.count, index + parameter.count)].elementsEqual(parameter)
+                        || utf8[index..<index + 3].elementsEqual(secretPrefix))
+            }
+        }
+        guard suspicious else { return value }
+        let bytes = Array(value.utf8)
+        var out: [UInt8] = []
+        var index = 0
+        while index < bytes.count {
+            if bytes[index...].starts(with: parameter) {
+                out += parameter + marker
+                index += parameter.count
+                while index < bytes.count, ![UInt8(ascii: "&"), UInt8(ascii: " "), UInt8(ascii: "\""), UInt8(ascii: "#"),
+                                             UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t")].contains(bytes[index]) {
+                    index += 1
+                }
+            } else if bytes[index...].starts(with: secretPrefix), bytes.count - index >= secretPrefix.count + TokenSecret.randomLength,
+                      bytes[(index + secretPrefix.count)..<(index + secretPrefix.count + TokenSecret.randomLength)]
+                        .allSatisfy({ Base64URL.value(of: $0) != nil }) {
+                out += secretPrefix + marker
+                index += secretPrefix.count + TokenSecret.randomLength
+            } else {
+                out.append(bytes[index])
+                index += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 }

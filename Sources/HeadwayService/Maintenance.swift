@@ -34,9 +34,12 @@ final class Maintenance: Service {
     private let logger: Logger
     private let stopping = Atomic(false)
     private let stopRequested = Doorbell()
+    /// Keeps the token registry current (about once a second), and writes token uses at stop.
+    private let tokens: TokenKeeper?
 
     init(settings: Settings, writer: GroupCommitWriter, store: TaskStore, broker: EventBroker,
-         clock: any WallClock, logger: Logger) {
+         clock: any WallClock, logger: Logger, tokens: TokenKeeper? = nil) {
+        self.tokens = tokens
         self.settings = settings
         self.writer = writer
         self.store = store
@@ -50,16 +53,30 @@ final class Maintenance: Service {
         let orphansDeleted = waitFor(submitOrphanDeletes)
         if orphansDeleted > 0 { logger.log(.warn, "orphans.deleted", ["tasks": "\(orphansDeleted)"]) }
         var nextPrune = DispatchTime.now()
+        var nextTokenCheck = DispatchTime.now()
         while true {
             stopRequested.wait(until: .now() + settings.sweepInterval)
             if stopping.load(ordering: .acquiring) { break }
             waitFor(submitSweep)
+            if let tokens {
+                if DispatchTime.now() >= nextTokenCheck {
+                    nextTokenCheck = .now() + Self.tokenCheckInterval
+                    tokens.refresh()
+                } else {
+                    tokens.closeDeadStreams()
+                }
+            }
             if DispatchTime.now() >= nextPrune {
                 nextPrune = .now() + settings.pruneInterval
                 waitFor(submitPrune)
             }
         }
+        // The writer stops after maintenance: the last uses of tokens are written.
+        tokens?.refresh(final: true)
     }
+
+    /// How often the tokens table is looked at (expired tokens' streams are looked for on every tick).
+    static let tokenCheckInterval = DispatchTimeInterval.milliseconds(900)
 
     /// Ends the timer (the sweep or pruning under way, if any, finishes first).
     func requestStop() {

@@ -127,6 +127,56 @@ extension Problem {
     }
 }
 
+// MARK: - Access refusals
+
+extension Problem {
+    /// The realm named in every `WWW-Authenticate` challenge.
+    static let realm = "headway"
+
+    /// How a refusal of access looks (RFC 6750): 401 with a `WWW-Authenticate: Bearer`
+    /// challenge for a token missing, malformed, unknown, expired or revoked; 403 for a
+    /// token whose scope (with a challenge naming the scope) or task prefix does not allow
+    /// the request; 400 for `access_token=` outside the event stream.
+    init(_ refusal: AccessRefusal) {
+        let code = refusal.code
+        func challenge(_ error: String?, _ description: String? = nil, scope: String? = nil) -> HTTPField {
+            var value = "Bearer realm=\"\(Self.realm)\""
+            if let error { value += ", error=\"\(error)\"" }
+            if let description { value += ", error_description=\"\(description)\"" }
+            if let scope { value += ", scope=\"\(scope)\"" }
+            return HTTPField("WWW-Authenticate", value)
+        }
+        switch refusal {
+        case .tokenMissing:
+            self.init(status: 401, code: code, title: "Token required",
+                      detail: "This route needs an access token: send Authorization: Bearer <token>.",
+                      headers: [challenge(nil)])
+        case .tokenInvalid:
+            self.init(status: 401, code: code, title: "Invalid token",
+                      detail: "The access token is malformed or unknown.",
+                      headers: [challenge("invalid_token", "The access token is malformed or unknown")])
+        case .tokenExpired:
+            self.init(status: 401, code: code, title: "Token expired", detail: "The access token has expired.",
+                      headers: [challenge("invalid_token", "The access token expired")])
+        case .tokenRevoked:
+            self.init(status: 401, code: code, title: "Token revoked", detail: "The access token was revoked.",
+                      headers: [challenge("invalid_token", "The access token was revoked")])
+        case .insufficientScope(let needed):
+            self.init(status: 403, code: code, title: "Insufficient scope",
+                      detail: "This route needs a token with the scope '\(needed.rawValue)' (or 'admin').",
+                      headers: [challenge("insufficient_scope", scope: needed.rawValue)])
+        case .prefixNotAllowed(let prefix, let field):
+            self.init(status: 403, code: code, title: "Task prefix not allowed",
+                      detail: "This token may only touch tasks whose id starts with '\(prefix)'.",
+                      errors: [FieldError(field: field, message: "must start with '\(prefix)'")])
+        case .accessTokenNotAllowed:
+            self.init(status: 400, code: code, title: "access_token not allowed here",
+                      detail: "access_token= is accepted on GET /v1/events only; send Authorization: Bearer <token>.",
+                      errors: [FieldError(field: "access_token", message: "is accepted on GET /v1/events only")])
+        }
+    }
+}
+
 // MARK: - The service's and the HTTP layer's refusals
 
 extension Problem {
@@ -211,6 +261,7 @@ struct ErrorReplies: Sendable {
         switch error {
         case let error as TaskError: return Problem(error)
         case let problem as Problem: return problem
+        case let refusal as AccessRefusal: return Problem(refusal)
         case WriterError.stopped: return .shuttingDown
         default:
             logger.log(.error, "request.failed", ["request_id": request.requestID, "error": "\(error)"])

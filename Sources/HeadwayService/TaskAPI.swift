@@ -19,31 +19,33 @@ struct TaskAPI: Sendable {
     /// How failures are answered.
     let errors: ErrorReplies
 
-    /// Every route the daemon serves, as `(method, path pattern)`; the OpenAPI test
-    /// compares this set with the paths of `openapi.yaml`.
-    func register(in router: inout Router) {
-        router.add("GET", "/healthz") { request, responder in health(request, responder) }
-        router.add("POST", "/v1/tasks") { request, responder in registerTask(request, responder) }
-        router.add("GET", "/v1/tasks") { request, responder in list(request, responder) }
-        router.add("GET", "/v1/tasks/{id}") { request, responder in get(request, responder) }
-        router.add("DELETE", "/v1/tasks/{id}") { request, responder in delete(request, responder) }
-        router.add("GET", "/v1/tasks/{id}/history") { request, responder in history(request, responder) }
-        router.add("POST", "/v1/tasks/{id}/progress") { request, responder in
-            update(request, responder, parse: ProgressUpdate.parse) { id, update, now, database in
+    /// The task routes with the access each needs (`report`, `read`, `control`; `/healthz`
+    /// is public); the OpenAPI test compares the route table with the paths of
+    /// `openapi.yaml`. A token's task prefix is applied by each handler: another prefix's
+    /// task is 404, absent from lists, and may not be registered (403).
+    func register(in routes: inout ServiceRoutes) {
+        routes.add("GET", "/healthz", .public) { request, _, responder in health(request, responder) }
+        routes.add("POST", "/v1/tasks", .scope(.report)) { request, grant, responder in registerTask(request, grant, responder) }
+        routes.add("GET", "/v1/tasks", .scope(.read)) { request, grant, responder in list(request, grant, responder) }
+        routes.add("GET", "/v1/tasks/{id}", .scope(.read)) { request, grant, responder in get(request, grant, responder) }
+        routes.add("DELETE", "/v1/tasks/{id}", .scope(.control)) { request, grant, responder in delete(request, grant, responder) }
+        routes.add("GET", "/v1/tasks/{id}/history", .scope(.read)) { request, grant, responder in history(request, grant, responder) }
+        routes.add("POST", "/v1/tasks/{id}/progress", .scope(.report)) { request, grant, responder in
+            update(request, grant, responder, parse: ProgressUpdate.parse) { id, update, now, database in
                 try store.progress(id, update, now: now, in: database)
             }
         }
-        router.add("POST", "/v1/tasks/{id}/heartbeat") { request, responder in
-            update(request, responder, parse: Heartbeat.parse) { id, heartbeat, now, database in
+        routes.add("POST", "/v1/tasks/{id}/heartbeat", .scope(.report)) { request, grant, responder in
+            update(request, grant, responder, parse: Heartbeat.parse) { id, heartbeat, now, database in
                 try store.heartbeat(id, heartbeat, now: now, in: database)
             }
         }
-        router.add("POST", "/v1/tasks/{id}/finish") { request, responder in
-            update(request, responder, emptyBodyAllowed: false, parse: Finish.parse) { id, finish, now, database in
+        routes.add("POST", "/v1/tasks/{id}/finish", .scope(.report)) { request, grant, responder in
+            update(request, grant, responder, emptyBodyAllowed: false, parse: Finish.parse) { id, finish, now, database in
                 try store.finish(id, finish, now: now, in: database)
             }
         }
-        router.add("POST", "/v1/tasks/{id}/cancel") { request, responder in cancel(request, responder) }
+        routes.add("POST", "/v1/tasks/{id}/cancel", .scope(.control)) { request, grant, responder in cancel(request, grant, responder) }
     }
 
     // MARK: - Handlers
@@ -60,10 +62,18 @@ struct TaskAPI: Sendable {
         }
     }
 
-    private func registerTask(_ request: HTTPRequest, _ responder: any Responder) {
+    private func registerTask(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let registration: Registration
         do {
             registration = try Registration.parse(try jsonBody(request, emptyAllowed: false))
+            if let prefix = grant.taskPrefix {
+                guard let id = registration.id, grant.covers(id) else {
+                    throw AccessRefusal.prefixNotAllowed(prefix: prefix, field: "id")
+                }
+                if let parentID = registration.parentID, !grant.covers(parentID) {
+                    throw AccessRefusal.prefixNotAllowed(prefix: prefix, field: "parent_id")
+                }
+            }
         } catch {
             return responder.respond(errors.response(for: error, request))
         }
@@ -78,9 +88,9 @@ struct TaskAPI: Sendable {
         }
     }
 
-    private func get(_ request: HTTPRequest, _ responder: any Responder) {
+    private func get(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let id: String
-        do throws(TaskError) { id = try taskID(request) } catch { return responder.respond(errors.response(for: error, request)) }
+        do throws(TaskError) { id = try taskID(request, grant) } catch { return responder.respond(errors.response(for: error, request)) }
         read(request, responder) { reader in
             guard let task = try reader.read({ database in try TaskRepository.find(id, in: database) }) else {
                 throw TaskError.notFound(id)
@@ -90,11 +100,11 @@ struct TaskAPI: Sendable {
     }
 
     /// The progress curve, downsampled (largest triangle three buckets) to `max_points`.
-    private func history(_ request: HTTPRequest, _ responder: any Responder) {
+    private func history(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let id: String
         let maximum: Int
         do throws(TaskError) {
-            id = try taskID(request)
+            id = try taskID(request, grant)
             var query = QueryReader(request.queryParameters, allowed: ["max_points"])
             maximum = query.integer("max_points", in: 2...1000) ?? 200
             guard query.errors.isEmpty else { throw TaskError.invalidRequest(query.errors) }
@@ -128,9 +138,11 @@ struct TaskAPI: Sendable {
         }
     }
 
-    private func list(_ request: HTTPRequest, _ responder: any Responder) {
-        let query: ListQuery
-        do { query = try ListQuery.parse(request.queryParameters) } catch { return responder.respond(errors.response(for: error, request)) }
+    private func list(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        var parsed: ListQuery
+        do { parsed = try ListQuery.parse(request.queryParameters) } catch { return responder.respond(errors.response(for: error, request)) }
+        parsed.filter.taskPrefix = grant.taskPrefix
+        let query = parsed
         read(request, responder) { reader in
             let page = try reader.snapshot { database in
                 try TaskRepository.page(query.filter, size: query.pageSize, beforeKey: query.beforeKey, in: database)
@@ -155,11 +167,12 @@ struct TaskAPI: Sendable {
     /// Deletes the task and its subtree in steps (`TaskStore.inSteps`), other writes
     /// committing between them; each step's tombstones are published once it has
     /// committed, and the 204 is sent after the last step: the whole subtree is gone.
-    private func delete(_ request: HTTPRequest, _ responder: any Responder) {
+    private func delete(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let id: String
-        do throws(TaskError) { id = try taskID(request) } catch { return responder.respond(errors.response(for: error, request)) }
+        do throws(TaskError) { id = try taskID(request, grant) } catch { return responder.respond(errors.response(for: error, request)) }
         store.inSteps(on: writer, { [store, clock] database in try store.delete(id, now: clock.now(), in: database) },
                       afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
+            if case .success = result { audit("audit.task_delete", grant, request, id) }
             responder.respond(reply(result, request) { _ in HTTPResponse(status: 204) })
         }
     }
@@ -168,10 +181,11 @@ struct TaskAPI: Sendable {
     /// (`TaskStore.inSteps`), other writes committing between them; each step's events
     /// are published once it has committed, and the 202 with the task is sent after the
     /// last step: every unfinished task of the subtree is then cancel-requested.
-    private func cancel(_ request: HTTPRequest, _ responder: any Responder) {
-        guard let (id, _) = parsed(request, responder, emptyBodyAllowed: true, parse: { _ throws(TaskError) in () }) else { return }
+    private func cancel(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        guard let (id, _) = parsed(request, grant, responder, emptyBodyAllowed: true, parse: { _ throws(TaskError) in () }) else { return }
         store.inSteps(on: writer, { [store, clock] database in try store.cancel(id, now: clock.now(), in: database) },
                       afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
+            if case .success = result { audit("audit.task_cancel", grant, request, id) }
             responder.respond(reply(result, request) { step in
                 // A cancel's first step always has its task's outcome.
                 step.outcome.map { taskReply(202, $0, events: step.events) } ?? HTTPResponse(status: 202)
@@ -182,11 +196,11 @@ struct TaskAPI: Sendable {
     /// The shape shared by progress, heartbeat and finish: validate the id and body, run
     /// the change in the writer, answer with the task once committed.
     private func update<Body: Sendable>(
-        _ request: HTTPRequest, _ responder: any Responder, emptyBodyAllowed: Bool = true,
+        _ request: HTTPRequest, _ grant: Grant, _ responder: any Responder, emptyBodyAllowed: Bool = true,
         parse: (JSONValue) throws(TaskError) -> Body,
         apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskStore.Changed
     ) {
-        guard let (id, body) = parsed(request, responder, emptyBodyAllowed: emptyBodyAllowed, parse: parse) else { return }
+        guard let (id, body) = parsed(request, grant, responder, emptyBodyAllowed: emptyBodyAllowed, parse: parse) else { return }
         writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker] result in
             if case .success(let changed) = result { broker.publish(changed.events) }
             responder.respond(reply(result, request) { changed in taskReply(200, changed.outcome, events: changed.events) })
@@ -196,10 +210,10 @@ struct TaskAPI: Sendable {
     // MARK: - Request and reply helpers
 
     /// The task id and the parsed body of a change, or nil once the refusal is answered.
-    private func parsed<Body>(_ request: HTTPRequest, _ responder: any Responder, emptyBodyAllowed: Bool,
+    private func parsed<Body>(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder, emptyBodyAllowed: Bool,
                               parse: (JSONValue) throws(TaskError) -> Body) -> (String, Body)? {
         do {
-            return (try taskID(request), try parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed)))
+            return (try taskID(request, grant), try parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed)))
         } catch {
             responder.respond(errors.response(for: error, request))
             return nil
@@ -234,10 +248,19 @@ struct TaskAPI: Sendable {
         }
     }
 
-    private func taskID(_ request: HTTPRequest) throws(TaskError) -> String {
+    /// The task id of the path: 400 unless valid, 404 outside the grant's task prefix
+    /// (another prefix's task does not exist for it).
+    private func taskID(_ request: HTTPRequest, _ grant: Grant) throws(TaskError) -> String {
         let id = request.pathParameters["id"] ?? ""
         guard TaskID.isValid(id) else { throw .invalidID(id) }
+        guard grant.covers(id) else { throw .notFound(id) }
         return id
+    }
+
+    /// Logs an admin action, once done, with the token's id and name (never its secret).
+    private func audit(_ event: String, _ grant: Grant, _ request: HTTPRequest, _ taskID: String) {
+        logger.log(.info, event, ["request_id": request.requestID, "task_id": taskID,
+                                  "token_id": grant.tokenID ?? "none", "token_name": grant.tokenName ?? "none"])
     }
 
     /// The body as JSON: 415 unless it is declared JSON, 400 unless it parses. An empty

@@ -62,13 +62,17 @@ public enum ChangeFeed {
         public var taskIDs: [String]
         /// And the children of this task.
         public var parentID: String?
+        /// Only tasks whose id starts with this (a token's task prefix), whatever else
+        /// is named: a range of the primary key.
+        public var taskPrefix: String?
 
         /// Every task.
         public static let all = Selection(taskIDs: [], parentID: nil)
 
-        public init(taskIDs: [String], parentID: String?) {
+        public init(taskIDs: [String], parentID: String?, taskPrefix: String? = nil) {
             self.taskIDs = taskIDs
             self.parentID = parentID
+            self.taskPrefix = taskPrefix
         }
 
         /// `sql` followed by this selection as one more condition of its `WHERE` (none for
@@ -76,6 +80,12 @@ public enum ChangeFeed {
         func query(_ sql: String, _ arguments: [SQLValue]) -> (sql: String, arguments: [SQLValue]) {
             var conditions: [String] = []
             var selectionArguments: [SQLValue] = []
+            var prefixCondition = ""
+            if let taskPrefix {
+                let range = TaskIDPrefix.range(taskPrefix)
+                prefixCondition = " AND id >= ? AND id < ?"
+                selectionArguments += [.text(range.lower), .text(range.upper)]
+            }
             if !taskIDs.isEmpty {
                 conditions.append("id IN (" + Array(repeating: "?", count: taskIDs.count).joined(separator: ", ") + ")")
                 selectionArguments += taskIDs.map { .text($0) }
@@ -84,8 +94,8 @@ public enum ChangeFeed {
                 conditions.append("parent_id = ?")
                 selectionArguments.append(.text(parentID))
             }
-            guard !conditions.isEmpty else { return (sql, arguments) }
-            return (sql + " AND (" + conditions.joined(separator: " OR ") + ")", arguments + selectionArguments)
+            guard !conditions.isEmpty else { return (sql + prefixCondition, arguments + selectionArguments) }
+            return (sql + prefixCondition + " AND (" + conditions.joined(separator: " OR ") + ")", arguments + selectionArguments)
         }
     }
 

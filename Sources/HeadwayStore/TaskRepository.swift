@@ -10,12 +10,18 @@ public struct TaskFilter: Equatable, Sendable {
     public var parentID: String?
     /// Only tasks without a parent.
     public var rootOnly = false
+    /// Only tasks whose id starts with this (the task prefix of the caller's token): a
+    /// range of ids in every index range read, and a count of the table's rows instead of
+    /// the kept counts.
+    public var taskPrefix: String?
 
-    public init(states: [TaskState] = [], stalled: Bool? = nil, parentID: String? = nil, rootOnly: Bool = false) {
+    public init(states: [TaskState] = [], stalled: Bool? = nil, parentID: String? = nil, rootOnly: Bool = false,
+                taskPrefix: String? = nil) {
         self.states = states
         self.stalled = stalled
         self.parentID = parentID
         self.rootOnly = rootOnly
+        self.taskPrefix = taskPrefix
     }
 }
 
@@ -181,11 +187,12 @@ public enum TaskRepository {
     private static func keyRanges(_ filter: TaskFilter) -> [([String], [SQLValue])] {
         if filter.parentID != nil { return [whereClause(filter)] }
         var ranges: [([String], [SQLValue])] = []
+        let prefix = prefixClause(filter)
         for state in filter.states.isEmpty ? TaskState.allCases : filter.states {
             for isRoot in filter.rootOnly ? [true] : [true, false] {
                 for stalled in filter.stalled.map({ [$0] }) ?? [false, true] {
-                    ranges.append((["state = ?", "is_root = ?", "stalled = ?"],
-                                   [.text(state.rawValue), .integer(isRoot ? 1 : 0), .integer(stalled ? 1 : 0)]))
+                    ranges.append((["state = ?", "is_root = ?", "stalled = ?"] + prefix.0,
+                                   [.text(state.rawValue), .integer(isRoot ? 1 : 0), .integer(stalled ? 1 : 0)] + prefix.1))
                 }
             }
         }
@@ -197,7 +204,8 @@ public enum TaskRepository {
         // Under one parent, count its children (an index range); otherwise the filter names
         // only columns that task_counts also has.
         let (conditions, arguments) = whereClause(filter)
-        let source = filter.parentID != nil ? "count(*) FROM tasks" : "coalesce(sum(n), 0) FROM task_counts"
+        let source = filter.parentID != nil || filter.taskPrefix != nil
+            ? "count(*) FROM tasks" : "coalesce(sum(n), 0) FROM task_counts"
         return try database.scalar("SELECT " + source + whereText(conditions), arguments) ?? 0
     }
 
@@ -221,7 +229,15 @@ public enum TaskRepository {
             arguments.append(.text(parentID))
         }
         if filter.rootOnly { conditions.append("is_root = 1") }
-        return (conditions, arguments)
+        let prefix = prefixClause(filter)
+        return (conditions + prefix.0, arguments + prefix.1)
+    }
+
+    /// The condition keeping the ids of `filter.taskPrefix` (none without one).
+    private static func prefixClause(_ filter: TaskFilter) -> ([String], [SQLValue]) {
+        guard let taskPrefix = filter.taskPrefix else { return ([], []) }
+        let range = TaskIDPrefix.range(taskPrefix)
+        return (["id >= ?", "id < ?"], [.text(range.lower), .text(range.upper)])
     }
 
     private static func values(_ task: TaskRecord) -> [SQLValue] {

@@ -16,6 +16,28 @@ func fail(_ message: String, code: Int32) -> Never {
     exit(code)
 }
 
+// `headwayd token create …`: make a token offline, print its secret, exit.
+if CommandLine.arguments.dropFirst().first == "token" {
+    do {
+        switch try TokenCommand.parse(Array(CommandLine.arguments.dropFirst(2))) {
+        case .help:
+            FileHandle.standardOutput.write(Data(TokenCommand.usage.utf8))
+            exit(0)
+        case .create(let request, let expiresIn, let databasePath):
+            let secret: String
+            do {
+                secret = try TokenCommand.create(request, expiresInSeconds: expiresIn, databasePath: databasePath)
+            } catch {
+                fail("cannot create the token: \(error)", code: 1)
+            }
+            FileHandle.standardOutput.write(Data((secret + "\n").utf8))
+            exit(0)
+        }
+    } catch {
+        fail("\(error)\nRun 'headwayd token --help' for usage.", code: 64)
+    }
+}
+
 let configuration: Configuration
 do {
     switch try Configuration.parse(arguments: Array(CommandLine.arguments.dropFirst()),

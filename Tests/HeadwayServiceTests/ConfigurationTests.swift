@@ -103,10 +103,15 @@ import HeadwayStore
         }
     }
 
-    @Test func refusesToListenBeyondLoopbackWithoutTokens() {
+    /// Any address parses; beyond loopback the start refuses unless a token exists (the
+    /// database is open by then: `TokenProcessTests`).
+    @Test func addressesBeyondLoopbackParseAndAreToldApart() throws {
         for address in ["0.0.0.0:8080", "[::]:8080", "192.0.2.1:80"] {
-            #expect(throws: UsageError.self) { _ = try Configuration.parse(arguments: ["--listen", address], environment: [:]) }
+            guard case .run(let configuration) = try Configuration.parse(arguments: ["--listen", address], environment: [:])
+            else { throw UsageError("expected a run command") }
+            #expect(!Configuration.isLoopback(configuration.host))
         }
+        for host in ["127.0.0.1", "127.1.2.3", "::1", "localhost"] { #expect(Configuration.isLoopback(host)) }
     }
 }
 

@@ -83,9 +83,13 @@ final class DaemonProcess {
         let (badStatus, _, badError) = try DaemonProcess.run(["--durability", "fast"])
         #expect(badStatus == 64)
         #expect(badError.contains("--durability must be full or normal"))
-        let (envStatus, _, envError) = try DaemonProcess.run([], environment: ["HEADWAY_LISTEN": "0.0.0.0:8080"])
-        #expect(envStatus == 64)
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let database = directory.file("no-tokens.db")
+        let (envStatus, _, envError) = try DaemonProcess.run(["--db", database], environment: ["HEADWAY_LISTEN": "0.0.0.0:0"])
+        #expect(envStatus == 1)
         #expect(envError.contains("only on loopback"))
+        #expect(envError.contains("headwayd token create --scope admin --db \(database)"), "\(envError)")
     }
 
     /// A database migrated by a newer build stops the start with the reason, exit status 1.

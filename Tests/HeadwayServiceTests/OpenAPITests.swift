@@ -1,6 +1,8 @@
 import Foundation
 import HeadwayTestSupport
 import Testing
+import HeadwayCore
+@testable import HeadwayService
 
 /// `openapi.yaml` is valid, names exactly the routes the daemon serves, and the daemon's
 /// replies match its schemas.
@@ -71,6 +73,21 @@ import Testing
         let foreignHost = try daemon.connect()
         try foreignHost.send("GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n")
         keep("Problem", try foreignHost.readResponse())
+        // The first token makes every other route need one.
+        let made = try daemon.request("POST", "/v1/tokens", json: #"{"name":"ci","scopes":["report","read"],"task_prefix":"ci.","expires_at":"2099-01-01T00:00:00Z"}"#)
+        keep("TokenCreated", made)
+        let secret = made.json["secret"] as? String ?? ""
+        let auth = [("Authorization", "Bearer \(secret)")]
+        keep("Problem", try daemon.request("GET", "/v1/tokens", headers: auth))
+        keep("Problem", try daemon.request("GET", "/v1/tasks"))
+        keep("Problem", try daemon.request("GET", "/v1/tasks", headers: [("Authorization", "Bearer nope")]))
+        keep("Problem", try daemon.request("POST", "/v1/tasks", json: #"{"id":"other","name":"O"}"#, headers: auth))
+        keep("Problem", try daemon.request("GET", "/v1/tasks?access_token=\(secret)"))
+        keep("TaskList", try daemon.request("GET", "/v1/tasks", headers: auth))
+        let admin = try TokenCommand.create(TokenRequest(name: "admin", scopes: [.admin]), expiresInSeconds: nil,
+                                            databasePath: daemon.application.configuration.databasePath)
+        daemon.application.refreshTokens()
+        keep("TokenList", try daemon.request("GET", "/v1/tokens", headers: [("Authorization", "Bearer \(admin)")]))
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let file = directory.file("instances.tsv")

@@ -1,0 +1,125 @@
+import HTTPServer
+import HeadwayCore
+import HeadwayStore
+
+/// `/v1/tokens` (scope `admin`): make a token (its secret is shown in that reply only),
+/// list them without secrets (revoked ones left out), revoke one at once. Each change goes
+/// through the writer, which reads the whole table back in the same transaction for the
+/// registry, so the change holds for the very next request; a revocation also closes the
+/// token's event streams. Every change is logged with the acting token's id and name.
+struct TokensAPI: Sendable {
+    let writer: GroupCommitWriter
+    let registry: TokenRegistry
+    let broker: EventBroker
+    let clock: any WallClock
+    let logger: Logger
+    let errors: ErrorReplies
+
+    func register(in routes: inout ServiceRoutes) {
+        routes.add("POST", "/v1/tokens", .scope(.admin)) { request, grant, responder in create(request, grant, responder) }
+        routes.add("GET", "/v1/tokens", .scope(.admin)) { _, _, responder in list(responder) }
+        routes.add("DELETE", "/v1/tokens/{id}", .scope(.admin)) { request, grant, responder in revoke(request, grant, responder) }
+    }
+
+    private func create(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let made: (token: TokenRecord, secret: String)
+        do {
+            guard !request.body.isEmpty else { throw TaskError.malformedJSON("This request needs a JSON object as its body.") }
+            let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
+            guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
+                throw Problem.unsupportedMediaType(mediaType)
+            }
+            let body: JSONValue
+            switch JSONParser.parse(request.body) {
+            case .success(let value): body = value
+            case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
+            }
+            let now = clock.now()
+            made = try TokenCrypto.newToken(try TokenRequest.parse(body, now: now), now: now)
+        } catch {
+            return responder.respond(errors.response(for: error, request))
+        }
+        writer.submit({ database in
+            try TokenRepository.insert(made.token, in: database)
+            return (try TokenRepository.generation(in: database), try TokenRepository.all(in: database))
+        }) { [registry, logger, errors] result in
+            switch result {
+            case .success(let (generation, tokens)):
+                registry.load(tokens, generation: generation)
+                logger.log(.info, "audit.token_create", [
+                    "request_id": request.requestID, "token_id": grant.tokenID ?? "none", "token_name": grant.tokenName ?? "none",
+                    "created_id": made.token.id, "created_name": made.token.name,
+                    "scopes": made.token.scopeList.joined(separator: ","), "task_prefix": made.token.taskPrefix ?? "",
+                ])
+                responder.respond(.json(201, Self.json(made.token, secret: made.secret),
+                                        headers: [HTTPField("Location", "/v1/tokens/\(made.token.id)"),
+                                                  HTTPField("Cache-Control", "no-store")]))
+            case .failure(let error):
+                responder.respond(errors.response(for: error, request))
+            }
+        }
+    }
+
+    private func list(_ responder: any Responder) {
+        var body = JSONText()
+        body.appendRaw(#"{"tokens":["#)
+        for (index, token) in registry.listed().enumerated() {
+            if index > 0 { body.appendRaw(",") }
+            body.appendRaw(Self.json(token, secret: nil))
+        }
+        body.appendRaw("]}")
+        responder.respond(.json(200, body.text))
+    }
+
+    private func revoke(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let id = request.pathParameters["id"] ?? ""
+        let now = clock.now()
+        writer.submit({ database in
+            let revoked = try TokenRepository.revoke(id, at: now, in: database)
+            return (revoked, try TokenRepository.generation(in: database), try TokenRepository.all(in: database))
+        }) { [registry, broker, logger, errors] result in
+            switch result {
+            case .success(let (revoked, generation, tokens)):
+                registry.load(tokens, generation: generation)
+                guard let revoked else { return responder.respond(Problem.tokenNotFound(id).response) }
+                broker.closeStreams(ofTokens: [revoked.id])
+                logger.log(.info, "audit.token_revoke", [
+                    "request_id": request.requestID, "token_id": grant.tokenID ?? "none", "token_name": grant.tokenName ?? "none",
+                    "revoked_id": revoked.id, "revoked_name": revoked.name,
+                ])
+                responder.respond(HTTPResponse(status: 204))
+            case .failure(let error):
+                responder.respond(errors.response(for: error, request))
+            }
+        }
+    }
+
+    /// A token as the API shows it; `secret` only in the reply that made it.
+    static func json(_ token: TokenRecord, secret: String?) -> String {
+        var object = JSONObjectWriter()
+        object.string("id", token.id)
+        object.string("name", token.name)
+        var scopes = JSONText()
+        scopes.appendRaw("[")
+        for (index, scope) in token.scopeList.enumerated() {
+            if index > 0 { scopes.appendRaw(",") }
+            scopes.appendString(scope)
+        }
+        scopes.appendRaw("]")
+        object.raw("scopes", scopes.text)
+        object.string("task_prefix", token.taskPrefix)
+        object.string("expires_at", token.expiresAt.map(Timestamp.rfc3339))
+        object.string("created_at", Timestamp.rfc3339(token.createdAt))
+        object.string("last_used_at", token.lastUsedAt.map(Timestamp.rfc3339))
+        if let secret { object.string("secret", secret) }
+        return object.finish()
+    }
+}
+
+extension Problem {
+    /// No token that is not revoked has this id.
+    static func tokenNotFound(_ id: String) -> Problem {
+        Problem(status: 404, code: "token_not_found", title: "Token not found",
+                detail: "No token that is not revoked has the id '\(id)'.")
+    }
+}

@@ -1,0 +1,124 @@
+import Testing
+@testable import HeadwayCore
+
+/// The pure rules of tokens: scopes, what a grant allows, task prefixes, the secret's
+/// form, expiry and revocation (with a manual clock), the token body.
+struct AccessTests {
+    @Test func adminHoldsEveryScopeAndOthersOnlyTheirOwn() {
+        let admin = Grant(tokenID: "t", tokenName: "n", scopes: [.admin])
+        for scope in Scope.allCases { #expect(admin.allows(.scope(scope))) }
+        for held in [Scope.report, .read, .control] {
+            let grant = Grant(tokenID: "t", tokenName: "n", scopes: [held])
+            for scope in Scope.allCases { #expect(grant.allows(.scope(scope)) == (scope == held), "\(held) → \(scope)") }
+            #expect(grant.allows(.public))
+        }
+        #expect(Grant.anonymous.allows(.public))
+        #expect(!Grant.anonymous.allows(.scope(.read)))
+        #expect(Grant.unrestricted.allows(.scope(.admin)))
+        let both = Grant(tokenID: "t", tokenName: "n", scopes: [.report, .read])
+        #expect(both.allows(.scope(.report)) && both.allows(.scope(.read)) && !both.allows(.scope(.control)))
+    }
+
+    @Test func aPrefixCoversOnlyIdsStartingWithIt() {
+        let grant = Grant(tokenID: "t", tokenName: "n", scopes: [.read], taskPrefix: "team-a.")
+        #expect(grant.covers("team-a.build"))
+        #expect(grant.covers("team-a."))
+        #expect(!grant.covers("team-a"))
+        #expect(!grant.covers("team-b.build"))
+        #expect(!grant.covers("TEAM-A.build"))
+        #expect(Grant.unrestricted.covers("anything"))
+        let (lower, upper) = TaskIDPrefix.range("team-a.")
+        for id in ["team-a.", "team-a.x", "team-a.~~~", "team-a.ZZ"] { #expect(id >= lower && id < upper, "\(id)") }
+        for id in ["team-a", "team-b.x", "team-a-x"] { #expect(!(id >= lower && id < upper), "\(id)") }
+        #expect(TaskIDPrefix.isValid("team-a."))
+        #expect(!TaskIDPrefix.isValid("team/a"))
+        #expect(!TaskIDPrefix.isValid(""))
+    }
+
+    @Test func aSecretIsHwAndFortyThreeBase64URLCharacters() {
+        let secret = TokenSecret.make(randomBytes: Array(0..<32))
+        #expect(secret.hasPrefix("hw_"))
+        #expect(secret.count == 46)
+        #expect(TokenSecret.isWellFormed(secret))
+        #expect(TokenSecret.isWellFormed(TokenSecret.make(randomBytes: Array(repeating: 255, count: 32))))
+        #expect(!TokenSecret.isWellFormed(String(secret.dropLast())))
+        #expect(!TokenSecret.isWellFormed(secret + "A"))
+        #expect(!TokenSecret.isWellFormed("xx_" + secret.dropFirst(3)))
+        #expect(!TokenSecret.isWellFormed(String(secret.dropLast()) + "="))
+        #expect(!TokenSecret.isWellFormed(String(secret.dropLast()) + "B"))  // padding bits set
+        #expect(Base64URL.encode([0xfb, 0xff]) == "-_8")
+        #expect(Base64URL.encode(Array("hello".utf8)) == "aGVsbG8")
+    }
+
+    @Test func theBearerCredentialIsTakenFromTheHeader() {
+        #expect(TokenSecret.fromAuthorization("Bearer abc") == "abc")
+        #expect(TokenSecret.fromAuthorization("bearer  abc") == "abc")
+        #expect(TokenSecret.fromAuthorization("BEARER abc") == "abc")
+        #expect(TokenSecret.fromAuthorization("Basic abc") == nil)
+        #expect(TokenSecret.fromAuthorization("Bearer") == nil)
+        #expect(TokenSecret.fromAuthorization("Bearer ") == nil)
+        #expect(TokenSecret.fromAuthorization("Bearerabc") == nil)
+    }
+
+    @Test func constantTimeComparison() {
+        #expect(constantTimeEquals([1, 2, 3], [1, 2, 3]))
+        #expect(!constantTimeEquals([1, 2, 3], [1, 2, 4]))
+        #expect(!constantTimeEquals([1, 2, 3], [1, 2]))
+    }
+
+    @Test func aTokenExpiresAtItsTimeAndARevokedOneIsRefusedFirst() {
+        let clock = ManualClock()
+        var token = TokenRecord(id: "tok_1", name: "runner", scopes: [.report], taskPrefix: "a.", secretHash: [],
+                                createdAt: clock.now(), expiresAt: clock.now() + 1000)
+        #expect(token.grant(at: clock.now()) == .success(Grant(tokenID: "tok_1", tokenName: "runner", scopes: [.report],
+                                                                taskPrefix: "a.")))
+        clock.advance(by: 999)
+        #expect(!token.isDead(at: clock.now()))
+        clock.advance(by: 1)
+        #expect(token.grant(at: clock.now()) == .failure(.tokenExpired))
+        #expect(token.isDead(at: clock.now()))
+        token.revokedAt = clock.now()
+        #expect(token.grant(at: clock.now()) == .failure(.tokenRevoked))
+        token.expiresAt = nil
+        #expect(token.grant(at: clock.now()) == .failure(.tokenRevoked))
+    }
+
+    @Test func refusalsHaveStableCodes() {
+        #expect(AccessRefusal.tokenMissing.code == "token_missing")
+        #expect(AccessRefusal.tokenInvalid.code == "token_invalid")
+        #expect(AccessRefusal.tokenExpired.code == "token_expired")
+        #expect(AccessRefusal.tokenRevoked.code == "token_revoked")
+        #expect(AccessRefusal.insufficientScope(needed: .read).code == "insufficient_scope")
+        #expect(AccessRefusal.prefixNotAllowed(prefix: "a.", field: "id").code == "prefix_not_allowed")
+        #expect(AccessRefusal.accessTokenNotAllowed.code == "access_token_not_allowed")
+    }
+
+    @Test func theTokenBodyIsValidated() throws {
+        let clock = ManualClock()
+        let body = try JSONParser.parse(Array(#"{"name":"ci","scopes":["report","read"],"task_prefix":"team-a.","expires_at":"2030-01-01T00:00:00Z"}"#.utf8)).get()
+        let request = try TokenRequest.parse(body, now: clock.now())
+        #expect(request == TokenRequest(name: "ci", scopes: [.report, .read], taskPrefix: "team-a.",
+                                        expiresAt: Timestamp.parseRFC3339("2030-01-01T00:00:00Z")))
+        for bad in [#"{"scopes":["read"]}"#, #"{"name":"x","scopes":[]}"#, #"{"name":"x","scopes":["root"]}"#,
+                    #"{"name":"x","scopes":["read"],"task_prefix":"a/b"}"#,
+                    #"{"name":"x","scopes":["read"],"expires_at":"2020-01-01T00:00:00Z"}"#,
+                    #"{"name":"x","scopes":["read"],"expires_at":"soon"}"#, #"{"name":"x","scopes":["read"],"extra":1}"#] {
+            let value = try JSONParser.parse(Array(bad.utf8)).get()
+            #expect(throws: TaskError.self, "\(bad)") { _ = try TokenRequest.parse(value, now: clock.now()) }
+        }
+    }
+
+    @Test func rfc3339TimesAreRead() {
+        #expect(Timestamp.parseRFC3339("1970-01-01T00:00:00Z") == 0)
+        #expect(Timestamp.parseRFC3339("2026-11-30T03:38:28.123Z") == 1_796_009_908_123)
+        #expect(Timestamp.parseRFC3339("2026-11-30T04:38:28.1+01:00") == 1_796_009_908_100)
+        #expect(Timestamp.parseRFC3339("2026-11-30T03:38:28.12345Z") == 1_796_009_908_123)
+        #expect(Timestamp.parseRFC3339("2030-01-31T12:00:00.12531T100") == nil)  // found by the fuzzer
+        for time: Int64 in [0, 1_796_009_908_123, 4_102_444_800_000] {
+            #expect(Timestamp.parseRFC3339(Timestamp.rfc3339(time)) == time)
+        }
+        for bad in ["2026-11-30", "2026-13-01T00:00:00Z", "2026-11-30T00:00:00", "2026-11-30T00:00:00.Z", "x026-11-30T00:00:00Z"] {
+            #expect(Timestamp.parseRFC3339(bad) == nil, "\(bad)")
+        }
+    }
+}

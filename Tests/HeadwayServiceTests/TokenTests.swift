@@ -1,0 +1,408 @@
+import Foundation
+import Testing
+import HeadwayCore
+import HeadwayTestSupport
+import HeadwayStore
+import Lifecycle
+@testable import HeadwayService
+
+extension LiveDaemon {
+    /// Makes a token offline, as `headwayd token create` does, and has the daemon look at
+    /// the table at once; returns the secret.
+    func makeToken(_ scopes: Set<Scope>, name: String = "test", prefix: String? = nil,
+                   expiresInSeconds: Double? = nil, clock: any WallClock = SystemClock()) throws -> String {
+        let secret = try TokenCommand.create(TokenRequest(name: name, scopes: scopes, taskPrefix: prefix),
+                                             expiresInSeconds: expiresInSeconds,
+                                             databasePath: application.configuration.databasePath, clock: clock)
+        application.refreshTokens()
+        return secret
+    }
+
+    /// The id of the token listed under `name` (as `secret` sees the list).
+    func tokenID(named name: String, admin secret: String) throws -> String {
+        let list = try request("GET", "/v1/tokens", headers: [("Authorization", "Bearer \(secret)")])
+        let tokens = list.json["tokens"] as? [[String: Any]] ?? []
+        guard let id = tokens.first(where: { $0["name"] as? String == name })?["id"] as? String else {
+            throw TestHTTPError("no token named \(name): \(list.text)")
+        }
+        return id
+    }
+}
+
+/// A request and what it should get when its token is let through: every probe that
+/// passes the gate ends in a refusal of the handler (a task that does not exist, a body
+/// that is not valid), so the matrix changes nothing even where it is allowed.
+private struct Probe {
+    var method: String
+    var path: String
+    var body: String?
+    var passStatus: Int
+}
+
+@Suite(.serialized) struct TokenTests {
+    /// What a refused request may not change: every task, every token but its last use.
+    private static func state(of daemon: LiveDaemon, admin: String) throws -> String {
+        let headers = [("Authorization", "Bearer \(admin)")]
+        let tasks = try daemon.request("GET", "/v1/tasks", headers: headers).text
+        let listed = try daemon.request("GET", "/v1/tokens", headers: headers).json["tokens"] as? [[String: Any]]
+        let tokens = (listed ?? []).map { token in
+            token.filter { $0.key != "last_used_at" }.map { "\($0.key)=\($0.value)" }.sorted().joined(separator: ",")
+        }
+        return tasks + "\n" + tokens.joined(separator: "\n")
+    }
+
+    /// Without any token the daemon serves everything as before.
+    @Test func withoutTokensEverythingIsAllowed() throws {
+        let daemon = try LiveDaemon()
+        #expect(try daemon.request("POST", "/v1/tasks", json: #"{"id":"a","name":"A"}"#).status == 201)
+        #expect(try daemon.request("GET", "/v1/tasks").status == 200)
+        #expect(try daemon.request("GET", "/v1/tokens").status == 200)
+        #expect(try daemon.request("POST", "/v1/tasks/a/cancel").status == 202)
+    }
+
+    /// Every route of the application's table × every kind of credential: the status, the
+    /// code, the challenge on 401, and on every refusal nothing changed.
+    @Test func everyRouteRefusesOrAdmitsEveryCredentialAsItsAccessSays() throws {
+        let daemon = try LiveDaemon()
+        let admin = try daemon.makeToken([.admin], name: "admin")
+        let auth = { (secret: String) in [("Authorization", "Bearer \(secret)")] }
+        for id in ["team-a.t1", "team-b.t1"] {
+            let reply = try daemon.request("POST", "/v1/tasks", json: #"{"id":"\#(id)","name":"T","total":10,"stall_timeout_seconds":3600}"#,
+                                           headers: auth(admin))
+            #expect(reply.status == 201)
+        }
+        var secrets: [String: String] = [:]
+        for (name, scopes, prefix) in [("report", [Scope.report], nil), ("read", [.read], nil), ("control", [.control], nil),
+                                       ("prefixed", [.report, .read, .control], "team-a."), ("revoked", [.admin], nil),
+                                       ("victim", [.read], nil)] as [(String, Set<Scope>, String?)] {
+            let made = try daemon.request("POST", "/v1/tokens", json: #"{"name":"\#(name)","scopes":[\#(scopes.map { "\"\($0.rawValue)\"" }.joined(separator: ","))]\#(prefix.map { #","task_prefix":"\#($0)""# } ?? "")}"#,
+                                          headers: auth(admin))
+            #expect(made.status == 201, "\(made.text)")
+            secrets[name] = made.json["secret"] as? String
+        }
+        let revokedID = try daemon.tokenID(named: "revoked", admin: admin)
+        #expect(try daemon.request("DELETE", "/v1/tokens/\(revokedID)", headers: auth(admin)).status == 204)
+        let victimID = try daemon.tokenID(named: "victim", admin: admin)
+        // Made an hour ago, for a second.
+        let expired = try daemon.makeToken([.admin], name: "expired", expiresInSeconds: 1,
+                                           clock: ManualClock(SystemClock().now() - 3_600_000))
+
+        let state = { try Self.state(of: daemon, admin: admin) }
+
+        // A request that would change something (or show another prefix's task) if it
+        // were let through, and a harmless one that shows it was.
+        let task = "team-b.t1"
+        let effect: [String: (method: String, path: String, body: String?)] = [
+            "GET /healthz": ("GET", "/healthz", nil),
+            "POST /v1/tasks": ("POST", "/v1/tasks", #"{"id":"team-b.new","name":"N"}"#),
+            "GET /v1/tasks": ("GET", "/v1/tasks", nil),
+            "GET /v1/tasks/{id}": ("GET", "/v1/tasks/\(task)", nil),
+            "DELETE /v1/tasks/{id}": ("DELETE", "/v1/tasks/\(task)", nil),
+            "GET /v1/tasks/{id}/history": ("GET", "/v1/tasks/\(task)/history", nil),
+            "POST /v1/tasks/{id}/progress": ("POST", "/v1/tasks/\(task)/progress", #"{"completed":5}"#),
+            "POST /v1/tasks/{id}/heartbeat": ("POST", "/v1/tasks/\(task)/heartbeat", nil),
+            "POST /v1/tasks/{id}/finish": ("POST", "/v1/tasks/\(task)/finish", #"{"outcome":"succeeded"}"#),
+            "POST /v1/tasks/{id}/cancel": ("POST", "/v1/tasks/\(task)/cancel", nil),
+            "GET /v1/events": ("GET", "/v1/events", nil),
+            "POST /v1/tokens": ("POST", "/v1/tokens", #"{"name":"new","scopes":["admin"]}"#),
+            "GET /v1/tokens": ("GET", "/v1/tokens", nil),
+            "DELETE /v1/tokens/{id}": ("DELETE", "/v1/tokens/\(victimID)", nil),
+        ]
+        let pass: [String: Probe] = [
+            "GET /healthz": Probe(method: "GET", path: "/healthz", passStatus: 200),
+            "POST /v1/tasks": Probe(method: "POST", path: "/v1/tasks", body: "{}", passStatus: 400),
+            "GET /v1/tasks": Probe(method: "GET", path: "/v1/tasks?page_size=0", passStatus: 400),
+            "GET /v1/tasks/{id}": Probe(method: "GET", path: "/v1/tasks/team-a.none", passStatus: 404),
+            "DELETE /v1/tasks/{id}": Probe(method: "DELETE", path: "/v1/tasks/team-a.none", passStatus: 404),
+            "GET /v1/tasks/{id}/history": Probe(method: "GET", path: "/v1/tasks/team-a.none/history", passStatus: 404),
+            "POST /v1/tasks/{id}/progress": Probe(method: "POST", path: "/v1/tasks/team-a.none/progress", body: #"{"completed":1}"#, passStatus: 404),
+            "POST /v1/tasks/{id}/heartbeat": Probe(method: "POST", path: "/v1/tasks/team-a.none/heartbeat", passStatus: 404),
+            "POST /v1/tasks/{id}/finish": Probe(method: "POST", path: "/v1/tasks/team-a.none/finish", body: #"{"outcome":"succeeded"}"#, passStatus: 404),
+            "POST /v1/tasks/{id}/cancel": Probe(method: "POST", path: "/v1/tasks/team-a.none/cancel", passStatus: 404),
+            "GET /v1/events": Probe(method: "GET", path: "/v1/events?min_duration=soon", passStatus: 400),
+            "POST /v1/tokens": Probe(method: "POST", path: "/v1/tokens", body: "{}", passStatus: 400),
+            "GET /v1/tokens": Probe(method: "GET", path: "/v1/tokens", passStatus: 200),
+            "DELETE /v1/tokens/{id}": Probe(method: "DELETE", path: "/v1/tokens/tok_none", passStatus: 404),
+        ]
+
+        enum Expected { case pass, refused(Int, String) }
+        let credentials: [(name: String, headers: [(String, String)], grant: Grant?)] = [
+            ("none", [], nil),
+            ("malformed", [("Authorization", "Bearer not-a-token")], nil),
+            ("not bearer", [("Authorization", "Basic YWRtaW46YWRtaW4=")], nil),
+            ("unknown", auth(TokenSecret.make(randomBytes: Array(repeating: 7, count: 32))), nil),
+            ("expired", auth(expired), nil),
+            ("revoked", auth(secrets["revoked"]!), nil),
+            ("report", auth(secrets["report"]!), Grant(tokenID: nil, tokenName: nil, scopes: [.report])),
+            ("read", auth(secrets["read"]!), Grant(tokenID: nil, tokenName: nil, scopes: [.read])),
+            ("control", auth(secrets["control"]!), Grant(tokenID: nil, tokenName: nil, scopes: [.control])),
+            ("admin", auth(admin), Grant(tokenID: nil, tokenName: nil, scopes: [.admin])),
+            ("prefixed", auth(secrets["prefixed"]!),
+             Grant(tokenID: nil, tokenName: nil, scopes: [.report, .read, .control], taskPrefix: "team-a.")),
+        ]
+        let routes = daemon.application.routes
+        #expect(routes.count == effect.count, "a route without a probe: \(routes.map { "\($0.method) \($0.pattern)" })")
+        var before = try state()
+        var (passed, refused) = (0, 0)
+        for route in routes {
+            let key = "\(route.method) \(route.pattern)"
+            guard let refusedProbe = effect[key], let passProbe = pass[key] else {
+                Issue.record("no probe for \(key): add one")
+                continue
+            }
+            for credential in credentials {
+                let expected: Expected
+                switch (route.access, credential.grant) {
+                case (.public, _): expected = .pass
+                case (.scope(let scope), nil):
+                    let code = ["none": "token_missing", "expired": "token_expired", "revoked": "token_revoked"][credential.name]
+                        ?? "token_invalid"
+                    expected = .refused(401, code)
+                    _ = scope
+                case (.scope(let scope), let grant?):
+                    expected = grant.holds(scope) ? .pass : .refused(403, "insufficient_scope")
+                }
+                let context = "\(key) with \(credential.name)"
+                switch expected {
+                case .pass:
+                    passed += 1
+                    let reply = try daemon.request(passProbe.method, passProbe.path, json: passProbe.body, headers: credential.headers)
+                    #expect(reply.status == passProbe.passStatus, "\(context): \(reply.status) \(reply.text)")
+                case .refused(let status, let code):
+                    refused += 1
+                    let reply = try daemon.request(refusedProbe.method, refusedProbe.path, json: refusedProbe.body,
+                                                   headers: credential.headers)
+                    #expect(reply.status == status, "\(context): \(reply.status) \(reply.text)")
+                    #expect(reply.problemCode == code, "\(context): \(reply.text)")
+                    #expect(reply.headers["content-type"] == "application/problem+json", "\(context)")
+                    let challenge = reply.headers["www-authenticate"] ?? ""
+                    if status == 401 {
+                        #expect(challenge.hasPrefix("Bearer realm=\"headway\""), "\(context): \(challenge)")
+                        #expect(credential.name == "none" ? !challenge.contains("error=") : challenge.contains("error=\"invalid_token\""),
+                                "\(context): \(challenge)")
+                    } else {
+                        #expect(challenge.contains("error=\"insufficient_scope\""), "\(context): \(challenge)")
+                    }
+                    let after = try state()
+                    #expect(after == before, "\(context) changed something")
+                    before = after
+                }
+            }
+        }
+
+        #expect(passed + refused == routes.count * credentials.count)
+        #expect(refused > 100)
+
+        // The prefixed token: another prefix's task is 404 everywhere, absent from lists
+        // and may not be registered, directly or as a parent; nothing changes.
+        let prefixed = auth(secrets["prefixed"]!)
+        for key in ["GET /v1/tasks/{id}", "DELETE /v1/tasks/{id}", "GET /v1/tasks/{id}/history", "POST /v1/tasks/{id}/progress",
+                    "POST /v1/tasks/{id}/heartbeat", "POST /v1/tasks/{id}/finish", "POST /v1/tasks/{id}/cancel"] {
+            let probe = effect[key]!
+            let reply = try daemon.request(probe.method, probe.path, json: probe.body, headers: prefixed)
+            #expect(reply.status == 404 && reply.problemCode == "not_found", "\(key): \(reply.text)")
+            #expect(try state() == before, "\(key) with the wrong prefix changed something")
+        }
+        for (body, field) in [(#"{"id":"team-b.new","name":"N"}"#, "id"), (#"{"name":"no id"}"#, "id"),
+                              (#"{"id":"team-a.child","name":"C","parent_id":"team-b.t1"}"#, "parent_id")] {
+            let reply = try daemon.request("POST", "/v1/tasks", json: body, headers: prefixed)
+            #expect(reply.status == 403 && reply.problemCode == "prefix_not_allowed", "\(body): \(reply.text)")
+            #expect((reply.json["errors"] as? [[String: Any]])?.first?["field"] as? String == field)
+            #expect(try state() == before)
+        }
+        let listed = try daemon.request("GET", "/v1/tasks", headers: prefixed)
+        #expect((listed.json["tasks"] as? [[String: Any]])?.compactMap { $0["id"] as? String } == ["team-a.t1"])
+        #expect(listed.json["total_size"] as? Int == 1)
+        // The right prefix: registered, changed, seen.
+        #expect(try daemon.request("POST", "/v1/tasks", json: #"{"id":"team-a.child","name":"C","parent_id":"team-a.t1"}"#,
+                                   headers: prefixed).status == 201)
+        #expect(try daemon.request("POST", "/v1/tasks/team-a.t1/progress", json: #"{"completed":2}"#, headers: prefixed).status == 200)
+        #expect(try daemon.request("GET", "/v1/tasks/team-a.t1", headers: prefixed).json["completed"] as? Int == 2)
+        // access_token= is for the event stream only.
+        let query = try daemon.request("GET", "/v1/tasks?access_token=\(admin)")
+        #expect(query.status == 400 && query.problemCode == "access_token_not_allowed")
+    }
+
+    /// A token made, listed without its secret (with its last use), revoked: gone from
+    /// the list, refused at once; a revoked id cannot be revoked again.
+    @Test func tokensAreMadeListedAndRevoked() throws {
+        let daemon = try LiveDaemon()
+        let admin = try daemon.makeToken([.admin], name: "root")
+        let auth = [("Authorization", "Bearer \(admin)")]
+        let made = try daemon.request("POST", "/v1/tokens", json: #"{"name":"ci","scopes":["read","report"],"task_prefix":"ci.","expires_at":"2099-01-01T00:00:00Z"}"#,
+                                      headers: auth)
+        #expect(made.status == 201)
+        let secret = try #require(made.json["secret"] as? String)
+        #expect(TokenSecret.isWellFormed(secret))
+        #expect(made.json["scopes"] as? [String] == ["report", "read"])
+        #expect(made.json["task_prefix"] as? String == "ci.")
+        #expect(made.json["expires_at"] as? String == "2099-01-01T00:00:00.000Z")
+        #expect(made.headers["cache-control"] == "no-store")
+        let id = try #require(made.json["id"] as? String)
+        #expect(try daemon.request("GET", "/v1/tasks", headers: [("Authorization", "Bearer \(secret)")]).status == 200)
+        let list = try daemon.request("GET", "/v1/tokens", headers: auth)
+        #expect(!list.text.contains(secret))
+        #expect(!list.text.contains("secret"))
+        let tokens = try #require(list.json["tokens"] as? [[String: Any]])
+        #expect(tokens.map { $0["name"] as? String } == ["root", "ci"])
+        #expect(tokens[1]["last_used_at"] is String)
+        #expect(try daemon.request("DELETE", "/v1/tokens/\(id)", headers: auth).status == 204)
+        let refused = try daemon.request("GET", "/v1/tasks", headers: [("Authorization", "Bearer \(secret)")])
+        #expect(refused.status == 401 && refused.problemCode == "token_revoked")
+        #expect(try daemon.request("GET", "/v1/tokens", headers: auth).json["tokens"].map { ($0 as? [Any])?.count } == 1)
+        let again = try daemon.request("DELETE", "/v1/tokens/\(id)", headers: auth)
+        #expect(again.status == 404 && again.problemCode == "token_not_found")
+        // Revoking every token keeps tokens required.
+        let rootID = try daemon.tokenID(named: "root", admin: admin)
+        #expect(try daemon.request("DELETE", "/v1/tokens/\(rootID)", headers: auth).status == 204)
+        #expect(try daemon.request("GET", "/v1/tasks").problemCode == "token_missing")
+    }
+
+    /// Last uses are kept in memory and written back (at the latest at stop).
+    @Test func lastUseIsWrittenBack() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("headway.db")
+        let secret = try TokenCommand.create(TokenRequest(name: "runner", scopes: [.read]), expiresInSeconds: nil,
+                                             databasePath: path)
+        do {
+            let daemon = try LiveDaemon(arguments: ["--db", path])
+            #expect(try daemon.request("GET", "/v1/tasks", headers: [("Authorization", "Bearer \(secret)")]).status == 200)
+        }
+        let database = try HeadwayStore.Database(path: path)
+        defer { database.close() }
+        let token = try #require(try HeadwayStore.TokenRepository.all(in: database).first)
+        #expect(token.lastUsedAt != nil)
+        #expect(token.secretHash == TokenCrypto.sha256(secret))
+    }
+
+    /// A prefixed token's stream shows only its prefix's tasks, in the snapshot and live;
+    /// `access_token=` works on the stream.
+    @Test func aPrefixedStreamNeverSeesAnotherPrefix() throws {
+        let daemon = try LiveDaemon()
+        let admin = try daemon.makeToken([.admin])
+        let reader = try daemon.makeToken([.read], prefix: "team-a.")
+        let auth = [("Authorization", "Bearer \(admin)")]
+        for id in ["team-a.1", "team-b.1"] {
+            #expect(try daemon.request("POST", "/v1/tasks", json: #"{"id":"\#(id)","name":"T"}"#, headers: auth).status == 201)
+        }
+        let stream = try daemon.subscribe("?access_token=\(reader)")
+        #expect(stream.status == 200)
+        let snapshot = try #require(try stream.nextEvent())
+        #expect(snapshot.event == "snapshot")
+        #expect(snapshot.data.contains("team-a.1") && !snapshot.data.contains("team-b"))
+        for id in ["team-b.1", "team-a.1"] {
+            #expect(try daemon.request("POST", "/v1/tasks/\(id)/progress", json: #"{"completed":1}"#, headers: auth).status == 200)
+        }
+        #expect(try daemon.request("POST", "/v1/tasks", json: #"{"id":"team-b.2","name":"T"}"#, headers: auth).status == 201)
+        #expect(try daemon.request("DELETE", "/v1/tasks/team-b.1", headers: auth).status == 204)
+        #expect(try daemon.request("POST", "/v1/tasks", json: #"{"id":"team-a.2","name":"T"}"#, headers: auth).status == 201)
+        let live = try stream.events { $0.data.contains("team-a.2") }
+        #expect(live.allSatisfy { !$0.data.contains("team-b") }, "\(live)")
+        #expect(live.contains { $0.data.contains("team-a.1") })
+        // A replay from before the changes: the same.
+        let resumed = try daemon.subscribe("?last_event_id=1", headers: [("Authorization", "Bearer \(reader)")])
+        let replay = try resumed.events { $0.data.contains("team-a.2") }
+        #expect(replay.allSatisfy { !$0.data.contains("team-b") }, "\(replay)")
+    }
+
+    /// Revoking a token closes its open streams within about a second; others stay open.
+    @Test func revokingATokenClosesItsStreams() throws {
+        let daemon = try LiveDaemon()
+        let admin = try daemon.makeToken([.admin], name: "admin")
+        let doomed = try daemon.makeToken([.read], name: "doomed")
+        let stream = try daemon.subscribe(headers: [("Authorization", "Bearer \(doomed)")])
+        let other = try daemon.subscribe(headers: [("Authorization", "Bearer \(admin)")])
+        #expect(try stream.nextEvent()?.event == "snapshot")
+        #expect(try other.nextEvent()?.event == "snapshot")
+        let id = try daemon.tokenID(named: "doomed", admin: admin)
+        let revokedAt = Date()
+        #expect(try daemon.request("DELETE", "/v1/tokens/\(id)", headers: [("Authorization", "Bearer \(admin)")]).status == 204)
+        _ = try stream.remainingEvents()
+        #expect(Date().timeIntervalSince(revokedAt) < 5)
+        var subscribers = daemon.application.subscriberCount
+        for _ in 0..<500 where subscribers != 1 {
+            usleep(10_000)
+            subscribers = daemon.application.subscriberCount
+        }
+        #expect(subscribers == 1)
+        let again = try daemon.subscribe(headers: [("Authorization", "Bearer \(doomed)")])
+        #expect(again.status == 401)
+    }
+
+    /// An expired token's open stream is closed by the periodic check.
+    @Test func anExpiringTokensStreamIsClosed() throws {
+        let daemon = try LiveDaemon()
+        _ = try daemon.makeToken([.admin])
+        let brief = try daemon.makeToken([.read], expiresInSeconds: 1.5)
+        let stream = try daemon.subscribe(headers: [("Authorization", "Bearer \(brief)")])
+        #expect(stream.status == 200)
+        _ = try stream.remainingEvents()  // the stream ends (the client times out after 5 s otherwise)
+        #expect(daemon.application.tokens.newlyDead(now: SystemClock().now()).isEmpty)
+        let refused = try daemon.subscribe(headers: [("Authorization", "Bearer \(brief)")])
+        #expect(refused.status == 401)
+    }
+
+    /// `access_token` never reaches a log line: not the access log, not the library's
+    /// messages, not the gate's refusals.
+    @Test func accessTokensAreRedactedInLogs() throws {
+        let lines = Locked<[String]>([])
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let command = try Configuration.parse(arguments: ["--listen", "127.0.0.1:0", "--db", directory.file("h.db"),
+                                                          "--log-level", "debug"], environment: [:])
+        guard case .run(let configuration) = command else { return }
+        let logger = Logger(minimumLevel: .debug, sink: { line in lines.withLock { $0.append(line) } })
+        let secret: String
+        do {
+            let application = try buildApplication(configuration, logger: logger)
+            try application.start()
+            defer { application.shutdown() }
+            secret = try TokenCommand.create(TokenRequest(name: "reader", scopes: [.read]), expiresInSeconds: nil,
+                                             databasePath: configuration.databasePath)
+            application.refreshTokens()
+            let stream = try TestSSEClient(port: application.port, path: "/v1/events?access_token=\(secret)")
+            #expect(stream.status == 200)
+            stream.disconnect()
+            let client = try TestHTTPClient(port: application.port)
+            #expect(try client.request("GET", "/v1/tasks?access_token=\(secret)").status == 400)
+            // A request the library itself complains about, with the secret in its target.
+            let raw = try TestHTTPClient(port: application.port)
+            try raw.send("GET /v1/events?access_token=\(secret)&x=\(String(repeating: "y", count: 9000)) HTTP/1.1\r\nHost: a\r\n\r\n")
+            _ = try? raw.readResponse()
+            // Admin actions are logged with the acting token's id and name, never a secret.
+            let admin = try TokenCommand.create(TokenRequest(name: "boss", scopes: [.admin]), expiresInSeconds: nil,
+                                                databasePath: configuration.databasePath)
+            application.refreshTokens()
+            let auth = [("Authorization", "Bearer \(admin)")]
+            let made = try client.request("POST", "/v1/tokens", json: #"{"name":"temp","scopes":["read"]}"#, headers: auth)
+            let madeSecret = made.json["secret"] as? String ?? ""
+            let madeID = made.json["id"] as? String ?? ""
+            #expect(try client.request("DELETE", "/v1/tokens/\(madeID)", headers: auth).status == 204)
+            #expect(try client.request("POST", "/v1/tasks", json: #"{"id":"t","name":"T"}"#, headers: auth).status == 201)
+            #expect(try client.request("POST", "/v1/tasks/t/cancel", headers: auth).status == 202)
+            #expect(try client.request("DELETE", "/v1/tasks/t", headers: auth).status == 204)
+            let logged = lines.withLock { $0 }
+            for event in ["audit.token_create", "audit.token_revoke", "audit.task_cancel", "audit.task_delete"] {
+                let line = logged.first { $0.contains("event=\(event) ") } ?? ""
+                #expect(line.contains("token_name=boss") && line.contains("token_id=tok_"), "\(event): \(line)")
+            }
+            #expect(!logged.joined().contains(String(madeSecret.dropFirst(3))))
+            #expect(!logged.joined().contains(String(admin.dropFirst(3))))
+            let unused = try TestHTTPClient(port: application.port)
+            try unused.send("GET /v1/tasks?access_token=\(secret) HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabc")
+
+            usleep(200_000)
+        }
+        // Whatever the library's messages hold, they are values of a log line, and every
+        // value is redacted.
+        logger.log(.warn, "http.library", ["message": "bad request GET /v1/events?task=a&access_token=\(secret) HTTP/1.1"])
+        #expect(lines.withLock { $0 }.last?.contains("access_token=[REDACTED] HTTP/1.1") == true)
+        let all = lines.withLock { $0 }.joined()
+        #expect(!all.isEmpty)
+        #expect(!all.contains(String(secret.dropFirst(3))), "\(all)")
+        #expect(Redaction.redact("GET /v1/events?access_token=\(secret)&task=a") == "GET /v1/events?access_token=[REDACTED]&task=a")
+        #expect(Redaction.redact("token \(secret).") == "token hw_[REDACTED].")
+        #expect(Redaction.redact("plain text") == "plain text")
+    }
+}
