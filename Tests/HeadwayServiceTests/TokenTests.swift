@@ -380,7 +380,7 @@ private struct Probe {
             let madeID = made.json["id"] as? String ?? ""
             #expect(try client.request("DELETE", "/v1/tokens/\(madeID)", headers: auth).status == 204)
             #expect(try client.request("POST", "/v1/tasks", json: #"{"id":"t","name":"T"}"#, headers: auth).status == 201)
-            #expect(try client.request("POST", "/v1/tasks/t/cancel", headers: auth).status == 202)
+            #expect(try client.request("POST", "/v1/tasks/t/cancel", headers: auth + [("Content-Type", "application/json")]).status == 202)
             #expect(try client.request("DELETE", "/v1/tasks/t", headers: auth).status == 204)
             let logged = lines.withLock { $0 }
             for event in ["audit.token_create", "audit.token_revoke", "audit.task_cancel", "audit.task_delete"] {
