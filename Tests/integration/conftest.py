@@ -37,9 +37,10 @@ def wait_for_port(port, process, what):
 
 
 @contextlib.contextmanager
-def run_headwayd(directory, *arguments):
+def run_headwayd(directory, *arguments, scheme="http"):
     """Runs the daemon on a free port with a fresh database in `directory` (its log in
-    `directory`/headwayd.log), with extra `arguments`; yields its base URL."""
+    `directory`/headwayd.log), with extra `arguments`; yields its base URL (`https` when
+    the arguments give it a certificate)."""
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = open(directory / "headwayd.log", "w")
@@ -49,7 +50,7 @@ def run_headwayd(directory, *arguments):
         stderr=log)
     try:
         wait_for_port(port, process, "headwayd")
-        yield f"http://127.0.0.1:{port}"
+        yield f"{scheme}://127.0.0.1:{port}"
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0, "headwayd did not stop cleanly"
@@ -88,14 +89,15 @@ def serve_directory(directory):
 def chromium_options():
     """Options of a headless Chromium for Selenium (Debian's `chromium`): no sandbox (the
     tests may run as root), and `*.test` names resolved to 127.0.0.1, so a page can be
-    loaded under a name of its own that points at this machine, as in DNS rebinding."""
+    loaded under a name of its own that points at this machine, as in DNS rebinding; the
+    self-signed certificates the tests make are accepted."""
     from selenium import webdriver
 
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
     for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                      "--window-size=1000,700", "--host-resolver-rules=MAP *.test 127.0.0.1",
-                     "--disable-features=HttpsUpgrades"]:
+                     "--disable-features=HttpsUpgrades", "--ignore-certificate-errors"]:
         options.add_argument(argument)
     return options
 
