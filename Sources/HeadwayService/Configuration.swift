@@ -51,6 +51,10 @@ public struct Configuration: Sendable, Equatable {
     public var headTimeoutSeconds = 10.0
     /// Connections open at once from one client address; more are closed at once.
     public var maximumConnectionsPerAddress = 1000
+    /// HTTPS: the PEM certificate (chain) and its private key (`--tls-cert`, `--tls-key`;
+    /// both or neither). nil: plain HTTP.
+    public var tlsCertificatePath: String?
+    public var tlsKeyPath: String?
 
     public init() {}
 
@@ -114,11 +118,17 @@ public struct Configuration: Sendable, Equatable {
                                     streams may hold unsent at once; past it a new
                                     subscriber gets retry: and its stream ends
                                     (HEADWAY_MAX_CATCH_UP_BYTES, default 268435456)
+          --tls-cert FILE           serve HTTPS with this PEM certificate (its chain
+                                    after it); needs --tls-key; SIGHUP reloads both
+                                    (HEADWAY_TLS_CERT, default: plain HTTP)
+          --tls-key FILE            the PEM private key of --tls-cert, unencrypted
+                                    (HEADWAY_TLS_KEY)
           --version                 print the version and exit
           -h, --help                show this text
 
         Logs go to stderr, one line per event. SIGTERM or SIGINT stops the daemon cleanly;
-        a second one during a slow stop ends it at once.
+        a second one during a slow stop ends it at once. SIGHUP reloads the TLS
+        certificate and key (open connections keep theirs; a bad file keeps the old).
 
         """
 
@@ -138,7 +148,8 @@ public struct Configuration: Sendable, Equatable {
                      "read-connections", "max-queued-reads",
                      "max-body-bytes", "max-query-params",
                      "head-timeout", "max-connections-per-address",
-                     "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes"]
+                     "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
+                     "tls-cert", "tls-key"]
         for name in names {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             if let value = environment[variable] { settings[name] = value }
@@ -214,6 +225,15 @@ public struct Configuration: Sendable, Equatable {
         try reader.seconds("stream-stall-timeout", in: 0.1...86_400, into: &configuration.streamStallTimeoutSeconds)
         try reader.wholeNumber("max-catch-up-bytes", in: 1_048_576...1_099_511_627_776,
                                into: &configuration.maximumCatchUpBytes)
+        // HTTPS: both files or neither (whether they can serve is checked at start).
+        switch (settings["tls-cert"], settings["tls-key"]) {
+        case (nil, nil): break
+        case (let certificate?, let key?) where !certificate.isEmpty && !key.isEmpty:
+            configuration.tlsCertificatePath = certificate
+            configuration.tlsKeyPath = key
+        case (_, nil), (_, ""): throw UsageError("--tls-cert needs --tls-key (the certificate's private key)")
+        default: throw UsageError("--tls-key needs --tls-cert (the certificate of the key)")
+        }
         return .run(configuration)
     }
 
