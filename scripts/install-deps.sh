@@ -7,9 +7,10 @@
 set -euo pipefail
 
 apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev)
-# The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf).
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv)
-[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv)
+# The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf), and make
+# certificates (openssl) and HTTPS requests (curl) for the TLS tests.
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv openssl curl)
+[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl)
 
 missing=()
 for package in "${apt_packages[@]}"; do

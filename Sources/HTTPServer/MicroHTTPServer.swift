@@ -22,6 +22,14 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 /// `answerSendingGraceSeconds`: a client that does not read cannot hold the stop), then
 /// the daemons stop.
 ///
+/// HTTPS (`Configuration.tls`) goes through libmicrohttpd's own GnuTLS support, with the
+/// certificate handed out per handshake (`TLSCertificates`, reloadable). A TLS connection
+/// begins with a ClientHello, so the accept loop cannot see which route it will ask for:
+/// one daemon (with the request daemon's memory) serves every connection, and event
+/// streams stay library-driven — suspended while idle, resumed for each write — because
+/// only the library's thread may use the connection's GnuTLS session (ARCHITECTURE.md,
+/// "HTTPS", gives the measurements behind this).
+///
 /// libmicrohttpd aborts the process if a daemon is stopped while one of its connections is
 /// suspended (`MHD_stop_daemon`). A connection is suspended while its request waits for
 /// its handler's answer, and while a stream has nothing to send; so the stop counts the

@@ -189,7 +189,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // pieces. Event streams send their frames themselves and need only room for a small
     // request head: a stream request whose head passes 1 KiB or carries more than 8 query
     // parameters is served by the request daemon instead (10,000 streams cost 4.5 KiB
-    // each, not the request daemon's 22 KiB).
+    // each, not the request daemon's 22 KiB). Under TLS one daemon, with the request
+    // daemon's memory, serves both (an HTTPS stream costs about 37 KiB).
     serverConfiguration.maximumQueryParameters = configuration.maximumQueryParameters
     serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
     let bytesPerQueryParameter = 64
