@@ -243,7 +243,7 @@ final class BackgroundStream {
         let daemon = try DaemonProcess(["--listen", "127.0.0.1:0", "--db", directory.file("reload.db"),
                                         "--tls-cert", servedCertificate, "--tls-key", servedKey],
                                        logPath: directory.file("reload.log"))
-        defer { _ = daemon.stop(SIGTERM) }
+        defer { if daemon.process.isRunning { _ = daemon.stop(SIGTERM) } }
         #expect(daemon.log.contains("tls=on certificate_sha256=\(first.fingerprint)"), "\(daemon.log)")
         #expect(try TestCertificate.fingerprint(servedOn: daemon.port) == first.fingerprint)
         let base = "https://127.0.0.1:\(daemon.port)"
@@ -286,7 +286,67 @@ final class BackgroundStream {
         ])
         #expect(afterStatus == 0)
         #expect(stream.waitFor("\"completed\":8"), "\(stream.received)")
-        #expect(daemon.process.isRunning)
+        // A stop with an HTTPS stream open ends it cleanly.
+        #expect(daemon.stop(SIGTERM) == 0)
+        #expect(daemon.log.contains("event=server.stopped"))
+    }
+
+    @Test func tlsFilesComeTogetherFromFlagsOrEnvironment() throws {
+        func parse(_ arguments: [String], _ environment: [String: String] = [:]) throws -> Configuration {
+            guard case .run(let configuration) = try Configuration.parse(arguments: arguments, environment: environment)
+            else { throw UsageError("expected a run command") }
+            return configuration
+        }
+        let plain = try parse([])
+        #expect(plain.tlsCertificatePath == nil && plain.tlsKeyPath == nil)
+        let flags = try parse(["--tls-cert", "/etc/h/cert.pem", "--tls-key=/etc/h/key.pem"])
+        #expect(flags.tlsCertificatePath == "/etc/h/cert.pem" && flags.tlsKeyPath == "/etc/h/key.pem")
+        let environment = try parse([], ["HEADWAY_TLS_CERT": "/e/cert.pem", "HEADWAY_TLS_KEY": "/e/key.pem"])
+        #expect(environment.tlsCertificatePath == "/e/cert.pem" && environment.tlsKeyPath == "/e/key.pem")
+        let mixed = try parse(["--tls-cert", "/f/cert.pem"], ["HEADWAY_TLS_KEY": "/e/key.pem"])
+        #expect(mixed.tlsCertificatePath == "/f/cert.pem" && mixed.tlsKeyPath == "/e/key.pem")
+        #expect(throws: UsageError("--tls-cert needs --tls-key (the certificate's private key)")) {
+            try parse(["--tls-cert", "/f/cert.pem"])
+        }
+        #expect(throws: UsageError("--tls-key needs --tls-cert (the certificate of the key)")) {
+            try parse([], ["HEADWAY_TLS_KEY": "/e/key.pem"])
+        }
+        for text in ["--tls-cert FILE", "--tls-key FILE", "HEADWAY_TLS_CERT", "HEADWAY_TLS_KEY", "SIGHUP reloads the TLS"] {
+            #expect(Configuration.usage.contains(text), "\(text)")
+        }
+    }
+
+    @Test func aTLSConnectionLateForItsClientHelloOrItsFirstHeadIsClosed() throws {
+        let certificate = try TestCertificate(in: directory, name: "server")
+        let live = try LiveDaemon(arguments: ["--tls-cert", certificate.certificatePath, "--tls-key", certificate.keyPath,
+                                              "--head-timeout", "0.5"])
+        // Half a ClientHello record, then nothing: closed by the accept loop.
+        let halfHello = try TestHTTPClient(port: live.application.port)
+        try halfHello.send([22, 3, 1, 0, 200, 1, 0])
+        let started = Date()
+        guard case .closed = try halfHello.exchange([]) else {
+            Issue.record("a half ClientHello got a reply")
+            return
+        }
+        #expect(Date().timeIntervalSince(started) < 4)
+        // A whole handshake, then no request: closed by the daemon's head deadline.
+        let script = #"""
+            import socket, ssl, sys, time
+            context = ssl.create_default_context(cafile=sys.argv[2])
+            stream = context.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10),
+                                         server_hostname="localhost")
+            started = time.monotonic()
+            try:
+                closed = stream.recv(1) == b""
+            except (ssl.SSLError, ConnectionError):
+                closed = True
+            print("closed" if closed else "open", round(time.monotonic() - started, 1))
+            """#
+        let (status, output) = try Tool.run(OpenAPITests.pythonCommand + ["-c", script, "\(live.application.port)",
+                                                                          certificate.certificatePath])
+        #expect(status == 0 && output.hasPrefix("closed"), "\(output)")
+        let (healthStatus, _) = try Tool.curl(certificate.certificatePath, ["https://127.0.0.1:\(live.application.port)/healthz"])
+        #expect(healthStatus == 0)
     }
 
     @Test func sighupWithoutTLSSaysThereIsNothingToReload() throws {
