@@ -61,7 +61,7 @@ final class TLSCredential: @unchecked Sendable {  // GnuTLS's pcert and privkey 
             throw HTTPServerError(description: "TLS private key \(files.keyPath) is not an unencrypted PEM private key: "
                                   + Self.message(keyImported))
         }
-        guard Self.keyID(ofCertificate: certificates.pointee.pubkey) == Self.keyID(of: key) else {
+        guard Self.keyID(ofPublicKey: certificates.pointee.pubkey) == Self.keyID(of: key) else {
             gnutls_privkey_deinit(key)
             Self.free(certificates, count: count)
             throw HTTPServerError(description: "TLS private key \(files.keyPath) does not belong to the certificate "
@@ -99,7 +99,7 @@ final class TLSCredential: @unchecked Sendable {  // GnuTLS's pcert and privkey 
     }
 
     /// The identifier of a public key (SHA-256 of its DER form), or nil.
-    private static func keyID(ofCertificate key: gnutls_pubkey_t?) -> [UInt8]? {
+    private static func keyID(ofPublicKey key: gnutls_pubkey_t?) -> [UInt8]? {
         guard let key else { return nil }
         var id = [UInt8](repeating: 0, count: 64)
         var size = id.count
@@ -112,7 +112,7 @@ final class TLSCredential: @unchecked Sendable {  // GnuTLS's pcert and privkey 
         guard gnutls_pubkey_init(&publicKey) >= 0, let publicKey else { return nil }
         defer { gnutls_pubkey_deinit(publicKey) }
         guard gnutls_pubkey_import_privkey(publicKey, privateKey, 0, 0) >= 0 else { return nil }
-        return keyID(ofCertificate: publicKey)
+        return keyID(ofPublicKey: publicKey)
     }
 }
 
