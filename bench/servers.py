@@ -12,6 +12,7 @@ import selectors
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import tempfile
@@ -34,6 +35,16 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def make_certificate(directory):
+    """A self-signed certificate for 127.0.0.1 (openssl); returns (cert, key, client SSLContext)."""
+    cert, key = os.path.join(directory, "bench.crt"), os.path.join(directory, "bench.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=headway-bench",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"], check=True, capture_output=True)
+    context = ssl.create_default_context(cafile=cert)
+    return cert, key, context
 
 
 def wait_for_port(port, process):
@@ -86,13 +97,18 @@ class Headway:
     """headwayd with a fresh database."""
     name = "headway"
 
-    def __init__(self, durability="full", extra=(), stderr=None, many_clients_from_one_address=True):
+    def __init__(self, durability="full", extra=(), stderr=None, many_clients_from_one_address=True, tls=False):
         """Starts headwayd; `stderr` (a file) receives its log instead of this process's
         stderr; `many_clients_from_one_address` lifts the cap per client address (see
-        `headway_load_flags`), which an attack benchmark keeps."""
+        `headway_load_flags`), which an attack benchmark keeps; `tls` serves HTTPS with a
+        fresh self-signed certificate (`ssl_context` is then the clients' context)."""
         self.durability = durability
-        self.name = f"headway ({durability})"
+        self.name = f"headway ({durability}{', TLS' if tls else ''})"
         self.work = tempfile.mkdtemp()
+        self.ssl_context = None
+        if tls:
+            cert, key, self.ssl_context = make_certificate(self.work)
+            extra = ("--tls-cert", cert, "--tls-key", key, *extra)
         self.port = free_port()
         self.process = subprocess.Popen(
             ["taskset", "-c", "0", HEADWAYD, "--listen", f"127.0.0.1:{self.port}", "--db", f"{self.work}/h.db",
@@ -103,7 +119,7 @@ class Headway:
         self.pid = self.process.pid
 
     def prepare_channels(self, names):
-        api = http.client.HTTPConnection("127.0.0.1", self.port)
+        api = connection(self)
         for name in names:
             api.request("POST", "/v1/tasks", body=f'{{"id":"{name}","name":"Benchmark {name}"}}',
                         headers={"Content-Type": "application/json"})
@@ -174,16 +190,27 @@ def wrk_publish(server, connections=50, seconds=10, channels=50):
     return float(fields["rps"]), float(fields["p50_ms"]), float(fields["p99_ms"]), int(fields["errors"])
 
 
-class Subscribers:
-    """N event-stream subscribers on one epoll loop; counts stamped events and their latency."""
+def connection(server):
+    """A client connection to `server`'s API (HTTPS when it has a client `ssl_context`)."""
+    context = getattr(server, "ssl_context", None)
+    if context is not None:
+        return http.client.HTTPSConnection("127.0.0.1", server.port, context=context)
+    return http.client.HTTPConnection("127.0.0.1", server.port)
 
-    def __init__(self, port, count, request):
+
+class Subscribers:
+    """N event-stream subscribers on one epoll loop; counts stamped events and their latency.
+    With `ssl_context` each opens with a (blocking) TLS handshake."""
+
+    def __init__(self, port, count, request, ssl_context=None):
         self.selector = selectors.EpollSelector()
         self.states = []
         started = time.monotonic()
         for first in range(0, count, 500):
             for _ in range(first, min(first + 500, count)):
                 sock = socket.create_connection(("127.0.0.1", port))
+                if ssl_context is not None:
+                    sock = ssl_context.wrap_socket(sock, server_hostname="127.0.0.1")
                 sock.sendall(request)
                 sock.setblocking(False)
                 state = {"sock": sock, "buffer": b"", "open": False, "ready": False, "events": 0, "frames": 0,
@@ -210,7 +237,13 @@ class Subscribers:
             state = key.data
             try:
                 chunk = state["sock"].recv(65536)
-            except (BlockingIOError, InterruptedError):
+                # A TLS socket may hold more decrypted bytes than one recv returned, which
+                # epoll cannot tell: read them now.
+                pending = getattr(state["sock"], "pending", lambda: 0)()
+                while pending:
+                    chunk += state["sock"].recv(pending)
+                    pending = state["sock"].pending()
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 continue
             except OSError:
                 chunk = b""
@@ -241,7 +274,8 @@ def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout")
     server.prepare_channels([channel])
     time.sleep(0.5)
     rss_before = rss_kib(server.pid)
-    clients = Subscribers(server.port, subscribers, server.subscribe_request(channel))
+    clients = Subscribers(server.port, subscribers, server.subscribe_request(channel),
+                          ssl_context=getattr(server, "ssl_context", None))
     for _ in range(20):
         clients.pump(0.05)
     rss_after = rss_kib(server.pid)
@@ -253,7 +287,7 @@ def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout")
     acknowledged = []
 
     def drive():
-        api = http.client.HTTPConnection("127.0.0.1", server.port)
+        api = connection(server)
         next_time = time.monotonic()
         for _ in range(int(seconds * rate)):
             next_time += 1.0 / rate

@@ -154,7 +154,11 @@ def main():
         plot = None
 
     machine = f"{os.cpu_count()} cores, {platform.machine()}, Linux {platform.release()}"
-    with open(os.path.join(ROOT, "docs/benchmarks.md"), "w") as doc:
+    # Sections written by other benchmarks (`## …`, e.g. bench/tls-fanout.py's) are kept.
+    path = os.path.join(ROOT, "docs/benchmarks.md")
+    previous = open(path).read() if os.path.exists(path) else ""
+    kept = previous[previous.find("\n## "):] if "\n## " in previous else ""
+    with open(path, "w") as doc:
         doc.write(f"""# Benchmarks: headwayd beside nginx + nchan
 
 Written by `make bench` (`bench/suite.py{' --quick' if args.quick else ''}`) on
@@ -173,7 +177,7 @@ every headwayd 2xx is a committed SQLite transaction.
 ![publish-to-receive latency](benchmarks-latency.png)
 
 Raw figures: publishes/s per round {rates}; fan-out results {fan}.
-""")
+""" + kept)
     print(f"written: docs/benchmarks.md{' and ' + plot if plot else ''}")
 
 

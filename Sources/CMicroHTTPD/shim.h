@@ -40,7 +40,10 @@ static inline void headway_mhd_log(void *cls, const char *format, va_list argume
 /// (`MHD_OPTION_NOTIFY_CONNECTION`). `MHD_start_daemon` is variadic and not imported into
 /// Swift: this wrapper passes the options Headway uses and ends the list with
 /// `MHD_OPTION_END`. `*log_target` receives what `headway_mhd_free_log_target` frees once
-/// the daemon has stopped.
+/// the daemon has stopped. With a `tls_certificate_callback` (a GnuTLS
+/// `gnutls_certificate_retrieve_function2`, passed untyped so that this header needs no
+/// GnuTLS types) the daemon speaks HTTPS (`MHD_USE_TLS`) and asks the callback for its
+/// certificate at each handshake (`MHD_OPTION_HTTPS_CERT_CALLBACK`).
 static inline struct MHD_Daemon *headway_mhd_start(
     MHD_AccessHandlerCallback handler, void *handler_context,
     MHD_RequestCompletedCallback completed, void *completed_context,
@@ -49,7 +52,8 @@ static inline struct MHD_Daemon *headway_mhd_start(
     MHD_NotifyConnectionCallback closed, void *closed_context,
     unsigned int connection_limit,
     unsigned int connection_timeout_seconds,
-    size_t connection_memory_limit)
+    size_t connection_memory_limit,
+    void *tls_certificate_callback)
 {
     struct headway_log_target *target = (struct headway_log_target *)malloc(sizeof *target);
     if (target == NULL) return NULL;
@@ -58,6 +62,7 @@ static inline struct MHD_Daemon *headway_mhd_start(
     *log_target = target;
     unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG
         | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    if (tls_certificate_callback != NULL) flags |= MHD_USE_TLS;
     struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_context,
         MHD_OPTION_EXTERNAL_LOGGER, headway_mhd_log, (void *)target,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_context,
@@ -66,6 +71,8 @@ static inline struct MHD_Daemon *headway_mhd_start(
         MHD_OPTION_CONNECTION_LIMIT, connection_limit,
         MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,
+        /* Without TLS the list ends here. */
+        tls_certificate_callback != NULL ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, tls_certificate_callback,
         MHD_OPTION_END);
     if (daemon == NULL) {
         free(target);
@@ -106,6 +113,13 @@ static inline int headway_accept(int fd, struct sockaddr *address, socklen_t *le
 static inline int headway_connection_fd(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     return info == NULL ? -1 : info->connect_fd;
+}
+
+/// The socket context of a connection (what its `MHD_NotifyConnectionCallback` stored),
+/// or NULL (`MHD_get_connection_info` is variadic).
+static inline void *headway_connection_socket_context(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info == NULL ? NULL : info->socket_context;
 }
 
 /// Puts the calling thread in the batch scheduling class, once per thread: woken, it

@@ -58,6 +58,20 @@ enum ConnectionRoute: Equatable, Sendable {
             || !parts[2].starts(with: Array("HTTP/".utf8))
     }
 
+    /// What the first bytes of a connection to an HTTPS server are: `nil` while the first
+    /// TLS record (the ClientHello) is not whole and fits in `maximumBytes`; `.request` once
+    /// it is whole (or fills `maximumBytes`; the library then reads the rest); `.notTLS`
+    /// when they cannot begin a TLS handshake record (content type 22, protocol major
+    /// version 3) — a plain HTTP request, say.
+    static func classifyTLSOpening(_ bytes: some Collection<UInt8>, maximumBytes: Int) -> TLSOpening? {
+        let header = Array(bytes.prefix(5))
+        guard let contentType = header.first else { return nil }
+        guard contentType == 22, header.count < 2 || header[1] == 3 else { return .notTLS }
+        guard header.count == 5 else { return nil }
+        let recordLength = Int(header[3]) << 8 | Int(header[4])
+        return bytes.count >= min(5 + recordLength, maximumBytes) ? .clientHello : nil
+    }
+
     /// Where the request head ends (just after its empty line), if `bytes` hold all of it.
     /// Lines end with CRLF or a bare LF (RFC 9112 §2.2 lets a server accept either).
     static func endOfHead(_ bytes: [UInt8]) -> Int? {
@@ -71,6 +85,14 @@ enum ConnectionRoute: Equatable, Sendable {
     }
 }
 
+/// How a connection to an HTTPS server opens (`ConnectionRoute.classifyTLSOpening`).
+enum TLSOpening: Equatable, Sendable {
+    /// A whole first TLS record: the handshake may begin.
+    case clientHello
+    /// Bytes that begin no TLS handshake.
+    case notTLS
+}
+
 /// Why the accept loop closed a connection without handing it to a daemon, or closed one
 /// a daemon had kept alive.
 public enum ConnectionRefusal: String, CaseIterable, Sendable {
@@ -81,6 +103,9 @@ public enum ConnectionRefusal: String, CaseIterable, Sendable {
     /// It had not sent a whole request head when its time was up (its first, while being
     /// sorted, or a later one, in a daemon: `HeadDeadlines`).
     case headTimeout = "head_timeout"
+    /// It sent plain HTTP (or anything but a TLS handshake) to an HTTPS server; it got a
+    /// plain-text 400 saying so.
+    case notTLS = "not_tls"
 }
 
 /// Owns the listening socket: accepts connections and hands each to the daemon its first
@@ -102,6 +127,13 @@ public enum ConnectionRefusal: String, CaseIterable, Sendable {
 /// most once per `reportIntervalNanoseconds`. The head deadline here covers a
 /// connection's first request; later heads (on a kept-alive connection) have the same
 /// deadline (`HeadDeadlines`), which this loop checks too.
+///
+/// Under TLS (`Limits.expectsTLS`) the first bytes are a ClientHello, encrypted requests
+/// follow: the sorter cannot tell streams apart and hands every connection to the one
+/// daemon once its whole first TLS record has arrived (with the same deadline, waiting
+/// set and cap per address); bytes that begin no TLS handshake get a plain-text 400 and
+/// are closed. The handshake and the first request head then have the daemon's head
+/// deadline (`HeadDeadlines`, from the connection's start).
 final class ConnectionSorter: Service {
     /// The bounds of the sorting.
     struct Limits: Sendable {
@@ -119,6 +151,9 @@ final class ConnectionSorter: Service {
         var headTimeoutNanoseconds: UInt64 = 10_000_000_000
         /// Least time between two reports of refusals.
         var reportIntervalNanoseconds: UInt64 = 1_000_000_000
+        /// Connections begin with a TLS handshake: waited for until its first record is
+        /// whole, then handed to the request daemon (the only one).
+        var expectsTLS = false
     }
 
     /// Accepted connections still waiting for their whole first head.
@@ -278,6 +313,15 @@ final class ConnectionSorter: Service {
             return
         }
         guard count > 0 else { return }  // nothing yet: the next arrival wakes the loop again
+        if limits.expectsTLS {
+            switch ConnectionRoute.classifyTLSOpening(waiting.peekBuffer.prefix(count), maximumBytes: waiting.peekBuffer.count) {
+            case .clientHello: hand(fd, .request, &waiting)
+            case .notTLS: refuseAsNotTLS(fd, &waiting)
+            case nil:
+                if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { drop(fd, nil, &waiting) }
+            }
+            return
+        }
         if let route = ConnectionRoute.classify(waiting.peekBuffer.prefix(count), streamPaths: limits.streamPaths,
                                                 maximumStreamHead: limits.maximumStreamHead,
                                                 maximumStreamQueryParameters: limits.maximumStreamQueryParameters,
@@ -310,6 +354,19 @@ final class ConnectionSorter: Service {
         withUnsafePointer(to: &peer.address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { handOff(fd, route, $0, peer.length) }
         }
+    }
+
+    /// The reply to plain HTTP on an HTTPS server.
+    private static let notTLSReply = Array(("HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 42\r\n"
+        + "Connection: close\r\n\r\nThis server speaks HTTPS, not plain HTTP.\n").utf8)
+
+    /// Answers a connection that began with something else than a TLS handshake with a
+    /// plain-text 400 (what it sent so far is read first, so that the close does not reset
+    /// the connection under the reply), then closes it.
+    private func refuseAsNotTLS(_ fd: Int32, _ waiting: inout Waiting) {
+        _ = recv(fd, &waiting.peekBuffer, waiting.peekBuffer.count, Int32(MSG_DONTWAIT))
+        _ = Self.notTLSReply.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+        drop(fd, .notTLS, &waiting)
     }
 
     /// Closes a waiting connection, counting the refusal if it is one.

@@ -22,6 +22,14 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 /// `answerSendingGraceSeconds`: a client that does not read cannot hold the stop), then
 /// the daemons stop.
 ///
+/// HTTPS (`Configuration.tls`) goes through libmicrohttpd's own GnuTLS support, with the
+/// certificate handed out per handshake (`TLSCertificates`, reloadable). A TLS connection
+/// begins with a ClientHello, so the accept loop cannot see which route it will ask for:
+/// one daemon (with the request daemon's memory) serves every connection, and event
+/// streams stay library-driven — suspended while idle, resumed for each write — because
+/// only the library's thread may use the connection's GnuTLS session (ARCHITECTURE.md,
+/// "HTTPS", gives the measurements behind this).
+///
 /// libmicrohttpd aborts the process if a daemon is stopped while one of its connections is
 /// suspended (`MHD_stop_daemon`). A connection is suspended while its request waits for
 /// its handler's answer, and while a stream has nothing to send; so the stop counts the
@@ -83,6 +91,9 @@ public final class MicroHTTPServer: Service {
         public var connectionsRefused: @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in }
         /// The monotonic clock of the head timeout, in nanoseconds (tests move their own).
         public var sortingClock: @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }
+        /// Serve HTTPS with this certificate and key (nil: plain HTTP). Under TLS there is
+        /// one daemon (`MicroHTTPServer` explains why).
+        public var tls: TLSCertificateFiles?
         /// Runs on the daemon's thread just before a request resumed by its answer queues
         /// it (tests hold the thread there).
         var beforeQueueingAResumedAnswer: @Sendable () -> Void = {}
@@ -137,6 +148,8 @@ public final class MicroHTTPServer: Service {
     let connectionsPerAddress: ConnectionsPerAddress
     /// The deadline of every request head after a connection's first (checked by the sorter).
     let headDeadlines: HeadDeadlines
+    /// The certificate handed out under TLS (nil: plain HTTP).
+    let certificates: TLSCertificates?
 
     /// A server for `configuration`, not yet listening.
     public init(configuration: Configuration, pipeline: HTTPPipeline,
@@ -150,6 +163,20 @@ public final class MicroHTTPServer: Service {
         writableWatcher = try WritableWatcher(
             stallTimeoutNanoseconds: UInt64(configuration.streamStallTimeoutSeconds * 1_000_000_000))
         helpers = ServiceGroup([ServiceGroup.Member("headway-flush", writableWatcher)])
+        certificates = try configuration.tls.map(TLSCertificates.init(files:))
+    }
+
+    /// Whether the server speaks HTTPS.
+    public var isTLS: Bool { certificates != nil }
+
+    /// The SHA-256 fingerprint of the certificate handed out now (nil: plain HTTP).
+    public var certificateFingerprint: String? { certificates?.fingerprint }
+
+    /// Reads the certificate and key files again; new connections get the new certificate,
+    /// open ones keep going. Returns its SHA-256 fingerprint. Throws, keeping the current
+    /// one, if the files cannot serve; nil without TLS.
+    public func reloadCertificate() throws -> String? {
+        try certificates?.reload()
     }
 
     /// The port the server listens on (known after `prepare()`).
@@ -164,7 +191,8 @@ public final class MicroHTTPServer: Service {
                 accessHandlerCallback, context, requestCompletedCallback, context, libraryLogCallback, context, &logTarget,
                 targetCheckCallback, context,
                 connectionNotifyCallback, context,
-                UInt32(configuration.connectionLimit), UInt32(timeoutSeconds), memoryLimit)
+                UInt32(configuration.connectionLimit), UInt32(timeoutSeconds), memoryLimit,
+                certificates == nil ? nil : unsafeBitCast(tlsCertificateCallback, to: UnsafeMutableRawPointer.self))
             else { throw HTTPServerError(description: "cannot start libmicrohttpd") }
             if let logTarget { daemons.withLock { $0.logTargets.append(logTarget) } }
             return daemon
@@ -179,7 +207,9 @@ public final class MicroHTTPServer: Service {
             let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit,
                                                 timeoutSeconds: min(configuration.connectionTimeoutSeconds, sendStallSeconds))
             daemons.withLock { $0.request = requestDaemon }
-            let streamDaemon = configuration.streamPaths.isEmpty
+            // Under TLS the first bytes are a ClientHello: nothing tells a stream apart before
+            // the library has decrypted its request, so one daemon serves all.
+            let streamDaemon = configuration.streamPaths.isEmpty || certificates != nil
                 ? requestDaemon
                 : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit,
                                   // A stream not yet direct stalls on the library's timeout.
@@ -192,6 +222,7 @@ public final class MicroHTTPServer: Service {
             limits.maximumHead = configuration.connectionMemoryLimit
             limits.maximumWaiting = configuration.maximumWaitingConnections
             limits.headTimeoutNanoseconds = configuration.headTimeoutNanoseconds
+            limits.expectsTLS = certificates != nil
             let sorter = try ConnectionSorter(
                 listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress, headDeadlines: headDeadlines,
                 monotonicNow: configuration.sortingClock, reportRefusals: configuration.connectionsRefused
@@ -549,7 +580,10 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
                 }
                 return queue(refusal, &answer)
             }
-            stream.attach(connection, directSocket: isChunkedKeepAlive ? headway_connection_fd(connection) : -1,
+            // Under TLS only the library may write the socket (its GnuTLS session): the
+            // stream stays library-driven.
+            let writesDirectly = isChunkedKeepAlive && !server.isTLS
+            stream.attach(connection, directSocket: writesDirectly ? headway_connection_fd(connection) : -1,
                           watcher: server.writableWatcher)
             stream.onClose { [server] in server.streamClosed(stream) }
             mhdResponse = MHD_create_response_from_callback(UInt64.max, 2048, streamReaderCallback,
@@ -599,12 +633,17 @@ private let targetCheckCallback: @convention(c) (UnsafeMutableRawPointer?, Unsaf
 
 /// A connection opens in a daemon: it waits for its first head. It closes: it waits no
 /// more, and its address may open another.
-private let connectionNotifyCallback: MHD_NotifyConnectionCallback = { cls, connection, _, event in
+private let connectionNotifyCallback: MHD_NotifyConnectionCallback = { cls, connection, socketContext, event in
     guard let cls, let connection else { return }
     let server = Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue()
     let fd = headway_connection_fd(connection)
     switch event {
-    case .CONNECTION_NOTIFY_STARTED: server.headDeadlines.startWaiting(fd)
+    case .CONNECTION_NOTIFY_STARTED:
+        server.headDeadlines.startWaiting(fd)
+        // Before its handshake: where `tlsCertificateCallback` finds the certificate.
+        if let certificates = server.certificates {
+            socketContext?.pointee = Unmanaged.passUnretained(certificates).toOpaque()
+        }
     case .CONNECTION_NOTIFY_CLOSED:
         server.headDeadlines.stopWaiting(fd)
         server.connectionsPerAddress.release(fd)

@@ -81,8 +81,31 @@ public final class HeadwayApplication: Sendable {
         logger.log(.info, "server.listening", [
             "address": configuration.host.contains(":") ? "[\(configuration.host)]:\(port)" : "\(configuration.host):\(port)",
             "db": configuration.databasePath, "durability": configuration.durability.rawValue,
+            "tls": server.isTLS ? "on" : "off", "certificate_sha256": server.certificateFingerprint ?? "-",
             "version": HeadwayVersion.current,
         ])
+    }
+
+    /// Reloads the TLS certificate and key from their files (SIGHUP): new connections get
+    /// the new certificate, open ones keep going; a file that cannot serve keeps the old
+    /// certificate. Logs what happened (`tls.reloaded`, `tls.reload_failed`, or
+    /// `tls.reload_skipped` without TLS) and returns whether a new certificate is served.
+    @discardableResult
+    public func reloadCertificate() -> Bool {
+        guard let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath else {
+            logger.log(.info, "tls.reload_skipped", ["reason": "TLS is off (no --tls-cert): nothing to reload"])
+            return false
+        }
+        do {
+            let fingerprint = try server.reloadCertificate() ?? ""
+            logger.log(.info, "tls.reloaded", ["cert": certificatePath, "key": keyPath, "certificate_sha256": fingerprint])
+            return true
+        } catch {
+            logger.log(.error, "tls.reload_failed", [
+                "error": "\(error)", "kept_certificate_sha256": server.certificateFingerprint ?? "",
+            ])
+            return false
+        }
     }
 
     /// Event-stream subscribers connected now.
@@ -181,13 +204,17 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.port = configuration.port
     serverConfiguration.connectionLimit = connectionLimit
     serverConfiguration.streamStallTimeoutSeconds = configuration.streamStallTimeoutSeconds
+    if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
+        serverConfiguration.tls = TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath)
+    }
     // Each connection's buffers: 10,000 connections cost ~280 MB at the default 32 KiB.
     // The library keeps each query parameter in about 50 bytes more. Requests: a target of
     // up to 8 KiB, headers and the most query parameters allowed fit; bodies arrive in
     // pieces. Event streams send their frames themselves and need only room for a small
     // request head: a stream request whose head passes 1 KiB or carries more than 8 query
     // parameters is served by the request daemon instead (10,000 streams cost 4.5 KiB
-    // each, not the request daemon's 22 KiB).
+    // each, not the request daemon's 22 KiB). Under TLS one daemon, with the request
+    // daemon's memory, serves both (an HTTPS stream costs about 37 KiB).
     serverConfiguration.maximumQueryParameters = configuration.maximumQueryParameters
     serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
     let bytesPerQueryParameter = 64
@@ -207,6 +234,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
             ConnectionRefusal.headTimeout.rawValue: "\(counts[.headTimeout] ?? 0)",
             ConnectionRefusal.waitingFull.rawValue: "\(counts[.waitingFull] ?? 0)",
             ConnectionRefusal.tooManyFromAddress.rawValue: "\(counts[.tooManyFromAddress] ?? 0)",
+            ConnectionRefusal.notTLS.rawValue: "\(counts[.notTLS] ?? 0)",
         ])
     }
     // Every request passes the middleware in this order; the HTTP layer's refusals look

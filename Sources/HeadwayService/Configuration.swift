@@ -57,6 +57,10 @@ public struct Configuration: Sendable, Equatable {
     public var publicOrigins: [WebOrigin] = []
     /// `--cors-origin`: pages that may call the API from a browser.
     public var corsOrigins: [CORSOrigin] = []
+    /// HTTPS: the PEM certificate (chain) and its private key (`--tls-cert`, `--tls-key`;
+    /// both or neither). nil: plain HTTP.
+    public var tlsCertificatePath: String?
+    public var tlsKeyPath: String?
 
     public init() {}
 
@@ -131,11 +135,17 @@ public struct Configuration: Sendable, Equatable {
                                     call the API from a browser, or '*' for any page;
                                     repeat for several (HEADWAY_CORS_ORIGIN,
                                     comma-separated)
+          --tls-cert FILE           serve HTTPS with this PEM certificate (its chain
+                                    after it); needs --tls-key; SIGHUP reloads both
+                                    (HEADWAY_TLS_CERT, default: plain HTTP)
+          --tls-key FILE            the PEM private key of --tls-cert, unencrypted
+                                    (HEADWAY_TLS_KEY)
           --version                 print the version and exit
           -h, --help                show this text
 
         Logs go to stderr, one line per event. SIGTERM or SIGINT stops the daemon cleanly;
-        a second one during a slow stop ends it at once.
+        a second one during a slow stop ends it at once. SIGHUP reloads the TLS
+        certificate and key (open connections keep theirs; a bad file keeps the old).
 
         """
 
@@ -156,10 +166,10 @@ public struct Configuration: Sendable, Equatable {
                      "max-body-bytes", "max-query-params",
                      "head-timeout", "max-connections-per-address",
                      "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
-                     "public-url", "cors-origin"]
+                     "public-url", "cors-origin", "tls-cert", "tls-key"]
         // Flags that may repeat, each adding a value; their variable holds a comma-separated
         // list, and the flags, when given, replace it.
-        let repeatable: Set<String> = ["public-url", "cors-origin"]
+        let repeatable: Set<String> = ["public-url", "cors-origin", "tls-cert", "tls-key"]
         var lists: [String: [String]] = [:]
         var listsFromFlags: Set<String> = []
         for name in names {
@@ -253,6 +263,15 @@ public struct Configuration: Sendable, Equatable {
         }
         configuration.corsOrigins = try (lists["cors-origin"] ?? []).map { text throws(UsageError) in
             try CORSOrigin.parse(text)
+        }
+        // HTTPS: both files or neither (whether they can serve is checked at start).
+        switch (settings["tls-cert"], settings["tls-key"]) {
+        case (nil, nil): break
+        case (let certificate?, let key?) where !certificate.isEmpty && !key.isEmpty:
+            configuration.tlsCertificatePath = certificate
+            configuration.tlsKeyPath = key
+        case (_, nil), (_, ""): throw UsageError("--tls-cert needs --tls-key (the certificate's private key)")
+        default: throw UsageError("--tls-key needs --tls-cert (the certificate of the key)")
         }
         return .run(configuration)
     }

@@ -3,12 +3,14 @@ import HeadwayService
 
 // headwayd: parse the configuration, start, wait for SIGTERM or SIGINT, stop cleanly.
 // Signals are blocked before any thread starts, so only `sigwait` below receives them.
-// A second signal during a slow stop ends the process at once.
+// A second signal during a slow stop ends the process at once. SIGHUP reloads the TLS
+// certificate and key, at any time before the stop.
 
 var signals = sigset_t()
 sigemptyset(&signals)
 sigaddset(&signals, SIGTERM)
 sigaddset(&signals, SIGINT)
+sigaddset(&signals, SIGHUP)
 pthread_sigmask(SIG_BLOCK, &signals, nil)
 
 func fail(_ message: String, code: Int32) -> Never {
@@ -65,16 +67,28 @@ do {
     fail("cannot start: \(error)", code: 1)
 }
 
-func signalName(_ signal: Int32) -> String { signal == SIGTERM ? "SIGTERM" : "SIGINT" }
+func signalName(_ signal: Int32) -> String {
+    switch signal {
+    case SIGTERM: "SIGTERM"
+    case SIGHUP: "SIGHUP"
+    default: "SIGINT"
+    }
+}
 
 var received: Int32 = 0
 sigwait(&signals, &received)
+while received == SIGHUP {
+    logger.log(.info, "signal.received", ["signal": signalName(received), "action": "reload the TLS certificate"])
+    application.reloadCertificate()
+    sigwait(&signals, &received)
+}
 logger.log(.info, "signal.received", ["signal": signalName(received)])
 Thread.detachNewThread {
     application.shutdown()
     exit(0)
 }
-sigwait(&signals, &received)
+// During the stop a SIGHUP changes nothing.
+repeat { sigwait(&signals, &received) } while received == SIGHUP
 logger.log(.warn, "signal.received", ["signal": signalName(received), "action": "stopping at once"])
 // Without exit handlers, which would run under the feet of the stop under way. Committed
 // changes are safe: SQLite recovers its write-ahead log as after any crash.

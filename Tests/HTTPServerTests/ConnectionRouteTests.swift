@@ -70,4 +70,23 @@ import Testing
         #expect(route("POST /v1/tasks HTTP/1.1\nContent-Length: 2\n\n{}") == .request)
         #expect(route("GET /v1/events HTTP/1.1\nHost: x\n") == nil)
     }
+
+    @Test func underTLSAConnectionIsHandedOverOnceItsFirstRecordIsWhole() {
+        // A handshake record (22), TLS 1.0 framing (3, 1), 6 bytes of content.
+        let record: [UInt8] = [22, 3, 1, 0, 6, 1, 0, 0, 2, 3, 3]
+        #expect(ConnectionRoute.classifyTLSOpening(record, maximumBytes: 1024) == .clientHello)
+        #expect(ConnectionRoute.classifyTLSOpening(record + [22], maximumBytes: 1024) == .clientHello)
+        for count in 0..<record.count {
+            #expect(ConnectionRoute.classifyTLSOpening(record.prefix(count), maximumBytes: 1024) == nil, "\(count) bytes")
+        }
+        // A record larger than what is looked at is handed over when that much has come.
+        #expect(ConnectionRoute.classifyTLSOpening(record.prefix(8), maximumBytes: 8) == .clientHello)
+    }
+
+    @Test func underTLSPlainHTTPIsNoHandshake() {
+        #expect(ConnectionRoute.classifyTLSOpening(Array("G".utf8), maximumBytes: 1024) == .notTLS)
+        #expect(ConnectionRoute.classifyTLSOpening(Array("GET / HTTP/1.1\r\n\r\n".utf8), maximumBytes: 1024) == .notTLS)
+        #expect(ConnectionRoute.classifyTLSOpening([22, 71], maximumBytes: 1024) == .notTLS, "not protocol version 3")
+        #expect(ConnectionRoute.classifyTLSOpening([23, 3, 3, 0, 1, 0], maximumBytes: 1024) == .notTLS, "not a handshake")
+    }
 }
