@@ -169,7 +169,7 @@ public struct Configuration: Sendable, Equatable {
                      "public-url", "cors-origin", "tls-cert", "tls-key"]
         // Flags that may repeat, each adding a value; their variable holds a comma-separated
         // list, and the flags, when given, replace it.
-        let repeatable: Set<String> = ["public-url", "cors-origin", "tls-cert", "tls-key"]
+        let repeatable: Set<String> = ["public-url", "cors-origin"]
         var lists: [String: [String]] = [:]
         var listsFromFlags: Set<String> = []
         for name in names {
