@@ -99,6 +99,9 @@ public enum AccessRefusal: Error, Equatable, Sendable {
     case insufficientScope(needed: Scope)
     /// The task lies outside the token's task prefix (registering it, or under it).
     case prefixNotAllowed(prefix: String, field: String)
+    /// A delete of `taskID`, whose subtree holds a task outside the token's task prefix
+    /// (a tree built across prefixes by an unprefixed token): refused whole.
+    case subtreeOutsidePrefix(prefix: String, taskID: String)
     /// `access_token=` on a route other than the event stream.
     case accessTokenNotAllowed
 
@@ -110,7 +113,7 @@ public enum AccessRefusal: Error, Equatable, Sendable {
         case .tokenExpired: "token_expired"
         case .tokenRevoked: "token_revoked"
         case .insufficientScope: "insufficient_scope"
-        case .prefixNotAllowed: "prefix_not_allowed"
+        case .prefixNotAllowed, .subtreeOutsidePrefix: "prefix_not_allowed"
         case .accessTokenNotAllowed: "access_token_not_allowed"
         }
     }

@@ -169,6 +169,10 @@ extension Problem {
             self.init(status: 403, code: code, title: "Task prefix not allowed",
                       detail: "This token may only touch tasks whose id starts with '\(prefix)'.",
                       errors: [FieldError(field: field, message: "must start with '\(prefix)'")])
+        case .subtreeOutsidePrefix(let prefix, let taskID):
+            self.init(status: 403, code: code, title: "Task prefix not allowed",
+                      detail: "The subtree of '\(taskID)' holds tasks of another prefix: this token may only delete "
+                          + "subtrees whose every task starts with '\(prefix)'. Nothing was deleted.")
         case .accessTokenNotAllowed:
             self.init(status: 400, code: code, title: "access_token not allowed here",
                       detail: "access_token= is accepted on GET /v1/events only; send Authorization: Bearer <token>.",

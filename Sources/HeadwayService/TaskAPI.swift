@@ -170,7 +170,7 @@ struct TaskAPI: Sendable {
     private func delete(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let id: String
         do throws(TaskError) { id = try taskID(request, grant) } catch { return responder.respond(errors.response(for: error, request)) }
-        store.inSteps(on: writer, { [store, clock] database in try store.delete(id, now: clock.now(), in: database) },
+        store.inSteps(on: writer, { [store, clock] database in try store.delete(id, taskPrefix: grant.taskPrefix, now: clock.now(), in: database) },
                       afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
             if case .success = result { audit("audit.task_delete", grant, request, id) }
             responder.respond(reply(result, request) { _ in HTTPResponse(status: 204) })
@@ -183,7 +183,7 @@ struct TaskAPI: Sendable {
     /// last step: every unfinished task of the subtree is then cancel-requested.
     private func cancel(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         guard let (id, _) = parsed(request, grant, responder, emptyBodyAllowed: true, parse: { _ throws(TaskError) in () }) else { return }
-        store.inSteps(on: writer, { [store, clock] database in try store.cancel(id, now: clock.now(), in: database) },
+        store.inSteps(on: writer, { [store, clock] database in try store.cancel(id, taskPrefix: grant.taskPrefix, now: clock.now(), in: database) },
                       afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
             if case .success = result { audit("audit.task_cancel", grant, request, id) }
             responder.respond(reply(result, request) { step in

@@ -11,6 +11,10 @@ import HeadwayCore
 /// with its siblings and deleted too (as if registered before the delete). For a cancel, a
 /// child registered under a task whose children were read already is left alone (as if
 /// registered after the cancel); one under a task not reached yet is cancelled.
+///
+/// A walk within a task prefix (a cancel by a token that has one) reaches only the tasks
+/// whose id starts with it: a task of another prefix is passed over with everything below
+/// it, even tasks of the prefix (the walk goes through no task the token cannot see).
 public struct SubtreeWalk: Sendable, Equatable {
     /// What the walk does to each task it reaches.
     public enum Operation: Sendable, Equatable {
@@ -22,6 +26,8 @@ public struct SubtreeWalk: Sendable, Equatable {
 
     /// What the walk does.
     public let operation: Operation
+    /// When set, only tasks whose id starts with it are reached (and walked below).
+    public let taskPrefix: String?
     /// When the operation was requested: the time of every change it makes.
     public let now: EpochMilliseconds
     /// Tasks whose children are still to be read, in order; those before `next` are done.
@@ -30,24 +36,31 @@ public struct SubtreeWalk: Sendable, Equatable {
     /// The listing key of the last child read of `parents[next]`.
     private var afterKey: Int64 = 0
 
-    /// A walk of the descendants of `rootID`.
-    init(_ operation: Operation, below rootID: String, now: EpochMilliseconds) {
+    /// A walk of the descendants of `rootID` (within `taskPrefix`, when given).
+    init(_ operation: Operation, below rootID: String, now: EpochMilliseconds, taskPrefix: String? = nil) {
         self.operation = operation
         self.now = now
+        self.taskPrefix = taskPrefix
         parents = [rootID]
     }
 
     /// Whether every task of the subtree has been reached.
     public var isFinished: Bool { next == parents.count }
 
-    /// The next at most `limit` tasks of the subtree, as stored; the caller changes them
-    /// before asking for more. Tasks with children are remembered, to read theirs later.
-    mutating func nextTasks(limit: Int, in database: Database) throws(SQLiteError) -> [TaskRecord] {
+    /// The tasks of the subtree among the next at most `limit` rows read, as stored, and
+    /// how many rows were read (more than the tasks when some lie outside the walk's task
+    /// prefix, so a step stays bounded however many of those there are); the caller
+    /// changes the tasks before asking for more. Tasks with children are remembered, to
+    /// read theirs later.
+    mutating func nextTasks(limit: Int, in database: Database) throws(SQLiteError) -> (tasks: [TaskRecord], read: Int) {
         var tasks: [TaskRecord] = []
-        while tasks.count < limit, !isFinished {
-            let wanted = limit - tasks.count
+        var read = 0
+        while read < limit, !isFinished {
+            let wanted = limit - read
             let page = try TaskRepository.children(of: parents[next], afterKey: afterKey, limit: wanted, in: database)
+            read += page.count
             for (task, _) in page {
+                if let taskPrefix, !task.id.utf8.starts(with: taskPrefix.utf8) { continue }
                 tasks.append(task)
                 if task.childCount > 0 { parents.append(task.id) }
             }
@@ -64,7 +77,7 @@ public struct SubtreeWalk: Sendable, Equatable {
             parents.removeFirst(next)
             next = 0
         }
-        return tasks
+        return (tasks, read)
     }
 }
 

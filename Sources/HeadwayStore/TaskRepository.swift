@@ -140,6 +140,24 @@ public enum TaskRepository {
                           [.text(parentID), .integer(afterKey), .integer(Int64(limit))], map: keyedRecord)
     }
 
+    /// The id of a descendant of `rootID` whose id does not start with `prefix`, or nil.
+    /// Goes down `tasks_by_parent` from `rootID` through the tasks of the prefix only, and
+    /// stops at the first task outside it: the cost of a subtree that holds none is one
+    /// index range (and a row lookup for each id) per task of the subtree.
+    public static func descendantOutside(prefix: String, below rootID: String,
+                                         in database: Database) throws(SQLiteError) -> String? {
+        let range = TaskIDPrefix.range(prefix)
+        return try database.rows("""
+            WITH RECURSIVE below(id) AS (
+                SELECT id FROM tasks WHERE parent_id = ?1
+                UNION ALL
+                SELECT child.id FROM below JOIN tasks AS child ON child.parent_id = below.id
+                WHERE below.id >= ?2 AND below.id < ?3
+            )
+            SELECT id FROM below WHERE id < ?2 OR id >= ?3 LIMIT 1
+            """, [.text(rootID), .text(range.lower), .text(range.upper)]) { $0.text(0) }.first
+    }
+
     /// At most `limit` tasks whose parent is not stored: what a subtree delete interrupted
     /// between its steps (a crash) left behind. One scan of the table, with a primary-key
     /// lookup per child task.

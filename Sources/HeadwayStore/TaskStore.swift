@@ -205,12 +205,17 @@ public struct TaskStore: Sendable {
     /// (see `continueWalk`). Only the task's own request is carried up to its ancestors;
     /// its descendants' requests are not carried up (every task between them and the task
     /// takes the request itself, at the same moment).
-    public func cancel(_ id: String, now: EpochMilliseconds, in database: Database) throws -> SubtreeChange {
+    ///
+    /// With `taskPrefix` (the task prefix of the token asking, which covers `id`) only the
+    /// descendants whose id starts with it are reached, and none below a task outside it
+    /// (`SubtreeWalk`).
+    public func cancel(_ id: String, taskPrefix: String? = nil, now: EpochMilliseconds,
+                       in database: Database) throws -> SubtreeChange {
         try numbered {
             let changed = try modify(id, .cancelRequested, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.requestCancel(task, now: now)
             }
-            var step = try walk(SubtreeWalk(.cancel, below: id, now: now), in: database)
+            var step = try walk(SubtreeWalk(.cancel, below: id, now: now, taskPrefix: taskPrefix), in: database)
             step.outcome = changed.outcome
             step.count += changed.events.isEmpty ? 0 : 1
             step.events = changed.events + step.events
@@ -220,9 +225,20 @@ public struct TaskStore: Sendable {
 
     /// Deletes a task, leaving its tombstone (its parent's roll-up and count of children
     /// lose it), and the first step of its descendants (see `continueWalk`).
-    public func delete(_ id: String, now: EpochMilliseconds, in database: Database) throws -> SubtreeChange {
+    ///
+    /// With `taskPrefix` (the task prefix of the token asking, which covers `id`) the
+    /// delete is refused (`AccessRefusal.subtreeOutsidePrefix`, nothing changed) when the
+    /// subtree holds a task outside the prefix; checked here, in the first step's
+    /// transaction, before anything is deleted. A task registered under the subtree by
+    /// another token while later steps run is deleted with it, as without a prefix.
+    public func delete(_ id: String, taskPrefix: String? = nil, now: EpochMilliseconds,
+                       in database: Database) throws -> SubtreeChange {
         try numbered {
             guard let root = try load(id, in: database) else { throw TaskError.notFound(id) }
+            if let taskPrefix, root.childCount > 0,
+               try TaskRepository.descendantOutside(prefix: taskPrefix, below: id, in: database) != nil {
+                throw AccessRefusal.subtreeOutsidePrefix(prefix: taskPrefix, taskID: id)
+            }
             var events = [try remove(root, now: now, in: database)]
             events += try rollUp(from: root.parentID, childDelta: -1, weightDelta: -root.weight,
                                  doneDelta: -root.weight * root.shareOfParent, now: now, in: database)
@@ -246,9 +262,13 @@ public struct TaskStore: Sendable {
         var walk = walk
         var step = SubtreeChange(count: 0, events: [])
         var bytes = 0
-        while step.count < stepTasks, bytes < stepBytes, !walk.isFinished {
+        // Rows read and passed over (outside the walk's task prefix): bounded per step too.
+        var passedOver = 0
+        while step.count < stepTasks, passedOver < stepTasks, bytes < stepBytes, !walk.isFinished {
             // Pages small enough that a step ends close to its byte budget.
-            for task in try walk.nextTasks(limit: min(64, stepTasks - step.count), in: database) {
+            let page = try walk.nextTasks(limit: min(64, stepTasks - step.count), in: database)
+            passedOver += page.read - page.tasks.count
+            for task in page.tasks {
                 let event: TaskEvent
                 switch walk.operation {
                 case .cancel:
