@@ -90,6 +90,7 @@ struct AccessTests {
         #expect(AccessRefusal.tokenRevoked.code == "token_revoked")
         #expect(AccessRefusal.insufficientScope(needed: .read).code == "insufficient_scope")
         #expect(AccessRefusal.prefixNotAllowed(prefix: "a.", field: "id").code == "prefix_not_allowed")
+        #expect(AccessRefusal.subtreeOutsidePrefix(prefix: "a.", taskID: "a.r").code == "prefix_not_allowed")
         #expect(AccessRefusal.accessTokenNotAllowed.code == "access_token_not_allowed")
     }
 
