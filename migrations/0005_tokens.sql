@@ -1,8 +1,10 @@
--- Access tokens. Only the SHA-256 of a secret is stored (hex). A token is never deleted:
--- revoking sets revoked_at, so that once any token has existed the daemon keeps asking
--- for one. `token_state.generation` moves with every new or revoked token (triggers, so a
--- `headwayd token create` run against a live database is seen too): the daemon compares
--- it about once a second and reloads the table only when it moved.
+-- Access tokens. Only the SHA-256 of a secret is stored (hex). The daemon never deletes a
+-- token: revoking sets revoked_at. Once any token has existed the daemon keeps asking for
+-- one: `token_state.required` is set by the first token (a trigger) and never cleared by
+-- the daemon, so deleting rows by hand does not reopen it. `token_state.generation` moves
+-- with every token inserted, updated or deleted (triggers, so a `headwayd token create`
+-- run against a live database is seen too): the daemon compares it about once a second
+-- and reloads the table only when it moved.
 CREATE TABLE tokens (
     id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
@@ -16,16 +18,22 @@ CREATE TABLE tokens (
 ) STRICT;
 
 CREATE TABLE token_state (
-    generation INTEGER NOT NULL
+    generation INTEGER NOT NULL,
+    required INTEGER NOT NULL DEFAULT 0 CHECK (required IN (0, 1))
 ) STRICT;
-INSERT INTO token_state (generation) VALUES (0);
+INSERT INTO token_state (generation, required) VALUES (0, 0);
 
 CREATE TRIGGER tokens_inserted AFTER INSERT ON tokens
+BEGIN
+    UPDATE token_state SET generation = generation + 1, required = 1;
+END;
+
+CREATE TRIGGER tokens_changed AFTER UPDATE ON tokens
 BEGIN
     UPDATE token_state SET generation = generation + 1;
 END;
 
-CREATE TRIGGER tokens_changed AFTER UPDATE OF name, scopes, task_prefix, expires_at, revoked_at ON tokens
+CREATE TRIGGER tokens_deleted AFTER DELETE ON tokens
 BEGIN
     UPDATE token_state SET generation = generation + 1;
 END;

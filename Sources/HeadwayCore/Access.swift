@@ -38,14 +38,19 @@ public struct Grant: Sendable, Equatable {
     /// The token's name, for logs.
     public var tokenName: String?
     public var scopes: Set<Scope>
-    /// When set, only tasks whose id starts with it exist for this grant.
+    /// When set, only tasks whose id starts with it exist for this grant, and only tokens
+    /// whose own prefix starts with it (a prefixed admin manages no other token).
     public var taskPrefix: String?
+    /// When the token expires (nil: never): no token it makes may outlive it.
+    public var expiresAt: EpochMilliseconds?
 
-    public init(tokenID: String?, tokenName: String?, scopes: Set<Scope>, taskPrefix: String? = nil) {
+    public init(tokenID: String?, tokenName: String?, scopes: Set<Scope>, taskPrefix: String? = nil,
+                expiresAt: EpochMilliseconds? = nil) {
         self.tokenID = tokenID
         self.tokenName = tokenName
         self.scopes = scopes
         self.taskPrefix = taskPrefix
+        self.expiresAt = expiresAt
     }
 
     /// Everything, for every task: the grant of every request while no token exists.
@@ -70,6 +75,38 @@ public struct Grant: Sendable, Equatable {
         guard let taskPrefix else { return true }
         return taskID.utf8.starts(with: taskPrefix.utf8)
     }
+
+    /// Whether a token with task prefix `tokenPrefix` (nil: every task) exists for this
+    /// grant, to list, make or revoke: a prefixed grant sees only tokens whose prefix
+    /// starts with its own, so it can never make or touch a token that sees more than it.
+    public func manages(tokenPrefix: String?) -> Bool {
+        guard let taskPrefix else { return true }
+        guard let tokenPrefix else { return false }
+        return tokenPrefix.utf8.starts(with: taskPrefix.utf8)
+    }
+
+    /// Why this grant may not make the token `request` asks for, or nil: its prefix must
+    /// lie inside the grant's (403 `prefix_not_allowed`), and its expiry (required when
+    /// the grant's token expires) may not come after the grant's.
+    public func refusal(toMake request: TokenRequest) -> TokenMakingRefusal? {
+        if !manages(tokenPrefix: request.taskPrefix), let taskPrefix {
+            return .prefix(AccessRefusal.prefixNotAllowed(prefix: taskPrefix, field: "task_prefix"))
+        }
+        if let expiresAt, request.expiresAt.map({ $0 > expiresAt }) ?? true {
+            return .expiry(FieldError(field: "expires_at", message: "must be given, and no later than "
+                                        + "\(Timestamp.rfc3339(expiresAt)), when the token making it expires: "
+                                        + "a token never makes one that outlives it"))
+        }
+        return nil
+    }
+}
+
+/// Why a grant may not make a token.
+public enum TokenMakingRefusal: Error, Equatable, Sendable {
+    /// The new token's prefix is missing or outside the grant's (403).
+    case prefix(AccessRefusal)
+    /// The new token would outlive the grant's (400, the field `expires_at`).
+    case expiry(FieldError)
 }
 
 /// The range of task ids that start with a prefix, for an index range in SQL: every id
@@ -226,7 +263,7 @@ public struct TokenRecord: Sendable, Equatable {
     public func grant(at now: EpochMilliseconds) -> Result<Grant, AccessRefusal> {
         if revokedAt != nil { return .failure(.tokenRevoked) }
         if let expiresAt, now >= expiresAt { return .failure(.tokenExpired) }
-        return .success(Grant(tokenID: id, tokenName: name, scopes: scopes, taskPrefix: taskPrefix))
+        return .success(Grant(tokenID: id, tokenName: name, scopes: scopes, taskPrefix: taskPrefix, expiresAt: expiresAt))
     }
 
     /// Whether the token can no longer be used at `now` (revoked or expired).
@@ -246,6 +283,11 @@ public struct TokenRequest: Sendable, Equatable {
     public var taskPrefix: String?
     public var expiresAt: EpochMilliseconds?
 
+    /// The shortest life a token may be given: 1 minute.
+    public static let minimumLifetimeMilliseconds: Int64 = 60_000
+    /// The longest: 100 years (of 365.25 days).
+    public static let maximumLifetimeMilliseconds: Int64 = 3_155_760_000_000
+
     public init(name: String, scopes: Set<Scope>, taskPrefix: String? = nil, expiresAt: EpochMilliseconds? = nil) {
         self.name = name
         self.scopes = scopes
@@ -253,8 +295,19 @@ public struct TokenRequest: Sendable, Equatable {
         self.expiresAt = expiresAt
     }
 
+    /// Whether a token may live `milliseconds`: from 1 minute to 100 years.
+    public static func isLifetimeAllowed(_ milliseconds: Int64) -> Bool {
+        (minimumLifetimeMilliseconds...maximumLifetimeMilliseconds).contains(milliseconds)
+    }
+
+    /// Whether a token may live `seconds` (`--expires-in`): from 1 minute to 100 years
+    /// (false for NaN and infinities).
+    public static func isLifetimeAllowed(seconds: Double) -> Bool {
+        (Double(minimumLifetimeMilliseconds) / 1000...Double(maximumLifetimeMilliseconds) / 1000).contains(seconds)
+    }
+
     /// Reads a `POST /v1/tokens` body: `{name, scopes, task_prefix?, expires_at?}`; an
-    /// expiry must lie after `now`.
+    /// expiry must lie 1 minute to 100 years after `now` (`isLifetimeAllowed`).
     public static func parse(_ body: JSONValue, now: EpochMilliseconds) throws(TaskError) -> TokenRequest {
         var reader = FieldReader(body, allowed: ["name", "scopes", "task_prefix", "expires_at"])
         let name = reader.string("name", maxLength: Limits.nameLength, required: true)
@@ -283,10 +336,11 @@ public struct TokenRequest: Sendable, Equatable {
             switch members["expires_at"] {
             case nil, .null?: break
             case .string(let text)?:
-                if let time = Timestamp.parseRFC3339(text), time > now {
+                if let time = Timestamp.parseRFC3339(text), isLifetimeAllowed(time - now) {
                     expiresAt = time
                 } else {
-                    errors.append(FieldError(field: "expires_at", message: "must be a future RFC 3339 time such as 2030-01-31T12:00:00Z"))
+                    errors.append(FieldError(field: "expires_at", message: "must be an RFC 3339 time such as "
+                                             + "2030-01-31T12:00:00Z, from 1 minute to 100 years ahead"))
                 }
             default: errors.append(FieldError(field: "expires_at", message: "must be a string (RFC 3339 time)"))
             }
@@ -299,7 +353,9 @@ public struct TokenRequest: Sendable, Equatable {
 
 extension Timestamp {
     /// Milliseconds since the epoch of an RFC 3339 time (`2030-01-31T12:00:00Z`, with
-    /// optional fraction, `Z` or a `±HH:MM` offset), or nil.
+    /// optional fraction, `Z` or a `±HH:MM` offset), or nil. Strict: the day must exist in
+    /// its month (February 29 only in leap years), hours 0–23, minutes and seconds 0–59
+    /// (no leap second), offsets below 24 hours with minutes 0–59.
     public static func parseRFC3339(_ text: String) -> EpochMilliseconds? {
         let bytes = Array(text.utf8)
         guard bytes.count >= 20 else { return nil }
@@ -316,7 +372,8 @@ extension Timestamp {
               bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
               let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
               let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
-              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+              (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day), hour < 24, minute < 60,
+              second < 60 else { return nil }
         var index = 19
         var milliseconds: Int64 = 0
         if bytes[index] == UInt8(ascii: ".") {
@@ -347,7 +404,16 @@ extension Timestamp {
         let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
         let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
         let days = era * 146_097 + dayOfEra - 719_468
-        let seconds = days * 86_400 + hour * 3600 + minute * 60 + min(second, 59) - offsetMinutes * 60
+        let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offsetMinutes * 60
         return seconds * 1000 + milliseconds
+    }
+
+    /// The days of `month` (1–12) in the Gregorian `year`.
+    static func daysIn(month: Int64, year: Int64) -> Int64 {
+        switch month {
+        case 2: year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
     }
 }

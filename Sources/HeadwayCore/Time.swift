@@ -34,8 +34,14 @@ public final class ManualClock: WallClock {
 
 /// RFC 3339 timestamps in UTC with milliseconds, e.g. `2026-11-30T03:38:28.123Z`.
 public enum Timestamp {
+    /// The times RFC 3339 can write (years 0000 to 9999).
+    public static let writableRange: ClosedRange<EpochMilliseconds> = -62_167_219_200_000...253_402_300_799_999
+
     /// Formats `milliseconds` since the epoch (days from civil, after Howard Hinnant).
+    /// Always RFC 3339 with a 4-digit year: a time beyond years 0–9999 (none the daemon
+    /// makes; a row written by hand) is written as the nearest one that can be.
     public static func rfc3339(_ milliseconds: EpochMilliseconds) -> String {
+        let milliseconds = min(max(milliseconds, writableRange.lowerBound), writableRange.upperBound)
         let (days, dayMilliseconds) = milliseconds.floorDivided(by: 86_400_000)
         let z = days + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
@@ -50,9 +56,6 @@ public enum Timestamp {
         let minute = dayMilliseconds / 60_000 % 60
         let second = dayMilliseconds / 1000 % 60
         let millisecond = dayMilliseconds % 1000
-        guard (0...9999).contains(year) else {
-            return "\(year)-\(month)-\(day)T\(hour):\(minute):\(second).\(millisecond)Z"
-        }
         // Written digit by digit into a fixed buffer: this runs four times per task reply.
         return String(unsafeUninitializedCapacity: 24) { buffer in
             func put(_ value: Int64, _ width: Int, at offset: Int) {

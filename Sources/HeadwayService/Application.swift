@@ -149,6 +149,12 @@ public final class HeadwayApplication: Sendable {
 public func buildApplication(_ configuration: Configuration, clock: any WallClock = SystemClock(),
                              logger: Logger? = nil) throws -> HeadwayApplication {
     let logger = logger ?? Logger(minimumLevel: configuration.logLevel)
+    // The start refusals that need tokens look first without creating or migrating the
+    // database (a missing file has no tokens), then again once the table is loaded.
+    if let refusal = StartRefusal.check(configuration, tokensRequired: TokenRepository.requiredWithoutCreating(
+        path: configuration.databasePath)) {
+        throw refusal
+    }
     let setup = try DatabaseSetup.open(path: configuration.databasePath)
     if !setup.appliedMigrations.isEmpty {
         logger.log(.info, "database.migrated", ["versions": setup.appliedMigrations.map(String.init).joined(separator: ",")])
@@ -157,12 +163,24 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let tokens = TokenRegistry()
     let tokenDatabase = try Database(path: configuration.databasePath)
     defer { tokenDatabase.close() }
-    let (tokenGeneration, storedTokens) = try tokenDatabase.inTransaction {
-        (try TokenRepository.generation(in: tokenDatabase), try TokenRepository.all(in: tokenDatabase))
+    let (tokenGeneration, tokensRequired, storedTokens) = try tokenDatabase.inTransaction {
+        (try TokenRepository.generation(in: tokenDatabase), try TokenRepository.required(in: tokenDatabase),
+         try TokenRepository.all(in: tokenDatabase))
     }
-    tokens.load(storedTokens, generation: tokenGeneration)
-    guard Configuration.isLoopback(configuration.host) || tokens.authenticationRequired else {
-        throw StartRefusal.noTokens(host: configuration.host, port: configuration.port, databasePath: configuration.databasePath)
+    tokens.load(storedTokens, generation: tokenGeneration, required: tokensRequired)
+    if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
+    let exactCORSOrigins = configuration.corsOrigins.compactMap { origin -> String? in
+        if case .exact(let exact) = origin { return exact.description }
+        return nil
+    }
+    if !tokens.authenticationRequired && !exactCORSOrigins.isEmpty {
+        // Trusted explicitly by the operator, but while no token exists its pages may do
+        // everything, making the first admin token included.
+        logger.log(.warn, "security.cors_without_tokens", [
+            "cors_origins": exactCORSOrigins.joined(separator: ","),
+            "detail": "no access token exists: pages of these origins may do everything, create tokens included; "
+                + "create one with: headwayd token create --scope admin --db \(configuration.databasePath)",
+        ])
     }
     let connectionLimit = configuration.maximumSubscribers + 1024
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
@@ -243,7 +261,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let servedPort = ServedPort(configured: configuration.port)
     let pipeline = HTTPPipeline(middleware: [RequestIDMiddleware(), AccessLogMiddleware(logger: logger),
                                              BrowserChecks(configuration: configuration, routedMethods: Set(router.routes.map(\.method)),
-                                                           servedPort: servedPort, errors: errors)],
+                                                           servedPort: servedPort, errors: errors,
+                                                           tokensRequired: { tokens.authenticationRequired })],
                                 router: router, renderRefusal: errors.response(for:_:))
     let server = try MicroHTTPServer(configuration: serverConfiguration, pipeline: pipeline, libraryLog: { message, clientGone in
         // The library's messages may quote a request target: `access_token=` is redacted
@@ -262,9 +281,26 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
 public enum StartRefusal: Error, CustomStringConvertible {
     /// Listening beyond loopback while no token exists.
     case noTokens(host: String, port: Int, databasePath: String)
+    /// `--cors-origin '*'` while no token exists: any page could make the first admin token.
+    case anyCORSOriginWithoutTokens(databasePath: String)
+
+    /// Why `configuration` may not start, given whether tokens are required, or nil.
+    static func check(_ configuration: Configuration, tokensRequired: Bool) -> StartRefusal? {
+        guard !tokensRequired else { return nil }
+        if !Configuration.isLoopback(configuration.host) {
+            return .noTokens(host: configuration.host, port: configuration.port, databasePath: configuration.databasePath)
+        }
+        if configuration.corsOrigins.contains(.any) { return .anyCORSOriginWithoutTokens(databasePath: configuration.databasePath) }
+        return nil
+    }
 
     public var description: String {
         switch self {
+        case .anyCORSOriginWithoutTokens(let databasePath):
+            return "--cors-origin '*': no access token exists in \(databasePath), so any web page anyone opens could "
+                + "use the API, and make the first admin token. Create the first token with: "
+                + "headwayd token create --scope admin --db \(databasePath) (or name the dashboard's exact origin, "
+                + "e.g. --cors-origin https://dash.example.com)"
         case .noTokens(let host, let port, let databasePath):
             let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
             return "--listen \(address): no access token exists in \(databasePath), so Headway serves only on "

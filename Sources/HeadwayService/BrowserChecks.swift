@@ -14,11 +14,16 @@ import Synchronization
 /// A `Host` without a port is accepted for any of these names: a browser always writes a
 /// port other than its scheme's default, and a proxy in front (nginx's `Host $host`) may
 /// leave it out. An origin is the daemon's own when it is a public URL's origin, or an
-/// `http`/`https` origin whose host is a listen name and whose port the one served (a
-/// port is one server's: whatever serves it is this daemon, with or without TLS).
+/// `http`/`https` origin whose host is an own name and whose port the one served (a
+/// port is one server's: whatever serves it is this daemon, with or without TLS). The own
+/// names are the listen names, but under a wildcard listen only the loopback names: an
+/// address literal served as `Host` may be another machine's, whose pages on the same port
+/// are not this daemon's.
 struct ServedNames: Sendable {
     /// The listen names, lower-cased, IPv6 literals without brackets.
     private let listenNames: Set<String>
+    /// The names whose pages (with the port served) are the daemon's own.
+    private let ownNames: Set<String>
     /// Whether the daemon listens on every address (`0.0.0.0`, `::`).
     private let listensEverywhere: Bool
     /// The origins of `--public-url`.
@@ -28,9 +33,11 @@ struct ServedNames: Sendable {
         let host = listenHost.lowercased()
         listensEverywhere = host == "0.0.0.0" || host == "::"
         let loopback = host == "localhost" || host == "::1" || host.hasPrefix("127.")
+        let loopbackNames: Set<String> = ["localhost", "127.0.0.1", "::1"]
         var names: Set<String> = [host]
-        if loopback || listensEverywhere { names.formUnion(["localhost", "127.0.0.1", "::1"]) }
+        if loopback || listensEverywhere { names.formUnion(loopbackNames) }
         listenNames = names
+        ownNames = listensEverywhere ? loopbackNames : names
         self.publicOrigins = publicOrigins
     }
 
@@ -42,7 +49,7 @@ struct ServedNames: Sendable {
 
     /// Whether pages of `origin` are the daemon's own (it serves on `port`).
     func isOwn(_ origin: WebOrigin, port: Int) -> Bool {
-        publicOrigins.contains(origin) || (isListenName(origin.host) && origin.port == port)
+        publicOrigins.contains(origin) || (ownNames.contains(origin.host) && origin.port == port)
     }
 
     private func isListenName(_ host: String) -> Bool {
@@ -98,6 +105,14 @@ final class ServedPort: Sendable {
 ///
 /// A request without `Host` (HTTP/1.0, or handed to the pipeline in process) passes the
 /// first check; one without `Origin` (not from a browser's page) the second.
+///
+/// Before all of these, a request carrying `Host`, `Origin`, `Content-Type` or
+/// `Authorization` more than once is 400 `duplicate_header`: the daemon reads the first,
+/// and a proxy in front that reads the last would judge another request.
+///
+/// `--cors-origin '*'` is honoured only while tokens are required (`tokensRequired`): the
+/// start is refused without tokens, and should they vanish behind the daemon's back, no
+/// page of any origin may use a daemon that asks for none.
 struct BrowserChecks: HTTPMiddleware {
     let names: ServedNames
     /// The exact `--cors-origin` origins.
@@ -106,6 +121,10 @@ struct BrowserChecks: HTTPMiddleware {
     let anyCORSOrigin: Bool
     let servedPort: ServedPort
     let errors: ErrorReplies
+    /// Whether tokens are required now (the registry's answer).
+    let tokensRequired: @Sendable () -> Bool
+    /// The headers a request may carry once at most.
+    static let singleHeaders = ["host", "origin", "content-type", "authorization"]
 
     /// The methods that must declare a JSON body: those routes take, but GET, HEAD, OPTIONS and DELETE.
     let jsonMethods: Set<String>
@@ -119,7 +138,9 @@ struct BrowserChecks: HTTPMiddleware {
     static let preflightMaxAgeSeconds = 600
 
     /// Checks for a daemon whose routes take `routedMethods`.
-    init(configuration: Configuration, routedMethods: Set<String>, servedPort: ServedPort, errors: ErrorReplies) {
+    init(configuration: Configuration, routedMethods: Set<String>, servedPort: ServedPort, errors: ErrorReplies,
+         tokensRequired: @escaping @Sendable () -> Bool) {
+        self.tokensRequired = tokensRequired
         jsonMethods = routedMethods.subtracting(["GET", "HEAD", "OPTIONS", "DELETE"])
         let methods = routedMethods.union(routedMethods.contains("GET") ? ["HEAD"] : [])
         allowedMethods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"].filter(methods.contains).joined(separator: ", ")
@@ -150,6 +171,9 @@ struct BrowserChecks: HTTPMiddleware {
     }
 
     func handle(_ request: HTTPRequest, _ responder: any Responder, next: HTTPHandler) {
+        for name in Self.singleHeaders where request.headers.lazy.filter({ $0.name == name }).count > 1 {
+            return responder.respond(errors.response(for: Problem.duplicateHeader(name), request))
+        }
         let port = servedPort.current
         let preflightResponder = responder
         let responder = corsOrigins.isEmpty && !anyCORSOrigin
@@ -187,7 +211,7 @@ struct BrowserChecks: HTTPMiddleware {
         guard let origin = WebOrigin(header: originHeader) else { return .refused(origin: originHeader) }
         if names.isOwn(origin, port: port) { return .sameOrigin }
         if corsOrigins.contains(origin) { return .cors(allowOrigin: originHeader) }
-        return anyCORSOrigin ? .cors(allowOrigin: "*") : .refused(origin: originHeader)
+        return anyCORSOrigin && tokensRequired() ? .cors(allowOrigin: "*") : .refused(origin: originHeader)
     }
 
     /// The answer to a preflight: 204 with what the origin may send, or 403.
@@ -233,6 +257,14 @@ struct BrowserChecks: HTTPMiddleware {
 // MARK: - The refusals
 
 extension Problem {
+    /// A header that may appear once only, given more than once (400).
+    static func duplicateHeader(_ name: String) -> Problem {
+        let written = name.split(separator: "-").map { $0.prefix(1).uppercased() + $0.dropFirst() }.joined(separator: "-")
+        return Problem(status: 400, code: "duplicate_header", title: "Duplicate header",
+                       detail: "The header \(written) was sent more than once; send it once (a proxy reading another "
+                           + "copy than this server would judge a different request).")
+    }
+
     /// A `Host` the daemon does not serve (400).
     static func hostNotAllowed(_ host: String) -> Problem {
         let example = Authority(Substring(host)).map { "https://\(Authority.hostText($0.host))\($0.port.map { ":\($0)" } ?? "")" }

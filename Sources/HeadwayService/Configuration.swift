@@ -132,9 +132,9 @@ public struct Configuration: Sendable, Equatable {
                                     pages may change tasks; repeat for several
                                     (HEADWAY_PUBLIC_URL, comma-separated)
           --cors-origin ORIGIN      an origin (https://dash.example.com) whose pages may
-                                    call the API from a browser, or '*' for any page;
-                                    repeat for several (HEADWAY_CORS_ORIGIN,
-                                    comma-separated)
+                                    call the API from a browser, or '*' for any page
+                                    (refused at start until a token exists); repeat
+                                    for several (HEADWAY_CORS_ORIGIN, comma-separated)
           --tls-cert FILE           serve HTTPS with this PEM certificate (its chain
                                     after it); needs --tls-key; SIGHUP reloads both
                                     (HEADWAY_TLS_CERT, default: plain HTTP)

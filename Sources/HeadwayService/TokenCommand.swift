@@ -17,7 +17,9 @@ public enum TokenCommand {
           --scope S          report, read, control or admin (repeatable; admin allows all)
           --name N           a name for logs and listings (default: cli)
           --task-prefix P    the token sees and touches only tasks whose id starts with P
-          --expires-in D     expires this long from now: seconds, or with s, m, h or d
+          --expires-in D     expires this long from now: seconds, or with s, m, h or d;
+                             1 minute to 100 years (60 to 3155760000 s, 1m to 36525d);
+                             without it the token never expires
           --db PATH          the daemon's SQLite database (created if missing)
 
         """
@@ -74,8 +76,9 @@ public enum TokenCommand {
                 }
                 prefix = text
             case "--expires-in":
-                guard let seconds = Configuration.parseDuration(text), seconds > 0 else {
-                    throw UsageError("--expires-in must be a duration (e.g. 3600, 90m, 12h, 30d), not '\(text)'")
+                guard let seconds = Configuration.parseDuration(text), TokenRequest.isLifetimeAllowed(seconds: seconds) else {
+                    throw UsageError("--expires-in must be a duration from 1 minute to 100 years (e.g. 3600, 90m, 12h, "
+                                     + "30d; at most 36525d), not '\(text)'")
                 }
                 expiresIn = seconds
             default:

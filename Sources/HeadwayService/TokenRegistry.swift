@@ -17,6 +17,8 @@ import HeadwayStore
 final class TokenRegistry: Sendable {
     private struct State {
         var generation: Int64 = -1
+        /// The database's flag that tokens are required, as last loaded.
+        var required = false
         /// Tokens by the first 8 bytes of their secret's hash (rarely more than one each).
         var byHashPrefix: [UInt64: [TokenRecord]] = [:]
         var byID: [String: TokenRecord] = [:]
@@ -34,18 +36,20 @@ final class TokenRegistry: Sendable {
     static let useWriteIntervalMilliseconds: Int64 = 60_000
 
     /// Whether a token has ever been made: then every non-public route needs one (even
-    /// if all are revoked or expired since).
-    var authenticationRequired: Bool { state.withLock { !$0.byID.isEmpty } }
+    /// if all are revoked or expired since, or their rows deleted): the database's flag
+    /// (`token_state.required`, set by the first token), or any token known.
+    var authenticationRequired: Bool { state.withLock { $0.required || !$0.byID.isEmpty } }
 
     /// The generation loaded.
     var generation: Int64 { state.withLock { $0.generation } }
 
-    /// Replaces what is known with `tokens` as of `generation`, unless a newer generation
-    /// is already loaded.
-    func load(_ tokens: [TokenRecord], generation: Int64) {
+    /// Replaces what is known with `tokens` and the flag `required` as of `generation`,
+    /// unless a newer generation is already loaded.
+    func load(_ tokens: [TokenRecord], generation: Int64, required: Bool) {
         state.withLock { state in
             guard generation >= state.generation else { return }
             state.generation = generation
+            state.required = required
             state.byHashPrefix = [:]
             state.byID = [:]
             for token in tokens {
@@ -133,15 +137,16 @@ struct TokenKeeper: Sendable {
         let uses = registry.usesToWrite(now: now, all: final)
         let known = registry.generation
         let done = DispatchSemaphore(value: 0)
-        writer.submit({ database -> (Int64, [TokenRecord]?) in
+        writer.submit({ database -> (Int64, Bool, [TokenRecord]?) in
             if !uses.isEmpty { try TokenRepository.recordUse(uses, in: database) }
             let generation = try TokenRepository.generation(in: database)
-            return (generation, generation == known ? nil : try TokenRepository.all(in: database))
+            return (generation, try TokenRepository.required(in: database),
+                    generation == known ? nil : try TokenRepository.all(in: database))
         }) { [registry, logger] result in
             switch result {
-            case .success(let (generation, tokens)):
+            case .success(let (generation, required, tokens)):
                 registry.usesWritten(uses, now: now)
-                if let tokens { registry.load(tokens, generation: generation) }
+                if let tokens { registry.load(tokens, generation: generation, required: required) }
             case .failure(let error):
                 if (error as? WriterError) != .stopped { logger.log(.error, "tokens.refresh_failed", ["error": "\(error)"]) }
             }

@@ -7,6 +7,11 @@ import HeadwayStore
 /// through the writer, which reads the whole table back in the same transaction for the
 /// registry, so the change holds for the very next request; a revocation also closes the
 /// token's event streams. Every change is logged with the acting token's id and name.
+///
+/// A token with a task prefix manages only the tokens inside it (`Grant.manages`): it
+/// makes only tokens whose prefix starts with its own (none without a prefix: 403
+/// `prefix_not_allowed`), lists only those, and any other token is 404 to it. No token
+/// makes one that outlives it: a token that expires makes only tokens expiring no later.
 struct TokensAPI: Sendable {
     let writer: GroupCommitWriter
     let registry: TokenRegistry
@@ -17,7 +22,7 @@ struct TokensAPI: Sendable {
 
     func register(in routes: inout ServiceRoutes) {
         routes.add("POST", "/v1/tokens", .scope(.admin)) { request, grant, responder in create(request, grant, responder) }
-        routes.add("GET", "/v1/tokens", .scope(.admin)) { _, _, responder in list(responder) }
+        routes.add("GET", "/v1/tokens", .scope(.admin)) { _, grant, responder in list(grant, responder) }
         routes.add("DELETE", "/v1/tokens/{id}", .scope(.admin)) { request, grant, responder in revoke(request, grant, responder) }
     }
 
@@ -35,17 +40,24 @@ struct TokensAPI: Sendable {
             case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
             }
             let now = clock.now()
-            made = try TokenCrypto.newToken(try TokenRequest.parse(body, now: now), now: now)
+            let asked = try TokenRequest.parse(body, now: now)
+            switch grant.refusal(toMake: asked) {
+            case .prefix(let refusal)?: throw refusal
+            case .expiry(let fieldError)?: throw TaskError.invalidRequest([fieldError])
+            case nil: break
+            }
+            made = try TokenCrypto.newToken(asked, now: now)
         } catch {
             return responder.respond(errors.response(for: error, request))
         }
         writer.submit({ database in
             try TokenRepository.insert(made.token, in: database)
-            return (try TokenRepository.generation(in: database), try TokenRepository.all(in: database))
+            return (try TokenRepository.generation(in: database), try TokenRepository.required(in: database),
+                    try TokenRepository.all(in: database))
         }) { [registry, logger, errors] result in
             switch result {
-            case .success(let (generation, tokens)):
-                registry.load(tokens, generation: generation)
+            case .success(let (generation, required, tokens)):
+                registry.load(tokens, generation: generation, required: required)
                 logger.log(.info, "audit.token_create", [
                     "request_id": request.requestID, "token_id": grant.tokenID ?? "none", "token_name": grant.tokenName ?? "none",
                     "created_id": made.token.id, "created_name": made.token.name,
@@ -60,10 +72,10 @@ struct TokensAPI: Sendable {
         }
     }
 
-    private func list(_ responder: any Responder) {
+    private func list(_ grant: Grant, _ responder: any Responder) {
         var body = JSONText()
         body.appendRaw(#"{"tokens":["#)
-        for (index, token) in registry.listed().enumerated() {
+        for (index, token) in registry.listed().filter({ grant.manages(tokenPrefix: $0.taskPrefix) }).enumerated() {
             if index > 0 { body.appendRaw(",") }
             body.appendRaw(Self.json(token, secret: nil))
         }
@@ -75,12 +87,13 @@ struct TokensAPI: Sendable {
         let id = request.pathParameters["id"] ?? ""
         let now = clock.now()
         writer.submit({ database in
-            let revoked = try TokenRepository.revoke(id, at: now, in: database)
-            return (revoked, try TokenRepository.generation(in: database), try TokenRepository.all(in: database))
+            let revoked = try TokenRepository.revoke(id, at: now, in: database) { grant.manages(tokenPrefix: $0.taskPrefix) }
+            return (revoked, try TokenRepository.generation(in: database), try TokenRepository.required(in: database),
+                    try TokenRepository.all(in: database))
         }) { [registry, broker, logger, errors] result in
             switch result {
-            case .success(let (revoked, generation, tokens)):
-                registry.load(tokens, generation: generation)
+            case .success(let (revoked, generation, required, tokens)):
+                registry.load(tokens, generation: generation, required: required)
                 guard let revoked else { return responder.respond(Problem.tokenNotFound(id).response) }
                 broker.closeStreams(ofTokens: [revoked.id])
                 logger.log(.info, "audit.token_revoke", [

@@ -17,10 +17,12 @@ public enum TokenRepository {
     }
 
     /// Marks the token `id` revoked at `now`; returns it as it is now, or nil when no
-    /// token has that id or it was already revoked.
-    public static func revoke(_ id: String, at now: EpochMilliseconds, in database: Database) throws(SQLiteError) -> TokenRecord? {
+    /// token has that id, it was already revoked, or `allowed` says it may not be touched
+    /// (then nothing changes).
+    public static func revoke(_ id: String, at now: EpochMilliseconds, in database: Database,
+                              allowed: (TokenRecord) -> Bool = { _ in true }) throws(SQLiteError) -> TokenRecord? {
         guard var token = try database.rows("SELECT \(columns) FROM tokens WHERE id = ? AND revoked_at IS NULL",
-                                            [.text(id)], map: record).first else { return nil }
+                                            [.text(id)], map: record).first, allowed(token) else { return nil }
         try database.run("UPDATE tokens SET revoked_at = ? WHERE id = ?", [.integer(now), .text(id)])
         token.revokedAt = now
         return token
@@ -31,12 +33,30 @@ public enum TokenRepository {
         try database.rows("SELECT \(columns) FROM tokens ORDER BY created_at, id", map: record)
     }
 
-    /// Whether any token was ever made (then every non-public route needs one).
+    /// Whether any token row exists now.
     public static func anyExists(in database: Database) throws(SQLiteError) -> Bool {
         try database.scalar("SELECT EXISTS (SELECT 1 FROM tokens)") == 1
     }
 
-    /// A number that moves whenever a token is made or changed (not when it is used).
+    /// Whether tokens are required: a token was made once (a trigger sets the flag with
+    /// the first one; the daemon never clears it, and deleting rows leaves it set).
+    public static func required(in database: Database) throws(SQLiteError) -> Bool {
+        try database.scalar("SELECT required FROM token_state") == 1
+    }
+
+    /// Whether the database at `path` requires tokens, read without creating or changing
+    /// it: false when the file does not exist or holds no token table yet (for the start
+    /// refusals, which must not create the database they refuse to serve).
+    public static func requiredWithoutCreating(path: String) -> Bool {
+        // Read-only: a missing file is not created (the open fails).
+        guard let database = try? Database(path: path, readOnly: true) else { return false }
+        defer { database.close() }
+        if let required = try? Self.required(in: database), required { return true }
+        return (try? anyExists(in: database)) ?? false
+    }
+
+    /// A number that moves whenever a token is made, changed or deleted (a use written
+    /// moves it too).
     public static func generation(in database: Database) throws(SQLiteError) -> Int64 {
         try database.scalar("SELECT generation FROM token_state") ?? 0
     }

@@ -71,7 +71,7 @@ struct AccessTests {
         var token = TokenRecord(id: "tok_1", name: "runner", scopes: [.report], taskPrefix: "a.", secretHash: [],
                                 createdAt: clock.now(), expiresAt: clock.now() + 1000)
         #expect(token.grant(at: clock.now()) == .success(Grant(tokenID: "tok_1", tokenName: "runner", scopes: [.report],
-                                                                taskPrefix: "a.")))
+                                                                taskPrefix: "a.", expiresAt: clock.now() + 1000)))
         clock.advance(by: 999)
         #expect(!token.isDead(at: clock.now()))
         clock.advance(by: 1)
@@ -94,6 +94,18 @@ struct AccessTests {
         #expect(AccessRefusal.accessTokenNotAllowed.code == "access_token_not_allowed")
     }
 
+    @Test func aPrefixedGrantManagesOnlyTokensInsideItsPrefixAndNoneThatOutliveIt() {
+        let prefixed = Grant(tokenID: "t", tokenName: "n", scopes: [.admin], taskPrefix: "team-a.", expiresAt: 10_000_000)
+        #expect(prefixed.manages(tokenPrefix: "team-a.") && prefixed.manages(tokenPrefix: "team-a.ci."))
+        #expect(!prefixed.manages(tokenPrefix: nil) && !prefixed.manages(tokenPrefix: "team-") && !prefixed.manages(tokenPrefix: "team-b."))
+        #expect(Grant.unrestricted.manages(tokenPrefix: nil))
+        #expect(prefixed.refusal(toMake: TokenRequest(name: "x", scopes: [.admin])) != nil)
+        #expect(prefixed.refusal(toMake: TokenRequest(name: "x", scopes: [.read], taskPrefix: "team-a.", expiresAt: 10_000_000)) == nil)
+        #expect(prefixed.refusal(toMake: TokenRequest(name: "x", scopes: [.read], taskPrefix: "team-a.", expiresAt: 10_000_001)) != nil)
+        #expect(prefixed.refusal(toMake: TokenRequest(name: "x", scopes: [.read], taskPrefix: "team-a.")) != nil)
+        #expect(Grant.unrestricted.refusal(toMake: TokenRequest(name: "x", scopes: [.admin])) == nil)
+    }
+
     @Test func theTokenBodyIsValidated() throws {
         let clock = ManualClock()
         let body = try JSONParser.parse(Array(#"{"name":"ci","scopes":["report","read"],"task_prefix":"team-a.","expires_at":"2030-01-01T00:00:00Z"}"#.utf8)).get()
@@ -109,6 +121,25 @@ struct AccessTests {
         }
     }
 
+    /// The formatter always writes RFC 3339 (a 4-digit year): times beyond it are clamped.
+    @Test func rfc3339IsAlwaysWrittenWithAFourDigitYear() {
+        #expect(Timestamp.rfc3339(9_200_000_000_000_000_000) == "9999-12-31T23:59:59.999Z")
+        #expect(Timestamp.rfc3339(Int64.max) == "9999-12-31T23:59:59.999Z")
+        #expect(Timestamp.rfc3339(-100_000_000_000_000) == "0000-01-01T00:00:00.000Z")
+    }
+
+    @Test func aTokenExpiryIsOneMinuteToAHundredYearsAhead() throws {
+        let now: Int64 = 1_796_009_908_000
+        let body = { (expiry: Int64) in
+            try JSONParser.parse(Array(#"{"name":"x","scopes":["read"],"expires_at":"\#(Timestamp.rfc3339(expiry))"}"#.utf8)).get()
+        }
+        #expect(try TokenRequest.parse(body(now + TokenRequest.minimumLifetimeMilliseconds), now: now).expiresAt != nil)
+        #expect(try TokenRequest.parse(body(now + TokenRequest.maximumLifetimeMilliseconds), now: now).expiresAt != nil)
+        for expiry in [now + 59_000, now + TokenRequest.maximumLifetimeMilliseconds + 1000] {
+            #expect(throws: TaskError.self) { _ = try TokenRequest.parse(body(expiry), now: now) }
+        }
+    }
+
     @Test func rfc3339TimesAreRead() {
         #expect(Timestamp.parseRFC3339("1970-01-01T00:00:00Z") == 0)
         #expect(Timestamp.parseRFC3339("2026-11-30T03:38:28.123Z") == 1_796_009_908_123)
@@ -118,7 +149,15 @@ struct AccessTests {
         for time: Int64 in [0, 1_796_009_908_123, 4_102_444_800_000] {
             #expect(Timestamp.parseRFC3339(Timestamp.rfc3339(time)) == time)
         }
-        for bad in ["2026-11-30", "2026-13-01T00:00:00Z", "2026-11-30T00:00:00", "2026-11-30T00:00:00.Z", "x026-11-30T00:00:00Z"] {
+        // Strict: the day exists in its month (leap years too), seconds 0–59, offsets below 24 h.
+        #expect(Timestamp.parseRFC3339("2028-02-29T00:00:00Z") != nil)
+        #expect(Timestamp.parseRFC3339("2000-02-29T00:00:00Z") != nil)
+        #expect(Timestamp.parseRFC3339("2030-01-31T23:59:59+23:59") != nil)
+        for bad in ["2030-02-31T00:00:00Z", "2030-02-29T00:00:00Z", "2100-02-29T00:00:00Z", "2030-04-31T00:00:00Z",
+                    "2030-06-31T00:00:00Z", "2030-09-31T00:00:00Z", "2030-11-31T00:00:00Z", "2030-01-00T00:00:00Z",
+                    "2030-01-01T00:00:60Z", "2030-01-01T24:00:00Z", "2030-01-01T00:60:00Z", "2030-01-01T00:00:00+24:00",
+                    "2030-01-01T00:00:00+01:60", "2030-01-01T00:00:00+0100",
+                    "2026-11-30", "2026-13-01T00:00:00Z", "2026-11-30T00:00:00", "2026-11-30T00:00:00.Z", "x026-11-30T00:00:00Z"] {
             #expect(Timestamp.parseRFC3339(bad) == nil, "\(bad)")
         }
     }

@@ -1,5 +1,8 @@
 import Foundation
+import HeadwayCore
+import HeadwayStore
 import HeadwayTestSupport
+import Lifecycle
 import Testing
 @testable import HeadwayService
 
@@ -165,7 +168,16 @@ import Testing
             for refused in ["evil.example:8080", "192.0.2.7:9090", "headway.example.com:8080", "host-192.0.2.7:8080"] {
                 #expect(!names.serves(try authority(refused), port: 8080), "\(wildcard): \(refused)")
             }
-            #expect(names.isOwn(WebOrigin(scheme: "http", host: "192.0.2.7", port: 8080), port: 8080))
+            // An address literal is served as Host, but a page on it is not the daemon's own
+            // (any machine's page on that port would be): only loopback names and public URLs.
+            #expect(!names.isOwn(WebOrigin(scheme: "http", host: "192.0.2.7", port: 8080), port: 8080))
+            #expect(!names.isOwn(WebOrigin(scheme: "http", host: "203.0.113.9", port: 8080), port: 8080))
+            #expect(!names.isOwn(WebOrigin(scheme: "http", host: "2001:db8::1", port: 8080), port: 8080))
+            #expect(!names.isOwn(WebOrigin(scheme: "http", host: wildcard, port: 8080), port: 8080))
+            for loopbackName in ["127.0.0.1", "localhost", "::1"] {
+                #expect(names.isOwn(WebOrigin(scheme: "http", host: loopbackName, port: 8080), port: 8080))
+                #expect(!names.isOwn(WebOrigin(scheme: "http", host: loopbackName, port: 3000), port: 8080))
+            }
             #expect(!names.isOwn(WebOrigin(scheme: "http", host: "192.0.2.7", port: 3000), port: 8080))
             #expect(!names.isOwn(WebOrigin(scheme: "http", host: "evil.example", port: 8080), port: 8080))
             #expect(names.isOwn(publicOrigin, port: 8080))
@@ -304,25 +316,119 @@ import Testing
     }
 
     @Test func anyOriginIsNeverAllowedCredentials() throws {
-        let daemon = try daemonWithTask(["--cors-origin", "*"])
+        var secret = ""
+        let daemon = try LiveDaemon(arguments: ["--cors-origin", "*"], prepare: { path in
+            secret = try TokenCommand.create(TokenRequest(name: "admin", scopes: [.admin]), expiresInSeconds: nil,
+                                             databasePath: path)
+        })
+        let auth = ("Authorization", "Bearer \(secret)")
+        #expect(try daemon.request("POST", "/v1/tasks", json: #"{"id":"t","name":"T"}"#, headers: [auth]).status == 201)
         let anyone = ("Origin", "https://anyone.example")
         let preflight = try send(daemon, "OPTIONS", "/v1/tasks/t/cancel", host: own(daemon),
                                  [anyone, ("Access-Control-Request-Method", "POST")])
         #expect(preflight.status == 204)
         #expect(preflight.headers["access-control-allow-origin"] == "*")
         #expect(preflight.headers["access-control-allow-credentials"] == nil)
-        let read = try send(daemon, "GET", "/v1/tasks/t", host: own(daemon), [anyone])
+        let read = try send(daemon, "GET", "/v1/tasks/t", host: own(daemon), [anyone, auth])
         #expect(read.headers["access-control-allow-origin"] == "*")
         #expect(read.headers["access-control-allow-credentials"] == nil)
         // An opaque origin is refused even so.
-        #expect(try send(daemon, "POST", "/v1/tasks/t/cancel", host: own(daemon), [json, ("Origin", "null")]).status == 403)
+        #expect(try send(daemon, "POST", "/v1/tasks/t/cancel", host: own(daemon), [json, auth, ("Origin", "null")]).status == 403)
         #expect(try send(daemon, "OPTIONS", "/v1/tasks/t/cancel", host: own(daemon),
                          [("Origin", "null"), ("Access-Control-Request-Method", "POST")]).status == 403)
-        #expect(try daemon.request("GET", "/v1/tasks/t").json["cancel_requested"] as? Bool == false)
-        let canceled = try send(daemon, "POST", "/v1/tasks/t/cancel", host: own(daemon), [json, anyone])
+        #expect(try daemon.request("GET", "/v1/tasks/t", headers: [auth]).json["cancel_requested"] as? Bool == false)
+        let canceled = try send(daemon, "POST", "/v1/tasks/t/cancel", host: own(daemon), [json, auth, anyone])
         #expect(canceled.status == 202)
         #expect(canceled.headers["access-control-allow-origin"] == "*")
         #expect(canceled.headers["access-control-allow-credentials"] == nil)
+    }
+
+    /// `--cors-origin '*'` on a database without tokens would let any page make the first
+    /// admin token: the start is refused, saying how to make one.
+    @Test func anyOriginIsRefusedAtStartWithoutTokens() throws {
+        #expect(throws: StartRefusal.self) { _ = try LiveDaemon(arguments: ["--cors-origin", "*"]) }
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("h.db")
+        let (status, _, errors) = try DaemonProcess.run(["--cors-origin", "*", "--db", path])
+        #expect(status == 1)
+        #expect(errors.contains("--cors-origin '*'") && errors.contains("headwayd token create --scope admin --db \(path)"),
+                "\(errors)")
+        #expect(!FileManager.default.fileExists(atPath: path), "a refused start created the database")
+        // An exact origin is the operator's explicit trust: allowed, with a warning.
+        let lines = Locked<[String]>([])
+        let command = try Configuration.parse(arguments: ["--listen", "127.0.0.1:0", "--db", path,
+                                                          "--cors-origin", "https://dash.example.com"], environment: [:])
+        guard case .run(let configuration) = command else { throw TestHTTPError("not a run configuration") }
+        let application = try buildApplication(configuration, logger: Logger(minimumLevel: .info, sink: { line in
+            lines.withLock { $0.append(line) }
+        }))
+        application.shutdown()
+        #expect(lines.withLock { $0.contains { $0.contains("security.cors_without_tokens") } })
+    }
+
+    /// Should the tokens vanish behind the daemon's back (and the flag that they are
+    /// required be cleared by hand), `*` is no longer honoured while the daemon is tokenless.
+    @Test func anyOriginIsNotHonouredWhileTokenless() throws {
+        let daemon = try LiveDaemon(arguments: ["--cors-origin", "*"], prepare: { path in
+            _ = try TokenCommand.create(TokenRequest(name: "admin", scopes: [.admin]), expiresInSeconds: nil, databasePath: path)
+        })
+        let database = try Database(path: daemon.application.configuration.databasePath)
+        try database.run("DELETE FROM tokens", [])
+        try database.run("UPDATE token_state SET required = 0", [])
+        database.close()
+        daemon.application.refreshTokens()
+        #expect(try daemon.request("GET", "/v1/tasks").status == 200, "the daemon is tokenless now")
+        let anyone = ("Origin", "https://anyone.example")
+        let preflight = try send(daemon, "OPTIONS", "/v1/tokens", host: own(daemon),
+                                 [anyone, ("Access-Control-Request-Method", "POST")])
+        #expect(preflight.status == 403 && preflight.headers["access-control-allow-origin"] == nil, "\(preflight.headers)")
+        let made = try send(daemon, "POST", "/v1/tokens", host: own(daemon), [json, anyone],
+                            body: #"{"name":"escape","scopes":["admin"]}"#)
+        #expect(made.status == 403 && made.problemCode == "origin_not_allowed", "\(made.text)")
+        let read = try send(daemon, "GET", "/v1/tasks", host: own(daemon), [anyone])
+        #expect(read.headers["access-control-allow-origin"] == nil)
+    }
+
+    /// Under a wildcard listen, a page on an address literal with the port served is not
+    /// the daemon's own: it may not preflight nor change anything.
+    @Test func aWildcardListenDoesNotTrustPagesOnAddressLiterals() throws {
+        let daemon = try LiveDaemon(adjust: { $0.host = "0.0.0.0" }, prepare: { path in
+            _ = try TokenCommand.create(TokenRequest(name: "admin", scopes: [.admin]), expiresInSeconds: nil, databasePath: path)
+        })
+        let port = daemon.application.port
+        let foreign = ("Origin", "http://203.0.113.9:\(port)")
+        let preflight = try send(daemon, "OPTIONS", "/v1/tasks/t/cancel", host: "203.0.113.9:\(port)",
+                                 [foreign, ("Access-Control-Request-Method", "POST")])
+        #expect(preflight.status == 403, "\(preflight.text)")
+        let post = try send(daemon, "POST", "/v1/tasks/t/cancel", host: "203.0.113.9:\(port)", [json, foreign])
+        #expect(post.status == 403 && post.problemCode == "origin_not_allowed", "\(post.text)")
+        let own = try send(daemon, "POST", "/v1/tasks/t/cancel", host: "127.0.0.1:\(port)",
+                           [json, ("Origin", "http://127.0.0.1:\(port)")])
+        #expect(own.status == 401, "the daemon's own origin passes the browser checks: \(own.text)")
+    }
+
+    /// Two `Host`, `Origin`, `Content-Type` or `Authorization` headers are refused before
+    /// anything else (a proxy reading the last one would disagree with the daemon).
+    @Test func aDuplicatedSecurityHeaderIsRefused() throws {
+        let daemon = try daemonWithTask()
+        let before = try daemon.snapshot("t")
+        let port = daemon.application.port
+        let cases: [(String, [(String, String)])] = [
+            ("host", [("Host", "127.0.0.1:\(port)"), ("Host", "evil.example")]),
+            ("origin", [("Origin", "http://127.0.0.1:\(port)"), ("Origin", "https://evil.example")]),
+            ("content-type", [("Content-Type", "application/json"), ("Content-Type", "text/plain")]),
+            ("authorization", [("Authorization", "Bearer a"), ("Authorization", "Bearer b")]),
+        ]
+        for (name, headers) in cases {
+            let host: String? = name == "host" ? nil : own(daemon)
+            let refused = try send(daemon, "POST", "/v1/tasks/t/cancel", host: host,
+                                   name == "content-type" ? headers : [json] + headers)
+            #expect(refused.status == 400, "\(name): \(refused.text)")
+            #expect(refused.problemCode == "duplicate_header", "\(name)")
+            #expect((refused.json["detail"] as? String)?.lowercased().contains(name) == true, "\(refused.text)")
+        }
+        try expectUnchanged(daemon, before)
     }
 
     // MARK: - Order

@@ -24,13 +24,15 @@ final class LiveDaemon {
     private let socketClient: TestHTTPClient?
 
     init(transport: Transport = .socket, durability: String = "normal", arguments: [String] = [],
-         clock: any WallClock = SystemClock(), adjust: (inout Configuration) -> Void = { _ in }) throws {
+         clock: any WallClock = SystemClock(), adjust: (inout Configuration) -> Void = { _ in },
+         prepare: (_ databasePath: String) throws -> Void = { _ in }) throws {
         let command = try Configuration.parse(
             arguments: ["--listen", "127.0.0.1:0", "--db", directory.file("headway.db"), "--durability", durability] + arguments,
             environment: [:])
         guard case .run(var configuration) = command else { throw TestHTTPError("not a run configuration") }
         adjust(&configuration)
         self.transport = transport
+        try prepare(configuration.databasePath)
         application = try buildApplication(configuration, clock: clock, logger: Logger(minimumLevel: .error, sink: { _ in }))
         try application.start(listening: transport == .socket)
         socketClient = transport == .socket ? try TestHTTPClient(port: application.port) : nil

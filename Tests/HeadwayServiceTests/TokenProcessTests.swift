@@ -42,7 +42,16 @@ import HeadwayService
                                                                    "--task-prefix", "ci.", "--expires-in", "1h", "--db", path])
         #expect(prefixedStatus == 0 && TokenSecret.isWellFormed(prefixed.dropLast()))
         for bad in [["token", "create", "--db", path], ["token", "create", "--scope", "root", "--db", path],
-                    ["token", "create", "--scope", "admin"], ["token", "make"], ["token", "create", "--scope", "read",
+                    ["token", "create", "--scope", "admin"], ["token", "make"],
+                    ["token", "create", "--scope", "read", "--expires-in", "1e16", "--db", path],
+                    ["token", "create", "--scope", "read", "--expires-in", "1e18", "--db", path],
+                    ["token", "create", "--scope", "read", "--expires-in", "1e300", "--db", path],
+                    ["token", "create", "--scope", "read", "--expires-in", "9.2e15", "--db", path],
+                    ["token", "create", "--scope", "read", "--expires-in", "0.0001", "--db", path],
+                    ["token", "create", "--scope", "read", "--expires-in", "59", "--db", path],
+                    ["token", "create", "--scope", "read", "--expires-in", "36526d", "--db", path],
+                    ["token", "create", "--scope", "read", "--expires-in", "inf", "--db", path],
+                    ["token", "create", "--scope", "read", "--expires-in", "nan", "--db", path], ["token", "create", "--scope", "read",
                                                                                  "--task-prefix", "a/b", "--db", path]] {
             let (badStatus, badOutput, badErrors) = try DaemonProcess.run(bad)
             #expect(badStatus == 64, "\(bad)")
@@ -50,6 +59,16 @@ import HeadwayService
         }
         let (helpStatus, help, _) = try DaemonProcess.run(["token", "--help"])
         #expect(helpStatus == 0 && help.contains("headwayd token create --scope S"))
+        #expect(help.contains("1 minute to 100 years"))
+        for good in ["1m", "36525d"] {
+            let (goodStatus, _, goodErrors) = try DaemonProcess.run(["token", "create", "--scope", "read", "--expires-in", good,
+                                                                     "--db", path])
+            #expect(goodStatus == 0, "\(good): \(goodErrors)")
+        }
+        let listed = try client.request("GET", "/v1/tokens", headers: [("Authorization", "Bearer \(secret)")])
+        for token in listed.json["tokens"] as? [[String: Any]] ?? [] {
+            if let expiry = token["expires_at"] as? String { #expect(Timestamp.parseRFC3339(expiry) != nil, "\(expiry)") }
+        }
     }
 
     @Test func beyondLoopbackTheDaemonStartsOnlyOnceATokenExists() throws {
@@ -60,6 +79,7 @@ import HeadwayService
         #expect(refused == 1)
         #expect(errors.contains("no access token exists in \(path), so Headway serves only on loopback"), "\(errors)")
         #expect(errors.contains("headwayd token create --scope admin --db \(path)"))
+        #expect(!FileManager.default.fileExists(atPath: path), "a refused start created the database")
         let (made, _, _) = try DaemonProcess.run(["token", "create", "--scope", "admin", "--db", path])
         #expect(made == 0)
         let daemon = try DaemonProcess(["--listen", "0.0.0.0:0", "--db", path], logPath: directory.file("d.log"))

@@ -259,6 +259,79 @@ private struct Probe {
     }
 
     /// Last uses are kept in memory and written back (at the latest at stop).
+    /// A prefixed admin manages only tokens inside its prefix: it makes only tokens whose
+    /// prefix starts with its own, lists only those, and any other token is not found to it.
+    @Test func aPrefixedAdminManagesOnlyTokensInsideItsPrefix() throws {
+        let daemon = try LiveDaemon()
+        let root = try daemon.makeToken([.admin], name: "root")
+        let teamA = try daemon.makeToken([.admin], name: "team-a-admin", prefix: "team-a.")
+        let auth = { (secret: String) in [("Authorization", "Bearer \(secret)")] }
+        let before = try Self.state(of: daemon, admin: root)
+        for body in [#"{"name":"escape","scopes":["admin"]}"#, #"{"name":"escape","scopes":["read"],"task_prefix":"team-b."}"#,
+                     #"{"name":"escape","scopes":["read"],"task_prefix":"team-"}"#,
+                     #"{"name":"escape","scopes":["admin"],"task_prefix":null}"#] {
+            let refused = try daemon.request("POST", "/v1/tokens", json: body, headers: auth(teamA))
+            #expect(refused.status == 403, "\(body): \(refused.text)")
+            #expect(refused.problemCode == "prefix_not_allowed", "\(body)")
+        }
+        #expect(try Self.state(of: daemon, admin: root) == before)
+        let inside = try daemon.request("POST", "/v1/tokens", json: #"{"name":"ci","scopes":["report"],"task_prefix":"team-a.ci."}"#,
+                                        headers: auth(teamA))
+        #expect(inside.status == 201, "\(inside.text)")
+        #expect(inside.json["task_prefix"] as? String == "team-a.ci.")
+        let listed = try daemon.request("GET", "/v1/tokens", headers: auth(teamA)).json["tokens"] as? [[String: Any]] ?? []
+        #expect(Set(listed.compactMap { $0["name"] as? String }) == ["team-a-admin", "ci"])
+        let everything = try daemon.request("GET", "/v1/tokens", headers: auth(root)).json["tokens"] as? [[String: Any]] ?? []
+        #expect(everything.count == 3)
+        let rootID = try daemon.tokenID(named: "root", admin: root)
+        let notFound = try daemon.request("DELETE", "/v1/tokens/\(rootID)", headers: auth(teamA))
+        #expect(notFound.status == 404 && notFound.problemCode == "token_not_found", "\(notFound.text)")
+        #expect(try daemon.request("GET", "/v1/tokens", headers: auth(root)).status == 200, "the root admin still works")
+        let ciID = try daemon.tokenID(named: "ci", admin: teamA)
+        #expect(try daemon.request("DELETE", "/v1/tokens/\(ciID)", headers: auth(teamA)).status == 204)
+    }
+
+    /// A token never makes one that outlives it; every expiry lies 1 minute to 100 years ahead.
+    @Test func aTokensExpiryIsBoundedAndNeverOutlivesItsMaker() throws {
+        let daemon = try LiveDaemon()
+        let root = try daemon.makeToken([.admin], name: "root")
+        let shortLived = try daemon.makeToken([.admin], name: "short", expiresInSeconds: 3600)
+        let auth = { (secret: String) in [("Authorization", "Bearer \(secret)")] }
+        let now = SystemClock().now()
+        let at = { (milliseconds: Int64) in Timestamp.rfc3339(milliseconds) }
+        for expiry in [nil, at(now + 7_200_000), "2099-01-01T00:00:00Z"] as [String?] {
+            let body = #"{"name":"longer","scopes":["read"]\#(expiry.map { #","expires_at":"\#($0)""# } ?? "")}"#
+            let refused = try daemon.request("POST", "/v1/tokens", json: body, headers: auth(shortLived))
+            #expect(refused.status == 400, "\(body): \(refused.text)")
+            #expect(refused.text.contains("expires_at"), "\(refused.text)")
+        }
+        let within = try daemon.request("POST", "/v1/tokens", json: #"{"name":"shorter","scopes":["read"],"expires_at":"\#(at(now + 1_800_000))"}"#,
+                                        headers: auth(shortLived))
+        #expect(within.status == 201, "\(within.text)")
+        for expiry in [at(now + 10_000), at(now + 101 * 365 * 86_400_000), "9999-12-31T23:59:59Z"] {
+            let refused = try daemon.request("POST", "/v1/tokens", json: #"{"name":"x","scopes":["read"],"expires_at":"\#(expiry)"}"#,
+                                             headers: auth(root))
+            #expect(refused.status == 400 && refused.text.contains("expires_at"), "\(expiry): \(refused.text)")
+        }
+        let listed = try daemon.request("GET", "/v1/tokens", headers: auth(root)).json["tokens"] as? [[String: Any]] ?? []
+        #expect(listed.count == 3)
+    }
+
+    /// Deleting every row of the tokens table (on the live database) never reopens the
+    /// daemon: that tokens are required is a flag of its own, set by the first token.
+    @Test func deletingTheTokenRowsNeverReopensTheDaemon() throws {
+        let daemon = try LiveDaemon()
+        _ = try daemon.makeToken([.admin], name: "admin")
+        #expect(try daemon.request("GET", "/v1/tasks").problemCode == "token_missing")
+        let database = try Database(path: daemon.application.configuration.databasePath)
+        let generation = try TokenRepository.generation(in: database)
+        try database.run("DELETE FROM tokens", [])
+        #expect(try TokenRepository.generation(in: database) > generation, "a delete moves the generation")
+        database.close()
+        daemon.application.refreshTokens()
+        #expect(try daemon.request("GET", "/v1/tasks").problemCode == "token_missing")
+    }
+
     @Test func lastUseIsWrittenBack() throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
