@@ -264,15 +264,18 @@ final class BackgroundStream {
                 usleep(20_000)
             }
         }
+        /// Sends a progress increment over HTTPS with curl, trusting the second certificate.
+        func increment(_ amount: Int) throws -> Int32 {
+            try Tool.curl(second.certificatePath, [
+                "-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"increment":\#(amount)}"#,
+                "\(base)/v1/tasks/renewed/progress",
+            ]).0
+        }
         try serve(second)
         hangUpAndWait(for: "tls.reloaded", count: 1)
         #expect(daemon.log.contains("event=tls.reloaded"), "\(daemon.log)")
         #expect(try TestCertificate.fingerprint(servedOn: daemon.port) == second.fingerprint)
-        let (status, _) = try Tool.curl(second.certificatePath, [
-            "-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"increment":7}"#,
-            "\(base)/v1/tasks/renewed/progress",
-        ])
-        #expect(status == 0)
+        #expect(try increment(7) == 0)
         #expect(stream.waitFor("\"completed\":7"), "\(stream.received)")
 
         // A broken certificate file: the reload fails and the second certificate stays.
@@ -280,11 +283,7 @@ final class BackgroundStream {
         hangUpAndWait(for: "tls.reload_failed", count: 1)
         #expect(daemon.log.contains("event=tls.reload_failed"), "\(daemon.log)")
         #expect(try TestCertificate.fingerprint(servedOn: daemon.port) == second.fingerprint)
-        let (afterStatus, _) = try Tool.curl(second.certificatePath, [
-            "-X", "POST", "-H", "Content-Type: application/json", "-d", #"{"increment":1}"#,
-            "\(base)/v1/tasks/renewed/progress",
-        ])
-        #expect(afterStatus == 0)
+        #expect(try increment(1) == 0)
         #expect(stream.waitFor("\"completed\":8"), "\(stream.received)")
         // A stop with an HTTPS stream open ends it cleanly.
         #expect(daemon.stop(SIGTERM) == 0)

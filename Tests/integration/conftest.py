@@ -119,17 +119,15 @@ def chromium():
         driver.quit()
 
 
-@pytest.fixture
-def nginx(headwayd, tmp_path):
-    """nginx with deploy/nginx/headway.conf in front of headwayd; yields its base URL."""
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    port = free_port()
-    upstream = headwayd.removeprefix("http://")
-    site = (ROOT / "deploy/nginx/headway.conf").read_text()
-    assert "server 127.0.0.1:8080;" in site and "listen 80;" in site
-    site = site.replace("server 127.0.0.1:8080;", f"server {upstream};").replace(
-        "listen 80;", f"listen 127.0.0.1:{port};")
-    prefix = tmp_path / "nginx"
+@contextlib.contextmanager
+def run_nginx(prefix, site_file, replacements, port):
+    """nginx in the folder `prefix` with one site of deploy/nginx/, its texts `replacements`
+    replaced (each must be there: the test follows the file as shipped); waits until it
+    listens on `port`, stops it at the end."""
+    site = (ROOT / "deploy/nginx" / site_file).read_text()
+    for old, new in replacements.items():
+        assert old in site, old
+        site = site.replace(old, new)
     for folder in ["logs", "temp"]:
         (prefix / folder).mkdir(parents=True)
     (prefix / "headway.conf").write_text(site)
@@ -150,13 +148,24 @@ http {{
     include {prefix}/headway.conf;
 }}
 """)
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
     process = subprocess.Popen([binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf")])
     try:
         wait_for_port(port, process, "nginx")
-        yield f"http://127.0.0.1:{port}"
+        yield
     finally:
         process.send_signal(signal.SIGQUIT)
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+@pytest.fixture
+def nginx(headwayd, tmp_path):
+    """nginx with deploy/nginx/headway.conf in front of headwayd; yields its base URL."""
+    port = free_port()
+    replacements = {"server 127.0.0.1:8080;": f"server {headwayd.removeprefix('http://')};",
+                    "listen 80;": f"listen 127.0.0.1:{port};"}
+    with run_nginx(tmp_path / "nginx", "headway.conf", replacements, port):
+        yield f"http://127.0.0.1:{port}"

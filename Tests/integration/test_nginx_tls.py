@@ -2,14 +2,12 @@
 which runs with tokens and --public-url. Runners and dashboards reach it over HTTPS; the
 secret an EventSource must put in the query never reaches nginx's access log."""
 import json
-import shutil
-import signal
 import ssl
 import subprocess
 
 import httpx
 
-from conftest import HEADWAYD, ROOT, free_port, run_headwayd, wait_for_port
+from conftest import HEADWAYD, free_port, run_headwayd, run_nginx
 
 
 def make_certificate(directory):
@@ -20,47 +18,6 @@ def make_certificate(directory):
                     "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
                    check=True, capture_output=True)
     return cert, key
-
-
-def start_nginx(prefix, upstream, https_port, http_port, cert, key):
-    """nginx with the shipped TLS site, its ports, names and files replaced by the test's."""
-    site = (ROOT / "deploy/nginx/headway-tls.conf").read_text()
-    replacements = {
-        "server 127.0.0.1:8080;": f"server {upstream};",
-        "listen 80;": f"listen 127.0.0.1:{http_port};",
-        "listen 443 ssl http2;": f"listen 127.0.0.1:{https_port} ssl http2;",
-        "server_name headway.example.com;": "server_name localhost;",
-        "/etc/ssl/headway/fullchain.pem": str(cert),
-        "/etc/ssl/headway/privkey.pem": str(key),
-        "/var/log/nginx/headway.access.log": str(prefix / "logs/headway.access.log"),
-    }
-    for old, new in replacements.items():
-        assert old in site, old
-        site = site.replace(old, new)
-    for folder in ["logs", "temp"]:
-        (prefix / folder).mkdir(parents=True)
-    (prefix / "headway.conf").write_text(site)
-    (prefix / "nginx.conf").write_text(f"""
-daemon off;
-master_process off;
-worker_processes 1;
-pid {prefix}/nginx.pid;
-error_log {prefix}/logs/error.log warn;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/temp/body;
-    proxy_temp_path {prefix}/temp/proxy;
-    fastcgi_temp_path {prefix}/temp/fastcgi;
-    uwsgi_temp_path {prefix}/temp/uwsgi;
-    scgi_temp_path {prefix}/temp/scgi;
-    include {prefix}/headway.conf;
-}}
-""")
-    binary = shutil.which("nginx") or "/usr/sbin/nginx"
-    process = subprocess.Popen([binary, "-p", str(prefix), "-c", str(prefix / "nginx.conf")])
-    wait_for_port(https_port, process, "nginx")
-    return process
 
 
 def test_headwayd_behind_nginx_with_tls(tmp_path):
@@ -74,12 +31,21 @@ def test_headwayd_behind_nginx_with_tls(tmp_path):
     https_port, http_port = free_port(), free_port()
     public = f"https://localhost:{https_port}"
     with run_headwayd(daemon_directory, "--public-url", public) as daemon:
-        nginx = start_nginx(tmp_path / "nginx", daemon.removeprefix("http://"), https_port, http_port, cert, key)
-        try:
+        # The shipped site with the test's ports, name and files.
+        replacements = {
+            "server 127.0.0.1:8080;": f"server {daemon.removeprefix('http://')};",
+            "listen 80;": f"listen 127.0.0.1:{http_port};",
+            "listen 443 ssl http2;": f"listen 127.0.0.1:{https_port} ssl http2;",
+            "server_name headway.example.com;": "server_name localhost;",
+            "/etc/ssl/headway/fullchain.pem": str(cert),
+            "/etc/ssl/headway/privkey.pem": str(key),
+            "/var/log/nginx/headway.access.log": str(tmp_path / "nginx/logs/headway.access.log"),
+        }
+        with run_nginx(tmp_path / "nginx", "headway-tls.conf", replacements, https_port):
             # Plain HTTP is sent to HTTPS.
             redirect = httpx.get(f"http://localhost:{http_port}/v1/tasks")
             assert redirect.status_code == 308
-            assert redirect.headers["location"] == f"https://localhost/v1/tasks"
+            assert redirect.headers["location"] == "https://localhost/v1/tasks"
 
             with httpx.Client(base_url=public, verify=ssl.create_default_context(cafile=str(cert))) as client:
                 refused = client.get("/v1/tasks")
@@ -104,9 +70,6 @@ def test_headwayd_behind_nginx_with_tls(tmp_path):
                             data = json.loads(line.removeprefix("data:"))
                             break
                 assert data is not None and [(t["id"], t["completed"]) for t in data["tasks"]] == [("backup", 4)]
-        finally:
-            nginx.send_signal(signal.SIGQUIT)
-            nginx.wait(timeout=10)
 
     access_log = (tmp_path / "nginx/logs/headway.access.log").read_text()
     assert "GET /v1/events " in access_log
