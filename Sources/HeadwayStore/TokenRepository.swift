@@ -39,9 +39,13 @@ public enum TokenRepository {
     }
 
     /// Whether tokens are required: a token was made once (a trigger sets the flag with
-    /// the first one; the daemon never clears it, and deleting rows leaves it set).
+    /// the first one; the daemon never clears it, and deleting rows leaves it set), a token
+    /// row exists, or the state row itself is gone (deleted by hand: never read as "open").
     public static func required(in database: Database) throws(SQLiteError) -> Bool {
-        try database.scalar("SELECT required FROM token_state") == 1
+        try database.scalar("""
+            SELECT coalesce((SELECT required FROM token_state WHERE id = 1), 1)
+                OR EXISTS (SELECT 1 FROM tokens)
+            """) == 1
     }
 
     /// Whether the database at `path` requires tokens, read without creating or changing
@@ -58,7 +62,7 @@ public enum TokenRepository {
     /// A number that moves whenever a token is made, changed or deleted (a use written
     /// moves it too).
     public static func generation(in database: Database) throws(SQLiteError) -> Int64 {
-        try database.scalar("SELECT generation FROM token_state") ?? 0
+        try database.scalar("SELECT generation FROM token_state WHERE id = 1") ?? 0
     }
 
     /// Writes the last-used times kept in memory (never moves one back).

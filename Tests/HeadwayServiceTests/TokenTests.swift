@@ -330,6 +330,18 @@ private struct Probe {
         database.close()
         daemon.application.refreshTokens()
         #expect(try daemon.request("GET", "/v1/tasks").problemCode == "token_missing")
+        // Nor does deleting the state row: a missing row reads as required, and the next
+        // token made writes the row again.
+        let again = try Database(path: daemon.application.configuration.databasePath)
+        try again.run("DELETE FROM token_state", [])
+        #expect(try TokenRepository.required(in: again))
+        _ = try TokenCommand.create(TokenRequest(name: "later", scopes: [.read]), expiresInSeconds: nil,
+                                    databasePath: daemon.application.configuration.databasePath)
+        try again.run("DELETE FROM tokens", [])
+        #expect(try again.scalar("SELECT required FROM token_state WHERE id = 1") == 1)
+        again.close()
+        daemon.application.refreshTokens()
+        #expect(try daemon.request("GET", "/v1/tasks").problemCode == "token_missing")
     }
 
     @Test func lastUseIsWrittenBack() throws {
