@@ -276,7 +276,7 @@ public struct Configuration: Sendable, Equatable {
         return .run(configuration)
     }
 
-    /// Seconds in `text`: a number, optionally followed by s, m, h or d.
+    /// Seconds in `text`: a plain decimal number, optionally followed by s, m, h or d.
     static func parseDuration(_ text: String) -> Double? {
         let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
         var number = Substring(text)
@@ -285,7 +285,10 @@ public struct Configuration: Sendable, Equatable {
             scale = unit
             number = number.dropLast()
         }
-        guard let value = Double(number), value.isFinite, value >= 0 else { return nil }
+        // Plain decimals only (`90`, `1.5`): no sign, exponent, hexadecimal, nan or inf.
+        let parts = number.split(separator: ".", omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { ("0"..."9").contains($0) } }),
+              let value = Double(number) else { return nil }
         return value * scale
     }
 

@@ -74,6 +74,11 @@ import HeadwayStore
         for bad in ["7x", "-1d", "10s", "", "1e9d"] {
             #expect(throws: UsageError.self) { _ = try Configuration.parse(arguments: ["--retention", bad], environment: [:]) }
         }
+        // Plain decimals only: no sign, exponent, hexadecimal, nan or inf.
+        #expect(Configuration.parseDuration("1.5h") == 5_400)
+        for loose in ["0x3c", "0x1p6m", "1e3", "+60", "1.0e1m", ".5h", "5.", "1..2", "nan", "inf", " 60", "６０"] {
+            #expect(Configuration.parseDuration(loose) == nil, "\(loose)")
+        }
     }
 
     /// The event-stream bounds: defaults, environment, each flag at its limits and just past.
