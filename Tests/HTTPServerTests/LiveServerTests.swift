@@ -36,6 +36,9 @@ struct RunningServer {
         case .encodedSlashInPath: (400, "encoded_slash_in_path")
         case .tooManyQueryParameters(let limit): (431, "too_many_query_parameters \(limit)")
         case .targetTooLong(let limit): (414, "target_too_long \(limit)")
+        case .badFraming: (400, "bad_framing")
+        case .malformedHeader: (400, "malformed_header")
+        case .hostMissing: (400, "host_missing")
         }
         return HTTPResponse(status: status, headers: refusal == .shuttingDown ? [HTTPField("Connection", "close")] : [],
                             body: Array("\(name) \(request.path)".utf8))
