@@ -97,6 +97,63 @@ public enum HTTPRefusal: Equatable, Sendable {
     case tooManyQueryParameters(limit: Int)
     /// The request target is longer than the server's limit (414).
     case targetTooLong(limit: Int)
+    /// The body's length can be read more than one way (RFC 9112 §6.3): more than one
+    /// `Content-Length`, `Transfer-Encoding` with `Content-Length`, more than one
+    /// `Transfer-Encoding`, or one other than `chunked` (400; the connection is closed, so
+    /// nothing after it is read as a request). Says which.
+    case badFraming(String)
+    /// A header line that is not `name: value` with a token as its name: whitespace or
+    /// another character not allowed before the colon, or a line folded onto the previous
+    /// one (obs-fold) (400; the connection is closed). Says which.
+    case malformedHeader(String)
+    /// An HTTP/1.1 request without `Host` (400; the connection is closed).
+    case hostMissing
+}
+
+/// What the server checks of a request's head before anything reads its body or routes
+/// it: a head a proxy in front could read otherwise is refused, and its connection closed.
+struct HeadCheck: Sendable {
+    /// One header line as the library gave it: its name as sent, and whether the library
+    /// folded a continuation line into it.
+    struct Field: Sendable {
+        var name: String
+        var value: String
+        var folded = false
+    }
+
+    /// The refusal a request with `fields` calls for, if any.
+    static func refusal(for fields: [Field], isHTTP11: Bool) -> HTTPRefusal? {
+        for field in fields {
+            if field.folded {
+                return .malformedHeader("a header line continued on the next one (obs-fold)")
+            }
+            if field.name.isEmpty || !field.name.utf8.allSatisfy(isTokenByte) {
+                return .malformedHeader("a header name that is not a token (whitespace or another character not "
+                    + "allowed before the colon)")
+            }
+        }
+        func count(_ name: String) -> Int { fields.lazy.filter { $0.name.lowercased() == name }.count }
+        let lengths = count("content-length")
+        let encodings = fields.filter { $0.name.lowercased() == "transfer-encoding" }
+        if lengths > 1 { return .badFraming("more than one Content-Length") }
+        if encodings.count > 1 { return .badFraming("more than one Transfer-Encoding") }
+        if let encoding = encodings.first {
+            if lengths > 0 { return .badFraming("both Transfer-Encoding and Content-Length") }
+            if encoding.value.lowercased() != "chunked" { return .badFraming("a Transfer-Encoding other than chunked") }
+        }
+        if isHTTP11 && count("host") == 0 { return .hostMissing }
+        return nil
+    }
+
+    /// Whether `byte` is a `tchar` of RFC 9110 §5.6.2.
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            true
+        default:
+            Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
+        }
+    }
 }
 
 /// What the server checks of a request target before libmicrohttpd parses it (the library

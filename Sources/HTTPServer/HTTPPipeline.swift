@@ -73,6 +73,9 @@ public struct HTTPPipeline: Sendable {
         case .encodedSlashInPath: (400, "an encoded slash in the path")
         case .tooManyQueryParameters(let limit): (431, "more than \(limit) query parameters")
         case .targetTooLong(let limit): (414, "request target longer than \(limit) bytes")
+        case .badFraming(let reason): (400, "bad framing: \(reason)")
+        case .malformedHeader(let reason): (400, "malformed header: \(reason)")
+        case .hostMissing: (400, "an HTTP/1.1 request without Host")
         }
         return HTTPResponse(status: status, headers: [HTTPField("Content-Type", "text/plain")], body: Array((text + "\n").utf8))
     }

@@ -365,6 +365,9 @@ public final class MicroHTTPServer: Service {
     private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, refusal: HTTPRefusal?,
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         headDeadlines.stopWaiting(headway_connection_fd(connection))
+        // Checked first, before the body is read or anything answered: a head a proxy in
+        // front could read otherwise is refused, and its connection closed.
+        let headRefusal = HeadCheck.refusal(for: Self.headFields(connection), isHTTP11: isHTTP11)
         let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
         let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
         let isDraining = traffic.withLock { traffic in
@@ -376,6 +379,10 @@ public final class MicroHTTPServer: Service {
         // A stream's body is then sent in chunks, which its writer may send itself.
         exchange.isChunkedKeepAlive = isHTTP11 && request.header("connection")?.lowercased() != "close"
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
+        if let headRefusal {
+            exchange.closesConnection = true
+            return exchange.dispatchOrQueue { pipeline.refuse(headRefusal, $0, $1) }
+        }
         if isDraining {
             return exchange.dispatchOrQueue { pipeline.refuse(.shuttingDown, $0, $1) }
         }
@@ -442,6 +449,31 @@ public final class MicroHTTPServer: Service {
         exchange.complete()
     }
 
+    /// The request's header lines as the library gave them, names as sent. libmicrohttpd
+    /// 0.9.75 parses a line in place (`name\0` then optional whitespace then the value), but
+    /// appends a line folded onto it (obs-fold: a line that begins with a space or a tab)
+    /// to its *name*, in a copy elsewhere in the connection's memory: a field whose value
+    /// does not follow its name, its NUL and only spaces or tabs, was folded.
+    private static func headFields(_ connection: OpaquePointer) -> [HeadCheck.Field] {
+        final class Box { var fields: [HeadCheck.Field] = [] }
+        let box = Box()
+        _ = MHD_get_connection_values(connection, .HEADER_KIND, { cls, _, key, value in
+            guard let cls, let key else { return MHD_Result.YES }
+            let box = Unmanaged<Box>.fromOpaque(cls).takeUnretainedValue()
+            var field = HeadCheck.Field(name: String(cString: key), value: value.map { String(cString: $0) } ?? "")
+            if let value {
+                let afterName = key + strlen(key) + 1
+                let gap = afterName.distance(to: value)
+                // Both lie in the connection's memory; a gap beyond it is no gap of one line.
+                field.folded = !(0...16 * 1024).contains(gap)
+                    || !(0..<gap).allSatisfy { afterName[$0] == 0x20 || afterName[$0] == 0x09 }
+            }
+            box.fields.append(field)
+            return MHD_Result.YES
+        }, Unmanaged.passUnretained(box).toOpaque())
+        return box.fields
+    }
+
     private static func values(_ connection: OpaquePointer, kind: MHD_ValueKind, lowercase: Bool) -> [HTTPField] {
         final class Box { var fields: [HTTPField] = []; var lowercase = false }
         let box = Box()
@@ -478,6 +510,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     private(set) var discardedBytes = 0
     /// An HTTP/1.1 request not asking to close: a body of unknown length goes out chunked.
     var isChunkedKeepAlive = false
+    /// The answer closes the connection (`Connection: close`), whatever it says: nothing
+    /// after this request on it is read (a head refused by `HeadCheck`).
+    var closesConnection = false
     private let started = DispatchTime.now().uptimeNanoseconds
 
     init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer) {
@@ -596,7 +631,10 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         }
         guard let mhdResponse else { return MHD_Result.NO }
         defer { MHD_destroy_response(mhdResponse) }
-        for field in response.headers { MHD_add_response_header(mhdResponse, field.name, field.value) }
+        for field in response.headers where !(closesConnection && field.name.lowercased() == "connection") {
+            MHD_add_response_header(mhdResponse, field.name, field.value)
+        }
+        if closesConnection { MHD_add_response_header(mhdResponse, "Connection", "close") }
         answer.sentStatus = response.status
         return MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     }

@@ -108,8 +108,8 @@ final class ServedPort: Sendable {
 /// `Vary: Origin`. `Access-Control-Allow-Credentials` is never sent: tokens travel in
 /// `Authorization`, which a page sets itself, and cookies are never used.
 ///
-/// A request without `Host` (HTTP/1.0, or handed to the pipeline in process) passes the
-/// first check; one without `Origin` (not from a browser's page) the second.
+/// A request without `Host` (HTTP/1.0 — the server refuses one of HTTP/1.1 before the
+/// pipeline — or handed to the pipeline in process) passes the first check; one without `Origin` (not from a browser's page) the second.
 ///
 /// Before all of these, a request carrying `Host`, `Origin`, `Content-Type` or
 /// `Authorization` more than once is 400 `duplicate_header`: the daemon reads the first,

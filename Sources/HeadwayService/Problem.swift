@@ -207,6 +207,21 @@ extension Problem {
         case .targetTooLong(let limit):
             self.init(status: 414, code: "uri_too_long", title: "Request target too long",
                       detail: "A request target may be at most \(limit) bytes long.")
+        case .badFraming(let reason):
+            self.init(status: 400, code: "bad_framing", title: "Ambiguous message length",
+                      detail: "The request has \(reason): its body's length could be read more than one way (a proxy "
+                          + "in front reading it otherwise would see other requests). Send one Content-Length, or "
+                          + "Transfer-Encoding: chunked alone. The connection is closed.",
+                      headers: [HTTPField("Connection", "close")])
+        case .malformedHeader(let reason):
+            self.init(status: 400, code: "malformed_header", title: "Malformed header line",
+                      detail: "The request has \(reason); send each header as one line, name: value. The connection "
+                          + "is closed.",
+                      headers: [HTTPField("Connection", "close")])
+        case .hostMissing:
+            self.init(status: 400, code: "host_missing", title: "Host required",
+                      detail: "An HTTP/1.1 request must say Host. The connection is closed.",
+                      headers: [HTTPField("Connection", "close")])
         }
     }
 

@@ -36,6 +36,9 @@ struct RunningServer {
         case .encodedSlashInPath: (400, "encoded_slash_in_path")
         case .tooManyQueryParameters(let limit): (431, "too_many_query_parameters \(limit)")
         case .targetTooLong(let limit): (414, "target_too_long \(limit)")
+        case .badFraming: (400, "bad_framing")
+        case .malformedHeader: (400, "malformed_header")
+        case .hostMissing: (400, "host_missing")
         }
         return HTTPResponse(status: status, headers: refusal == .shuttingDown ? [HTTPField("Connection", "close")] : [],
                             body: Array("\(name) \(request.path)".utf8))
@@ -71,6 +74,49 @@ struct RunningServer {
             #expect(response.status == 200)
             #expect(response.text == "{\"n\":\(index)}")
         }
+    }
+
+    /// A head that could be framed two ways is refused at its first call, before its body
+    /// or its handler, and the server closes the connection even though the renderer's
+    /// reply does not ask to: the bytes after it never run as a request.
+    @Test func refusesAmbiguousFramingAndClosesTheConnection() throws {
+        let server = try Self.startEchoServer()
+        defer { server.shutdown() }
+        let hidden = "POST /now HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nhidden"
+        for framing in ["Content-Length: 2\r\nContent-Length: \(2 + hidden.utf8.count)",
+                        "Transfer-Encoding: chunked\r\nContent-Length: \(12 + hidden.utf8.count)"] {
+            let client = try TestHTTPClient(port: server.port)
+            let body = framing.hasPrefix("Transfer") ? "2\r\nab\r\n0\r\n\r\n" : "ab"
+            try client.send("POST /now HTTP/1.1\r\nHost: x\r\n\(framing)\r\n\r\n\(body)\(hidden)")
+            let refused = try client.readResponse()
+            #expect(refused.status == 400 && refused.text == "bad_framing /now", "\(refused.text)")
+            #expect(refused.headers["connection"]?.lowercased() == "close")
+            #expect((try? client.readResponse()) == nil, "a second request was answered")
+        }
+    }
+
+    @Test func headCheckRefusals() {
+        typealias Field = HeadCheck.Field
+        func refusal(_ fields: [(String, String)], http11: Bool = true) -> HTTPRefusal? {
+            HeadCheck.refusal(for: fields.map { Field(name: $0.0, value: $0.1) }, isHTTP11: http11)
+        }
+        #expect(refusal([("Host", "x"), ("Content-Length", "2")]) == nil)
+        #expect(refusal([("Host", "x"), ("Transfer-Encoding", "CHUNKED")]) == nil)
+        #expect(refusal([]) == .hostMissing)
+        #expect(refusal([], http11: false) == nil)
+        #expect(refusal([("Host", "x"), ("Content-Length", "2"), ("content-length", "2")])
+                == .badFraming("more than one Content-Length"))
+        #expect(refusal([("Host", "x"), ("Transfer-Encoding", "chunked"), ("Content-Length", "2")])
+                == .badFraming("both Transfer-Encoding and Content-Length"))
+        #expect(refusal([("Host", "x"), ("Transfer-Encoding", "chunked"), ("Transfer-Encoding", "chunked")])
+                == .badFraming("more than one Transfer-Encoding"))
+        #expect(refusal([("Host", "x"), ("Transfer-Encoding", "gzip, chunked")])
+                == .badFraming("a Transfer-Encoding other than chunked"))
+        for name in ["Host ", "Host\t", "X(y)", "X y", "", "Ünicode", "X:y"] {
+            if case .malformedHeader = refusal([(name, "x")]) {} else { Issue.record("name '\(name)' passed") }
+        }
+        let folded = HeadCheck.refusal(for: [Field(name: "Hostx", value: "evil.example", folded: true)], isHTTP11: false)
+        #expect(folded == .malformedHeader("a header line continued on the next one (obs-fold)"))
     }
 
     @Test func servesStreamAndOrdinaryConnectionsWhateverTheirFirstBytes() throws {
