@@ -475,14 +475,21 @@ public final class MicroHTTPServer: Service {
     }
 
     private static func values(_ connection: OpaquePointer, kind: MHD_ValueKind, lowercase: Bool) -> [HTTPField] {
-        final class Box { var fields: [HTTPField] = []; var lowercase = false }
+        final class Box { var fields: [HTTPField] = []; var lowercase = false; var trims = false }
         let box = Box()
         box.lowercase = lowercase
+        box.trims = kind == .HEADER_KIND
         _ = MHD_get_connection_values(connection, kind, { cls, _, key, value in
             guard let cls, let key else { return MHD_Result.YES }
             let box = Unmanaged<Box>.fromOpaque(cls).takeUnretainedValue()
             let name = String(cString: key)
-            box.fields.append(HTTPField(box.lowercase ? name.lowercased() : name, value.map { String(cString: $0) } ?? ""))
+            var text = value.map { String(cString: $0) } ?? ""
+            // A header's value excludes the spaces and tabs around it (RFC 9110 §5.5); the
+            // library drops those before it only.
+            if box.trims, let last = text.utf8.last, last == 0x20 || last == 0x09 {
+                text = String(decoding: text.utf8.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed(), as: UTF8.self)
+            }
+            box.fields.append(HTTPField(box.lowercase ? name.lowercased() : name, text))
             return MHD_Result.YES
         }, Unmanaged.passUnretained(box).toOpaque())
         return box.fields

@@ -123,7 +123,9 @@ import Testing
     @Test func loopbackNamesWithThePortServedAreAccepted() throws {
         let daemon = try daemonWithTask()
         let port = daemon.application.port
-        for host in ["localhost:\(port)", "127.0.0.1:\(port)", "[::1]:\(port)", "LocalHost:\(port)", "127.0.0.1", "localhost"] {
+        // Spaces and tabs around a value are not part of it (RFC 9110 §5.5).
+        for host in ["localhost:\(port)", "127.0.0.1:\(port)", "[::1]:\(port)", "LocalHost:\(port)", "127.0.0.1", "localhost",
+                     "127.0.0.1:\(port) \t "] {
             #expect(try send(daemon, "GET", "/v1/tasks/t", host: host).status == 200, "Host \(host)")
             let heartbeat = try send(daemon, "POST", "/v1/tasks/t/heartbeat", host: host, [json])
             #expect(heartbeat.status == 200, "Host \(host): \(heartbeat.text)")
