@@ -41,7 +41,8 @@ public struct HTTPRequest: Sendable {
 
     /// The first value of header `name` (case-insensitive).
     public func header(_ name: String) -> String? {
-        let lowered = name.lowercased()
+        // Callers mostly ask in lower case already: no new string then.
+        let lowered = name.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") } ? name.lowercased() : name
         return headers.first { $0.name == lowered }?.value
     }
 
@@ -123,6 +124,9 @@ struct HeadCheck: Sendable {
 
     /// The refusal a request with `fields` calls for, if any.
     static func refusal(for fields: [Field], isHTTP11: Bool) -> HTTPRefusal? {
+        var lengths = 0
+        var hosts = 0
+        var encodings: [String] = []
         for field in fields {
             if field.folded {
                 return .malformedHeader("a header line continued on the next one (obs-fold)")
@@ -131,17 +135,20 @@ struct HeadCheck: Sendable {
                 return .malformedHeader("a header name that is not a token (whitespace or another character not "
                     + "allowed before the colon)")
             }
+            switch field.name.lowercased() {
+            case "content-length": lengths += 1
+            case "transfer-encoding": encodings.append(field.value)
+            case "host": hosts += 1
+            default: break
+            }
         }
-        func count(_ name: String) -> Int { fields.lazy.filter { $0.name.lowercased() == name }.count }
-        let lengths = count("content-length")
-        let encodings = fields.filter { $0.name.lowercased() == "transfer-encoding" }
         if lengths > 1 { return .badFraming("more than one Content-Length") }
         if encodings.count > 1 { return .badFraming("more than one Transfer-Encoding") }
         if let encoding = encodings.first {
             if lengths > 0 { return .badFraming("both Transfer-Encoding and Content-Length") }
-            if encoding.value.lowercased() != "chunked" { return .badFraming("a Transfer-Encoding other than chunked") }
+            if encoding.lowercased() != "chunked" { return .badFraming("a Transfer-Encoding other than chunked") }
         }
-        if isHTTP11 && count("host") == 0 { return .hostMissing }
+        if isHTTP11 && hosts == 0 { return .hostMissing }
         return nil
     }
 
@@ -150,8 +157,12 @@ struct HeadCheck: Sendable {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
             true
+        case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"),
+             UInt8(ascii: "'"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."),
+             UInt8(ascii: "^"), UInt8(ascii: "_"), UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+            true
         default:
-            Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
+            false
         }
     }
 }

@@ -82,7 +82,8 @@ struct Authority: Equatable, Sendable {
         }
         guard !hostText.isEmpty else { return nil }
         if let portText {
-            guard (1...5).contains(portText.count), portText.allSatisfy({ $0.isASCII && $0.isNumber }),
+            guard (1...5).contains(portText.utf8.count),
+                  portText.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
                   let port = Int(portText), (1...65535).contains(port) else { return nil }
             self.port = port
         } else {
