@@ -43,7 +43,14 @@ static inline void headway_mhd_log(void *cls, const char *format, va_list argume
 /// the daemon has stopped. With a `tls_certificate_callback` (a GnuTLS
 /// `gnutls_certificate_retrieve_function2`, passed untyped so that this header needs no
 /// GnuTLS types) the daemon speaks HTTPS (`MHD_USE_TLS`) and asks the callback for its
-/// certificate at each handshake (`MHD_OPTION_HTTPS_CERT_CALLBACK`).
+/// certificate at each handshake (`MHD_OPTION_HTTPS_CERT_CALLBACK`), with the GnuTLS
+/// priority string `tls_priorities` (`MHD_OPTION_HTTPS_PRIORITIES`), and its thread
+/// waits in poll(2) instead of epoll: libmicrohttpd 0.9.75's epoll loop keeps a connection
+/// whose handshake waits for the client in its list of ready connections (GnuTLS reads the
+/// socket itself during a handshake, so the library never sees the EAGAIN that would clear
+/// its read-ready flag), and so spins, `epoll_wait(…, 0)` after `epoll_wait(…, 0)`, until
+/// the handshake ends. Its poll loop asks the kernel about every connection not suspended,
+/// each pass, so a handshake waiting for the client costs nothing.
 static inline struct MHD_Daemon *headway_mhd_start(
     MHD_AccessHandlerCallback handler, void *handler_context,
     MHD_RequestCompletedCallback completed, void *completed_context,
@@ -53,16 +60,16 @@ static inline struct MHD_Daemon *headway_mhd_start(
     unsigned int connection_limit,
     unsigned int connection_timeout_seconds,
     size_t connection_memory_limit,
-    void *tls_certificate_callback)
+    void *tls_certificate_callback,
+    const char *tls_priorities)
 {
     struct headway_log_target *target = (struct headway_log_target *)malloc(sizeof *target);
     if (target == NULL) return NULL;
     target->sink = sink;
     target->context = sink_context;
     *log_target = target;
-    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG
-        | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
-    if (tls_certificate_callback != NULL) flags |= MHD_USE_TLS;
+    unsigned int flags = MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    flags |= tls_certificate_callback != NULL ? MHD_USE_TLS | MHD_USE_POLL_INTERNAL_THREAD : MHD_USE_EPOLL_INTERNAL_THREAD;
     struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_context,
         MHD_OPTION_EXTERNAL_LOGGER, headway_mhd_log, (void *)target,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_context,
@@ -73,6 +80,7 @@ static inline struct MHD_Daemon *headway_mhd_start(
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, connection_memory_limit,
         /* Without TLS the list ends here. */
         tls_certificate_callback != NULL ? MHD_OPTION_HTTPS_CERT_CALLBACK : MHD_OPTION_END, tls_certificate_callback,
+        MHD_OPTION_HTTPS_PRIORITIES, tls_priorities,
         MHD_OPTION_END);
     if (daemon == NULL) {
         free(target);

@@ -23,7 +23,9 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 /// the daemons stop.
 ///
 /// HTTPS (`Configuration.tls`) goes through libmicrohttpd's own GnuTLS support, with the
-/// certificate handed out per handshake (`TLSCertificates`, reloadable). A TLS connection
+/// certificate handed out per handshake (`TLSCertificates`, reloadable), TLS 1.2 and 1.3
+/// with forward-secret AEAD ciphers only (`TLSCertificates.priorities`), and its daemon
+/// waiting in poll(2), not epoll (whose loop spins while a handshake waits: `shim.h`). A TLS connection
 /// begins with a ClientHello, so the accept loop cannot see which route it will ask for:
 /// one daemon (with the request daemon's memory) serves every connection, and event
 /// streams stay library-driven — suspended while idle, resumed for each write — because
@@ -163,7 +165,11 @@ public final class MicroHTTPServer: Service {
         writableWatcher = try WritableWatcher(
             stallTimeoutNanoseconds: UInt64(configuration.streamStallTimeoutSeconds * 1_000_000_000))
         helpers = ServiceGroup([ServiceGroup.Member("headway-flush", writableWatcher)])
-        certificates = try configuration.tls.map(TLSCertificates.init(files:))
+        // A handshake ends, or its connection is closed, within the head timeout.
+        certificates = try configuration.tls.map {
+            try TLSCertificates(files: $0, retentionNanoseconds: max(60_000_000_000, 2 * configuration.headTimeoutNanoseconds),
+                                now: configuration.sortingClock)
+        }
     }
 
     /// Whether the server speaks HTTPS.
@@ -171,6 +177,9 @@ public final class MicroHTTPServer: Service {
 
     /// The SHA-256 fingerprint of the certificate handed out now (nil: plain HTTP).
     public var certificateFingerprint: String? { certificates?.fingerprint }
+
+    /// When the certificate handed out now is valid (nil: plain HTTP).
+    public var certificateValidity: TLSCertificateValidity? { certificates?.validity }
 
     /// Reads the certificate and key files again; new connections get the new certificate,
     /// open ones keep going. Returns its SHA-256 fingerprint. Throws, keeping the current
@@ -192,7 +201,8 @@ public final class MicroHTTPServer: Service {
                 targetCheckCallback, context,
                 connectionNotifyCallback, context,
                 UInt32(configuration.connectionLimit), UInt32(timeoutSeconds), memoryLimit,
-                certificates == nil ? nil : unsafeBitCast(tlsCertificateCallback, to: UnsafeMutableRawPointer.self))
+                certificates == nil ? nil : unsafeBitCast(tlsCertificateCallback, to: UnsafeMutableRawPointer.self),
+                TLSCertificates.priorities)
             else { throw HTTPServerError(description: "cannot start libmicrohttpd") }
             if let logTarget { daemons.withLock { $0.logTargets.append(logTarget) } }
             return daemon
@@ -316,6 +326,8 @@ public final class MicroHTTPServer: Service {
         }
         if let stream = stopped.stream, stream != stopped.request { MHD_stop_daemon(stream) }
         if let request = stopped.request { MHD_stop_daemon(request) }
+        // No handshake runs any more.
+        if stopped.request != nil { certificates?.releaseSuperseded() }
         stopped.logTargets.forEach(headway_mhd_free_log_target)
         helpers.stop()
     }

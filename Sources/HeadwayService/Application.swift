@@ -84,6 +84,20 @@ public final class HeadwayApplication: Sendable {
             "tls": server.isTLS ? "on" : "off", "certificate_sha256": server.certificateFingerprint ?? "-",
             "version": HeadwayVersion.current,
         ])
+        warnIfCertificateIsNotValidNow()
+    }
+
+    /// Logs `tls.certificate_expired` or `tls.certificate_not_yet_valid` (with its dates) if
+    /// the certificate served is outside its validity dates now. It is served all the same:
+    /// an operator may be in the middle of a renewal.
+    private func warnIfCertificateIsNotValidNow() {
+        guard let validity = server.certificateValidity, let problem = validity.problem(at: Date()) else { return }
+        let dates = ISO8601DateFormatter()
+        logger.log(.warn, problem.rawValue, [
+            "cert": configuration.tlsCertificatePath ?? "", "not_before": dates.string(from: validity.notBefore),
+            "not_after": dates.string(from: validity.notAfter), "certificate_sha256": server.certificateFingerprint ?? "",
+            "detail": "served anyway: clients that check dates will refuse it",
+        ])
     }
 
     /// Reloads the TLS certificate and key from their files (SIGHUP): new connections get
@@ -99,6 +113,7 @@ public final class HeadwayApplication: Sendable {
         do {
             let fingerprint = try server.reloadCertificate() ?? ""
             logger.log(.info, "tls.reloaded", ["cert": certificatePath, "key": keyPath, "certificate_sha256": fingerprint])
+            warnIfCertificateIsNotValidNow()
             return true
         } catch {
             logger.log(.error, "tls.reload_failed", [
@@ -149,6 +164,11 @@ public final class HeadwayApplication: Sendable {
 public func buildApplication(_ configuration: Configuration, clock: any WallClock = SystemClock(),
                              logger: Logger? = nil) throws -> HeadwayApplication {
     let logger = logger ?? Logger(minimumLevel: configuration.logLevel)
+    // TLS files that cannot serve are refused before anything is created: a mistyped
+    // --tls-cert leaves no new database behind.
+    if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
+        try TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath).check()
+    }
     // The start refusals that need tokens look first without creating or migrating the
     // database (a missing file has no tokens), then again once the table is loaded.
     if let refusal = StartRefusal.check(configuration, tokensRequired: TokenRepository.requiredWithoutCreating(

@@ -2,6 +2,7 @@ import Foundation
 import HeadwayTestSupport
 import Testing
 @testable import HeadwayService
+@testable import HTTPServer
 
 /// A self-signed certificate for 127.0.0.1 and localhost, made with the `openssl` command.
 struct TestCertificate {
@@ -10,15 +11,41 @@ struct TestCertificate {
     /// SHA-256 of the certificate, lower-case hex pairs joined by colons.
     let fingerprint: String
 
-    init(in directory: TemporaryDirectory, name: String) throws {
+    /// An ECDSA (P-256) certificate, or an RSA (2048 bits) one.
+    init(in directory: TemporaryDirectory, name: String, rsa: Bool = false) throws {
         certificatePath = directory.file("\(name).crt")
         keyPath = directory.file("\(name).key")
-        let (status, output) = try Tool.run([
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", keyPath, "-out", certificatePath, "-days", "2", "-subj", "/CN=headway-test-\(name)",
+        let key = rsa ? ["-newkey", "rsa:2048"] : ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+        let (status, output) = try Tool.run(["openssl", "req", "-x509"] + key + [
+            "-nodes", "-keyout", keyPath, "-out", certificatePath, "-days", "2", "-subj", "/CN=headway-test-\(name)",
             "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
         ])
         guard status == 0 else { throw TestHTTPError("openssl req failed: \(output)") }
+        fingerprint = try Self.fingerprint(ofFile: certificatePath)
+    }
+
+    /// A self-signed certificate valid only between `start` and `end` (`YYYYMMDDHHMMSSZ`),
+    /// signed with `openssl ca`, which takes such dates.
+    init(in directory: TemporaryDirectory, name: String, validFrom start: String, until end: String) throws {
+        certificatePath = directory.file("\(name).crt")
+        keyPath = directory.file("\(name).key")
+        let ca = directory.file("\(name)-ca")
+        try FileManager.default.createDirectory(atPath: ca, withIntermediateDirectories: true)
+        try Data(("[ca]\ndefault_ca=d\n[d]\ndatabase=\(ca)/index.txt\nserial=\(ca)/serial\nnew_certs_dir=\(ca)\n"
+            + "default_md=sha256\npolicy=p\nunique_subject=no\n[p]\ncommonName=supplied\n").utf8)
+            .write(to: URL(fileURLWithPath: "\(ca)/ca.cnf"))
+        try Data().write(to: URL(fileURLWithPath: "\(ca)/index.txt"))
+        try Data("01\n".utf8).write(to: URL(fileURLWithPath: "\(ca)/serial"))
+        let (requestStatus, requestOutput) = try Tool.run([
+            "openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", keyPath, "-out", "\(ca)/request.csr", "-subj", "/CN=headway-test-\(name)",
+        ])
+        guard requestStatus == 0 else { throw TestHTTPError("openssl req failed: \(requestOutput)") }
+        let (status, output) = try Tool.run([
+            "openssl", "ca", "-batch", "-notext", "-config", "\(ca)/ca.cnf", "-selfsign", "-keyfile", keyPath,
+            "-in", "\(ca)/request.csr", "-out", certificatePath, "-startdate", start, "-enddate", end,
+        ])
+        guard status == 0 else { throw TestHTTPError("openssl ca failed: \(output)") }
         fingerprint = try Self.fingerprint(ofFile: certificatePath)
     }
 
@@ -223,6 +250,8 @@ final class BackgroundStream {
             let (status, _, errors) = try DaemonProcess.run(["--listen", "127.0.0.1:0", "--db", database] + arguments)
             #expect(status == 1, "\(arguments)")
             #expect(errors.contains("cannot start") && errors.contains(message), "\(errors)")
+            // Checked before the database is opened: a mistyped file leaves no database behind.
+            #expect(!FileManager.default.fileExists(atPath: database), "\(arguments)")
         }
         let (status, _, errors) = try DaemonProcess.run(["--db", database, "--tls-cert", first.certificatePath])
         #expect(status == 64)
@@ -359,4 +388,206 @@ final class BackgroundStream {
         #expect(daemon.process.isRunning)
         #expect(daemon.stop(SIGTERM) == 0)
     }
+
+    /// The CPU time (user + system, in clock ticks) of each of this process's threads whose
+    /// name begins with `prefix`, by thread id.
+    private static func threadTicks(named prefix: String) -> [String: Int] {
+        var ticks: [String: Int] = [:]
+        for thread in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? [] {
+            guard let stat = try? String(contentsOfFile: "/proc/self/task/\(thread)/stat", encoding: .utf8),
+                  let open = stat.firstIndex(of: "("), let close = stat.lastIndex(of: ")"),
+                  stat[stat.index(after: open)..<close].hasPrefix(prefix)
+            else { continue }
+            let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+            guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { continue }
+            ticks[thread] = user + system
+        }
+        return ticks
+    }
+
+    /// A handshake the client leaves waiting (its ClientHello sent, the server's answer
+    /// never read nor answered) must not keep the daemon's thread busy: libmicrohttpd's epoll
+    /// loop spun at a whole core for as long as it waited (up to the head timeout). The
+    /// bound is generous: it tells a spin from a thread that sleeps, not speed.
+    @Test func aStalledHandshakeDoesNotKeepTheDaemonThreadBusy() throws {
+        let certificate = try TestCertificate(in: directory, name: "server")
+        let before = Set(Self.threadTicks(named: "MHD").keys)
+        let live = try daemon(certificate)
+        // libmicrohttpd names its thread from the thread itself, soon after the start.
+        var daemonThreads = Set<String>()
+        for _ in 0..<200 where daemonThreads.isEmpty {
+            daemonThreads = Set(Self.threadTicks(named: "MHD").keys).subtracting(before)
+            if daemonThreads.isEmpty { usleep(10_000) }
+        }
+        #expect(!daemonThreads.isEmpty)
+        let script = #"""
+            import socket, ssl, sys, time
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+            session = context.wrap_bio(incoming, outgoing, server_hostname="localhost")
+            try:
+                session.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+            stalled = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+            stalled.sendall(outgoing.read())
+            time.sleep(0.3)
+            answer = stalled.recv(65536)
+            print("ready", len(answer), flush=True)
+            time.sleep(float(sys.argv[2]))
+            print("done", flush=True)
+            """#
+        let holder = Process()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        holder.arguments = OpenAPITests.pythonCommand + ["-c", script, "\(live.application.port)", "3"]
+        let output = Pipe()
+        holder.standardOutput = output
+        holder.standardError = FileHandle.nullDevice
+        try holder.run()
+        defer { if holder.isRunning { holder.terminate() }; holder.waitUntilExit() }
+        // Once the server's answer has come, the handshake waits for the client.
+        var line = Data()
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            line += chunk
+        }
+        let ready = String(decoding: line, as: UTF8.self)
+        #expect(ready.hasPrefix("ready") && !ready.hasPrefix("ready 0"), "\(ready)")
+        func daemonTicks() -> Int { Self.threadTicks(named: "MHD").filter { daemonThreads.contains($0.key) }.values.reduce(0, +) }
+        let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
+        let started = Date(), startTicks = daemonTicks()
+        usleep(1_500_000)
+        let busy = Double(daemonTicks() - startTicks) / ticksPerSecond
+        let wall = Date().timeIntervalSince(started)
+        #expect(busy < 0.3 * wall, "the daemon's thread was busy \(busy) s of \(wall) s while a handshake waited")
+        let (healthStatus, _) = try Tool.curl(certificate.certificatePath, ["https://127.0.0.1:\(live.application.port)/healthz"])
+        #expect(healthStatus == 0)
+    }
+
+    /// TLS 1.2 and 1.3 only, with forward-secret AEAD ciphers, for ECDSA and RSA certificates.
+    @Test func onlyTLS12And13WithForwardSecretAEADCiphersAreAccepted() throws {
+        for rsa in [false, true] {
+            let certificate = try TestCertificate(in: directory, name: rsa ? "rsa" : "ecdsa", rsa: rsa)
+            let live = try daemon(certificate)
+            func handshake(_ options: [String]) throws -> (accepted: Bool, output: String) {
+                let (_, output) = try Tool.run([
+                    "bash", "-c", "openssl s_client -connect 127.0.0.1:\(live.application.port) -servername localhost "
+                        + options.joined(separator: " ") + " </dev/null 2>&1",
+                ])
+                // A handshake that completes names its cipher; a refused one says "(NONE)" or fails.
+                let accepted = output.contains("Cipher is ") && !output.contains("Cipher is (NONE)")
+                return (accepted, output)
+            }
+            let kind = rsa ? "RSA" : "ECDSA"
+            // Old versions and ciphers, offered with OpenSSL's own restrictions lifted.
+            for refused in [["-tls1", "-cipher", "'DEFAULT:@SECLEVEL=0'"], ["-tls1_1", "-cipher", "'DEFAULT:@SECLEVEL=0'"],
+                            ["-tls1_2", "-cipher", "AES128-SHA"], ["-tls1_2", "-cipher", "AES128-GCM-SHA256"],
+                            ["-tls1_2", "-cipher", "'ECDHE-\(kind)-AES128-SHA256:ECDHE-\(kind)-AES128-SHA'"],
+                            ["-tls1_2", "-cipher", "DHE-RSA-AES128-GCM-SHA256"]] {
+                let (accepted, output) = try handshake(refused)
+                #expect(!accepted, "\(kind) \(refused): \(output)")
+            }
+            for allowed in [["-tls1_2", "-cipher", "ECDHE-\(kind)-AES128-GCM-SHA256"],
+                            ["-tls1_2", "-cipher", "ECDHE-\(kind)-CHACHA20-POLY1305"], ["-tls1_3"]] {
+                let (accepted, output) = try handshake(allowed)
+                #expect(accepted, "\(kind) \(allowed): \(output)")
+            }
+            let (curlStatus, health) = try Tool.curl(certificate.certificatePath, ["https://127.0.0.1:\(live.application.port)/healthz"])
+            #expect(curlStatus == 0 && health.contains("\"ok\""), "\(kind): \(health)")
+        }
+    }
+
+    /// A certificate outside its dates is served, with a warning at start and at each
+    /// reload that loads one.
+    @Test func aCertificateOutsideItsDatesIsServedWithAWarning() throws {
+        let expired = try TestCertificate(in: directory, name: "expired", validFrom: "20200101000000Z", until: "20200201000000Z")
+        let future = try TestCertificate(in: directory, name: "future", validFrom: "20700101000000Z", until: "20710101000000Z")
+        let current = try TestCertificate(in: directory, name: "current")
+        let servedCertificate = directory.file("dated.crt"), servedKey = directory.file("dated.key")
+        func serve(_ certificate: TestCertificate) throws {
+            for (from, to) in [(certificate.certificatePath, servedCertificate), (certificate.keyPath, servedKey)] {
+                try? FileManager.default.removeItem(atPath: to)
+                try FileManager.default.copyItem(atPath: from, toPath: to)
+            }
+        }
+        try serve(expired)
+        let daemon = try DaemonProcess(["--listen", "127.0.0.1:0", "--db", directory.file("dated.db"),
+                                        "--tls-cert", servedCertificate, "--tls-key", servedKey],
+                                       logPath: directory.file("dated.log"))
+        defer { if daemon.process.isRunning { _ = daemon.stop(SIGTERM) } }
+        #expect(daemon.log.contains("event=tls.certificate_expired"), "\(daemon.log)")
+        #expect(daemon.log.contains("not_after=2020-02-01T00:00:00Z"), "\(daemon.log)")
+        #expect(try TestCertificate.fingerprint(servedOn: daemon.port) == expired.fingerprint)
+        func hangUpAndWait(reloads: Int) {
+            kill(daemon.process.processIdentifier, SIGHUP)
+            let deadline = Date().addingTimeInterval(10)
+            while daemon.log.components(separatedBy: "event=tls.reloaded").count - 1 < reloads && Date() < deadline {
+                usleep(20_000)
+            }
+            usleep(100_000)
+        }
+        try serve(future)
+        hangUpAndWait(reloads: 1)
+        #expect(daemon.log.contains("event=tls.certificate_not_yet_valid"), "\(daemon.log)")
+        #expect(daemon.log.contains("not_before=2070-01-01T00:00:00Z"), "\(daemon.log)")
+        try serve(current)
+        hangUpAndWait(reloads: 2)
+        #expect(daemon.log.components(separatedBy: "event=tls.certificate_").count - 1 == 2, "\(daemon.log)")
+        #expect(daemon.stop(SIGTERM) == 0)
+    }
+
+    /// Replaced credentials are freed once no handshake can use them: those replaced more
+    /// than the retention ago, at the next reload; all of them at the stop.
+    @Test func replacedCredentialsAreFreedAfterTheirRetention() throws {
+        let certificate = try TestCertificate(in: directory, name: "server")
+        let clock = ManualNanoseconds()
+        let certificates = try TLSCertificates(
+            files: TLSCertificateFiles(certificatePath: certificate.certificatePath, keyPath: certificate.keyPath),
+            retentionNanoseconds: 60_000_000_000, now: { clock.value })
+        for _ in 0..<3 { _ = try certificates.reload() }
+        #expect(certificates.supersededCount == 3)
+        clock.value += 30_000_000_000
+        _ = try certificates.reload()
+        #expect(certificates.supersededCount == 4)  // none is 60 s old yet
+        clock.value += 40_000_000_000
+        _ = try certificates.reload()
+        #expect(certificates.supersededCount == 2)  // the three of 70 s ago are freed
+        clock.value += 61_000_000_000
+        _ = try certificates.reload()
+        #expect(certificates.supersededCount == 1)  // only the one just replaced
+        certificates.releaseSuperseded()
+        #expect(certificates.supersededCount == 0)
+        #expect(certificates.fingerprint == certificate.fingerprint)
+
+        // A daemon started and stopped keeps none.
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.tls = TLSCertificateFiles(certificatePath: certificate.certificatePath, keyPath: certificate.keyPath)
+        let server = try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline { _, responder in responder.respond(HTTPResponse(status: 404)) })
+        try server.prepare()
+        for _ in 0..<5 { _ = try server.reloadCertificate() }
+        #expect(server.certificates?.supersededCount == 5)
+        let runner = Thread { server.run() }
+        runner.start()
+        server.requestStop()
+        let deadline = Date().addingTimeInterval(10)
+        while server.certificates?.supersededCount != 0 && Date() < deadline { usleep(10_000) }
+        #expect(server.certificates?.supersededCount == 0)
+    }
+
+    @Test func certificateValidityNamesItsProblem() {
+        let validity = TLSCertificateValidity(notBefore: Date(timeIntervalSince1970: 1_000),
+                                              notAfter: Date(timeIntervalSince1970: 2_000))
+        #expect(validity.problem(at: Date(timeIntervalSince1970: 999)) == .notYetValid)
+        #expect(validity.problem(at: Date(timeIntervalSince1970: 1_500)) == nil)
+        #expect(validity.problem(at: Date(timeIntervalSince1970: 2_001)) == .expired)
+    }
+}
+
+/// A monotonic clock in nanoseconds that tests move by hand.
+final class ManualNanoseconds: @unchecked Sendable {  // moved by one test thread only
+    var value: UInt64 = 1_000_000_000
 }
