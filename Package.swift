@@ -9,6 +9,7 @@ let package = Package(
     name: "Headway",
     products: [
         .executable(name: "headwayd", targets: ["headwayd"]),
+        .executable(name: "headway", targets: ["headway"]),
     ],
     targets: [
         .systemLibrary(
@@ -21,6 +22,12 @@ let package = Package(
             name: "CGnuTLS",
             pkgConfig: "gnutls",
             providers: [.apt(["libgnutls28-dev"])]
+        ),
+        // libcurl: the HTTP client of the `headway` command.
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
         ),
         .systemLibrary(
             name: "CSQLite",
@@ -35,9 +42,14 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CGnuTLS", "Lifecycle"]),
         .target(name: "HeadwayService", dependencies: ["CGnuTLS", "HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"]),
         .executableTarget(name: "headwayd", dependencies: ["HeadwayService"]),
+        // The `headway` command: its parser, client and commands in a library the tests use;
+        // the executable only calls it.
+        .target(name: "HeadwayCLI", dependencies: ["CCurl", "HeadwayCore"]),
+        .executableTarget(name: "headway", dependencies: ["HeadwayCLI"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),
         .testTarget(name: "LifecycleTests", dependencies: ["Lifecycle"]),
+        .testTarget(name: "HeadwayCLITests", dependencies: ["HeadwayCLI", "HeadwayCore", "HeadwayTestSupport"]),
         .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore"]),
         .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayCore", "HeadwayTestSupport", "Lifecycle"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "HeadwayTestSupport", "Lifecycle"]),

@@ -1,0 +1,31 @@
+#ifndef HEADWAY_CCURL_SHIM_H
+#define HEADWAY_CCURL_SHIM_H
+
+// libcurl, the HTTP client of the `headway` command. `curl_easy_setopt` and
+// `curl_easy_getinfo` are variadic and not imported into Swift: these wrappers pass one
+// typed argument each.
+#include <curl/curl.h>
+
+static inline CURLcode headway_curl_set_long(CURL *handle, CURLoption option, long value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+static inline CURLcode headway_curl_set_string(CURL *handle, CURLoption option, const char *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+static inline CURLcode headway_curl_set_pointer(CURL *handle, CURLoption option, void *value) {
+    return curl_easy_setopt(handle, option, value);
+}
+
+typedef size_t (*headway_curl_data_callback)(char *data, size_t size, size_t count, void *context);
+
+static inline CURLcode headway_curl_set_callback(CURL *handle, CURLoption option, headway_curl_data_callback callback) {
+    return curl_easy_setopt(handle, option, callback);
+}
+
+static inline CURLcode headway_curl_get_long(CURL *handle, CURLINFO info, long *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+
+#endif

@@ -1,0 +1,2 @@
+/// The `headway` command line: argument parsing, the HTTP client, the commands.
+public enum HeadwayCLI {}
