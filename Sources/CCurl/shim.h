@@ -28,4 +28,8 @@ static inline CURLcode headway_curl_get_long(CURL *handle, CURLINFO info, long *
     return curl_easy_getinfo(handle, info, value);
 }
 
+static inline CURLcode headway_curl_get_string(CURL *handle, CURLINFO info, char **value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+
 #endif

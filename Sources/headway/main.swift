@@ -1,1 +1,43 @@
+import Foundation
 import HeadwayCLI
+
+// The one place where outcomes become exit statuses (Litestream's rule): 0 ok, 1 the
+// server refused, 3 cancel requested, 64 usage, 69 server unreachable.
+
+/// Writes `headway: message` on stderr and exits with `status`.
+func fail(_ message: String, _ status: Int32) -> Never {
+    FileHandle.standardError.write(Data("headway: \(message)\n".utf8))
+    exit(status)
+}
+
+let parsed: ParsedCommandLine
+do {
+    parsed = try HeadwayCommand.parser.parse(Array(CommandLine.arguments.dropFirst()),
+                                             environment: ProcessInfo.processInfo.environment)
+} catch let error as UsageError {
+    fail(CLIError.usage(error).message, 64)
+}
+
+switch parsed {
+case .help(let text):
+    FileHandle.standardOutput.write(Data(text.utf8))
+case .version:
+    FileHandle.standardOutput.write(Data("headway \(HeadwayCLIVersion.current)\n".utf8))
+case .run(let command, let options):
+    let context = CommandContext(options: options, isInteractive: isatty(0) == 1 && isatty(2) == 1)
+    do {
+        try command.run(context)
+    } catch let error as CLIError {
+        switch error {
+        case .usage: fail(error.message, 64)
+        case .refused, .unexpectedReply, .notConfirmed: fail(error.message, 1)
+        case .cancelRequested: fail(error.message, 3)
+        case .unreachable: fail(error.message, 69)
+        }
+    } catch let error as UsageError {
+        fail(CLIError.usage(error).message, 64)
+    } catch {
+        fail("\(error)", 1)
+    }
+}
+exit(0)

@@ -1,0 +1,27 @@
+/// Every way a command ends other than success; `main` turns each into its exit status.
+public enum CLIError: Error, Equatable {
+    /// The command line cannot be run (exit 64).
+    case usage(UsageError)
+    /// The server answered with a problem document (exit 1).
+    case refused(title: String, detail: String, code: String)
+    /// The server answered with an error that is not a problem document (exit 1).
+    case unexpectedReply(String)
+    /// The server could not be reached, or the exchange broke off (exit 69).
+    case unreachable(server: String, reason: String)
+    /// The task's reply says `cancel_requested` (exit 3): the runner should stop.
+    case cancelRequested(taskID: String)
+    /// The person at the terminal did not confirm (exit 1).
+    case notConfirmed(String)
+
+    /// The line printed on stderr after `headway: `.
+    public var message: String {
+        switch self {
+        case .usage(let error): "\(error.message)\nSee '\(error.commandPath) --help'."
+        case .refused(let title, let detail, let code): "\(title): \(detail) (\(code))"
+        case .unexpectedReply(let text): text
+        case .unreachable(let server, let reason): "cannot reach \(server): \(reason)"
+        case .cancelRequested(let taskID): "cancel requested for task \(taskID)"
+        case .notConfirmed(let text): text
+        }
+    }
+}

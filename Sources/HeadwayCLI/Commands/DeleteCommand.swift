@@ -1,0 +1,27 @@
+/// `headway delete ID`: removes a task and its descendants for good.
+public struct DeleteCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "delete", abstract: "Delete a task and its descendants",
+        discussion: "Asks for confirmation on a terminal; elsewhere it needs --yes.")
+    static let id = Argument<String>("id", help: "The task's id")
+    static let yes = Flag("yes", help: "Delete without asking")
+    public static let arguments = [id.definition, yes.definition]
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func run(_ context: CommandContext) throws {
+        let id = values[Self.id]
+        if !values[Self.yes] {
+            guard context.isInteractive else {
+                throw CLIError.usage(UsageError("delete needs --yes when not run from a terminal",
+                                                commandPath: "headway delete"))
+            }
+            guard context.confirm("Delete task \(id) and all its descendants?") else {
+                throw CLIError.notConfirmed("task \(id) not deleted")
+            }
+        }
+        _ = try context.api.delete(TaskAPI.taskPath(id))
+        if !context.options.json { context.print("deleted \(id)") }
+    }
+}

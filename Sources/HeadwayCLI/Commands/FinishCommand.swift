@@ -1,0 +1,29 @@
+import HeadwayCore
+
+/// `headway finish ID --outcome …`: ends a task.
+public struct FinishCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "finish", abstract: "Finish a task with its outcome",
+        discussion: "Exits 3 when the task had been asked to cancel.")
+    static let outcomes = ["succeeded", "failed", "canceled"]
+    static let id = Argument<String>("id", help: "The task's id")
+    static let outcome = Option<String>("outcome", valueName: "outcome", help: "succeeded, failed or canceled", required: true)
+    static let message = Option<String>("message", valueName: "text", help: "A last word for people (why it failed)")
+    public static let arguments = [id.definition, outcome.definition, message.definition]
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func validate() throws {
+        if let outcome = values[Self.outcome], !Self.outcomes.contains(outcome) {
+            throw UsageError("--outcome must be succeeded, failed or canceled, not '\(outcome)'")
+        }
+    }
+
+    public func run(_ context: CommandContext) throws {
+        var body: [String: JSONValue] = ["outcome": .string(values[Self.outcome] ?? "")]
+        if let message = values[Self.message] { body["message"] = .string(message) }
+        let id = values[Self.id]
+        try context.finishRunnerCommand(try context.api.post(TaskAPI.taskPath(id, "finish"), body), taskID: id)
+    }
+}

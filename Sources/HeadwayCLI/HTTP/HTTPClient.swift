@@ -1,0 +1,131 @@
+import CCurl
+import Foundation
+
+/// One HTTP request as the client sends it.
+public struct HTTPRequest: Sendable {
+    public var method: String
+    /// The path and query, appended to the server's URL (`/v1/tasks`).
+    public var path: String
+    /// The JSON body; POSTs always send one (empty when nil) with a JSON content type.
+    public var jsonBody: String?
+
+    public init(method: String, path: String, jsonBody: String? = nil) {
+        self.method = method
+        self.path = path
+        self.jsonBody = jsonBody
+    }
+}
+
+/// A whole reply.
+public struct HTTPResponse: Sendable {
+    public var status: Int
+    /// The `Content-Type` without parameters, lowercased (`application/problem+json`).
+    public var contentType: String?
+    public var body: [UInt8]
+}
+
+/// Why no reply came: the server could not be reached or the exchange failed midway.
+public struct TransportError: Error, Equatable {
+    public let message: String
+}
+
+/// A small HTTP/1.1 client on libcurl: one easy handle per request, connect and total
+/// timeouts, JSON bodies, a bearer token. The body arrives through `BodyReceiver`, chunk by
+/// chunk, so a streaming reader (SSE) can be given instead of collecting the whole body.
+public struct HTTPClient: Sendable {
+    public let baseURL: String
+    public let token: String?
+    public let connectTimeoutSeconds: Int
+    public let totalTimeoutSeconds: Int
+
+    public init(baseURL: String, token: String?, connectTimeoutSeconds: Int = 5, totalTimeoutSeconds: Int = 30) {
+        self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
+        self.token = token
+        self.connectTimeoutSeconds = connectTimeoutSeconds
+        self.totalTimeoutSeconds = totalTimeoutSeconds
+    }
+
+    private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
+
+    /// Sends `request` and returns the whole reply.
+    public func send(_ request: HTTPRequest) throws(TransportError) -> HTTPResponse {
+        let collector = BodyCollector()
+        let (status, contentType) = try send(request, receiver: collector)
+        return HTTPResponse(status: status, contentType: contentType, body: collector.bytes)
+    }
+
+    /// Sends `request`, handing each chunk of the body to `receiver` as it arrives; returns
+    /// the status and content type once the body has ended.
+    public func send(_ request: HTTPRequest, receiver: BodyReceiver) throws(TransportError) -> (Int, String?) {
+        _ = Self.globalInit
+        guard let handle = curl_easy_init() else { throw TransportError(message: "libcurl could not start") }
+        defer { curl_easy_cleanup(handle) }
+        var headers: UnsafeMutablePointer<curl_slist>?
+        defer { curl_slist_free_all(headers) }
+        headers = curl_slist_append(headers, "Accept: application/json")
+        if let token { headers = curl_slist_append(headers, "Authorization: Bearer \(token)") }
+
+        headway_curl_set_string(handle, CURLOPT_URL, baseURL + request.path)
+        headway_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)
+        headway_curl_set_long(handle, CURLOPT_CONNECTTIMEOUT, connectTimeoutSeconds)
+        headway_curl_set_long(handle, CURLOPT_TIMEOUT, totalTimeoutSeconds)
+        headway_curl_set_string(handle, CURLOPT_USERAGENT, "headway/\(HeadwayCLIVersion.current)")
+        switch request.method {
+        case "GET": break
+        case "POST":
+            // The server refuses a POST without a JSON content type, even an empty one.
+            headers = curl_slist_append(headers, "Content-Type: application/json")
+            headers = curl_slist_append(headers, "Expect:")
+            let body = request.jsonBody ?? ""
+            headway_curl_set_long(handle, CURLOPT_POSTFIELDSIZE, body.utf8.count)
+            headway_curl_set_string(handle, CURLOPT_COPYPOSTFIELDS, body)
+        default:
+            headway_curl_set_string(handle, CURLOPT_CUSTOMREQUEST, request.method)
+        }
+        headway_curl_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headers))
+
+        let context = Unmanaged.passRetained(receiver)
+        defer { context.release() }
+        headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION, headwayCurlWrite)
+        headway_curl_set_pointer(handle, CURLOPT_WRITEDATA, context.toOpaque())
+
+        let result = curl_easy_perform(handle)
+        guard result == CURLE_OK else {
+            throw TransportError(message: String(cString: curl_easy_strerror(result)))
+        }
+        var status = 0
+        headway_curl_get_long(handle, CURLINFO_RESPONSE_CODE, &status)
+        var contentType: UnsafeMutablePointer<CChar>?
+        headway_curl_get_string(handle, CURLINFO_CONTENT_TYPE, &contentType)
+        let mediaType = contentType.map {
+            String(cString: $0).split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() } ?? ""
+        }
+        return (status, mediaType)
+    }
+}
+
+/// Takes a reply's body chunk by chunk as libcurl reads it.
+open class BodyReceiver: @unchecked Sendable {
+    public init() {}
+    /// Called for each chunk; return false to abort the transfer.
+    open func receive(_ chunk: UnsafeRawBufferPointer) -> Bool { true }
+}
+
+/// Keeps the whole body. Used by one request on one thread only.
+final class BodyCollector: BodyReceiver, @unchecked Sendable {
+    private(set) var bytes: [UInt8] = []
+    override func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        bytes.append(contentsOf: chunk)
+        return true
+    }
+}
+
+/// libcurl's write callback: hands the chunk to the request's `BodyReceiver`.
+private func headwayCurlWrite(_ data: UnsafeMutablePointer<CChar>?, _ size: Int, _ count: Int,
+                              _ context: UnsafeMutableRawPointer?) -> Int {
+    guard let context else { return 0 }
+    let receiver = Unmanaged<BodyReceiver>.fromOpaque(context).takeUnretainedValue()
+    let length = size * count
+    let chunk = UnsafeRawBufferPointer(start: data.map(UnsafeRawPointer.init), count: length)
+    return receiver.receive(chunk) ? length : 0
+}

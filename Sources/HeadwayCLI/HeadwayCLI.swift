@@ -1,2 +1,0 @@
-/// The `headway` command line: argument parsing, the HTTP client, the commands.
-public enum HeadwayCLI {}

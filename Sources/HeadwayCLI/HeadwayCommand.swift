@@ -1,0 +1,14 @@
+/// The `headway` command itself: its help and its subcommands.
+public enum HeadwayCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "headway", abstract: "Report and steer tasks on a Headway server",
+        discussion: """
+        Exit status: 0 ok; 1 the server refused (its problem is printed); 3 cancel requested
+        (progress, heartbeat, finish); 64 usage error; 69 server unreachable.
+        """,
+        subcommands: [StartCommand.self, ProgressCommand.self, HeartbeatCommand.self, FinishCommand.self,
+                      CancelCommand.self, DeleteCommand.self])
+
+    /// The parser for `headway`'s command line.
+    public static var parser: CommandLineParser { CommandLineParser(root: configuration) }
+}

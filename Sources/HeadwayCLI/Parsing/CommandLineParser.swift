@@ -1,0 +1,117 @@
+/// What a command line asks for.
+public enum ParsedCommandLine {
+    /// Print this help text and exit 0.
+    case help(String)
+    /// Print the version and exit 0.
+    case version
+    /// Run this command (already validated) with these global options.
+    case run(any ParsableCommand, GlobalOptions)
+}
+
+/// Turns `headway`'s arguments into a command: the subcommand's name, then its options and
+/// arguments mixed with the global ones in any order; `--` ends the options.
+public struct CommandLineParser {
+    let root: CommandConfiguration
+
+    public init(root: CommandConfiguration) { self.root = root }
+
+    /// Parses `arguments` (without the program name), then validates the command.
+    public func parse(_ arguments: [String], environment: [String: String]) throws -> ParsedCommandLine {
+        var values = ParsedValues()
+        var command: (any ParsableCommand.Type)?
+        var positionalTexts: [String] = []
+        var index = 0
+        var optionsEnded = false
+        var commandPath: String { command.map { "headway \($0.configuration.commandName)" } ?? "headway" }
+
+        while index < arguments.count {
+            let text = arguments[index]
+            index += 1
+            if !optionsEnded && text == "--" {
+                optionsEnded = true
+                continue
+            }
+            if !optionsEnded && text.hasPrefix("-") && text != "-" {
+                if text == "-h" {
+                    values.flags.insert(GlobalOptions.help.name)
+                    continue
+                }
+                guard text.hasPrefix("--") else {
+                    throw UsageError("unknown option '\(text)'", commandPath: commandPath)
+                }
+                let body = text.dropFirst(2)
+                let name = String(body.prefix { $0 != "=" })
+                let inlineValue = body.contains("=") ? String(body.drop { $0 != "=" }.dropFirst()) : nil
+                var known = GlobalOptions.definitions
+                if command == nil { known.append(GlobalOptions.version.definition) }
+                known += command?.arguments ?? []
+                guard let definition = known.first(where: { $0.name == name && $0.kind != .positional }) else {
+                    throw UsageError("unknown option '--\(name)'", commandPath: commandPath)
+                }
+                if definition.kind == .flag {
+                    guard inlineValue == nil else {
+                        throw UsageError("--\(name) takes no value", commandPath: commandPath)
+                    }
+                    values.flags.insert(name)
+                    continue
+                }
+                let value: String
+                if let inlineValue {
+                    value = inlineValue
+                } else {
+                    guard index < arguments.count else {
+                        throw UsageError("--\(name) needs a value", commandPath: commandPath)
+                    }
+                    value = arguments[index]
+                    index += 1
+                }
+                guard definition.accepts(value) else {
+                    throw UsageError("--\(name) must be \(definition.kindDescription), not '\(value)'", commandPath: commandPath)
+                }
+                values.options[name] = value
+                continue
+            }
+            if command == nil {
+                guard let found = root.subcommands.first(where: { $0.configuration.commandName == text }) else {
+                    throw UsageError("unknown command '\(text)'", commandPath: commandPath)
+                }
+                command = found
+            } else {
+                positionalTexts.append(text)
+            }
+        }
+
+        let help = HelpGenerator(root: root)
+        guard let command else {
+            if values.flags.contains(GlobalOptions.version.name) { return .version }
+            if values.flags.contains(GlobalOptions.help.name) || arguments.isEmpty { return .help(help.text(for: nil)) }
+            throw UsageError("a command is needed", commandPath: commandPath)
+        }
+        if values.flags.contains(GlobalOptions.help.name) { return .help(help.text(for: command)) }
+
+        let positionals = command.arguments.filter { $0.kind == .positional }
+        for (definition, text) in zip(positionals, positionalTexts) {
+            guard definition.accepts(text) else {
+                throw UsageError("\(definition.displayName) must be \(definition.kindDescription), not '\(text)'",
+                                 commandPath: commandPath)
+            }
+            values.positionals[definition.name] = text
+        }
+        if positionalTexts.count > positionals.count {
+            throw UsageError("unexpected argument '\(positionalTexts[positionals.count])'", commandPath: commandPath)
+        }
+        if let missing = positionals.dropFirst(positionalTexts.count).first {
+            throw UsageError("missing \(missing.displayName)", commandPath: commandPath)
+        }
+        if let missing = command.arguments.first(where: { $0.isRequired && $0.kind != .positional && values.options[$0.name] == nil }) {
+            throw UsageError("missing \(missing.synopsis)", commandPath: commandPath)
+        }
+        let parsed = command.init(values)
+        do {
+            try parsed.validate()
+        } catch let error as UsageError {
+            throw UsageError(error.message, commandPath: commandPath)
+        }
+        return .run(parsed, GlobalOptions(values, environment: environment))
+    }
+}

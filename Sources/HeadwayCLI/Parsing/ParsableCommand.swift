@@ -1,0 +1,48 @@
+/// What a command says about itself: its name and the text of its help.
+public struct CommandConfiguration: Sendable {
+    public let commandName: String
+    public let abstract: String
+    public let discussion: String?
+    public let subcommands: [any ParsableCommand.Type]
+
+    public init(commandName: String, abstract: String, discussion: String? = nil,
+                subcommands: [any ParsableCommand.Type] = []) {
+        self.commandName = commandName
+        self.abstract = abstract
+        self.discussion = discussion
+        self.subcommands = subcommands
+    }
+}
+
+/// One subcommand of `headway`, in the shape of swift-argument-parser's: its options are
+/// declared once (`arguments`), and serve both to parse and to write its `--help`; the
+/// command is made from the parsed values, validated, then run.
+public protocol ParsableCommand: Sendable {
+    static var configuration: CommandConfiguration { get }
+    /// The command's own options, flags and positional arguments, in help order.
+    static var arguments: [ArgumentDefinition] { get }
+    /// Builds the command from what the parser found.
+    init(_ values: ParsedValues)
+    /// Checks combinations the parser cannot (throw a `UsageError`); called before `run`.
+    func validate() throws
+    /// Does the work; throws a `CLIError` for every outcome other than success.
+    func run(_ context: CommandContext) throws
+}
+
+extension ParsableCommand {
+    public func validate() throws {}
+}
+
+/// A command line that cannot be run: exit status 64.
+public struct UsageError: Error, Equatable, CustomStringConvertible {
+    public let message: String
+    /// The command whose `--help` the error points to (`headway start`).
+    public let commandPath: String
+
+    public init(_ message: String, commandPath: String = "headway") {
+        self.message = message
+        self.commandPath = commandPath
+    }
+
+    public var description: String { message }
+}
