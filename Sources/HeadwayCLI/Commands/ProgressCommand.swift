@@ -4,7 +4,8 @@ import HeadwayCore
 public struct ProgressCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "progress", abstract: "Report a task's progress",
-        discussion: "Give exactly one of --completed and --increment. Exits 3 when someone asked to\ncancel the task: the script should stop and finish it as canceled.")
+        discussion: "Give exactly one of --completed and --increment. Exits 3 when someone asked to\ncancel the task: the script should stop and finish it as canceled.",
+        usage: "<id> (--completed <n> | --increment <n>) [--total <n>] [--label <text>] [--seq <n>]")
     static let id = Argument<String>("id", help: "The task's id")
     static let completed = Option<Int64>("completed", valueName: "n", help: "How much is done in all")
     static let increment = Option<Int64>("increment", valueName: "n", help: "How much more is done since the last report")

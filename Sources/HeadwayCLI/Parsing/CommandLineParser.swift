@@ -112,6 +112,10 @@ public struct CommandLineParser {
         } catch let error as UsageError {
             throw UsageError(error.message, commandPath: commandPath)
         }
-        return .run(parsed, GlobalOptions(values, environment: environment))
+        let options = GlobalOptions(values, environment: environment)
+        guard options.serverURL.hasPrefix("http://") || options.serverURL.hasPrefix("https://") else {
+            throw UsageError("--server must be an http:// or https:// URL, not '\(options.serverURL)'", commandPath: commandPath)
+        }
+        return .run(parsed, options)
     }
 }

@@ -27,8 +27,9 @@ public struct HelpGenerator {
         let configuration = command.configuration
         lines.append("OVERVIEW: \(configuration.abstract)")
         if let discussion = configuration.discussion { lines += ["", discussion] }
-        let usage = command.arguments.map { $0.isRequired ? $0.synopsis : "[\($0.synopsis)]" }
-        lines += ["", "USAGE: \(([root.commandName, configuration.commandName] + usage).joined(separator: " "))"]
+        let usage = configuration.usage
+            ?? command.arguments.map { $0.isRequired ? $0.synopsis : "[\($0.synopsis)]" }.joined(separator: " ")
+        lines += ["", "USAGE: \(root.commandName) \(configuration.commandName) \(usage)"]
         let positionals = command.arguments.filter { $0.kind == .positional }
         if !positionals.isEmpty {
             lines += ["", "ARGUMENTS:"]

@@ -3,13 +3,17 @@ public struct CommandConfiguration: Sendable {
     public let commandName: String
     public let abstract: String
     public let discussion: String?
+    /// The usage line after the command's name, when the one made from the declarations
+    /// cannot say it (options that exclude each other).
+    public let usage: String?
     public let subcommands: [any ParsableCommand.Type]
 
-    public init(commandName: String, abstract: String, discussion: String? = nil,
+    public init(commandName: String, abstract: String, discussion: String? = nil, usage: String? = nil,
                 subcommands: [any ParsableCommand.Type] = []) {
         self.commandName = commandName
         self.abstract = abstract
         self.discussion = discussion
+        self.usage = usage
         self.subcommands = subcommands
     }
 }
