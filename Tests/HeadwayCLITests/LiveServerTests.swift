@@ -92,6 +92,43 @@ import Testing
         #expect(gone.errors.hasSuffix(" (not_found)\n"), "\(gone.errors)")
     }
 
+    /// On a terminal (a pseudo-terminal made by util-linux `script`), delete asks: "n"
+    /// keeps the task (exit 1), "y" deletes it.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script")))
+    func deleteAsksOnATerminal() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        #expect(try headway("start", "Kept", "--id", "k", "--server", daemon.url).status == 0)
+        let command = packageRoot.appendingPathComponent(".build/debug/headway").path + " delete k --server " + daemon.url
+        let declined = try runInTerminal(command, answering: "n\n")
+        #expect(declined.status == 1)
+        #expect(declined.output.contains("Delete task k and all its descendants? [y/N] "))
+        #expect(declined.output.contains("headway: task k not deleted"))
+        #expect(try headway("heartbeat", "k", "--server", daemon.url).status == 0)
+        let confirmed = try runInTerminal(command, answering: "y\n")
+        #expect(confirmed.status == 0)
+        #expect(confirmed.output.contains("deleted k"))
+        #expect(try headway("heartbeat", "k", "--server", daemon.url).status == 1)
+    }
+
+    /// Runs `command` on a pseudo-terminal, typing `answer`; stdout and stderr come back
+    /// mixed, as the terminal showed them.
+    func runInTerminal(_ command: String, answering answer: String) throws -> ProcessResult {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        process.arguments = ["-qec", command, "/dev/null"]
+        let input = Pipe(), output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        input.fileHandleForWriting.write(Data(answer.utf8))
+        try input.fileHandleForWriting.close()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return ProcessResult(status: process.terminationStatus, output: text, errors: "")
+    }
+
     /// Once a token exists every request needs one: from --token or HEADWAY_TOKEN.
     @Test func aTokenComesFromTheFlagOrTheEnvironment() throws {
         var secret = ""
