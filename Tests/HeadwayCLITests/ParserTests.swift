@@ -60,3 +60,54 @@ import Testing
         #expect(TaskAPI.taskPath("a b/c", "cancel") == "/v1/tasks/a%20b%2Fc/cancel")
     }
 }
+
+/// A group of commands and its one command, to test nesting (`headway token create`).
+struct ExampleGroup: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "group", abstract: "A group",
+                                                    subcommands: [ExampleLeaf.self])
+    static let arguments: [ArgumentDefinition] = []
+    init(_ values: ParsedValues) {}
+    func run(_ context: CommandContext) throws {}
+}
+
+struct ExampleLeaf: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "leaf", abstract: "A leaf")
+    static let name = Argument<String>("name", help: "A name")
+    static let arguments = [name.definition]
+    let values: ParsedValues
+    init(_ values: ParsedValues) { self.values = values }
+    func run(_ context: CommandContext) throws {}
+}
+
+@Suite struct NestedCommandTests {
+    let parser = CommandLineParser(root: CommandConfiguration(commandName: "headway", abstract: "Top",
+                                                              subcommands: [ExampleGroup.self]))
+
+    @Test func aNestedCommandIsFoundByItsPath() throws {
+        guard case .run(let command, let options) = try parser.parse(["--json", "group", "leaf", "x"], environment: [:]) else {
+            Issue.record("not a command")
+            return
+        }
+        #expect((command as? ExampleLeaf)?.values[ExampleLeaf.name] == "x")
+        #expect(options.json)
+    }
+
+    @Test func aGroupAloneNeedsACommandAndListsItsCommandsInHelp() throws {
+        #expect(throws: UsageError("a command is needed", commandPath: "headway group")) {
+            try parser.parse(["group"], environment: [:])
+        }
+        #expect(throws: UsageError("unknown command 'twig'", commandPath: "headway group")) {
+            try parser.parse(["group", "twig"], environment: [:])
+        }
+        guard case .help(let text) = try parser.parse(["group", "--help"], environment: [:]) else {
+            Issue.record("no help")
+            return
+        }
+        #expect(text.contains("USAGE: headway group <command> [options]\n\nCOMMANDS:\n  leaf "))
+        guard case .help(let leafHelp) = try parser.parse(["group", "leaf", "--help"], environment: [:]) else {
+            Issue.record("no help")
+            return
+        }
+        #expect(leafHelp.contains("USAGE: headway group leaf <name>\n"))
+    }
+}

@@ -8,8 +8,9 @@ public enum ParsedCommandLine {
     case run(any ParsableCommand, GlobalOptions)
 }
 
-/// Turns `headway`'s arguments into a command: the subcommand's name, then its options and
-/// arguments mixed with the global ones in any order; `--` ends the options.
+/// Turns `headway`'s arguments into a command: the subcommand's name (and a nested one's,
+/// `headway token create`), then its options and arguments mixed with the global ones in
+/// any order; `--` ends the options.
 public struct CommandLineParser {
     let root: CommandConfiguration
 
@@ -18,11 +19,12 @@ public struct CommandLineParser {
     /// Parses `arguments` (without the program name), then validates the command.
     public func parse(_ arguments: [String], environment: [String: String]) throws -> ParsedCommandLine {
         var values = ParsedValues()
-        var command: (any ParsableCommand.Type)?
+        var path: [any ParsableCommand.Type] = []
+        var command: (any ParsableCommand.Type)? { path.last }
         var positionalTexts: [String] = []
         var index = 0
         var optionsEnded = false
-        var commandPath: String { command.map { "headway \($0.configuration.commandName)" } ?? "headway" }
+        var commandPath: String { ([root.commandName] + path.map { $0.configuration.commandName }).joined(separator: " ") }
 
         while index < arguments.count {
             let text = arguments[index]
@@ -71,11 +73,12 @@ public struct CommandLineParser {
                 values.options[name] = value
                 continue
             }
-            if command == nil {
-                guard let found = root.subcommands.first(where: { $0.configuration.commandName == text }) else {
+            let choices = command?.configuration.subcommands ?? root.subcommands
+            if !choices.isEmpty && positionalTexts.isEmpty {
+                guard let found = choices.first(where: { $0.configuration.commandName == text }) else {
                     throw UsageError("unknown command '\(text)'", commandPath: commandPath)
                 }
-                command = found
+                path.append(found)
             } else {
                 positionalTexts.append(text)
             }
@@ -84,10 +87,13 @@ public struct CommandLineParser {
         let help = HelpGenerator(root: root)
         guard let command else {
             if values.flags.contains(GlobalOptions.version.name) { return .version }
-            if values.flags.contains(GlobalOptions.help.name) || arguments.isEmpty { return .help(help.text(for: nil)) }
+            if values.flags.contains(GlobalOptions.help.name) || arguments.isEmpty { return .help(help.text(for: [])) }
             throw UsageError("a command is needed", commandPath: commandPath)
         }
-        if values.flags.contains(GlobalOptions.help.name) { return .help(help.text(for: command)) }
+        if values.flags.contains(GlobalOptions.help.name) { return .help(help.text(for: path)) }
+        guard command.configuration.subcommands.isEmpty else {
+            throw UsageError("a command is needed", commandPath: commandPath)
+        }
 
         let positionals = command.arguments.filter { $0.kind == .positional }
         for (definition, text) in zip(positionals, positionalTexts) {

@@ -7,21 +7,26 @@ public struct HelpGenerator {
 
     public init(root: CommandConfiguration) { self.root = root }
 
-    /// The help of `command`, or of `headway` itself when nil.
-    public func text(for command: (any ParsableCommand.Type)?) -> String {
+    /// The help of the command at the end of `path` (`[TokenCommand, CreateCommand]`), or
+    /// of `headway` itself when the path is empty.
+    public func text(for path: [any ParsableCommand.Type]) -> String {
         var lines: [String] = []
-        guard let command else {
-            lines.append("OVERVIEW: \(root.abstract)")
-            if let discussion = root.discussion { lines += ["", discussion] }
-            lines += ["", "USAGE: \(root.commandName) <command> [options]", "", "COMMANDS:"]
-            for subcommand in root.subcommands {
+        let name = ([root.commandName] + path.map { $0.configuration.commandName }).joined(separator: " ")
+        guard let command = path.last, command.configuration.subcommands.isEmpty else {
+            // The top level, or a group of commands.
+            let configuration = path.last?.configuration ?? root
+            lines.append("OVERVIEW: \(configuration.abstract)")
+            if let discussion = configuration.discussion { lines += ["", discussion] }
+            lines += ["", "USAGE: \(name) <command> [options]", "", "COMMANDS:"]
+            for subcommand in configuration.subcommands {
                 lines.append(Self.row(subcommand.configuration.commandName, subcommand.configuration.abstract))
             }
             lines += ["", "GLOBAL OPTIONS:"]
-            for definition in GlobalOptions.definitions + [GlobalOptions.version.definition] {
+            let globals = GlobalOptions.definitions + (path.isEmpty ? [GlobalOptions.version.definition] : [])
+            for definition in globals {
                 lines.append(Self.row(Self.label(definition), definition.help))
             }
-            lines += ["", "See '\(root.commandName) <command> --help' for the options of a command."]
+            lines += ["", "See '\(name) <command> --help' for the options of a command."]
             return lines.joined(separator: "\n") + "\n"
         }
         let configuration = command.configuration
@@ -29,7 +34,7 @@ public struct HelpGenerator {
         if let discussion = configuration.discussion { lines += ["", discussion] }
         let usage = configuration.usage
             ?? command.arguments.map { $0.isRequired ? $0.synopsis : "[\($0.synopsis)]" }.joined(separator: " ")
-        lines += ["", "USAGE: \(root.commandName) \(configuration.commandName) \(usage)"]
+        lines += ["", "USAGE: \(name) \(usage)"]
         let positionals = command.arguments.filter { $0.kind == .positional }
         if !positionals.isEmpty {
             lines += ["", "ARGUMENTS:"]
