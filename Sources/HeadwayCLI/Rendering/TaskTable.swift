@@ -38,6 +38,9 @@ public struct TaskTable: Sendable {
         self.header = header
     }
 
+    /// The widest the name column gets; longer names are cut.
+    static let nameCap = 40
+
     /// How much detail a layout keeps.
     struct Level {
         var barCells: Int?   // nil: percent only, no count
@@ -157,24 +160,29 @@ public struct TaskTable: Sendable {
         let barWidth = widest(\.bar), countWidth = widest(\.count), rateWidth = widest(\.rate), etaWidth = widest(\.eta)
         func prefix(_ cell: Progress) -> [String] {
             guard cell.quantified else { return [DisplayWidth.pad(cell.bar, to: barWidth)] }
-            var pieces = [DisplayWidth.pad(cell.bar, to: barWidth)]
-            if countWidth > 0 { pieces.append(DisplayWidth.pad(cell.count, to: countWidth)) }
-            if rateWidth > 0 { pieces.append(DisplayWidth.pad(cell.rate, to: rateWidth)) }
-            if etaWidth > 0 { pieces.append(DisplayWidth.pad(cell.eta, to: etaWidth)) }
-            return pieces
+            // Aligned sub-columns, but none after the last piece this row has.
+            var pieces = [(cell.bar, barWidth)]
+            if countWidth > 0 { pieces.append((cell.count, countWidth)) }
+            if rateWidth > 0 { pieces.append((cell.rate, rateWidth)) }
+            if etaWidth > 0 { pieces.append((cell.eta, etaWidth)) }
+            while pieces.count > 1, pieces.last?.0.isEmpty == true { pieces.removeLast() }
+            return pieces.map { DisplayWidth.pad($0.0, to: $0.1) }
         }
         let prefixes = cells.map(prefix)
         let prefixWidths = prefixes.map { DisplayWidth.of($0.joined(separator: gap)) }
         let progressFixed = max(header ? 8 : 0, prefixWidths.max() ?? 0)
         let tailNatural = cells.map { $0.tail.isEmpty ? 0 : DisplayWidth.of($0.tail) + 2 }
-        let hasTail = tailNatural.contains { $0 > 0 }
 
         let fixed = idWidth + 2 + 2 + stateWidth + 2
         let available = width - fixed   // for name, progress and tails
-        var nameWidth = min(nameNatural, available - progressFixed - (tailNatural.max() ?? 0))
+        // The name keeps up to 40 cells while the longest note or label keeps 26; past
+        // that it is cut down to the level's minimum before notes and labels are.
+        let comfortable = zip(prefixWidths, tailNatural).map { $0 + min($1, 26) }.max() ?? 0
+        var nameWidth = min(nameNatural, Self.nameCap, available - max(progressFixed, comfortable))
         nameWidth = max(nameWidth, min(nameNatural, level.nameMin))
-        let spare = available - nameWidth - progressFixed
-        if !force && (spare < 0 || (hasTail && spare < level.tailMin + 2)) { return nil }
+        let fits = available - nameWidth >= progressFixed
+            && zip(prefixWidths, tailNatural).allSatisfy { $1 == 0 || available - nameWidth - $0 >= level.tailMin + 2 }
+        if !force && !fits { return nil }
 
         var lines: [String] = []
         if header {
