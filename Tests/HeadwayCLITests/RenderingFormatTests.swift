@@ -33,6 +33,7 @@ import Testing
         #expect(Formatting.eta(3600) == "~1 h")
         #expect(Formatting.eta(7500) == "~2 h 5 min")
         #expect(Formatting.eta(3 * 86400 + 4 * 3600) == "~3 d 4 h")
+        #expect(Formatting.eta(1e300) == "~694,444,444,444 d 10 h")
     }
 
     @Test func ages() {
@@ -89,6 +90,15 @@ import Testing
         #expect(DisplayWidth.truncate("short", to: 5) == "short")
         #expect(DisplayWidth.truncate("x", to: 0) == "")
         #expect(DisplayWidth.pad("写", to: 4) == "写  ")
+    }
+
+    @Test func sanitizedForTheTerminal() {
+        #expect(DisplayWidth.sanitize("plain") == "plain")
+        #expect(DisplayWidth.sanitize("\u{1B}[1;31mred\u{1B}[0m text") == "red text")
+        #expect(DisplayWidth.sanitize("a\tb\r\nc") == "a b  c")
+        #expect(DisplayWidth.sanitize("\u{1B}]0;title\u{07}x\u{1B}") == "x")
+        let task = RenderingFixtures.task(#""id":"t","name":"two\nlines","label":"\u001b[32m50%\u001b[0m done","state":"running""#)
+        #expect(task.name == "two lines" && task.label == "50% done")
     }
 
     @Test func colorPolicy() {

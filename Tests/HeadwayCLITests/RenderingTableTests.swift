@@ -118,6 +118,12 @@ enum RenderingFixtures {
             == ["p  Parent  running  ▕█████     ▏ 50%  0  2.0 %/s  ~25 s"])
     }
 
+    @Test func unlimitedWidthAndNoTasks() {
+        let lines = TaskTable(tasks: [RenderingFixtures.tasks[2]], now: now, header: false).render(width: .max)
+        #expect(lines == ["backup-db-3  Nightly backup of db-3  running  ‖  stalled 42 s: no signal  Waiting for lock"])
+        #expect(TaskTable(tasks: [], now: now).render(width: 80) == ["ID  NAME  STATE  PROGRESS"])
+    }
+
     @Test func neverWiderThanTheWidthEvenWhenTiny() {
         for width in [1, 5, 10, 20, 25, 30, 33, 47, 60, 99] {
             let lines = TaskTable(tasks: RenderingFixtures.tasks, now: now).render(width: width, color: false)

@@ -38,6 +38,33 @@ public enum DisplayWidth {
         text + String(repeating: " ", count: max(0, cells - of(text)))
     }
 
+    /// `text` safe to print in one line: escape sequences (ESC and what it starts: CSI and
+    /// OSC sequences, or one character) removed, tabs, line breaks and other control
+    /// characters turned into spaces. A label from a command's output may carry colors or
+    /// a carriage return; neither must reach the terminal or break the layout.
+    public static func sanitize(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F..<0xA0).contains($0.value) }) else { return text }
+        var out = String.UnicodeScalarView()
+        var scalars = text.unicodeScalars.makeIterator()
+        while let scalar = scalars.next() {
+            switch scalar.value {
+            case 0x1B:
+                guard let kind = scalars.next() else { break }
+                if kind == "[" {
+                    while let next = scalars.next(), !(0x40...0x7E).contains(next.value) {}
+                } else if kind == "]" {
+                    var previous: Unicode.Scalar = " "
+                    while let next = scalars.next(), next.value != 0x07, !(previous.value == 0x1B && next == "\\") { previous = next }
+                }
+            case 0..<0x20, 0x7F..<0xA0:
+                out.append(" ")
+            default:
+                out.append(scalar)
+            }
+        }
+        return String(out)
+    }
+
     static func isZeroWidth(_ scalar: Unicode.Scalar) -> Bool {
         let v = scalar.value
         if v < 0x20 || (0x7F..<0xA0).contains(v) { return true }

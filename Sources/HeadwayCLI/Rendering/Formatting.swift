@@ -46,7 +46,7 @@ public enum Formatting {
         guard let seconds, seconds.isFinite, seconds >= 0 else { return nil }
         let whole = seconds.rounded()
         if whole < 60 { return "~\(max(1, Int(whole))) s" }
-        return "~" + duration(minutes: Int64((seconds / 60).rounded()))
+        return "~" + duration(minutes: Int64(min(seconds / 60, 1e15).rounded()))
     }
 
     /// How long ago, rounded down: `42 s`, `3 min`, `2 h 5 min`, `3 d 4 h`. Negative → `0 s`.
@@ -63,7 +63,7 @@ public enum Formatting {
             let rest = minutes % 60
             return rest == 0 ? "\(hours) h" : "\(hours) h \(rest) min"
         }
-        let days = hours / 24, rest = hours % 24
+        let days = count(hours / 24), rest = hours % 24
         return rest == 0 ? "\(days) d" : "\(days) d \(rest) h"
     }
 

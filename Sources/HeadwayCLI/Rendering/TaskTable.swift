@@ -133,8 +133,9 @@ public struct TaskTable: Sendable {
         return cell
     }
 
-    /// The table's lines (no newlines), each at most `width` cells when printed; styled
-    /// only when `color` is true (decide with `Style.useColor`).
+    /// The table's lines (no newlines, no trailing spaces), each at most `width` cells
+    /// when printed; styled only when `color` is true (decide with `Style.useColor`).
+    /// `Int.max` lays out without a limit (one plain line per task for a pipe).
     public func render(width: Int, color: Bool = false) -> [String] {
         let width = max(1, width)
         var chosen: [String]? = nil

@@ -3,6 +3,8 @@ import HeadwayCore
 /// A task as the command line shows it, decoded from the server's task JSON (the `Task`
 /// schema of `openapi.yaml`). Decoding is tolerant: a missing or mistyped optional field
 /// becomes nil (or its neutral default), so an older or newer server still renders.
+/// Texts (`name`, `label`, `unit`, `message`, an unknown state) are sanitized for the
+/// terminal (`DisplayWidth.sanitize`): no escape sequences, no line breaks.
 public struct TaskView: Equatable, Sendable {
     /// The lifecycle state; `other` keeps a state this client does not know.
     public enum State: Equatable, Sendable {
@@ -72,7 +74,7 @@ public struct TaskView: Equatable, Sendable {
     public init?(json: JSONValue) {
         guard case .object(let fields) = json, case .string(let id)? = fields["id"] else { return nil }
         func string(_ key: String) -> String? {
-            if case .string(let value)? = fields[key] { return value }
+            if case .string(let value)? = fields[key] { return DisplayWidth.sanitize(value) }
             return nil
         }
         func integer(_ key: String) -> Int64? {
@@ -95,7 +97,7 @@ public struct TaskView: Equatable, Sendable {
         }
         func time(_ key: String) -> EpochMilliseconds? { string(key).flatMap(Timestamp.parseRFC3339) }
 
-        self.id = id
+        self.id = DisplayWidth.sanitize(id)
         name = string("name") ?? ""
         label = string("label")
         parentID = string("parent_id")
