@@ -1,0 +1,160 @@
+import HeadwayCore
+import Testing
+@testable import HeadwayCLI
+
+/// Tasks of every kind, as the server would send them; `now` is 2026-11-30T12:00:00Z.
+enum RenderingFixtures {
+    static let now: EpochMilliseconds = Timestamp.parseRFC3339("2026-11-30T12:00:00Z")!
+
+    static func task(_ fields: String) -> TaskView {
+        let json = JSONValue.parse(Array("{\(fields)}".utf8))!
+        return TaskView(json: json)!
+    }
+
+    static let tasks: [TaskView] = [
+        task(#""id":"photos-1","name":"Copy photos to NAS","label":"Copying IMG_0420.jpg","state":"running","mode":"quantified","completed":768,"total":1200,"unit":"files","fraction":0.64,"rate":12.3,"eta_seconds":35.1,"stalled":false,"stall_reason":null,"stalled_since":null,"cancel_requested":false,"message":null"#),
+        task(#""id":"reindex","name":"Rebuild the search index","label":"Scanning shards","state":"running","mode":"indeterminate","completed":0,"total":null,"unit":null,"fraction":null,"rate":null,"eta_seconds":null,"stalled":false"#),
+        task(#""id":"backup-db-3","name":"Nightly backup of db-3","label":"Waiting for lock","state":"running","mode":"indeterminate","completed":0,"total":null,"fraction":null,"stalled":true,"stall_reason":"silent","stalled_since":"2026-11-30T11:59:18.000Z""#),
+        task(#""id":"upload","name":"写真のアップロード 📸","state":"running","mode":"quantified","completed":5,"total":1000000,"unit":"bytes","fraction":0.000005,"rate":null,"eta_seconds":null,"stalled":true,"stall_reason":"no_progress","stalled_since":"2026-11-30T11:57:00.000Z""#),
+        task(#""id":"etl-7","name":"ETL run 7","state":"failed","mode":"quantified","completed":40,"total":100,"unit":"rows","fraction":0.4,"message":"disk full""#),
+        task(#""id":"deploy","name":"Deploy web","state":"succeeded","mode":"quantified","completed":3,"total":3,"unit":"steps","fraction":1"#),
+        task(#""id":"queue-9","name":"Queued export","state":"pending","mode":"indeterminate","completed":0"#),
+    ]
+}
+
+/// The `headway tasks` table at fixed widths: exact lines (golden strings), never wider
+/// than the width, counted in display cells.
+@Suite struct RenderingTableTests {
+    func expectTable(width: Int, _ expected: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        let lines = TaskTable(tasks: RenderingFixtures.tasks, now: RenderingFixtures.now, frames: ["reindex": 3]).render(width: width)
+        #expect(lines.joined(separator: "\n") == expected, sourceLocation: sourceLocation)
+        for line in lines {
+            #expect(DisplayWidth.of(line) <= width, "\(line)", sourceLocation: sourceLocation)
+            #expect(!line.hasSuffix(" ") && !line.contains("\n"), sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test func width40() {
+        expectTable(width: 40, """
+            ID          NAME    STATE      PROGRESS
+            photos-1    Copy …  running     64%
+            reindex     Rebui…  running    ⠸     Sc…
+            backup-db…  Night…  running    ‖     st…
+            upload      写真…   running      0%  st…
+            etl-7       ETL r…  failed      40%  di…
+            deploy      Deplo…  succeeded  100%
+            queue-9     Queue…  pending    ·
+            """)
+    }
+
+    @Test func width80() {
+        expectTable(width: 80, """
+            ID           NAME        STATE      PROGRESS
+            photos-1     Copy phot…  running    ▕███▏ ▏ 64%  768/1,200 files
+            reindex      Rebuild t…  running    ⠸            Scanning shards
+            backup-db-3  Nightly b…  running    ‖            stalled 42 s: no signal  Waiti…
+            upload       写真のア…   running    ▕     ▏  0%  5/1,000,000 bytes  stalled 3 m…
+            etl-7        ETL run 7   failed     ▕██   ▏ 40%  40/100 rows        disk full
+            deploy       Deploy web  succeeded  ▕█████▏100%  3/3 steps
+            queue-9      Queued ex…  pending    ·
+            """)
+    }
+
+    @Test func width120() {
+        expectTable(width: 120, """
+            ID           NAME                      STATE      PROGRESS
+            photos-1     Copy photos to NAS        running    ▕██████▍   ▏ 64%  768/1,200 files    12.3 files/s  ~35 s
+            reindex      Rebuild the search index  running    ⠸                 Scanning shards
+            backup-db-3  Nightly backup of db-3    running    ‖                 stalled 42 s: no signal  Waiting for lock
+            upload       写真のアップロード 📸     running    ▕          ▏  0%  5/1,000,000 bytes  stalled 3 min: no progress
+            etl-7        ETL run 7                 failed     ▕████      ▏ 40%  40/100 rows        disk full
+            deploy       Deploy web                succeeded  ▕██████████▏100%  3/3 steps
+            queue-9      Queued export             pending    ·
+            """)
+    }
+}
+
+@Suite struct RenderingRowTests {
+    let now = RenderingFixtures.now
+
+    @Test func theIssueExampleRow() {
+        let lines = TaskTable(tasks: [RenderingFixtures.tasks[0]], now: now, header: false).render(width: 120)
+        #expect(lines == ["photos-1  Copy photos to NAS  running  ▕██████▍   ▏ 64%  768/1,200 files  12.3 files/s  ~35 s"])
+    }
+
+    @Test func theSpinnerMovesWithTheFrameCounterAndStopsWhenStalled() {
+        let moving = RenderingFixtures.tasks[1], stalled = RenderingFixtures.tasks[2]
+        let glyphs = (0..<12).map { frame in
+            TaskTable(tasks: [moving], now: now, frames: [moving.id: frame], header: false).render(width: 80)[0]
+        }
+        #expect(glyphs[0] == "reindex  Rebuild the search index  running  ⠋  Scanning shards")
+        #expect(glyphs[1] == "reindex  Rebuild the search index  running  ⠙  Scanning shards")
+        #expect(glyphs[10] == glyphs[0] && glyphs[11] == glyphs[1])
+        let stalledLines = Set((0..<12).map { frame in
+            TaskTable(tasks: [stalled], now: now, frames: [stalled.id: frame], header: false).render(width: 100)[0]
+        })
+        #expect(stalledLines == ["backup-db-3  Nightly backup of db-3  running  ‖  stalled 42 s: no signal  Waiting for lock"])
+    }
+
+    @Test func finishedTasksShowTheirOutcome() {
+        let tasks = [
+            RenderingFixtures.task(#""id":"a","name":"A","state":"succeeded","mode":"indeterminate","completed":0,"label":"done""#),
+            RenderingFixtures.task(#""id":"b","name":"B","state":"failed","mode":"indeterminate","completed":0,"message":"exit 2""#),
+            RenderingFixtures.task(#""id":"c","name":"C","state":"canceled","mode":"indeterminate","completed":0"#),
+            RenderingFixtures.task(#""id":"d","name":"D","state":"running","mode":"quantified","completed":1,"total":4,"fraction":0.25,"cancel_requested":true"#),
+        ]
+        #expect(TaskTable(tasks: tasks, now: now).render(width: 80) == [
+            "ID  NAME  STATE      PROGRESS",
+            "a   A     succeeded  ✓                 done",
+            "b   B     failed     ✗                 exit 2",
+            "c   C     canceled   ⊘",
+            "d   D     running    ▕██▌       ▏ 25%  1/4  cancel requested",
+        ])
+    }
+
+    @Test func aParentWithoutTotalShowsPercentAndRateInPercent() {
+        let parent = RenderingFixtures.task(#""id":"p","name":"Parent","state":"running","mode":"quantified","completed":0,"total":null,"fraction":0.5,"rate":0.02,"eta_seconds":25"#)
+        #expect(TaskTable(tasks: [parent], now: now, header: false).render(width: 80)
+            == ["p  Parent  running  ▕█████     ▏ 50%  0  2.0 %/s  ~25 s"])
+    }
+
+    @Test func unlimitedWidthAndNoTasks() {
+        let lines = TaskTable(tasks: [RenderingFixtures.tasks[2]], now: now, header: false).render(width: .max)
+        #expect(lines == ["backup-db-3  Nightly backup of db-3  running  ‖  stalled 42 s: no signal  Waiting for lock"])
+        #expect(TaskTable(tasks: [], now: now).render(width: 80) == ["ID  NAME  STATE  PROGRESS"])
+    }
+
+    @Test func neverWiderThanTheWidthEvenWhenTiny() {
+        for width in [1, 5, 10, 20, 25, 30, 33, 47, 60, 99] {
+            let lines = TaskTable(tasks: RenderingFixtures.tasks, now: now).render(width: width, color: false)
+            #expect(lines.count == RenderingFixtures.tasks.count + 1)
+            for line in lines { #expect(DisplayWidth.of(line) <= width, "\(width): \(line)") }
+        }
+    }
+
+    @Test func colorsWrapCellsAndAreNotCounted() {
+        let table = TaskTable(tasks: RenderingFixtures.tasks, now: now)
+        for width in [40, 80, 120] {
+            let plain = table.render(width: width)
+            let colored = table.render(width: width, color: true)
+            #expect(colored.map(stripANSI) == plain)
+        }
+        let colored = table.render(width: 120, color: true)
+        #expect(colored[0] == "\u{1B}[1mID           NAME                      STATE      PROGRESS\u{1B}[0m")
+        #expect(colored[1].contains("\u{1B}[36mrunning  \u{1B}[0m"))
+        #expect(colored[3].contains("\u{1B}[33mstalled 42 s: no signal  Waiting for lock\u{1B}[0m"))
+        #expect(colored[5].hasPrefix("\u{1B}[2metl-7        \u{1B}[0m"))
+        #expect(colored[5].contains("\u{1B}[31mfailed   \u{1B}[0m"))
+        #expect(colored[6].contains("\u{1B}[32msucceeded\u{1B}[0m"))
+    }
+
+    func stripANSI(_ text: String) -> String {
+        var out = "", escaping = false
+        for character in text {
+            if escaping { if character == "m" { escaping = false }; continue }
+            if character == "\u{1B}" { escaping = true; continue }
+            out.append(character)
+        }
+        return out
+    }
+}
