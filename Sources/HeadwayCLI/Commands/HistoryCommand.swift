@@ -1,0 +1,32 @@
+/// `headway history ID`: the stored progress curve of a task, oldest point first.
+public struct HistoryCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "history", abstract: "Print a task's progress curve, oldest point first",
+        discussion: "One line per point: time, completed/total, fraction. With --json: the History object.")
+    static let id = Argument<String>("id", help: "The task's id")
+    static let maxPoints = Option<Int64>("max-points", valueName: "n",
+                                         help: "Downsample to at most this many points, 2 to 1000 (default 200)")
+    public static let arguments = [id.definition, maxPoints.definition]
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func validate() throws {
+        if let points = values[Self.maxPoints], !(2...1000).contains(points) {
+            throw UsageError("--max-points must be between 2 and 1000, not \(points)")
+        }
+    }
+
+    public func run(_ context: CommandContext) throws {
+        var path = TaskAPI.taskPath(values[Self.id], "history")
+        if let points = values[Self.maxPoints] { path += "?max_points=\(points)" }
+        let reply = try context.api.get(path)
+        if context.options.json {
+            context.print(reply.text)
+            return
+        }
+        let lines = reply.json.map(TaskDetails.historyLines) ?? []
+        if lines.isEmpty { context.print("no points") }
+        for line in lines { context.print(line) }
+    }
+}
