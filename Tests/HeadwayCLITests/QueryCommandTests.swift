@@ -1,0 +1,173 @@
+import Foundation
+import HeadwayCore
+import Testing
+
+/// The operators' queries (`tasks`, `show`, `history`) of the built `headway` against a
+/// live `headwayd`.
+///
+/// Tables are compared with golden files. They stay stable because no task shows a
+/// value that depends on time: each quantified task gets at most one progress report
+/// right after it is registered (so the server knows no rate, hence no ETA), stall
+/// timeouts are an hour (no stall, no age), and an indeterminate task that never moved
+/// shows spinner frame 0.
+@Suite(.serialized) struct QueryCommandTests {
+    static func golden(_ name: String) throws -> String {
+        try String(contentsOf: packageRoot.appendingPathComponent("Tests/HeadwayCLITests/golden/\(name)"), encoding: .utf8)
+    }
+
+    @Test(arguments: ["tasks", "show", "history"]) func helpMatchesItsGoldenFile(command: String) throws {
+        let result = try headway(command, "--help")
+        #expect(result.status == 0)
+        #expect(result.errors == "")
+        #expect(result.output == (try Self.golden("help-\(command).txt")))
+    }
+
+    @Test(arguments: [
+        (["tasks", "--state", "done"],
+         "headway: --state must be pending, running, succeeded, failed or canceled, not 'done'\nSee 'headway tasks --help'.\n"),
+        (["tasks", "--page-size", "0"], "headway: --page-size must be between 1 and 500, not 0\nSee 'headway tasks --help'.\n"),
+        (["show"], "headway: missing <id>\nSee 'headway show --help'.\n"),
+        (["history", "h", "--max-points", "1"],
+         "headway: --max-points must be between 2 and 1000, not 1\nSee 'headway history --help'.\n"),
+    ]) func usageErrorsExit64(arguments: [String], expected: String) throws {
+        let result = try runBuilt("headway", arguments)
+        #expect(result.status == 64)
+        #expect(result.errors == expected)
+    }
+
+    /// Runs `headway` with `arguments`, expecting success.
+    @discardableResult
+    func ok(_ arguments: String..., server: String, environment: [String: String] = [:]) throws -> String {
+        let result = try runBuilt("headway", arguments + ["--server", server], environment: environment)
+        #expect(result.status == 0, "headway \(arguments.joined(separator: " ")): \(result.errors)")
+        return result.output
+    }
+
+    /// The ids of `--json` output, one task object per line.
+    func ids(_ output: String) -> [String] {
+        output.split(separator: "\n").map { line in
+            guard case .object(let task)? = JSONValue.parse(Array(line.utf8)), case .string(let id)? = task["id"] else {
+                Issue.record("not a task object: \(line)")
+                return ""
+            }
+            return id
+        }
+    }
+
+    @Test func theTableMatchesItsGoldenFilesAt80And120Columns() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let server = daemon.url
+        try ok("start", "Copy photos to the archive", "--id", "copy", "--total", "1200", "--unit", "files",
+               "--stall-timeout", "3600", server: server)
+        try ok("progress", "copy", "--completed", "768", server: server)
+        try ok("start", "Wait for the database lock", "--id", "wait", "--stall-timeout", "3600", server: server)
+        try ok("heartbeat", "wait", "--label", "Waiting for lock", server: server)
+        try ok("start", "Queued job", "--id", "queued", "--stall-timeout", "3600", server: server)
+        try ok("start", "Build release", "--id", "build", "--total", "10", "--stall-timeout", "3600", server: server)
+        try ok("progress", "build", "--completed", "10", server: server)
+        try ok("finish", "build", "--outcome", "succeeded", "--message", "all green", server: server)
+        try ok("start", "Deploy to the production cluster in the eu-west region, all services", "--id", "deploy",
+               "--stall-timeout", "3600", server: server)
+        try ok("finish", "deploy", "--outcome", "failed", "--message", "exit status 2", server: server)
+        // The premise of the golden files: the server knows no rate for the copy.
+        let copy = JSONValue.parse(Array(try ok("show", "copy", "--json", server: server).utf8))
+        if case .object(let task)? = copy { #expect(task["rate"] == .null, "registration and progress 1 s apart?") }
+
+        for width in [80, 120] {
+            let output = try ok("tasks", server: server, environment: ["COLUMNS": "\(width)"])
+            #expect(output == (try Self.golden("tasks-\(width).txt")), "COLUMNS=\(width):\n\(output)")
+            #expect(!output.contains("\u{1B}"), "no colors without a terminal")
+            #expect(output.split(separator: "\n").allSatisfy { $0.count <= width })
+        }
+        // NO_COLOR and a terminal-less stdout: plain text either way.
+        #expect(!(try ok("tasks", server: server, environment: ["NO_COLOR": "1"])).contains("\u{1B}"))
+        // Filters by state, repeated.
+        #expect(Set(ids(try ok("tasks", "--state", "succeeded", "--state", "failed", "--json", server: server)))
+                == ["build", "deploy"])
+        #expect(try ok("tasks", "--stalled", server: server) == "no tasks\n")
+    }
+
+    /// Five tasks by pages of two: the first page says how many more; --all follows the
+    /// page tokens to the end, newest first.
+    @Test func pagingFollowsTokensWithAllAndCountsTheRestWithout() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let server = daemon.url
+        for index in 1...5 { try ok("start", "Job \(index)", "--id", "t\(index)", "--stall-timeout", "3600", server: server) }
+
+        let first = try ok("tasks", "--page-size", "2", server: server, environment: ["COLUMNS": "80"])
+        let lines = first.split(separator: "\n")
+        #expect(lines.count == 4, "header, two tasks, the rest:\n\(first)")
+        #expect(lines.last == "3 more tasks; --all lists them")
+        #expect(lines.dropFirst().first?.hasPrefix("t5 ") == true)
+
+        let all = try ok("tasks", "--page-size", "2", "--all", server: server, environment: ["COLUMNS": "80"])
+        #expect(all.split(separator: "\n").dropFirst().map { String($0.prefix(2)) } == ["t5", "t4", "t3", "t2", "t1"],
+                "\(all)")
+        #expect(!all.contains("more"))
+
+        #expect(ids(try ok("tasks", "--page-size", "2", "--all", "--json", server: server)) == ["t5", "t4", "t3", "t2", "t1"])
+        let page = try runBuilt("headway", ["tasks", "--page-size", "2", "--json", "--server", server])
+        #expect(ids(page.output) == ["t5", "t4"])
+        #expect(page.errors == "headway: 3 more tasks; --all lists them\n", "stdout keeps only tasks")
+    }
+
+    /// show: every field, the children with their weights, the sparkline; --parent and
+    /// --root filter the list; an unknown id exits 1 with not_found.
+    @Test func showAParentWithChildrenAndTheHistoryOfATask() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let server = daemon.url
+        try ok("start", "Release", "--id", "p", "--stall-timeout", "3600", server: server)
+        try ok("start", "Build", "--id", "a", "--parent", "p", "--weight", "2", "--total", "4", "--stall-timeout", "3600",
+               server: server)
+        try ok("progress", "a", "--completed", "1", server: server)
+        try ok("start", "Notes", "--id", "b", "--parent", "p", "--weight", "0.5", "--stall-timeout", "3600", server: server)
+
+        let shown = try ok("show", "p", server: server).split(separator: "\n").map(String.init)
+        #expect(shown.first == "id:                       p")
+        #expect(shown.contains("name:                     Release"))
+        #expect(shown.contains("mode:                     quantified"))
+        #expect(shown.contains("metadata:                 -"))
+        guard let start = shown.firstIndex(of: "children: 2") else {
+            Issue.record("no children line:\n\(shown.joined(separator: "\n"))")
+            return
+        }
+        #expect(Array(shown[(start + 1)...(start + 3)]) == [
+            "  ID  NAME   STATE    WEIGHT  PROGRESS",
+            "  b   Notes  running  0.5     -",
+            "  a   Build  running  2       25%",
+        ])
+        #expect(shown.last?.hasPrefix("history: ") == true)
+        #expect(shown.last?.contains("point") == true, "a sparkline and its count: \(shown.last ?? "")")
+        guard case .object(let task)? = JSONValue.parse(Array(try ok("show", "p", "--json", server: server).utf8)) else {
+            Issue.record("show --json is not an object")
+            return
+        }
+        #expect(task["id"] == .string("p"))
+        #expect(Set(ids(try ok("tasks", "--parent", "p", "--json", server: server))) == ["a", "b"])
+        #expect(ids(try ok("tasks", "--root", "--json", server: server)) == ["p"])
+
+        // history: the last point is the last report.
+        let history = try ok("history", "a", server: server)
+        let last = history.split(separator: "\n").last.map(String.init) ?? ""
+        #expect(last.hasSuffix("  1/4  25.0%"), "\(history)")
+        #expect(Timestamp.parseRFC3339(String(last.prefix { $0 != " " })) != nil, "\(last)")
+        guard case .object(let curve)? = JSONValue.parse(Array(try ok("history", "a", "--max-points", "2", "--json",
+                                                                     server: server).utf8)),
+              case .array(let points)? = curve["points"] else {
+            Issue.record("history --json is not a History object")
+            return
+        }
+        #expect(curve["task_id"] == .string("a"))
+        #expect((1...2).contains(points.count))
+
+        for command in ["show", "history"] {
+            let missing = try runBuilt("headway", [command, "nope", "--server", server])
+            #expect(missing.status == 1)
+            #expect(missing.errors.hasSuffix(" (not_found)\n"), "\(command): \(missing.errors)")
+            #expect(missing.output == "")
+        }
+    }
+}
