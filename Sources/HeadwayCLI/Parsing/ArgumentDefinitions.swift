@@ -114,6 +114,8 @@ public struct ArgumentDefinition: Sendable {
 /// The values found on the command line, read back through the typed definitions.
 public struct ParsedValues: Sendable {
     var options: [String: String] = [:]
+    /// Every value of each option, in order, for options given more than once (`--scope`).
+    var repeatedOptions: [String: [String]] = [:]
     var flags: Set<String> = []
     var positionals: [String: String] = [:]
 

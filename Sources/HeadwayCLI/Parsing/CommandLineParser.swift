@@ -71,6 +71,7 @@ public struct CommandLineParser {
                     throw UsageError("--\(name) must be \(definition.kindDescription), not '\(value)'", commandPath: commandPath)
                 }
                 values.options[name] = value
+                values.repeatedOptions[name, default: []].append(value)
                 continue
             }
             let choices = command?.configuration.subcommands ?? root.subcommands
