@@ -188,6 +188,30 @@ import Testing
         #expect(again.errors == "headway: \(copy) exists already (a backup never overwrites a file)\n")
     }
 
+    /// A damaged index (its schema rewritten by the sqlite3 shell, when installed): check
+    /// lists SQLite's problems on stdout and exits 1.
+    @Test func checkListsTheProblemsOfADamagedDatabase() throws {
+        let shell = "/usr/bin/sqlite3"
+        guard FileManager.default.isExecutableFile(atPath: shell) else { return }
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let path = daemon.directory.file("h.db")
+        #expect(try headway("start", "A", "--id", "a", "--server", daemon.url).status == 0)
+        let copy = daemon.directory.file("damaged.db")
+        #expect(try headway("db", "backup", copy, "--db", path).status == 0)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: shell)
+        process.arguments = [copy, "PRAGMA writable_schema = ON; UPDATE sqlite_master SET sql = "
+                             + "'CREATE INDEX tasks_by_parent ON tasks (name, seq)' WHERE name = 'tasks_by_parent';"]
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        let check = try headway("db", "check", "--db", copy)
+        #expect(check.status == 1)
+        #expect(check.output == "row 1 missing from index tasks_by_parent\n", "\(check.output)")
+        #expect(check.errors == "headway: \(copy) failed its integrity check (1 problem)\n")
+    }
+
     /// A missing or foreign file is an error (exit 1) and no database is created.
     @Test func aMissingDatabaseIsAClearErrorAndIsNotCreated() throws {
         let directory = TemporaryDirectory()

@@ -135,7 +135,8 @@ public struct DatabaseCheckCommand: ParsableCommand {
         }
         guard problems.isEmpty else {
             for problem in problems { context.print(DisplayWidth.sanitize(problem)) }
-            throw DatabaseCommandError("\(path) failed its integrity check (\(problems.count) problems)")
+            let count = problems.count == 1 ? "1 problem" : "\(problems.count) problems"
+            throw DatabaseCommandError("\(path) failed its integrity check (\(count))")
         }
         context.print("ok")
     }
