@@ -44,7 +44,7 @@ let package = Package(
         .executableTarget(name: "headwayd", dependencies: ["HeadwayService"]),
         // The `headway` command: its parser, client and commands in a library the tests use;
         // the executable only calls it.
-        .target(name: "HeadwayCLI", dependencies: ["CCurl", "HeadwayCore"]),
+        .target(name: "HeadwayCLI", dependencies: ["CCurl", "HeadwayCore", "HeadwayStore"]),
         .executableTarget(name: "headway", dependencies: ["HeadwayCLI"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),

@@ -8,7 +8,8 @@ public enum HeadwayCommand {
         """,
         subcommands: [StartCommand.self, ProgressCommand.self, HeartbeatCommand.self, FinishCommand.self,
                       CancelCommand.self, DeleteCommand.self,
-                      TasksCommand.self, ShowCommand.self, HistoryCommand.self])
+                      TasksCommand.self, ShowCommand.self, HistoryCommand.self,
+                      TokenCommand.self, DatabaseCommand.self, CompletionCommand.self])
 
     /// The parser for `headway`'s command line.
     public static var parser: CommandLineParser { CommandLineParser(root: configuration) }

@@ -21,7 +21,7 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
 /// cached. Transactions and savepoints go through `inTransaction(_:_:)` and
 /// `inSavepoint(_:)`, which commit, roll back and keep `rollbacks` themselves.
 public final class Database: @unchecked Sendable {
-    private let handle: OpaquePointer
+    let handle: OpaquePointer
     /// Which threads may use the connection now, as `ThreadConfinement.encoded`. Atomic, so
     /// that a thread the connection does not belong to reads it without a data race.
     let confinementValue = Atomic<UInt>(ThreadConfinement.anyThread.encoded)

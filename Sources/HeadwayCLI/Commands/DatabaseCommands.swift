@@ -1,0 +1,192 @@
+import Foundation
+import HeadwayCore
+import HeadwayStore
+
+/// `headway db status|check|backup`: the daemon's SQLite file, read directly (no server).
+/// The database is always opened read-only and never created: a missing file is an error
+/// (exit 1), so a mistyped path cannot leave an empty database behind.
+public struct DatabaseCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "db", abstract: "Inspect, check and back up the database file (no server needed)",
+        subcommands: [DatabaseStatusCommand.self, DatabaseCheckCommand.self, DatabaseBackupCommand.self])
+    public static let arguments: [ArgumentDefinition] = []
+
+    public init(_ values: ParsedValues) {}
+
+    public func run(_ context: CommandContext) throws {}
+
+    /// The database file option every `db` command takes.
+    static let path = Option<String>("db", valueName: "path",
+                                     help: "The daemon's SQLite database (env HEADWAY_DB; default ./headway.db)")
+
+    /// The path from `--db`, else `HEADWAY_DB`, else `./headway.db`.
+    static func path(_ values: ParsedValues) -> String {
+        if let path = values[Self.path], !path.isEmpty { return path }
+        if let path = ProcessInfo.processInfo.environment["HEADWAY_DB"], !path.isEmpty { return path }
+        return "headway.db"
+    }
+
+    /// Opens the Headway database at `path` read-only; fails clearly when the file is
+    /// missing or is not a Headway database.
+    static func open(_ path: String) throws -> Database {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue else {
+            throw DatabaseCommandError("no database at \(path) (give --db PATH or HEADWAY_DB; headway never creates one)")
+        }
+        do {
+            let database = try Database(path: path, readOnly: true)
+            guard try database.schemaVersion() != nil else {
+                database.close()
+                throw DatabaseCommandError("\(path) is not a Headway database (no schema_migrations table)")
+            }
+            return database
+        } catch let error as SQLiteError {
+            throw DatabaseCommandError("cannot read \(path): \(error.message)")
+        }
+    }
+}
+
+/// A `db` command that failed (exit 1); printed as `headway: <message>`.
+struct DatabaseCommandError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// `headway db status`: schema version, file sizes, tasks by state.
+public struct DatabaseStatusCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "status", abstract: "Show the schema version, file sizes and task counts")
+    public static let arguments = [DatabaseCommand.path.definition]
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func run(_ context: CommandContext) throws {
+        let path = DatabaseCommand.path(values)
+        let database = try DatabaseCommand.open(path)
+        defer { database.close() }
+        let version: Int
+        let counts: [(state: String, count: Int64)]
+        do {
+            version = try database.schemaVersion() ?? 0
+            counts = try database.taskCountsByState()
+        } catch {
+            throw DatabaseCommandError("cannot read \(path): \(error.message)")
+        }
+        let latest = Migrator().latestVersion
+        let size = Self.fileSize(path)
+        let walSize = Self.fileSize(path + "-wal")
+        if context.options.json {
+            let tasks = Dictionary(uniqueKeysWithValues: counts.map { ($0.state, JSONValue.integer($0.count)) })
+            let object: [String: JSONValue] = [
+                "path": .string(path), "schema_version": .integer(Int64(version)),
+                "latest_schema_version": .integer(Int64(latest)), "file_bytes": .integer(Int64(size)),
+                "wal_bytes": .integer(Int64(walSize)), "tasks": .object(tasks),
+            ]
+            context.print(JSONValue.object(object).canonicalText)
+            return
+        }
+        let note = version == latest ? "" : version < latest ? " (this build has \(latest); headwayd migrates at start)"
+            : " (newer than this build's \(latest))"
+        context.print("database   \(path)")
+        context.print("schema     \(version)\(note)")
+        context.print("file       \(Self.bytes(size))")
+        context.print("wal        \(Self.bytes(walSize))")
+        let total = counts.reduce(0) { $0 + $1.count }
+        context.print("tasks      \(total)" + (counts.isEmpty ? "" : ": ")
+                      + counts.map { "\($0.count) \($0.state)" }.joined(separator: ", "))
+    }
+
+    /// The size of the file at `path` in bytes; 0 when there is none.
+    static func fileSize(_ path: String) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.intValue ?? 0
+    }
+
+    /// `12,345 bytes`.
+    static func bytes(_ count: Int) -> String {
+        let formatter = NumberFormatter()
+        formatter.numberStyle = .decimal
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.groupingSeparator = ","
+        formatter.usesGroupingSeparator = true
+        return (formatter.string(from: NSNumber(value: count)) ?? "\(count)") + " bytes"
+    }
+}
+
+/// `headway db check`: `PRAGMA integrity_check`; exit 1 with the problems when not ok.
+public struct DatabaseCheckCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "check", abstract: "Check the database's integrity (PRAGMA integrity_check)",
+        discussion: "Prints 'ok', or the problems found and exits 1.")
+    public static let arguments = [DatabaseCommand.path.definition]
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func run(_ context: CommandContext) throws {
+        let path = DatabaseCommand.path(values)
+        let database = try DatabaseCommand.open(path)
+        defer { database.close() }
+        let problems: [String]
+        do {
+            problems = try database.integrityProblems()
+        } catch {
+            throw DatabaseCommandError("cannot check \(path): \(error.message)")
+        }
+        guard problems.isEmpty else {
+            for problem in problems { context.print(DisplayWidth.sanitize(problem)) }
+            let count = problems.count == 1 ? "1 problem" : "\(problems.count) problems"
+            throw DatabaseCommandError("\(path) failed its integrity check (\(count))")
+        }
+        context.print("ok")
+    }
+}
+
+/// `headway db backup FILE`: an online copy while the daemon runs, then checked.
+public struct DatabaseBackupCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "backup", abstract: "Copy the database to a new file while the daemon runs",
+        discussion: """
+        Uses SQLite's online backup API from one read snapshot, so the daemon keeps writing;
+        the copy is a single file (no WAL) and passes integrity_check. FILE must not exist.
+        """)
+    static let file = Argument<String>("file", help: "The new file to write")
+    public static let arguments = [file.definition, DatabaseCommand.path.definition]
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func run(_ context: CommandContext) throws {
+        let path = DatabaseCommand.path(values)
+        let destination = values[Self.file]
+        guard !FileManager.default.fileExists(atPath: destination) else {
+            throw DatabaseCommandError("\(destination) exists already (a backup never overwrites a file)")
+        }
+        let database = try DatabaseCommand.open(path)
+        defer { database.close() }
+        // Written beside the destination, renamed only once whole and checked.
+        let partial = destination + ".partial"
+        let removePartial = { for suffix in ["", "-journal", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: partial + suffix) } }
+        removePartial()
+        do {
+            try database.backup(to: partial)
+            let copy = try Database(path: partial, readOnly: true)
+            let problems = try copy.integrityProblems()
+            copy.close()
+            guard problems.isEmpty else {
+                removePartial()
+                throw DatabaseCommandError("the copy failed its integrity check: \(problems.prefix(3).joined(separator: "; "))")
+            }
+            try FileManager.default.moveItem(atPath: partial, toPath: destination)
+        } catch let error as SQLiteError {
+            removePartial()
+            throw DatabaseCommandError("backup of \(path) failed: \(error.message)")
+        } catch let error as DatabaseCommandError {
+            throw error
+        } catch {
+            removePartial()
+            throw DatabaseCommandError("backup of \(path) failed: \(error.localizedDescription)")
+        }
+        context.print("backed up \(path) to \(destination)")
+    }
+}

@@ -1,0 +1,162 @@
+import Foundation
+import HeadwayCore
+
+/// `headway token create|list|revoke`: access tokens over the API (`/v1/tokens`), with an
+/// admin token (`--token` / `HEADWAY_TOKEN`).
+public struct TokenCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "token", abstract: "Make, list and revoke access tokens (needs an admin token)",
+        subcommands: [TokenCreateCommand.self, TokenListCommand.self, TokenRevokeCommand.self])
+    public static let arguments: [ArgumentDefinition] = []
+
+    public init(_ values: ParsedValues) {}
+
+    public func run(_ context: CommandContext) throws {}
+}
+
+/// A token's scope as an option value: report, read, control or admin.
+extension Scope: ArgumentValue {
+    public init?(argument text: String) { self.init(rawValue: text) }
+    public static var kindDescription: String { "report, read, control or admin" }
+}
+
+/// A token's lifetime as an option value: seconds, or a number with s, m, h or d, from 1
+/// minute to 100 years (as `headwayd token create --expires-in`).
+public struct TokenLifetime: ArgumentValue, Equatable {
+    public let milliseconds: Int64
+
+    public init?(argument text: String) {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+        var number = Substring(text)
+        var scale = 1.0
+        if let last = number.last, let unit = units[last] {
+            scale = unit
+            number = number.dropLast()
+        }
+        // Plain decimals only (`90`, `1.5`): no sign, exponent, nan or inf.
+        let parts = number.split(separator: ".", omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { ("0"..."9").contains($0) } }),
+              let value = Double(number), TokenRequest.isLifetimeAllowed(seconds: value * scale) else { return nil }
+        milliseconds = Int64((value * scale * 1000).rounded())
+    }
+
+    public static var kindDescription: String { "a duration from 1 minute to 100 years (3600, 90m, 12h, 30d)" }
+}
+
+/// `headway token create --scope S…`: makes a token and prints its secret alone.
+public struct TokenCreateCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "create", abstract: "Make a token and print its secret",
+        discussion: "The secret is printed alone on stdout, shown this once; --json prints the whole reply.")
+    static let scope = Option<Scope>("scope", valueName: "scope",
+                                     help: "report, read, control or admin (repeatable; admin allows all)", required: true)
+    static let name = Option<String>("name", valueName: "name", help: "A name for logs and listings (default: cli)")
+    static let taskPrefix = Option<String>("task-prefix", valueName: "prefix",
+                                           help: "The token sees and touches only tasks whose id starts with this")
+    static let expiresIn = Option<TokenLifetime>("expires-in", valueName: "duration",
+                                                 help: "Expires this long from now (3600, 90m, 12h, 30d); default never")
+    public static let arguments = [scope.definition, name.definition, taskPrefix.definition, expiresIn.definition]
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func validate() throws {
+        if let name = values[Self.name], name.isEmpty || name.unicodeScalars.count > Limits.nameLength {
+            throw UsageError("--name must be 1 to \(Limits.nameLength) characters")
+        }
+        if let prefix = values[Self.taskPrefix], !TaskIDPrefix.isValid(prefix) {
+            throw UsageError("--task-prefix must match [A-Za-z0-9._~:-]{1,\(Limits.idLength)}, not '\(prefix)'")
+        }
+    }
+
+    public func run(_ context: CommandContext) throws {
+        let scopes = Set(values.all(Self.scope)).sorted()
+        var body: [String: JSONValue] = [
+            "name": .string(values[Self.name] ?? "cli"),
+            "scopes": .array(scopes.map { .string($0.rawValue) }),
+        ]
+        if let prefix = values[Self.taskPrefix] { body["task_prefix"] = .string(prefix) }
+        if let lifetime = values[Self.expiresIn] {
+            body["expires_at"] = .string(Timestamp.rfc3339(SystemClock().now() + lifetime.milliseconds))
+        }
+        let reply = try context.api.post("/v1/tokens", body)
+        if context.options.json {
+            context.print(reply.text)
+        } else if let secret = reply.string("secret") {
+            context.print(secret)
+        } else {
+            throw CLIError.unexpectedReply("the server's reply holds no secret")
+        }
+    }
+}
+
+/// `headway token list`: the tokens not revoked, without secrets.
+public struct TokenListCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "list", abstract: "List the tokens (without secrets)",
+        discussion: "A table of id, name, scopes, prefix, expiry and last use; --json prints one token per line.")
+    public static let arguments: [ArgumentDefinition] = []
+
+    public init(_ values: ParsedValues) {}
+
+    public func run(_ context: CommandContext) throws {
+        let reply = try context.api.get("/v1/tokens")
+        guard case .object(let list)? = reply.json, case .array(let tokens)? = list["tokens"] else {
+            throw CLIError.unexpectedReply("the server's reply holds no token list")
+        }
+        if context.options.json {
+            for token in tokens { context.print(token.canonicalText) }
+            return
+        }
+        let header = ["ID", "NAME", "SCOPES", "PREFIX", "EXPIRES", "LAST USED"]
+        let rows = tokens.map(Self.row)
+        context.print(Self.table([header] + rows))
+    }
+
+    /// One token's cells, texts sanitized for the terminal.
+    static func row(_ token: JSONValue) -> [String] {
+        guard case .object(let object) = token else { return [] }
+        func text(_ name: String, empty: String = "-") -> String {
+            if case .string(let value)? = object[name] { return DisplayWidth.sanitize(value) }
+            return empty
+        }
+        var scopes = "-"
+        if case .array(let values)? = object["scopes"] {
+            scopes = values.compactMap { if case .string(let scope) = $0 { scope } else { nil } }.joined(separator: ",")
+        }
+        return [text("id"), text("name"), scopes, text("task_prefix"), text("expires_at", empty: "never"),
+                text("last_used_at", empty: "never")]
+    }
+
+    /// Left-aligned columns two spaces apart (widths in terminal cells), no trailing spaces.
+    static func table(_ rows: [[String]]) -> String {
+        let widths = (0..<(rows.first?.count ?? 0)).map { column in rows.map { DisplayWidth.of($0[column]) }.max() ?? 0 }
+        return rows.map { row in
+            var line = ""
+            for (column, cell) in row.enumerated() {
+                line += column == row.count - 1 ? cell : DisplayWidth.pad(cell, to: widths[column]) + "  "
+            }
+            return line
+        }.joined(separator: "\n")
+    }
+}
+
+/// `headway token revoke ID`: refused from the next request on.
+public struct TokenRevokeCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "revoke", abstract: "Revoke a token at once",
+        discussion: "Its open event streams close within a second.")
+    static let id = Argument<String>("id", help: "The token's id (tok_…)")
+    public static let arguments = [id.definition]
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func run(_ context: CommandContext) throws {
+        let id = values[Self.id]
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.remove(charactersIn: "/;?#%")
+        _ = try context.api.delete("/v1/tokens/" + (id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id))
+        context.print("revoked \(id)")
+    }
+}

@@ -1,0 +1,69 @@
+import CSQLite
+
+/// What an operator asks of a database file, outside the daemon: its schema version and
+/// task counts, an integrity check, and an online backup (`headway db`).
+extension Database {
+    /// The schema version recorded by the migrations; nil when the file has no
+    /// `schema_migrations` table (not a Headway database).
+    public func schemaVersion() throws(SQLiteError) -> Int? {
+        let tables = try rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'") {
+            $0.text(0)
+        }
+        guard !tables.isEmpty else { return nil }
+        return try Migrator.recordedVersion(in: self)
+    }
+
+    /// How many tasks there are in each state (from the counts the triggers keep, so it
+    /// costs the same however many tasks exist); states without tasks are left out.
+    public func taskCountsByState() throws(SQLiteError) -> [(state: String, count: Int64)] {
+        try rows("SELECT state, sum(n) FROM task_counts GROUP BY state HAVING sum(n) > 0 ORDER BY state") {
+            (state: $0.text(0), count: $0.int(1))
+        }
+    }
+
+    /// `PRAGMA integrity_check`: empty when the database is sound, else SQLite's problems.
+    public func integrityProblems() throws(SQLiteError) -> [String] {
+        let lines = try rows("PRAGMA integrity_check") { $0.text(0) }
+        return lines == ["ok"] ? [] : lines
+    }
+
+    /// Copies this database into a new file at `destinationPath` with SQLite's online
+    /// backup API, while other connections (the daemon) go on writing. Under WAL one step
+    /// copies every page from one read snapshot, so writers never restart the copy; the
+    /// copy is then switched to a rollback journal, a single self-contained file.
+    public func backup(to destinationPath: String) throws(SQLiteError) {
+        var pointer: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let openCode = sqlite3_open_v2(destinationPath, &pointer, flags, nil)
+        guard openCode == SQLITE_OK, let destination = pointer else {
+            let message = pointer.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(pointer)
+            throw SQLiteError(code: openCode, message: message, sql: nil)
+        }
+        defer { sqlite3_close_v2(destination) }
+        guard let backup = sqlite3_backup_init(destination, "main", handle, "main") else {
+            throw SQLiteError(code: sqlite3_errcode(destination), message: String(cString: sqlite3_errmsg(destination)),
+                              sql: nil)
+        }
+        var code = SQLITE_OK
+        // Busy or locked only while another connection holds a lock briefly: bounded retries.
+        for _ in 0..<100 {
+            code = sqlite3_backup_step(backup, -1)
+            guard code == SQLITE_BUSY || code == SQLITE_LOCKED else { break }
+            sqlite3_sleep(50)
+        }
+        let finishCode = sqlite3_backup_finish(backup)
+        guard code == SQLITE_DONE, finishCode == SQLITE_OK else {
+            let failed = code == SQLITE_DONE ? finishCode : code
+            throw SQLiteError(code: failed, message: String(cString: sqlite3_errstr(failed)), sql: nil)
+        }
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let sql = "PRAGMA journal_mode = DELETE"
+        let journalCode = sqlite3_exec(destination, sql, nil, nil, &errorMessage)
+        guard journalCode == SQLITE_OK else {
+            let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(journalCode))
+            sqlite3_free(errorMessage)
+            throw SQLiteError(code: journalCode, message: message, sql: sql)
+        }
+    }
+}
