@@ -20,7 +20,7 @@ public enum ChildOutcome: Equatable, Sendable {
     public var description: String {
         switch self {
         case .exited(let code): "exited with status \(code)"
-        case .signaled(let signal): "killed by signal \(signal) (\(Self.signalName(signal)))"
+        case .signaled(let signal): "was killed by signal \(signal) (\(Self.signalName(signal)))"
         }
     }
 

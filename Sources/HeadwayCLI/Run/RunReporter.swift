@@ -72,7 +72,10 @@ final class RunReporter: @unchecked Sendable {
         guard !disabled else { return }
         if taskID == nil { register() }
         guard let taskID else { return }
-        if !readingSent { report() }
+        condition.lock()
+        let unsent = !readingSent || hasNews
+        condition.unlock()
+        if unsent { report() }
         var body: [String: JSONValue] = ["outcome": .string(outcome)]
         if let message { body["message"] = .string(message) }
         do {
