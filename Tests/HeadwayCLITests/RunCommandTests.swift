@@ -145,4 +145,86 @@ func collect(_ started: (Process, Pipe, Pipe)) -> RawResult {
                                 encoding: .utf8)
         #expect(help.output == golden)
     }
+
+    /// SIGTERM sent to `headway run` goes to the child, whose death by it is passed on.
+    @Test func sigtermIsForwardedToTheChild() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let started = try startHeadway(["--server", daemon.url, "run", "--id", "s", "--",
+                                        "/bin/sh", "-c", "echo started; while :; do sleep 0.1; done"])
+        var running = false
+        for _ in 0..<500 where !running {
+            running = try TestHTTPClient(port: daemon.port).request("GET", "/v1/tasks/s").status == 200
+            if !running { usleep(10_000) }
+        }
+        #expect(running)
+        kill(started.0.processIdentifier, SIGTERM)
+        let result = collect(started)
+        #expect(result.status == 128 + 15)
+        #expect(try task(daemon, "s")["message"] as? String == "the command was killed by signal 15 (SIGTERM)")
+    }
+
+    /// A server that comes up after the command started: a warning, then reports resume.
+    @Test func reportsResumeWhenTheServerComesBack() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let port = try freePort()
+        let gate = directory.file("go"), errorsPath = directory.file("errors")
+        _ = FileManager.default.createFile(atPath: errorsPath, contents: nil)
+        let process = Process()
+        process.executableURL = packageRoot.appendingPathComponent(".build/debug/headway")
+        process.arguments = ["--server", "http://127.0.0.1:\(port)", "run", "--id", "r", "--", "/bin/sh", "-c",
+                             "echo 'step 5/10'; while [ ! -e '\(gate)' ]; do sleep 0.05; done; exit 1"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errorsPath))
+        try process.run()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 20) { [process] in
+            if process.isRunning { process.terminate() }
+        }
+        var errors: String { (try? String(contentsOfFile: errorsPath, encoding: .utf8)) ?? "" }
+        for _ in 0..<500 where !errors.contains("cannot reach") { usleep(10_000) }
+        #expect(errors.contains("headway: cannot reach http://127.0.0.1:\(port)"))
+
+        let daemon = Process()
+        daemon.executableURL = packageRoot.appendingPathComponent(".build/debug/headwayd")
+        daemon.arguments = ["--listen", "127.0.0.1:\(port)", "--db", directory.file("h.db")]
+        daemon.standardError = FileHandle.nullDevice
+        daemon.standardOutput = FileHandle.nullDevice
+        try daemon.run()
+        defer {
+            daemon.terminate()
+            daemon.waitUntilExit()
+        }
+        var registered = false
+        for _ in 0..<1000 where !registered {
+            registered = (try? TestHTTPClient(port: port).request("GET", "/v1/tasks/r").status) == 200
+            if !registered { usleep(10_000) }
+        }
+        #expect(registered)
+        _ = FileManager.default.createFile(atPath: gate, contents: nil)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 1)
+        #expect(errors.contains("headway: the server answers again; reporting resumed"), "\(errors)")
+        let task = try TestHTTPClient(port: port).request("GET", "/v1/tasks/r").json
+        #expect(task["state"] as? String == "failed")
+        #expect(task["completed"] as? Int == 5)
+        #expect(task["total"] as? Int == 10)
+    }
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on (bound, read, then released).
+func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+        }
+    }
+    guard bound else { throw TestHTTPError("cannot find a free port") }
+    return Int(UInt16(bigEndian: address.sin_port))
 }

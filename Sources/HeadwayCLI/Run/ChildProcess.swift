@@ -102,13 +102,20 @@ final class ChildProcess {
         errorFD = errPipe[0]
     }
 
-    /// From now on SIGINT and SIGTERM sent to `headway run` go to the child; SIGPIPE is
-    /// ignored (a closed stdout of ours must not kill us before the child ends).
+    /// From now on SIGINT and SIGTERM sent to `headway run` go to the child (unblocked
+    /// here: a parent may have started us with them blocked); SIGPIPE is ignored (a closed
+    /// stdout of ours must not kill us before the child ends). Call before other threads
+    /// start, as they inherit the signal mask.
     func forwardSignals() {
         forwardingTarget = pid
         signal(SIGINT, forwardSignal)
         signal(SIGTERM, forwardSignal)
         signal(SIGPIPE, SIG_IGN)
+        var forwarded = sigset_t()
+        sigemptyset(&forwarded)
+        sigaddset(&forwarded, SIGINT)
+        sigaddset(&forwarded, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &forwarded, nil)
     }
 
     /// Sends `signal` to the child.
