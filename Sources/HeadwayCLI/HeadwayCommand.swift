@@ -8,7 +8,7 @@ public enum HeadwayCommand {
         """,
         subcommands: [StartCommand.self, ProgressCommand.self, HeartbeatCommand.self, FinishCommand.self,
                       CancelCommand.self, DeleteCommand.self,
-                      TasksCommand.self, ShowCommand.self, HistoryCommand.self,
+                      RunCommand.self, TasksCommand.self, ShowCommand.self, HistoryCommand.self,
                       TokenCommand.self, DatabaseCommand.self, CompletionCommand.self])
 
     /// The parser for `headway`'s command line.

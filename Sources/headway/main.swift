@@ -36,6 +36,8 @@ case .run(let command, let options):
         }
     } catch let error as UsageError {
         fail(CLIError.usage(error).message, 64)
+    } catch let child as ChildExitStatus {
+        exit(child.status)
     } catch {
         fail("\(error)", 1)
     }

@@ -118,6 +118,8 @@ public struct ParsedValues: Sendable {
     var repeatedOptions: [String: [String]] = [:]
     var flags: Set<String> = []
     var positionals: [String: String] = [:]
+    /// The positional texts after the declared arguments, for a command that takes them.
+    public internal(set) var trailing: [String] = []
 
     public init() {}
 

@@ -104,7 +104,9 @@ public struct CommandLineParser {
             }
             values.positionals[definition.name] = text
         }
-        if positionalTexts.count > positionals.count {
+        if command.takesTrailingArguments {
+            values.trailing = Array(positionalTexts.dropFirst(positionals.count))
+        } else if positionalTexts.count > positionals.count {
             throw UsageError("unexpected argument '\(positionalTexts[positionals.count])'", commandPath: commandPath)
         }
         if let missing = positionals.dropFirst(positionalTexts.count).first {

@@ -31,10 +31,14 @@ public protocol ParsableCommand: Sendable {
     func validate() throws
     /// Does the work; throws a `CLIError` for every outcome other than success.
     func run(_ context: CommandContext) throws
+    /// Whether positional texts beyond the declared arguments are kept (in
+    /// `ParsedValues.trailing`) instead of refused: `headway run -- CMD ARGS…`.
+    static var takesTrailingArguments: Bool { get }
 }
 
 extension ParsableCommand {
     public func validate() throws {}
+    public static var takesTrailingArguments: Bool { false }
 }
 
 /// A command line that cannot be run: exit status 64.

@@ -1,0 +1,168 @@
+import Foundation
+import HeadwayCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `headway run -- CMD [ARGS…]`: runs a command as a task. Its output passes through
+/// byte for byte; its latest line becomes the task's label and its progress (`N/M`,
+/// `NN%` or `--progress-pattern`) the task's; it finishes with the command's outcome, and
+/// a cancel of the task stops the command. The server being away never stops the command.
+public struct RunCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "run", abstract: "Run a command and report it as a task",
+        discussion: """
+        Output passes through untouched; its latest line is the task's label. Progress is
+        read from lines showing N/M or NN% (or --progress-pattern, with the named groups
+        completed and total). SIGINT and SIGTERM go to the command. When the task is
+        canceled, the command gets SIGTERM, then SIGKILL after --kill-after seconds. Exits
+        with the command's status (128+n when signal n killed it). An unreachable server
+        is a warning, retried: the command runs anyway.
+        """,
+        usage: "[--name <name>] [--id <id>] [--parent <id>] [--progress-pattern <regex>] [--kill-after <seconds>] -- <command> [<argument>...]")
+    static let command = Argument<String>("command", help: "The command to run, after --, then its arguments")
+    static let name = Option<String>("name", valueName: "name", help: "What the task does (default: the command line)")
+    static let id = Option<String>("id", valueName: "id", help: "The task's id (default: chosen by the server)")
+    static let parent = Option<String>("parent", valueName: "id", help: "Register it as a child of this task")
+    static let progressPattern = Option<String>("progress-pattern", valueName: "regex",
+                                                help: "Reads progress with the named groups completed and total")
+    static let killAfter = Option<Double>("kill-after", valueName: "seconds",
+                                          help: "After a cancel, SIGKILL this long after SIGTERM (default 10)")
+    public static let arguments = [command.definition, name.definition, id.definition, parent.definition,
+                                   progressPattern.definition, killAfter.definition]
+    public static var takesTrailingArguments: Bool { true }
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func validate() throws {
+        if let pattern = values[Self.progressPattern] { _ = try ProgressRecognizer.compile(pattern) }
+        if let seconds = values[Self.killAfter], seconds < 0 { throw UsageError("--kill-after must not be negative") }
+    }
+
+    /// The command line: the command and its arguments.
+    var commandLine: [String] { [values[Self.command]] + values.trailing }
+
+    public func run(_ context: CommandContext) throws {
+        let api = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,
+                                             connectTimeoutSeconds: 3, totalTimeoutSeconds: 10))
+        let child = try ChildProcess(arguments: commandLine)
+        child.forwardSignals()
+        let stopper = ChildStopper(child: child, killAfter: values[Self.killAfter] ?? 10)
+        let reporter = RunReporter(api: api, registration: registration(), onCancel: { stopper.stop() })
+        reporter.start()
+        let outcome = pass(child, to: reporter)
+        stopper.reaped()
+        if stopper.wasStopped {
+            reporter.finish(outcome: "canceled", message: "canceled: the command \(outcome.description)")
+        } else if outcome == .exited(0) {
+            reporter.finish(outcome: "succeeded", message: nil)
+        } else {
+            reporter.finish(outcome: "failed", message: "the command \(outcome.description)")
+        }
+        throw ChildExitStatus(status: outcome.exitStatus)
+    }
+
+    /// The registration body: the name (the command line unless --name), id and parent.
+    func registration() -> [String: JSONValue] {
+        let name = values[Self.name] ?? LineSplitter.label(commandLine.joined(separator: " "), limit: 200) ?? "command"
+        var body: [String: JSONValue] = ["name": .string(name)]
+        if let id = values[Self.id] { body["id"] = .string(id) }
+        if let parent = values[Self.parent] { body["parent_id"] = .string(parent) }
+        return body
+    }
+
+    /// Copies the child's stdout and stderr to ours as the bytes come, and shows each
+    /// line to the reporter; returns the child's outcome once it has ended and its pipes
+    /// are drained (a grandchild keeping a pipe open does not hold `run` up).
+    func pass(_ child: ChildProcess, to reporter: RunReporter) -> ChildOutcome {
+        var recognizer = ProgressRecognizer(pattern: values[Self.progressPattern].flatMap { try? ProgressRecognizer.compile($0) })
+        var splitters = [LineSplitter(), LineSplitter()]
+        var fds = [pollfd(fd: child.outputFD, events: Int16(POLLIN), revents: 0),
+                   pollfd(fd: child.errorFD, events: Int16(POLLIN), revents: 0)]
+        let targets: [Int32] = [1, 2]
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var outcome: ChildOutcome?
+
+        func observe(_ lines: [String]) {
+            for line in lines {
+                let reading = recognizer.read(line)
+                let label = LineSplitter.label(line)
+                if reading != nil || label != nil { reporter.observe(label: label, reading: reading) }
+            }
+        }
+        while fds.contains(where: { $0.fd >= 0 }) {
+            let ready = poll(&fds, nfds_t(fds.count), outcome == nil ? 250 : 0)
+            if ready < 0 && errno == EINTR { continue }
+            if ready <= 0 {
+                if outcome != nil { break }
+                outcome = child.poll()
+                continue
+            }
+            for index in fds.indices where fds[index].fd >= 0 && fds[index].revents != 0 {
+                let count = buffer.withUnsafeMutableBytes { read(fds[index].fd, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                guard count > 0 else {
+                    close(fds[index].fd)
+                    fds[index].fd = -1
+                    if let last = splitters[index].finish() { observe([last]) }
+                    continue
+                }
+                buffer.withUnsafeBytes { bytes in
+                    let chunk = UnsafeRawBufferPointer(rebasing: bytes[0..<count])
+                    writeAll(targets[index], chunk)
+                    observe(splitters[index].lines(in: chunk))
+                }
+            }
+            if outcome == nil { outcome = child.poll() }
+        }
+        for descriptor in fds where descriptor.fd >= 0 { close(descriptor.fd) }
+        return outcome ?? child.wait()
+    }
+
+    /// Writes all of `bytes` to `fd`; drops them when it is closed (the child goes on).
+    func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) {
+        var offset = 0
+        while offset < bytes.count {
+            let written = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if written < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            offset += written
+        }
+    }
+}
+
+/// Stops the child when the task is canceled: SIGTERM now, SIGKILL after `killAfter`
+/// seconds unless it has been reaped by then (its pid could belong to another process).
+final class ChildStopper: @unchecked Sendable {
+    private let child: ChildProcess
+    private let killAfter: Double
+    private let lock = NSLock()
+    private var stopped = false
+    private var isReaped = false
+
+    init(child: ChildProcess, killAfter: Double) {
+        self.child = child
+        self.killAfter = killAfter
+    }
+
+    /// Whether a cancel stopped the child.
+    var wasStopped: Bool { lock.withLock { stopped } }
+
+    /// Sends SIGTERM, and schedules SIGKILL.
+    func stop() {
+        lock.withLock {
+            guard !stopped, !isReaped else { return }
+            stopped = true
+            child.send(SIGTERM)
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + killAfter) { [self] in
+            lock.withLock { if !isReaped { child.send(SIGKILL) } }
+        }
+    }
+
+    /// Notes that the child has been waited for: no signal may go to its pid any more.
+    func reaped() { lock.withLock { isReaped = true } }
+}

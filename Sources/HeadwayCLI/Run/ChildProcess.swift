@@ -1,0 +1,143 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How a child process ended.
+public enum ChildOutcome: Equatable, Sendable {
+    case exited(Int32)
+    case signaled(Int32)
+
+    /// The status `headway run` exits with: the child's, or 128+n when signal n killed it.
+    public var exitStatus: Int32 {
+        switch self {
+        case .exited(let code): code
+        case .signaled(let signal): 128 + signal
+        }
+    }
+
+    /// The outcome in words for the task's last message.
+    public var description: String {
+        switch self {
+        case .exited(let code): "exited with status \(code)"
+        case .signaled(let signal): "was killed by signal \(signal) (\(Self.signalName(signal)))"
+        }
+    }
+
+    static func signalName(_ signal: Int32) -> String {
+        switch signal {
+        case SIGHUP: "SIGHUP"
+        case SIGINT: "SIGINT"
+        case SIGQUIT: "SIGQUIT"
+        case SIGABRT: "SIGABRT"
+        case SIGKILL: "SIGKILL"
+        case SIGSEGV: "SIGSEGV"
+        case SIGPIPE: "SIGPIPE"
+        case SIGTERM: "SIGTERM"
+        default: "signal \(signal)"
+        }
+    }
+}
+
+/// The child whose pid the signal handler forwards SIGINT and SIGTERM to (0: none yet).
+/// Written once before the handlers are installed, read only by them.
+nonisolated(unsafe) private var forwardingTarget: pid_t = 0
+
+/// Sends SIGINT and SIGTERM received by this process on to the child (kill is
+/// async-signal-safe).
+private func forwardSignal(_ signal: Int32) {
+    if forwardingTarget > 0 { kill(forwardingTarget, signal) }
+}
+
+/// A command started with posix_spawn: stdin inherited, stdout and stderr through pipes
+/// that this process reads. posix_spawn rather than Foundation.Process: Process reads
+/// pipes on its own threads through FileHandle and installs its own SIGCHLD handling,
+/// while here the exact bytes, their order per stream, the signal dispositions the child
+/// starts with (default SIGINT, SIGTERM, SIGPIPE) and the wait status must be ours.
+final class ChildProcess {
+    let pid: pid_t
+    /// The read ends of the child's stdout and stderr pipes.
+    let outputFD: Int32
+    let errorFD: Int32
+
+    /// Starts `arguments` (the first is looked up in PATH) or throws the reason it cannot.
+    init(arguments: [String]) throws(CLIError) {
+        var outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0]
+        guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
+            throw .unexpectedReply("cannot make pipes: \(String(cString: strerror(errno)))")
+        }
+        // Not inherited by the child (dup2 gives it its own 1 and 2) nor by its children.
+        for fd in outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
+        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGINT, SIGTERM, SIGPIPE, SIGQUIT] { sigaddset(&defaults, signal) }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        var noMask = sigset_t()
+        sigemptyset(&noMask)
+        posix_spawnattr_setsigmask(&attributes, &noMask)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK))
+
+        let cStrings = arguments.map { strdup($0) }
+        defer { cStrings.forEach { free($0) } }
+        var argv = cStrings + [nil]
+        var child: pid_t = 0
+        let status = posix_spawnp(&child, arguments[0], &actions, &attributes, &argv, environ)
+        close(outPipe[1])
+        close(errPipe[1])
+        guard status == 0 else {
+            close(outPipe[0])
+            close(errPipe[0])
+            throw .unexpectedReply("cannot run '\(arguments[0])': \(String(cString: strerror(status)))")
+        }
+        pid = child
+        outputFD = outPipe[0]
+        errorFD = errPipe[0]
+    }
+
+    /// From now on SIGINT and SIGTERM sent to `headway run` go to the child (unblocked
+    /// here: a parent may have started us with them blocked); SIGPIPE is ignored (a closed
+    /// stdout of ours must not kill us before the child ends). Call before other threads
+    /// start, as they inherit the signal mask.
+    func forwardSignals() {
+        forwardingTarget = pid
+        signal(SIGINT, forwardSignal)
+        signal(SIGTERM, forwardSignal)
+        signal(SIGPIPE, SIG_IGN)
+        var forwarded = sigset_t()
+        sigemptyset(&forwarded)
+        sigaddset(&forwarded, SIGINT)
+        sigaddset(&forwarded, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &forwarded, nil)
+    }
+
+    /// Sends `signal` to the child.
+    func send(_ signal: Int32) { kill(pid, signal) }
+
+    /// The child's outcome if it has ended (without blocking), else nil.
+    func poll() -> ChildOutcome? {
+        var status: Int32 = 0
+        let result = waitpid(pid, &status, WNOHANG)
+        guard result == pid else { return nil }
+        return Self.outcome(status)
+    }
+
+    /// Waits for the child to end.
+    func wait() -> ChildOutcome {
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        return Self.outcome(status)
+    }
+
+    static func outcome(_ status: Int32) -> ChildOutcome {
+        let signal = status & 0x7F
+        return signal == 0 ? .exited((status >> 8) & 0xFF) : .signaled(signal)
+    }
+}

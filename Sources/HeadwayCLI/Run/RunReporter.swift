@@ -1,0 +1,192 @@
+import Foundation
+import HeadwayCore
+
+/// Reports a wrapped command to the server from its own thread, so that a slow or absent
+/// server never holds up the command's output: registers the task (retrying with backoff
+/// while the server is unreachable), then sends progress when a new reading arrives and
+/// heartbeats on new output (at most one report a second) and every few seconds of
+/// silence. A reply with `cancel_requested` calls `onCancel` once.
+final class RunReporter: @unchecked Sendable {
+    /// The shortest time between two reports, and the longest without one.
+    static let minimumSpacing: TimeInterval = 1
+    static let heartbeatInterval: TimeInterval = 3
+    /// The longest wait between two tries while the server is unreachable.
+    static let maximumBackoff: TimeInterval = 30
+
+    private let api: TaskAPI
+    private let registration: [String: JSONValue]
+    private let onCancel: @Sendable () -> Void
+    private let condition = NSCondition()
+    private let finished = DispatchSemaphore(value: 0)
+
+    // Guarded by `condition`.
+    private var label: String?
+    private var reading: ProgressReading?
+    private var hasNews = false
+    private var readingSent = true
+    private var stopping = false
+    // Owned by the reporting thread until it ends, then by the caller of `finish`.
+    private var taskID: String?
+    private var lastReport = Date.distantPast
+    private var backoff: TimeInterval = 0
+    private var unreachableSince: Date?
+    private var disabled = false
+    private var cancelSeen = false
+
+    init(api: TaskAPI, registration: [String: JSONValue], onCancel: @escaping @Sendable () -> Void) {
+        self.api = api
+        self.registration = registration
+        self.onCancel = onCancel
+    }
+
+    /// Starts the reporting thread.
+    func start() {
+        let thread = Thread { [self] in
+            loop()
+            finished.signal()
+        }
+        thread.start()
+    }
+
+    /// Notes a new output line (as a label, nil when blank) and the reading it showed.
+    func observe(label newLabel: String?, reading newReading: ProgressReading?) {
+        condition.lock()
+        if let newLabel { label = newLabel }
+        if let newReading {
+            reading = newReading
+            readingSent = false
+        }
+        hasNews = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Stops the thread, sends what it had not yet sent, then finishes the task with
+    /// `outcome` and `message`. Returns without a report when the server stays away.
+    func finish(outcome: String, message: String?) {
+        condition.lock()
+        stopping = true
+        condition.signal()
+        condition.unlock()
+        finished.wait()
+        guard !disabled else { return }
+        if taskID == nil { register() }
+        guard let taskID else { return }
+        condition.lock()
+        let unsent = !readingSent || hasNews
+        condition.unlock()
+        if unsent { report() }
+        var body: [String: JSONValue] = ["outcome": .string(outcome)]
+        if let message { body["message"] = .string(message) }
+        do {
+            _ = try api.post(TaskAPI.taskPath(taskID, "finish"), body)
+        } catch {
+            warn("cannot finish task \(taskID): \(error.message)")
+        }
+    }
+
+    private func loop() {
+        while true {
+            condition.lock()
+            while !stopping {
+                let due = nextReport()
+                if due <= Date() { break }
+                _ = condition.wait(until: due)
+            }
+            let stop = stopping
+            condition.unlock()
+            if stop || disabled { return }
+            if taskID == nil { register() } else { report() }
+        }
+    }
+
+    /// When the next report or retry is due (called with the lock held).
+    private func nextReport() -> Date {
+        if disabled { return .distantFuture }
+        if taskID == nil || unreachableSince != nil { return lastReport.addingTimeInterval(backoff) }
+        return lastReport.addingTimeInterval(hasNews ? Self.minimumSpacing : Self.heartbeatInterval)
+    }
+
+    /// Registers the task with the latest label.
+    private func register() {
+        condition.lock()
+        var body = registration
+        if let label { body["label"] = .string(label) }
+        hasNews = false
+        condition.unlock()
+        lastReport = Date()
+        do {
+            let reply = try api.post("/v1/tasks", body)
+            taskID = reply.string("id")
+            reachable()
+            if reply.cancelRequested { cancel() }
+            condition.lock()
+            let unsent = !readingSent
+            condition.unlock()
+            if unsent { report() }
+        } catch {
+            failed(error)
+        }
+    }
+
+    /// Sends progress when there is an unsent reading, else a heartbeat; both with the label.
+    private func report() {
+        guard let taskID else { return }
+        condition.lock()
+        var body: [String: JSONValue] = [:]
+        if let label { body["label"] = .string(label) }
+        let pending = readingSent ? nil : reading
+        if let pending {
+            body["completed"] = .integer(pending.completed)
+            body["total"] = .integer(pending.total)
+        }
+        hasNews = false
+        readingSent = true
+        condition.unlock()
+        lastReport = Date()
+        do {
+            let reply = try api.post(TaskAPI.taskPath(taskID, pending == nil ? "heartbeat" : "progress"), body)
+            reachable()
+            if reply.cancelRequested { cancel() }
+        } catch {
+            if pending != nil {
+                condition.lock()
+                if reading == pending { readingSent = false }
+                condition.unlock()
+            }
+            failed(error)
+        }
+    }
+
+    private func cancel() {
+        guard !cancelSeen else { return }
+        cancelSeen = true
+        onCancel()
+    }
+
+    /// After a reply: says so once when the server was away.
+    private func reachable() {
+        if unreachableSince != nil { warn("the server answers again; reporting resumed") }
+        unreachableSince = nil
+        backoff = 0
+    }
+
+    /// After an error: an unreachable server is retried with backoff (one warning); a
+    /// refusal stops reporting (the command goes on).
+    private func failed(_ error: CLIError) {
+        if case .unreachable = error {
+            if unreachableSince == nil {
+                warn("\(error.message); the command goes on, reports resume when the server answers")
+                unreachableSince = Date()
+            }
+            backoff = min(max(backoff * 2, 1), Self.maximumBackoff)
+        } else {
+            warn("\(error.message); no more reports for this command")
+            disabled = true
+        }
+    }
+
+    private func warn(_ text: String) {
+        FileHandle.standardError.write(Data("headway: \(text)\n".utf8))
+    }
+}

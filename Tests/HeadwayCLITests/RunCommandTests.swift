@@ -1,0 +1,230 @@
+import Foundation
+import HeadwayTestSupport
+import Testing
+
+/// What one `headway run` left behind, its output as raw bytes.
+struct RawResult {
+    let status: Int32
+    let output: [UInt8]
+    let errors: [UInt8]
+    var errorText: String { String(decoding: errors, as: UTF8.self) }
+}
+
+/// Starts the built `headway` with `arguments` (stdin /dev/null); stopped after `timeout`.
+func startHeadway(_ arguments: [String], timeout: Double = 20) throws -> (Process, Pipe, Pipe) {
+    let process = Process()
+    process.executableURL = packageRoot.appendingPathComponent(".build/debug/headway")
+    process.arguments = arguments
+    process.environment = ["PATH": "/usr/bin:/bin"]
+    let out = Pipe(), err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [process] in
+        if process.isRunning { process.terminate() }
+    }
+    return (process, out, err)
+}
+
+/// Waits for a process from `startHeadway` and collects its output.
+func collect(_ started: (Process, Pipe, Pipe)) -> RawResult {
+    let (process, out, err) = started
+    let output = [UInt8](out.fileHandleForReading.readDataToEndOfFile())
+    let errors = [UInt8](err.fileHandleForReading.readDataToEndOfFile())
+    process.waitUntilExit()
+    return RawResult(status: process.terminationStatus, output: output, errors: errors)
+}
+
+/// `headway run` with real child processes (`/bin/sh -c` scripts) against a live headwayd.
+@Suite(.serialized) struct RunCommandTests {
+    /// Runs `headway --server URL run OPTIONS -- /bin/sh -c SCRIPT` to its end.
+    func run(_ daemon: LiveDaemon?, _ options: [String], _ script: String) throws -> RawResult {
+        let server = daemon?.url ?? "http://127.0.0.1:1"
+        return collect(try startHeadway(["--server", server, "run"] + options + ["--", "/bin/sh", "-c", script]))
+    }
+
+    /// The task `id` as the server has it.
+    func task(_ daemon: LiveDaemon, _ id: String) throws -> [String: Any] {
+        try TestHTTPClient(port: daemon.port).request("GET", "/v1/tasks/\(id)").json
+    }
+
+    @Test func exitCodesPassThroughAndSetTheOutcome() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        for code in [0, 3, 42] {
+            let result = try run(daemon, ["--id", "e\(code)"], "echo working; exit \(code)")
+            #expect(result.status == Int32(code))
+            #expect(result.errors == [])
+            let task = try task(daemon, "e\(code)")
+            #expect(task["state"] as? String == (code == 0 ? "succeeded" : "failed"))
+            #expect(task["label"] as? String == "working")
+            if code != 0 { #expect(task["message"] as? String == "the command exited with status \(code)") }
+        }
+        let killed = try run(daemon, ["--id", "k", "--name", "Killed"], "kill -9 $$")
+        #expect(killed.status == 128 + 9)
+        let task = try task(daemon, "k")
+        #expect(task["state"] as? String == "failed")
+        #expect(task["name"] as? String == "Killed")
+        #expect(task["message"] as? String == "the command was killed by signal 9 (SIGKILL)")
+    }
+
+    @Test func outputPassesThroughByteForByte() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let result = try run(daemon, [], #"printf 'a\000\377b\n'; printf 'e\001\033[31mr' >&2; printf 'tail'; printf '\n\n' >&2"#)
+        #expect(result.status == 0)
+        #expect(result.output == [0x61, 0x00, 0xFF, 0x62, 0x0A] + Array("tail".utf8))
+        #expect(result.errors == [0x65, 0x01, 0x1B] + Array("[31mr\n\n".utf8))
+    }
+
+    @Test func progressInOutputMakesTheTaskQuantified() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        // Each script fails: a task that succeeds is complete, whatever it had reported.
+        _ = try run(daemon, ["--id", "nm"], "echo 'copied 3/10 files'; echo 'now 2/10'; exit 1")
+        let fraction = try task(daemon, "nm")
+        #expect(fraction["mode"] as? String == "quantified")
+        #expect(fraction["completed"] as? Int == 3, "a regression is not reported")
+        #expect(fraction["total"] as? Int == 10)
+        #expect(fraction["label"] as? String == "now 2/10")
+
+        _ = try run(daemon, ["--id", "pc"], "printf 'step 12%%\\r'; printf 'step 40%%' >&2; exit 1")
+        let percent = try task(daemon, "pc")
+        #expect(percent["completed"] as? Int == 40)
+        #expect(percent["total"] as? Int == 100)
+
+        _ = try run(daemon, ["--id", "none"], "echo 'no numbers here'")
+        #expect(try task(daemon, "none")["mode"] as? String == "indeterminate")
+
+        let custom = try run(daemon, ["--id", "cu", "--progress-pattern", #"done (?<completed>\d+) of (?<total>\d+)"#],
+                             "echo 'done 7 of 9'; echo 'ignored 1/2'; exit 1")
+        #expect(custom.status == 1)
+        let patterned = try task(daemon, "cu")
+        #expect(patterned["completed"] as? Int == 7)
+        #expect(patterned["total"] as? Int == 9)
+    }
+
+    /// A cancel through the API: SIGTERM ends the child (143); a child that ignores it
+    /// gets SIGKILL after --kill-after (137); both tasks end canceled.
+    @Test(arguments: [("", Int32(143)), ("trap '' TERM; ", Int32(137))])
+    func aCancelStopsTheChild(trap: String, expected: Int32) throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let started = try startHeadway(["--server", daemon.url, "run", "--id", "c", "--kill-after", "0.5", "--",
+                                        "/bin/sh", "-c", trap + "echo started; while :; do sleep 0.1; done"])
+        var canceled = false
+        for _ in 0..<500 where !canceled {
+            canceled = try TestHTTPClient(port: daemon.port).request("POST", "/v1/tasks/c/cancel", json: "{}").status == 202
+            if !canceled { usleep(10_000) }
+        }
+        #expect(canceled)
+        let result = collect(started)
+        #expect(result.status == expected)
+        #expect(result.output == Array("started\n".utf8))
+        #expect(try task(daemon, "c")["state"] as? String == "canceled")
+    }
+
+    @Test func anUnreachableServerOnlyWarns() throws {
+        let result = try run(nil, ["--id", "u"], "echo out; echo err >&2; exit 42")
+        #expect(result.status == 42)
+        #expect(result.output == Array("out\n".utf8))
+        #expect(result.errorText.contains("err\n"))
+        #expect(result.errorText.contains("headway: cannot reach http://127.0.0.1:1"), "\(result.errorText)")
+    }
+
+    @Test func usageErrorsAndHelp() throws {
+        let missing = try headway("run")
+        #expect(missing.status == 64)
+        #expect(missing.errors == "headway: missing <command>\nSee 'headway run --help'.\n")
+        let pattern = try headway("run", "--progress-pattern", "(?<total>\\d+)", "--", "true")
+        #expect(pattern.status == 64)
+        #expect(pattern.errors.hasPrefix("headway: --progress-pattern needs a named group"))
+        let help = try headway("run", "--help")
+        let golden = try String(contentsOf: packageRoot.appendingPathComponent("Tests/HeadwayCLITests/golden/help-run.txt"),
+                                encoding: .utf8)
+        #expect(help.output == golden)
+    }
+
+    /// SIGTERM sent to `headway run` goes to the child, whose death by it is passed on.
+    @Test func sigtermIsForwardedToTheChild() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let started = try startHeadway(["--server", daemon.url, "run", "--id", "s", "--",
+                                        "/bin/sh", "-c", "echo started; while :; do sleep 0.1; done"])
+        var running = false
+        for _ in 0..<500 where !running {
+            running = try TestHTTPClient(port: daemon.port).request("GET", "/v1/tasks/s").status == 200
+            if !running { usleep(10_000) }
+        }
+        #expect(running)
+        kill(started.0.processIdentifier, SIGTERM)
+        let result = collect(started)
+        #expect(result.status == 128 + 15)
+        #expect(try task(daemon, "s")["message"] as? String == "the command was killed by signal 15 (SIGTERM)")
+    }
+
+    /// A server that comes up after the command started: a warning, then reports resume.
+    @Test func reportsResumeWhenTheServerComesBack() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let port = try freePort()
+        let gate = directory.file("go"), errorsPath = directory.file("errors")
+        _ = FileManager.default.createFile(atPath: errorsPath, contents: nil)
+        let process = Process()
+        process.executableURL = packageRoot.appendingPathComponent(".build/debug/headway")
+        process.arguments = ["--server", "http://127.0.0.1:\(port)", "run", "--id", "r", "--", "/bin/sh", "-c",
+                             "echo 'step 5/10'; while [ ! -e '\(gate)' ]; do sleep 0.05; done; exit 1"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errorsPath))
+        try process.run()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 20) { [process] in
+            if process.isRunning { process.terminate() }
+        }
+        var errors: String { (try? String(contentsOfFile: errorsPath, encoding: .utf8)) ?? "" }
+        for _ in 0..<500 where !errors.contains("cannot reach") { usleep(10_000) }
+        #expect(errors.contains("headway: cannot reach http://127.0.0.1:\(port)"))
+
+        let daemon = Process()
+        daemon.executableURL = packageRoot.appendingPathComponent(".build/debug/headwayd")
+        daemon.arguments = ["--listen", "127.0.0.1:\(port)", "--db", directory.file("h.db")]
+        daemon.standardError = FileHandle.nullDevice
+        daemon.standardOutput = FileHandle.nullDevice
+        try daemon.run()
+        defer {
+            daemon.terminate()
+            daemon.waitUntilExit()
+        }
+        var registered = false
+        for _ in 0..<1000 where !registered {
+            registered = (try? TestHTTPClient(port: port).request("GET", "/v1/tasks/r").status) == 200
+            if !registered { usleep(10_000) }
+        }
+        #expect(registered)
+        _ = FileManager.default.createFile(atPath: gate, contents: nil)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 1)
+        #expect(errors.contains("headway: the server answers again; reporting resumed"), "\(errors)")
+        let task = try TestHTTPClient(port: port).request("GET", "/v1/tasks/r").json
+        #expect(task["state"] as? String == "failed")
+        #expect(task["completed"] as? Int == 5)
+        #expect(task["total"] as? Int == 10)
+    }
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on (bound, read, then released).
+func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+        }
+    }
+    guard bound else { throw TestHTTPError("cannot find a free port") }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
