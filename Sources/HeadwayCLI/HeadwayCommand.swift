@@ -7,7 +7,8 @@ public enum HeadwayCommand {
         (progress, heartbeat, finish); 64 usage error; 69 server unreachable.
         """,
         subcommands: [StartCommand.self, ProgressCommand.self, HeartbeatCommand.self, FinishCommand.self,
-                      CancelCommand.self, DeleteCommand.self])
+                      CancelCommand.self, DeleteCommand.self,
+                      WatchCommand.self])
 
     /// The parser for `headway`'s command line.
     public static var parser: CommandLineParser { CommandLineParser(root: configuration) }

@@ -1,0 +1,7 @@
+/// A command that ends with an exit status of its own (`headway watch --until-done`:
+/// 4 a task failed, 5 one was canceled); `main` exits with `status`, printing nothing.
+public struct CommandExit: Error, Equatable {
+    public let status: Int32
+
+    public init(status: Int32) { self.status = status }
+}
