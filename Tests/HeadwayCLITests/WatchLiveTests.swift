@@ -43,8 +43,10 @@ final class BackgroundProcess: @unchecked Sendable {
         return process.terminationStatus
     }
 
-    func stop() {
-        if process.isRunning { process.terminate() }
+    /// Stops it with `signal`: SIGKILL by default, since a child of the test runner may
+    /// inherit a mask that blocks SIGTERM.
+    func stop(_ signal: Int32 = SIGKILL) {
+        if process.isRunning { kill(process.processIdentifier, signal) }
         process.waitUntilExit()
     }
 }
@@ -77,7 +79,7 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
         try run(daemon.url, "progress", "c1", "--completed", "4")
         #expect(watch.waitFor { watch.output.contains("c1  Copy  running  ▕████      ▏ 40%  4/10 files\n") }, "\(watch.output)")
         try run(daemon.url, "progress", "c1", "--completed", "7", "--label", "Copying")
-        #expect(watch.waitFor { watch.output.contains("7/10 files  Copying\n") }, "\(watch.output)")
+        #expect(watch.waitFor { watch.output.contains("▕███████   ▏ 70%  7/10 files\n") }, "\(watch.output)")
         #expect(!watch.output.contains("\u{1B}"), "no escape codes without a terminal")
         #expect(watch.process.isRunning, "without --until-done it keeps watching")
     }
@@ -113,15 +115,15 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
             return daemon
         }
         var daemon = try startDaemon()
+        defer { daemon.stop(SIGTERM) }
         try run(server, "start", "Copy", "--id", "c1", "--total", "10")
         let watch = try BackgroundProcess("headway", ["watch", "--server", server])
         defer { watch.stop() }
         try run(server, "progress", "c1", "--completed", "3")
         #expect(watch.waitFor { watch.output.contains("3/10") }, "\(watch.output)")
-        daemon.stop()
+        daemon.stop(SIGTERM)
         #expect(watch.waitFor { watch.errors.contains("reconnecting…") }, "\(watch.errors)")
         daemon = try startDaemon()
-        defer { daemon.stop() }
         try run(server, "start", "After", "--id", "c2")
         try run(server, "progress", "c1", "--completed", "5")
         #expect(watch.waitFor { watch.output.contains("5/10") && watch.output.contains("c2  After") }, "\(watch.output)")
@@ -155,9 +157,17 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
             return String(decoding: data, as: UTF8.self)
         }
         let binary = packageRoot.appendingPathComponent(".build/debug/headway").path
-        _ = try tmux("new-session", "-d", "-x", "100", "-y", "30", "-s", "watch",
-                     "NO_COLOR=1 \(binary) watch --server \(daemon.url); sleep 30")
-        defer { _ = try? tmux("kill-server") }
+        // The server new-session starts would keep Foundation's watch on the client open:
+        // spawn and reap that one directly.
+        let started = spawnAndWait(["/usr/bin/tmux", "-L", socket, "new-session", "-d", "-x", "100", "-y", "30", "-s", "watch",
+                                    "NO_COLOR=1 exec \(binary) watch --server \(daemon.url)"])
+        #expect(started == 0)
+        let panePID = Int32(try tmux("display-message", "-p", "-t", "watch", "#{pane_pid}")
+            .trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        defer {
+            if panePID > 0 { kill(panePID, SIGKILL) }
+            _ = spawnAndWait(["/usr/bin/tmux", "-L", socket, "kill-server"])
+        }
         func screen() -> String { (try? tmux("capture-pane", "-p", "-t", "watch")) ?? "" }
         #expect(waitUntil(10) { screen().contains("0/10 files") }, "\(screen())")
         try run(daemon.url, "progress", "c1", "--completed", "4")
@@ -168,6 +178,29 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
         #expect(!shown.contains("40%"), "redrawn in place: \(shown)")
         #expect(shown.split(separator: "\n").filter { $0.contains("c1") }.count == 1, "\(shown)")
         // The stall (after 1 s without a signal) fixes the glyph.
-        #expect(waitUntil(10) { screen().contains("s1  Spin  running  ‖  stalled") }, "\(screen())")
+        func stalledLine() -> Bool {
+            screen().split(separator: "\n").contains { $0.hasPrefix("s1  Spin  running  ‖ ") && $0.contains("stalled") }
+        }
+        #expect(waitUntil(10, stalledLine), "\(screen())")
     }
+}
+
+/// Runs `arguments` (a full path first) with no input or output and waits for it with
+/// waitpid; its exit status, or -1 when it could not start.
+func spawnAndWait(_ arguments: [String]) -> Int32 {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    let environment = ["PATH=/usr/bin:/bin", "TERM=xterm-256color"]
+    let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+    let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
+    defer { (argv + envp).forEach { free($0) } }
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, arguments[0], &actions, nil, argv, envp) == 0 else { return -1 }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    return (status >> 8) & 0xFF
 }
