@@ -36,8 +36,8 @@ case .run(let command, let options):
         }
     } catch let error as UsageError {
         fail(CLIError.usage(error).message, 64)
-    } catch let child as ChildExitStatus {
-        exit(child.status)
+    } catch let error as CommandExit {
+        exit(error.status)
     } catch {
         fail("\(error)", 1)
     }

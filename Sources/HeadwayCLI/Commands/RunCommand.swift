@@ -60,7 +60,7 @@ public struct RunCommand: ParsableCommand {
         } else {
             reporter.finish(outcome: "failed", message: "the command \(outcome.description)")
         }
-        throw ChildExitStatus(status: outcome.exitStatus)
+        throw CommandExit(status: outcome.exitStatus)
     }
 
     /// The registration body: the name (the command line unless --name), id and parent.

@@ -8,6 +8,8 @@ public struct HTTPRequest: Sendable {
     public var path: String
     /// The JSON body; POSTs always send one (empty when nil) with a JSON content type.
     public var jsonBody: String?
+    /// More header lines to send (`Last-Event-ID: 1042`).
+    public var headers: [String] = []
 
     public init(method: String, path: String, jsonBody: String? = nil) {
         self.method = method
@@ -64,6 +66,7 @@ public struct HTTPClient: Sendable {
         defer { curl_slist_free_all(headers) }
         headers = curl_slist_append(headers, "Accept: application/json")
         if let token { headers = curl_slist_append(headers, "Authorization: Bearer \(token)") }
+        for line in request.headers { headers = curl_slist_append(headers, line) }
 
         headway_curl_set_string(handle, CURLOPT_URL, baseURL + request.path)
         headway_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)

@@ -120,6 +120,8 @@ public struct ParsedValues: Sendable {
     var positionals: [String: String] = [:]
     /// The positional texts after the declared arguments, for a command that takes them.
     public internal(set) var trailing: [String] = []
+    /// The texts taken by a last positional that is not required (`watch [ID…]`).
+    var variadics: [String: [String]] = [:]
 
     public init() {}
 
@@ -134,5 +136,29 @@ public struct ParsedValues: Sendable {
     /// The value of a positional argument (the parser has checked that it is there).
     public subscript<Value>(_ argument: Argument<Value>) -> Value {
         positionals[argument.name].flatMap(Value.init(argument:))!
+    }
+}
+
+/// Any number of positional arguments, none needed: `headway watch [<id> ...]`. Only the
+/// last positional argument of a command may be one.
+public struct VariadicArgument<Value: ArgumentValue>: Sendable {
+    public let name: String
+    public let help: String
+
+    public init(_ name: String, help: String) {
+        self.name = name
+        self.help = help
+    }
+
+    public var definition: ArgumentDefinition {
+        ArgumentDefinition(kind: .positional, name: name, help: help, isRequired: false,
+                           accepts: { Value(argument: $0) != nil }, kindDescription: Value.kindDescription)
+    }
+}
+
+extension ParsedValues {
+    /// The values of a variadic argument, in command-line order (empty when none).
+    public subscript<Value>(_ argument: VariadicArgument<Value>) -> [Value] {
+        (variadics[argument.name] ?? []).compactMap(Value.init(argument:))
     }
 }

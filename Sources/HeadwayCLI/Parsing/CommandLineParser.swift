@@ -97,19 +97,26 @@ public struct CommandLineParser {
         }
 
         let positionals = command.arguments.filter { $0.kind == .positional }
-        for (definition, text) in zip(positionals, positionalTexts) {
+        // A last positional that is not required takes every remaining text (variadic).
+        let variadic = positionals.last.flatMap { $0.isRequired ? nil : $0 }
+        let paired = positionalTexts.enumerated().map { ($0.offset < positionals.count ? positionals[$0.offset] : variadic, $0.element) }
+        for case let (definition?, text) in paired {
             guard definition.accepts(text) else {
                 throw UsageError("\(definition.displayName) must be \(definition.kindDescription), not '\(text)'",
                                  commandPath: commandPath)
             }
-            values.positionals[definition.name] = text
+            if definition.isRequired {
+                values.positionals[definition.name] = text
+            } else {
+                values.variadics[definition.name, default: []].append(text)
+            }
         }
         if command.takesTrailingArguments {
             values.trailing = Array(positionalTexts.dropFirst(positionals.count))
-        } else if positionalTexts.count > positionals.count {
+        } else if positionalTexts.count > positionals.count && variadic == nil {
             throw UsageError("unexpected argument '\(positionalTexts[positionals.count])'", commandPath: commandPath)
         }
-        if let missing = positionals.dropFirst(positionalTexts.count).first {
+        if let missing = positionals.dropFirst(positionalTexts.count).first(where: \.isRequired) {
             throw UsageError("missing \(missing.displayName)", commandPath: commandPath)
         }
         if let missing = command.arguments.first(where: { $0.isRequired && $0.kind != .positional && values.options[$0.name] == nil }) {

@@ -1,0 +1,237 @@
+import Foundation
+import HeadwayCore
+
+/// `headway watch [ID…]`: a live view of tasks over the event stream (`GET /v1/events`).
+public struct WatchCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "watch", abstract: "Follow tasks live as they change",
+        discussion: """
+        On a terminal the table redraws in place (at most every 100 ms); otherwise one line
+        per change. --json prints one event per line. A dropped connection is resumed where
+        it stopped. With --until-done the exit status is 0 when all watched tasks
+        succeeded, 4 when one failed, 5 when one was canceled and none failed.
+        """,
+        usage: "[<id> ...] [--parent <id>] [--min-duration <seconds>] [--until-done]")
+    static let ids = VariadicArgument<String>("id", help: "Only these tasks (default: all)")
+    static let parent = Option<String>("parent", valueName: "id", help: "Only the children of this task (and the named tasks)")
+    static let minDuration = Option<Double>("min-duration", valueName: "seconds",
+                                            help: "Hide tasks until they are this old; never show shorter ones")
+    static let untilDone = Flag("until-done", help: "Exit when every watched task has finished")
+    public static let arguments = [ids.definition, parent.definition, minDuration.definition, untilDone.definition]
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func validate() throws {
+        if let seconds = values[Self.minDuration], !(0...86_400).contains(seconds) {
+            throw UsageError("--min-duration must be between 0 and 86400")
+        }
+    }
+
+    public func run(_ context: CommandContext) throws {
+        var query: [String] = values[Self.ids].map { "task=" + Self.escape($0) }
+        if let parent = values[Self.parent] { query.append("parent_id=" + Self.escape(parent)) }
+        if let seconds = values[Self.minDuration] { query.append("min_duration=\(seconds)") }
+        let environment = ProcessInfo.processInfo.environment
+        let isTTY = isatty(STDOUT_FILENO) == 1
+        let mode: WatchSession.Mode = context.options.json ? .json : isTTY
+            ? .terminal(color: Style.useColor(isTTY: true, environment: environment)) : .plain
+        let session = WatchSession(
+            client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token, totalTimeoutSeconds: 0),
+            path: "/v1/events" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")),
+            state: WatchState(awaited: Set(values[Self.ids])), mode: mode, untilDone: values[Self.untilDone],
+            environment: environment)
+        let status = try session.run()
+        if status != 0 { throw CommandExit(status: status) }
+    }
+
+    /// `text` escaped for a query value.
+    static func escape(_ text: String) -> String {
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: "&=+#;")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+}
+
+/// One `headway watch`: connects, reads events as they arrive, shows them, and reconnects
+/// with `Last-Event-ID` (bounded backoff) when the connection drops. Events are handled on
+/// the thread that reads the stream; on a terminal a second thread draws frames, at most
+/// one every 100 ms. Both go through `lock`.
+final class WatchSession: @unchecked Sendable {
+    enum Mode: Equatable {
+        case terminal(color: Bool)
+        case plain
+        case json
+    }
+
+    private let client: HTTPClient
+    private let path: String
+    private let mode: Mode
+    private let untilDone: Bool
+    private let environment: [String: String]
+    private let lock = NSLock()
+    private var state: WatchState
+    private var parser = SSEParser()
+    private var reconnecting = false
+    private var dirty = true
+    private var drawnLines = 0
+    private var lastDraw: EpochMilliseconds = 0
+    private var stopped = false
+
+    /// The shortest and longest waits before reconnecting.
+    static let firstDelay = 0.25, maximumDelay = 4.0
+
+    init(client: HTTPClient, path: String, state: WatchState, mode: Mode, untilDone: Bool, environment: [String: String]) {
+        self.client = client
+        self.path = path
+        self.state = state
+        self.mode = mode
+        self.untilDone = untilDone
+        self.environment = environment
+    }
+
+    /// Watches until `--until-done` is satisfied (returns its exit status) or forever.
+    /// Throws `unreachable` when the first connection fails, `refused` when the server
+    /// refuses the request.
+    func run() throws(CLIError) -> Int32 {
+        if case .terminal = mode { startDrawing() }
+        defer { stopDrawing() }
+        var delay = Self.firstDelay
+        var connectedOnce = false
+        while true {
+            let receiver = StreamReceiver(session: self)
+            var request = HTTPRequest(method: "GET", path: path)
+            request.headers = ["Accept: text/event-stream"]
+            let lastID = locked { parser.lastEventID }
+            if !lastID.isEmpty { request.headers.append("Last-Event-ID: \(lastID)") }
+            switch Result(catching: { () throws(TransportError) in try client.send(request, receiver: receiver) }) {
+            case .success(let (status, contentType)):
+                if !(200..<300).contains(status) {
+                    throw TaskAPI.refusal(status: status, contentType: contentType, json: JSONValue.parse(receiver.raw))
+                }
+            case .failure(let error):
+                if let status = finishedStatus() { return status }
+                if !connectedOnce && !receiver.receivedEvents {
+                    throw .unreachable(server: client.baseURL, reason: error.message)
+                }
+            }
+            if let status = finishedStatus() { return status }
+            if receiver.receivedEvents {
+                connectedOnce = true
+                delay = Self.firstDelay
+            }
+            setReconnecting()
+            usleep(useconds_t(delay * 1_000_000))
+            delay = min(delay * 2, Self.maximumDelay)
+        }
+    }
+
+    /// Parses a chunk of the stream and shows its events; false stops the transfer once
+    /// `--until-done` is satisfied.
+    func receive(_ bytes: UnsafeRawBufferPointer) -> (events: Bool, more: Bool) {
+        locked {
+            let events = parser.feed(bytes)
+            for event in events {
+                let changed = state.apply(event)
+                if reconnecting {
+                    reconnecting = false
+                    if mode == .plain { FileHandle.standardError.write(Data("headway: reconnected\n".utf8)) }
+                }
+                switch mode {
+                case .json:
+                    write("{\"event\":\(JSONValue.string(event.name).canonicalText),\"data\":\(event.data)}\n")
+                case .plain:
+                    let now = Self.now()
+                    for task in changed {
+                        let table = TaskTable(tasks: [task], now: now, frames: state.frames, header: false)
+                        write(table.render(width: .max).joined(separator: "\n") + "\n")
+                    }
+                case .terminal:
+                    dirty = true
+                }
+            }
+            return (!events.isEmpty, !(untilDone && state.finishedStatus != nil))
+        }
+    }
+
+    private func finishedStatus() -> Int32? {
+        guard untilDone else { return nil }
+        return locked { state.finishedStatus }
+    }
+
+    private func setReconnecting() {
+        locked {
+            guard !reconnecting else { return }
+            reconnecting = true
+            switch mode {
+            case .terminal: dirty = true
+            case .plain, .json: FileHandle.standardError.write(Data("headway: reconnecting…\n".utf8))
+            }
+        }
+    }
+
+    // MARK: Drawing on a terminal
+
+    private func startDrawing() {
+        let thread = Thread { [self] in
+            while locked({ !stopped }) {
+                usleep(100_000)
+                locked { if dirty || Self.now() - lastDraw >= 1000 { draw() } }
+            }
+        }
+        thread.start()
+    }
+
+    private func stopDrawing() {
+        locked {
+            stopped = true
+            if case .terminal = mode { draw() }
+        }
+    }
+
+    /// Redraws the frame in place: up over the previous frame, each line cleared to its
+    /// end, then everything below cleared. Called with `lock` held.
+    private func draw() {
+        guard case .terminal(let color) = mode else { return }
+        let now = Self.now()
+        var lines = TaskTable(tasks: state.ordered, now: now, frames: state.frames)
+            .render(width: TerminalWidth.current(environment: environment), color: color)
+        if reconnecting { lines.append(Style.yellow.apply("reconnecting…", enabled: color)) }
+        var out = drawnLines > 0 ? "\r\u{1B}[\(drawnLines)A" : ""
+        for line in lines { out += line + "\u{1B}[K\n" }
+        out += "\u{1B}[J"
+        write(out)
+        drawnLines = lines.count
+        dirty = false
+        lastDraw = now
+    }
+
+    private func write(_ text: String) {
+        FileHandle.standardOutput.write(Data(text.utf8))
+    }
+
+    private func locked<T>(_ body: () -> T) -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return body()
+    }
+
+    static func now() -> EpochMilliseconds { EpochMilliseconds(Date().timeIntervalSince1970 * 1000) }
+}
+
+/// Hands the stream's chunks to the session; keeps the start of a body that is not an
+/// event stream (a problem document) for the error.
+final class StreamReceiver: BodyReceiver, @unchecked Sendable {
+    private let session: WatchSession
+    private(set) var receivedEvents = false
+    private(set) var raw: [UInt8] = []
+
+    init(session: WatchSession) { self.session = session }
+
+    override func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        if !receivedEvents && raw.count < 65_536 { raw.append(contentsOf: chunk) }
+        let (events, more) = session.receive(chunk)
+        if events { receivedEvents = true }
+        return more
+    }
+}

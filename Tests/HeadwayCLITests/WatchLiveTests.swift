@@ -1,0 +1,206 @@
+import Foundation
+import HeadwayTestSupport
+import Testing
+
+/// A built executable running in the background, its output collected as it comes.
+final class BackgroundProcess: @unchecked Sendable {
+    let process = Process()
+    private let lock = NSLock()
+    private var outBytes: [UInt8] = [], errBytes: [UInt8] = []
+
+    init(_ name: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+        process.executableURL = packageRoot.appendingPathComponent(".build/debug/\(name)")
+        process.arguments = arguments
+        process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { first, _ in first }
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        out.fileHandleForReading.readabilityHandler = { [self] handle in
+            let data = handle.availableData
+            lock.withLock { outBytes += data }
+        }
+        err.fileHandleForReading.readabilityHandler = { [self] handle in
+            let data = handle.availableData
+            lock.withLock { errBytes += data }
+        }
+        try process.run()
+    }
+
+    var output: String { lock.withLock { String(decoding: outBytes, as: UTF8.self) } }
+    var errors: String { lock.withLock { String(decoding: errBytes, as: UTF8.self) } }
+
+    /// Waits (polling, at most `seconds`) until `condition` holds; false when it never did.
+    @discardableResult
+    func waitFor(_ seconds: Double = 10, _ condition: () -> Bool) -> Bool {
+        waitUntil(seconds, condition)
+    }
+
+    /// Waits at most `seconds` for the process to exit; its status, nil when it did not.
+    func exitStatus(within seconds: Double = 10) -> Int32? {
+        guard waitUntil(seconds, { !process.isRunning }) else { return nil }
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    /// Stops it with `signal`: SIGKILL by default, since a child of the test runner may
+    /// inherit a mask that blocks SIGTERM.
+    func stop(_ signal: Int32 = SIGKILL) {
+        if process.isRunning { kill(process.processIdentifier, signal) }
+        process.waitUntilExit()
+    }
+}
+
+/// Polls `condition` every 20 ms for at most `seconds`.
+func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if condition() { return true }
+        usleep(20_000)
+    }
+    return condition()
+}
+
+/// `headway watch` against a live `headwayd`: plain lines, `--until-done`, resuming after
+/// the daemon restarts, and the live view in a real terminal (tmux).
+@Suite(.serialized) struct WatchLiveTests {
+    func run(_ server: String, _ arguments: String...) throws {
+        let result = try runBuilt("headway", arguments + ["--server", server])
+        #expect(result.status == 0, "\(arguments): \(result.errors)")
+    }
+
+    @Test func plainLinesAppearAsProgressIsPosted() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        try run(daemon.url, "start", "Copy", "--id", "c1", "--total", "10", "--unit", "files")
+        let watch = try BackgroundProcess("headway", ["watch", "c1", "--server", daemon.url])
+        defer { watch.stop() }
+        #expect(watch.waitFor { watch.output.contains("0/10 files") }, "\(watch.output)")
+        try run(daemon.url, "progress", "c1", "--completed", "4")
+        #expect(watch.waitFor { watch.output.contains("c1  Copy  running  ▕████      ▏ 40%  4/10 files\n") }, "\(watch.output)")
+        try run(daemon.url, "progress", "c1", "--completed", "7", "--label", "Copying")
+        #expect(watch.waitFor { watch.output.contains("▕███████   ▏ 70%  7/10 files\n") }, "\(watch.output)")
+        #expect(!watch.output.contains("\u{1B}"), "no escape codes without a terminal")
+        #expect(watch.process.isRunning, "without --until-done it keeps watching")
+    }
+
+    /// 0 when all succeeded, 4 when one failed, 5 when one was canceled and none failed.
+    static let outcomes: [([String], Int32)] = [(["succeeded", "succeeded"], 0), (["failed", "canceled"], 4),
+                                                  (["succeeded", "canceled"], 5)]
+
+    @Test(arguments: outcomes)
+    func untilDoneExitsWithTheOutcome(outcomes: [String], status: Int32) throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        try run(daemon.url, "start", "A", "--id", "a")
+        try run(daemon.url, "start", "B", "--id", "b")
+        let watch = try BackgroundProcess("headway", ["watch", "a", "b", "--until-done", "--server", daemon.url])
+        defer { watch.stop() }
+        #expect(watch.waitFor { watch.output.contains("b  B  running") }, "\(watch.output)")
+        try run(daemon.url, "finish", "a", "--outcome", outcomes[0])
+        #expect(watch.waitFor { watch.output.contains("a  A  \(outcomes[0])") }, "\(watch.output)")
+        #expect(watch.process.isRunning, "b is still running")
+        try run(daemon.url, "finish", "b", "--outcome", outcomes[1])
+        #expect(watch.exitStatus() == status, "\(watch.output)\(watch.errors)")
+    }
+
+    @Test func resumesAfterTheDaemonRestartsWithoutDuplicates() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let port = unusedPort()
+        let server = "http://127.0.0.1:\(port)"
+        func startDaemon() throws -> BackgroundProcess {
+            let daemon = try BackgroundProcess("headwayd", ["--listen", "127.0.0.1:\(port)", "--db", directory.file("h.db")])
+            #expect(daemon.waitFor { daemon.errors.contains("event=server.listening") }, "\(daemon.errors)")
+            return daemon
+        }
+        var daemon = try startDaemon()
+        defer { daemon.stop(SIGTERM) }
+        try run(server, "start", "Copy", "--id", "c1", "--total", "10")
+        let watch = try BackgroundProcess("headway", ["watch", "--server", server])
+        defer { watch.stop() }
+        try run(server, "progress", "c1", "--completed", "3")
+        #expect(watch.waitFor { watch.output.contains("3/10") }, "\(watch.output)")
+        daemon.stop(SIGTERM)
+        #expect(watch.waitFor { watch.errors.contains("reconnecting…") }, "\(watch.errors)")
+        daemon = try startDaemon()
+        try run(server, "start", "After", "--id", "c2")
+        try run(server, "progress", "c1", "--completed", "5")
+        #expect(watch.waitFor { watch.output.contains("5/10") && watch.output.contains("c2  After") }, "\(watch.output)")
+        #expect(watch.errors.contains("reconnected"))
+        let lines = watch.output.split(separator: "\n")
+        #expect(lines.filter { $0.contains("3/10") }.count == 1, "\(watch.output)")
+        #expect(lines.filter { $0.contains("5/10") }.count == 1, "\(watch.output)")
+        #expect(lines.filter { $0.contains("c2  After") }.count == 1, "\(watch.output)")
+    }
+
+    /// In tmux: the bar moves as progress is posted; an indeterminate task's glyph stops
+    /// (`‖`) once it stalls.
+    @Test func theTerminalViewMovesAndShowsAStall() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        try run(daemon.url, "start", "Copy", "--id", "c1", "--total", "10", "--unit", "files")
+        try run(daemon.url, "start", "Spin", "--id", "s1", "--stall-timeout", "1")
+        try run(daemon.url, "heartbeat", "s1", "--label", "busy")
+        let socket = "headway-watch-test-\(getpid())"
+        func tmux(_ arguments: String...) throws -> String {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/tmux")
+            process.arguments = ["-L", socket] + arguments
+            process.environment = ["PATH": "/usr/bin:/bin", "TERM": "xterm-256color"]
+            let out = Pipe()
+            process.standardOutput = out
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return String(decoding: data, as: UTF8.self)
+        }
+        let binary = packageRoot.appendingPathComponent(".build/debug/headway").path
+        // The server new-session starts would keep Foundation's watch on the client open:
+        // spawn and reap that one directly.
+        let started = spawnAndWait(["/usr/bin/tmux", "-L", socket, "new-session", "-d", "-x", "100", "-y", "30", "-s", "watch",
+                                    "NO_COLOR=1 exec \(binary) watch --server \(daemon.url)"])
+        #expect(started == 0)
+        let panePID = Int32(try tmux("display-message", "-p", "-t", "watch", "#{pane_pid}")
+            .trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        defer {
+            if panePID > 0 { kill(panePID, SIGKILL) }
+            _ = spawnAndWait(["/usr/bin/tmux", "-L", socket, "kill-server"])
+        }
+        func screen() -> String { (try? tmux("capture-pane", "-p", "-t", "watch")) ?? "" }
+        #expect(waitUntil(10) { screen().contains("0/10 files") }, "\(screen())")
+        try run(daemon.url, "progress", "c1", "--completed", "4")
+        #expect(waitUntil(10) { screen().contains("▕████      ▏ 40%  4/10 files") }, "\(screen())")
+        try run(daemon.url, "progress", "c1", "--completed", "9")
+        #expect(waitUntil(10) { screen().contains("▕█████████ ▏ 90%  9/10 files") }, "\(screen())")
+        let shown = screen()
+        #expect(!shown.contains("40%"), "redrawn in place: \(shown)")
+        #expect(shown.split(separator: "\n").filter { $0.contains("c1") }.count == 1, "\(shown)")
+        // The stall (after 1 s without a signal) fixes the glyph.
+        func stalledLine() -> Bool {
+            screen().split(separator: "\n").contains { $0.hasPrefix("s1  Spin  running  ‖ ") && $0.contains("stalled") }
+        }
+        #expect(waitUntil(10, stalledLine), "\(screen())")
+    }
+}
+
+/// Runs `arguments` (a full path first) with no input or output and waits for it with
+/// waitpid; its exit status, or -1 when it could not start.
+func spawnAndWait(_ arguments: [String]) -> Int32 {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    let environment = ["PATH=/usr/bin:/bin", "TERM=xterm-256color"]
+    let argv: [UnsafeMutablePointer<CChar>?] = arguments.map { strdup($0) } + [nil]
+    let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
+    defer { (argv + envp).forEach { free($0) } }
+    var pid: pid_t = 0
+    guard posix_spawn(&pid, arguments[0], &actions, nil, argv, envp) == 0 else { return -1 }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    return (status >> 8) & 0xFF
+}

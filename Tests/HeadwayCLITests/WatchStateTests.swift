@@ -1,0 +1,48 @@
+import HeadwayCLI
+import Testing
+
+/// What `headway watch` keeps from the events: order, frame counters, the end of a wait.
+@Suite struct WatchStateTests {
+    func event(_ name: String, _ data: String) -> SSEParser.Event {
+        SSEParser.Event(name: name, data: data, lastEventID: "1")
+    }
+
+    @Test func eventsBuildTheTableAndBumpFramesOnSignals() {
+        var state = WatchState()
+        state.apply(event("snapshot", #"{"tasks":[{"id":"a","name":"A","state":"running"}]}"#))
+        #expect(state.ordered.map(\.id) == ["a"])
+        #expect(state.frames["a"] == nil, "a snapshot is no signal")
+        state.apply(event("task.created", #"{"id":"b","name":"B","state":"running"}"#))
+        state.apply(event("task.updated", #"{"id":"a","name":"A","state":"running","label":"x"}"#))
+        state.apply(event("task.updated", #"{"id":"a","name":"A","state":"running","label":"y"}"#))
+        state.apply(event("task.stalled", #"{"id":"a","name":"A","state":"running","stalled":true}"#))
+        #expect(state.ordered.map(\.id) == ["a", "b"])
+        #expect(state.frames == ["a": 2, "b": 1], "a stall does not move the glyph")
+        state.apply(event("task.deleted", #"{"id":"b"}"#))
+        #expect(state.ordered.map(\.id) == ["a"])
+        #expect(state.apply(event("task.updated", "not json")).isEmpty)
+    }
+
+    @Test func finishedStatusWaitsForEveryTaskAndNamedOnes() {
+        var state = WatchState(awaited: ["a", "c"])
+        #expect(state.finishedStatus == nil, "nothing seen yet")
+        state.apply(event("task.finished", #"{"id":"a","name":"A","state":"succeeded"}"#))
+        #expect(state.finishedStatus == nil, "c has not appeared")
+        state.apply(event("task.created", #"{"id":"c","name":"C","state":"running"}"#))
+        #expect(state.finishedStatus == nil)
+        state.apply(event("task.finished", #"{"id":"c","name":"C","state":"canceled"}"#))
+        #expect(state.finishedStatus == 5)
+        state.apply(event("task.finished", #"{"id":"d","name":"D","state":"failed"}"#))
+        #expect(state.finishedStatus == 4)
+    }
+
+    /// Usage errors exit 64; a server that cannot be reached at the start exits 69.
+    @Test func usageAndUnreachable() throws {
+        let usage = try headway("watch", "--min-duration", "90000")
+        #expect(usage.status == 64)
+        #expect(usage.errors.hasPrefix("headway: --min-duration must be between 0 and 86400\n"))
+        let unreachable = try headway("watch", "a", "b", "--server", "http://127.0.0.1:\(unusedPort())")
+        #expect(unreachable.status == 69, "\(unreachable.errors)")
+        #expect(unreachable.errors.hasPrefix("headway: cannot reach http://127.0.0.1:"))
+    }
+}
