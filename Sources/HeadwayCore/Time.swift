@@ -88,3 +88,23 @@ extension Int64 {
         return remainder < 0 ? (quotient - 1, remainder + divisor) : (quotient, remainder)
     }
 }
+
+/// A duration as people write it on a command line: a plain decimal number of seconds,
+/// optionally followed by s, m, h or d (`90`, `1.5h`, `7d`). No sign, exponent,
+/// hexadecimal, nan or inf.
+public enum DurationText {
+    /// The seconds `text` says, or nil when it is not such a duration.
+    public static func seconds(_ text: String) -> Double? {
+        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
+        var number = Substring(text)
+        var scale = 1.0
+        if let last = number.last, let unit = units[last] {
+            scale = unit
+            number = number.dropLast()
+        }
+        let parts = number.split(separator: ".", omittingEmptySubsequences: false)
+        guard (1...2).contains(parts.count), parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { ("0"..."9").contains($0) } }),
+              let value = Double(number) else { return nil }
+        return value * scale
+    }
+}

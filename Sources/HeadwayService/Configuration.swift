@@ -277,20 +277,7 @@ public struct Configuration: Sendable, Equatable {
     }
 
     /// Seconds in `text`: a plain decimal number, optionally followed by s, m, h or d.
-    static func parseDuration(_ text: String) -> Double? {
-        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
-        var number = Substring(text)
-        var scale = 1.0
-        if let last = number.last, let unit = units[last] {
-            scale = unit
-            number = number.dropLast()
-        }
-        // Plain decimals only (`90`, `1.5`): no sign, exponent, hexadecimal, nan or inf.
-        let parts = number.split(separator: ".", omittingEmptySubsequences: false)
-        guard (1...2).contains(parts.count), parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { ("0"..."9").contains($0) } }),
-              let value = Double(number) else { return nil }
-        return value * scale
-    }
+    static func parseDuration(_ text: String) -> Double? { DurationText.seconds(text) }
 
     /// Splits `HOST:PORT` (`[v6]:PORT` for IPv6).
     static func parseListen(_ text: String) throws(UsageError) -> (String, Int) {

@@ -26,18 +26,8 @@ public struct TokenLifetime: ArgumentValue, Equatable {
     public let milliseconds: Int64
 
     public init?(argument text: String) {
-        let units: [Character: Double] = ["s": 1, "m": 60, "h": 3600, "d": 86_400]
-        var number = Substring(text)
-        var scale = 1.0
-        if let last = number.last, let unit = units[last] {
-            scale = unit
-            number = number.dropLast()
-        }
-        // Plain decimals only (`90`, `1.5`): no sign, exponent, nan or inf.
-        let parts = number.split(separator: ".", omittingEmptySubsequences: false)
-        guard (1...2).contains(parts.count), parts.allSatisfy({ !$0.isEmpty && $0.allSatisfy { ("0"..."9").contains($0) } }),
-              let value = Double(number), TokenRequest.isLifetimeAllowed(seconds: value * scale) else { return nil }
-        milliseconds = Int64((value * scale * 1000).rounded())
+        guard let seconds = DurationText.seconds(text), TokenRequest.isLifetimeAllowed(seconds: seconds) else { return nil }
+        milliseconds = Int64((seconds * 1000).rounded())
     }
 
     public static var kindDescription: String { "a duration from 1 minute to 100 years (3600, 90m, 12h, 30d)" }
