@@ -10,7 +10,7 @@ apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcur
 # The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf), drive
 # a real headless Chromium at it (Selenium uses Debian's chromedriver, no download), and
 # make certificates (openssl) and HTTPS requests (curl) for the TLS tests.
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux)
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish)
 [ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl)
 
 missing=()

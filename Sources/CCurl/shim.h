@@ -24,6 +24,13 @@ static inline CURLcode headway_curl_set_callback(CURL *handle, CURLoption option
     return curl_easy_setopt(handle, option, callback);
 }
 
+typedef int (*headway_curl_progress_callback)(void *context, curl_off_t download_total, curl_off_t download_now,
+                                             curl_off_t upload_total, curl_off_t upload_now);
+
+static inline CURLcode headway_curl_set_progress_callback(CURL *handle, headway_curl_progress_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);
+}
+
 static inline CURLcode headway_curl_get_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }

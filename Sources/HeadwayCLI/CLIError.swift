@@ -12,6 +12,8 @@ public enum CLIError: Error, Equatable {
     case cancelRequested(taskID: String)
     /// The person at the terminal did not confirm (exit 1).
     case notConfirmed(String)
+    /// A task `headway watch --until-done` waits for was deleted before it finished (exit 1).
+    case watchedTaskDeleted(taskID: String)
 
     /// The line printed on stderr after `headway: `.
     public var message: String {
@@ -22,6 +24,7 @@ public enum CLIError: Error, Equatable {
         case .unreachable(let server, let reason): "cannot reach \(server): \(reason)"
         case .cancelRequested(let taskID): "cancel requested for task \(taskID)"
         case .notConfirmed(let text): text
+        case .watchedTaskDeleted(let taskID): "task \(taskID) was deleted before it finished"
         }
     }
 }

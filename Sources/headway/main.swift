@@ -4,9 +4,12 @@ import HeadwayCLI
 // The one place where outcomes become exit statuses (Litestream's rule): 0 ok, 1 the
 // server refused, 3 cancel requested, 64 usage, 69 server unreachable.
 
-/// Writes `headway: message` on stderr and exits with `status`.
+/// Writes `headway: message` on stderr, each line made safe for a terminal (a server's
+/// problem text or a typed argument may carry escape sequences), and exits with `status`.
 func fail(_ message: String, _ status: Int32) -> Never {
-    FileHandle.standardError.write(Data("headway: \(message)\n".utf8))
+    let safe = message.split(separator: "\n", omittingEmptySubsequences: false)
+        .map { DisplayWidth.sanitize(String($0)) }.joined(separator: "\n")
+    FileHandle.standardError.write(Data("headway: \(safe)\n".utf8))
     exit(status)
 }
 
@@ -30,7 +33,7 @@ case .run(let command, let options):
     } catch let error as CLIError {
         switch error {
         case .usage: fail(error.message, 64)
-        case .refused, .unexpectedReply, .notConfirmed: fail(error.message, 1)
+        case .refused, .unexpectedReply, .notConfirmed, .watchedTaskDeleted: fail(error.message, 1)
         case .cancelRequested: fail(error.message, 3)
         case .unreachable: fail(error.message, 69)
         }

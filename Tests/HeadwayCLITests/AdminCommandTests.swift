@@ -99,6 +99,10 @@ import Testing
         (["db", "backup"], "headway: missing <file>\nSee 'headway db backup --help'.\n"),
         (["db", "vacuum"], "headway: unknown command 'vacuum'\nSee 'headway db --help'.\n"),
         (["completion", "tcsh"], "headway: <shell> must be bash, zsh or fish, not 'tcsh'\nSee 'headway completion --help'.\n"),
+        (["--db", "h.db", "db", "status"], "headway: '--db' comes after the command's name: it is an option of "
+            + "headway db status, headway db check and headway db backup\nSee 'headway --help'.\n"),
+        (["db", "--db", "h.db", "check"], "headway: '--db' comes after the command's name: it is an option of "
+            + "headway db status, headway db check and headway db backup\nSee 'headway db --help'.\n"),
     ]) func adminUsageErrorsExit64(arguments: [String], expected: String) throws {
         let result = try runBuilt("headway", arguments)
         #expect(result.status == 64)
@@ -257,8 +261,8 @@ import Testing
 
     static let globalOptionNames = ["--server", "--token", "--json", "--help", "--version"]
 
-    /// Each script names every command and option, and its shell accepts its syntax
-    /// (zsh and fish only when installed).
+    /// Each script names every command and option, and its shell (installed by the test
+    /// tools) accepts its syntax.
     @Test(arguments: CompletionShell.allCases) func completionScripts(shell: CompletionShell) throws {
         let result = try headway("completion", shell.rawValue)
         #expect(result.status == 0, "\(result.errors)")
@@ -270,8 +274,8 @@ import Testing
         for nested in ["token create", "token list", "token revoke", "db status", "db check", "db backup"] {
             #expect(result.output.contains("headway \(nested)"), "\(shell) script lacks headway \(nested)")
         }
-        guard let interpreter = ["/usr/bin/", "/bin/", "/usr/local/bin/"].map({ $0 + shell.rawValue })
-            .first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else { return }
+        let interpreter = try #require(["/usr/bin/", "/bin/", "/usr/local/bin/"].map({ $0 + shell.rawValue })
+            .first(where: { FileManager.default.isExecutableFile(atPath: $0) }), "\(shell) is not installed")
         let directory = TemporaryDirectory()
         defer { directory.remove() }
         let script = directory.file("headway.\(shell.rawValue)")
@@ -313,6 +317,44 @@ import Testing
         #expect(try complete(["headway", "token", ""]).prefix(3) == ["create", "list", "revoke"])
         #expect(try complete(["headway", "--server", "x", "token", "create", "--s"]) == ["--scope", "--server"])
         #expect(try complete(["headway", "db", "backup", "--d"]) == ["--db"])
+    }
+
+    /// fish completes subcommands and options, with their help as descriptions.
+    @Test func fishCompletesNestedCommands() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        try headway("completion", "fish").output.write(toFile: directory.file("headway.fish"), atomically: true, encoding: .utf8)
+        func complete(_ line: String) throws -> [String] {
+            let result = try runToEnd("/usr/bin/fish", ["--no-config", "-c",
+                                                         "source \(directory.file("headway.fish")); complete -C '\(line)'"],
+                                      environment: ["PATH": "/usr/bin:/bin", "HOME": directory.path])
+            #expect(result.status == 0, "\(result.errors)")
+            return result.output.split(separator: "\n").map { String($0.split(separator: "\t").first ?? "") }
+        }
+        #expect(try complete("headway to") == ["token"])
+        #expect(try complete("headway token ") == ["create", "list", "revoke"])
+        #expect(try complete("headway db backup --d") == ["--db"])
+        #expect(try complete("headway watch --u") == ["--until-done"])
+    }
+
+    /// zsh, in a real terminal, completes a subcommand and an option on Tab.
+    @Test func zshCompletesInATerminal() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        try FileManager.default.createDirectory(atPath: directory.file("functions"), withIntermediateDirectories: true)
+        try headway("completion", "zsh").output.write(toFile: directory.file("functions/_headway"), atomically: true, encoding: .utf8)
+        let terminal = try TmuxPane(columns: 100, rows: 20,
+                                    command: "env -i PATH=/usr/bin:/bin TERM=xterm-256color HOME=\(directory.path) zsh -f")
+        defer { terminal.close() }
+        terminal.sendKeys("fpath=(\(directory.file("functions")) $fpath); autoload -U compinit; compinit -u; PS1='%% '", "Enter")
+        #expect(waitUntil(10) { terminal.screen().split(separator: "\n").contains("%") }, "the new prompt: \(terminal.screen())")
+        terminal.sendKeys("headway tok", "Tab")
+        #expect(waitUntil(10) { terminal.screen().contains("% headway token") }, "\(terminal.screen())")
+        terminal.sendKeys("C-u", "headway watch --until", "Tab")
+        #expect(waitUntil(10) { terminal.screen().contains("% headway watch --until-done") }, "\(terminal.screen())")
+        terminal.sendKeys("C-u", "headway token ", "Tab")
+        #expect(waitUntil(10) { terminal.screen().contains("create") && terminal.screen().contains("revoke") },
+                "\(terminal.screen())")
     }
 
     /// The help of each admin command equals its golden file (`golden/help-token-create.txt`).

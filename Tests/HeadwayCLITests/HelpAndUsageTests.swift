@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayTestSupport
 import HeadwayCLI
 import Testing
 

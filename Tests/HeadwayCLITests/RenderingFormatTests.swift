@@ -112,11 +112,12 @@ import Testing
     }
 
     @Test func terminalWidthFallback() {
-        #expect(TerminalWidth.fallback(environment: [:]) == 80)
-        #expect(TerminalWidth.fallback(environment: ["COLUMNS": "132"]) == 132)
-        #expect(TerminalWidth.fallback(environment: ["COLUMNS": "0"]) == 80)
-        #expect(TerminalWidth.fallback(environment: ["COLUMNS": "wide"]) == 80)
-        #expect(TerminalWidth.current(environment: ["COLUMNS": "77"]) > 0)
+        #expect(TerminalSize.fallbackColumns(environment: [:]) == 80)
+        #expect(TerminalSize.fallbackColumns(environment: ["COLUMNS": "132"]) == 132)
+        #expect(TerminalSize.fallbackColumns(environment: ["COLUMNS": "0"]) == 80)
+        #expect(TerminalSize.fallbackColumns(environment: ["COLUMNS": "wide"]) == 80)
+        #expect(TerminalSize.columns(environment: ["COLUMNS": "77"]) > 0)
+        #expect(TerminalSize.rows(environment: ["LINES": "40"]) > 0)
     }
 
     @Test func sparklines() {

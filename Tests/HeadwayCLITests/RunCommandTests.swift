@@ -164,6 +164,45 @@ func collect(_ started: (Process, Pipe, Pipe)) -> RawResult {
         #expect(try task(daemon, "s")["message"] as? String == "the command was killed by signal 15 (SIGTERM)")
     }
 
+    /// SIGINT sent to `headway run` by another process goes to the child too (130).
+    @Test func sigintIsForwardedToTheChild() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let started = try startHeadway(["--server", daemon.url, "run", "--id", "i", "--",
+                                        "/bin/sh", "-c", "echo started; while :; do sleep 0.1; done"])
+        var running = false
+        for _ in 0..<500 where !running {
+            running = try TestHTTPClient(port: daemon.port).request("GET", "/v1/tasks/i").status == 200
+            if !running { usleep(10_000) }
+        }
+        #expect(running)
+        kill(started.0.processIdentifier, SIGINT)
+        let result = collect(started)
+        #expect(result.status == 128 + 2)
+        #expect(try task(daemon, "i")["message"] as? String == "the command was killed by signal 2 (SIGINT)")
+    }
+
+    /// Ctrl-C in a real terminal reaches the child once: the terminal signals the whole
+    /// foreground group, so `headway run` does not send it again. The child counts the
+    /// SIGINTs it gets and exits 7; the exit status passes through.
+    @Test func ctrlCInATerminalReachesTheChildOnce() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let child = #"n=0; trap 'n=$((n+1))' INT; echo ready; while [ $n -eq 0 ]; do sleep 0.05; done; sleep 0.5; echo "INT count $n"; exit 7"#
+        // The shell around it catches SIGINT (its children start with the default) so
+        // that it lives on to print the status.
+        let script = "trap : INT; \(builtExecutable("headway")) --server \(daemon.url) run --id c -- /bin/sh -c '\(child.replacingOccurrences(of: "'", with: #"'\''"#))'; echo \"exit=$?\"; sleep 60"
+        let terminal = try TmuxPane(columns: 80, rows: 10, command: "/bin/sh -c " + shellQuoted(script))
+        defer { terminal.close() }
+        #expect(waitUntil(10) { terminal.screen().contains("ready") }, "\(terminal.screen())")
+        terminal.sendKeys("C-c")
+        #expect(waitUntil(10) { terminal.screen().contains("exit=") }, "\(terminal.screen())")
+        let screen = terminal.screen()
+        #expect(screen.contains("INT count 1"), "\(screen)")
+        #expect(screen.contains("exit=7"), "\(screen)")
+        #expect(try task(daemon, "c")["state"] as? String == "failed")
+    }
+
     /// A server that comes up after the command started: a warning, then reports resume.
     @Test func reportsResumeWhenTheServerComesBack() throws {
         let directory = TemporaryDirectory()

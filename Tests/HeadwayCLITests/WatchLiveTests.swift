@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayCore
 import HeadwayTestSupport
 import Testing
 
@@ -104,6 +105,85 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
         #expect(watch.exitStatus() == status, "\(watch.output)\(watch.errors)")
     }
 
+    /// `--until-done` names tasks that must exist: a missing one is an error at once, one
+    /// that finished before the watch ends it at once with its outcome, and one deleted
+    /// while watched ends it with an error instead of a wait that never ends.
+    @Test func untilDoneWithMissingFinishedAndDeletedTasks() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let missing = try runBuilt("headway", ["watch", "nope", "--until-done", "--server", daemon.url])
+        #expect(missing.status == 1 && missing.errors.contains("(not_found)"), "\(missing)")
+        try run(daemon.url, "start", "Done", "--id", "done")
+        try run(daemon.url, "finish", "done", "--outcome", "failed")
+        let finished = try runBuilt("headway", ["watch", "done", "--until-done", "--server", daemon.url])
+        #expect(finished.status == 4, "\(finished)")
+        try run(daemon.url, "start", "Doomed", "--id", "doomed")
+        let watch = try BackgroundProcess("headway", ["watch", "doomed", "--until-done", "--server", daemon.url])
+        defer { watch.stop() }
+        #expect(watch.waitFor { watch.output.contains("doomed  Doomed  running") }, "\(watch.output)")
+        try run(daemon.url, "delete", "doomed", "--yes")
+        #expect(watch.exitStatus() == 1)
+        #expect(watch.errors.contains("headway: task doomed was deleted before it finished"), "\(watch.errors)")
+    }
+
+    /// `--json`: one object per event, with the event's id for a script to resume from.
+    @Test func jsonLinesCarryTheEventIDs() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        try run(daemon.url, "start", "Copy", "--id", "c1", "--total", "10")
+        let watch = try BackgroundProcess("headway", ["watch", "c1", "--json", "--until-done", "--server", daemon.url])
+        defer { watch.stop() }
+        #expect(watch.waitFor { watch.output.contains("snapshot") }, "\(watch.output)")
+        try run(daemon.url, "progress", "c1", "--completed", "4")
+        try run(daemon.url, "finish", "c1", "--outcome", "succeeded")
+        #expect(watch.exitStatus() == 0, "\(watch.errors)")
+        let lines = watch.output.split(separator: "\n").map { JSONValue.parse(Array($0.utf8)) }
+        let ids: [Int64] = lines.compactMap { line in
+            guard case .object(let object)? = line, case .string(let id)? = object["id"] else { return nil }
+            return Int64(id)
+        }
+        #expect(lines.count == 3 && ids.count == 3, "\(watch.output)")
+        #expect(ids == ids.sorted() && Set(ids).count == 3, "increasing ids: \(ids)")
+    }
+
+    /// A stream that stops sending anything (not even keep-alives) is given up after
+    /// `--idle-timeout` and resumed with the last event id.
+    @Test func aSilentStreamIsDroppedAndResumed() throws {
+        let server = try SilentEventServer()
+        defer { server.close() }
+        let watch = try BackgroundProcess("headway", ["watch", "--idle-timeout", "1", "--server", server.url])
+        defer { watch.stop() }
+        let first = try server.acceptRequest(within: 10)
+        #expect(first.hasPrefix("GET /v1/events "), "\(first)")
+        #expect(!first.contains("Last-Event-ID"), "\(first)")
+        let second = try server.acceptRequest(within: 10)
+        #expect(second.contains("Last-Event-ID: 7\r\n"), "\(second)")
+        #expect(watch.waitFor { watch.errors.contains("reconnecting…") }, "\(watch.errors)")
+    }
+
+    /// In a terminal shorter than the table: the frame keeps to the screen (the header
+    /// once, the running tasks first, the rest counted) and still redraws in place.
+    @Test func aTallTableKeepsToTheScreen() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        for index in 0..<14 {
+            try run(daemon.url, "start", "Task \(index)", "--id", "t\(index)", "--total", "10")
+            if index < 8 { try run(daemon.url, "finish", "t\(index)", "--outcome", "succeeded") }
+        }
+        let terminal = try TmuxPane(columns: 80, rows: 10,
+                                    command: "NO_COLOR=1 exec \(builtExecutable("headway")) watch --server \(daemon.url)")
+        defer { terminal.close() }
+        #expect(waitUntil(10) { terminal.screen().contains("more; name IDs") }, "\(terminal.screen())")
+        try run(daemon.url, "progress", "t13", "--completed", "6")
+        #expect(waitUntil(10) { terminal.screen().contains("6/10") }, "\(terminal.screen())")
+        let lines = terminal.screen().split(separator: "\n")
+        #expect(lines.first?.hasPrefix("ID ") == true, "the header stays on top: \(lines)")
+        #expect(lines.filter { $0.hasPrefix("ID ") }.count == 1, "\(lines)")
+        for running in 8..<14 { #expect(lines.contains { $0.hasPrefix("t\(running) ") }, "t\(running): \(lines)") }
+        #expect(lines.contains { $0.hasPrefix("… 7 more") }, "\(lines)")
+        #expect(lines.count == 9, "header, 7 tasks, the count; the last row for the cursor: \(lines)")
+    }
+
     @Test func resumesAfterTheDaemonRestartsWithoutDuplicates() throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
@@ -142,33 +222,10 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
         try run(daemon.url, "start", "Copy", "--id", "c1", "--total", "10", "--unit", "files")
         try run(daemon.url, "start", "Spin", "--id", "s1", "--stall-timeout", "1")
         try run(daemon.url, "heartbeat", "s1", "--label", "busy")
-        let socket = "headway-watch-test-\(getpid())"
-        func tmux(_ arguments: String...) throws -> String {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/tmux")
-            process.arguments = ["-L", socket] + arguments
-            process.environment = ["PATH": "/usr/bin:/bin", "TERM": "xterm-256color"]
-            let out = Pipe()
-            process.standardOutput = out
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            let data = out.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return String(decoding: data, as: UTF8.self)
-        }
-        let binary = packageRoot.appendingPathComponent(".build/debug/headway").path
-        // The server new-session starts would keep Foundation's watch on the client open:
-        // spawn and reap that one directly.
-        let started = spawnAndWait(["/usr/bin/tmux", "-L", socket, "new-session", "-d", "-x", "100", "-y", "30", "-s", "watch",
-                                    "NO_COLOR=1 exec \(binary) watch --server \(daemon.url)"])
-        #expect(started == 0)
-        let panePID = Int32(try tmux("display-message", "-p", "-t", "watch", "#{pane_pid}")
-            .trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
-        defer {
-            if panePID > 0 { kill(panePID, SIGKILL) }
-            _ = spawnAndWait(["/usr/bin/tmux", "-L", socket, "kill-server"])
-        }
-        func screen() -> String { (try? tmux("capture-pane", "-p", "-t", "watch")) ?? "" }
+        let terminal = try TmuxPane(columns: 100, rows: 30,
+                                    command: "NO_COLOR=1 exec \(builtExecutable("headway")) watch --server \(daemon.url)")
+        defer { terminal.close() }
+        func screen() -> String { terminal.screen() }
         #expect(waitUntil(10) { screen().contains("0/10 files") }, "\(screen())")
         try run(daemon.url, "progress", "c1", "--completed", "4")
         #expect(waitUntil(10) { screen().contains("▕████      ▏ 40%  4/10 files") }, "\(screen())")

@@ -1,10 +1,16 @@
 import HeadwayCLI
+import HeadwayCore
 import Testing
 
 /// What `headway watch` keeps from the events: order, frame counters, the end of a wait.
 @Suite struct WatchStateTests {
     func event(_ name: String, _ data: String) -> SSEParser.Event {
         SSEParser.Event(name: name, data: data, lastEventID: "1")
+    }
+
+    func task(_ json: String) throws -> TaskView {
+        let value = try #require(JSONValue.parse(Array(json.utf8)))
+        return try #require(TaskView(json: value))
     }
 
     @Test func eventsBuildTheTableAndBumpFramesOnSignals() {
@@ -34,6 +40,44 @@ import Testing
         #expect(state.finishedStatus == 5)
         state.apply(event("task.finished", #"{"id":"d","name":"D","state":"failed"}"#))
         #expect(state.finishedStatus == 4)
+    }
+
+    /// A named task that finished before the watch began is kept beside every snapshot
+    /// (which holds only tasks finished in the last minute), so `--until-done` ends.
+    @Test func tasksFinishedBeforeTheWatchOutliveSnapshots() throws {
+        let old = try task(#"{"id":"old","name":"Old","state":"failed"}"#)
+        var state = WatchState(awaited: ["old", "new"], finishedBefore: [old])
+        state.apply(event("snapshot", #"{"tasks":[{"id":"new","name":"New","state":"running"}]}"#))
+        #expect(state.ordered.map(\.id) == ["new", "old"])
+        #expect(state.finishedStatus == nil)
+        state.apply(event("task.finished", #"{"id":"new","name":"New","state":"succeeded"}"#))
+        #expect(state.finishedStatus == 4, "the old task failed")
+        state.apply(event("snapshot", #"{"tasks":[]}"#))
+        #expect(state.ordered.map(\.id) == ["old"], "a fresh snapshot after a long outage keeps it too")
+    }
+
+    /// A named task deleted while watched is remembered: `--until-done` cannot end well.
+    @Test func deletionOfANamedTaskIsRemembered() {
+        var state = WatchState(awaited: ["a"])
+        state.apply(event("task.created", #"{"id":"b","name":"B","state":"running"}"#))
+        state.apply(event("task.deleted", #"{"id":"b"}"#))
+        #expect(state.deletedAwaited.isEmpty, "b was not named")
+        state.apply(event("task.created", #"{"id":"a","name":"A","state":"running"}"#))
+        state.apply(event("task.deleted", #"{"id":"a"}"#))
+        #expect(state.deletedAwaited == ["a"])
+    }
+
+    /// More tasks than rows: unfinished ones first, shown in their order, the rest counted.
+    @Test func fittingAFrameKeepsUnfinishedTasks() throws {
+        let tasks = try [("a", "succeeded"), ("b", "running"), ("c", "failed"), ("d", "running"), ("e", "succeeded")]
+            .map { try task(#"{"id":"\#($0.0)","name":"N","state":"\#($0.1)"}"#) }
+        #expect(WatchState.fit(tasks, rows: 5).shown.map(\.id) == ["a", "b", "c", "d", "e"])
+        #expect(WatchState.fit(tasks, rows: 5).hidden == 0)
+        let three = WatchState.fit(tasks, rows: 3)
+        #expect(three.shown.map(\.id) == ["a", "b", "d"], "both running ones, then the first finished")
+        #expect(three.hidden == 2)
+        #expect(WatchState.fit(tasks, rows: 1).shown.map(\.id) == ["b"])
+        #expect(WatchState.fit(tasks, rows: -4).shown.count == 1, "at least one row")
     }
 
     /// Usage errors exit 64; a server that cannot be reached at the start exits 69.

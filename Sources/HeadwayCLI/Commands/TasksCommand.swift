@@ -56,7 +56,7 @@ public struct TasksCommand: ParsableCommand {
             context.print("no tasks")
         } else {
             let table = TaskTable(tasks: views, now: SystemClock().now())
-            let lines = table.render(width: TerminalWidth.current(environment: environment),
+            let lines = table.render(width: TerminalSize.columns(environment: environment),
                                      color: Style.useColor(isTTY: isatty(STDOUT_FILENO) == 1, environment: environment))
             for line in lines { context.print(line) }
         }

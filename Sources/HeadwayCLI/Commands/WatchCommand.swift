@@ -6,18 +6,23 @@ public struct WatchCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "watch", abstract: "Follow tasks live as they change",
         discussion: """
-        On a terminal the table redraws in place (at most every 100 ms); otherwise one line
-        per change. --json prints one event per line. A dropped connection is resumed where
-        it stopped. With --until-done the exit status is 0 when all watched tasks
-        succeeded, 4 when one failed, 5 when one was canceled and none failed.
+        On a terminal the table redraws in place (at most every 100 ms; unfinished tasks
+        first when they outnumber the rows); otherwise one line per change. --json prints
+        one event per line: {"id", "event", "data"}. A dropped or silent connection is
+        resumed where it stopped. With --until-done every named task must exist; the exit
+        status is 0 when all watched tasks succeeded, 4 when one failed, 5 when one was
+        canceled and none failed, 1 when a named task is deleted first.
         """,
-        usage: "[<id> ...] [--parent <id>] [--min-duration <seconds>] [--until-done]")
+        usage: "[<id> ...] [--parent <id>] [--min-duration <seconds>] [--until-done] [--idle-timeout <seconds>]")
     static let ids = VariadicArgument<String>("id", help: "Only these tasks (default: all)")
     static let parent = Option<String>("parent", valueName: "id", help: "Only the children of this task (and the named tasks)")
     static let minDuration = Option<Double>("min-duration", valueName: "seconds",
                                             help: "Hide tasks until they are this old; never show shorter ones")
     static let untilDone = Flag("until-done", help: "Exit when every watched task has finished")
-    public static let arguments = [ids.definition, parent.definition, minDuration.definition, untilDone.definition]
+    static let idleTimeout = Option<Int64>("idle-timeout", valueName: "seconds",
+                                         help: "Reconnect after this long without data (default 60)")
+    public static let arguments = [ids.definition, parent.definition, minDuration.definition, untilDone.definition,
+                                   idleTimeout.definition]
 
     let values: ParsedValues
     public init(_ values: ParsedValues) { self.values = values }
@@ -26,20 +31,36 @@ public struct WatchCommand: ParsableCommand {
         if let seconds = values[Self.minDuration], !(0...86_400).contains(seconds) {
             throw UsageError("--min-duration must be between 0 and 86400")
         }
+        if let seconds = values[Self.idleTimeout], !(1...3_600).contains(seconds) {
+            throw UsageError("--idle-timeout must be between 1 and 3600")
+        }
     }
 
     public func run(_ context: CommandContext) throws {
-        var query: [String] = values[Self.ids].map { "task=" + Self.escape($0) }
+        let ids = values[Self.ids]
+        var query: [String] = ids.map { "task=" + Self.escape($0) }
         if let parent = values[Self.parent] { query.append("parent_id=" + Self.escape(parent)) }
         if let seconds = values[Self.minDuration] { query.append("min_duration=\(seconds)") }
+        let untilDone = values[Self.untilDone]
+        // The snapshot holds only tasks finished in the last minute: a named task that
+        // finished earlier is read now, and one that does not exist is an error now
+        // rather than a wait that never ends.
+        var finishedBefore: [TaskView] = []
+        if untilDone {
+            for id in Set(ids).sorted() {
+                let reply = try context.api.get(TaskAPI.taskPath(id))
+                if let task = reply.json.flatMap(TaskView.init(json:)), task.state.isFinished { finishedBefore.append(task) }
+            }
+        }
         let environment = ProcessInfo.processInfo.environment
         let isTTY = isatty(STDOUT_FILENO) == 1
         let mode: WatchSession.Mode = context.options.json ? .json : isTTY
             ? .terminal(color: Style.useColor(isTTY: true, environment: environment)) : .plain
         let session = WatchSession(
-            client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token, totalTimeoutSeconds: 0),
+            client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token, totalTimeoutSeconds: 0,
+                               idleTimeoutSeconds: Int(values[Self.idleTimeout] ?? 60)),
             path: "/v1/events" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")),
-            state: WatchState(awaited: Set(values[Self.ids])), mode: mode, untilDone: values[Self.untilDone],
+            state: WatchState(awaited: Set(ids), finishedBefore: finishedBefore), mode: mode, untilDone: untilDone,
             environment: environment)
         let status = try session.run()
         if status != 0 { throw CommandExit(status: status) }
@@ -75,6 +96,7 @@ final class WatchSession: @unchecked Sendable {
     private var reconnecting = false
     private var dirty = true
     private var drawnLines = 0
+    private var drawnColumns = 0
     private var lastDraw: EpochMilliseconds = 0
     private var stopped = false
 
@@ -92,7 +114,8 @@ final class WatchSession: @unchecked Sendable {
 
     /// Watches until `--until-done` is satisfied (returns its exit status) or forever.
     /// Throws `unreachable` when the first connection fails, `refused` when the server
-    /// refuses the request.
+    /// refuses the request, `watchedTaskDeleted` when a task `--until-done` waits for is
+    /// deleted.
     func run() throws(CLIError) -> Int32 {
         if case .terminal = mode { startDrawing() }
         defer { stopDrawing() }
@@ -110,11 +133,13 @@ final class WatchSession: @unchecked Sendable {
                     throw TaskAPI.refusal(status: status, contentType: contentType, json: JSONValue.parse(receiver.raw))
                 }
             case .failure(let error):
+                if let deleted = deletedAwaited() { throw .watchedTaskDeleted(taskID: deleted) }
                 if let status = finishedStatus() { return status }
                 if !connectedOnce && !receiver.receivedEvents {
                     throw .unreachable(server: client.baseURL, reason: error.message)
                 }
             }
+            if let deleted = deletedAwaited() { throw .watchedTaskDeleted(taskID: deleted) }
             if let status = finishedStatus() { return status }
             if receiver.receivedEvents {
                 connectedOnce = true
@@ -139,7 +164,8 @@ final class WatchSession: @unchecked Sendable {
                 }
                 switch mode {
                 case .json:
-                    write("{\"event\":\(JSONValue.string(event.name).canonicalText),\"data\":\(event.data)}\n")
+                    let id = event.lastEventID.isEmpty ? "" : "\"id\":\(JSONValue.string(event.lastEventID).canonicalText),"
+                    write("{\(id)\"event\":\(JSONValue.string(event.name).canonicalText),\"data\":\(event.data)}\n")
                 case .plain:
                     let now = Self.now()
                     for task in changed {
@@ -150,13 +176,19 @@ final class WatchSession: @unchecked Sendable {
                     dirty = true
                 }
             }
-            return (!events.isEmpty, !(untilDone && state.finishedStatus != nil))
+            let done = untilDone && (state.finishedStatus != nil || !state.deletedAwaited.isEmpty)
+            return (!events.isEmpty, !done)
         }
     }
 
     private func finishedStatus() -> Int32? {
         guard untilDone else { return nil }
         return locked { state.finishedStatus }
+    }
+
+    private func deletedAwaited() -> String? {
+        guard untilDone else { return nil }
+        return locked { state.deletedAwaited.first }
     }
 
     private func setReconnecting() {
@@ -190,18 +222,36 @@ final class WatchSession: @unchecked Sendable {
     }
 
     /// Redraws the frame in place: up over the previous frame, each line cleared to its
-    /// end, then everything below cleared. Called with `lock` held.
+    /// end, then everything below cleared. The frame fits the terminal: no line wider than
+    /// it (a wrapped line would throw the count off) and fewer lines than its rows (the
+    /// cursor cannot go up past the top). After the width changed, the old frame may have
+    /// wrapped: the screen is cleared instead. Called with `lock` held.
     private func draw() {
         guard case .terminal(let color) = mode else { return }
         let now = Self.now()
-        var lines = TaskTable(tasks: state.ordered, now: now, frames: state.frames)
-            .render(width: TerminalWidth.current(environment: environment), color: color)
+        let columns = TerminalSize.columns(environment: environment)
+        let rows = TerminalSize.rows(environment: environment)
+        // One row stays for the cursor, one for the header, one for "reconnecting…".
+        var taskRows = rows - 2 - (reconnecting ? 1 : 0)
+        if state.ordered.count > taskRows { taskRows -= 1 }   // and one for "… more"
+        let (shown, hidden) = WatchState.fit(state.ordered, rows: taskRows)
+        var lines = TaskTable(tasks: shown, now: now, frames: state.frames).render(width: columns, color: color)
+        if hidden > 0 {
+            let more = "… \(Formatting.count(Int64(hidden))) more; name IDs or use --parent to narrow"
+            lines.append(Style.dim.apply(DisplayWidth.truncate(more, to: columns), enabled: color))
+        }
         if reconnecting { lines.append(Style.yellow.apply("reconnecting…", enabled: color)) }
-        var out = drawnLines > 0 ? "\r\u{1B}[\(drawnLines)A" : ""
+        var out: String
+        if drawnColumns != 0 && drawnColumns != columns {
+            out = "\u{1B}[H\u{1B}[J"
+        } else {
+            out = drawnLines > 0 ? "\r\u{1B}[\(drawnLines)A" : ""
+        }
         for line in lines { out += line + "\u{1B}[K\n" }
         out += "\u{1B}[J"
         write(out)
         drawnLines = lines.count
+        drawnColumns = columns
         dirty = false
         lastDraw = now
     }

@@ -31,20 +31,26 @@ public struct TransportError: Error, Equatable {
     public let message: String
 }
 
-/// A small HTTP/1.1 client on libcurl: one easy handle per request, connect and total
-/// timeouts, JSON bodies, a bearer token. The body arrives through `BodyReceiver`, chunk by
+/// A small HTTP/1.1 client on libcurl: one easy handle per request, connect, total and
+/// idle timeouts, JSON bodies, a bearer token. The body arrives through `BodyReceiver`, chunk by
 /// chunk, so a streaming reader (SSE) can be given instead of collecting the whole body.
 public struct HTTPClient: Sendable {
     public let baseURL: String
     public let token: String?
     public let connectTimeoutSeconds: Int
+    /// The whole exchange's limit; 0 for none (an event stream).
     public let totalTimeoutSeconds: Int
+    /// The longest the reply may go without a byte before the exchange is given up; nil
+    /// for no limit. An event stream's keep-alive comments keep a live one under it.
+    public let idleTimeoutSeconds: Int?
 
-    public init(baseURL: String, token: String?, connectTimeoutSeconds: Int = 5, totalTimeoutSeconds: Int = 30) {
+    public init(baseURL: String, token: String?, connectTimeoutSeconds: Int = 5, totalTimeoutSeconds: Int = 30,
+                idleTimeoutSeconds: Int? = nil) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.token = token
         self.connectTimeoutSeconds = connectTimeoutSeconds
         self.totalTimeoutSeconds = totalTimeoutSeconds
+        self.idleTimeoutSeconds = idleTimeoutSeconds
     }
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
@@ -92,8 +98,19 @@ public struct HTTPClient: Sendable {
         headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION, headwayCurlWrite)
         headway_curl_set_pointer(handle, CURLOPT_WRITEDATA, context.toOpaque())
 
+        let idleWatch = idleTimeoutSeconds.map { Unmanaged.passRetained(IdleWatch(limitSeconds: Double($0))) }
+        defer { idleWatch?.release() }
+        if let idleWatch {
+            headway_curl_set_long(handle, CURLOPT_NOPROGRESS, 0)
+            headway_curl_set_progress_callback(handle, headwayCurlProgress)
+            headway_curl_set_pointer(handle, CURLOPT_XFERINFODATA, idleWatch.toOpaque())
+        }
+
         let result = curl_easy_perform(handle)
         guard result == CURLE_OK else {
+            if result == CURLE_ABORTED_BY_CALLBACK, let idleTimeoutSeconds {
+                throw TransportError(message: "no data from the server for \(idleTimeoutSeconds) s")
+            }
             throw TransportError(message: String(cString: curl_easy_strerror(result)))
         }
         var status = 0
@@ -131,4 +148,33 @@ private func headwayCurlWrite(_ data: UnsafeMutablePointer<CChar>?, _ size: Int,
     let length = size * count
     let chunk = UnsafeRawBufferPointer(start: data.map(UnsafeRawPointer.init), count: length)
     return receiver.receive(chunk) ? length : 0
+}
+
+/// Notices a reply that has stopped arriving: libcurl reports the bytes received about
+/// once a second, even while none come.
+final class IdleWatch: @unchecked Sendable {
+    let limitSeconds: Double
+    private var received: Int64 = -1
+    private var since = DispatchTime.now()
+
+    init(limitSeconds: Double) { self.limitSeconds = limitSeconds }
+
+    /// Whether the transfer has gone `limitSeconds` without a new byte.
+    func idle(received now: Int64) -> Bool {
+        let clock = DispatchTime.now()
+        if now != received {
+            received = now
+            since = clock
+            return false
+        }
+        return Double(clock.uptimeNanoseconds - since.uptimeNanoseconds) / 1e9 > limitSeconds
+    }
+}
+
+/// libcurl's progress callback: a non-zero answer aborts a transfer gone idle.
+private func headwayCurlProgress(_ context: UnsafeMutableRawPointer?, _ downloadTotal: curl_off_t,
+                                 _ downloadNow: curl_off_t, _ uploadTotal: curl_off_t, _ uploadNow: curl_off_t) -> Int32 {
+    guard let context else { return 0 }
+    let watch = Unmanaged<IdleWatch>.fromOpaque(context).takeUnretainedValue()
+    return watch.idle(received: Int64(downloadNow)) ? 1 : 0
 }

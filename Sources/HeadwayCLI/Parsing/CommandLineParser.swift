@@ -48,7 +48,12 @@ public struct CommandLineParser {
                 if command == nil { known.append(GlobalOptions.version.definition) }
                 known += command?.arguments ?? []
                 guard let definition = known.first(where: { $0.name == name && $0.kind != .positional }) else {
-                    throw UsageError("unknown option '--\(name)'", commandPath: commandPath)
+                    let owners = Self.commands(in: command?.configuration.subcommands ?? root.subcommands,
+                                               path: commandPath, defining: name)
+                    guard !owners.isEmpty else { throw UsageError("unknown option '--\(name)'", commandPath: commandPath) }
+                    let list = owners.count == 1 ? owners[0] : owners.dropLast().joined(separator: ", ") + " and " + owners.last!
+                    throw UsageError("'--\(name)' comes after the command's name: it is an option of \(list)",
+                                     commandPath: commandPath)
                 }
                 if definition.kind == .flag {
                     guard inlineValue == nil else {
@@ -133,5 +138,15 @@ public struct CommandLineParser {
             throw UsageError("--server must be an http:// or https:// URL, not '\(options.serverURL)'", commandPath: commandPath)
         }
         return .run(parsed, options)
+    }
+
+    /// The full names of the commands among `commands` and below them that take the
+    /// option `name` (`headway db status`), for a hint when it comes before them.
+    static func commands(in commands: [any ParsableCommand.Type], path: String, defining name: String) -> [String] {
+        commands.flatMap { command -> [String] in
+            let fullName = path + " " + command.configuration.commandName
+            let own = command.arguments.contains { $0.name == name && $0.kind != .positional } ? [fullName] : []
+            return own + Self.commands(in: command.configuration.subcommands, path: fullName, defining: name)
+        }
     }
 }

@@ -12,13 +12,37 @@ public enum TaskDetails {
         "finished_at", "message", "metadata",
     ]
 
-    /// Every field of a task object as aligned `name: value` lines; `-` for null.
+    /// Every field of a task object as aligned `name: value` lines; `-` for null. The
+    /// rate, fraction and ETA are read as people read them (`189.5 images/s`, `25%`,
+    /// `~4 s`), the exact numbers staying in `--json`.
     public static func fieldLines(_ task: JSONValue) -> [String] {
         guard case .object(let fields) = task else { return [] }
         let names = fieldOrder.filter { fields[$0] != nil } + fields.keys.filter { !fieldOrder.contains($0) }.sorted()
         let width = (names.map(\.count).max() ?? 0) + 1
+        let view = TaskView(json: task)
         return names.map { name in
-            DisplayWidth.pad(name + ":", to: width) + " " + value(fields[name] ?? .null)
+            let json = fields[name] ?? .null
+            return DisplayWidth.pad(name + ":", to: width) + " " + (view.flatMap { readable(name, json, of: $0) } ?? value(json))
+        }
+    }
+
+    /// The human reading of the rate, fraction or ETA field; nil for the others and nulls.
+    static func readable(_ name: String, _ json: JSONValue, of task: TaskView) -> String? {
+        switch name {
+        case "rate":
+            guard let rate = task.rate else { return nil }
+            // A parent without a total reports its rate as fraction per second.
+            return task.total == nil ? Formatting.rate(rate * 100, unit: "%") : Formatting.rate(rate, unit: task.unit)
+        case "fraction":
+            switch json {
+            case .number(let fraction) where fraction.isFinite: return Formatting.fixed(fraction * 100, decimals: 1) + "%"
+            case .integer(let fraction): return Formatting.fixed(Double(fraction) * 100, decimals: 1) + "%"
+            default: return nil
+            }
+        case "eta_seconds":
+            return Formatting.eta(task.etaSeconds)
+        default:
+            return nil
         }
     }
 

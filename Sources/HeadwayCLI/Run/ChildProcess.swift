@@ -44,9 +44,12 @@ public enum ChildOutcome: Equatable, Sendable {
 nonisolated(unsafe) private var forwardingTarget: pid_t = 0
 
 /// Sends SIGINT and SIGTERM received by this process on to the child (kill is
-/// async-signal-safe).
-private func forwardSignal(_ signal: Int32) {
-    if forwardingTarget > 0 { kill(forwardingTarget, signal) }
+/// async-signal-safe) when another process sent them. One the kernel raised — Ctrl-C at
+/// the terminal, which signals the whole foreground process group — has reached the
+/// child already: sending it again would make one Ctrl-C count twice.
+private func forwardSignal(_ signal: Int32, _ info: UnsafeMutablePointer<siginfo_t>?, _ context: UnsafeMutableRawPointer?) {
+    let sentByAProcess = info.map { $0.pointee.si_code <= 0 } ?? true   // SI_USER, SI_QUEUE, SI_TKILL
+    if forwardingTarget > 0 && sentByAProcess { kill(forwardingTarget, signal) }
 }
 
 /// A command started with posix_spawn: stdin inherited, stdout and stderr through pipes
@@ -108,8 +111,12 @@ final class ChildProcess {
     /// start, as they inherit the signal mask.
     func forwardSignals() {
         forwardingTarget = pid
-        signal(SIGINT, forwardSignal)
-        signal(SIGTERM, forwardSignal)
+        var action = sigaction()
+        action.__sigaction_handler.sa_sigaction = forwardSignal
+        action.sa_flags = SA_SIGINFO | SA_RESTART
+        sigemptyset(&action.sa_mask)
+        sigaction(SIGINT, &action, nil)
+        sigaction(SIGTERM, &action, nil)
         signal(SIGPIPE, SIG_IGN)
         var forwarded = sigset_t()
         sigemptyset(&forwarded)

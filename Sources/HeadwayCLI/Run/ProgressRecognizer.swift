@@ -60,7 +60,7 @@ public struct ProgressRecognizer {
         if let pattern {
             guard let match = pattern.matches(in: line, range: range).last else { return nil }
             let completed = integer(match, match.range(withName: "completed"))
-            let total = text(of: "total", in: pattern) ? integer(match, match.range(withName: "total")) : last?.total
+            let total = declares(group: "total", in: pattern) ? integer(match, match.range(withName: "total")) : last?.total
             return valid(completed, total)
         }
         if let match = Self.fraction.matches(in: line, range: range).last,
@@ -74,7 +74,7 @@ public struct ProgressRecognizer {
     }
 
     /// Whether `pattern` declares the named group `name`.
-    private func text(of name: String, in pattern: NSRegularExpression) -> Bool {
+    private func declares(group name: String, in pattern: NSRegularExpression) -> Bool {
         pattern.pattern.contains("(?<\(name)>")
     }
 }

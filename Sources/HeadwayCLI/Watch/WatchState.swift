@@ -12,8 +12,19 @@ public struct WatchState: Sendable {
     public private(set) var frames: [String: Int] = [:]
     /// The ids named on the command line: `--until-done` waits for each of them.
     public let awaited: Set<String>
+    /// Named tasks that had finished before the watch began, as read then: a snapshot
+    /// holds only tasks finished in the last minute, so these are kept beside it.
+    public private(set) var finishedBefore: [String: TaskView] = [:]
+    /// Named tasks deleted while watched: `--until-done` can never see them finish.
+    public private(set) var deletedAwaited: [String] = []
 
-    public init(awaited: Set<String> = []) { self.awaited = awaited }
+    public init(awaited: Set<String> = [], finishedBefore: [TaskView] = []) {
+        self.awaited = awaited
+        for task in finishedBefore where task.state.isFinished {
+            self.finishedBefore[task.id] = task
+            _ = upsert(task, signal: false)
+        }
+    }
 
     /// Applies one event; returns the tasks it changed (for plain output), in order.
     @discardableResult
@@ -24,12 +35,18 @@ public struct WatchState: Sendable {
             // A snapshot replaces what was known: it is the whole matching set now.
             tasks = [:]
             order = []
-            return items.compactMap(TaskView.init(json:)).map { upsert($0, signal: false) }
+            var changed = items.compactMap(TaskView.init(json:)).map { upsert($0, signal: false) }
+            for (id, task) in finishedBefore.sorted(by: { $0.key < $1.key }) where tasks[id] == nil {
+                changed.append(upsert(task, signal: false))
+            }
+            return changed
         }
         if event.name == "task.deleted" {
             guard case .object(let object) = json, case .string(let id)? = object["id"] else { return [] }
             tasks[id] = nil
+            finishedBefore[id] = nil
             order.removeAll { $0 == id }
+            if awaited.contains(id) && !deletedAwaited.contains(id) { deletedAwaited.append(id) }
             return []
         }
         guard let task = TaskView(json: json) else { return [] }
@@ -57,5 +74,17 @@ public struct WatchState: Sendable {
         if all.contains(where: { $0.state == .failed }) { return 4 }
         if all.contains(where: { $0.state == .canceled }) { return 5 }
         return 0
+    }
+
+    /// The tasks to draw in `rows` table lines (at least one), in order: all of them when
+    /// they fit; else unfinished tasks before finished ones, in order of appearance, and
+    /// how many are left out.
+    public static func fit(_ tasks: [TaskView], rows: Int) -> (shown: [TaskView], hidden: Int) {
+        let rows = max(1, rows)
+        guard tasks.count > rows else { return (tasks, 0) }
+        let unfinished = tasks.indices.filter { !tasks[$0].state.isFinished }
+        let finished = tasks.indices.filter { tasks[$0].state.isFinished }
+        let kept = (unfinished + finished).prefix(rows).sorted()
+        return (kept.map { tasks[$0] }, tasks.count - kept.count)
     }
 }

@@ -1,0 +1,100 @@
+import Foundation
+
+/// The root of the package, found from this file's path.
+public let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
+
+/// The path of the built executable `name` (`.build/debug/NAME`).
+public func builtExecutable(_ name: String) -> String {
+    packageRoot.appendingPathComponent(".build/debug/\(name)").path
+}
+
+/// What one run of an executable left behind.
+public struct ProcessResult: Sendable {
+    public let status: Int32
+    public let output: String
+    public let errors: String
+
+    public init(status: Int32, output: String, errors: String) {
+        self.status = status
+        self.output = output
+        self.errors = errors
+    }
+}
+
+/// Runs the executable at `path` with `arguments` to its end, with exactly `environment`
+/// and stdin from /dev/null; sends SIGTERM if it still runs after `timeout` seconds.
+public func runToEnd(_ path: String, _ arguments: [String], environment: [String: String],
+                     timeout: Double = 20) throws -> ProcessResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    process.environment = environment
+    let out = Pipe(), err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [process] in
+        if process.isRunning { process.terminate() }
+    }
+    let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    return ProcessResult(status: process.terminationStatus, output: output, errors: errors)
+}
+
+/// The real `headwayd` executable as a separate process (`HEADWAYD`, else the debug build).
+public final class DaemonProcess {
+    public static let executable: String = ProcessInfo.processInfo.environment["HEADWAYD"] ?? builtExecutable("headwayd")
+
+    public let process = Process()
+    public let logPath: String
+    public private(set) var port = 0
+
+    /// Starts `headwayd` with `arguments` and waits (up to 20 s) until it listens.
+    public init(_ arguments: [String], logPath: String) throws {
+        self.logPath = logPath
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        process.executableURL = URL(fileURLWithPath: Self.executable)
+        process.arguments = arguments
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        for _ in 0..<2000 {
+            if let line = log.split(separator: "\n").first(where: { $0.contains("event=server.listening") }),
+               let address = line.split(separator: " ").first(where: { $0.hasPrefix("address=") }),
+               let port = Int(address.split(separator: ":").last ?? "") {
+                self.port = port
+                return
+            }
+            if !process.isRunning { throw TestHTTPError("headwayd exited: \(log)") }
+            usleep(10_000)
+        }
+        process.terminate()
+        throw TestHTTPError("headwayd did not start listening: \(log)")
+    }
+
+    /// What the daemon has logged so far.
+    public var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// Sends `signal` and waits (up to 20 s) for the exit; returns the exit status.
+    @discardableResult
+    public func stop(_ signal: Int32) -> Int32? {
+        kill(process.processIdentifier, signal)
+        for _ in 0..<2000 where process.isRunning { usleep(10_000) }
+        guard !process.isRunning else { return nil }
+        // Returns at once; without it Foundation never releases the Process (LeakSanitizer).
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+
+    /// Runs `headwayd` with `arguments` to its end (sending SIGTERM if it still runs after
+    /// `timeout` seconds, as a daemon that should have refused to start would); returns
+    /// status, stdout and stderr.
+    public static func run(_ arguments: [String], environment: [String: String] = [:],
+                           timeout: Double = 20) throws -> (Int32, String, String) {
+        let result = try runToEnd(executable, arguments, environment: environment, timeout: timeout)
+        return (result.status, result.output, result.errors)
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+@testable import HeadwayCLI
+import Testing
+
+/// How `headway run` reads progress from a command's output lines.
+@Suite struct ProgressRecognizerTests {
+    func reading(_ completed: Int64, _ total: Int64) -> ProgressReading {
+        ProgressReading(completed: completed, total: total)
+    }
+
+    @Test func builtInFormsReadCountsAndPercents() {
+        let recognizer = ProgressRecognizer(pattern: nil)
+        #expect(recognizer.parse("copied 12/40 files") == reading(12, 40))
+        #expect(recognizer.parse("[ 3 / 9 ]") == reading(3, 9), "blanks around the slash")
+        #expect(recognizer.parse("step 1/3, chunk 7/10") == reading(7, 10), "the last form on the line")
+        #expect(recognizer.parse("downloading… 42%") == reading(42, 100))
+        #expect(recognizer.parse("42.7 % done") == reading(42, 100), "decimals are cut")
+        #expect(recognizer.parse("done 100%") == reading(100, 100))
+    }
+
+    @Test func lookAlikesAreNotProgress() {
+        let recognizer = ProgressRecognizer(pattern: nil)
+        #expect(recognizer.parse("built on 2026/11/30") == nil, "a date is a chain of slashes")
+        #expect(recognizer.parse("see /usr/lib/x86_64") == nil)
+        #expect(recognizer.parse("12/0 files") == nil, "no total of zero")
+        #expect(recognizer.parse("50/40 files") == nil, "no more done than the total")
+        #expect(recognizer.parse("growth 1000%") == nil, "more than 100 percent")
+        #expect(recognizer.parse("99999999999999999999/99999999999999999999") == nil, "beyond 64 bits")
+        #expect(recognizer.parse("") == nil)
+    }
+
+    @Test func onlyForwardReadingsComeOut() {
+        var recognizer = ProgressRecognizer(pattern: nil)
+        #expect(recognizer.read("1/10") == reading(1, 10))
+        #expect(recognizer.read("1/10") == nil, "the same again")
+        #expect(recognizer.read("5/10") == reading(5, 10))
+        #expect(recognizer.read("3/10") == nil, "backwards")
+        #expect(recognizer.read("6/100") == nil, "more done but a smaller fraction")
+        #expect(recognizer.read("60/100") == reading(60, 100))
+        #expect(recognizer.read("no numbers here") == nil)
+        #expect(recognizer.last == reading(60, 100))
+    }
+
+    @Test func aPatternWithNamedGroups() throws {
+        let both = try ProgressRecognizer.compile(#"row (?<completed>\d+) of (?<total>\d+)"#)
+        var recognizer = ProgressRecognizer(pattern: both)
+        #expect(recognizer.read("row 7 of 20") == reading(7, 20))
+        #expect(recognizer.read("7/10 is ignored with a pattern") == nil)
+        // Without a total group, the total of the last reading stays; none before one.
+        let completedOnly = try ProgressRecognizer.compile(#"done: (?<completed>\d+)"#)
+        var partial = ProgressRecognizer(pattern: completedOnly)
+        #expect(partial.read("done: 4") == nil, "no total known yet")
+    }
+
+    @Test func badPatternsAreUsageErrors() {
+        #expect(throws: UsageError.self) { try ProgressRecognizer.compile("(unclosed") }
+        #expect(throws: UsageError.self) { try ProgressRecognizer.compile(#"(\d+)/(\d+)"#) }
+    }
+
+    @Test func linesSplitAtLineFeedsAndCarriageReturns() {
+        var splitter = LineSplitter()
+        func feed(_ text: String) -> [String] {
+            Array(text.utf8).withUnsafeBytes { splitter.lines(in: $0) }
+        }
+        #expect(feed("a\nb") == ["a"])
+        #expect(feed("c\r 10%\r 20%") == ["bc", " 10%"])
+        #expect(splitter.finish() == " 20%")
+        #expect(splitter.finish() == nil)
+        let long = String(repeating: "x", count: LineSplitter.maximumLineBytes + 100)
+        #expect(feed(long + "\n") == [String(repeating: "x", count: LineSplitter.maximumLineBytes)])
+    }
+
+    @Test func labelsAreSanitizedTrimmedAndBounded() {
+        #expect(LineSplitter.label("  \u{1B}[31mred\u{1B}[0m text\t ") == "red text")
+        #expect(LineSplitter.label("   ") == nil)
+        #expect(LineSplitter.label(String(repeating: "é", count: 600))?.unicodeScalars.count == 500)
+    }
+}

@@ -1,0 +1,113 @@
+import Foundation
+import HeadwayTestSupport
+
+/// A real terminal for the command under test: a detached tmux session on a private
+/// server socket, of a fixed size, running `command`; read back with `capture-pane`.
+final class TmuxPane {
+    private let socket = "headway-test-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    private var panePID: Int32 = 0
+
+    init(columns: Int, rows: Int, command: String) throws {
+        // The server new-session starts would keep Foundation's watch on the client open:
+        // spawn and reap that one directly.
+        let started = spawnAndWait(["/usr/bin/tmux", "-L", socket, "new-session", "-d", "-x", "\(columns)", "-y", "\(rows)",
+                                    "-s", "test", command])
+        guard started == 0 else { throw TestHTTPError("tmux new-session exited \(started)") }
+        panePID = Int32(try tmux("display-message", "-p", "-t", "test", "#{pane_pid}")
+            .trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+    }
+
+    /// The visible screen as text, one line per row, trailing blanks removed.
+    func screen() -> String { (try? tmux("capture-pane", "-p", "-t", "test")) ?? "" }
+
+    /// Types `keys` (tmux key names: `C-c`, `Enter`, or text).
+    func sendKeys(_ keys: String...) {
+        _ = try? tmux(["send-keys", "-t", "test"] + keys)
+    }
+
+    /// Kills the command and the tmux server.
+    func close() {
+        if panePID > 0 { kill(panePID, SIGKILL) }
+        _ = spawnAndWait(["/usr/bin/tmux", "-L", socket, "kill-server"])
+    }
+
+    private func tmux(_ arguments: String...) throws -> String { try tmux(arguments) }
+
+    private func tmux(_ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/tmux")
+        process.arguments = ["-L", socket] + arguments
+        process.environment = ["PATH": "/usr/bin:/bin", "TERM": "xterm-256color"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+/// `text` as one word for /bin/sh.
+func shellQuoted(_ text: String) -> String {
+    "'" + text.replacingOccurrences(of: "'", with: #"'\''"#) + "'"
+}
+
+/// A stand-in event server on 127.0.0.1 that answers each `GET /v1/events` with a
+/// snapshot whose id is 7 and then sends nothing more, keeping the connection open.
+final class SilentEventServer {
+    private let listener: Int32
+    private var connections: [Int32] = []
+    let url: String
+
+    init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        listener = fd
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound, listen(fd, 8) == 0 else {
+            Glibc.close(fd)
+            throw TestHTTPError("cannot listen on loopback")
+        }
+        url = "http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))"
+    }
+
+    /// Accepts the next connection (waiting at most `seconds`), reads its request head,
+    /// answers with the snapshot and returns the head.
+    func acceptRequest(within seconds: Int32) throws -> String {
+        var wait = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+        guard poll(&wait, 1, seconds * 1000) == 1 else { throw TestHTTPError("no connection within \(seconds) s") }
+        let connection = accept(listener, nil, nil)
+        guard connection >= 0 else { throw TestHTTPError("accept failed") }
+        connections.append(connection)
+        var head: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while !head.ends(with: Array("\r\n\r\n".utf8)) {
+            var readable = pollfd(fd: connection, events: Int16(POLLIN), revents: 0)
+            guard poll(&readable, 1, seconds * 1000) == 1 else { throw TestHTTPError("no request head") }
+            let count = read(connection, &buffer, buffer.count)
+            guard count > 0, head.count < 65_536 else { throw TestHTTPError("request head cut short") }
+            head += buffer[0..<count]
+        }
+        let reply = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\r\n"
+            + "retry: 100\nid: 7\nevent: snapshot\ndata: {\"tasks\":[]}\n\n"
+        _ = reply.utf8CString.withUnsafeBufferPointer { write(connection, $0.baseAddress, $0.count - 1) }
+        return String(decoding: head, as: UTF8.self)
+    }
+
+    func close() {
+        for connection in connections { Glibc.close(connection) }
+        Glibc.close(listener)
+    }
+}
+
+extension Array where Element == UInt8 {
+    func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
+}
