@@ -22,26 +22,43 @@ public struct ProcessResult: Sendable {
     }
 }
 
-/// Runs the executable at `path` with `arguments` to its end, with exactly `environment`
-/// and stdin from /dev/null; sends SIGTERM if it still runs after `timeout` seconds.
-public func runToEnd(_ path: String, _ arguments: [String], environment: [String: String],
-                     timeout: Double = 20) throws -> ProcessResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    process.environment = environment
-    let out = Pipe(), err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [process] in
-        if process.isRunning { process.terminate() }
+/// A process started with pipes on stdout and stderr.
+public final class StartedProcess {
+    public let process = Process()
+    private let out = Pipe(), err = Pipe()
+
+    /// Starts `path` with `arguments` and `environment` (nil: this process's), stdin from
+    /// /dev/null; sends SIGTERM if it still runs after `timeout` seconds.
+    public init(_ path: String, _ arguments: [String], environment: [String: String]?, timeout: Double = 20) throws {
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        if let environment { process.environment = environment }
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [process] in
+            if process.isRunning { process.terminate() }
+        }
     }
-    let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    let errors = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    process.waitUntilExit()
-    return ProcessResult(status: process.terminationStatus, output: output, errors: errors)
+
+    /// Reads stdout and stderr to their ends and waits for the exit; the status and the bytes.
+    public func finish() -> (status: Int32, output: [UInt8], errors: [UInt8]) {
+        let output = [UInt8](out.fileHandleForReading.readDataToEndOfFile())
+        let errors = [UInt8](err.fileHandleForReading.readDataToEndOfFile())
+        process.waitUntilExit()
+        return (process.terminationStatus, output, errors)
+    }
+}
+
+/// Runs the executable at `path` with `arguments` to its end, with `environment` (nil:
+/// this process's) and stdin from /dev/null; sends SIGTERM if it still runs after
+/// `timeout` seconds.
+public func runToEnd(_ path: String, _ arguments: [String], environment: [String: String]?,
+                     timeout: Double = 20) throws -> ProcessResult {
+    let (status, output, errors) = try StartedProcess(path, arguments, environment: environment, timeout: timeout).finish()
+    return ProcessResult(status: status, output: String(decoding: output, as: UTF8.self),
+                         errors: String(decoding: errors, as: UTF8.self))
 }
 
 /// The real `headwayd` executable as a separate process (`HEADWAYD`, else the debug build).

@@ -100,7 +100,7 @@ import Testing
         let daemon = try LiveDaemon()
         defer { daemon.stop() }
         #expect(try headway("start", "Kept", "--id", "k", "--server", daemon.url).status == 0)
-        let command = packageRoot.appendingPathComponent(".build/debug/headway").path + " delete k --server " + daemon.url
+        let command = builtExecutable("headway") + " delete k --server " + daemon.url
         let declined = try runInTerminal(command, answering: "n\n")
         #expect(declined.status == 1)
         #expect(declined.output.contains("Delete task k and all its descendants? [y/N] "))

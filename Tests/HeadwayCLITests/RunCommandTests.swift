@@ -11,29 +11,14 @@ struct RawResult {
 }
 
 /// Starts the built `headway` with `arguments` (stdin /dev/null); stopped after `timeout`.
-func startHeadway(_ arguments: [String], timeout: Double = 20) throws -> (Process, Pipe, Pipe) {
-    let process = Process()
-    process.executableURL = packageRoot.appendingPathComponent(".build/debug/headway")
-    process.arguments = arguments
-    process.environment = ["PATH": "/usr/bin:/bin"]
-    let out = Pipe(), err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = FileHandle.nullDevice
-    try process.run()
-    DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [process] in
-        if process.isRunning { process.terminate() }
-    }
-    return (process, out, err)
+func startHeadway(_ arguments: [String], timeout: Double = 20) throws -> StartedProcess {
+    try StartedProcess(builtExecutable("headway"), arguments, environment: ["PATH": "/usr/bin:/bin"], timeout: timeout)
 }
 
 /// Waits for a process from `startHeadway` and collects its output.
-func collect(_ started: (Process, Pipe, Pipe)) -> RawResult {
-    let (process, out, err) = started
-    let output = [UInt8](out.fileHandleForReading.readDataToEndOfFile())
-    let errors = [UInt8](err.fileHandleForReading.readDataToEndOfFile())
-    process.waitUntilExit()
-    return RawResult(status: process.terminationStatus, output: output, errors: errors)
+func collect(_ started: StartedProcess) -> RawResult {
+    let (status, output, errors) = started.finish()
+    return RawResult(status: status, output: output, errors: errors)
 }
 
 /// `headway run` with real child processes (`/bin/sh -c` scripts) against a live headwayd.
@@ -146,8 +131,10 @@ func collect(_ started: (Process, Pipe, Pipe)) -> RawResult {
         #expect(help.output == golden)
     }
 
-    /// SIGTERM sent to `headway run` goes to the child, whose death by it is passed on.
-    @Test func sigtermIsForwardedToTheChild() throws {
+    /// SIGTERM or SIGINT sent to `headway run` by another process goes to the child,
+    /// whose death by it is passed on (128+n) and recorded on the task.
+    @Test(arguments: [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")])
+    func signalsAreForwardedToTheChild(signal: Int32, name: String) throws {
         let daemon = try LiveDaemon()
         defer { daemon.stop() }
         let started = try startHeadway(["--server", daemon.url, "run", "--id", "s", "--",
@@ -158,28 +145,10 @@ func collect(_ started: (Process, Pipe, Pipe)) -> RawResult {
             if !running { usleep(10_000) }
         }
         #expect(running)
-        kill(started.0.processIdentifier, SIGTERM)
+        kill(started.process.processIdentifier, signal)
         let result = collect(started)
-        #expect(result.status == 128 + 15)
-        #expect(try task(daemon, "s")["message"] as? String == "the command was killed by signal 15 (SIGTERM)")
-    }
-
-    /// SIGINT sent to `headway run` by another process goes to the child too (130).
-    @Test func sigintIsForwardedToTheChild() throws {
-        let daemon = try LiveDaemon()
-        defer { daemon.stop() }
-        let started = try startHeadway(["--server", daemon.url, "run", "--id", "i", "--",
-                                        "/bin/sh", "-c", "echo started; while :; do sleep 0.1; done"])
-        var running = false
-        for _ in 0..<500 where !running {
-            running = try TestHTTPClient(port: daemon.port).request("GET", "/v1/tasks/i").status == 200
-            if !running { usleep(10_000) }
-        }
-        #expect(running)
-        kill(started.0.processIdentifier, SIGINT)
-        let result = collect(started)
-        #expect(result.status == 128 + 2)
-        #expect(try task(daemon, "i")["message"] as? String == "the command was killed by signal 2 (SIGINT)")
+        #expect(result.status == 128 + signal)
+        #expect(try task(daemon, "s")["message"] as? String == "the command was killed by signal \(signal) (\(name))")
     }
 
     /// Ctrl-C in a real terminal reaches the child once: the terminal signals the whole
@@ -207,11 +176,11 @@ func collect(_ started: (Process, Pipe, Pipe)) -> RawResult {
     @Test func reportsResumeWhenTheServerComesBack() throws {
         let directory = TemporaryDirectory()
         defer { directory.remove() }
-        let port = try freePort()
+        let port = unusedPort()
         let gate = directory.file("go"), errorsPath = directory.file("errors")
         _ = FileManager.default.createFile(atPath: errorsPath, contents: nil)
         let process = Process()
-        process.executableURL = packageRoot.appendingPathComponent(".build/debug/headway")
+        process.executableURL = URL(fileURLWithPath: builtExecutable("headway"))
         process.arguments = ["--server", "http://127.0.0.1:\(port)", "run", "--id", "r", "--", "/bin/sh", "-c",
                              "echo 'step 5/10'; while [ ! -e '\(gate)' ]; do sleep 0.05; done; exit 1"]
         process.standardOutput = FileHandle.nullDevice
@@ -224,16 +193,9 @@ func collect(_ started: (Process, Pipe, Pipe)) -> RawResult {
         for _ in 0..<500 where !errors.contains("cannot reach") { usleep(10_000) }
         #expect(errors.contains("headway: cannot reach http://127.0.0.1:\(port)"))
 
-        let daemon = Process()
-        daemon.executableURL = packageRoot.appendingPathComponent(".build/debug/headwayd")
-        daemon.arguments = ["--listen", "127.0.0.1:\(port)", "--db", directory.file("h.db")]
-        daemon.standardError = FileHandle.nullDevice
-        daemon.standardOutput = FileHandle.nullDevice
-        try daemon.run()
-        defer {
-            daemon.terminate()
-            daemon.waitUntilExit()
-        }
+        let daemon = try DaemonProcess(["--listen", "127.0.0.1:\(port)", "--db", directory.file("h.db")],
+                                       logPath: directory.file("headwayd.log"))
+        defer { daemon.stop(SIGTERM) }
         var registered = false
         for _ in 0..<1000 where !registered {
             registered = (try? TestHTTPClient(port: port).request("GET", "/v1/tasks/r").status) == 200
@@ -249,21 +211,4 @@ func collect(_ started: (Process, Pipe, Pipe)) -> RawResult {
         #expect(task["completed"] as? Int == 5)
         #expect(task["total"] as? Int == 10)
     }
-}
-
-/// A TCP port on 127.0.0.1 that nothing listens on (bound, read, then released).
-func freePort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-            bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
-        }
-    }
-    guard bound else { throw TestHTTPError("cannot find a free port") }
-    return Int(UInt16(bigEndian: address.sin_port))
 }

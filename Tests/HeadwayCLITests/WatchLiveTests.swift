@@ -10,7 +10,7 @@ final class BackgroundProcess: @unchecked Sendable {
     private var outBytes: [UInt8] = [], errBytes: [UInt8] = []
 
     init(_ name: String, _ arguments: [String], environment: [String: String] = [:]) throws {
-        process.executableURL = packageRoot.appendingPathComponent(".build/debug/\(name)")
+        process.executableURL = URL(fileURLWithPath: builtExecutable(name))
         process.arguments = arguments
         process.environment = environment.merging(["PATH": "/usr/bin:/bin"]) { first, _ in first }
         let out = Pipe(), err = Pipe()

@@ -75,21 +75,8 @@ enum Tool {
     /// Runs `arguments` (found on the path) to its end, killed after `timeout` seconds;
     /// returns its status and its output (stdout, then stderr).
     static func run(_ arguments: [String], timeout: Double = 30) throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout) { [process] in
-            if process.isRunning { process.terminate() }
-        }
-        let output = out.fileHandleForReading.readDataToEndOfFile()
-        let errors = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: output + errors, as: UTF8.self))
+        let result = try runToEnd("/usr/bin/env", arguments, environment: nil, timeout: timeout)
+        return (result.status, result.output + result.errors)
     }
 
     /// `curl` trusting `certificate` only; returns its status and output.
