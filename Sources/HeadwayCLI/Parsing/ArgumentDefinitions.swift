@@ -44,8 +44,7 @@ public struct Option<Value: ArgumentValue>: Sendable {
 
     /// The definition the parser and the help generator use.
     public var definition: ArgumentDefinition {
-        ArgumentDefinition(kind: .option(valueName: valueName), name: name, help: help, isRequired: isRequired,
-                           accepts: { Value(argument: $0) != nil }, kindDescription: Value.kindDescription)
+        .typed(Value.self, kind: .option(valueName: valueName), name: name, help: help, isRequired: isRequired)
     }
 }
 
@@ -76,8 +75,7 @@ public struct Argument<Value: ArgumentValue>: Sendable {
     }
 
     public var definition: ArgumentDefinition {
-        ArgumentDefinition(kind: .positional, name: name, help: help, isRequired: true,
-                           accepts: { Value(argument: $0) != nil }, kindDescription: Value.kindDescription)
+        .typed(Value.self, kind: .positional, name: name, help: help, isRequired: true)
     }
 }
 
@@ -109,6 +107,13 @@ public struct ArgumentDefinition: Sendable {
 
     /// How an error names it: `--total`, `<id>`.
     var displayName: String { kind == .positional ? "<\(name)>" : "--\(name)" }
+
+    /// The definition of an option or argument whose text converts to `Value`.
+    static func typed<Value: ArgumentValue>(_: Value.Type, kind: Kind, name: String, help: String,
+                                            isRequired: Bool) -> ArgumentDefinition {
+        ArgumentDefinition(kind: kind, name: name, help: help, isRequired: isRequired,
+                           accepts: { Value(argument: $0) != nil }, kindDescription: Value.kindDescription)
+    }
 }
 
 /// The values found on the command line, read back through the typed definitions.
@@ -151,8 +156,7 @@ public struct VariadicArgument<Value: ArgumentValue>: Sendable {
     }
 
     public var definition: ArgumentDefinition {
-        ArgumentDefinition(kind: .positional, name: name, help: help, isRequired: false,
-                           accepts: { Value(argument: $0) != nil }, kindDescription: Value.kindDescription)
+        .typed(Value.self, kind: .positional, name: name, help: help, isRequired: false)
     }
 }
 
