@@ -138,6 +138,8 @@ import Testing
         let check = try headway("db", "check", "--db", path)
         #expect(check.status == 0, "\(check.errors)")
         #expect(check.output == "ok\n")
+        let checkJSON = try headway("db", "check", "--db", path, "--json")
+        #expect(checkJSON.output == #"{"ok":true,"problems":[]}"# + "\n")
     }
 
     /// A backup taken while a loop registers tasks and reports progress: the copy passes
@@ -190,13 +192,30 @@ import Testing
         let again = try headway("db", "backup", copy, "--db", path)
         #expect(again.status == 1)
         #expect(again.errors == "headway: \(copy) exists already (a backup never overwrites a file)\n")
+
+        // A file where the partial copy would go is someone's: refused, left alone.
+        let second = daemon.directory.file("second.db")
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: second + ".partial"))
+        let blocked = try headway("db", "backup", second, "--db", path)
+        #expect(blocked.status == 1)
+        #expect(blocked.errors.hasPrefix("headway: \(second).partial exists"), "\(blocked.errors)")
+        #expect(try String(contentsOfFile: second + ".partial", encoding: .utf8) == "mine")
+        try FileManager.default.removeItem(atPath: second + ".partial")
+        let json = try headway("db", "backup", second, "--db", path, "--json")
+        #expect(json.status == 0, "\(json.errors)")
+        guard case .object(let reply)? = JSONValue.parse(Array(json.output.utf8)) else {
+            Issue.record("not JSON: \(json.output)")
+            return
+        }
+        #expect(reply["backup"] == .string(second) && reply["database"] == .string(path))
+        #expect(!FileManager.default.fileExists(atPath: second + ".partial"))
     }
 
-    /// A damaged index (its schema rewritten by the sqlite3 shell, when installed): check
+    /// A damaged index (its schema rewritten by the sqlite3 shell): check
     /// lists SQLite's problems on stdout and exits 1.
     @Test func checkListsTheProblemsOfADamagedDatabase() throws {
         let shell = "/usr/bin/sqlite3"
-        guard FileManager.default.isExecutableFile(atPath: shell) else { return }
+        try #require(FileManager.default.isExecutableFile(atPath: shell), "the test tools install sqlite3")
         let daemon = try LiveDaemon()
         defer { daemon.stop() }
         let path = daemon.directory.file("h.db")

@@ -117,7 +117,10 @@ public struct DatabaseStatusCommand: ParsableCommand {
 public struct DatabaseCheckCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "check", abstract: "Check the database's integrity (PRAGMA integrity_check)",
-        discussion: "Prints 'ok', or the problems found and exits 1.")
+        discussion: """
+        Prints 'ok', or the problems found and exits 1. With --json: {"ok": bool,
+        "problems": [...]}.
+        """)
     public static let arguments = [DatabaseCommand.path.definition]
 
     let values: ParsedValues
@@ -133,12 +136,16 @@ public struct DatabaseCheckCommand: ParsableCommand {
         } catch {
             throw DatabaseCommandError("cannot check \(path): \(error.message)")
         }
+        if context.options.json {
+            context.print(JSONValue.object(["ok": .bool(problems.isEmpty),
+                                            "problems": .array(problems.map(JSONValue.string))]).canonicalText)
+        }
         guard problems.isEmpty else {
-            for problem in problems { context.print(DisplayWidth.sanitize(problem)) }
+            if !context.options.json { for problem in problems { context.print(DisplayWidth.sanitize(problem)) } }
             let count = problems.count == 1 ? "1 problem" : "\(problems.count) problems"
             throw DatabaseCommandError("\(path) failed its integrity check (\(count))")
         }
-        context.print("ok")
+        if !context.options.json { context.print("ok") }
     }
 }
 
@@ -164,10 +171,13 @@ public struct DatabaseBackupCommand: ParsableCommand {
         }
         let database = try DatabaseCommand.open(path)
         defer { database.close() }
-        // Written beside the destination, renamed only once whole and checked.
+        // Written beside the destination, renamed only once whole and checked. A file of
+        // that name is someone's: never removed unless this backup made it.
         let partial = destination + ".partial"
+        guard !FileManager.default.fileExists(atPath: partial) else {
+            throw DatabaseCommandError("\(partial) exists (a backup under way, or one that was stopped); remove it first")
+        }
         let removePartial = { for suffix in ["", "-journal", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: partial + suffix) } }
-        removePartial()
         do {
             try database.backup(to: partial)
             let copy = try Database(path: partial, readOnly: true)
@@ -187,6 +197,12 @@ public struct DatabaseBackupCommand: ParsableCommand {
             removePartial()
             throw DatabaseCommandError("backup of \(path) failed: \(error.localizedDescription)")
         }
-        context.print("backed up \(path) to \(destination)")
+        if context.options.json {
+            let bytes = (try? FileManager.default.attributesOfItem(atPath: destination)[.size] as? Int).flatMap { $0 } ?? 0
+            context.print(JSONValue.object(["database": .string(path), "backup": .string(destination),
+                                            "bytes": .integer(Int64(bytes))]).canonicalText)
+        } else {
+            context.print("backed up \(path) to \(destination)")
+        }
     }
 }
