@@ -15,12 +15,12 @@ public struct CommandContext: Sendable {
 
     /// Writes `text` and a newline on stdout.
     public func print(_ text: String) {
-        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+        StandardStreams.output(text + "\n")
     }
 
     /// Asks `question` on stderr and reads one line from stdin; true for "y" or "yes".
     public func confirm(_ question: String) -> Bool {
-        FileHandle.standardError.write(Data((question + " [y/N] ").utf8))
+        StandardStreams.error(question + " [y/N] ")
         guard let answer = readLine() else { return false }
         return ["y", "yes"].contains(answer.trimmingCharacters(in: .whitespaces).lowercased())
     }

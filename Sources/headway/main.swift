@@ -9,7 +9,7 @@ import HeadwayCLI
 func fail(_ message: String, _ status: Int32) -> Never {
     let safe = message.split(separator: "\n", omittingEmptySubsequences: false)
         .map { DisplayWidth.sanitize(String($0)) }.joined(separator: "\n")
-    FileHandle.standardError.write(Data("headway: \(safe)\n".utf8))
+    StandardStreams.error("headway: \(safe)\n")
     exit(status)
 }
 
@@ -23,9 +23,9 @@ do {
 
 switch parsed {
 case .help(let text):
-    FileHandle.standardOutput.write(Data(text.utf8))
+    StandardStreams.output(text)
 case .version:
-    FileHandle.standardOutput.write(Data("headway \(HeadwayCLIVersion.current)\n".utf8))
+    StandardStreams.output("headway \(HeadwayCLIVersion.current)\n")
 case .run(let command, let options):
     let context = CommandContext(options: options, isInteractive: isatty(0) == 1 && isatty(2) == 1)
     do {

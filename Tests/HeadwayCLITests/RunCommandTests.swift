@@ -118,6 +118,35 @@ func collect(_ started: StartedProcess) -> RawResult {
         #expect(result.errorText.contains("headway: cannot reach http://127.0.0.1:1"), "\(result.errorText)")
     }
 
+    /// A report the server refuses (here the registration: no such parent) stops the
+    /// reports, not the command: its output and exit status pass through.
+    @Test func aRefusedReportOnlyWarns() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let result = try run(daemon, ["--parent", "nope"], "echo start; sleep 0.3; echo end; exit 7")
+        #expect(result.status == 7, "\(result.errorText)")
+        #expect(result.output == Array("start\nend\n".utf8))
+        #expect(result.errorText.contains("no more reports for this command"), "\(result.errorText)")
+    }
+
+    /// With stderr a pipe nobody reads, the warning that the server is away is dropped
+    /// and the command still runs to its end.
+    @Test func aClosedStderrDoesNotStopTheCommand() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: builtExecutable("headway"))
+        process.arguments = ["--server", "http://127.0.0.1:\(unusedPort())", "run", "--", "/bin/sh", "-c", "echo done; exit 3"]
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try err.fileHandleForReading.close()
+        try process.run()
+        let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 3)
+        #expect(output == "done\n")
+    }
+
     @Test func usageErrorsAndHelp() throws {
         let missing = try headway("run")
         #expect(missing.status == 64)

@@ -49,7 +49,9 @@ public struct RunCommand: ParsableCommand {
         let child = try ChildProcess(arguments: commandLine)
         child.forwardSignals()
         let stopper = ChildStopper(child: child, killAfter: values[Self.killAfter] ?? 10)
-        let reporter = RunReporter(api: api, registration: registration(), onCancel: { stopper.stop() })
+        let finalAPI = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,
+                                                  connectTimeoutSeconds: 2, totalTimeoutSeconds: 5))
+        let reporter = RunReporter(api: api, finalAPI: finalAPI, registration: registration(), onCancel: { stopper.stop() })
         reporter.start()
         let outcome = pass(child, to: reporter)
         stopper.reaped()

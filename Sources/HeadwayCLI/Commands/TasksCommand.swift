@@ -47,7 +47,7 @@ public struct TasksCommand: ParsableCommand {
         if context.options.json {
             for task in page.tasks { context.print(task.canonicalText) }
             // Not on stdout, where every line is a task.
-            if let more { FileHandle.standardError.write(Data(("headway: " + more + "\n").utf8)) }
+            if let more { StandardStreams.error("headway: " + more + "\n") }
             return
         }
         let environment = ProcessInfo.processInfo.environment

@@ -160,7 +160,7 @@ final class WatchSession: @unchecked Sendable {
                 let changed = state.apply(event)
                 if reconnecting {
                     reconnecting = false
-                    if mode == .plain { FileHandle.standardError.write(Data("headway: reconnected\n".utf8)) }
+                    if mode == .plain { StandardStreams.error("headway: reconnected\n") }
                 }
                 switch mode {
                 case .json:
@@ -197,7 +197,7 @@ final class WatchSession: @unchecked Sendable {
             reconnecting = true
             switch mode {
             case .terminal: dirty = true
-            case .plain, .json: FileHandle.standardError.write(Data("headway: reconnecting…\n".utf8))
+            case .plain, .json: StandardStreams.error("headway: reconnecting…\n")
             }
         }
     }
@@ -257,7 +257,7 @@ final class WatchSession: @unchecked Sendable {
     }
 
     private func write(_ text: String) {
-        FileHandle.standardOutput.write(Data(text.utf8))
+        StandardStreams.output(text)
     }
 
     private func locked<T>(_ body: () -> T) -> T {

@@ -14,6 +14,9 @@ final class RunReporter: @unchecked Sendable {
     static let maximumBackoff: TimeInterval = 30
 
     private let api: TaskAPI
+    /// The API with shorter timeouts for the last reports, sent after the command ended:
+    /// a slow server delays the exit by seconds, not by minutes.
+    private let finalAPI: TaskAPI
     private let registration: [String: JSONValue]
     private let onCancel: @Sendable () -> Void
     private let condition = NSCondition()
@@ -33,8 +36,9 @@ final class RunReporter: @unchecked Sendable {
     private var disabled = false
     private var cancelSeen = false
 
-    init(api: TaskAPI, registration: [String: JSONValue], onCancel: @escaping @Sendable () -> Void) {
+    init(api: TaskAPI, finalAPI: TaskAPI, registration: [String: JSONValue], onCancel: @escaping @Sendable () -> Void) {
         self.api = api
+        self.finalAPI = finalAPI
         self.registration = registration
         self.onCancel = onCancel
     }
@@ -62,7 +66,8 @@ final class RunReporter: @unchecked Sendable {
     }
 
     /// Stops the thread, sends what it had not yet sent, then finishes the task with
-    /// `outcome` and `message`. Returns without a report when the server stays away.
+    /// `outcome` and `message`, through `finalAPI`. Returns without a report when the
+    /// server stays away (one failed try ends it) or refused an earlier one.
     func finish(outcome: String, message: String?) {
         condition.lock()
         stopping = true
@@ -70,16 +75,16 @@ final class RunReporter: @unchecked Sendable {
         condition.unlock()
         finished.wait()
         guard !disabled else { return }
-        if taskID == nil { register() }
+        if taskID == nil { guard register(through: finalAPI) else { return } }
         guard let taskID else { return }
         condition.lock()
         let unsent = !readingSent || hasNews
         condition.unlock()
-        if unsent { report() }
+        if unsent { guard report(through: finalAPI) else { return } }
         var body: [String: JSONValue] = ["outcome": .string(outcome)]
         if let message { body["message"] = .string(message) }
         do {
-            _ = try api.post(TaskAPI.taskPath(taskID, "finish"), body)
+            _ = try finalAPI.post(TaskAPI.taskPath(taskID, "finish"), body)
         } catch {
             warn("cannot finish task \(taskID): \(error.message)")
         }
@@ -88,7 +93,8 @@ final class RunReporter: @unchecked Sendable {
     private func loop() {
         while true {
             condition.lock()
-            while !stopping {
+            // A refused report disables reporting: the thread ends (no wait for ever).
+            while !stopping && !disabled {
                 let due = nextReport()
                 if due <= Date() { break }
                 _ = condition.wait(until: due)
@@ -102,36 +108,45 @@ final class RunReporter: @unchecked Sendable {
 
     /// When the next report or retry is due (called with the lock held).
     private func nextReport() -> Date {
-        if disabled { return .distantFuture }
         if taskID == nil || unreachableSince != nil { return lastReport.addingTimeInterval(backoff) }
         return lastReport.addingTimeInterval(hasNews ? Self.minimumSpacing : Self.heartbeatInterval)
     }
 
-    /// Registers the task with the latest label.
-    private func register() {
+    /// Registers the task with the latest label; whether the server took it.
+    @discardableResult
+    private func register(through api: TaskAPI? = nil) -> Bool {
+        let api = api ?? self.api
         condition.lock()
         var body = registration
         if let label { body["label"] = .string(label) }
         hasNews = false
         condition.unlock()
         lastReport = Date()
-        do {
+        do throws(CLIError) {
             let reply = try api.post("/v1/tasks", body)
-            taskID = reply.string("id")
+            guard let id = reply.string("id") else {
+                throw .unexpectedReply("the server's reply to the registration holds no task id")
+            }
+            taskID = id
             reachable()
             if reply.cancelRequested { cancel() }
             condition.lock()
             let unsent = !readingSent
             condition.unlock()
-            if unsent { report() }
+            if unsent { return report(through: api) }
+            return true
         } catch {
             failed(error)
+            return false
         }
     }
 
-    /// Sends progress when there is an unsent reading, else a heartbeat; both with the label.
-    private func report() {
-        guard let taskID else { return }
+    /// Sends progress when there is an unsent reading, else a heartbeat; both with the
+    /// label. Whether the server took it.
+    @discardableResult
+    private func report(through api: TaskAPI? = nil) -> Bool {
+        let api = api ?? self.api
+        guard let taskID else { return false }
         condition.lock()
         var body: [String: JSONValue] = [:]
         if let label { body["label"] = .string(label) }
@@ -148,6 +163,7 @@ final class RunReporter: @unchecked Sendable {
             let reply = try api.post(TaskAPI.taskPath(taskID, pending == nil ? "heartbeat" : "progress"), body)
             reachable()
             if reply.cancelRequested { cancel() }
+            return true
         } catch {
             if pending != nil {
                 condition.lock()
@@ -155,6 +171,7 @@ final class RunReporter: @unchecked Sendable {
                 condition.unlock()
             }
             failed(error)
+            return false
         }
     }
 
@@ -187,6 +204,6 @@ final class RunReporter: @unchecked Sendable {
     }
 
     private func warn(_ text: String) {
-        FileHandle.standardError.write(Data("headway: \(text)\n".utf8))
+        StandardStreams.error("headway: \(text)\n")
     }
 }
