@@ -30,10 +30,11 @@ public struct TaskAPI: Sendable {
         try send(HTTPRequest(method: "GET", path: path))
     }
 
-    /// The path of a task (`/v1/tasks/ID`), its id escaped for a URL path.
+    /// The path of a task (`/v1/tasks/ID`), its id escaped for a URL path; dots too, so
+    /// that the ids `.` and `..` stay ids and are not read as "this" or "up" segments.
     public static func taskPath(_ id: String, _ action: String? = nil) -> String {
         var allowed = CharacterSet.urlPathAllowed
-        allowed.remove(charactersIn: "/;?#%")
+        allowed.remove(charactersIn: "/;?#%.")
         let escaped = id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
         return "/v1/tasks/" + escaped + (action.map { "/" + $0 } ?? "")
     }
@@ -43,7 +44,8 @@ public struct TaskAPI: Sendable {
         do {
             response = try client.send(request)
         } catch {
-            throw .unreachable(server: client.baseURL, reason: error.message)
+            if error.replyRefused { throw .unexpectedReply(error.message) }
+            throw .unreachable(server: client.displayURL, reason: error.message)
         }
         let text = String(decoding: response.body, as: UTF8.self)
         let json = JSONValue.parse(response.body)

@@ -69,26 +69,43 @@ extension TaskAPI {
         var total = Int64(tasks.count)
         switch list["total_size"] {
         case .integer(let value)?: total = value
-        case .number(let value)? where value.isFinite: total = Int64(value)
+        case .number(let value)? where value.isFinite && abs(value) < 9e18: total = Int64(value)
         default: break
         }
-        return TaskPage(tasks: tasks, nextPageToken: token, totalSize: total)
+        return TaskPage(tasks: tasks, nextPageToken: token, totalSize: max(0, total))
     }
 
-    /// Every page of `query`, following `next_page_token` until it is null. Stops with an
-    /// error if the server hands out a token it gave before (a loop would never end).
-    public func listAll(_ query: TaskListQuery) throws(CLIError) -> TaskPage {
+    /// Every page of `query`, one at a time, following `next_page_token` until it is null.
+    /// Stops with an error when the server hands out a token it gave before, or lists more
+    /// tasks than the most it said match plus a page (either would never end).
+    public func forEachPage(_ query: TaskListQuery, _ body: (TaskPage) throws(CLIError) -> Void) throws(CLIError) {
         var query = query
         var page = try listPage(query)
         var seen: Set<String> = []
+        var listed = Int64(page.tasks.count), most = page.totalSize
+        try body(page)
         while let token = page.nextPageToken {
             guard seen.insert(token).inserted else {
-                throw .unexpectedReply("the server repeated the page token '\(token)'")
+                throw .unexpectedReply("the server repeated the page token '\(DisplayWidth.sanitize(token))'")
             }
             query.pageToken = token
-            let next = try listPage(query)
-            page = TaskPage(tasks: page.tasks + next.tasks, nextPageToken: next.nextPageToken, totalSize: next.totalSize)
+            page = try listPage(query)
+            listed += Int64(page.tasks.count)
+            most = max(most, page.totalSize)
+            guard listed <= most + Int64(page.tasks.count) else {
+                throw .unexpectedReply("the server listed \(listed) tasks but said at most \(most) match")
+            }
+            try body(page)
         }
-        return page
+    }
+
+    /// Every page of `query` joined into one.
+    public func listAll(_ query: TaskListQuery) throws(CLIError) -> TaskPage {
+        var joined = TaskPage(tasks: [], nextPageToken: nil, totalSize: 0)
+        try forEachPage(query) { page throws(CLIError) in
+            joined.tasks += page.tasks
+            joined.totalSize = page.totalSize
+        }
+        return joined
     }
 }

@@ -46,10 +46,11 @@ import Testing
         var recognizer = ProgressRecognizer(pattern: both)
         #expect(recognizer.read("row 7 of 20") == reading(7, 20))
         #expect(recognizer.read("7/10 is ignored with a pattern") == nil)
-        // Without a total group, the total of the last reading stays; none before one.
-        let completedOnly = try ProgressRecognizer.compile(#"done: (?<completed>\d+)"#)
-        var partial = ProgressRecognizer(pattern: completedOnly)
-        #expect(partial.read("done: 4") == nil, "no total known yet")
+        // Without a total group, the completed group is a percent.
+        let percentOnly = try ProgressRecognizer.compile(#"done: (?<completed>\d+)"#)
+        var percent = ProgressRecognizer(pattern: percentOnly)
+        #expect(percent.read("done: 4") == reading(4, 100))
+        #expect(percent.read("done: 140") == nil, "more than 100 percent")
     }
 
     @Test func badPatternsAreUsageErrors() {

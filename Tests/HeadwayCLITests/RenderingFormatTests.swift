@@ -97,6 +97,7 @@ import Testing
         #expect(DisplayWidth.sanitize("\u{1B}[1;31mred\u{1B}[0m text") == "red text")
         #expect(DisplayWidth.sanitize("a\tb\r\nc") == "a b  c")
         #expect(DisplayWidth.sanitize("\u{1B}]0;title\u{07}x\u{1B}") == "x")
+        #expect(DisplayWidth.sanitize("invoice\u{202E}fdp.exe\u{2066}x\u{2069}") == "invoicefdp.exex", "bidi controls go")
         let task = RenderingFixtures.task(#""id":"t","name":"two\nlines","label":"\u001b[32m50%\u001b[0m done","state":"running""#)
         #expect(task.name == "two lines" && task.label == "50% done")
     }
@@ -124,6 +125,8 @@ import Testing
         #expect(Sparkline.render([0, 0.25, 0.5, 0.75, 1], maxWidth: 10, range: 0...1) == "▁▃▅▆█")
         #expect(Sparkline.render([1, 2, 3, 5, 8], maxWidth: 3) == "▁▄█")
         #expect(Sparkline.render([4, 4], maxWidth: 5) == "▁▁")
+        #expect(Sparkline.render([-1e308, 0, 1e308], maxWidth: 5) == "▁▅█", "extremes whose difference overflows")
+        #expect(Sparkline.render([-.greatestFiniteMagnitude, .greatestFiniteMagnitude], maxWidth: 5) == "▁█")
         #expect(Sparkline.render([], maxWidth: 5) == "")
         let history = JSONValue.parse(Array(#"{"task_id":"t","points":[{"t":"2026-11-30T12:00:00.000Z","completed":1,"total":4,"fraction":0.25},{"t":"2026-11-30T12:00:01.000Z","completed":4,"total":4,"fraction":1}]}"#.utf8))!
         #expect(Sparkline.render(history: history, maxWidth: 20) == "▃█")

@@ -21,11 +21,14 @@ public struct HistoryCommand: ParsableCommand {
         var path = TaskAPI.taskPath(values[Self.id], "history")
         if let points = values[Self.maxPoints] { path += "?max_points=\(points)" }
         let reply = try context.api.get(path)
+        guard case .object(let history)? = reply.json, case .array? = history["points"] else {
+            throw CLIError.unexpectedReply("the server's history is not a History object")
+        }
         if context.options.json {
             context.print(reply.text)
             return
         }
-        let lines = reply.json.map(TaskDetails.historyLines) ?? []
+        let lines = TaskDetails.historyLines(.object(history))
         if lines.isEmpty { context.print("no points") }
         for line in lines { context.print(line) }
     }

@@ -14,10 +14,12 @@ public struct RunCommand: ParsableCommand {
         discussion: """
         Output passes through untouched; its latest line is the task's label. Progress is
         read from lines showing N/M or NN% (or --progress-pattern, with the named groups
-        completed and total). SIGINT and SIGTERM go to the command. When the task is
-        canceled, the command gets SIGTERM, then SIGKILL after --kill-after seconds. Exits
-        with the command's status (128+n when signal n killed it). An unreachable server
-        is a warning, retried: the command runs anyway.
+        completed and total; without total, completed is a percent). SIGINT and SIGTERM
+        go to the command. When the task is canceled, the command gets SIGTERM, then
+        SIGKILL after --kill-after seconds (the command itself: one that starts jobs in
+        the background passes the signal on). Exits with the command's status (128+n when
+        signal n killed it; 127 when it is not found, 126 when it cannot run). An
+        unreachable server is a warning, retried: the command runs anyway.
         """,
         usage: "[--name <name>] [--id <id>] [--parent <id>] [--progress-pattern <regex>] [--kill-after <seconds>] -- <command> [<argument>...]")
     static let command = Argument<String>("command", help: "The command to run, after --, then its arguments")
@@ -25,7 +27,7 @@ public struct RunCommand: ParsableCommand {
     static let id = Option<String>("id", valueName: "id", help: "The task's id (default: chosen by the server)")
     static let parent = Option<String>("parent", valueName: "id", help: "Register it as a child of this task")
     static let progressPattern = Option<String>("progress-pattern", valueName: "regex",
-                                                help: "Reads progress with the named groups completed and total")
+                                                help: "Reads progress with the named groups completed and total (or a percent)")
     static let killAfter = Option<Double>("kill-after", valueName: "seconds",
                                           help: "After a cancel, SIGKILL this long after SIGTERM (default 10)")
     public static let arguments = [command.definition, name.definition, id.definition, parent.definition,
@@ -46,7 +48,15 @@ public struct RunCommand: ParsableCommand {
     public func run(_ context: CommandContext) throws {
         let api = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,
                                              connectTimeoutSeconds: 3, totalTimeoutSeconds: 10))
-        let child = try ChildProcess(arguments: commandLine)
+        let child: ChildProcess
+        do {
+            child = try ChildProcess(arguments: commandLine)
+        } catch {
+            switch error {
+            case .commandExit(let status): throw CommandExit(status: status)
+            case .unavailable(let reason): throw CLIError.unexpectedReply(reason)
+            }
+        }
         child.forwardSignals()
         let stopper = ChildStopper(child: child, killAfter: values[Self.killAfter] ?? 10)
         let finalAPI = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,

@@ -32,6 +32,9 @@ public struct StartCommand: ParsableCommand {
         if let weight = values[Self.weight] { body["weight"] = .number(weight) }
         if let timeout = values[Self.stallTimeout] { body["stall_timeout_seconds"] = .number(timeout) }
         let reply = try context.api.post("/v1/tasks", body)
-        context.print(context.options.json ? reply.text : reply.string("id") ?? "")
+        guard let id = reply.string("id") else {
+            throw CLIError.unexpectedReply("the server's reply to the registration holds no task id")
+        }
+        context.print(context.options.json ? reply.text : DisplayWidth.sanitize(id))
     }
 }

@@ -41,6 +41,13 @@ public struct TasksCommand: ParsableCommand {
     }
 
     public func run(_ context: CommandContext) throws {
+        if context.options.json && values[Self.all] {
+            // Printed page by page: memory stays that of one page however many there are.
+            try context.api.forEachPage(query) { page throws(CLIError) in
+                for task in page.tasks { context.print(task.canonicalText) }
+            }
+            return
+        }
         let page = values[Self.all] ? try context.api.listAll(query) : try context.api.listPage(query)
         let more = page.nextPageToken == nil ? nil
             : "\(Formatting.count(page.remaining)) more task\(page.remaining == 1 ? "" : "s"); --all lists them"
@@ -60,6 +67,8 @@ public struct TasksCommand: ParsableCommand {
                                      color: Style.useColor(isTTY: isatty(STDOUT_FILENO) == 1, environment: environment))
             for line in lines { context.print(line) }
         }
-        if let more { context.print(more) }
+        if let more {
+            context.print(DisplayWidth.truncate(more, to: TerminalSize.columns(environment: environment)))
+        }
     }
 }

@@ -40,7 +40,7 @@ public struct WatchCommand: ParsableCommand {
         let ids = values[Self.ids]
         var query: [String] = ids.map { "task=" + Self.escape($0) }
         if let parent = values[Self.parent] { query.append("parent_id=" + Self.escape(parent)) }
-        if let seconds = values[Self.minDuration] { query.append("min_duration=\(seconds)") }
+        if let seconds = values[Self.minDuration] { query.append("min_duration=" + String(format: "%.3f", seconds)) }
         let untilDone = values[Self.untilDone]
         // The snapshot holds only tasks finished in the last minute: a named task that
         // finished earlier is read now, and one that does not exist is an error now
@@ -129,14 +129,20 @@ final class WatchSession: @unchecked Sendable {
             if !lastID.isEmpty { request.headers.append("Last-Event-ID: \(lastID)") }
             switch Result(catching: { () throws(TransportError) in try client.send(request, receiver: receiver) }) {
             case .success(let (status, contentType)):
-                if !(200..<300).contains(status) {
+                // Once watching, a server that is busy or restarting (503, 502, 504, 429)
+                // is waited for, as a dropped connection is.
+                let transient = [429, 502, 503, 504].contains(status) && connectedOnce
+                if !(200..<300).contains(status) && !transient {
                     throw TaskAPI.refusal(status: status, contentType: contentType, json: JSONValue.parse(receiver.raw))
                 }
             case .failure(let error):
+                if locked({ parser.overflowed }) {
+                    throw .unexpectedReply("an event of the stream is larger than \(parser.maximumEventBytes >> 20) MiB")
+                }
                 if let deleted = deletedAwaited() { throw .watchedTaskDeleted(taskID: deleted) }
                 if let status = finishedStatus() { return status }
                 if !connectedOnce && !receiver.receivedEvents {
-                    throw .unreachable(server: client.baseURL, reason: error.message)
+                    throw .unreachable(server: client.displayURL, reason: error.message)
                 }
             }
             if let deleted = deletedAwaited() { throw .watchedTaskDeleted(taskID: deleted) }
@@ -164,8 +170,11 @@ final class WatchSession: @unchecked Sendable {
                 }
                 switch mode {
                 case .json:
-                    let id = event.lastEventID.isEmpty ? "" : "\"id\":\(JSONValue.string(event.lastEventID).canonicalText),"
-                    write("{\(id)\"event\":\(JSONValue.string(event.name).canonicalText),\"data\":\(event.data)}\n")
+                    // Re-encoded from the parsed data: one line of JSON whatever the server sent.
+                    guard let data = JSONValue.parse(Array(event.data.utf8)) else { continue }
+                    var line: [String: JSONValue] = ["event": .string(event.name), "data": data]
+                    if !event.lastEventID.isEmpty { line["id"] = .string(event.lastEventID) }
+                    write(JSONValue.object(line).canonicalText + "\n")
                 case .plain:
                     let now = Self.now()
                     for task in changed {
@@ -177,7 +186,7 @@ final class WatchSession: @unchecked Sendable {
                 }
             }
             let done = untilDone && (state.finishedStatus != nil || !state.deletedAwaited.isEmpty)
-            return (!events.isEmpty, !done)
+            return (!events.isEmpty, !done && !parser.overflowed)
         }
     }
 

@@ -26,9 +26,11 @@ public struct HTTPResponse: Sendable {
     public var body: [UInt8]
 }
 
-/// Why no reply came: the server could not be reached or the exchange failed midway.
+/// Why no reply came: the server could not be reached or the exchange failed midway, or
+/// (`replyRefused`) the reply itself was refused: larger than the client takes.
 public struct TransportError: Error, Equatable {
     public let message: String
+    public var replyRefused = false
 }
 
 /// A small HTTP/1.1 client on libcurl: one easy handle per request, connect, total and
@@ -53,13 +55,31 @@ public struct HTTPClient: Sendable {
         self.idleTimeoutSeconds = idleTimeoutSeconds
     }
 
+    /// The server's URL as messages show it: without a `user:password@` part.
+    public var displayURL: String {
+        guard var components = URLComponents(string: baseURL), components.user != nil || components.password != nil else {
+            return baseURL
+        }
+        components.user = nil
+        components.password = nil
+        return components.string ?? baseURL
+    }
+
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
+
+    /// The largest whole reply `send` keeps (a page of the largest tasks fits many times).
+    public static let maximumReplyBytes = 256 << 20
 
     /// Sends `request` and returns the whole reply.
     public func send(_ request: HTTPRequest) throws(TransportError) -> HTTPResponse {
-        let collector = BodyCollector()
-        let (status, contentType) = try send(request, receiver: collector)
-        return HTTPResponse(status: status, contentType: contentType, body: collector.bytes)
+        let collector = BodyCollector(limit: Self.maximumReplyBytes)
+        do {
+            let (status, contentType) = try send(request, receiver: collector)
+            return HTTPResponse(status: status, contentType: contentType, body: collector.bytes)
+        } catch where collector.overflowed {
+            throw TransportError(message: "the server's reply is larger than \(Self.maximumReplyBytes >> 20) MiB",
+                                 replyRefused: true)
+        }
     }
 
     /// Sends `request`, handing each chunk of the body to `receiver` as it arrives; returns
@@ -76,6 +96,7 @@ public struct HTTPClient: Sendable {
 
         headway_curl_set_string(handle, CURLOPT_URL, baseURL + request.path)
         headway_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)
+        headway_curl_set_long(handle, CURLOPT_PATH_AS_IS, 1)   // the path is ours, escaped as meant
         headway_curl_set_long(handle, CURLOPT_CONNECTTIMEOUT, connectTimeoutSeconds)
         headway_curl_set_long(handle, CURLOPT_TIMEOUT, totalTimeoutSeconds)
         headway_curl_set_string(handle, CURLOPT_USERAGENT, "headway/\(HeadwayCLIVersion.current)")
@@ -131,10 +152,20 @@ open class BodyReceiver: @unchecked Sendable {
     open func receive(_ chunk: UnsafeRawBufferPointer) -> Bool { true }
 }
 
-/// Keeps the whole body. Used by one request on one thread only.
+/// Keeps the whole body, up to `limit` bytes (past it the transfer stops). Used by one
+/// request on one thread only.
 final class BodyCollector: BodyReceiver, @unchecked Sendable {
+    let limit: Int
     private(set) var bytes: [UInt8] = []
+    private(set) var overflowed = false
+
+    init(limit: Int) { self.limit = limit }
+
     override func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
+        guard bytes.count + chunk.count <= limit else {
+            overflowed = true
+            return false
+        }
         bytes.append(contentsOf: chunk)
         return true
     }

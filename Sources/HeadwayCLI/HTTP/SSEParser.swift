@@ -39,12 +39,28 @@ public struct SSEParser: Sendable {
     private var data = ""
     private var hasData = false
 
-    public init() {}
+    /// The most bytes one event (its lines together) may hold; past it the parser stops.
+    public let maximumEventBytes: Int
+    /// Whether an event grew past `maximumEventBytes`: nothing more is parsed.
+    public private(set) var overflowed = false
+    private var eventBytes = 0
+
+    /// A parser; `maximumEventBytes` bounds the memory a stream that never ends a line or
+    /// an event can take (a snapshot of many tasks is one large event).
+    public init(maximumEventBytes: Int = 256 << 20) { self.maximumEventBytes = maximumEventBytes }
 
     /// Parses the next chunk of the stream and returns the events it completed.
     public mutating func feed(_ bytes: some Sequence<UInt8>) -> [Event] {
         var events: [Event] = []
+        guard !overflowed else { return events }
         for byte in bytes {
+            eventBytes += 1
+            if eventBytes > maximumEventBytes {
+                overflowed = true
+                line = []
+                data = ""
+                return events
+            }
             if afterCR {
                 afterCR = false
                 if byte == 0x0A { continue }
@@ -108,6 +124,7 @@ public struct SSEParser: Sendable {
     /// Ends the event being built: an event when it had data, else nothing.
     private mutating func dispatch() -> Event? {
         defer {
+            eventBytes = 0
             eventName = ""
             data = ""
             hasData = false

@@ -134,10 +134,20 @@ public struct CommandLineParser {
             throw UsageError(error.message, commandPath: commandPath)
         }
         let options = GlobalOptions(values, environment: environment)
-        guard options.serverURL.hasPrefix("http://") || options.serverURL.hasPrefix("https://") else {
+        guard options.serverURL.hasPrefix("http://") || options.serverURL.hasPrefix("https://"),
+              options.serverURL.count > "https://".count || !options.serverURL.hasSuffix("//"),
+              !options.serverURL.unicodeScalars.contains(where: Self.isControlOrBlank) else {
             throw UsageError("--server must be an http:// or https:// URL, not '\(options.serverURL)'", commandPath: commandPath)
         }
+        // A token goes into a header line: a line break would add headers of its own.
+        if let token = options.token, token.unicodeScalars.contains(where: Self.isControlOrBlank) {
+            throw UsageError("--token (or HEADWAY_TOKEN) must not hold blanks or control characters", commandPath: commandPath)
+        }
         return .run(parsed, options)
+    }
+
+    static func isControlOrBlank(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value <= 0x20 || (0x7F..<0xA0).contains(scalar.value)
     }
 
     /// The full names of the commands among `commands` and below them that take the

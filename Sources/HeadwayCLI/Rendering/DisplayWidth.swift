@@ -40,10 +40,13 @@ public enum DisplayWidth {
 
     /// `text` safe to print in one line: escape sequences (ESC and what it starts: CSI and
     /// OSC sequences, or one character) removed, tabs, line breaks and other control
-    /// characters turned into spaces. A label from a command's output may carry colors or
-    /// a carriage return; neither must reach the terminal or break the layout.
+    /// characters turned into spaces, and the bidirectional controls (which could make a
+    /// line read in another order than it holds) removed. A label from a command's output
+    /// may carry colors or a carriage return; none of it must reach the terminal or break
+    /// the layout.
     public static func sanitize(_ text: String) -> String {
-        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F..<0xA0).contains($0.value) }) else { return text }
+        guard text.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F..<0xA0).contains($0.value) || isBidiControl($0) })
+        else { return text }
         var out = String.UnicodeScalarView()
         var scalars = text.unicodeScalars.makeIterator()
         while let scalar = scalars.next() {
@@ -58,11 +61,20 @@ public enum DisplayWidth {
                 }
             case 0..<0x20, 0x7F..<0xA0:
                 out.append(" ")
+            case _ where isBidiControl(scalar):
+                break
             default:
                 out.append(scalar)
             }
         }
         return String(out)
+    }
+
+    /// The explicit bidirectional formatting characters (embeddings, overrides, isolates
+    /// and marks).
+    static func isBidiControl(_ scalar: Unicode.Scalar) -> Bool {
+        let v = scalar.value
+        return (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v) || v == 0x200E || v == 0x200F || v == 0x061C
     }
 
     static func isZeroWidth(_ scalar: Unicode.Scalar) -> Bool {

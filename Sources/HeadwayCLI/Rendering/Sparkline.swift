@@ -10,11 +10,13 @@ public enum Sparkline {
     public static func render(_ values: [Double], maxWidth: Int, range: ClosedRange<Double>? = nil) -> String {
         let shown = values.filter(\.isFinite).suffix(max(0, maxWidth))
         guard let low = range?.lowerBound ?? shown.min(), let high = range?.upperBound ?? shown.max() else { return "" }
-        let span = high - low
+        // Halved, the difference of two finite doubles is finite.
+        let span = high / 2 - low / 2
         return String(shown.map { value -> Character in
             guard span > 0 else { return levels[0] }
-            let position = (min(high, max(low, value)) - low) / span
-            return levels[min(levels.count - 1, Int((position * Double(levels.count - 1)).rounded()))]
+            let position = (min(high, max(low, value)) / 2 - low / 2) / span
+            guard position.isFinite else { return levels[0] }
+            return levels[min(levels.count - 1, max(0, Int((position * Double(levels.count - 1)).rounded())))]
         })
     }
 

@@ -52,6 +52,13 @@ private func forwardSignal(_ signal: Int32, _ info: UnsafeMutablePointer<siginfo
     if forwardingTarget > 0 && sentByAProcess { kill(forwardingTarget, signal) }
 }
 
+/// Why a command could not start: the status to exit with (printed already), or a
+/// resource this process lacks.
+enum ChildProcessError: Error {
+    case commandExit(Int32)
+    case unavailable(String)
+}
+
 /// A command started with posix_spawn: stdin inherited, stdout and stderr through pipes
 /// that this process reads. posix_spawn rather than Foundation.Process: Process reads
 /// pipes on its own threads through FileHandle and installs its own SIGCHLD handling,
@@ -64,10 +71,10 @@ final class ChildProcess {
     let errorFD: Int32
 
     /// Starts `arguments` (the first is looked up in PATH) or throws the reason it cannot.
-    init(arguments: [String]) throws(CLIError) {
+    init(arguments: [String]) throws(ChildProcessError) {
         var outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0]
         guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
-            throw .unexpectedReply("cannot make pipes: \(String(cString: strerror(errno)))")
+            throw .unavailable("cannot make pipes: \(String(cString: strerror(errno)))")
         }
         // Not inherited by the child (dup2 gives it its own 1 and 2) nor by its children.
         for fd in outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
@@ -98,7 +105,9 @@ final class ChildProcess {
         guard status == 0 else {
             close(outPipe[0])
             close(errPipe[0])
-            throw .unexpectedReply("cannot run '\(arguments[0])': \(String(cString: strerror(status)))")
+            // As a shell says it: 127 when the command is not found, 126 when it cannot run.
+            StandardStreams.error("headway: cannot run '\(DisplayWidth.sanitize(arguments[0]))': \(String(cString: strerror(status)))\n")
+            throw .commandExit(status == ENOENT ? 127 : 126)
         }
         pid = child
         outputFD = outPipe[0]

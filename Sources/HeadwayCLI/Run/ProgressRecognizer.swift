@@ -7,7 +7,8 @@ public struct ProgressReading: Equatable, Sendable {
 }
 
 /// Reads progress from output lines: a `--progress-pattern` with the named groups
-/// `completed` and (optionally) `total`, or else the built-in forms `N/M` and `NN%`.
+/// `completed` and (optionally) `total` — without it `completed` is a percent — or else
+/// the built-in forms `N/M` and `NN%`.
 /// Only forward progress comes out: a reading that would move back is dropped.
 public struct ProgressRecognizer {
     let pattern: NSRegularExpression?
@@ -60,7 +61,8 @@ public struct ProgressRecognizer {
         if let pattern {
             guard let match = pattern.matches(in: line, range: range).last else { return nil }
             let completed = integer(match, match.range(withName: "completed"))
-            let total = declares(group: "total", in: pattern) ? integer(match, match.range(withName: "total")) : last?.total
+            // Without a `total` group the `completed` group reads a percent.
+            let total = declares(group: "total", in: pattern) ? integer(match, match.range(withName: "total")) : 100
             return valid(completed, total)
         }
         if let match = Self.fraction.matches(in: line, range: range).last,
