@@ -60,8 +60,12 @@ public struct TaskPage: Sendable {
 extension TaskAPI {
     /// One page of `query`.
     public func listPage(_ query: TaskListQuery) throws(CLIError) -> TaskPage {
-        let reply = try get(query.path)
-        guard case .object(let list)? = reply.json, case .array(let tasks)? = list["tasks"] else {
+        try Self.page(from: try get(query.path).json)
+    }
+
+    /// The page a `TaskList` object holds; a total that is no count becomes the page's size.
+    static func page(from json: JSONValue?) throws(CLIError) -> TaskPage {
+        guard case .object(let list)? = json, case .array(let tasks)? = list["tasks"] else {
             throw .unexpectedReply("the server's task list is not a TaskList object")
         }
         var token: String? = nil

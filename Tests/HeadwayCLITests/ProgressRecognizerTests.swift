@@ -69,6 +69,17 @@ import Testing
         #expect(splitter.finish() == nil)
         let long = String(repeating: "x", count: LineSplitter.maximumLineBytes + 100)
         #expect(feed(long + "\n") == [String(repeating: "x", count: LineSplitter.maximumLineBytes)])
+        #expect(feed("ab") == [] && feed("c\nd") == ["abc"], "a line over two chunks")
+    }
+
+    /// A chunk of many lines hands out only its last ones (what came before them is
+    /// dropped with the lines it began).
+    @Test func aLongChunkGivesItsLastLines() {
+        var splitter = LineSplitter()
+        let text = "head" + (1...1000).map { "line \($0)\n" }.joined() + "rest"
+        let lines = Array(text.utf8).withUnsafeBytes { splitter.lines(in: $0) }
+        #expect(lines == (937...1000).map { "line \($0)" })
+        #expect(splitter.finish() == "rest")
     }
 
     @Test func labelsAreSanitizedTrimmedAndBounded() {

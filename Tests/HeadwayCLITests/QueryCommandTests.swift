@@ -170,5 +170,13 @@ import Testing
             #expect(missing.errors.hasSuffix(" (not_found)\n"), "\(command): \(missing.errors)")
             #expect(missing.output == "")
         }
+
+        // The ids "." and ".." are ids, not path segments that a URL would fold away.
+        for id in [".", ".."] {
+            #expect(try ok("start", "Dots", "--id", id, server: server) == id + "\n")
+            #expect(try ok("show", id, server: server).hasPrefix("id:"))
+            #expect(try ok("progress", id, "--completed", "1", "--total", "2", server: server) == "")
+            #expect(try ok("delete", id, "--yes", server: server) == "deleted \(id)\n")
+        }
     }
 }

@@ -31,6 +31,19 @@ import Testing
         ])
     }
 
+    /// Rate, fraction and ETA read as people read them; a newer field's name is made safe.
+    @Test func rateFractionAndETAAreReadable() {
+        let task = JSONValue.object([
+            "id": .string("p"), "name": .string("Photos"), "state": .string("running"), "completed": .integer(250),
+            "total": .integer(1000), "unit": .string("images"), "fraction": .number(0.25),
+            "rate": .number(189.53752843062927), "eta_seconds": .number(4), "x\u{1B}]0;pwn\u{07}y": .integer(1),
+        ])
+        #expect(TaskDetails.fieldLines(task) == [
+            "id:          p", "name:        Photos", "state:       running", "completed:   250", "total:       1000",
+            "unit:        images", "fraction:    25.0%", "rate:        190 images/s", "eta_seconds: ~4 s", "xy:          1",
+        ])
+    }
+
     @Test func historyPointsAreAlignedLines() {
         let history = JSONValue.object(["task_id": .string("h"), "points": .array([
             .object(["t": .string("2026-11-30T20:00:00.000Z"), "completed": .integer(0), "total": .integer(1200),

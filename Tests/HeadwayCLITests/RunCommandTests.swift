@@ -118,6 +118,15 @@ func collect(_ started: StartedProcess) -> RawResult {
         #expect(result.errorText.contains("headway: cannot reach http://127.0.0.1:1"), "\(result.errorText)")
     }
 
+    /// A command that cannot start exits as a shell would: 127 not found, 126 not runnable.
+    @Test func aCommandThatCannotStart() throws {
+        let missing = collect(try startHeadway(["--server", "http://127.0.0.1:1", "run", "--", "no-such-command-here"]))
+        #expect(missing.status == 127)
+        #expect(missing.errorText == "headway: cannot run 'no-such-command-here': No such file or directory\n")
+        let notRunnable = collect(try startHeadway(["--server", "http://127.0.0.1:1", "run", "--", "/etc/passwd"]))
+        #expect(notRunnable.status == 126, "\(notRunnable.errorText)")
+    }
+
     /// A report the server refuses (here the registration: no such parent) stops the
     /// reports, not the command: its output and exit status pass through.
     @Test func aRefusedReportOnlyWarns() throws {

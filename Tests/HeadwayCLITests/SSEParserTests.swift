@@ -1,4 +1,5 @@
-import HeadwayCLI
+@testable import HeadwayCLI
+import HeadwayCore
 import Testing
 
 /// The SSE parser: fields, multi-line data, comments, retry, line endings, partial chunks.
@@ -64,5 +65,34 @@ import Testing
         var parser = SSEParser()
         #expect(stream.flatMap { parser.feed([$0]) } == expected)
         #expect(parse(["data: a\r", "\n", "\r\n"]).events.map(\.data) == ["a"], "CR then LF across chunks is one break")
+    }
+}
+
+/// Bounds on what a server can make the command hold.
+@Suite struct ReplyBoundsTests {
+    @Test func anEventPastTheLimitStopsTheParser() {
+        var parser = SSEParser(maximumEventBytes: 100)
+        #expect(parser.feed(Array("data: small\n\n".utf8)).map(\.data) == ["small"])
+        #expect(parser.feed([UInt8](repeating: UInt8(ascii: "x"), count: 150)).isEmpty)
+        #expect(parser.overflowed)
+        #expect(parser.feed(Array("\n\ndata: later\n\n".utf8)).isEmpty, "nothing more is parsed")
+    }
+
+    @Test func aReplyPastTheLimitIsRefused() {
+        let collector = BodyCollector(limit: 10)
+        #expect([UInt8](repeating: 1, count: 6).withUnsafeBytes { collector.receive($0) })
+        #expect(![UInt8](repeating: 1, count: 6).withUnsafeBytes { collector.receive($0) })
+        #expect(collector.overflowed && collector.bytes.count == 6)
+    }
+
+    @Test func totalsThatAreNoCountsDoNotCrash() throws {
+        func total(_ value: JSONValue) throws -> (Int64, Int64) {
+            let page = try TaskAPI.page(from: .object(["tasks": .array([.object(["id": .string("a")])]), "total_size": value]))
+            return (page.totalSize, page.remaining)
+        }
+        #expect(try total(.number(1e300)) == (1, 0))
+        #expect(try total(.integer(.min)) == (0, 0))
+        #expect(try total(.integer(5)) == (5, 4))
+        #expect(throws: CLIError.self) { try TaskAPI.page(from: .string("html")) }
     }
 }

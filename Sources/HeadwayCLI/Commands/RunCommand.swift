@@ -96,12 +96,12 @@ public struct RunCommand: ParsableCommand {
         var buffer = [UInt8](repeating: 0, count: 65536)
         var outcome: ChildOutcome?
 
+        /// The latest label and reading of `lines`: the last non-blank line, and the last
+        /// forward reading.
         func observe(_ lines: [String]) {
-            for line in lines {
-                let reading = recognizer.read(line)
-                let label = LineSplitter.label(line)
-                if reading != nil || label != nil { reporter.observe(label: label, reading: reading) }
-            }
+            let label = lines.reversed().lazy.compactMap { LineSplitter.label($0) }.first
+            let reading = lines.compactMap { recognizer.read($0) }.last
+            if reading != nil || label != nil { reporter.observe(label: label, reading: reading) }
         }
         while fds.contains(where: { $0.fd >= 0 }) {
             let ready = poll(&fds, nfds_t(fds.count), outcome == nil ? 250 : 0)

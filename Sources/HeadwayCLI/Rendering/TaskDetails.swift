@@ -18,11 +18,13 @@ public enum TaskDetails {
     public static func fieldLines(_ task: JSONValue) -> [String] {
         guard case .object(let fields) = task else { return [] }
         let names = fieldOrder.filter { fields[$0] != nil } + fields.keys.filter { !fieldOrder.contains($0) }.sorted()
-        let width = (names.map(\.count).max() ?? 0) + 1
+        // A newer server's field names are shown as they come, made safe for the terminal.
+        let width = (names.map { DisplayWidth.of(DisplayWidth.sanitize($0)) }.max() ?? 0) + 1
         let view = TaskView(json: task)
         return names.map { name in
             let json = fields[name] ?? .null
-            return DisplayWidth.pad(name + ":", to: width) + " " + (view.flatMap { readable(name, json, of: $0) } ?? value(json))
+            return DisplayWidth.pad(DisplayWidth.sanitize(name) + ":", to: width) + " "
+                + (view.flatMap { readable(name, json, of: $0) } ?? value(json))
         }
     }
 

@@ -86,20 +86,50 @@ public struct ProgressRecognizer {
 struct LineSplitter {
     /// The longest line kept whole; the rest of a longer line is dropped.
     static let maximumLineBytes = 4096
+    /// The most lines of one chunk handed out: the last ones. Only the latest label and
+    /// reading matter, and a command printing a million lines must pass through fast.
+    static let linesPerChunk = 64
     private var pending: [UInt8] = []
 
-    /// The complete lines in `bytes` (with what came before), as text.
+    /// The complete lines ending in `bytes` (the first with what came before), as text:
+    /// the last `linesPerChunk` of them, in order.
     mutating func lines(in bytes: UnsafeRawBufferPointer) -> [String] {
+        // Line breaks from the end, one more than the lines kept (to find where the
+        // earliest kept line starts).
+        var breaks: [Int] = []
+        var index = bytes.count - 1
+        while index >= 0 && breaks.count <= Self.linesPerChunk {
+            if bytes[index] == UInt8(ascii: "\n") || bytes[index] == UInt8(ascii: "\r") { breaks.append(index) }
+            index -= 1
+        }
+        guard let lastBreak = breaks.first else {
+            append(bytes[...], to: &pending)
+            return []
+        }
         var lines: [String] = []
-        for byte in bytes {
-            if byte == UInt8(ascii: "\n") || byte == UInt8(ascii: "\r") {
+        let kept = min(breaks.count, Self.linesPerChunk)
+        for position in (0..<kept).reversed() {
+            let end = breaks[position]
+            if position + 1 < breaks.count {
+                var line: [UInt8] = []
+                append(bytes[(breaks[position + 1] + 1)..<end], to: &line)
+                lines.append(String(decoding: line, as: UTF8.self))
+            } else {
+                // The chunk's first line: it continues what came before.
+                append(bytes[0..<end], to: &pending)
                 lines.append(String(decoding: pending, as: UTF8.self))
-                pending.removeAll(keepingCapacity: true)
-            } else if pending.count < Self.maximumLineBytes {
-                pending.append(byte)
             }
         }
+        pending.removeAll(keepingCapacity: true)
+        append(bytes[(lastBreak + 1)...], to: &pending)
         return lines
+    }
+
+    /// Appends `bytes` to `line` up to `maximumLineBytes` in all.
+    private func append(_ bytes: Slice<UnsafeRawBufferPointer>, to line: inout [UInt8]) {
+        let room = Self.maximumLineBytes - line.count
+        guard room > 0 else { return }
+        line.append(contentsOf: bytes.prefix(room))
     }
 
     /// The last line when the stream ends without a line break.
