@@ -17,11 +17,11 @@ public struct DeleteCommand: ParsableCommand {
                 throw CLIError.usage(UsageError("delete needs --yes when not run from a terminal",
                                                 commandPath: "headway delete"))
             }
-            guard context.confirm("Delete task \(id) and all its descendants?") else {
+            guard context.confirm("Delete task \(DisplayWidth.sanitize(id)) and all its descendants?") else {
                 throw CLIError.notConfirmed("task \(id) not deleted")
             }
         }
         _ = try context.api.delete(TaskAPI.taskPath(id))
-        if !context.options.json { context.print("deleted \(id)") }
+        if !context.options.json { context.print("deleted \(DisplayWidth.sanitize(id))") }
     }
 }

@@ -17,8 +17,10 @@ extension Int64: ArgumentValue {
 }
 
 extension Double: ArgumentValue {
+    /// A decimal number (`2.5`, `1e3`); not hexadecimal, infinite or NaN.
     public init?(argument text: String) {
-        guard let value = Double(text), value.isFinite else { return nil }
+        guard text.utf8.allSatisfy({ (0x30...0x39).contains($0) || "+-.eE".utf8.contains($0) }),
+              let value = Double(text), value.isFinite else { return nil }
         self = value
     }
     public static var kindDescription: String { "a number" }
