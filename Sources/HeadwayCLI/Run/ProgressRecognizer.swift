@@ -65,6 +65,8 @@ public struct ProgressRecognizer {
             let total = declares(group: "total", in: pattern) ? integer(match, match.range(withName: "total")) : 100
             return valid(completed, total)
         }
+        // Most output shows no progress: the forms need a slash or a percent sign.
+        guard line.utf8.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "%") }) else { return nil }
         if let match = Self.fraction.matches(in: line, range: range).last,
            let reading = valid(integer(match, match.range(at: 1)), integer(match, match.range(at: 2))) {
             return reading
@@ -88,7 +90,7 @@ struct LineSplitter {
     static let maximumLineBytes = 4096
     /// The most lines of one chunk handed out: the last ones. Only the latest label and
     /// reading matter, and a command printing a million lines must pass through fast.
-    static let linesPerChunk = 64
+    static let linesPerChunk = 8
     private var pending: [UInt8] = []
 
     /// The complete lines ending in `bytes` (the first with what came before), as text:
