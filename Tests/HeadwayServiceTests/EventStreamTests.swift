@@ -78,8 +78,10 @@ import Testing
     /// carries each task's latest) and `EventBrokerTests` (the broker's thread does so).
     @Test func eventsThatWaitForAPauseArriveInOrderEndingWithTheLatest() throws {
         let daemon = try LiveDaemon { configuration in
-            // Every round counts as long and pressed: the pause is 2,000 times its length.
-            configuration.fanOutPacing = FanOutPacing(threshold: 0, minimumWaiting: 1, factor: 2000)
+            // Every round counts as long and pressed: the pause is 100 times its length
+            // (a round slowed to 50 ms on a busy machine still pauses within the client's
+            // 5 s read timeout).
+            configuration.fanOutPacing = FanOutPacing(threshold: 0, minimumWaiting: 1, factor: 100)
         }
         try daemon.register(#"{"id":"storm","name":"Storm","total":100}"#)
         let client = try daemon.subscribe("?task=storm")
