@@ -4,6 +4,9 @@ public enum CLIError: Error, Equatable {
     case usage(UsageError)
     /// The server answered with a problem document (exit 1).
     case refused(title: String, detail: String, code: String)
+    /// The server answered that it cannot serve now: 429 or 5xx (exit 69, as when it
+    /// cannot be reached); `headway run` retries it.
+    case unavailable(status: Int, title: String, detail: String, code: String)
     /// The server answered with an error that is not a problem document (exit 1).
     case unexpectedReply(String)
     /// The server could not be reached, or the exchange broke off (exit 69).
@@ -19,7 +22,9 @@ public enum CLIError: Error, Equatable {
     public var message: String {
         switch self {
         case .usage(let error): "\(error.message)\nSee '\(error.commandPath) --help'."
-        case .refused(let title, let detail, let code): "\(title): \(detail) (\(code))"
+        case .refused(let title, let detail, let code), .unavailable(_, let title, let detail, let code):
+            // The server's words, each on the one line it is given.
+            [title + ":", detail, "(" + code + ")"].map(DisplayWidth.sanitize).joined(separator: " ")
         case .unexpectedReply(let text): text
         case .unreachable(let server, let reason): "cannot reach \(server): \(reason)"
         case .cancelRequested(let taskID): "cancel requested for task \(taskID)"

@@ -28,6 +28,7 @@ public struct CommandContext: Sendable {
     /// Prints a runner command's reply: the server's JSON with `--json`, else nothing;
     /// then throws `cancelRequested` when the reply asks the runner to stop.
     func finishRunnerCommand(_ reply: TaskAPI.Reply, taskID: String) throws(CLIError) {
+        guard reply.string("id") != nil else { throw .unexpectedReply("the server's reply is not a task") }
         if options.json { print(reply.text) }
         if reply.cancelRequested { throw .cancelRequested(taskID: taskID) }
     }

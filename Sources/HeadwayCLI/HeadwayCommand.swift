@@ -6,7 +6,7 @@ public enum HeadwayCommand {
         Exit status: 0 ok; 1 the server refused (its problem is printed); 3 cancel requested
         (progress, heartbeat, finish); 4 a watched task failed, 5 one was canceled (watch
         --until-done); run exits with its command's status; 64 usage error; 69 server
-        unreachable.
+        unreachable or unavailable (429, 5xx).
         """,
         subcommands: [StartCommand.self, ProgressCommand.self, HeartbeatCommand.self, FinishCommand.self,
                       CancelCommand.self, DeleteCommand.self,

@@ -61,7 +61,11 @@ public struct TaskAPI: Sendable {
            case .string(let title)? = problem["title"], case .string(let code)? = problem["code"] {
             var detail = ""
             if case .string(let text)? = problem["detail"] { detail = text }
+            if status == 429 || status >= 500 { return .unavailable(status: status, title: title, detail: detail, code: code) }
             return .refused(title: title, detail: detail, code: code)
+        }
+        if status == 429 || status >= 500 {
+            return .unavailable(status: status, title: "HTTP \(status)", detail: "the server cannot answer now", code: "unavailable")
         }
         return .unexpectedReply("the server answered HTTP \(status) without a problem document")
     }

@@ -80,8 +80,9 @@ extension TaskAPI {
     }
 
     /// Every page of `query`, one at a time, following `next_page_token` until it is null.
-    /// Stops with an error when the server hands out a token it gave before, or lists more
-    /// tasks than the most it said match plus a page (either would never end).
+    /// Stops with an error when the server hands out a token it gave before, gives an
+    /// empty page that is not the last, or lists more tasks than the most it said match
+    /// plus a page (any of which could go on for ever).
     public func forEachPage(_ query: TaskListQuery, _ body: (TaskPage) throws(CLIError) -> Void) throws(CLIError) {
         var query = query
         var page = try listPage(query)
@@ -91,6 +92,9 @@ extension TaskAPI {
         while let token = page.nextPageToken {
             guard seen.insert(token).inserted else {
                 throw .unexpectedReply("the server repeated the page token '\(DisplayWidth.sanitize(token))'")
+            }
+            guard !page.tasks.isEmpty else {
+                throw .unexpectedReply("the server gave an empty page with a next page token")
             }
             query.pageToken = token
             page = try listPage(query)

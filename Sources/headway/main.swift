@@ -2,7 +2,7 @@ import Foundation
 import HeadwayCLI
 
 // The one place where outcomes become exit statuses (Litestream's rule): 0 ok, 1 the
-// server refused, 3 cancel requested, 64 usage, 69 server unreachable.
+// server refused, 3 cancel requested, 64 usage, 69 server unreachable or unavailable.
 
 /// Writes `headway: message` on stderr, each line made safe for a terminal (a server's
 /// problem text or a typed argument may carry escape sequences), and exits with `status`.
@@ -35,7 +35,7 @@ case .run(let command, let options):
         case .usage: fail(error.message, 64)
         case .refused, .unexpectedReply, .notConfirmed, .watchedTaskDeleted: fail(error.message, 1)
         case .cancelRequested: fail(error.message, 3)
-        case .unreachable: fail(error.message, 69)
+        case .unreachable, .unavailable: fail(error.message, 69)
         }
     } catch let error as UsageError {
         fail(CLIError.usage(error).message, 64)

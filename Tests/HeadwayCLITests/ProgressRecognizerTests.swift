@@ -72,6 +72,22 @@ import Testing
         #expect(feed("ab") == [] && feed("c\nd") == ["abc"], "a line over two chunks")
     }
 
+    /// A line redrawn with `\r` is read before its next redraw, unless it ends in a digit
+    /// (a count may be cut there).
+    @Test func anOpenLineIsReadWhenItLooksWhole() {
+        var splitter = LineSplitter()
+        #expect(Array("\r[####  ] 40%".utf8).withUnsafeBytes { splitter.lines(in: $0) } == [""])
+        #expect(splitter.settledOpenLine == "[####  ] 40%")
+        _ = Array("\rcopied 15/20".utf8).withUnsafeBytes { splitter.lines(in: $0) }
+        #expect(splitter.settledOpenLine == nil, "15/20 may be the start of 15/200")
+        var recognizer = ProgressRecognizer(pattern: nil)
+        #expect(recognizer.read("[####  ] 40%") == reading(40, 100))
+        let decimal = try? ProgressRecognizer.compile(#"step (?<completed>[0-9.]+)"#)
+        var percent = ProgressRecognizer(pattern: decimal)
+        #expect(percent.read("step 42.5") == reading(42, 100), "a decimal percent counts its whole part")
+        #expect(recognizer.read("9007199254740992/9007199254740993") == nil, "beyond what the API takes")
+    }
+
     /// A chunk of many lines hands out only its last ones (what came before them is
     /// dropped with the lines it began).
     @Test func aLongChunkGivesItsLastLines() {

@@ -138,6 +138,54 @@ func collect(_ started: StartedProcess) -> RawResult {
         #expect(result.errorText.contains("no more reports for this command"), "\(result.errorText)")
     }
 
+    /// A server that answers a report 503 is retried, one whose answer refuses a
+    /// reading (422) has that report dropped, and the task is finished in the end either
+    /// way (a stand-in server records what it was sent).
+    @Test func refusedAndUnavailableReportsStillEndWithAFinish() throws {
+        let task = #"{"id":"t","name":"n","state":"running","cancel_requested":false}"#
+        let server = try StubServer { method, path, index in
+            if path == "/v1/tasks/t/progress" && index == 1 {
+                return (503, #"{"title":"Busy","detail":"later","code":"server_busy","status":503}"#)
+            }
+            if path == "/v1/tasks/t/progress" && index == 2 {
+                return (422, #"{"title":"Invalid","detail":"no","code":"validation_failed","status":422}"#)
+            }
+            return (path == "/v1/tasks" ? 201 : 200, task)
+        }
+        defer { server.close() }
+        let result = collect(try startHeadway(["--server", server.url, "run", "--", "/bin/sh", "-c",
+                                               "echo 1/4; sleep 1.2; echo 2/4; sleep 1.2; echo 3/4; exit 4"]))
+        #expect(result.status == 4, "\(result.errorText)")
+        let requests = server.requests
+        #expect(requests.first?.hasPrefix("POST /v1/tasks ") == true, "\(requests)")
+        #expect(requests.last?.hasPrefix("POST /v1/tasks/t/finish ") == true, "\(requests)")
+        #expect(requests.last?.contains(#""outcome":"failed""#) == true, "\(requests)")
+        #expect(result.errorText.contains("(server_busy)"), "\(result.errorText)")
+        #expect(result.errorText.contains("that report is dropped"), "\(result.errorText)")
+        #expect(!result.errorText.contains("no more reports"), "\(result.errorText)")
+    }
+
+    /// When the reader of `headway run`'s stdout goes away (`run -- yes | head -1`), the
+    /// command's own stdout closes too: it dies of SIGPIPE as it would alone (141).
+    @Test func aReaderGoneStopsAWriterThatNeverEnds() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: builtExecutable("headway"))
+        process.arguments = ["--server", "http://127.0.0.1:\(unusedPort())", "run", "--", "yes"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 20) { [process] in
+            if process.isRunning { process.terminate() }
+        }
+        let first = out.fileHandleForReading.readData(ofLength: 2)
+        try out.fileHandleForReading.close()
+        process.waitUntilExit()
+        #expect(first == Data("y\n".utf8))
+        #expect(process.terminationStatus == 128 + SIGPIPE)
+    }
+
     /// With stderr a pipe nobody reads, the warning that the server is away is dropped
     /// and the command still runs to its end.
     @Test func aClosedStderrDoesNotStopTheCommand() throws {
@@ -169,9 +217,9 @@ func collect(_ started: StartedProcess) -> RawResult {
         #expect(help.output == golden)
     }
 
-    /// SIGTERM or SIGINT sent to `headway run` by another process goes to the child,
+    /// SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to `headway run` by another process goes to the child,
     /// whose death by it is passed on (128+n) and recorded on the task.
-    @Test(arguments: [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")])
+    @Test(arguments: [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT"), (SIGHUP, "SIGHUP"), (SIGQUIT, "SIGQUIT")])
     func signalsAreForwardedToTheChild(signal: Int32, name: String) throws {
         let daemon = try LiveDaemon()
         defer { daemon.stop() }

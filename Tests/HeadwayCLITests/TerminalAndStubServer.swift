@@ -111,3 +111,98 @@ final class SilentEventServer {
 extension Array where Element == UInt8 {
     func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
 }
+
+/// A stand-in HTTP server on 127.0.0.1: each request (one per connection) is recorded
+/// and answered by `reply` with its status and JSON body, then the connection closes.
+final class StubServer: @unchecked Sendable {
+    typealias Reply = (status: Int, body: String)
+    private let listener: Int32
+    private let reply: @Sendable (_ method: String, _ path: String, _ index: Int) -> Reply
+    private let lock = NSLock()
+    private var recorded: [String] = []
+    private var stopped = false
+    private let done = DispatchSemaphore(value: 0)
+    let url: String
+
+    /// Starts serving; `reply` gets each request's method, path and number (from 0).
+    init(reply: @escaping @Sendable (_ method: String, _ path: String, _ index: Int) -> Reply) throws {
+        self.reply = reply
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        listener = fd
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        guard bound, listen(fd, 16) == 0 else {
+            Glibc.close(fd)
+            throw TestHTTPError("cannot listen on loopback")
+        }
+        url = "http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))"
+        Thread { [self] in serve() }.start()
+    }
+
+    /// The requests so far: `METHOD PATH BODY`, in order.
+    var requests: [String] { lock.withLock { recorded } }
+
+    private func serve() {
+        defer { done.signal() }
+        while !lock.withLock({ stopped }) {
+            var wait = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+            guard poll(&wait, 1, 50) == 1 else { continue }
+            let connection = accept(listener, nil, nil)
+            guard connection >= 0 else { continue }
+            handle(connection)
+            Glibc.close(connection)
+        }
+    }
+
+    private func handle(_ connection: Int32) {
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        func headEnd() -> Int? {
+            guard received.count >= 4 else { return nil }
+            return (0...(received.count - 4)).first { Array(received[$0..<($0 + 4)]) == Array("\r\n\r\n".utf8) }
+        }
+        var end: Int?
+        var bodyLength = 0
+        while true {
+            if end == nil, let found = headEnd() {
+                end = found
+                let head = String(decoding: received[..<found], as: UTF8.self).lowercased()
+                if let line = head.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }) {
+                    bodyLength = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) ?? 0
+                }
+            }
+            if let end, received.count >= end + 4 + bodyLength { break }
+            var readable = pollfd(fd: connection, events: Int16(POLLIN), revents: 0)
+            guard poll(&readable, 1, 5000) == 1 else { return }
+            let count = read(connection, &buffer, buffer.count)
+            guard count > 0, received.count < 1 << 20 else { return }
+            received += buffer[0..<count]
+        }
+        let head = String(decoding: received[..<end!], as: UTF8.self)
+        let words = head.split(separator: " ", maxSplits: 2)
+        let method = String(words.first ?? ""), path = words.count > 1 ? String(words[1]) : ""
+        let body = String(decoding: received[(end! + 4)...], as: UTF8.self)
+        let index: Int = lock.withLock {
+            recorded.append("\(method) \(path) \(body)")
+            return recorded.count - 1
+        }
+        let (status, json) = reply(method, path, index)
+        let text = "HTTP/1.1 \(status) X\r\nContent-Type: \(status < 400 ? "application/json" : "application/problem+json")\r\n"
+            + "Content-Length: \(json.utf8.count)\r\nConnection: close\r\n\r\n" + json
+        _ = text.utf8CString.withUnsafeBufferPointer { write(connection, $0.baseAddress, $0.count - 1) }
+    }
+
+    /// Stops serving and closes the socket.
+    func close() {
+        lock.withLock { stopped = true }
+        done.wait()
+        Glibc.close(listener)
+    }
+}

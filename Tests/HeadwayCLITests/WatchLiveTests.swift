@@ -113,6 +113,8 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
         defer { daemon.stop() }
         let missing = try runBuilt("headway", ["watch", "nope", "--until-done", "--server", daemon.url])
         #expect(missing.status == 1 && missing.errors.contains("(not_found)"), "\(missing)")
+        let missingParent = try runBuilt("headway", ["watch", "--parent", "nope", "--until-done", "--server", daemon.url])
+        #expect(missingParent.status == 1 && missingParent.errors.contains("(not_found)"), "\(missingParent)")
         try run(daemon.url, "start", "Done", "--id", "done")
         try run(daemon.url, "finish", "done", "--outcome", "failed")
         let finished = try runBuilt("headway", ["watch", "done", "--until-done", "--server", daemon.url])

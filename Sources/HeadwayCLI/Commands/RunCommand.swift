@@ -120,10 +120,17 @@ public struct RunCommand: ParsableCommand {
                     if let last = splitters[index].finish() { observe([last]) }
                     continue
                 }
-                buffer.withUnsafeBytes { bytes in
+                let delivered = buffer.withUnsafeBytes { bytes in
                     let chunk = UnsafeRawBufferPointer(rebasing: bytes[0..<count])
-                    writeAll(targets[index], chunk)
-                    observe(splitters[index].lines(in: chunk))
+                    observe(splitters[index].lines(in: chunk) + [splitters[index].settledOpenLine].compactMap { $0 })
+                    return writeAll(targets[index], chunk)
+                }
+                if !delivered {
+                    // Our reader is gone (`headway run -- yes | head -1`): so is the
+                    // child's, which gets EPIPE (or SIGPIPE) on its next write, as it
+                    // would have without us.
+                    close(fds[index].fd)
+                    fds[index].fd = -1
                 }
             }
             if outcome == nil { outcome = child.poll() }
@@ -132,17 +139,24 @@ public struct RunCommand: ParsableCommand {
         return outcome ?? child.wait()
     }
 
-    /// Writes all of `bytes` to `fd`; drops them when it is closed (the child goes on).
-    func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) {
+    /// Writes all of `bytes` to `fd`, waiting while a non-blocking one is full; false when
+    /// it cannot take them (its reader is gone).
+    func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Bool {
         var offset = 0
         while offset < bytes.count {
             let written = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
             if written < 0 {
                 if errno == EINTR { continue }
-                return
+                if errno == EAGAIN || errno == EWOULDBLOCK {
+                    var writable = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                    _ = poll(&writable, 1, -1)
+                    continue
+                }
+                return false
             }
             offset += written
         }
+        return true
     }
 }
 

@@ -9,9 +9,10 @@ public struct WatchCommand: ParsableCommand {
         On a terminal the table redraws in place (at most every 100 ms; unfinished tasks
         first when they outnumber the rows); otherwise one line per change. --json prints
         one event per line: {"id", "event", "data"}. A dropped or silent connection is
-        resumed where it stopped. With --until-done every named task must exist; the exit
-        status is 0 when all watched tasks succeeded, 4 when one failed, 5 when one was
-        canceled and none failed, 1 when a named task is deleted first.
+        resumed where it stopped. With --until-done every named task (and --parent) must
+        exist, and with --parent it waits for at least one child; the exit status is 0
+        when all watched tasks succeeded, 4 when one failed, 5 when one was canceled and
+        none failed, 1 when a named task is deleted first.
         """,
         usage: "[<id> ...] [--parent <id>] [--min-duration <seconds>] [--until-done] [--idle-timeout <seconds>]")
     static let ids = VariadicArgument<String>("id", help: "Only these tasks (default: all)")
@@ -51,6 +52,13 @@ public struct WatchCommand: ParsableCommand {
                 let reply = try context.api.get(TaskAPI.taskPath(id))
                 if let task = reply.json.flatMap(TaskView.init(json:)), task.state.isFinished { finishedBefore.append(task) }
             }
+            // So with a parent: it must exist, and its children finished long ago count.
+            if let parent = values[Self.parent] {
+                _ = try context.api.get(TaskAPI.taskPath(parent))
+                let finished = try context.api.listAll(TaskListQuery(states: ["succeeded", "failed", "canceled"],
+                                                                      parentID: parent, pageSize: 500))
+                finishedBefore += finished.tasks.compactMap(TaskView.init(json:))
+            }
         }
         let environment = ProcessInfo.processInfo.environment
         let isTTY = isatty(STDOUT_FILENO) == 1
@@ -83,6 +91,11 @@ final class WatchSession: @unchecked Sendable {
         case terminal(color: Bool)
         case plain
         case json
+
+        var isTerminal: Bool {
+            if case .terminal = self { return true }
+            return false
+        }
     }
 
     private let client: HTTPClient
@@ -161,13 +174,16 @@ final class WatchSession: @unchecked Sendable {
     /// `--until-done` is satisfied.
     func receive(_ bytes: UnsafeRawBufferPointer) -> (events: Bool, more: Bool) {
         locked {
+            // The stream's first bytes (its `retry:` line) show the connection is back,
+            // even when the resumed stream has no event to send.
+            if reconnecting && !bytes.isEmpty {
+                reconnecting = false
+                dirty = true
+                if !mode.isTerminal { StandardStreams.error("headway: reconnected\n") }
+            }
             let events = parser.feed(bytes)
             for event in events {
                 let changed = state.apply(event)
-                if reconnecting {
-                    reconnecting = false
-                    if mode == .plain { StandardStreams.error("headway: reconnected\n") }
-                }
                 switch mode {
                 case .json:
                     // Re-encoded from the parsed data: one line of JSON whatever the server sent.
@@ -249,7 +265,9 @@ final class WatchSession: @unchecked Sendable {
             let more = "… \(Formatting.count(Int64(hidden))) more; name IDs or use --parent to narrow"
             lines.append(Style.dim.apply(DisplayWidth.truncate(more, to: columns), enabled: color))
         }
-        if reconnecting { lines.append(Style.yellow.apply("reconnecting…", enabled: color)) }
+        if reconnecting { lines.append(Style.yellow.apply(DisplayWidth.truncate("reconnecting…", to: columns), enabled: color)) }
+        // A window of a few rows: the first lines that fit, the cursor's row kept free.
+        lines = Array(lines.prefix(max(1, rows - 1)))
         var out: String
         if drawnColumns != 0 && drawnColumns != columns {
             out = "\u{1B}[H\u{1B}[J"

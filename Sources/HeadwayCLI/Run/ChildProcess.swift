@@ -39,12 +39,12 @@ public enum ChildOutcome: Equatable, Sendable {
     }
 }
 
-/// The child whose pid the signal handler forwards SIGINT and SIGTERM to (0: none yet).
+/// The child whose pid the signal handler forwards signals to (0: none yet).
 /// Written once before the handlers are installed, read only by them.
 nonisolated(unsafe) private var forwardingTarget: pid_t = 0
 
-/// Sends SIGINT and SIGTERM received by this process on to the child (kill is
-/// async-signal-safe) when another process sent them. One the kernel raised — Ctrl-C at
+/// Sends a signal received by this process (SIGINT, SIGTERM, SIGHUP, SIGQUIT) on to the
+/// child (kill is async-signal-safe) when another process sent it. One the kernel raised — Ctrl-C at
 /// the terminal, which signals the whole foreground process group — has reached the
 /// child already: sending it again would make one Ctrl-C count twice.
 private func forwardSignal(_ signal: Int32, _ info: UnsafeMutablePointer<siginfo_t>?, _ context: UnsafeMutableRawPointer?) {
@@ -88,7 +88,7 @@ final class ChildProcess {
         defer { posix_spawnattr_destroy(&attributes) }
         var defaults = sigset_t()
         sigemptyset(&defaults)
-        for signal in [SIGINT, SIGTERM, SIGPIPE, SIGQUIT] { sigaddset(&defaults, signal) }
+        for signal in [SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE] { sigaddset(&defaults, signal) }
         posix_spawnattr_setsigdefault(&attributes, &defaults)
         var noMask = sigset_t()
         sigemptyset(&noMask)
@@ -114,7 +114,7 @@ final class ChildProcess {
         errorFD = errPipe[0]
     }
 
-    /// From now on SIGINT and SIGTERM sent to `headway run` go to the child (unblocked
+    /// From now on the `forwardedSignals` sent to `headway run` go to the child (unblocked
     /// here: a parent may have started us with them blocked); SIGPIPE is ignored (a closed
     /// stdout of ours must not kill us before the child ends). Call before other threads
     /// start, as they inherit the signal mask.
@@ -124,15 +124,20 @@ final class ChildProcess {
         action.__sigaction_handler.sa_sigaction = forwardSignal
         action.sa_flags = SA_SIGINFO | SA_RESTART
         sigemptyset(&action.sa_mask)
-        sigaction(SIGINT, &action, nil)
-        sigaction(SIGTERM, &action, nil)
-        signal(SIGPIPE, SIG_IGN)
         var forwarded = sigset_t()
         sigemptyset(&forwarded)
-        sigaddset(&forwarded, SIGINT)
-        sigaddset(&forwarded, SIGTERM)
+        for signal in Self.forwardedSignals {
+            sigaction(signal, &action, nil)
+            sigaddset(&forwarded, signal)
+        }
+        signal(SIGPIPE, SIG_IGN)
         pthread_sigmask(SIG_UNBLOCK, &forwarded, nil)
     }
+
+    /// The signals `headway run` passes on instead of dying of them, so that the task
+    /// is finished with the command's outcome: interrupt, terminate, a hang-up (the
+    /// terminal closed) and quit (Ctrl-\\).
+    static let forwardedSignals = [SIGINT, SIGTERM, SIGHUP, SIGQUIT]
 
     /// Sends `signal` to the child.
     func send(_ signal: Int32) { kill(pid, signal) }

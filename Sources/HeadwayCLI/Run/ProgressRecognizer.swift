@@ -50,12 +50,19 @@ public struct ProgressRecognizer {
     /// The reading in `line`, whether or not it moves forward.
     func parse(_ line: String) -> ProgressReading? {
         let range = NSRange(line.startIndex..., in: line)
+        /// A group's whole number; a decimal one (`42.5` percent) counts its whole part.
         func integer(_ match: NSTextCheckingResult, _ range: NSRange) -> Int64? {
             guard range.location != NSNotFound, let swiftRange = Range(range, in: line) else { return nil }
-            return Int64(line[swiftRange])
+            let text = line[swiftRange]
+            if let whole = Int64(text) { return whole }
+            guard text.utf8.allSatisfy({ (0x30...0x39).contains($0) || $0 == UInt8(ascii: ".") }),
+                  let number = Double(text), number < 9e15 else { return nil }
+            return Int64(number)
         }
         func valid(_ completed: Int64?, _ total: Int64?) -> ProgressReading? {
-            guard let completed, let total, total > 0, completed >= 0, completed <= total else { return nil }
+            // The API takes counts up to 2^53 - 1 (exact in a JSON number).
+            guard let completed, let total, total > 0, completed >= 0, completed <= total,
+                  total <= 9_007_199_254_740_991 else { return nil }
             return ProgressReading(completed: completed, total: total)
         }
         if let pattern {
@@ -132,6 +139,14 @@ struct LineSplitter {
         let room = Self.maximumLineBytes - line.count
         guard room > 0 else { return }
         line.append(contentsOf: bytes.prefix(room))
+    }
+
+    /// The line still open (no break after it yet) when it looks whole: it does not end
+    /// in a digit, as a count cut in the middle would (`15/20` of `15/200`). A progress
+    /// bar redrawn with `\r` shows its state here until its next redraw.
+    var settledOpenLine: String? {
+        guard let last = pending.last, !(0x30...0x39).contains(last) else { return nil }
+        return String(decoding: pending, as: UTF8.self)
     }
 
     /// The last line when the stream ends without a line break.

@@ -67,20 +67,24 @@ final class RunReporter: @unchecked Sendable {
 
     /// Stops the thread, sends what it had not yet sent, then finishes the task with
     /// `outcome` and `message`, through `finalAPI`. Returns without a report when the
-    /// server stays away (one failed try ends it) or refused an earlier one.
+    /// server stays away (one failed try ends it) or refused the registration; a task
+    /// that exists is always finished, whatever was refused on the way.
     func finish(outcome: String, message: String?) {
         condition.lock()
         stopping = true
         condition.signal()
         condition.unlock()
         finished.wait()
-        guard !disabled else { return }
-        if taskID == nil { guard register(through: finalAPI) else { return } }
+        if taskID == nil {
+            guard !disabled, register(through: finalAPI) else { return }
+        }
         guard let taskID else { return }
         condition.lock()
         let unsent = !readingSent || hasNews
         condition.unlock()
-        if unsent { guard report(through: finalAPI) else { return } }
+        if unsent && !disabled {
+            guard report(through: finalAPI) || unreachableSince == nil else { return }
+        }
         var body: [String: JSONValue] = ["outcome": .string(outcome)]
         if let message { body["message"] = .string(message) }
         do {
@@ -165,7 +169,9 @@ final class RunReporter: @unchecked Sendable {
             if reply.cancelRequested { cancel() }
             return true
         } catch {
-            if pending != nil {
+            // A reading the server refused as such (422: past its limits) is dropped; a
+            // report that did not get through is sent again.
+            if pending != nil && !Self.refusesTheReading(error) {
                 condition.lock()
                 if reading == pending { readingSent = false }
                 condition.unlock()
@@ -173,6 +179,13 @@ final class RunReporter: @unchecked Sendable {
             failed(error)
             return false
         }
+    }
+
+    /// Whether `error` refuses what a report said rather than the task or the access.
+    static func refusesTheReading(_ error: CLIError) -> Bool {
+        if case .refused(_, _, let code) = error { return !["not_found", "token_missing", "token_invalid",
+            "token_expired", "token_revoked", "insufficient_scope", "prefix_not_allowed"].contains(code) }
+        return false
     }
 
     private func cancel() {
@@ -188,16 +201,21 @@ final class RunReporter: @unchecked Sendable {
         backoff = 0
     }
 
-    /// After an error: an unreachable server is retried with backoff (one warning); a
-    /// refusal stops reporting (the command goes on).
+    /// After an error: a server unreachable or unavailable (429, 5xx) is retried with
+    /// backoff (one warning); a refused reading is dropped (one warning each); any other
+    /// refusal — of the registration, the task, the access — stops reporting. The
+    /// command goes on whatever happens.
     private func failed(_ error: CLIError) {
-        if case .unreachable = error {
+        switch error {
+        case .unreachable, .unavailable:
             if unreachableSince == nil {
                 warn("\(error.message); the command goes on, reports resume when the server answers")
                 unreachableSince = Date()
             }
             backoff = min(max(backoff * 2, 1), Self.maximumBackoff)
-        } else {
+        case _ where taskID != nil && Self.refusesTheReading(error):
+            warn("\(error.message); that report is dropped")
+        default:
             warn("\(error.message); no more reports for this command")
             disabled = true
         }
