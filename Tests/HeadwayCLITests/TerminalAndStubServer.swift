@@ -61,22 +61,7 @@ final class SilentEventServer {
     let url: String
 
     init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        listener = fd
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        guard bound, listen(fd, 8) == 0 else {
-            Glibc.close(fd)
-            throw TestHTTPError("cannot listen on loopback")
-        }
-        url = "http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))"
+        (listener, url) = try listenOnLoopback()
     }
 
     /// Accepts the next connection (waiting at most `seconds`), reads its request head,
@@ -108,6 +93,25 @@ final class SilentEventServer {
     }
 }
 
+/// A socket listening on a free port of 127.0.0.1, and its `http://` URL.
+func listenOnLoopback() throws -> (Int32, String) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+            bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
+        }
+    }
+    guard bound, listen(fd, 16) == 0 else {
+        Glibc.close(fd)
+        throw TestHTTPError("cannot listen on loopback")
+    }
+    return (fd, "http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))")
+}
+
 extension Array where Element == UInt8 {
     func ends(with suffix: [UInt8]) -> Bool { count >= suffix.count && Array(self[(count - suffix.count)...]) == suffix }
 }
@@ -127,22 +131,7 @@ final class StubServer: @unchecked Sendable {
     /// Starts serving; `reply` gets each request's method, path and number (from 0).
     init(reply: @escaping @Sendable (_ method: String, _ path: String, _ index: Int) -> Reply) throws {
         self.reply = reply
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        listener = fd
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
-                bind(fd, pointer, length) == 0 && getsockname(fd, pointer, &length) == 0
-            }
-        }
-        guard bound, listen(fd, 16) == 0 else {
-            Glibc.close(fd)
-            throw TestHTTPError("cannot listen on loopback")
-        }
-        url = "http://127.0.0.1:\(UInt16(bigEndian: address.sin_port))"
+        (listener, url) = try listenOnLoopback()
         Thread { [self] in serve() }.start()
     }
 
