@@ -4,9 +4,11 @@ import Foundation
 public let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent()
 
-/// The path of the built executable `name` (`.build/debug/NAME`).
+/// The path of the built executable `name`: in `HEADWAY_BUILD_DIR` when set (a
+/// sanitizer's build, `.build/tsan/debug`), else `.build/debug/NAME`.
 public func builtExecutable(_ name: String) -> String {
-    packageRoot.appendingPathComponent(".build/debug/\(name)").path
+    if let directory = ProcessInfo.processInfo.environment["HEADWAY_BUILD_DIR"] { return directory + "/" + name }
+    return packageRoot.appendingPathComponent(".build/debug/\(name)").path
 }
 
 /// What one run of an executable left behind.
