@@ -49,6 +49,10 @@ const listRows = new Map();
 const childrenDirty = new Set();
 let listDirty = false;
 let frameRequested = false;
+/// Counters for measurements (bench/dashboard.py reads them): events applied, frames drawn,
+/// rows updated.
+const stats = { events: 0, frames: 0, rowUpdates: 0 };
+window.headwayStats = stats;
 
 // MARK: - Drawing, once per frame
 
@@ -60,13 +64,14 @@ function scheduleRender() {
 
 function render() {
   frameRequested = false;
+  stats.frames += 1;
   for (const id of model.takeDirty()) {
     const task = model.get(id);
     const views = rendered.get(id);
     if (!views) continue;
     for (const row of [...views]) {
       if (!row.isConnected) { views.delete(row); continue; }
-      if (task) updateRow(row, task);
+      if (task) { updateRow(row, task); stats.rowUpdates += 1; }
     }
     if (views.size === 0) rendered.delete(id);
     if (id === state.detailID && task) renderDetailFields(task);
@@ -419,6 +424,7 @@ function connectionLost() {
 }
 
 function onTaskEvent(event) {
+  stats.events += 1;
   let data;
   try { data = JSON.parse(event.data); } catch { return; }
   if (event.lastEventId) state.lastEventID = event.lastEventId;
