@@ -461,8 +461,9 @@ function connect({ fresh = false } = {}) {
     if (source !== state.source) return;
     connectionLost();
     if (source.readyState === EventSource.CLOSED) {
-      // Refused (not a stream): see whether the token is the reason, and try again later.
-      start({ quiet: true });
+      // Refused (not a stream): in a while, see whether the token is the reason, and try again.
+      clearTimeout(state.retryTimer);
+      state.retryTimer = setTimeout(() => start({ quiet: true }), 3000);
     }
   };
   source.addEventListener("snapshot", (event) => {

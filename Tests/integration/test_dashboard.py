@@ -140,6 +140,41 @@ def test_an_indeterminate_task_animates_until_it_stalls(page, headwayd):
     assert console_errors(page) == []
 
 
+def test_reduced_motion_pulses_instead_of_sweeping(page, headwayd):
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-reduced-motion", "value": "reduce"}]})
+    try:
+        open_dashboard(page, headwayd)
+        register(headwayd, id="calm", name="Calm", stall_timeout_seconds=1)
+        found = poll(lambda: row(page, "calm"), 5, "the row")
+        sweep = found.find_element(By.CSS_SELECTOR, ".activity .sweep")
+        assert js(page, "return getComputedStyle(arguments[0]).animationName", sweep) == "pulse"
+        assert js(page, "return arguments[0].getAnimations().length", sweep) > 0
+        poll(lambda: "stalled" in found.get_attribute("class"), 10, "stalled")
+        assert js(page, "return arguments[0].getAnimations().length", sweep) == 0
+    finally:
+        page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def test_keyboard_alone_opens_a_task_and_comes_back(page, headwayd):
+    from selenium.webdriver.common.keys import Keys
+    register(headwayd, id="kb", name="Keyboard task", total=10)
+    open_dashboard(page, headwayd)
+    poll(lambda: row(page, "kb"), 5, "the row")
+    body = page.find_element(By.TAG_NAME, "body")
+    for _ in range(30):
+        body = page.switch_to.active_element
+        if body.get_attribute("class") == "name":
+            break
+        body.send_keys(Keys.TAB)
+    assert page.switch_to.active_element.text == "Keyboard task"
+    page.switch_to.active_element.send_keys(Keys.ENTER)
+    poll(lambda: page.find_element(By.ID, "detail-view").is_displayed(), 5, "the detail view")
+    assert page.switch_to.active_element.get_attribute("id") == "back"
+    page.switch_to.active_element.send_keys(Keys.ESCAPE)
+    poll(lambda: page.find_element(By.ID, "list-view").is_displayed(), 5, "back to the list")
+    assert console_errors(page) == []
+
+
 def test_cancel_from_the_page_reaches_the_runner(page, headwayd):
     open_dashboard(page, headwayd)
     register(headwayd, id="job", name="Render video", total=100)
