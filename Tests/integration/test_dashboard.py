@@ -288,7 +288,7 @@ def test_a_restart_under_the_open_page_misses_nothing(page, tmp_path):
     poll(lambda: connection.text.startswith("Offline since"), 20, "Offline since HH:MM")
 
 
-def test_korean(page, headwayd):
+def test_korean(page, headwayd, tmp_path):
     register(headwayd, id="k", name="백업", total=10)
     open_dashboard(page, headwayd)
     poll(lambda: row(page, "k"), 5, "the row")
@@ -299,6 +299,7 @@ def test_korean(page, headwayd):
     poll(lambda: page.find_element(By.ID, "connection").text == "실시간", 2, "실시간")
     assert page.find_element(By.ID, "page-text").text == "1페이지 중 1페이지"
     assert "10 중 0" in row(page, "k").text and "취소" in row(page, "k").text
+    page.save_screenshot(str(screenshot_folder(tmp_path) / "korean.png"))
     page.get(f"{headwayd}/?lang=ko")
     poll(lambda: page.find_element(By.ID, "prev-page").text == "이전", 5, "Korean from ?lang=ko")
     js(page, "localStorage.clear()")
