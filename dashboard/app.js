@@ -437,13 +437,17 @@ function onTaskEvent(event) {
   }
   const before = model.get(data.id);
   const visible = rendered.has(data.id);
+  // New to this view: first sent by the stream (a new task, or one held back until now),
+  // or a change that makes it match the filter (a task that failed, for Failed).
+  const joins = !model.streamed.has(data.id) || !(before && matchesFilter(before));
   model.put(data, true);
   if (visible && before) {
     if (event.type === "task.finished") announce(t("announceFinished", { name: data.name, state: t(`state_${data.state}`) }));
     else if (event.type === "task.stalled") announce(t("announceStalled", { name: data.name }));
     else if (event.type === "task.recovered") announce(t("announceRecovered", { name: data.name }));
   }
-  arrived(data);
+  if (joins) arrived(data);
+  else if (data.parent_id) { childrenDirty.add(data.parent_id); model.dirty.add(data.parent_id); }
   scheduleRender();
 }
 

@@ -223,6 +223,36 @@ def test_a_task_shorter_than_min_duration_never_appears(page, headwayd):
     assert console_errors(page) == []
 
 
+def test_detail_view_shows_fields_children_and_history(page, headwayd):
+    register(headwayd, id="deploy", name="Deploy")
+    register(headwayd, id="deploy.build", name="Build", parent_id="deploy", total=4)
+    register(headwayd, id="deploy.push", name="Push", parent_id="deploy", total=4)
+    progress(headwayd, "deploy.build", completed=2)
+    open_dashboard(page, headwayd)
+    parent = poll(lambda: row(page, "deploy"), 5, "the parent")
+    bar = parent.find_element(By.CSS_SELECTOR, ".bar")
+    assert bar.get_attribute("aria-valuenow") == "25"  # the roll-up of 50% and 0%
+    expander = parent.find_element(By.CSS_SELECTOR, ".expander")
+    assert expander.get_attribute("aria-expanded") == "false"
+    expander.click()
+    poll(lambda: len(parent.find_elements(By.CSS_SELECTOR, ".children > li")) == 2, 5, "two children")
+    assert expander.get_attribute("aria-expanded") == "true"
+    parent.find_element(By.CSS_SELECTOR, ".name").click()
+    poll(lambda: page.find_element(By.ID, "detail-view").is_displayed(), 5, "the detail view")
+    assert page.find_element(By.ID, "detail-heading").text == "Deploy"
+    poll(lambda: len(page.find_elements(By.CSS_SELECTOR, "#detail-children > li")) == 2, 5, "children in the detail")
+    assert "deploy" in page.find_element(By.ID, "fields").text
+    poll(lambda: js(page, "return document.querySelectorAll('#chart polyline').length") == 1, 5, "the history line")
+    progress(headwayd, "deploy.push", completed=4)
+    poll(lambda: page.find_element(By.CSS_SELECTOR, "#detail-row .bar").get_attribute("aria-valuenow") == "75", 5,
+         "the detail live")
+    # A page-2 task's updates do not make the list longer.
+    page.find_element(By.ID, "back").click()
+    poll(lambda: page.find_element(By.ID, "list-view").is_displayed(), 5, "the list")
+    assert page.find_element(By.ID, "page-text").text == "Page 1 of 1"
+    assert console_errors(page) == []
+
+
 def test_pages_filters_and_search(page, headwayd):
     for number in range(45):
         register(headwayd, id=f"t{number:02d}", name=f"Task {number:02d}", total=10)
@@ -232,7 +262,14 @@ def test_pages_filters_and_search(page, headwayd):
     page_text = page.find_element(By.ID, "page-text")
     ids = lambda: js(page, "return [...document.querySelectorAll('#tasks > li')].map((li) => li.dataset.taskId)")
     poll(lambda: page_text.text == "Page 1 of 3", 5, "Page 1 of 3 (43 running)")
-    assert ids() == [f"t{n:02d}" for n in range(44, 23, -1) if n not in (3, 7)][:20]
+    first_page = [f"t{n:02d}" for n in range(44, 23, -1) if n not in (3, 7)][:20]
+    assert ids() == first_page
+    # Updates of tasks on other pages change neither this page nor its count.
+    others = [f"t{number:02d}" for number in range(22) if number not in (3, 7)]
+    for task_id in others:
+        progress(headwayd, task_id, completed=5)
+    poll(lambda: js(page, "return headwayStats.events") >= len(others), 5, "the updates seen")
+    assert page_text.text == "Page 1 of 3" and ids() == first_page
     page.find_element(By.ID, "next-page").click()
     poll(lambda: page_text.text == "Page 2 of 3", 5, "Page 2 of 3")
     poll(lambda: ids() and ids()[0] == "t24", 5, "the second page's rows")
@@ -241,8 +278,11 @@ def test_pages_filters_and_search(page, headwayd):
     poll(lambda: ids() == ["t02", "t01", "t00"], 5, "the last page's rows")
     assert not page.find_element(By.ID, "next-page").is_enabled()
 
+
     page.find_element(By.CSS_SELECTOR, '[data-filter="failed"]').click()
     poll(lambda: ids() == ["t07", "t03"], 5, "the failed tasks")
+    assert httpx.post(f"{headwayd}/v1/tasks/t01/finish", json={"outcome": "failed"}).status_code == 200
+    poll(lambda: ids() == ["t07", "t03", "t01"], 5, "a task that just failed joins")
     assert page_text.text == "Page 1 of 1"
     page.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
     poll(lambda: len(ids()) == 20 and page_text.text == "Page 1 of 3", 5, "all 45")
