@@ -562,7 +562,9 @@ async function loadHistory() {
     const history = await request("GET", `/v1/tasks/${encodeURIComponent(id)}/history?max_points=${points}`);
     if (state.detailID !== id) return;
     const drawn = drawHistory($("chart"), history.points);
-    setText($("chart-caption"), drawn ? t("chartCaption", { count: formatInteger(drawn) }) : t("chartEmpty"));
+    setText($("chart-caption"), drawn.count
+      ? t("chartCaption", { count: formatInteger(drawn.count), from: formatDateTime(drawn.first), to: formatDateTime(drawn.last) })
+      : t("chartEmpty"));
   } catch (error) {
     if (error instanceof APIError && error.status === 401) return needToken(error);
     setText($("chart-caption"), error.message);

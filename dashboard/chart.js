@@ -5,7 +5,8 @@ const WIDTH = 600;
 const HEIGHT = 200;
 const PAD = 6;
 
-/// Draws `points` ({t, fraction}) into `svg`; returns how many were drawn.
+/// Draws `points` ({t, fraction}) into `svg`; returns how many were drawn and the times
+/// of the first and last.
 export function drawHistory(svg, points) {
   svg.replaceChildren();
   const grid = document.createElementNS(SVG, "path");
@@ -18,7 +19,7 @@ export function drawHistory(svg, points) {
   grid.setAttribute("d", d);
   svg.append(grid);
   const usable = points.filter((p) => p.fraction !== null);
-  if (usable.length === 0) return 0;
+  if (usable.length === 0) return { count: 0 };
   const times = usable.map((p) => Date.parse(p.t));
   const first = times[0];
   const span = Math.max(1, times[times.length - 1] - first);
@@ -32,7 +33,7 @@ export function drawHistory(svg, points) {
   line.setAttribute("points", coords.join(" "));
   line.setAttribute("vector-effect", "non-scaling-stroke");
   svg.append(line);
-  return usable.length;
+  return { count: usable.length, first: new Date(first), last: new Date(times[times.length - 1]) };
 }
 
 /// The zoom levels: max_points the API allows (2..1000).

@@ -95,6 +95,19 @@ def screenshot_folder(tmp_path):
     return folder
 
 
+def test_the_files_answer_head_and_revalidate(headwayd):
+    full = httpx.get(f"{headwayd}/assets/app.js")
+    assert full.status_code == 200 and full.headers["content-type"] == "text/javascript; charset=utf-8"
+    head = httpx.head(f"{headwayd}/assets/app.js")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["etag"] == full.headers["etag"]
+    assert head.headers["content-length"] == str(len(full.content))
+    again = httpx.get(f"{headwayd}/assets/app.js", headers={"If-None-Match": full.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+    missing = httpx.get(f"{headwayd}/assets/missing.js")
+    assert missing.status_code == 404 and missing.json()["code"] == "asset_not_found"
+
+
 def test_the_page_loads_clean_and_a_task_appears_and_moves(page, headwayd):
     open_dashboard(page, headwayd)
     assert page.title == "Headway"
