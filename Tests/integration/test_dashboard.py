@@ -213,6 +213,31 @@ def test_cancel_from_the_page_reaches_the_runner(page, headwayd):
     assert console_errors(page) == []
 
 
+def test_a_finished_task_stays_a_minute_dimmed_then_leaves(page, headwayd):
+    # The page's clock (performance.now) is moved forward by the test instead of waiting.
+    script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        window.clockOffset = 0;
+        const realNow = performance.now.bind(performance);
+        performance.now = () => realNow() + window.clockOffset;"""})
+    try:
+        register(headwayd, id="done", name="Done soon", total=2)
+        register(headwayd, id="other", name="Still going", total=2)
+        open_dashboard(page, headwayd)
+        found = poll(lambda: row(page, "done"), 5, "the row")
+        assert page.find_element(By.ID, "page-text").text == "Page 1 of 1"
+        assert httpx.post(f"{headwayd}/v1/tasks/done/finish", json={"outcome": "succeeded"}).status_code == 200
+        poll(lambda: "finished" in found.get_attribute("class"), 5, "dimmed")
+        assert js(page, "return getComputedStyle(arguments[0].querySelector('.row')).opacity", found) == "0.55"
+        js(page, "window.clockOffset = 50000")
+        time.sleep(1.5)  # more than one tick of the page's 1 s timer: still there at 50 s
+        assert row(page, "done") is not None
+        js(page, "window.clockOffset = 61000")
+        poll(lambda: row(page, "done") is None, 5, "gone after a minute")
+        assert row(page, "other") is not None
+    finally:
+        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
 def test_a_task_shorter_than_min_duration_never_appears(page, headwayd):
     open_dashboard(page, headwayd, "lang=en")
     assert page.find_element(By.ID, "min-duration").get_attribute("value") == "2"
