@@ -6,7 +6,6 @@ SWIFT ?= swift
 LISTEN ?= 127.0.0.1:8080
 DB ?= ./headway.db
 VENV := .build/venv
-DASHBOARD_SWIFT := Sources/HeadwayService/DashboardAssets.swift
 PYTHON := $(VENV)/bin/python3
 # Warnings fail the build in CI (.ci/run sets CI=true); locally they stay warnings.
 SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
@@ -19,16 +18,16 @@ run: deps release
 
 ## Run the whole test suite: Swift (unit, store, live HTTP and SSE, process, OpenAPI),
 ## then the integration tests with a third-party SSE client, a real nginx and a headless Chromium.
-test: test-deps $(DASHBOARD_SWIFT)
+test: test-deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	HEADWAY_PYTHON=$(PYTHON) $(SWIFT) test --skip-build
 	$(MAKE) fuzz
 	$(PYTHON) -m pytest -q Tests/integration
 
-build: deps $(DASHBOARD_SWIFT)
+build: deps
 	$(SWIFT) build $(SWIFT_FLAGS)
 
-release: deps $(DASHBOARD_SWIFT)
+release: deps
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 
 deps:
@@ -37,13 +36,10 @@ deps:
 test-deps:
 	@HEADWAY_TEST_TOOLS=1 scripts/install-deps.sh
 
-## Regenerate the compiled copy of dashboard/* (a test fails if it is stale; build,
-## release and test regenerate it when a file in dashboard/ is newer).
+## Regenerate the compiled copy of dashboard/* (a test fails if it is stale, so a change
+## to dashboard/ without this fails `make test`).
 dashboard:
 	@python3 scripts/embed-dashboard.py
-
-$(DASHBOARD_SWIFT): $(wildcard dashboard/*) scripts/embed-dashboard.py
-	python3 scripts/embed-dashboard.py
 
 ## Regenerate the compiled copy of migrations/*.sql (a test fails if it is stale).
 migrations:
