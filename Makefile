@@ -10,7 +10,7 @@ PYTHON := $(VENV)/bin/python3
 # Warnings fail the build in CI (.ci/run sets CI=true); locally they stay warnings.
 SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 
-.PHONY: run test build release deps test-deps migrations bench bench-abuse clean fuzz sanitize
+.PHONY: run test build release deps test-deps migrations dashboard bench bench-abuse clean fuzz sanitize
 
 ## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
 run: deps release
@@ -35,6 +35,11 @@ deps:
 
 test-deps:
 	@HEADWAY_TEST_TOOLS=1 scripts/install-deps.sh
+
+## Regenerate the compiled copy of dashboard/* (a test fails if it is stale, so a change
+## to dashboard/ without this fails `make test`).
+dashboard:
+	@python3 scripts/embed-dashboard.py
 
 ## Regenerate the compiled copy of migrations/*.sql (a test fails if it is stale).
 migrations:

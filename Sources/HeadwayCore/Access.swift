@@ -15,17 +15,21 @@ public enum Scope: String, Sendable, CaseIterable, Comparable {
 }
 
 /// The access a route requires: none (`public`: health checks, the dashboard's static
-/// files), or a token with one scope.
+/// files), a token with one scope, or any valid token.
 public enum RouteAccess: Sendable, Equatable, CustomStringConvertible {
     /// Served to anyone, with or without a token.
     case `public`
     /// Needs a token holding this scope (or `admin`) once any token exists.
     case scope(Scope)
+    /// Needs a valid token of any scope once any token exists (`GET /v1/token`: what the
+    /// token presented allows).
+    case anyToken
 
     public var description: String {
         switch self {
         case .public: "public"
         case .scope(let scope): scope.rawValue
+        case .anyToken: "any token"
         }
     }
 }
@@ -67,6 +71,7 @@ public struct Grant: Sendable, Equatable {
         switch access {
         case .public: true
         case .scope(let scope): holds(scope)
+        case .anyToken: true
         }
     }
 

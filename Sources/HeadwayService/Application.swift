@@ -230,6 +230,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         .register(in: &routes)
     TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors)
         .register(in: &routes)
+    DashboardAPI(registry: tokens).register(in: &routes)
     let recentCatchUps = CatchUpCache()
     let catchUpStatistics = CatchUpStatistics()
     let catchUpBudget = CatchUpBudget(limitBytes: configuration.maximumCatchUpBytes)

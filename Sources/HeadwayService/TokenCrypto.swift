@@ -18,9 +18,11 @@ enum TokenCrypto {
     }
 
     /// The SHA-256 of `text`'s UTF-8 bytes (32 bytes).
-    static func sha256(_ text: String) -> [UInt8] {
+    static func sha256(_ text: String) -> [UInt8] { sha256(bytes: Array(text.utf8)) }
+
+    /// The SHA-256 of `bytes` (32 bytes).
+    static func sha256(bytes: [UInt8]) -> [UInt8] {
         var digest = [UInt8](repeating: 0, count: 32)
-        let bytes = Array(text.utf8)
         let status = bytes.withUnsafeBytes { input in
             digest.withUnsafeMutableBytes { output in
                 gnutls_hash_fast(GNUTLS_DIG_SHA256, input.baseAddress, input.count, output.baseAddress)

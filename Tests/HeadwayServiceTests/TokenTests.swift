@@ -107,6 +107,9 @@ private struct Probe {
             "POST /v1/tokens": ("POST", "/v1/tokens", #"{"name":"new","scopes":["admin"]}"#),
             "GET /v1/tokens": ("GET", "/v1/tokens", nil),
             "DELETE /v1/tokens/{id}": ("DELETE", "/v1/tokens/\(victimID)", nil),
+            "GET /": ("GET", "/", nil),
+            "GET /assets/{name}": ("GET", "/assets/app.js", nil),
+            "GET /v1/token": ("GET", "/v1/token", nil),
         ]
         let pass: [String: Probe] = [
             "GET /healthz": Probe(method: "GET", path: "/healthz", passStatus: 200),
@@ -123,6 +126,9 @@ private struct Probe {
             "POST /v1/tokens": Probe(method: "POST", path: "/v1/tokens", body: "{}", passStatus: 400),
             "GET /v1/tokens": Probe(method: "GET", path: "/v1/tokens", passStatus: 200),
             "DELETE /v1/tokens/{id}": Probe(method: "DELETE", path: "/v1/tokens/tok_none", passStatus: 404),
+            "GET /": Probe(method: "GET", path: "/", passStatus: 200),
+            "GET /assets/{name}": Probe(method: "GET", path: "/assets/none.js", passStatus: 404),
+            "GET /v1/token": Probe(method: "GET", path: "/v1/token", passStatus: 200),
         ]
 
         enum Expected { case pass, refused(Int, String) }
@@ -161,6 +167,10 @@ private struct Probe {
                     _ = scope
                 case (.scope(let scope), let grant?):
                     expected = grant.holds(scope) ? .pass : .refused(403, "insufficient_scope")
+                case (.anyToken, nil):
+                    expected = .refused(401, ["none": "token_missing", "expired": "token_expired",
+                                              "revoked": "token_revoked"][credential.name] ?? "token_invalid")
+                case (.anyToken, _?): expected = .pass
                 }
                 let context = "\(key) with \(credential.name)"
                 switch expected {

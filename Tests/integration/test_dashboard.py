@@ -1,0 +1,490 @@
+"""The dashboard in a real headless Chromium against a live headwayd: it loads without
+console errors, shows tasks live (bars, aria values, the activity indicator that stops
+when a task stalls), cancels, never shows a task shorter than min_duration, pages,
+survives a restart of the daemon, speaks Korean, and asks for a token when one is needed.
+
+Screenshots go to a temporary folder, or to $HEADWAY_SCREENSHOTS when set
+(`HEADWAY_SCREENSHOTS=docs/screenshots` refreshes the README's)."""
+import contextlib
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import time
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+from conftest import HEADWAYD, chromium_options, free_port, run_headwayd, wait_for_port
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium of its own, keeping the page's console messages."""
+    options = chromium_options()
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
+                              options=options)
+    driver.set_page_load_timeout(15)
+    driver.set_script_timeout(15)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def page(browser):
+    """The browser, reset to a light desktop window in English for each test."""
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "light"}]})
+    browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    browser.get("about:blank")
+    browser.get_log("browser")
+    yield browser
+
+
+def poll(condition, bound=5.0, what="condition"):
+    """Calls `condition` until it returns something true (returned), for at most `bound` seconds."""
+    deadline = time.monotonic() + bound
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {bound} s: {what}")
+        time.sleep(0.02)
+
+
+def open_dashboard(driver, base, query="min_duration=0&lang=en"):
+    driver.get(f"{base}/?{query}")
+    poll(lambda: driver.find_element(By.ID, "connection").get_attribute("data-state") == "live", 10, "Live")
+
+
+def row(driver, task_id):
+    rows = driver.find_elements(By.CSS_SELECTOR, f'#tasks > li[data-task-id="{task_id}"]')
+    return rows[0] if rows else None
+
+
+def js(driver, script, *args):
+    return driver.execute_script(script, *args)
+
+
+def register(base, **task):
+    reply = httpx.post(f"{base}/v1/tasks", json=task)
+    assert reply.status_code == 201, reply.text
+    return reply.json()
+
+
+def progress(base, task_id, **update):
+    reply = httpx.post(f"{base}/v1/tasks/{task_id}/progress", json=update)
+    assert reply.status_code == 200, reply.text
+    return reply.json()
+
+
+def console_errors(driver):
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def screenshot_folder(tmp_path):
+    folder = pathlib.Path(os.environ.get("HEADWAY_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def test_the_files_answer_head_and_revalidate(headwayd):
+    full = httpx.get(f"{headwayd}/assets/app.js")
+    assert full.status_code == 200 and full.headers["content-type"] == "text/javascript; charset=utf-8"
+    head = httpx.head(f"{headwayd}/assets/app.js")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["etag"] == full.headers["etag"]
+    assert head.headers["content-length"] == str(len(full.content))
+    again = httpx.get(f"{headwayd}/assets/app.js", headers={"If-None-Match": full.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+    missing = httpx.get(f"{headwayd}/assets/missing.js")
+    assert missing.status_code == 404 and missing.json()["code"] == "asset_not_found"
+
+
+def test_the_page_loads_clean_and_a_task_appears_and_moves(page, headwayd):
+    open_dashboard(page, headwayd)
+    assert page.title == "Headway"
+    register(headwayd, id="copy", name="Copy photos", total=1000, unit="files")
+    found = poll(lambda: row(page, "copy"), 1.0, "the new task's row within 1 s")
+    bar = found.find_element(By.CSS_SELECTOR, ".bar")
+    assert bar.get_attribute("role") == "progressbar"
+    assert (bar.get_attribute("aria-valuemin"), bar.get_attribute("aria-valuemax")) == ("0", "100")
+    assert bar.get_attribute("aria-valuenow") == "0"
+    assert "Copy photos" in found.text and "0 of 1,000 files" in found.text
+
+    progress(headwayd, "copy", completed=640)
+    poll(lambda: bar.get_attribute("aria-valuenow") == "64", 5, "aria-valuenow 64")
+    assert bar.get_attribute("aria-valuetext").startswith("64 percent")
+    assert "64%" in found.text and "640 of 1,000 files" in found.text
+    fill = found.find_element(By.CSS_SELECTOR, ".bar .fill")
+    poll(lambda: js(page, "return getComputedStyle(arguments[0]).transform", fill) == "matrix(0.64, 0, 0, 1, 0, 0)",
+         5, "the bar filled to 64%")
+    assert console_errors(page) == []
+
+
+def test_an_indeterminate_task_animates_until_it_stalls(page, headwayd):
+    open_dashboard(page, headwayd)
+    register(headwayd, id="scan", name="Scan disks", label="Reading /dev/sda", stall_timeout_seconds=1)
+    found = poll(lambda: row(page, "scan"), 5, "the task's row")
+    assert "Reading /dev/sda" in found.text and "Scan disks" in found.text
+    sweep = found.find_element(By.CSS_SELECTOR, ".activity .sweep")
+    assert found.find_element(By.CSS_SELECTOR, ".activity").get_attribute("role") == "progressbar"
+    assert js(page, "return arguments[0].getAnimations().length", sweep) > 0
+    assert js(page, "return getComputedStyle(arguments[0]).animationName", sweep) == "sweep"
+
+    poll(lambda: "stalled" in found.get_attribute("class"), 10, "the row marked stalled")
+    assert js(page, "return arguments[0].getAnimations().length", sweep) == 0
+    assert js(page, "return getComputedStyle(arguments[0]).animationName", sweep) == "none"
+    stall = found.find_element(By.CSS_SELECTOR, ".stall")
+    assert stall.text.startswith("No signal for")
+    first = stall.text
+    poll(lambda: stall.text != first, 5, "the stall's age counting")
+
+    assert httpx.post(f"{headwayd}/v1/tasks/scan/heartbeat", json={}).status_code == 200
+    poll(lambda: "stalled" not in found.get_attribute("class"), 5, "moving again after task.recovered")
+    assert js(page, "return arguments[0].getAnimations().length", sweep) > 0
+    assert console_errors(page) == []
+
+
+def test_reduced_motion_pulses_instead_of_sweeping(page, headwayd):
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-reduced-motion", "value": "reduce"}]})
+    try:
+        open_dashboard(page, headwayd)
+        register(headwayd, id="calm", name="Calm", stall_timeout_seconds=1)
+        found = poll(lambda: row(page, "calm"), 5, "the row")
+        sweep = found.find_element(By.CSS_SELECTOR, ".activity .sweep")
+        assert js(page, "return getComputedStyle(arguments[0]).animationName", sweep) == "pulse"
+        assert js(page, "return arguments[0].getAnimations().length", sweep) > 0
+        poll(lambda: "stalled" in found.get_attribute("class"), 10, "stalled")
+        assert js(page, "return arguments[0].getAnimations().length", sweep) == 0
+    finally:
+        page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+
+def test_keyboard_alone_opens_a_task_and_comes_back(page, headwayd):
+    from selenium.webdriver.common.keys import Keys
+    register(headwayd, id="kb", name="Keyboard task", total=10)
+    open_dashboard(page, headwayd)
+    poll(lambda: row(page, "kb"), 5, "the row")
+    body = page.find_element(By.TAG_NAME, "body")
+    for _ in range(30):
+        body = page.switch_to.active_element
+        if body.get_attribute("class") == "name":
+            break
+        body.send_keys(Keys.TAB)
+    assert page.switch_to.active_element.text == "Keyboard task"
+    page.switch_to.active_element.send_keys(Keys.ENTER)
+    poll(lambda: page.find_element(By.ID, "detail-view").is_displayed(), 5, "the detail view")
+    assert page.switch_to.active_element.get_attribute("id") == "back"
+    page.switch_to.active_element.send_keys(Keys.ESCAPE)
+    poll(lambda: page.find_element(By.ID, "list-view").is_displayed(), 5, "back to the list")
+    assert console_errors(page) == []
+
+
+def test_cancel_from_the_page_reaches_the_runner(page, headwayd):
+    open_dashboard(page, headwayd)
+    register(headwayd, id="job", name="Render video", total=100)
+    progress(headwayd, "job", completed=10)
+    found = poll(lambda: row(page, "job"), 5, "the task's row")
+    cancel = found.find_element(By.CSS_SELECTOR, ".cancel")
+    assert cancel.text == "Cancel" and cancel.is_displayed()
+    cancel.click()
+    question = found.find_element(By.CSS_SELECTOR, ".confirm")
+    poll(lambda: question.is_displayed(), 2, "the confirmation")
+    assert "Cancel this task?" in question.text
+    # Nothing is sent before the confirmation.
+    assert progress(headwayd, "job", completed=11)["cancel_requested"] is False
+    found.find_element(By.CSS_SELECTOR, ".confirm .yes").click()
+    poll(lambda: cancel.text == "Canceling…", 5, "Canceling…")
+    poll(lambda: progress(headwayd, "job", completed=12)["cancel_requested"] is True, 5, "the runner told")
+    assert not cancel.is_enabled()
+    reply = httpx.post(f"{headwayd}/v1/tasks/job/finish", json={"outcome": "canceled"})
+    assert reply.status_code == 200, reply.text
+    poll(lambda: "finished" in found.get_attribute("class"), 5, "finished, dimmed")
+    assert not cancel.is_displayed()
+    assert "Canceled" in found.text
+    assert console_errors(page) == []
+
+
+def test_a_finished_task_stays_a_minute_dimmed_then_leaves(page, headwayd):
+    # The page's clock (performance.now) is moved forward by the test instead of waiting.
+    script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        window.clockOffset = 0;
+        const realNow = performance.now.bind(performance);
+        performance.now = () => realNow() + window.clockOffset;"""})
+    try:
+        register(headwayd, id="done", name="Done soon", total=2)
+        register(headwayd, id="other", name="Still going", total=2)
+        open_dashboard(page, headwayd)
+        found = poll(lambda: row(page, "done"), 5, "the row")
+        assert page.find_element(By.ID, "page-text").text == "Page 1 of 1"
+        assert httpx.post(f"{headwayd}/v1/tasks/done/finish", json={"outcome": "succeeded"}).status_code == 200
+        poll(lambda: "finished" in found.get_attribute("class"), 5, "dimmed")
+        assert js(page, "return getComputedStyle(arguments[0].querySelector('.row')).opacity", found) == "0.55"
+        js(page, "window.clockOffset = 50000")
+        time.sleep(1.5)  # more than one tick of the page's 1 s timer: still there at 50 s
+        assert row(page, "done") is not None
+        js(page, "window.clockOffset = 61000")
+        poll(lambda: row(page, "done") is None, 5, "gone after a minute")
+        assert row(page, "other") is not None
+    finally:
+        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
+def test_a_task_shorter_than_min_duration_never_appears(page, headwayd):
+    open_dashboard(page, headwayd, "lang=en")
+    assert page.find_element(By.ID, "min-duration").get_attribute("value") == "2"
+    js(page, """
+        window.seen = [];
+        new MutationObserver((records) => {
+          for (const record of records) for (const node of record.addedNodes) {
+            if (node.nodeType === 1) {
+              if (node.dataset.taskId) window.seen.push(node.dataset.taskId);
+              for (const inner of node.querySelectorAll('[data-task-id]')) window.seen.push(inner.dataset.taskId);
+            }
+          }
+        }).observe(document.body, {childList: true, subtree: true});""")
+    register(headwayd, id="short", name="Quick", total=1)
+    time.sleep(1)  # the task's own life, not an assertion
+    assert httpx.post(f"{headwayd}/v1/tasks/short/finish", json={"outcome": "succeeded"}).status_code == 200
+    register(headwayd, id="long", name="Slow")
+    poll(lambda: row(page, "long"), 10, "the longer task, once 2 s old")
+    assert "long" in js(page, "return window.seen")
+    assert "short" not in js(page, "return window.seen")
+    assert console_errors(page) == []
+
+
+def test_detail_view_shows_fields_children_and_history(page, headwayd):
+    register(headwayd, id="deploy", name="Deploy")
+    register(headwayd, id="deploy.build", name="Build", parent_id="deploy", total=4)
+    register(headwayd, id="deploy.push", name="Push", parent_id="deploy", total=4)
+    progress(headwayd, "deploy.build", completed=2)
+    open_dashboard(page, headwayd)
+    parent = poll(lambda: row(page, "deploy"), 5, "the parent")
+    bar = parent.find_element(By.CSS_SELECTOR, ".bar")
+    assert bar.get_attribute("aria-valuenow") == "25"  # the roll-up of 50% and 0%
+    expander = parent.find_element(By.CSS_SELECTOR, ".expander")
+    assert expander.get_attribute("aria-expanded") == "false"
+    expander.click()
+    poll(lambda: len(parent.find_elements(By.CSS_SELECTOR, ".children > li")) == 2, 5, "two children")
+    assert expander.get_attribute("aria-expanded") == "true"
+    parent.find_element(By.CSS_SELECTOR, ".name").click()
+    poll(lambda: page.find_element(By.ID, "detail-view").is_displayed(), 5, "the detail view")
+    assert page.find_element(By.ID, "detail-heading").text == "Deploy"
+    poll(lambda: len(page.find_elements(By.CSS_SELECTOR, "#detail-children > li")) == 2, 5, "children in the detail")
+    assert "deploy" in page.find_element(By.ID, "fields").text
+    poll(lambda: js(page, "return document.querySelectorAll('#chart polyline').length") == 1, 5, "the history line")
+    progress(headwayd, "deploy.push", completed=4)
+    poll(lambda: page.find_element(By.CSS_SELECTOR, "#detail-row .bar").get_attribute("aria-valuenow") == "75", 5,
+         "the detail live")
+    # A page-2 task's updates do not make the list longer.
+    page.find_element(By.ID, "back").click()
+    poll(lambda: page.find_element(By.ID, "list-view").is_displayed(), 5, "the list")
+    assert page.find_element(By.ID, "page-text").text == "Page 1 of 1"
+    assert console_errors(page) == []
+
+
+def test_pages_filters_and_search(page, headwayd):
+    for number in range(45):
+        register(headwayd, id=f"t{number:02d}", name=f"Task {number:02d}", total=10)
+    for task_id in ["t03", "t07"]:
+        assert httpx.post(f"{headwayd}/v1/tasks/{task_id}/finish", json={"outcome": "failed"}).status_code == 200
+    open_dashboard(page, headwayd)
+    page_text = page.find_element(By.ID, "page-text")
+    ids = lambda: js(page, "return [...document.querySelectorAll('#tasks > li')].map((li) => li.dataset.taskId)")
+    poll(lambda: page_text.text == "Page 1 of 3", 5, "Page 1 of 3 (43 running)")
+    first_page = [f"t{n:02d}" for n in range(44, 23, -1) if n not in (3, 7)][:20]
+    assert ids() == first_page
+    # Updates of tasks on other pages change neither this page nor its count.
+    others = [f"t{number:02d}" for number in range(22) if number not in (3, 7)]
+    for task_id in others:
+        progress(headwayd, task_id, completed=5)
+    poll(lambda: js(page, "return headwayStats.events") >= len(others), 5, "the updates seen")
+    assert page_text.text == "Page 1 of 3" and ids() == first_page
+    page.find_element(By.ID, "next-page").click()
+    poll(lambda: page_text.text == "Page 2 of 3", 5, "Page 2 of 3")
+    poll(lambda: ids() and ids()[0] == "t24", 5, "the second page's rows")
+    page.find_element(By.ID, "next-page").click()
+    poll(lambda: page_text.text == "Page 3 of 3", 5, "Page 3 of 3")
+    poll(lambda: ids() == ["t02", "t01", "t00"], 5, "the last page's rows")
+    assert not page.find_element(By.ID, "next-page").is_enabled()
+
+
+    page.find_element(By.CSS_SELECTOR, '[data-filter="failed"]').click()
+    poll(lambda: ids() == ["t07", "t03"], 5, "the failed tasks")
+    assert httpx.post(f"{headwayd}/v1/tasks/t01/finish", json={"outcome": "failed"}).status_code == 200
+    poll(lambda: ids() == ["t07", "t03", "t01"], 5, "a task that just failed joins")
+    assert page_text.text == "Page 1 of 1"
+    page.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
+    poll(lambda: len(ids()) == 20 and page_text.text == "Page 1 of 3", 5, "all 45")
+    page.find_element(By.ID, "search").send_keys("task 4")
+    poll(lambda: ids() == ["t44", "t43", "t42", "t41", "t40"], 5, "searched by name prefix")
+    assert "this page only" in page.find_element(By.CSS_SELECTOR, ".search .hint").text
+    assert console_errors(page) == []
+
+
+@contextlib.contextmanager
+def daemon_on(directory, port):
+    """headwayd on `port` with the database in `directory` (kept between runs)."""
+    log = open(directory / "headwayd.log", "a")
+    process = subprocess.Popen([HEADWAYD, "--listen", f"127.0.0.1:{port}", "--db", str(directory / "headway.db"),
+                                "--durability", "normal", "--sse-heartbeat", "1"], stderr=log)
+    try:
+        wait_for_port(port, process, "headwayd")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        log.close()
+
+
+def test_a_restart_under_the_open_page_misses_nothing(page, tmp_path):
+    port = free_port()
+    with daemon_on(tmp_path, port) as base:
+        register(base, id="a", name="Alpha", total=100)
+        register(base, id="b", name="Beta", total=100)
+        open_dashboard(page, base)
+        poll(lambda: row(page, "a") and row(page, "b"), 5, "both rows")
+    connection = page.find_element(By.ID, "connection")
+    poll(lambda: connection.text == "Reconnecting…", 10, "Reconnecting…")
+    with daemon_on(tmp_path, port) as base:
+        # Made before the page is back (EventSource waits for its retry delay).
+        progress(base, "a", completed=42)
+        assert httpx.post(f"{base}/v1/tasks/b/finish", json={"outcome": "failed"}).status_code == 200
+        poll(lambda: connection.text == "Live", 15, "Live again")
+        bar = row(page, "a").find_element(By.CSS_SELECTOR, ".bar")
+        poll(lambda: bar.get_attribute("aria-valuenow") == "42", 5, "the update made while away")
+        poll(lambda: "Failed" in row(page, "b").text, 5, "the finish made while away")
+    # The daemon gone for good: offline, with the time it was lost.
+    poll(lambda: connection.text.startswith("Offline since"), 20, "Offline since HH:MM")
+
+
+def test_korean(page, headwayd, tmp_path):
+    register(headwayd, id="k", name="백업", total=10)
+    open_dashboard(page, headwayd)
+    poll(lambda: row(page, "k"), 5, "the row")
+    select = page.find_element(By.ID, "language")
+    select.find_element(By.CSS_SELECTOR, 'option[value="ko"]').click()
+    poll(lambda: js(page, "return document.documentElement.lang") == "ko", 2, "lang=ko")
+    assert page.find_element(By.CSS_SELECTOR, '[data-filter="running"]').text == "진행 중"
+    poll(lambda: page.find_element(By.ID, "connection").text == "실시간", 2, "실시간")
+    assert page.find_element(By.ID, "page-text").text == "1페이지 중 1페이지"
+    assert "10 중 0" in row(page, "k").text and "취소" in row(page, "k").text
+    page.save_screenshot(str(screenshot_folder(tmp_path) / "korean.png"))
+    page.get(f"{headwayd}/?lang=ko")
+    poll(lambda: page.find_element(By.ID, "prev-page").text == "이전", 5, "Korean from ?lang=ko")
+    js(page, "localStorage.clear()")
+    assert console_errors(page) == []
+
+
+def make_token(directory, *scopes):
+    arguments = [item for scope in scopes for item in ("--scope", scope)]
+    made = subprocess.run([HEADWAYD, "token", "create", *arguments, "--name", "wall", "--db", str(directory / "headway.db")],
+                          capture_output=True, text=True, check=True)
+    return made.stdout.strip()
+
+
+def test_a_token_is_asked_for_and_a_read_only_one_cannot_cancel(page, tmp_path):
+    tmp_path.mkdir(exist_ok=True)
+    admin = make_token(tmp_path, "admin")
+    reader = make_token(tmp_path, "read")
+    with run_headwayd(tmp_path) as base:
+        auth = {"Authorization": f"Bearer {admin}"}
+        assert httpx.post(f"{base}/v1/tasks", json={"id": "x", "name": "Export", "total": 5}, headers=auth).status_code == 201
+        page.get(f"{base}/?min_duration=0&lang=en")
+        form = page.find_element(By.ID, "token-view")
+        poll(lambda: form.is_displayed(), 5, "the token form")
+        page.find_element(By.ID, "token-input").send_keys("not-a-token")
+        page.find_element(By.CSS_SELECTOR, "#token-form button").click()
+        assert "hw_" in page.find_element(By.ID, "token-error").text
+        field = page.find_element(By.ID, "token-input")
+        field.clear()
+        field.send_keys(reader)
+        page.find_element(By.CSS_SELECTOR, "#token-form button").click()
+        found = poll(lambda: row(page, "x"), 5, "the task, read with the token")
+        poll(lambda: page.find_element(By.ID, "connection").get_attribute("data-state") == "live", 5, "Live with the token")
+        assert not found.find_element(By.CSS_SELECTOR, ".cancel").is_displayed()
+        assert js(page, "return sessionStorage.getItem('headway.token')") == reader
+        assert httpx.post(f"{base}/v1/tasks/x/progress", json={"completed": 3}, headers=auth).status_code == 200
+        bar = found.find_element(By.CSS_SELECTOR, ".bar")
+        poll(lambda: bar.get_attribute("aria-valuenow") == "60", 5, "live over the stream with access_token")
+        js(page, "sessionStorage.clear()")
+        errors = [entry for entry in console_errors(page) if "401" not in entry["message"]]
+        assert errors == []
+
+
+def test_screenshots(page, headwayd, tmp_path):
+    """Desktop light and dark, phone width, a stalled task, the detail view."""
+    folder = screenshot_folder(tmp_path)
+    desktop = {"width": 1280, "height": 960, "deviceScaleFactor": 1, "mobile": False}
+    register(headwayd, id="thumbnails", name="Make thumbnails", total=300, unit="images")
+    register(headwayd, id="backup-db-3", name="Nightly backup of db-3", total=1200, unit="files")
+    register(headwayd, id="encode", name="Encode lecture videos", label="Waiting for the encoder",
+             stall_timeout_seconds=1)
+    register(headwayd, id="reindex", name="Rebuild search index", label="Scanning documents")
+    register(headwayd, id="deploy", name="Deploy release 2.4")
+    register(headwayd, id="deploy.build", name="Build images", parent_id="deploy", total=8, unit="images")
+    register(headwayd, id="deploy.push", name="Push images", parent_id="deploy", total=8, unit="images")
+    register(headwayd, id="photos", name="Copy photos to archive", total=5000, unit="photos")
+    for step in range(1, 5):
+        progress(headwayd, "backup-db-3", completed=step * 40)
+        progress(headwayd, "photos", completed=step * 150)
+        progress(headwayd, "thumbnails", completed=step * 60)
+        if step < 4:
+            progress(headwayd, "deploy.build", completed=step * 2)
+        assert httpx.post(f"{headwayd}/v1/tasks/reindex/heartbeat", json={"label": f"Scanning documents ({step * 1000})"}).status_code == 200
+        time.sleep(1.1)
+    progress(headwayd, "deploy.push", completed=2)
+    page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", desktop)
+    open_dashboard(page, headwayd, "lang=en")
+    poll(lambda: row(page, "encode") and "stalled" in row(page, "encode").get_attribute("class"), 10, "stalled")
+    assert httpx.post(f"{headwayd}/v1/tasks/thumbnails/finish", json={"outcome": "succeeded"}).status_code == 200
+    poll(lambda: "finished" in row(page, "thumbnails").get_attribute("class"), 5, "finished, dimmed")
+    page.find_element(By.CSS_SELECTOR, '#tasks > li[data-task-id="deploy"] .expander').click()
+    poll(lambda: len(page.find_elements(By.CSS_SELECTOR, '[data-task-id="deploy"] .children > li')) == 2, 5, "children")
+    time.sleep(0.6)  # let the bars finish their transition
+    page.save_screenshot(str(folder / "desktop-light.png"))
+    stalled = row(page, "encode")
+    js(page, "arguments[0].scrollIntoView({block: 'center'})", stalled)
+    time.sleep(0.2)
+    stalled.screenshot(str(folder / "stalled-task.png"))
+    js(page, "window.scrollTo(0, 0)")
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    time.sleep(0.3)
+    page.save_screenshot(str(folder / "desktop-dark.png"))
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "light"}]})
+    page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                         {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+    time.sleep(0.3)
+    page.save_screenshot(str(folder / "phone.png"))
+    page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", desktop)
+    page.find_element(By.CSS_SELECTOR, '#tasks > li[data-task-id="photos"] .name').click()
+    poll(lambda: page.find_element(By.ID, "detail-view").is_displayed(), 5, "the detail view")
+    poll(lambda: js(page, "return document.querySelectorAll('#chart polyline').length") == 1, 5, "the chart")
+    poll(lambda: page.find_element(By.ID, "zoom-text").text.endswith("points"), 5, "the zoom")
+    time.sleep(0.6)
+    page.save_screenshot(str(folder / "detail.png"))
+    page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    # Zoom stays within 2..1000 points.
+    for _ in range(12):
+        button = page.find_element(By.ID, "zoom-in")
+        if not button.is_enabled():
+            break
+        button.click()
+    poll(lambda: page.find_element(By.ID, "zoom-text").text == "1,000 points", 5, "at most 1000 points")
+    for _ in range(12):
+        button = page.find_element(By.ID, "zoom-out")
+        if not button.is_enabled():
+            break
+        button.click()
+    poll(lambda: page.find_element(By.ID, "zoom-text").text == "2 points", 5, "at least 2 points")
+    assert console_errors(page) == []
+    for name in ["desktop-light", "desktop-dark", "phone", "stalled-task", "detail"]:
+        assert (folder / f"{name}.png").stat().st_size > 1000

@@ -1,0 +1,72 @@
+// The tasks the page knows, keyed by id: from the event stream and from the listings it
+// fetched. Changes only mark tasks dirty; the page draws them at the next animation frame.
+
+export class TaskModel {
+  constructor() {
+    this.tasks = new Map();
+    /// Ids of tasks changed since the last frame.
+    this.dirty = new Set();
+    /// Ids the event stream has sent (so past the stream's min_duration hold-back).
+    this.streamed = new Set();
+    /// When (performance.now) each task was first seen finished.
+    this.finishedSeen = new Map();
+    /// Child ids by parent id.
+    this.children = new Map();
+  }
+
+  get(id) { return this.tasks.get(id); }
+
+  /// Stores `task` unless what is stored is newer; returns whether it changed anything.
+  put(task, fromStream) {
+    const old = this.tasks.get(task.id);
+    if (fromStream) this.streamed.add(task.id);
+    if (old && old.updated_at > task.updated_at) return false;
+    if (old && old.parent_id !== task.parent_id) this.children.get(old.parent_id)?.delete(task.id);
+    if (task.parent_id) {
+      if (!this.children.has(task.parent_id)) this.children.set(task.parent_id, new Set());
+      this.children.get(task.parent_id).add(task.id);
+    }
+    this.tasks.set(task.id, task);
+    if (task.finished_at && !this.finishedSeen.has(task.id)) {
+      const age = Date.now() - Date.parse(task.finished_at);
+      this.finishedSeen.set(task.id, performance.now() - Math.max(0, age));
+    }
+    this.dirty.add(task.id);
+    return true;
+  }
+
+  remove(id) {
+    const old = this.tasks.get(id);
+    if (old?.parent_id) this.children.get(old.parent_id)?.delete(id);
+    this.tasks.delete(id);
+    this.streamed.delete(id);
+    this.finishedSeen.delete(id);
+    this.dirty.add(id);
+  }
+
+  childrenOf(id) {
+    const children = [];
+    for (const child of this.children.get(id) ?? []) {
+      const task = this.tasks.get(child);
+      if (task) children.push(task);
+    }
+    return children.sort(newestFirst);
+  }
+
+  takeDirty() {
+    const dirty = this.dirty;
+    this.dirty = new Set();
+    return dirty;
+  }
+}
+
+export function newestFirst(a, b) {
+  return a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : a.id < b.id ? 1 : -1;
+}
+
+/// Whether a task has children: one known, or a task with a fraction but no total (only
+/// a parent's roll-up is quantified without one).
+export function hasChildren(model, task) {
+  if (task.mode === "quantified" && task.total === null) return true;
+  return (model.children.get(task.id)?.size ?? 0) > 0;
+}
