@@ -21,8 +21,9 @@ public enum RouteAccess: Sendable, Equatable, CustomStringConvertible {
     case `public`
     /// Needs a token holding this scope (or `admin`) once any token exists.
     case scope(Scope)
-    /// Needs a valid token of any scope once any token exists (`GET /v1/token`: what the
-    /// token presented allows).
+    /// A token, when one is presented, must be valid (of any scope); without one the
+    /// request is served as anonymous, with no scope (`GET /v1/token`: what the token
+    /// presented allows, or that one is needed).
     case anyToken
 
     public var description: String {

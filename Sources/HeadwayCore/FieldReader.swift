@@ -41,11 +41,13 @@ public struct FieldReader {
         return text
     }
 
-    /// A task id (`[A-Za-z0-9._~:-]{1,128}`).
+    /// A task id (`[A-Za-z0-9._~:-]{1,128}`), not `.` or `..` (a URL path cannot carry
+    /// those: browsers fold them away, even percent-encoded).
     public mutating func id(_ field: String) -> String? {
         guard let value = present(field) else { return nil }
         guard case .string(let text) = value else { return fail(field, "must be a string, not \(value.typeName)") }
         guard TaskID.isValid(text) else { return fail(field, "must match [A-Za-z0-9._~:-]{1,\(Limits.idLength)}") }
+        guard !TaskID.isDotSegment(text) else { return fail(field, "must not be '.' or '..' (a URL cannot name it)") }
         return text
     }
 

@@ -222,6 +222,9 @@ public struct TaskRecord: Equatable, Sendable {
 
 /// The pattern every task id follows: 1–128 of `[A-Za-z0-9._~:-]`.
 public enum TaskID {
+    /// Whether `id` is `.` or `..`: valid characters, but no id a new task may take.
+    public static func isDotSegment(_ id: String) -> Bool { id == "." || id == ".." }
+
     /// Whether `id` is a valid task id.
     public static func isValid(_ id: String) -> Bool {
         let bytes = id.utf8

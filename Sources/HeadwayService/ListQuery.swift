@@ -8,8 +8,10 @@ struct ListQuery {
     var filter = TaskFilter()
     var pageSize = 50
     var beforeKey: Int64?
+    /// Only tasks whose id starts with this (`id_prefix`: a search by id).
+    var idPrefix: String?
 
-    static let allowed: Set<String> = ["state", "stalled", "parent_id", "root", "page_size", "page_token"]
+    static let allowed: Set<String> = ["state", "stalled", "parent_id", "root", "page_size", "page_token", "id_prefix"]
 
     static func parse(_ parameters: [(name: String, value: String)]) throws -> ListQuery {
         var result = ListQuery()
@@ -19,12 +21,35 @@ struct ListQuery {
         result.filter.rootOnly = query.boolean("root") ?? false
         result.filter.parentID = query.id("parent_id")
         result.pageSize = query.integer("page_size", in: 1...500) ?? result.pageSize
-        if let token = query.single("page_token"), query.errors.isEmpty {
-            guard let decoded = PageToken(encoded: token), decoded.matches(result.filter) else { throw Problem.invalidPageToken }
-            result.beforeKey = decoded.beforeKey
-        }
+        result.idPrefix = query.id("id_prefix")
+        result.pageToken = query.single("page_token")
         guard query.errors.isEmpty else { throw TaskError.invalidRequest(query.errors) }
         return result
+    }
+
+    /// The `page_token` as given, checked by `resolvePageToken` once the filter is whole.
+    var pageToken: String?
+
+    /// Reads `pageToken`: where the page starts. A token issued for another filter (or
+    /// another token's prefix) is refused.
+    mutating func resolvePageToken() throws {
+        guard let pageToken else { return }
+        guard let decoded = PageToken(encoded: pageToken), decoded.matches(filter) else { throw Problem.invalidPageToken }
+        beforeKey = decoded.beforeKey
+    }
+
+    /// Narrows the listing to the ids the caller's token may see (`tokenPrefix`) and that
+    /// `id_prefix` asks for: the longer prefix when one extends the other; false when they
+    /// exclude each other (nothing can match). Call before `resolvePageToken`.
+    mutating func restrict(toTokenPrefix tokenPrefix: String?) -> Bool {
+        switch (tokenPrefix, idPrefix) {
+        case (nil, nil): return true
+        case (let only?, nil), (nil, let only?): filter.taskPrefix = only
+        case (let token?, let wanted?):
+            guard wanted.hasPrefix(token) || token.hasPrefix(wanted) else { return false }
+            filter.taskPrefix = wanted.count > token.count ? wanted : token
+        }
+        return true
     }
 }
 
@@ -61,7 +86,7 @@ struct PageToken: Equatable {
 
     /// FNV-1a over a canonical description of the filter.
     private static func fingerprint(_ filter: TaskFilter) -> UInt64 {
-        let text = "\(filter.states.map(\.rawValue).joined(separator: ","))|\(filter.stalled.map(String.init) ?? "")|\(filter.parentID ?? "")|\(filter.rootOnly)"
+        let text = "\(filter.states.map(\.rawValue).joined(separator: ","))|\(filter.stalled.map(String.init) ?? "")|\(filter.parentID ?? "")|\(filter.rootOnly)|\(filter.taskPrefix ?? "")"
         return text.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
     }
 }

@@ -59,7 +59,9 @@ struct AccessGate: Sendable {
         } else if let fromQuery = queryToken.last {
             secret = fromQuery
         } else {
-            return .failure(.tokenMissing)
+            // `anyToken` serves a request without credentials as anonymous (no scope):
+            // `GET /v1/token` then tells a page that it needs a token, without a 401.
+            return access == .anyToken ? .success(.anonymous) : .failure(.tokenMissing)
         }
         switch registry.authenticate(secret, now: clock.now()) {
         case .failure(let refusal): return .failure(refusal)

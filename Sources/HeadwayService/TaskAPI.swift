@@ -140,8 +140,18 @@ struct TaskAPI: Sendable {
 
     private func list(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         var parsed: ListQuery
-        do { parsed = try ListQuery.parse(request.queryParameters) } catch { return responder.respond(errors.response(for: error, request)) }
-        parsed.filter.taskPrefix = grant.taskPrefix
+        let possible: Bool
+        do {
+            parsed = try ListQuery.parse(request.queryParameters)
+            possible = parsed.restrict(toTokenPrefix: grant.taskPrefix)
+            try parsed.resolvePageToken()
+        } catch {
+            return responder.respond(errors.response(for: error, request))
+        }
+        guard possible else {
+            // The search and the token's prefix exclude each other: nothing to read.
+            return responder.respond(.json(200, #"{"tasks":[],"next_page_token":null,"total_size":0}"#))
+        }
         let query = parsed
         read(request, responder) { reader in
             let page = try reader.snapshot { database in

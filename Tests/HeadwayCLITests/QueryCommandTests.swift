@@ -171,12 +171,15 @@ import Testing
             #expect(missing.output == "")
         }
 
-        // The ids "." and ".." are ids, not path segments that a URL would fold away.
-        for id in [".", ".."] {
+        // Dots in ids stay ids, not path segments a URL would fold away ("." and ".."
+        // themselves the server refuses for new tasks).
+        for id in ["...", ".a."] {
             #expect(try ok("start", "Dots", "--id", id, server: server) == id + "\n")
             #expect(try ok("show", id, server: server).hasPrefix("id:"))
             #expect(try ok("progress", id, "--completed", "1", "--total", "2", server: server) == "")
             #expect(try ok("delete", id, "--yes", server: server) == "deleted \(id)\n")
         }
+        let refused = try runBuilt("headway", ["start", "Dots", "--id", "..", "--server", server])
+        #expect(refused.status == 1 && refused.errors.contains("must not be '.' or '..'"), "\(refused)")
     }
 }

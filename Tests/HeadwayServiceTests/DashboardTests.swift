@@ -110,8 +110,11 @@ import HeadwayTestSupport
         let asAdmin = try daemon.request("GET", "/v1/token", headers: [("Authorization", "Bearer \(admin)")])
         #expect(asAdmin.json["scopes"] as? [String] == ["report", "read", "control", "admin"])
 
+        // Without a token: anonymous, no scope — the page learns it needs one, no 401.
         let none = try daemon.request("GET", "/v1/token")
-        #expect(none.status == 401 && none.problemCode == "token_missing")
+        #expect(none.status == 200)
+        #expect(none.json["scopes"] as? [String] == [])
+        #expect(none.json["tokens_required"] as? Bool == true)
         let bad = try daemon.request("GET", "/v1/token", headers: [("Authorization", "Bearer hw_nope")])
         #expect(bad.status == 401 && bad.problemCode == "token_invalid")
         // EventSource's query token is for the event stream only.

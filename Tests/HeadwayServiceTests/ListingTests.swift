@@ -56,6 +56,41 @@ import Testing
         }
     }
 
+    /// `id_prefix` searches by id: every page, the total, inside a token's prefix.
+    @Test func searchesByIdPrefix() throws {
+        let daemon = try LiveDaemon()
+        for id in ["build-1", "build-2", "build-10", "deploy-1", "buil"] { try daemon.register(#"{"id":"\#(id)","name":"N"}"#) }
+        let builds = try daemon.request("GET", "/v1/tasks?id_prefix=build-")
+        #expect(ids(builds) == ["build-10", "build-2", "build-1"])
+        #expect(builds.json["total_size"] as? Int == 3)
+        let first = try daemon.request("GET", "/v1/tasks?id_prefix=build-&page_size=2")
+        let token = try #require(first.json["next_page_token"] as? String)
+        #expect(ids(try daemon.request("GET", "/v1/tasks?id_prefix=build-&page_size=2&page_token=\(token)")) == ["build-1"])
+        #expect(try daemon.request("GET", "/v1/tasks?page_size=2&page_token=\(token)").problemCode == "invalid_page_token",
+                "a page token belongs to its search")
+        #expect(try daemon.request("GET", "/v1/tasks?id_prefix=a%20b").problemCode == "invalid_request")
+
+        let teamToken = try daemon.makeToken([.read], prefix: "build-1")
+        let auth = [("Authorization", "Bearer \(teamToken)")]
+        #expect(ids(try daemon.request("GET", "/v1/tasks", headers: auth)) == ["build-10", "build-1"])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?id_prefix=build-10", headers: auth)) == ["build-10"])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?id_prefix=b", headers: auth)) == ["build-10", "build-1"],
+                "a wider search stays inside the token's prefix")
+        let outside = try daemon.request("GET", "/v1/tasks?id_prefix=deploy", headers: auth)
+        #expect(ids(outside) == [] && outside.json["total_size"] as? Int == 0)
+    }
+
+    /// `.` and `..` are refused as new ids: a URL path cannot name them.
+    @Test func dotIdsAreRefused() throws {
+        let daemon = try LiveDaemon()
+        for id in [".", ".."] {
+            let refused = try daemon.request("POST", "/v1/tasks", json: #"{"id":"\#(id)","name":"Dots"}"#)
+            #expect(refused.status == 422 || refused.status == 400, "\(id): \(refused.status)")
+            #expect(String(decoding: refused.body, as: UTF8.self).contains("must not be '.' or '..'"))
+        }
+        try daemon.register(#"{"id":"...","name":"Three dots are a name"}"#)
+    }
+
     @Test(arguments: Transport.allCases) func pageTokensAreTiedToTheirListing(_ transport: Transport) throws {
         let daemon = try LiveDaemon(transport: transport)
         for index in 0..<3 { try daemon.register(#"{"id":"t\#(index)","name":"T","state":"pending"}"#) }

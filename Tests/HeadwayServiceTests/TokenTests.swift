@@ -167,9 +167,11 @@ private struct Probe {
                     _ = scope
                 case (.scope(let scope), let grant?):
                     expected = grant.holds(scope) ? .pass : .refused(403, "insufficient_scope")
+                case (.anyToken, nil) where credential.name == "none":
+                    expected = .pass   // served as anonymous: no scope, tokens required
                 case (.anyToken, nil):
-                    expected = .refused(401, ["none": "token_missing", "expired": "token_expired",
-                                              "revoked": "token_revoked"][credential.name] ?? "token_invalid")
+                    expected = .refused(401, ["expired": "token_expired", "revoked": "token_revoked"][credential.name]
+                                        ?? "token_invalid")
                 case (.anyToken, _?): expected = .pass
                 }
                 let context = "\(key) with \(credential.name)"
