@@ -100,7 +100,7 @@ public final class DaemonProcess {
     /// Sends `signal` and waits (up to 20 s) for the exit; returns the exit status.
     @discardableResult
     public func stop(_ signal: Int32) -> Int32? {
-        kill(process.processIdentifier, signal)
+        if process.isRunning { kill(process.processIdentifier, signal) }
         for _ in 0..<2000 where process.isRunning { usleep(10_000) }
         guard !process.isRunning else { return nil }
         // Returns at once; without it Foundation never releases the Process (LeakSanitizer).
