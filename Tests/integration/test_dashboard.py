@@ -18,6 +18,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 
 from conftest import HEADWAYD, chromium_options, free_port, run_headwayd, wait_for_port
 
@@ -83,6 +84,33 @@ def progress(base, task_id, **update):
     reply = httpx.post(f"{base}/v1/tasks/{task_id}/progress", json=update)
     assert reply.status_code == 200, reply.text
     return reply.json()
+
+
+CONTRAST = """
+    const rgb = (text) => text.match(/[\\d.]+/g).slice(0, 4).map(Number);
+    const lum = ([r, g, b]) => {
+      const f = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+      return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const node = arguments[0];
+    let fg = rgb(getComputedStyle(node).color);
+    let opacity = 1;
+    for (let n = node; n; n = n.parentElement) opacity *= Number(getComputedStyle(n).opacity);
+    let bg = null;
+    for (let n = node; n && !bg; n = n.parentElement) {
+      const c = rgb(getComputedStyle(n).backgroundColor);
+      if (c.length < 4 || c[3] > 0) bg = c;
+    }
+    bg ??= [255, 255, 255];
+    fg = fg.slice(0, 3).map((c, i) => c * opacity + bg[i] * (1 - opacity));
+    const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+    return (a + 0.05) / (b + 0.05);"""
+
+
+def contrast(driver, element):
+    """The contrast ratio of `element`'s text on the first opaque background behind it,
+    its ancestors' opacity applied."""
+    return js(driver, CONTRAST, element)
 
 
 def console_errors(driver):
@@ -198,11 +226,21 @@ def test_cancel_from_the_page_reaches_the_runner(page, headwayd):
     cancel.click()
     question = found.find_element(By.CSS_SELECTOR, ".confirm")
     poll(lambda: question.is_displayed(), 2, "the confirmation")
-    assert "Cancel this task?" in question.text
+    assert "Cancel “Render video”?" in question.text
+    # Escape dismisses the confirmation, the focus back on Cancel, the page still the list.
+    poll(lambda: page.switch_to.active_element.get_attribute("class") == "yes", 2, "the focus on Yes")
+    page.switch_to.active_element.send_keys(Keys.ESCAPE)
+    poll(lambda: not question.is_displayed() and cancel.is_displayed(), 2, "the confirmation dismissed")
+    poll(lambda: page.switch_to.active_element.get_attribute("class") == "cancel", 2, "the focus on Cancel")
+    cancel.click()
+    poll(lambda: question.is_displayed(), 2, "the confirmation again")
     # Nothing is sent before the confirmation.
     assert progress(headwayd, "job", completed=11)["cancel_requested"] is False
     found.find_element(By.CSS_SELECTOR, ".confirm .yes").click()
     poll(lambda: cancel.text == "Canceling…", 5, "Canceling…")
+    # The focus, on the Yes button that is gone, moves to the task's link.
+    poll(lambda: page.switch_to.active_element.get_attribute("class") == "name"
+         and page.switch_to.active_element.text == "Render video", 2, "the focus on the task")
     poll(lambda: progress(headwayd, "job", completed=12)["cancel_requested"] is True, 5, "the runner told")
     assert not cancel.is_enabled()
     reply = httpx.post(f"{headwayd}/v1/tasks/job/finish", json={"outcome": "canceled"})
@@ -227,7 +265,14 @@ def test_a_finished_task_stays_a_minute_dimmed_then_leaves(page, headwayd):
         assert page.find_element(By.ID, "page-text").text == "Page 1 of 1"
         assert httpx.post(f"{headwayd}/v1/tasks/done/finish", json={"outcome": "succeeded"}).status_code == 200
         poll(lambda: "finished" in found.get_attribute("class"), 5, "dimmed")
-        assert js(page, "return getComputedStyle(arguments[0].querySelector('.row')).opacity", found) == "0.55"
+        # Dimmed, yet its text readable: 4.5:1 against the row's background at least.
+        assert contrast(page, found.find_element(By.CSS_SELECTOR, ".name")) >= 4.5
+        assert contrast(page, found.find_element(By.CSS_SELECTOR, ".tid")) >= 4.5
+        # After a reload too it stays (finished within the last minute).
+        page.refresh()
+        poll(lambda: page.find_element(By.ID, "connection").get_attribute("data-state") == "live", 10, "Live")
+        found = poll(lambda: row(page, "done"), 5, "the finished row after a reload")
+        poll(lambda: "finished" in found.get_attribute("class"), 5, "dimmed after a reload")
         js(page, "window.clockOffset = 50000")
         time.sleep(1.5)  # more than one tick of the page's 1 s timer: still there at 50 s
         assert row(page, "done") is not None
@@ -324,9 +369,25 @@ def test_pages_filters_and_search(page, headwayd):
     assert page_text.text == "Page 1 of 1"
     page.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
     poll(lambda: len(ids()) == 20 and page_text.text == "Page 1 of 3", 5, "all 45")
-    page.find_element(By.ID, "search").send_keys("task 4")
+    # By id: the server searches every page.
+    search = page.find_element(By.ID, "search")
+    assert "every page" in page.find_element(By.ID, "search-hint").text
+    search.send_keys("t1")
+    poll(lambda: ids() == [f"t{n}" for n in range(19, 9, -1)] and page_text.text == "Page 1 of 1", 5, "ids t1…")
+    search.clear()
+    search.send_keys("t")
+    poll(lambda: len(ids()) == 20 and page_text.text == "Page 1 of 3", 5, "ids t…, 3 pages")
+    page.find_element(By.ID, "next-page").click()
+    poll(lambda: page_text.text == "Page 2 of 3" and ids()[0] == "t24", 5, "the second page of the search")
+    search.clear()
+    search.send_keys("x")
+    poll(lambda: ids() == [] and page_text.text == "Page 1 of 1", 5, "no id starts with x")
+    # By name: this page only.
+    page.find_element(By.CSS_SELECTOR, '#search-by option[value="name"]').click()
+    search.clear()
+    search.send_keys("task 4")
     poll(lambda: ids() == ["t44", "t43", "t42", "t41", "t40"], 5, "searched by name prefix")
-    assert "this page only" in page.find_element(By.CSS_SELECTOR, ".search .hint").text
+    assert "this page only" in page.find_element(By.ID, "search-hint").text
     assert console_errors(page) == []
 
 
