@@ -399,7 +399,7 @@ async function refreshList() {
     const lingering = state.filter === "running" && state.page === 1
       ? state.rows.filter((id) => !ids.includes(id) && model.get(id) && lingers(model.get(id)) && longEnough(model.get(id)))
       : [];
-    state.rows = [...ids, ...lingering].sort((a, b) => newestFirst(model.get(a), model.get(b)));
+    state.rows = [...ids, ...lingering].sort((a, b) => newestFirst(model.get(a), model.get(b))).slice(0, PAGE_SIZE);
     state.nextToken = page.next_page_token;
     state.totalSize = page.total_size + lingering.length;
     state.listed = true;
