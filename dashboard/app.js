@@ -802,7 +802,8 @@ function route() {
   if (match) {
     let id = null;
     try { id = decodeURIComponent(match[1]); } catch { id = null; }
-    if (id === null || id === "") {
+    // "." and ".." cannot be task ids (and would change the request's path).
+    if (id === null || id === "" || id === "." || id === "..") {
       state.detailID = null;
       showView("detail-view");
       showDetailProblem(t("badLink"));

@@ -706,6 +706,10 @@ def test_the_detail_view_of_a_missing_task_or_a_bad_link(page, headwayd):
     assert page.find_element(By.ID, "fields").text == ""
     js(page, "location.hash = '#task=%E0%A4%A'")
     poll(lambda: "does not name a task" in problem.text, 5, "a malformed link")
+    js(page, "location.hash = '#task=real'")
+    poll(lambda: page.find_element(By.ID, "detail-heading").text == "Real task", 5, "the real task again")
+    js(page, "location.hash = '#task=..'")
+    poll(lambda: page.find_element(By.ID, "detail-heading").text == "Task not shown", 5, "'..' is no task")
     # The browser logs the 404 of the missing task's fetch; nothing else.
     assert [entry for entry in console_errors(page) if "nothing-here" not in entry["message"]] == []
 
