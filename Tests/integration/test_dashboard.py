@@ -719,6 +719,8 @@ def test_tokens_that_cannot_read_or_were_revoked(page, tmp_path):
     admin = make_token(tmp_path, "admin")
     reporter = make_token(tmp_path, "report")
     reader = make_token(tmp_path, "read")
+    limited = subprocess.run([HEADWAYD, "token", "create", "--scope", "read", "--task-prefix", "team-", "--name", "team",
+                              "--db", str(tmp_path / "headway.db")], capture_output=True, text=True, check=True).stdout.strip()
     with run_headwayd(tmp_path) as base:
         auth = {"Authorization": f"Bearer {admin}"}
         assert httpx.post(f"{base}/v1/tasks", json={"id": "x", "name": "Export", "total": 5}, headers=auth).status_code == 201
@@ -742,11 +744,17 @@ def test_tokens_that_cannot_read_or_were_revoked(page, tmp_path):
         listed = httpx.get(f"{base}/v1/tokens", headers=auth).json()
         tokens = listed.get("tokens", listed) if isinstance(listed, dict) else listed
         for token in tokens:
-            if "read" in token["scopes"] and "admin" not in token["scopes"]:
+            if token.get("name") == "wall" and "read" in token["scopes"] and "admin" not in token["scopes"]:
                 assert httpx.delete(f"{base}/v1/tokens/{token['id']}", headers=auth).status_code in (200, 204)
         poll(lambda: form.is_displayed(), 15, "the form again once the token is revoked")
         assert js(page, "return sessionStorage.getItem('headway.token')") is None
         assert connection.text == "Needs a token"
+        # A token limited to other tasks: the detail view of one it may not see says so.
+        js(page, "sessionStorage.setItem('headway.token', arguments[0])", limited)
+        page.get(f"{base}/?lang=en#task=x")  # another address than the page's: a new load
+        problem = page.find_element(By.ID, "detail-problem")
+        poll(lambda: problem.is_displayed() and "x" in problem.text, 5, "the task not shown")
+        assert page.find_elements(By.CSS_SELECTOR, "#detail-row li") == [] and not page.find_element(By.ID, "fields").is_displayed()
         js(page, "sessionStorage.clear()")
 
 
