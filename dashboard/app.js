@@ -22,19 +22,33 @@ const model = new TaskModel();
 const state = {
   filter: "running",
   search: "",
+  searchBy: "id",
+  /// The id prefix the listing was asked for.
+  listedPrefix: "",
   minDuration: 2,
   page: 1,
   pageTokens: [null],
   nextToken: null,
   totalSize: 0,
+  /// Whether a listing has arrived for the current filter and page.
+  listed: false,
   rows: [],
   listSerial: 0,
+  /// New tasks held above the list while the reader is scrolled down or busy in it
+  /// (offered as "N new tasks" instead of pushing the rows down).
+  held: new Set(),
+  refreshTimer: null,
+  refreshAt: 0,
+  /// The task whose row gets the focus back when the detail view closes.
+  returnFocusID: null,
   expanded: new Set(),
   canCancel: true,
   canceling: new Set(),
   confirming: new Set(),
   detailID: null,
   detailPoints: 200,
+  /// The zoom: points asked for relative to one per 3 pixels of the chart.
+  zoom: 1,
   historyAt: 0,
   lastEventID: "",
   connection: "connecting",
@@ -51,7 +65,14 @@ let listDirty = false;
 let frameRequested = false;
 /// Counters for measurements (bench/dashboard.py reads them): events applied, frames drawn,
 /// rows updated.
-const stats = { events: 0, frames: 0, rowUpdates: 0 };
+const stats = {
+  events: 0, frames: 0, rowUpdates: 0,
+  get modelTasks() { return model.tasks.size; },
+  get modelFinished() { return model.finishedSeen.size; },
+  get renderedIDs() { return rendered.size; },
+  get renderedRows() { let n = 0; for (const views of rendered.values()) n += views.size; return n; },
+  get domRows() { return document.querySelectorAll("li.task").length; },
+};
 window.headwayStats = stats;
 
 // MARK: - Drawing, once per frame
@@ -137,6 +158,12 @@ function createRow(task) {
   yes.addEventListener("click", () => cancelTask(task.id));
   const no = element("button", "no");
   no.type = "button";
+  confirm.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    event.preventDefault();
+    event.stopPropagation();
+    no.click();
+  });
   no.addEventListener("click", () => {
     state.confirming.delete(task.id);
     model.dirty.add(task.id);
@@ -154,6 +181,27 @@ function createRow(task) {
   return row;
 }
 
+/// The task's name, or its id when the name would show nothing (empty, or only spaces and
+/// invisible characters).
+function displayName(task) {
+  const name = task.name || "";
+  return name.replace(/[\s\u00AD\u034F\u061C\u115F\u1160\u17B4\u17B5\u180E\u200B-\u200F\u202A-\u202E\u2060-\u206F\u3164\uFEFF\uFFA0]/g, "")
+    ? name : task.id;
+}
+
+/// `text` isolated from the text around it (a name with bidi controls stays in its box).
+function isolate(text) { return `\u2068${text}\u2069`; }
+
+/// Sets `node` to the string `key` with its {name} in a <bdi> of its own.
+function setNamed(node, key, name) {
+  const [before, after = ""] = t(key, { name: "\u0000" }).split("\u0000");
+  const bdi = node.querySelector("bdi");
+  if (bdi && node.firstChild?.nodeValue === before && node.lastChild?.nodeValue === after && bdi.textContent === name) return;
+  const inner = document.createElement("bdi");
+  inner.textContent = name;
+  node.replaceChildren(before, inner, after);
+}
+
 function setText(node, text) { if (node.textContent !== text) node.textContent = text; }
 function setAttr(node, name, value) {
   if (value === null) { if (node.hasAttribute(name)) node.removeAttribute(name); }
@@ -168,10 +216,19 @@ function secondsLeft(task) {
   return left >= 1 ? left : null;
 }
 
+/// When the task's last signal (silent) or last progress (no_progress) was: the server
+/// flags a task at that moment plus the timeout, and records the deadline as stalled_since.
+function stallStart(task) {
+  const noProgress = task.stall_reason === "no_progress";
+  const timeout = noProgress ? task.progress_timeout_seconds : task.stall_timeout_seconds;
+  if (task.stalled_since && typeof timeout === "number") return Date.parse(task.stalled_since) - timeout * 1000;
+  if (noProgress && task.last_progress_at) return Date.parse(task.last_progress_at);
+  return task.stalled_since ? Date.parse(task.stalled_since) : Date.now();
+}
+
 function stallText(task) {
   if (!task.stalled || FINISHED.has(task.state)) return "";
-  const since = task.stalled_since ? Date.parse(task.stalled_since) : Date.now();
-  const age = formatDuration((Date.now() - since) / 1000, "short");
+  const age = formatDuration(Math.max(0, (Date.now() - stallStart(task)) / 1000), "short");
   return t(task.stall_reason === "no_progress" ? "stalledNoProgress" : "stalledSilent", { age });
 }
 
@@ -182,7 +239,7 @@ function updateRow(row, task) {
   row.classList.toggle("stalled", task.stalled && !finished);
   row.dataset.state = task.state;
   const name = row.querySelector(".name");
-  setText(name, task.name || task.id);
+  setText(name, displayName(task));
   setText(row.querySelector(".tid"), task.id);
   setText(row.querySelector(".label"), task.label || "");
   const badge = row.querySelector(".badge");
@@ -196,7 +253,7 @@ function updateRow(row, task) {
   setAttr(expander, "aria-hidden", parent ? null : "true");
   const open = state.expanded.has(task.id) && parent && !row.closest("#detail-row");
   setAttr(expander, "aria-expanded", open ? "true" : "false");
-  setAttr(expander, "aria-label", t(open ? "collapse" : "expand", { name: task.name || task.id }));
+  setAttr(expander, "aria-label", t(open ? "collapse" : "expand", { name: displayName(task) }));
   setText(expander, open ? "▾" : "▸");
   row.querySelector(".children").hidden = !open;
 
@@ -215,7 +272,7 @@ function updateRow(row, task) {
     setAttr(bar, "aria-valuetext", left !== null && !task.stalled
       ? t("valueTextEta", { percent: formatPercent(fraction), duration: formatDuration(left) })
       : t("valueText", { percent: formatPercent(fraction) }));
-    setAttr(bar, "aria-label", task.name || task.id);
+    setAttr(bar, "aria-label", displayName(task));
     setText(percentText, formatPercentText(fraction));
     const count = task.total !== null
       ? t("ofTotal", { completed: formatInteger(task.completed), total: formatInteger(task.total) }) + (task.unit ? ` ${task.unit}` : "")
@@ -228,7 +285,7 @@ function updateRow(row, task) {
     setText(percentText, "");
     setText(row.querySelector(".count"), task.completed > 0 ? formatInteger(task.completed) + (task.unit ? ` ${task.unit}` : "") : "");
     setText(row.querySelector(".rate"), "");
-    setAttr(activity, "aria-label", task.name || task.id);
+    setAttr(activity, "aria-label", displayName(task));
     setAttr(activity, "aria-valuetext", task.stalled ? stallText(task) : finished ? t(`state_${task.state}`) : t("working"));
   }
   activity.classList.toggle("stopped", (task.stalled || finished));
@@ -245,10 +302,10 @@ function updateRow(row, task) {
   cancel.hidden = !cancellable || confirming;
   cancel.disabled = canceling;
   setText(cancel, canceling ? t("canceling") : t("cancel"));
-  setAttr(cancel, "aria-label", canceling ? `${t("canceling")} ${task.name || task.id}` : `${t("cancel")} ${task.name || task.id}`);
+  setAttr(cancel, "aria-label", canceling ? `${t("canceling")} ${displayName(task)}` : `${t("cancel")} ${displayName(task)}`);
   const wasHidden = confirm.hidden;
   confirm.hidden = !confirming;
-  setText(confirm.querySelector(".question"), t("cancelConfirm"));
+  setNamed(confirm.querySelector(".question"), "cancelConfirm", displayName(task));
   setText(confirm.querySelector(".yes"), t("cancelYes"));
   setText(confirm.querySelector(".no"), t("cancelNo"));
   if (confirming && wasHidden) requestAnimationFrame(() => confirm.querySelector(".yes").focus());
@@ -256,7 +313,15 @@ function updateRow(row, task) {
 
 // MARK: - The list and its pages
 
+/// At most one listing per REFRESH_MS while changes come (the count, the page tokens and
+/// the page's rows are the server's, read again rather than worked out here).
+const REFRESH_MS = 2000;
+/// Events that can change which tasks a listing holds.
+const MEMBERSHIP = new Set(["task.created", "task.finished", "task.stalled", "task.recovered", "task.deleted"]);
+
 function rootFilter() { return state.filter === "running" || state.filter === "finished" || state.filter === "all"; }
+
+function idSearch() { return state.searchBy === "id" ? state.search : ""; }
 
 function listQuery() {
   const query = new URLSearchParams({ page_size: String(PAGE_SIZE) });
@@ -264,15 +329,26 @@ function listQuery() {
   const states = { running: ["pending", "running"], failed: ["failed"], finished: ["succeeded", "failed", "canceled"] }[state.filter];
   for (const s of states ?? []) query.append("state", s);
   if (state.filter === "stalled") query.set("stalled", "true");
+  if (idSearch()) query.set("id_prefix", idSearch());
   const token = state.pageTokens[state.page - 1];
   if (token) query.set("page_token", token);
   return query;
 }
 
+/// Whether a finished task still shows, dimmed, in the Running view: for a minute after
+/// it finished (by its finished_at, so also after a reload).
+function lingers(task) {
+  if (!FINISHED.has(task.state) || !task.finished_at) return false;
+  const seen = model.finishedSeen.get(task.id);
+  const age = seen !== undefined ? performance.now() - seen : Date.now() - Date.parse(task.finished_at);
+  return age < LINGER_MS;
+}
+
 function matchesFilter(task) {
   if (rootFilter() && task.parent_id) return false;
+  if (idSearch() && !task.id.startsWith(idSearch())) return false;
   switch (state.filter) {
-    case "running": return task.state === "pending" || task.state === "running";
+    case "running": return task.state === "pending" || task.state === "running" || lingers(task);
     case "stalled": return task.stalled && !FINISHED.has(task.state);
     case "failed": return task.state === "failed";
     case "finished": return FINISHED.has(task.state);
@@ -288,35 +364,75 @@ function longEnough(task) {
   return (end - Date.parse(task.created_at)) / 1000 >= state.minDuration;
 }
 
+/// Whether new tasks should wait above the list rather than push its rows down: the
+/// reader has scrolled or is working in the list.
+function holding() {
+  return window.scrollY > 0 || $("tasks").contains(document.activeElement);
+}
+
+/// Reads the current page again soon (at most once per REFRESH_MS).
+function scheduleRefresh() {
+  if (state.refreshTimer) return;
+  const wait = Math.max(150, state.refreshAt + REFRESH_MS - performance.now());
+  state.refreshTimer = setTimeout(() => { state.refreshTimer = null; refreshList(); }, wait);
+}
+
 async function refreshList() {
+  clearTimeout(state.refreshTimer);
+  state.refreshTimer = null;
+  state.refreshAt = performance.now();
   const serial = ++state.listSerial;
   try {
     const page = await request("GET", `/v1/tasks?${listQuery()}`);
     if (serial !== state.listSerial) return;
     $("list-error").hidden = true;
     for (const task of page.tasks) model.put(task, false);
-    const lingering = state.filter === "running"
-      ? state.rows.filter((id) => FINISHED.has(model.get(id)?.state) && !page.tasks.some((task) => task.id === id)) : [];
-    const ids = page.tasks.filter(longEnough).map((task) => task.id);
-    state.rows = [...new Set([...ids, ...lingering])].filter((id) => model.get(id))
-      .sort((a, b) => newestFirst(model.get(a), model.get(b)));
+    const top = state.rows.length ? model.get(state.rows[0]) : null;
+    const hold = state.page === 1 && state.listed && top && holding();
+    const ids = [];
+    for (const task of page.tasks) {
+      if (!longEnough(task) || state.held.has(task.id)) continue;
+      // New above the rows the reader is looking at: offered, not inserted.
+      if (hold && !state.rows.includes(task.id) && newestFirst(task, top) < 0) { state.held.add(task.id); continue; }
+      ids.push(task.id);
+    }
+    const lingering = state.filter === "running" && state.page === 1
+      ? state.rows.filter((id) => !ids.includes(id) && model.get(id) && lingers(model.get(id)) && longEnough(model.get(id)))
+      : [];
+    state.rows = [...ids, ...lingering].sort((a, b) => newestFirst(model.get(a), model.get(b))).slice(0, PAGE_SIZE);
     state.nextToken = page.next_page_token;
     state.totalSize = page.total_size + lingering.length;
+    state.listed = true;
     listDirty = true;
+    prune();
     scheduleRender();
   } catch (error) {
     if (serial !== state.listSerial) return;
-    if (error instanceof APIError && error.status === 401) return needToken(error);
+    if (error instanceof APIError && error.status === 401) return tokenRefused(error);
     $("list-error").textContent = t("loadFailed", { detail: error.message });
     $("list-error").hidden = false;
   }
 }
 
+/// Starts the listing over at page 1 (a new filter or search).
+function restartList() {
+  state.listedPrefix = idSearch();
+  state.page = 1;
+  state.pageTokens = [null];
+  state.nextToken = null;
+  state.listed = false;
+  state.held.clear();
+  state.rows = [];
+  listDirty = true;
+  scheduleRender();
+  refreshList();
+}
+
 function reconcileList() {
   const list = $("tasks");
-  const search = state.search.toLowerCase();
+  const search = state.searchBy === "name" ? state.search.toLowerCase() : "";
   const wanted = state.rows.map((id) => model.get(id)).filter(Boolean)
-    .filter((task) => !search || task.id.toLowerCase().startsWith(search) || (task.name || "").toLowerCase().startsWith(search));
+    .filter((task) => !search || displayName(task).toLowerCase().startsWith(search));
   const keep = new Set(wanted.map((task) => task.id));
   for (const [id, row] of listRows) if (!keep.has(id)) { row.remove(); listRows.delete(id); }
   let cursor = list.firstElementChild;
@@ -326,11 +442,21 @@ function reconcileList() {
     if (row !== cursor) list.insertBefore(row, cursor); else cursor = cursor.nextElementSibling;
     if (state.expanded.has(task.id)) reconcileChildren(task.id);
   }
-  $("empty").hidden = wanted.length > 0;
+  $("empty").hidden = wanted.length > 0 || !state.listed;
+  const held = state.held.size;
+  $("new-tasks").hidden = held === 0;
+  setText($("new-tasks"), t(held === 1 ? "newTask" : "newTasks", { count: formatInteger(held) }));
   const pages = Math.max(1, Math.ceil(state.totalSize / PAGE_SIZE));
   setText($("page-text"), t("pageOf", { page: formatInteger(Math.min(state.page, pages)), pages: formatInteger(pages) }));
-  $("prev-page").disabled = state.page <= 1;
-  $("next-page").disabled = !state.nextToken;
+  $("prev-page").disabled = !state.listed || state.page <= 1;
+  $("next-page").disabled = !state.listed || !state.nextToken;
+}
+
+/// Shows the new tasks held above the list, from the top.
+function showHeld() {
+  state.held.clear();
+  window.scrollTo(0, 0);
+  refreshList().then(() => requestAnimationFrame(() => $("tasks").querySelector(".name")?.focus()));
 }
 
 /// Draws the children of `parentID` under each of its rows that is open.
@@ -359,8 +485,8 @@ async function loadChildren(parentID) {
     const page = await request("GET", `/v1/tasks?parent_id=${encodeURIComponent(parentID)}&page_size=100`);
     for (const task of page.tasks) model.put(task, false);
   } catch (error) {
-    if (error instanceof APIError && error.status === 401) return needToken(error);
-    announce(t("loadFailed", { detail: error.message }));
+    if (error instanceof APIError && error.status === 401) return tokenRefused(error);
+    if (parentID !== state.detailID) announce(t("loadFailed", { detail: error.message }));
   }
   childrenDirty.add(parentID);
   model.dirty.add(parentID);
@@ -375,26 +501,52 @@ function toggleExpanded(id) {
   scheduleRender();
 }
 
-/// A task the stream sent: joins the first page when it matches the filter.
+/// A task that now matches the filter and is not on the page: on page 1 it joins at its
+/// place (or, above the rows while the reader is scrolled or busy, waits as "N new
+/// tasks"); the listing is read again to get the count and the page right.
 function arrived(task) {
-  if (task.parent_id) { childrenDirty.add(task.parent_id); model.dirty.add(task.parent_id); }
-  if (state.page !== 1 || state.rows.includes(task.id) || !matchesFilter(task)) return;
-  state.rows.unshift(task.id);
-  state.rows.sort((a, b) => newestFirst(model.get(a), model.get(b)));
-  state.totalSize += 1;
-  if (state.rows.length > PAGE_SIZE) {
-    state.rows.pop();
-    state.nextToken ??= "";
+  if (state.rows.includes(task.id) || state.held.has(task.id) || !matchesFilter(task) || !longEnough(task)) return;
+  if (state.page !== 1) { scheduleRefresh(); return; }
+  const top = state.rows.length ? model.get(state.rows[0]) : null;
+  const last = state.rows.length ? model.get(state.rows[state.rows.length - 1]) : null;
+  if (state.listed && top && newestFirst(task, top) < 0 && holding()) {
+    state.held.add(task.id);
+  } else if (state.rows.length < PAGE_SIZE || newestFirst(task, last) < 0) {
+    state.rows.push(task.id);
+    state.rows.sort((a, b) => newestFirst(model.get(a), model.get(b)));
+    if (state.rows.length > PAGE_SIZE) state.rows.pop();
   }
   listDirty = true;
+  scheduleRefresh();
 }
 
+/// A task that left the page (deleted, lingered out, no longer matching): the page is
+/// filled up again from the server.
 function leave(id) {
   const index = state.rows.indexOf(id);
   if (index < 0) return;
   state.rows.splice(index, 1);
-  state.totalSize = Math.max(0, state.totalSize - 1);
   listDirty = true;
+  scheduleRefresh();
+}
+
+/// Keeps the model to what the page shows: its rows, the children of open parents, the
+/// detail task and its children, and the tasks being canceled. Rows no longer in the
+/// document are forgotten.
+function prune() {
+  const keep = new Set(state.rows);
+  if (state.detailID) keep.add(state.detailID);
+  for (const id of state.canceling) keep.add(id);
+  const parents = new Set(state.expanded);
+  if (state.detailID) parents.add(state.detailID);
+  model.prune((task) => keep.has(task.id) || (task.parent_id !== null && parents.has(task.parent_id)));
+  for (const id of state.expanded) if (!model.get(id)) state.expanded.delete(id);
+  for (const id of state.confirming) if (!model.get(id)) state.confirming.delete(id);
+  for (const [id, views] of rendered) {
+    for (const row of views) if (!row.isConnected) views.delete(row);
+    if (views.size === 0) rendered.delete(id);
+  }
+  if (state.held.size > 10_000) state.held = new Set([...state.held].slice(-10_000));
 }
 
 // MARK: - The event stream
@@ -432,22 +584,38 @@ function onTaskEvent(event) {
     model.remove(data.id);
     leave(data.id);
     state.expanded.delete(data.id);
+    state.held.delete(data.id);
+    if (data.id === state.detailID) showDetailProblem(t("taskMissing", { id: isolate(data.id) }));
+    scheduleRefresh();
     scheduleRender();
     return;
   }
-  const before = model.get(data.id);
-  const visible = rendered.has(data.id);
-  // New to this view: first sent by the stream (a new task, or one held back until now),
-  // or a change that makes it match the filter (a task that failed, for Failed).
-  const joins = !model.streamed.has(data.id) || !(before && matchesFilter(before));
-  model.put(data, true);
-  if (visible && before) {
-    if (event.type === "task.finished") announce(t("announceFinished", { name: data.name, state: t(`state_${data.state}`) }));
-    else if (event.type === "task.stalled") announce(t("announceStalled", { name: data.name }));
-    else if (event.type === "task.recovered") announce(t("announceRecovered", { name: data.name }));
+  if (data.parent_id && model.get(data.parent_id)) {
+    model.parents.add(data.parent_id);
+    childrenDirty.add(data.parent_id);
+    model.dirty.add(data.parent_id);
   }
-  if (joins) arrived(data);
-  else if (data.parent_id) { childrenDirty.add(data.parent_id); model.dirty.add(data.parent_id); }
+  const before = model.get(data.id);
+  const parentOpen = data.parent_id && (state.expanded.has(data.parent_id) || data.parent_id === state.detailID);
+  // A task the page neither shows nor would show is not kept.
+  if (!before && !parentOpen && data.id !== state.detailID && !matchesFilter(data)) {
+    if (state.held.has(data.id)) { state.held.delete(data.id); listDirty = true; scheduleRender(); }
+    return;
+  }
+  model.put(data, true);
+  if (rendered.has(data.id) && before) {
+    if (event.type === "task.finished") announce(t("announceFinished", { name: isolate(displayName(data)), state: t(`state_${data.state}`) }));
+    else if (event.type === "task.stalled") announce(t("announceStalled", { name: isolate(displayName(data)) }));
+    else if (event.type === "task.recovered") announce(t("announceRecovered", { name: isolate(displayName(data)) }));
+  }
+  if (state.rows.includes(data.id)) {
+    if (!matchesFilter(data)) leave(data.id);
+    else if (MEMBERSHIP.has(event.type)) scheduleRefresh();
+  } else if (state.held.has(data.id)) {
+    if (!matchesFilter(data)) { state.held.delete(data.id); listDirty = true; }
+  } else if (matchesFilter(data)) {
+    arrived(data);
+  }
   scheduleRender();
 }
 
@@ -474,7 +642,12 @@ function connect({ fresh = false } = {}) {
     let data;
     try { data = JSON.parse(event.data); } catch { return; }
     if (event.lastEventId) state.lastEventID = event.lastEventId;
-    for (const task of data.tasks) { model.put(task, true); arrived(task); }
+    for (const task of data.tasks) {
+      if (task.parent_id) model.parents.add(task.parent_id);
+      if (!matchesFilter(task) && !model.get(task.id)) continue;
+      model.put(task, true);
+      if (state.rows.includes(task.id) && !matchesFilter(task)) leave(task.id); else arrived(task);
+    }
     refreshList();
     scheduleRender();
   });
@@ -487,37 +660,72 @@ function showView(name) {
   for (const view of ["token-view", "list-view", "detail-view"]) $(view).hidden = view !== name;
 }
 
+/// Empties the detail view (a task shown before must not stay under another one).
+function clearDetail() {
+  setText($("detail-heading"), "");
+  setText($("detail-problem"), "");
+  $("detail-problem").hidden = true;
+  $("detail-row").replaceChildren();
+  $("detail-children").replaceChildren();
+  $("fields").replaceChildren();
+  drawHistory($("chart"), []);
+  setText($("chart-caption"), "");
+  $("detail-body").hidden = true;
+}
+
+/// Says why the detail view has no task to show.
+function showDetailProblem(text) {
+  clearDetail();
+  setText($("detail-heading"), t("detailUnavailable"));
+  setText($("detail-problem"), text);
+  $("detail-problem").hidden = false;
+}
+
 async function openDetail(id) {
   state.detailID = id;
+  clearDetail();
   showView("detail-view");
   let task = model.get(id);
   if (!task) {
-    try { task = await request("GET", `/v1/tasks/${encodeURIComponent(id)}`); model.put(task, false); }
+    try { task = await request("GET", `/v1/tasks/${encodeURIComponent(id)}`); }
     catch (error) {
-      if (error instanceof APIError && error.status === 401) return needToken(error);
-      setText($("detail-heading"), error.message);
+      if (state.detailID !== id) return;
+      if (error instanceof APIError && error.status === 401) return tokenRefused(error);
+      showDetailProblem(error instanceof APIError && (error.status === 404 || error.status === 403)
+        ? t(error.status === 404 ? "taskMissing" : "taskHidden", { id: isolate(id) })
+        : t("loadFailed", { detail: error.message }));
+      $("back").focus();
       return;
     }
+    if (state.detailID !== id) return;
+    model.put(task, false);
   }
-  if (state.detailID !== id) return;
-  setText($("detail-heading"), task.name || task.id);
-  const holder = $("detail-row");
+  setText($("detail-heading"), displayName(task));
+  $("detail-body").hidden = false;
   const list = element("ul", "tasks detail-task");
   list.append(createRow(task));
-  holder.replaceChildren(list);
-  $("detail-children").replaceChildren();
+  $("detail-row").replaceChildren(list);
   renderDetailFields(task);
-  state.detailPoints = clampPoints(($("chart").clientWidth || 600) / 3);
+  fitHistory();
   loadHistory();
   loadChildren(id);
   $("back").focus();
 }
 
 function closeDetail() {
+  const back = state.returnFocusID ?? state.detailID;
   state.detailID = null;
-  $("detail-row").replaceChildren();
-  $("detail-children").replaceChildren();
+  clearDetail();
   showView("list-view");
+  state.returnFocusID = null;
+  listDirty = true;
+  scheduleRender();
+  // The focus goes back to the task's link in the list (or the list's start).
+  requestAnimationFrame(() => {
+    const link = back !== null ? listRows.get(back)?.querySelector(".name") : null;
+    (link ?? document.querySelector('[data-filter][aria-pressed="true"]'))?.focus();
+  });
+  prune();
 }
 
 function renderDetailFields(task) {
@@ -530,7 +738,7 @@ function renderDetailFields(task) {
   const fields = [
     ["field_id", task.id], ["field_name", task.name], ["field_state", t(`state_${task.state}`)],
     ["field_label", task.label || none], ["field_progress", progress],
-    ["field_rate", task.rate !== null ? `${formatNumber(task.rate)}/s` : none],
+    ["field_rate", task.rate !== null ? t("rate", { rate: formatNumber(task.rate) + (task.unit ? ` ${task.unit}` : "") }) : none],
     ["field_eta", left !== null ? formatDuration(left) : none],
     ["field_stall", task.stalled ? stallText(task) : t("no")],
     ["field_stall_timeout", formatDuration(task.stall_timeout_seconds)],
@@ -550,6 +758,12 @@ function renderDetailFields(task) {
   if (performance.now() - state.historyAt > 2000) loadHistory();
 }
 
+/// The points to ask for: about one per 3 pixels of the chart, times the zoom.
+function fitHistory() {
+  const width = $("chart").clientWidth || 600;
+  state.detailPoints = clampPoints((width / 3) * state.zoom);
+}
+
 async function loadHistory() {
   const id = state.detailID;
   if (!id) return;
@@ -561,25 +775,44 @@ async function loadHistory() {
   try {
     const history = await request("GET", `/v1/tasks/${encodeURIComponent(id)}/history?max_points=${points}`);
     if (state.detailID !== id) return;
-    const drawn = drawHistory($("chart"), history.points);
+    const task = model.get(id);
+    // An unfinished task's line runs to now.
+    const until = task && !FINISHED.has(task.state) ? new Date() : null;
+    const drawn = drawHistory($("chart"), history.points, until);
     setText($("chart-caption"), drawn.count
       ? t("chartCaption", { count: formatInteger(drawn.count), from: formatDateTime(drawn.first), to: formatDateTime(drawn.last) })
       : t("chartEmpty"));
   } catch (error) {
-    if (error instanceof APIError && error.status === 401) return needToken(error);
+    if (state.detailID !== id) return;
+    if (error instanceof APIError && error.status === 401) return tokenRefused(error);
     setText($("chart-caption"), error.message);
   }
 }
 
 function zoom(factor) {
+  const before = state.detailPoints;
   state.detailPoints = clampPoints(state.detailPoints * factor);
-  loadHistory();
+  const width = $("chart").clientWidth || 600;
+  state.zoom = state.detailPoints / (width / 3);
+  if (state.detailPoints !== before) loadHistory();
 }
 
 function route() {
-  const match = /^#task=(.+)$/.exec(location.hash);
-  if (match) openDetail(decodeURIComponent(match[1]));
-  else if (state.detailID !== null || $("detail-view").hidden === false) closeDetail();
+  const match = /^#task=(.*)$/.exec(location.hash);
+  if (match) {
+    let id = null;
+    try { id = decodeURIComponent(match[1]); } catch { id = null; }
+    // "." and ".." cannot be task ids (and would change the request's path).
+    if (id === null || id === "" || id === "." || id === "..") {
+      state.detailID = null;
+      showView("detail-view");
+      showDetailProblem(t("badLink"));
+      $("back").focus();
+      return;
+    }
+    if (state.detailID === null) state.returnFocusID = id;
+    openDetail(id);
+  } else if (state.detailID !== null || $("detail-view").hidden === false) closeDetail();
 }
 
 // MARK: - Cancel, tokens, start
@@ -589,6 +822,11 @@ async function cancelTask(id) {
   state.canceling.add(id);
   model.dirty.add(id);
   scheduleRender();
+  // The button that had the focus is gone: the task's link takes it.
+  requestAnimationFrame(() => {
+    const row = document.activeElement?.closest?.("li.task") ?? listRows.get(id);
+    (row?.querySelector(".name") ?? listRows.get(id)?.querySelector(".name"))?.focus();
+  });
   try {
     const task = await request("POST", `/v1/tasks/${encodeURIComponent(id)}/cancel`, {});
     model.put(task, model.streamed.has(id));
@@ -596,26 +834,39 @@ async function cancelTask(id) {
     state.canceling.delete(id);
     model.dirty.add(id);
     announce(t("cancelFailed", { detail: error.message }));
-    if (error instanceof APIError && error.status === 401) needToken(error);
+    if (error instanceof APIError && error.status === 401) tokenRefused(error);
   }
   scheduleRender();
 }
 
-function needToken(error) {
+/// Shows the token form with `message` (if any); the stream and every retry stop.
+function needToken(message) {
   if (state.source) { state.source.close(); state.source = null; }
+  clearTimeout(state.retryTimer);
+  clearTimeout(state.refreshTimer);
+  state.refreshTimer = null;
+  state.lostAt = null;
+  setConnection("signedOut");
   showView("token-view");
-  if (error && storedToken()) setText($("token-error"), t("tokenRefused", { detail: error.message }));
+  setText($("token-error"), message || "");
   $("token-input").focus();
+}
+
+/// The server refused the token (revoked, expired): it is forgotten and the form shown.
+function tokenRefused(error) {
+  const had = storedToken();
+  storeToken("");
+  needToken(had ? t("tokenRefused", { detail: error.message }) : "");
 }
 
 let started = false;
 
 async function start({ quiet = false } = {}) {
+  let grant;
   try {
-    const grant = await request("GET", "/v1/token");
-    state.canCancel = grant.scopes.includes("control") || grant.scopes.includes("admin");
+    grant = await request("GET", "/v1/token");
   } catch (error) {
-    if (error instanceof APIError && error.status === 401) return needToken(error);
+    if (error instanceof APIError && error.status === 401) return tokenRefused(error);
     // The daemon is away: keep trying (the stream retries by itself while it can).
     connectionLost();
     clearTimeout(state.retryTimer);
@@ -623,8 +874,15 @@ async function start({ quiet = false } = {}) {
     if (!started && !quiet) showView("list-view");
     return;
   }
+  if (!grant.scopes.includes("read")) {
+    // No token while tokens are required, or one that cannot read: back to the form.
+    if (storedToken()) { storeToken(""); return needToken(t("tokenNoRead")); }
+    return needToken("");
+  }
+  state.canCancel = grant.scopes.includes("control");
   setText($("token-error"), "");
   if ($("token-view").hidden === false || !started) showView(state.detailID ? "detail-view" : "list-view");
+  if (state.connection === "signedOut") setConnection("connecting");
   started = true;
   if (!state.source || state.source.readyState === EventSource.CLOSED) connect();
   refreshList();
@@ -633,9 +891,11 @@ async function start({ quiet = false } = {}) {
 }
 
 function tick() {
-  const now = performance.now();
-  for (const [id, seen] of model.finishedSeen) {
-    if (now - seen > LINGER_MS && state.filter === "running" && state.rows.includes(id)) leave(id);
+  if (state.filter === "running") {
+    for (const id of [...state.rows]) {
+      const task = model.get(id);
+      if (task && FINISHED.has(task.state) && !lingers(task)) leave(id);
+    }
   }
   for (const id of rendered.keys()) {
     const task = model.get(id);
@@ -644,6 +904,7 @@ function tick() {
   if (state.connection === "reconnecting" && state.lostAt && Date.now() - state.lostAt > OFFLINE_AFTER_MS) {
     setConnection("offline");
   }
+  prune();
   scheduleRender();
 }
 
@@ -651,8 +912,13 @@ function relabel() {
   for (const id of rendered.keys()) model.dirty.add(id);
   listDirty = true;
   if (state.connection) setConnection(state.connection);
+  setSearchHint();
   if (state.detailID) loadHistory();
   scheduleRender();
+}
+
+function setSearchHint() {
+  setText($("search-hint"), t(state.searchBy === "id" ? "searchHintId" : "searchHintName"));
 }
 
 function setup() {
@@ -678,7 +944,13 @@ function setup() {
     }
     minDuration.setCustomValidity("");
     state.minDuration = value;
+    // What the stream sent under the old setting is judged again by the new one.
+    model.streamed.clear();
+    state.rows = state.rows.filter((id) => model.get(id) && longEnough(model.get(id)));
+    listDirty = true;
+    scheduleRender();
     connect({ fresh: true });
+    refreshList();
   });
   for (const button of document.querySelectorAll("[data-filter]")) {
     button.addEventListener("click", () => {
@@ -686,21 +958,36 @@ function setup() {
       for (const other of document.querySelectorAll("[data-filter]")) {
         other.setAttribute("aria-pressed", String(other === button));
       }
-      state.page = 1;
-      state.pageTokens = [null];
-      refreshList();
+      restartList();
     });
   }
-  $("search").addEventListener("input", (event) => { state.search = event.target.value.trim(); listDirty = true; scheduleRender(); });
+  let searchTimer = null;
+  const searched = () => {
+    clearTimeout(searchTimer);
+    const value = $("search").value.trim();
+    const by = $("search-by").value;
+    state.search = value;
+    state.searchBy = by;
+    setSearchHint();
+    if (idSearch() !== state.listedPrefix) searchTimer = setTimeout(restartList, 250);
+    listDirty = true;
+    scheduleRender();
+  };
+  $("search").addEventListener("input", searched);
+  $("search-by").addEventListener("change", searched);
+  setSearchHint();
+  $("new-tasks").addEventListener("click", showHeld);
   $("prev-page").addEventListener("click", () => {
-    if (state.page <= 1) return;
+    if (state.page <= 1 || !state.listed) return;
     state.page -= 1;
+    state.held.clear();
     refreshList();
   });
   $("next-page").addEventListener("click", () => {
-    if (!state.nextToken) return;
+    if (!state.nextToken || !state.listed) return;
     state.pageTokens[state.page] = state.nextToken;
     state.page += 1;
+    state.held.clear();
     refreshList();
   });
   $("token-form").addEventListener("submit", (event) => {
@@ -715,7 +1002,17 @@ function setup() {
   $("zoom-in").addEventListener("click", () => zoom(2));
   $("zoom-out").addEventListener("click", () => zoom(0.5));
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && state.detailID) $("back").click();
+    if (event.key === "Escape" && !$("detail-view").hidden && !event.defaultPrevented) $("back").click();
+  });
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => {
+      if (!state.detailID) return;
+      const before = state.detailPoints;
+      fitHistory();
+      if (state.detailPoints !== before) loadHistory();
+    }, 300);
   });
   window.addEventListener("hashchange", route);
   setInterval(tick, 1000);

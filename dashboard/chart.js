@@ -5,9 +5,10 @@ const WIDTH = 600;
 const HEIGHT = 200;
 const PAD = 6;
 
-/// Draws `points` ({t, fraction}) into `svg`; returns how many were drawn and the times
-/// of the first and last.
-export function drawHistory(svg, points) {
+/// Draws `points` ({t, fraction}) into `svg`, the time axis running to `until` when given
+/// (now, for a task still running: the line ends where its last report was); returns how
+/// many were drawn and the times of the first and of the axis' end.
+export function drawHistory(svg, points, until = null) {
   svg.replaceChildren();
   const grid = document.createElementNS(SVG, "path");
   grid.setAttribute("class", "grid");
@@ -22,9 +23,10 @@ export function drawHistory(svg, points) {
   if (usable.length === 0) return { count: 0 };
   const times = usable.map((p) => Date.parse(p.t));
   const first = times[0];
-  const span = Math.max(1, times[times.length - 1] - first);
+  const end = Math.max(times[times.length - 1], until ? until.getTime() : 0);
+  const span = Math.max(1, end - first);
   const coords = usable.map((p, index) => {
-    const x = usable.length === 1 ? WIDTH / 2 : ((times[index] - first) / span) * WIDTH;
+    const x = usable.length === 1 && end === first ? WIDTH / 2 : ((times[index] - first) / span) * WIDTH;
     const y = PAD + (1 - p.fraction) * (HEIGHT - 2 * PAD);
     return `${x.toFixed(1)},${y.toFixed(1)}`;
   });
@@ -33,7 +35,15 @@ export function drawHistory(svg, points) {
   line.setAttribute("points", coords.join(" "));
   line.setAttribute("vector-effect", "non-scaling-stroke");
   svg.append(line);
-  return { count: usable.length, first: new Date(first), last: new Date(times[times.length - 1]) };
+  if (end > times[times.length - 1]) {
+    // From the last report to now, the fraction stood still: drawn dashed.
+    const rest = document.createElementNS(SVG, "path");
+    rest.setAttribute("class", "since");
+    rest.setAttribute("d", `M${coords[coords.length - 1]}H${WIDTH}`);
+    rest.setAttribute("vector-effect", "non-scaling-stroke");
+    svg.append(rest);
+  }
+  return { count: usable.length, first: new Date(first), last: new Date(end) };
 }
 
 /// The zoom levels: max_points the API allows (2..1000).

@@ -12,6 +12,8 @@ export class TaskModel {
     this.finishedSeen = new Map();
     /// Child ids by parent id.
     this.children = new Map();
+    /// Ids of tasks known to have children (also those whose children are not kept).
+    this.parents = new Set();
   }
 
   get(id) { return this.tasks.get(id); }
@@ -23,6 +25,7 @@ export class TaskModel {
     if (old && old.updated_at > task.updated_at) return false;
     if (old && old.parent_id !== task.parent_id) this.children.get(old.parent_id)?.delete(task.id);
     if (task.parent_id) {
+      this.parents.add(task.parent_id);
       if (!this.children.has(task.parent_id)) this.children.set(task.parent_id, new Set());
       this.children.get(task.parent_id).add(task.id);
     }
@@ -42,6 +45,17 @@ export class TaskModel {
     this.streamed.delete(id);
     this.finishedSeen.delete(id);
     this.dirty.add(id);
+  }
+
+  /// Forgets every task `keep` does not want (the page shows only so many; the rest are
+  /// fetched again when needed), and the child ids of parents no longer known.
+  prune(keep) {
+    for (const [id, task] of this.tasks) if (!keep(task)) this.remove(id);
+    for (const id of this.streamed) if (!this.tasks.has(id)) this.streamed.delete(id);
+    for (const id of this.finishedSeen.keys()) if (!this.tasks.has(id)) this.finishedSeen.delete(id);
+    for (const [id, set] of this.children) if (set.size === 0 || !this.tasks.has(id)) this.children.delete(id);
+    for (const id of this.parents) if (!this.tasks.has(id)) this.parents.delete(id);
+    for (const id of this.dirty) if (!this.tasks.has(id)) this.dirty.delete(id);
   }
 
   childrenOf(id) {
@@ -68,5 +82,5 @@ export function newestFirst(a, b) {
 /// a parent's roll-up is quantified without one).
 export function hasChildren(model, task) {
   if (task.mode === "quantified" && task.total === null) return true;
-  return (model.children.get(task.id)?.size ?? 0) > 0;
+  return model.parents.has(task.id) || (model.children.get(task.id)?.size ?? 0) > 0;
 }

@@ -18,6 +18,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 
 from conftest import HEADWAYD, chromium_options, free_port, run_headwayd, wait_for_port
 
@@ -83,6 +84,33 @@ def progress(base, task_id, **update):
     reply = httpx.post(f"{base}/v1/tasks/{task_id}/progress", json=update)
     assert reply.status_code == 200, reply.text
     return reply.json()
+
+
+CONTRAST = """
+    const rgb = (text) => text.match(/[\\d.]+/g).slice(0, 4).map(Number);
+    const lum = ([r, g, b]) => {
+      const f = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+      return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const node = arguments[0];
+    let fg = rgb(getComputedStyle(node).color);
+    let opacity = 1;
+    for (let n = node; n; n = n.parentElement) opacity *= Number(getComputedStyle(n).opacity);
+    let bg = null;
+    for (let n = node; n && !bg; n = n.parentElement) {
+      const c = rgb(getComputedStyle(n).backgroundColor);
+      if (c.length < 4 || c[3] > 0) bg = c;
+    }
+    bg ??= [255, 255, 255];
+    fg = fg.slice(0, 3).map((c, i) => c * opacity + bg[i] * (1 - opacity));
+    const [a, b] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+    return (a + 0.05) / (b + 0.05);"""
+
+
+def contrast(driver, element):
+    """The contrast ratio of `element`'s text on the first opaque background behind it,
+    its ancestors' opacity applied."""
+    return js(driver, CONTRAST, element)
 
 
 def console_errors(driver):
@@ -198,11 +226,21 @@ def test_cancel_from_the_page_reaches_the_runner(page, headwayd):
     cancel.click()
     question = found.find_element(By.CSS_SELECTOR, ".confirm")
     poll(lambda: question.is_displayed(), 2, "the confirmation")
-    assert "Cancel this task?" in question.text
+    assert "Cancel “Render video”?" in question.text
+    # Escape dismisses the confirmation, the focus back on Cancel, the page still the list.
+    poll(lambda: page.switch_to.active_element.get_attribute("class") == "yes", 2, "the focus on Yes")
+    page.switch_to.active_element.send_keys(Keys.ESCAPE)
+    poll(lambda: not question.is_displayed() and cancel.is_displayed(), 2, "the confirmation dismissed")
+    poll(lambda: page.switch_to.active_element.get_attribute("class") == "cancel", 2, "the focus on Cancel")
+    cancel.click()
+    poll(lambda: question.is_displayed(), 2, "the confirmation again")
     # Nothing is sent before the confirmation.
     assert progress(headwayd, "job", completed=11)["cancel_requested"] is False
     found.find_element(By.CSS_SELECTOR, ".confirm .yes").click()
     poll(lambda: cancel.text == "Canceling…", 5, "Canceling…")
+    # The focus, on the Yes button that is gone, moves to the task's link.
+    poll(lambda: page.switch_to.active_element.get_attribute("class") == "name"
+         and page.switch_to.active_element.text == "Render video", 2, "the focus on the task")
     poll(lambda: progress(headwayd, "job", completed=12)["cancel_requested"] is True, 5, "the runner told")
     assert not cancel.is_enabled()
     reply = httpx.post(f"{headwayd}/v1/tasks/job/finish", json={"outcome": "canceled"})
@@ -227,7 +265,14 @@ def test_a_finished_task_stays_a_minute_dimmed_then_leaves(page, headwayd):
         assert page.find_element(By.ID, "page-text").text == "Page 1 of 1"
         assert httpx.post(f"{headwayd}/v1/tasks/done/finish", json={"outcome": "succeeded"}).status_code == 200
         poll(lambda: "finished" in found.get_attribute("class"), 5, "dimmed")
-        assert js(page, "return getComputedStyle(arguments[0].querySelector('.row')).opacity", found) == "0.55"
+        # Dimmed, yet its text readable: 4.5:1 against the row's background at least.
+        assert contrast(page, found.find_element(By.CSS_SELECTOR, ".name")) >= 4.5
+        assert contrast(page, found.find_element(By.CSS_SELECTOR, ".tid")) >= 4.5
+        # After a reload too it stays (finished within the last minute).
+        page.refresh()
+        poll(lambda: page.find_element(By.ID, "connection").get_attribute("data-state") == "live", 10, "Live")
+        found = poll(lambda: row(page, "done"), 5, "the finished row after a reload")
+        poll(lambda: "finished" in found.get_attribute("class"), 5, "dimmed after a reload")
         js(page, "window.clockOffset = 50000")
         time.sleep(1.5)  # more than one tick of the page's 1 s timer: still there at 50 s
         assert row(page, "done") is not None
@@ -324,9 +369,25 @@ def test_pages_filters_and_search(page, headwayd):
     assert page_text.text == "Page 1 of 1"
     page.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
     poll(lambda: len(ids()) == 20 and page_text.text == "Page 1 of 3", 5, "all 45")
-    page.find_element(By.ID, "search").send_keys("task 4")
+    # By id: the server searches every page.
+    search = page.find_element(By.ID, "search")
+    assert "every page" in page.find_element(By.ID, "search-hint").text
+    search.send_keys("t1")
+    poll(lambda: ids() == [f"t{n}" for n in range(19, 9, -1)] and page_text.text == "Page 1 of 1", 5, "ids t1…")
+    search.clear()
+    search.send_keys("t")
+    poll(lambda: len(ids()) == 20 and page_text.text == "Page 1 of 3", 5, "ids t…, 3 pages")
+    page.find_element(By.ID, "next-page").click()
+    poll(lambda: page_text.text == "Page 2 of 3" and ids()[0] == "t24", 5, "the second page of the search")
+    search.clear()
+    search.send_keys("x")
+    poll(lambda: ids() == [] and page_text.text == "Page 1 of 1", 5, "no id starts with x")
+    # By name: this page only.
+    page.find_element(By.CSS_SELECTOR, '#search-by option[value="name"]').click()
+    search.clear()
+    search.send_keys("task 4")
     poll(lambda: ids() == ["t44", "t43", "t42", "t41", "t40"], 5, "searched by name prefix")
-    assert "this page only" in page.find_element(By.CSS_SELECTOR, ".search .hint").text
+    assert "this page only" in page.find_element(By.ID, "search-hint").text
     assert console_errors(page) == []
 
 
@@ -488,3 +549,270 @@ def test_screenshots(page, headwayd, tmp_path):
     assert console_errors(page) == []
     for name in ["desktop-light", "desktop-dark", "phone", "stalled-task", "detail"]:
         assert (folder / f"{name}.png").stat().st_size > 1000
+
+
+def ids_on_page(driver):
+    return js(driver, "return [...document.querySelectorAll('#tasks > li')].map((li) => li.dataset.taskId)")
+
+
+def test_the_page_fills_again_when_rows_leave(page, headwayd):
+    # The page's clock (performance.now) is moved forward by the test instead of waiting.
+    script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        window.clockOffset = 0;
+        const realNow = performance.now.bind(performance);
+        performance.now = () => realNow() + window.clockOffset;"""})
+    try:
+        for number in range(25):
+            register(headwayd, id=f"r{number:02d}", name=f"Run {number:02d}", total=10)
+        open_dashboard(page, headwayd)
+        page_text = page.find_element(By.ID, "page-text")
+        poll(lambda: page_text.text == "Page 1 of 2" and len(ids_on_page(page)) == 20, 5, "Page 1 of 2")
+        for number in range(24, 14, -1):
+            assert httpx.post(f"{headwayd}/v1/tasks/r{number:02d}/finish", json={"outcome": "succeeded"}).status_code == 200
+        poll(lambda: len(page.find_elements(By.CSS_SELECTOR, "#tasks > li.finished")) == 10, 5, "ten finished, dimmed")
+        js(page, "window.clockOffset = 61000")
+        # The finished rows leave and the page is filled again from the server.
+        poll(lambda: ids_on_page(page) == [f"r{n:02d}" for n in range(14, -1, -1)], 8, "the 15 running tasks")
+        poll(lambda: page_text.text == "Page 1 of 1", 5, "Page 1 of 1")
+        assert not page.find_element(By.ID, "next-page").is_enabled()
+        assert console_errors(page) == []
+    finally:
+        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
+def test_the_pager_follows_new_tasks(page, headwayd):
+    for number in range(20):
+        register(headwayd, id=f"p{number:02d}", name=f"Pager {number:02d}", total=10)
+    open_dashboard(page, headwayd)
+    page_text = page.find_element(By.ID, "page-text")
+    next_page = page.find_element(By.ID, "next-page")
+    poll(lambda: page_text.text == "Page 1 of 1" and len(ids_on_page(page)) == 20, 5, "Page 1 of 1")
+    assert not next_page.is_enabled()
+    register(headwayd, id="p20", name="Pager 20", total=10)
+    poll(lambda: ids_on_page(page)[:1] == ["p20"], 5, "the new task on top")
+    poll(lambda: page_text.text == "Page 1 of 2" and next_page.is_enabled(), 5, "Page 1 of 2, Next enabled")
+    next_page.click()
+    poll(lambda: page_text.text == "Page 2 of 2" and ids_on_page(page) == ["p00"], 5, "the second page")
+    for number in range(21, 41):
+        register(headwayd, id=f"p{number:02d}", name=f"Pager {number:02d}", total=10)
+    # On page 2 the count follows too, and the rows stay.
+    poll(lambda: page_text.text == "Page 2 of 3", 5, "Page 2 of 3")
+    assert ids_on_page(page) == ["p00"]
+    assert console_errors(page) == []
+
+
+def test_the_page_keeps_only_what_it_shows(page, headwayd):
+    open_dashboard(page, headwayd)
+    with httpx.Client() as client:
+        for number in range(300):
+            assert client.post(f"{headwayd}/v1/tasks", json={"id": f"c{number:03d}", "name": "Churn", "total": 1}).status_code == 201
+            assert client.post(f"{headwayd}/v1/tasks/c{number:03d}/finish", json={"outcome": "succeeded"}).status_code == 200
+    poll(lambda: js(page, "return headwayStats.events") >= 600, 15, "the churn seen")
+    poll(lambda: ids_on_page(page)[:1] == ["c299"], 5, "the newest on top")
+    stats = poll(lambda: (lambda s: s if s["modelTasks"] <= 25 else None)(
+        js(page, "const s = headwayStats; return {modelTasks: s.modelTasks, modelFinished: s.modelFinished,"
+                 " renderedRows: s.renderedRows, renderedIDs: s.renderedIDs, domRows: s.domRows}")), 5, "the model bounded")
+    assert stats["modelFinished"] <= 25 and stats["renderedRows"] <= 25 and stats["domRows"] <= 25, stats
+    assert len(ids_on_page(page)) == 20
+    assert console_errors(page) == []
+
+
+def test_the_stall_age_counts_from_the_last_signal(page, headwayd):
+    open_dashboard(page, headwayd)
+    registered = time.monotonic()
+    register(headwayd, id="quiet", name="Quiet", stall_timeout_seconds=3)
+    found = poll(lambda: row(page, "quiet"), 5, "the row")
+    poll(lambda: "stalled" in found.get_attribute("class"), 10, "stalled")
+    poll(lambda: time.monotonic() - registered > 4.2, 5, "4 s since the last signal")
+    stall = found.find_element(By.CSS_SELECTOR, ".stall").text
+    seconds = int("".join(ch for ch in stall if ch.isdigit()))
+    assert stall.startswith("No signal for") and seconds >= 3, stall
+
+
+def test_a_task_that_stops_matching_the_filter_leaves(page, headwayd):
+    register(headwayd, id="calm", name="Calm")
+    open_dashboard(page, headwayd)
+    register(headwayd, id="stuck", name="Stuck", stall_timeout_seconds=1)
+    page.find_element(By.CSS_SELECTOR, '[data-filter="stalled"]').click()
+    poll(lambda: ids_on_page(page) == ["stuck"], 10, "the stalled task under Stalled")
+    assert httpx.post(f"{headwayd}/v1/tasks/stuck/heartbeat", json={}).status_code == 200
+    poll(lambda: ids_on_page(page) == [], 5, "the recovered task gone from Stalled")
+    assert console_errors(page) == []
+
+
+def test_phone_width_does_not_scroll_sideways(page, headwayd):
+    register(headwayd, id="w" * 80, name="N" * 90, total=10, unit="u" * 64, label="L" * 120)
+    register(headwayd, id="plain", name="Plain", total=5, unit="files")
+    progress(headwayd, "w" * 80, completed=3)
+    page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 360, "height": 740, "deviceScaleFactor": 1, "mobile": True})
+    try:
+        open_dashboard(page, headwayd)
+        poll(lambda: row(page, "w" * 80), 5, "the long row")
+        width = "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        scroll, client = js(page, width)
+        assert scroll <= client, (scroll, client)
+        page.get(f"{headwayd}/?min_duration=0&lang=en#task={'w' * 80}")
+        poll(lambda: "u" * 64 in page.find_element(By.ID, "fields").text, 5, "the detail view")
+        scroll, client = js(page, width)
+        assert scroll <= client, (scroll, client)
+    finally:
+        page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_new_tasks_wait_above_a_scrolled_list(page, headwayd):
+    for number in range(20):
+        register(headwayd, id=f"s{number:02d}", name=f"Scroll {number:02d}", total=10)
+    open_dashboard(page, headwayd)
+    poll(lambda: len(ids_on_page(page)) == 20, 5, "20 rows")
+    js(page, "window.scrollTo(0, 300)")
+    poll(lambda: js(page, "return scrollY") > 0, 2, "scrolled")
+    target = row(page, "s10")
+    top = js(page, "return arguments[0].getBoundingClientRect().top", target)
+    register(headwayd, id="fresh", name="Fresh", total=10)
+    button = page.find_element(By.ID, "new-tasks")
+    poll(lambda: button.is_displayed() and button.text == "1 new task", 5, "1 new task offered")
+    assert row(page, "fresh") is None and ids_on_page(page)[0] == "s19"
+    assert abs(js(page, "return arguments[0].getBoundingClientRect().top", target) - top) < 1
+    button.click()
+    poll(lambda: ids_on_page(page)[0] == "fresh", 5, "the new task shown on top")
+    assert js(page, "return scrollY") == 0 and not button.is_displayed()
+    assert console_errors(page) == []
+
+
+def test_the_focus_returns_to_the_task_after_the_detail_view(page, headwayd):
+    register(headwayd, id="one", name="One", total=10)
+    register(headwayd, id="two", name="Two", total=10)
+    open_dashboard(page, headwayd)
+    link = poll(lambda: row(page, "one"), 5, "the row").find_element(By.CSS_SELECTOR, ".name")
+    link.send_keys(Keys.ENTER)
+    poll(lambda: page.find_element(By.ID, "detail-view").is_displayed(), 5, "the detail view")
+    page.switch_to.active_element.send_keys(Keys.ESCAPE)
+    poll(lambda: page.find_element(By.ID, "list-view").is_displayed(), 5, "the list")
+    poll(lambda: page.switch_to.active_element.text == "One", 2, "the focus on the task's link")
+    assert console_errors(page) == []
+
+
+def test_the_detail_view_of_a_missing_task_or_a_bad_link(page, headwayd):
+    register(headwayd, id="real", name="Real task", total=10)
+    open_dashboard(page, headwayd)
+    page.get(f"{headwayd}/?min_duration=0&lang=en#task=real")
+    poll(lambda: page.find_element(By.ID, "detail-heading").text == "Real task", 5, "the real task")
+    poll(lambda: len(page.find_elements(By.CSS_SELECTOR, "#detail-row li")) == 1, 5, "its row")
+    js(page, "location.hash = '#task=nothing-here'")
+    problem = page.find_element(By.ID, "detail-problem")
+    poll(lambda: problem.is_displayed() and "nothing-here" in problem.text, 5, "no such task")
+    assert page.find_elements(By.CSS_SELECTOR, "#detail-row li") == []
+    assert not page.find_element(By.ID, "fields").is_displayed()
+    assert page.find_element(By.ID, "fields").text == ""
+    js(page, "location.hash = '#task=%E0%A4%A'")
+    poll(lambda: "does not name a task" in problem.text, 5, "a malformed link")
+    js(page, "location.hash = '#task=real'")
+    poll(lambda: page.find_element(By.ID, "detail-heading").text == "Real task", 5, "the real task again")
+    js(page, "location.hash = '#task=..'")
+    poll(lambda: page.find_element(By.ID, "detail-heading").text == "Task not shown", 5, "'..' is no task")
+    # The browser logs the 404 of the missing task's fetch; nothing else.
+    assert [entry for entry in console_errors(page) if "nothing-here" not in entry["message"]] == []
+
+
+def test_tokens_that_cannot_read_or_were_revoked(page, tmp_path):
+    tmp_path.mkdir(exist_ok=True)
+    admin = make_token(tmp_path, "admin")
+    reporter = make_token(tmp_path, "report")
+    reader = make_token(tmp_path, "read")
+    limited = subprocess.run([HEADWAYD, "token", "create", "--scope", "read", "--task-prefix", "team-", "--name", "team",
+                              "--db", str(tmp_path / "headway.db")], capture_output=True, text=True, check=True).stdout.strip()
+    with run_headwayd(tmp_path) as base:
+        auth = {"Authorization": f"Bearer {admin}"}
+        assert httpx.post(f"{base}/v1/tasks", json={"id": "x", "name": "Export", "total": 5}, headers=auth).status_code == 201
+        page.get(f"{base}/?min_duration=0&lang=en")
+        form = page.find_element(By.ID, "token-view")
+        poll(lambda: form.is_displayed(), 5, "the token form")
+        page.find_element(By.ID, "token-input").send_keys(reporter)
+        page.find_element(By.CSS_SELECTOR, "#token-form button").click()
+        error = page.find_element(By.ID, "token-error")
+        poll(lambda: "cannot read tasks" in error.text, 5, "a token without read")
+        assert form.is_displayed()
+        assert js(page, "return sessionStorage.getItem('headway.token')") is None
+        connection = page.find_element(By.ID, "connection")
+        time.sleep(1.5)  # no retry loop behind the form, not an assertion on time
+        assert form.is_displayed() and "Offline" not in connection.text and "Reconnecting" not in connection.text
+        field = page.find_element(By.ID, "token-input")
+        field.send_keys(reader)
+        page.find_element(By.CSS_SELECTOR, "#token-form button").click()
+        poll(lambda: row(page, "x"), 5, "the task, read with the token")
+        poll(lambda: connection.get_attribute("data-state") == "live", 5, "Live")
+        listed = httpx.get(f"{base}/v1/tokens", headers=auth).json()
+        tokens = listed.get("tokens", listed) if isinstance(listed, dict) else listed
+        for token in tokens:
+            if token.get("name") == "wall" and "read" in token["scopes"] and "admin" not in token["scopes"]:
+                assert httpx.delete(f"{base}/v1/tokens/{token['id']}", headers=auth).status_code in (200, 204)
+        poll(lambda: form.is_displayed(), 15, "the form again once the token is revoked")
+        assert js(page, "return sessionStorage.getItem('headway.token')") is None
+        assert connection.text == "Needs a token"
+        # A token limited to other tasks: the detail view of one it may not see says so.
+        js(page, "sessionStorage.setItem('headway.token', arguments[0])", limited)
+        page.get(f"{base}/?lang=en#task=x")  # another address than the page's: a new load
+        problem = page.find_element(By.ID, "detail-problem")
+        poll(lambda: problem.is_displayed() and "x" in problem.text, 5, "the task not shown")
+        assert page.find_elements(By.CSS_SELECTOR, "#detail-row li") == [] and not page.find_element(By.ID, "fields").is_displayed()
+        js(page, "sessionStorage.clear()")
+
+
+def test_names_that_show_nothing_or_reorder(page, headwayd):
+    register(headwayd, id="blank", name="\u200b\u200b", total=2)
+    register(headwayd, id="bidi", name="\u202eevil name", total=2)
+    open_dashboard(page, headwayd)
+    blank = poll(lambda: row(page, "blank"), 5, "the blank-named row")
+    assert blank.find_element(By.CSS_SELECTOR, ".name").text == "blank"
+    name = poll(lambda: row(page, "bidi"), 5, "the bidi row").find_element(By.CSS_SELECTOR, ".name")
+    assert js(page, "return getComputedStyle(arguments[0]).unicodeBidi", name) == "isolate"
+
+
+def test_pager_buttons_wait_for_the_first_listing(headwayd):
+    html = httpx.get(f"{headwayd}/").text
+    for button in ["prev-page", "next-page"]:
+        tag = html[html.index(f'id="{button}"'):]
+        assert " disabled" in tag[:tag.index(">")], button
+
+
+def test_a_longer_min_duration_removes_shorter_rows(page, headwayd):
+    register(headwayd, id="young", name="Young", total=2)
+    open_dashboard(page, headwayd)
+    poll(lambda: row(page, "young"), 5, "the row")
+    field = page.find_element(By.ID, "min-duration")
+    field.clear()
+    field.send_keys("600", Keys.ENTER)
+    js(page, "arguments[0].dispatchEvent(new Event('change'))", field)
+    poll(lambda: row(page, "young") is None, 5, "the young task hidden")
+    assert console_errors(page) == []
+
+
+def test_the_header_lines_up_with_the_page_on_a_wall(page, headwayd):
+    page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 2560, "height": 1440, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        open_dashboard(page, headwayd)
+        left = lambda selector: js(page, f"return document.querySelector('{selector}').getBoundingClientRect().left")
+        assert abs(left(".top h1") - left(".toolbar")) <= 1
+        right = js(page, "return document.querySelector('.settings').getBoundingClientRect().right")
+        assert abs(right - js(page, "return document.querySelector('.toolbar').getBoundingClientRect().right")) <= 1
+    finally:
+        page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_the_detail_rate_has_its_unit_and_history_follows_the_width(page, headwayd):
+    register(headwayd, id="rated", name="Rated", total=1000, unit="files")
+    for step in range(1, 6):  # the server reports a rate after a second of progress
+        progress(headwayd, "rated", completed=step * 100)
+        time.sleep(0.4)
+    page.get(f"{headwayd}/?min_duration=0&lang=en#task=rated")
+    fields = page.find_element(By.ID, "fields")
+    poll(lambda: "files/s" in fields.text, 5, "the rate with its unit")
+    zoom = page.find_element(By.ID, "zoom-text")
+    poll(lambda: zoom.text.endswith("points"), 5, "the points")
+    before = zoom.text
+    page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 420, "height": 800, "deviceScaleFactor": 1, "mobile": False})
+    try:
+        poll(lambda: zoom.text != before, 5, "fewer points for a narrower chart")
+    finally:
+        page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert console_errors(page) == []
