@@ -539,13 +539,13 @@ def test_screenshots(page, headwayd, tmp_path):
         if not button.is_enabled():
             break
         button.click()
-    poll(lambda: page.find_element(By.ID, "zoom-text").text == "1,000 points", 5, "at most 1000 points")
+    poll(lambda: page.find_element(By.ID, "zoom-text").text == "Detail: up to 1,000 points", 5, "at most 1000 points")
     for _ in range(12):
         button = page.find_element(By.ID, "zoom-out")
         if not button.is_enabled():
             break
         button.click()
-    poll(lambda: page.find_element(By.ID, "zoom-text").text == "2 points", 5, "at least 2 points")
+    poll(lambda: page.find_element(By.ID, "zoom-text").text == "Detail: up to 2 points", 5, "at least 2 points")
     assert console_errors(page) == []
     for name in ["desktop-light", "desktop-dark", "phone", "stalled-task", "detail"]:
         assert (folder / f"{name}.png").stat().st_size > 1000
