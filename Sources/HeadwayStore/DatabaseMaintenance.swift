@@ -21,6 +21,15 @@ extension Database {
         }
     }
 
+    /// How many tasks there are per state and stall flag (from the counts the triggers
+    /// keep, a few rows: what `GET /metrics` shows); empty combinations are left out.
+    public func taskCountsByStateAndStall() throws(SQLiteError) -> [(state: String, stalled: Bool, count: Int64)] {
+        try rows("SELECT state, stalled, sum(n) FROM task_counts GROUP BY state, stalled HAVING sum(n) > 0 "
+                    + "ORDER BY state, stalled") {
+            (state: $0.text(0), stalled: $0.int(1) != 0, count: $0.int(2))
+        }
+    }
+
     /// `PRAGMA integrity_check`: empty when the database is sound, else SQLite's problems.
     public func integrityProblems() throws(SQLiteError) -> [String] {
         let lines = try rows("PRAGMA integrity_check") { $0.text(0) }

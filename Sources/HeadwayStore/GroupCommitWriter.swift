@@ -33,6 +33,20 @@ public final class GroupCommitWriter: Service {
     public struct Statistics: Sendable, Equatable {
         public var batches = 0
         public var jobs = 0
+        /// Why the latest batch could not be stored (its commit failed, SQLite ended its
+        /// transaction, or one of its jobs failed on the storage itself: a full disk, an I/O
+        /// error, a read-only file); nil once a later batch committed cleanly, or before any.
+        public var lastFailure: String?
+    }
+
+    /// One batch, as the observer set at `init` sees it once the batch is over.
+    public struct BatchReport: Sendable {
+        /// The jobs the batch ran (committed, or all lost with it).
+        public var jobs: Int
+        /// From `BEGIN IMMEDIATE` to the end of `COMMIT` (or of the failure), in seconds.
+        public var seconds: Double
+        /// Whether it committed.
+        public var committed: Bool
     }
 
     private struct Job: Sendable {
@@ -56,19 +70,27 @@ public final class GroupCommitWriter: Service {
     private let stats = Locked(Statistics())
     private let maximumBatch: Int
     private let maximumBatchBytes: Int
+    private let observeBatch: (@Sendable (BatchReport) -> Void)?
 
     /// Opens the writer connection (WAL, the given durability); `run()` then writes.
+    /// `observeBatch`, if given, is called on the writer thread after each batch (before
+    /// its jobs' completions): keep it cheap.
     public init(path: String, durability: Durability, maximumBatch: Int = 2048,
-                maximumBatchBytes: Int = 16 << 20) throws(SQLiteError) {
+                maximumBatchBytes: Int = 16 << 20,
+                observeBatch: (@Sendable (BatchReport) -> Void)? = nil) throws(SQLiteError) {
         database = try Database(path: path)
         try database.execute("PRAGMA journal_mode = WAL")
         try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
         self.maximumBatch = maximumBatch
         self.maximumBatchBytes = maximumBatchBytes
+        self.observeBatch = observeBatch
     }
 
     /// The work done so far.
     public var statistics: Statistics { stats.withLock { $0 } }
+
+    /// Jobs waiting for a batch now.
+    public var queueDepth: Int { queue.withLock { $0.jobs.count } }
 
     /// Queues `work` to run in the next batch and calls `completion` with its result once
     /// the batch has committed (or with the error that stopped it).
@@ -187,6 +209,8 @@ public final class GroupCommitWriter: Service {
         var afterCommit: [@Sendable () -> Void] = []
         afterCommit.reserveCapacity(batch.count)
         var bytes = 0
+        var storageFailure: (any Error)?
+        let start = DispatchTime.now().uptimeNanoseconds
         do {
             try database.inTransaction(.immediate) {
                 for job in batch {
@@ -197,20 +221,39 @@ public final class GroupCommitWriter: Service {
                     // savepoint would start and commit a transaction of its own.
                     let (error, completion, size) = job.run(database)
                     guard database.isInsideTransaction else { throw error ?? WriterError.transactionLost }
+                    if let error, Self.isStorageFailure(error) { storageFailure = error }
                     afterCommit.append(completion)
                     bytes += size
                 }
             }
         } catch {
+            stats.withLock { $0.lastFailure = "\(error)" }
+            observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false))
             batch.forEach { $0.abort(error) }
             return []
         }
+        observeBatch?(BatchReport(jobs: afterCommit.count, seconds: Self.seconds(since: start), committed: true))
         stats.withLock { stats in
             stats.batches += 1
             stats.jobs += afterCommit.count
+            stats.lastFailure = storageFailure.map { "\($0)" }
         }
         afterCommit.forEach { $0() }
         return batch[afterCommit.count...]
+    }
+}
+
+extension GroupCommitWriter {
+    /// Whether `error` says the storage itself failed (not the job's own rules): a full
+    /// disk or database, an I/O error, a read-only or unopenable file, corruption.
+    static func isStorageFailure(_ error: any Error) -> Bool {
+        guard let error = error as? SQLiteError else { return false }
+        // SQLITE_READONLY 8, IOERR 10, CORRUPT 11, FULL 13, CANTOPEN 14, NOTADB 26.
+        return [8, 10, 11, 13, 14, 26].contains(error.code & 0xff)
+    }
+
+    private static func seconds(since start: UInt64) -> Double {
+        Double(DispatchTime.now().uptimeNanoseconds &- start) / 1e9
     }
 }
 
