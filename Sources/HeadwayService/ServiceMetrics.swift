@@ -1,5 +1,6 @@
 import Foundation
 import HTTPServer
+import Lifecycle
 import HeadwayCore
 import HeadwayStore
 
@@ -134,12 +135,37 @@ final class EventCounters: Sendable {
     let cutOff = LabeledCounters()
 }
 
+/// Whether the database takes writes, as the latest probe found it: a probe is a writer
+/// job that rewrites one header field with its own value (`Database.probeWrite`), run at
+/// most once per `interval` however often `/readyz` is asked (group commit merges the
+/// probes of one moment into one batch anyway).
+final class WriteProbe: Sendable {
+    private struct Outcome {
+        var at: UInt64
+        var failure: String?
+    }
+
+    let interval: UInt64 = 1_000_000_000
+    private let latest = Locked<Outcome?>(nil)
+
+    /// The latest outcome if it is recent enough (nil: probe again), as a failure or nil.
+    func recent(now: UInt64) -> String?? {
+        latest.withLock { outcome in
+            guard let outcome, now &- outcome.at < interval else { return nil }
+            return .some(outcome.failure)
+        }
+    }
+
+    func record(_ failure: String?, now: UInt64) { latest.withLock { $0 = Outcome(at: now, failure: failure) } }
+}
+
 /// The routes operators' tools read: `GET /healthz` (alive: answers without touching the
 /// database), `GET /readyz` (ready for traffic: the database answers, carries the schema
-/// this build migrates to, and the writer's latest batch was stored) and `GET /metrics`
-/// (Prometheus text, `read` scope).
+/// this build migrates to, and takes writes: `WriteProbe`) and `GET /metrics` (Prometheus
+/// text, `read` scope).
 struct OperationsAPI: Sendable {
     let metrics: ServiceMetrics
+    let probe = WriteProbe()
     let writer: GroupCommitWriter
     let reads: ReadPool
     let broker: EventBroker
@@ -155,7 +181,7 @@ struct OperationsAPI: Sendable {
     }
 
     private func ready(_ request: HTTPRequest, _ responder: any Responder) {
-        read(request, responder) { [writer] reader in
+        read(request, responder) { [writer, probe] reader in
             let latest = Migrator().latestVersion
             let version: Int
             do {
@@ -166,11 +192,19 @@ struct OperationsAPI: Sendable {
             guard version == latest else {
                 return Problem.notReady("The database's schema version is \(version); this build needs \(latest).").response
             }
-            if let failure = writer.statistics.lastFailure {
-                return Problem.notReady("The latest write could not be stored: \(failure).").response
+            let answer = { @Sendable (failure: String?) -> HTTPResponse in
+                if let failure { return Problem.notReady("The database takes no writes: \(failure).").response }
+                return .json(200, #"{"status":"ready","schema_version":\#(version)}"#,
+                             headers: [HTTPField("Cache-Control", "no-store")])
             }
-            return .json(200, #"{"status":"ready","schema_version":\#(version)}"#,
-                         headers: [HTTPField("Cache-Control", "no-store")])
+            if let recent = probe.recent(now: DispatchTime.now().uptimeNanoseconds) { return answer(recent) }
+            writer.submit({ database in try database.probeWrite() }) { result in
+                var failure: String?
+                if case .failure(let error) = result { failure = "\(error)" }
+                probe.record(failure, now: DispatchTime.now().uptimeNanoseconds)
+                responder.respond(answer(failure))
+            }
+            return nil
         }
     }
 
@@ -194,11 +228,12 @@ struct OperationsAPI: Sendable {
     /// Runs `body` on a connection of the read pool (503 `server_busy` or `shutting_down`
     /// when it cannot).
     private func read(_ request: HTTPRequest, _ responder: any Responder,
-                      _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse) {
+                      _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse?) {
         do throws(ReadPool.Refusal) {
             try reads.submit { [errors] reader in
                 do {
-                    responder.respond(try body(reader))
+                    // nil: `body` answers later itself.
+                    if let response = try body(reader) { responder.respond(response) }
                 } catch {
                     responder.respond(errors.response(for: error, request))
                 }

@@ -30,6 +30,14 @@ extension Database {
         }
     }
 
+    /// Writes the header's `user_version` again with its own value: a real write (one page
+    /// to the WAL) that changes nothing, so it fails where any write would (a full disk, a
+    /// read-only file, an I/O error). The readiness probe.
+    public func probeWrite() throws(SQLiteError) {
+        let version = try scalar("PRAGMA user_version") ?? 0
+        try execute("PRAGMA user_version = \(version)")
+    }
+
     /// `PRAGMA integrity_check`: empty when the database is sound, else SQLite's problems.
     public func integrityProblems() throws(SQLiteError) -> [String] {
         let lines = try rows("PRAGMA integrity_check") { $0.text(0) }

@@ -33,10 +33,6 @@ public final class GroupCommitWriter: Service {
     public struct Statistics: Sendable, Equatable {
         public var batches = 0
         public var jobs = 0
-        /// Why the latest batch could not be stored (its commit failed, SQLite ended its
-        /// transaction, or one of its jobs failed on the storage itself: a full disk, an I/O
-        /// error, a read-only file); nil once a later batch committed cleanly, or before any.
-        public var lastFailure: String?
     }
 
     /// One batch, as the observer set at `init` sees it once the batch is over.
@@ -209,7 +205,6 @@ public final class GroupCommitWriter: Service {
         var afterCommit: [@Sendable () -> Void] = []
         afterCommit.reserveCapacity(batch.count)
         var bytes = 0
-        var storageFailure: (any Error)?
         let start = DispatchTime.now().uptimeNanoseconds
         do {
             try database.inTransaction(.immediate) {
@@ -221,13 +216,11 @@ public final class GroupCommitWriter: Service {
                     // savepoint would start and commit a transaction of its own.
                     let (error, completion, size) = job.run(database)
                     guard database.isInsideTransaction else { throw error ?? WriterError.transactionLost }
-                    if let error, Self.isStorageFailure(error) { storageFailure = error }
                     afterCommit.append(completion)
                     bytes += size
                 }
             }
         } catch {
-            stats.withLock { $0.lastFailure = "\(error)" }
             observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false))
             batch.forEach { $0.abort(error) }
             return []
@@ -236,7 +229,6 @@ public final class GroupCommitWriter: Service {
         stats.withLock { stats in
             stats.batches += 1
             stats.jobs += afterCommit.count
-            stats.lastFailure = storageFailure.map { "\($0)" }
         }
         afterCommit.forEach { $0() }
         return batch[afterCommit.count...]
@@ -244,14 +236,6 @@ public final class GroupCommitWriter: Service {
 }
 
 extension GroupCommitWriter {
-    /// Whether `error` says the storage itself failed (not the job's own rules): a full
-    /// disk or database, an I/O error, a read-only or unopenable file, corruption.
-    static func isStorageFailure(_ error: any Error) -> Bool {
-        guard let error = error as? SQLiteError else { return false }
-        // SQLITE_READONLY 8, IOERR 10, CORRUPT 11, FULL 13, CANTOPEN 14, NOTADB 26.
-        return [8, 10, 11, 13, 14, 26].contains(error.code & 0xff)
-    }
-
     private static func seconds(since start: UInt64) -> Double {
         Double(DispatchTime.now().uptimeNanoseconds &- start) / 1e9
     }
