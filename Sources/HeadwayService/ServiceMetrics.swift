@@ -28,6 +28,13 @@ final class ServiceMetrics: Sendable {
     /// Rows forgotten by retention.
     let retentionPruned = MetricCounter()
 
+    /// The series whose labels are known in advance start at 0, so `rate()` and alerts see
+    /// them before the first event.
+    init() {
+        for kind in ["progress", "heartbeat", "finish"] { updatesAccepted.add([kind], 0) }
+        for reason in ["bytes", "pending_tasks", "stalled"] { events.cutOff.add([reason], 0) }
+    }
+
     /// The writer's observer: one batch over.
     func observe(_ batch: GroupCommitWriter.BatchReport) {
         if batch.committed {
