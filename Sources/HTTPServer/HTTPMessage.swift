@@ -1,4 +1,5 @@
 import Foundation
+import Lifecycle
 
 /// One name/value pair of a query string or header block.
 public struct HTTPField: Sendable, Equatable {
@@ -28,6 +29,10 @@ public struct HTTPRequest: Sendable {
     public var requestID: String
     /// Values taken from `{name}` segments of the matched route.
     public var pathParameters: [String: String] = [:]
+    /// Where the router notes the pattern of the route it matched, for a middleware that
+    /// wants it once the exchange is over (metrics, logs): set by the middleware that asks,
+    /// nil otherwise (the router then notes nothing).
+    public var matchedRoute: MatchedRoute?
 
     public init(method: String, path: String, query: [HTTPField] = [], headers: [HTTPField] = [],
                 body: [UInt8] = [], requestID: String = "") {
@@ -217,6 +222,20 @@ public struct HTTPCompletion: Sendable, Equatable {
         self.status = status
         self.durationMicroseconds = durationMicroseconds
     }
+}
+
+/// The pattern of the route a request matched (e.g. `/v1/tasks/{id}/progress`), noted by
+/// the router on the server's thread and read when the exchange is over: nil while no route
+/// matched (an unknown path, a wrong method, a refusal before routing).
+public final class MatchedRoute: Sendable {
+    private let value = Locked<String?>(nil)
+
+    public init() {}
+
+    /// The pattern matched, if any.
+    public var pattern: String? { value.withLock { $0 } }
+
+    func note(_ pattern: String) { value.withLock { $0 = pattern } }
 }
 
 /// Sends the response to one request, exactly once, from any thread.

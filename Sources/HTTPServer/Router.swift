@@ -52,6 +52,7 @@ public struct Router: Sendable {
         var allowed: [String] = []
         for route in routes where matches(route.segments, path, bounds) {
             if route.method == request.method || (request.method == "HEAD" && route.method == "GET") {
+                request.matchedRoute?.note(route.pattern)
                 var routed = request
                 routed.pathParameters = parameters(route.segments, path, bounds)
                 return .handler(route.handler, routed)

@@ -16,7 +16,7 @@ public final class HeadwayApplication: Sendable {
     public let configuration: Configuration
     public let logger: Logger
     let writer: GroupCommitWriter
-    /// Where API reads run (`GET /v1/tasks…`, `/healthz`).
+    /// Where API reads run (`GET /v1/tasks…`, `/readyz`, `/metrics`).
     let apiReads: ReadPool
     /// Where event-stream catch-ups are read, with connections of their own.
     let catchUpReads: ReadPool
@@ -37,13 +37,16 @@ public final class HeadwayApplication: Sendable {
     let tokenKeeper: TokenKeeper
     /// What the server does with each request (tests may hand requests to it directly).
     let pipeline: HTTPPipeline
+    /// What `GET /metrics` shows.
+    let metrics: ServiceMetrics
     /// The services, once started.
     private let services = Locked<ServiceGroup?>(nil)
 
     init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
          broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,
          recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, catchUpBudget: CatchUpBudget,
-         logger: Logger, routes: [RouteEntry], tokens: TokenRegistry, tokenKeeper: TokenKeeper) {
+         logger: Logger, routes: [RouteEntry], tokens: TokenRegistry, tokenKeeper: TokenKeeper, metrics: ServiceMetrics) {
+        self.metrics = metrics
         self.tokens = tokens
         self.tokenKeeper = tokenKeeper
         self.maintenance = maintenance
@@ -204,7 +207,9 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     }
     let connectionLimit = configuration.maximumSubscribers + 1024
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
-    let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability)
+    let metrics = ServiceMetrics()
+    let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
+                                       observeBatch: { metrics.observe($0) })
     let apiReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
                                 maximumWaiting: configuration.maximumQueuedReads, label: "headway.reads")
     // Every waiting catch-up holds a subscriber's place, so the subscriber limit bounds them.
@@ -216,17 +221,21 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     brokerSettings.streamBufferBytes = configuration.streamBufferBytes
     brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
     brokerSettings.pacing = configuration.fanOutPacing
-    let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger)
+    let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger, counters: metrics.events)
     let store = TaskStore(changeCounter: changeCounter, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
                           graceStart: clock.now(), limits: configuration.treeLimits)
     var maintenanceSettings = Maintenance.Settings()
     maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)
     let keeper = TokenKeeper(registry: tokens, writer: writer, broker: broker, clock: clock, logger: logger)
     let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store, broker: broker,
-                                  clock: clock, logger: logger, tokens: keeper)
+                                  clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned)
     var routes = ServiceRoutes(gate: AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path))
     let errors = ErrorReplies(logger: logger)
-    TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors)
+    OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker,
+                  databasePath: configuration.databasePath, errors: errors)
+        .register(in: &routes)
+    TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors,
+            metrics: metrics)
         .register(in: &routes)
     TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors)
         .register(in: &routes)
@@ -280,7 +289,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // like every other problem. What browsers may do (Host, Origin, Content-Type, CORS) is
     // checked before anything else, with the port the server binds.
     let servedPort = ServedPort(configured: configuration.port)
-    let pipeline = HTTPPipeline(middleware: [RequestIDMiddleware(), AccessLogMiddleware(logger: logger),
+    let pipeline = HTTPPipeline(middleware: [RequestIDMiddleware(), AccessLogMiddleware(logger: logger, metrics: metrics),
                                              BrowserChecks(configuration: configuration, routedMethods: Set(router.routes.map(\.method)),
                                                            servedPort: servedPort, errors: errors,
                                                            tokensRequired: { tokens.authenticationRequired })],
@@ -295,7 +304,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                               catchUpReads: catchUpReads, broker: broker, maintenance: maintenance, server: server,
                               pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
                               catchUpBudget: catchUpBudget,
-                              logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper)
+                              logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper,
+                              metrics: metrics)
 }
 
 /// Why the daemon refuses to start.

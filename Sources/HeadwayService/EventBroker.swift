@@ -62,8 +62,11 @@ final class EventBroker: Service {
     private let logger: Logger
     private let inbox = Locked(Inbox())
     private let commandsArrived = Doorbell()
+    /// What the broker thread counts for the metrics.
+    let counters: EventCounters
 
-    init(settings: Settings, clock: any WallClock, logger: Logger) {
+    init(settings: Settings, clock: any WallClock, logger: Logger, counters: EventCounters = EventCounters()) {
+        self.counters = counters
         self.settings = settings
         self.clock = clock
         self.logger = logger
@@ -149,7 +152,7 @@ final class EventBroker: Service {
     /// runs a fan-out round unless a pause holds it, releases held tasks and sends
     /// heartbeats; when stopping, one last round, then every stream is ended.
     func run() {
-        let thread = BrokerThread(settings: settings, clock: clock, logger: logger)
+        let thread = BrokerThread(settings: settings, clock: clock, logger: logger, counters: counters)
         while true {
             waitForWork(thread)
             let (batch, isStopping) = inbox.withLock { inbox in
@@ -195,8 +198,10 @@ private final class BrokerThread {
     private var queue: FanOutQueue
     /// When the next heartbeat is due.
     private var schedule: BrokerSchedule
+    private let counters: EventCounters
 
-    init(settings: EventBroker.Settings, clock: any WallClock, logger: Logger) {
+    init(settings: EventBroker.Settings, clock: any WallClock, logger: Logger, counters: EventCounters) {
+        self.counters = counters
         self.settings = settings
         self.clock = clock
         self.logger = logger
@@ -241,7 +246,10 @@ private final class BrokerThread {
     /// Runs a round unless a pause holds it; returns whether events wait for a pause.
     func fanOut(stopping: Bool) -> Bool {
         let roundStart = Self.monotonicNow()
+        let coalescedBefore = queue.coalescedCount
         if let events = queue.takeRound(now: roundStart, stopping: stopping) {
+            counters.sent.add(UInt64(events.count))
+            if queue.coalescedCount > coalescedBefore { counters.coalesced.add(UInt64(queue.coalescedCount - coalescedBefore)) }
             let round = RoundEvents(events)
             // Each frame is encoded once, for all subscribers.
             for subscriber in subscribers.values {
@@ -289,6 +297,7 @@ private final class BrokerThread {
     /// Logs a subscriber cut off for being too slow: one line, with the reason.
     private func report(_ delivery: Delivery, _ subscriber: Subscriber) {
         guard case .cutOff(let why) = delivery else { return }
+        counters.cutOff.add([why.reason])
         let event = "events.subscriber_too_slow"
         switch why {
         case .bytes(let bytes): logger.log(.warn, event, ["reason": why.reason, "unsent_bytes": "\(bytes)"])

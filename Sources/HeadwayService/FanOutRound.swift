@@ -22,6 +22,9 @@ struct FanOutQueue {
         self.pacing = pacing
     }
 
+    /// Events replaced by a later one of their task so far (for the metrics).
+    private(set) var coalescedCount = 0
+
     /// Adds committed events, in change order.
     mutating func append(_ events: [TaskEvent]) { waiting += events }
 
@@ -39,6 +42,7 @@ struct FanOutQueue {
         guard !waiting.isEmpty else { return nil }
         let behind = waitedForPacing || waiting.count > coalescingBacklog
         let events = behind ? Self.coalesced(waiting) : waiting
+        coalescedCount += waiting.count - events.count
         waiting = []
         waitedForPacing = false
         return events

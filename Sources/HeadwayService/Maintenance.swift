@@ -36,10 +36,13 @@ final class Maintenance: Service {
     private let stopRequested = Doorbell()
     /// Keeps the token registry current (about once a second), and writes token uses at stop.
     private let tokens: TokenKeeper?
+    /// Counts the rows retention forgets.
+    private let prunedRows: MetricCounter
 
     init(settings: Settings, writer: GroupCommitWriter, store: TaskStore, broker: EventBroker,
-         clock: any WallClock, logger: Logger, tokens: TokenKeeper? = nil) {
+         clock: any WallClock, logger: Logger, tokens: TokenKeeper? = nil, prunedRows: MetricCounter = MetricCounter()) {
         self.tokens = tokens
+        self.prunedRows = prunedRows
         self.settings = settings
         self.writer = writer
         self.store = store
@@ -167,7 +170,10 @@ final class Maintenance: Service {
         }) { [self] result in
             switch result {
             case .success(let count):
-                if count > 0 { logger.log(.info, "retention.pruned", ["rows": "\(count)"]) }
+                if count > 0 {
+                    prunedRows.add(UInt64(count))
+                    logger.log(.info, "retention.pruned", ["rows": "\(count)"])
+                }
                 if count >= settings.pruneBatch {
                     submitPrune(forgotten: total + count, completion: completion)
                 } else {

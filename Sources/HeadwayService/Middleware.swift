@@ -46,17 +46,31 @@ struct RequestIDMiddleware: HTTPMiddleware {
 }
 
 /// Logs one `http.request` line per request when its exchange is over (an event stream: when
-/// it ends), with its id, method, path, the status sent and the time taken.
+/// it ends), with its id, method, path, the route pattern matched, the status sent and the
+/// time taken; and counts it in the metrics (by method, route pattern and status, and its
+/// duration by route pattern: the pattern, never the raw path, so the series stay few).
 struct AccessLogMiddleware: HTTPMiddleware {
     let logger: Logger
+    var metrics: ServiceMetrics?
 
     func handle(_ request: HTTPRequest, _ responder: any Responder, next: HTTPHandler) {
-        if logger.minimumLevel <= .info {
-            let (id, method, path) = (request.requestID, request.method, request.path)
-            responder.onComplete { [logger] completion in
+        let logs = logger.minimumLevel <= .info
+        guard logs || metrics != nil else { return next(request, responder) }
+        var request = request
+        let route = MatchedRoute()
+        request.matchedRoute = route
+        let (id, method, path) = (request.requestID, request.method, request.path)
+        responder.onComplete { [logger, metrics] completion in
+            let pattern = route.pattern
+            if let metrics {
+                let label = pattern ?? "unmatched"
+                metrics.httpRequests.add([ServiceMetrics.methodLabel(method), label, String(completion.status ?? 0)])
+                metrics.httpDuration.observe(Double(completion.durationMicroseconds) / 1e6, [label])
+            }
+            if logs {
                 logger.log(.info, "http.request", [
-                    "request_id": id, "method": method, "path": path, "status": "\(completion.status ?? 0)",
-                    "duration_us": "\(completion.durationMicroseconds)",
+                    "request_id": id, "method": method, "path": path, "route": pattern ?? "-",
+                    "status": "\(completion.status ?? 0)", "duration_us": "\(completion.durationMicroseconds)",
                 ])
             }
         }

@@ -258,6 +258,12 @@ extension Problem {
                 headers: [HTTPField("Retry-After", "1")])
     }
 
+    /// `GET /readyz` while the daemon should not get traffic: `detail` says why.
+    static func notReady(_ detail: String) -> Problem {
+        Problem(status: 503, code: "not_ready", title: "Not ready", detail: detail,
+                headers: [HTTPField("Retry-After", "1"), HTTPField("Cache-Control", "no-store")])
+    }
+
     static func internalError(requestID: String) -> Problem {
         Problem(status: 500, code: "internal_error", title: "Internal error",
                 detail: "The server could not complete the request (request id \(requestID)); nothing was changed.")

@@ -3,7 +3,7 @@ import HTTPServer
 import HeadwayCore
 import HeadwayStore
 
-/// The routes of the task API (`/v1/tasks…`) and `/healthz`. A request is checked on the
+/// The routes of the task API (`/v1/tasks…`). A request is checked on the
 /// server's thread; its read then runs on a connection of the read pool (the connection
 /// suspended meanwhile, so a slow query never stalls the server), and a flood of reads
 /// waits in the pool's bounded queue or is refused 503 `server_busy`. Changes go to the
@@ -18,30 +18,30 @@ struct TaskAPI: Sendable {
     let logger: Logger
     /// How failures are answered.
     let errors: ErrorReplies
+    /// Where updates accepted and refused are counted.
+    let metrics: ServiceMetrics
 
-    /// The task routes with the access each needs (`report`, `read`, `control`; `/healthz`
-    /// is public); the OpenAPI test compares the route table with the paths of
+    /// The task routes with the access each needs (`report`, `read`, `control`); the OpenAPI test compares the route table with the paths of
     /// `openapi.yaml`. A token's task prefix is applied by each handler: another prefix's
     /// task is 404, absent from lists, and may not be registered (403).
     func register(in routes: inout ServiceRoutes) {
-        routes.add("GET", "/healthz", .public) { request, _, responder in health(request, responder) }
         routes.add("POST", "/v1/tasks", .scope(.report)) { request, grant, responder in registerTask(request, grant, responder) }
         routes.add("GET", "/v1/tasks", .scope(.read)) { request, grant, responder in list(request, grant, responder) }
         routes.add("GET", "/v1/tasks/{id}", .scope(.read)) { request, grant, responder in get(request, grant, responder) }
         routes.add("DELETE", "/v1/tasks/{id}", .scope(.control)) { request, grant, responder in delete(request, grant, responder) }
         routes.add("GET", "/v1/tasks/{id}/history", .scope(.read)) { request, grant, responder in history(request, grant, responder) }
         routes.add("POST", "/v1/tasks/{id}/progress", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, parse: ProgressUpdate.parse) { id, update, now, database in
+            update(request, grant, responder, kind: "progress", parse: ProgressUpdate.parse) { id, update, now, database in
                 try store.progress(id, update, now: now, in: database)
             }
         }
         routes.add("POST", "/v1/tasks/{id}/heartbeat", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, parse: Heartbeat.parse) { id, heartbeat, now, database in
+            update(request, grant, responder, kind: "heartbeat", parse: Heartbeat.parse) { id, heartbeat, now, database in
                 try store.heartbeat(id, heartbeat, now: now, in: database)
             }
         }
         routes.add("POST", "/v1/tasks/{id}/finish", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, emptyBodyAllowed: false, parse: Finish.parse) { id, finish, now, database in
+            update(request, grant, responder, kind: "finish", emptyBodyAllowed: false, parse: Finish.parse) { id, finish, now, database in
                 try store.finish(id, finish, now: now, in: database)
             }
         }
@@ -49,18 +49,6 @@ struct TaskAPI: Sendable {
     }
 
     // MARK: - Handlers
-
-    private func health(_ request: HTTPRequest, _ responder: any Responder) {
-        read(request, responder) { [logger] reader in
-            do {
-                _ = try reader.schemaVersion()
-                return .json(200, #"{"status":"ok"}"#)
-            } catch {
-                logger.log(.error, "health.failed", ["error": "\(error)"])
-                return .json(503, #"{"status":"unavailable"}"#)
-            }
-        }
-    }
 
     private func registerTask(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let registration: Registration
@@ -204,17 +192,37 @@ struct TaskAPI: Sendable {
     }
 
     /// The shape shared by progress, heartbeat and finish: validate the id and body, run
-    /// the change in the writer, answer with the task once committed.
+    /// the change in the writer, answer with the task once committed; counted by `kind`
+    /// as accepted, or refused with its problem's code.
     private func update<Body: Sendable>(
-        _ request: HTTPRequest, _ grant: Grant, _ responder: any Responder, emptyBodyAllowed: Bool = true,
+        _ request: HTTPRequest, _ grant: Grant, _ responder: any Responder, kind: String, emptyBodyAllowed: Bool = true,
         parse: (JSONValue) throws(TaskError) -> Body,
         apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskStore.Changed
     ) {
-        guard let (id, body) = parsed(request, grant, responder, emptyBodyAllowed: emptyBodyAllowed, parse: parse) else { return }
-        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker] result in
-            if case .success(let changed) = result { broker.publish(changed.events) }
-            responder.respond(reply(result, request) { changed in taskReply(200, changed.outcome, events: changed.events) })
+        let id: String
+        let body: Body
+        do {
+            (id, body) = (try taskID(request, grant), try parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed)))
+        } catch {
+            return refuseUpdate(kind, error, request, responder)
         }
+        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker, metrics] result in
+            switch result {
+            case .success(let changed):
+                broker.publish(changed.events)
+                metrics.updatesAccepted.add([kind])
+                responder.respond(taskReply(200, changed.outcome, events: changed.events))
+            case .failure(let error):
+                refuseUpdate(kind, error, request, responder)
+            }
+        }
+    }
+
+    /// Answers an update refused with `error`, counting it by its problem's code.
+    private func refuseUpdate(_ kind: String, _ error: any Error, _ request: HTTPRequest, _ responder: any Responder) {
+        let problem = errors.problem(for: error, request)
+        metrics.updatesRefused.add([kind, problem.code])
+        responder.respond(problem.response)
     }
 
     // MARK: - Request and reply helpers

@@ -21,6 +21,23 @@ extension Database {
         }
     }
 
+    /// How many tasks there are per state and stall flag (from the counts the triggers
+    /// keep, a few rows: what `GET /metrics` shows); empty combinations are left out.
+    public func taskCountsByStateAndStall() throws(SQLiteError) -> [(state: String, stalled: Bool, count: Int64)] {
+        try rows("SELECT state, stalled, sum(n) FROM task_counts GROUP BY state, stalled HAVING sum(n) > 0 "
+                    + "ORDER BY state, stalled") {
+            (state: $0.text(0), stalled: $0.int(1) != 0, count: $0.int(2))
+        }
+    }
+
+    /// Writes the header's `user_version` again with its own value: a real write (one page
+    /// to the WAL) that changes nothing, so it fails where any write would (a full disk, a
+    /// read-only file, an I/O error). The readiness probe.
+    public func probeWrite() throws(SQLiteError) {
+        let version = try scalar("PRAGMA user_version") ?? 0
+        try execute("PRAGMA user_version = \(version)")
+    }
+
     /// `PRAGMA integrity_check`: empty when the database is sound, else SQLite's problems.
     public func integrityProblems() throws(SQLiteError) -> [String] {
         let lines = try rows("PRAGMA integrity_check") { $0.text(0) }

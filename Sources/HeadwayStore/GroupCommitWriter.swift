@@ -35,6 +35,16 @@ public final class GroupCommitWriter: Service {
         public var jobs = 0
     }
 
+    /// One batch, as the observer set at `init` sees it once the batch is over.
+    public struct BatchReport: Sendable {
+        /// The jobs the batch ran (committed, or all lost with it).
+        public var jobs: Int
+        /// From `BEGIN IMMEDIATE` to the end of `COMMIT` (or of the failure), in seconds.
+        public var seconds: Double
+        /// Whether it committed.
+        public var committed: Bool
+    }
+
     private struct Job: Sendable {
         /// Runs the work in its own savepoint (on the writer thread); returns the error that
         /// rolled the savepoint back, if any, what to call once the batch has committed, and
@@ -56,19 +66,27 @@ public final class GroupCommitWriter: Service {
     private let stats = Locked(Statistics())
     private let maximumBatch: Int
     private let maximumBatchBytes: Int
+    private let observeBatch: (@Sendable (BatchReport) -> Void)?
 
     /// Opens the writer connection (WAL, the given durability); `run()` then writes.
+    /// `observeBatch`, if given, is called on the writer thread after each batch (before
+    /// its jobs' completions): keep it cheap.
     public init(path: String, durability: Durability, maximumBatch: Int = 2048,
-                maximumBatchBytes: Int = 16 << 20) throws(SQLiteError) {
+                maximumBatchBytes: Int = 16 << 20,
+                observeBatch: (@Sendable (BatchReport) -> Void)? = nil) throws(SQLiteError) {
         database = try Database(path: path)
         try database.execute("PRAGMA journal_mode = WAL")
         try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
         self.maximumBatch = maximumBatch
         self.maximumBatchBytes = maximumBatchBytes
+        self.observeBatch = observeBatch
     }
 
     /// The work done so far.
     public var statistics: Statistics { stats.withLock { $0 } }
+
+    /// Jobs waiting for a batch now.
+    public var queueDepth: Int { queue.withLock { $0.jobs.count } }
 
     /// Queues `work` to run in the next batch and calls `completion` with its result once
     /// the batch has committed (or with the error that stopped it).
@@ -187,6 +205,7 @@ public final class GroupCommitWriter: Service {
         var afterCommit: [@Sendable () -> Void] = []
         afterCommit.reserveCapacity(batch.count)
         var bytes = 0
+        let start = DispatchTime.now().uptimeNanoseconds
         do {
             try database.inTransaction(.immediate) {
                 for job in batch {
@@ -202,15 +221,23 @@ public final class GroupCommitWriter: Service {
                 }
             }
         } catch {
+            observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false))
             batch.forEach { $0.abort(error) }
             return []
         }
+        observeBatch?(BatchReport(jobs: afterCommit.count, seconds: Self.seconds(since: start), committed: true))
         stats.withLock { stats in
             stats.batches += 1
             stats.jobs += afterCommit.count
         }
         afterCommit.forEach { $0() }
         return batch[afterCommit.count...]
+    }
+}
+
+extension GroupCommitWriter {
+    private static func seconds(since start: UInt64) -> Double {
+        Double(DispatchTime.now().uptimeNanoseconds &- start) / 1e9
     }
 }
 

@@ -44,6 +44,23 @@ final class RecordingResponder: Responder {
         #expect(route("POST", "/v1/tasks/abc/progress")?.status == 202)
     }
 
+    /// The pattern matched is noted where a middleware asked for it, never the raw path.
+    @Test func notesTheMatchedPatternWhereAsked() {
+        func noted(_ method: String, _ path: String) -> String? {
+            var request = HTTPRequest(method: method, path: path)
+            request.matchedRoute = MatchedRoute()
+            _ = router.match(request)
+            return request.matchedRoute?.pattern
+        }
+        #expect(noted("POST", "/v1/tasks/abc/progress") == "/v1/tasks/{id}/progress")
+        #expect(noted("HEAD", "/v1/tasks/abc") == "/v1/tasks/{id}")
+        #expect(noted("GET", "/nope") == nil)
+        #expect(noted("PUT", "/v1/tasks/abc") == nil)
+        // Nobody asked: nothing noted, nothing allocated.
+        guard case .handler(_, let routed) = router.match(HTTPRequest(method: "GET", path: "/")) else { return }
+        #expect(routed.matchedRoute == nil)
+    }
+
     @Test func unknownPathsAreRefusedAsNotFound() {
         for path in ["/v1", "/v1/tasks/", "/v1/tasks/a/b", "/v1/tasks//progress", "/nope"] {
             #expect(refusal("GET", path) == .routeNotFound, "\(path)")

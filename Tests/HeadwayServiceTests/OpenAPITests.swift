@@ -63,6 +63,7 @@ import HeadwayCore
         keep("Task", try daemon.request("POST", "/v1/tasks/c/finish", json: #"{"outcome":"canceled","message":"asked to"}"#))
         keep("TaskList", try daemon.request("GET", "/v1/tasks?page_size=1"))
         keep("Health", try daemon.request("GET", "/healthz"))
+        keep("Readiness", try daemon.request("GET", "/readyz"))
         keep("TokenInfo", try daemon.request("GET", "/v1/token"))
         keep("Problem", try daemon.request("GET", "/assets/none.js"))
         keep("Problem", try daemon.request("POST", "/v1/tasks/c/progress", json: #"{"completed":1}"#))

@@ -94,6 +94,8 @@ private struct Probe {
         let task = "team-b.t1"
         let effect: [String: (method: String, path: String, body: String?)] = [
             "GET /healthz": ("GET", "/healthz", nil),
+            "GET /readyz": ("GET", "/readyz", nil),
+            "GET /metrics": ("GET", "/metrics", nil),
             "POST /v1/tasks": ("POST", "/v1/tasks", #"{"id":"team-b.new","name":"N"}"#),
             "GET /v1/tasks": ("GET", "/v1/tasks", nil),
             "GET /v1/tasks/{id}": ("GET", "/v1/tasks/\(task)", nil),
@@ -113,6 +115,8 @@ private struct Probe {
         ]
         let pass: [String: Probe] = [
             "GET /healthz": Probe(method: "GET", path: "/healthz", passStatus: 200),
+            "GET /readyz": Probe(method: "GET", path: "/readyz", passStatus: 200),
+            "GET /metrics": Probe(method: "GET", path: "/metrics", passStatus: 200),
             "POST /v1/tasks": Probe(method: "POST", path: "/v1/tasks", body: "{}", passStatus: 400),
             "GET /v1/tasks": Probe(method: "GET", path: "/v1/tasks?page_size=0", passStatus: 400),
             "GET /v1/tasks/{id}": Probe(method: "GET", path: "/v1/tasks/team-a.none", passStatus: 404),

@@ -1,0 +1,158 @@
+import Foundation
+import Lifecycle
+import Synchronization
+
+// The primitives behind `GET /metrics`: counters and histograms cheap enough for the hot
+// path (an atomic add, or one uncontended pthread-mutex lock), and the text exposition
+// format 0.0.4 that Prometheus reads.
+
+/// A number that only goes up (a Prometheus counter), bumped with one relaxed atomic add.
+final class MetricCounter: Sendable {
+    private let count = Atomic<UInt64>(0)
+
+    /// Adds `amount`.
+    func add(_ amount: UInt64 = 1) { count.add(amount, ordering: .relaxed) }
+
+    /// The count now.
+    var value: UInt64 { count.load(ordering: .relaxed) }
+}
+
+/// Counters told apart by their label values (a small, bounded set of them: route
+/// patterns, statuses, problem codes — never anything a client may choose freely).
+final class LabeledCounters: Sendable {
+    private let counts = Locked<[[String]: UInt64]>([:])
+
+    /// Adds `amount` to the counter of `labels` (values in the order of the family's names).
+    func add(_ labels: [String], _ amount: UInt64 = 1) { counts.withLock { $0[labels, default: 0] += amount } }
+
+    /// Every counter, by its label values.
+    var values: [[String]: UInt64] { counts.withLock { $0 } }
+}
+
+/// Observations counted in buckets (a Prometheus histogram): cumulative when shown.
+struct HistogramValues: Sendable, Equatable {
+    /// The upper bounds of the buckets, ascending (`+Inf` is implied).
+    let bounds: [Double]
+    /// Observations per bucket (not cumulative), the last one past every bound.
+    var counts: [UInt64]
+    var sum = 0.0
+    var count: UInt64 = 0
+
+    init(bounds: [Double]) {
+        self.bounds = bounds
+        counts = Array(repeating: 0, count: bounds.count + 1)
+    }
+
+    mutating func observe(_ value: Double) {
+        var index = 0
+        while index < bounds.count && value > bounds[index] { index += 1 }
+        counts[index] += 1
+        sum += value
+        count += 1
+    }
+}
+
+/// A histogram, or one per label values, under one lock.
+final class Histograms: Sendable {
+    let bounds: [Double]
+    private let values = Locked<[[String]: HistogramValues]>([:])
+
+    init(bounds: [Double]) { self.bounds = bounds }
+
+    /// Counts `value` in the histogram of `labels` (none for an unlabeled histogram).
+    func observe(_ value: Double, _ labels: [String] = []) {
+        values.withLock { histograms in
+            if histograms[labels] == nil { histograms[labels] = HistogramValues(bounds: bounds) }
+            histograms[labels]!.observe(value)
+        }
+    }
+
+    /// Every histogram, by its label values.
+    var snapshot: [[String]: HistogramValues] { values.withLock { $0 } }
+
+    /// Bounds for durations in seconds, from 100 µs to 10 s.
+    static let secondsBounds: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                          0.25, 0.5, 1, 2.5, 5, 10]
+}
+
+/// Writes the Prometheus text exposition format, version 0.0.4: each family's `# HELP`
+/// and `# TYPE` lines, then its samples; label values escaped (`\\`, `\"`, `\n`).
+struct PrometheusText {
+    /// The `Content-Type` of the format.
+    static let contentType = "text/plain; version=0.0.4; charset=utf-8"
+
+    private(set) var text = ""
+
+    enum Kind: String {
+        case counter, gauge, histogram
+    }
+
+    /// Starts a family.
+    mutating func family(_ name: String, _ kind: Kind, _ help: String) {
+        text += "# HELP \(name) \(Self.escapeHelp(help))\n# TYPE \(name) \(kind.rawValue)\n"
+    }
+
+    /// One sample.
+    mutating func sample(_ name: String, _ labels: KeyValuePairs<String, String> = [:], _ value: Double) {
+        sample(name, labels.map { ($0.key, $0.value) }, value)
+    }
+
+    mutating func sample(_ name: String, _ labels: [(String, String)], _ value: Double) {
+        text += name
+        if !labels.isEmpty {
+            text += "{" + labels.map { "\($0.0)=\"\(Self.escapeLabel($0.1))\"" }.joined(separator: ",") + "}"
+        }
+        text += " " + Self.format(value) + "\n"
+    }
+
+    /// A whole family of counters from their label values.
+    mutating func counters(_ name: String, _ help: String, labels names: [String], _ values: [[String]: UInt64]) {
+        family(name, .counter, help)
+        for (labels, value) in values.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+            sample(name, Array(zip(names, labels)), Double(value))
+        }
+    }
+
+    /// A whole family of histograms: cumulative `_bucket`s ending with `le="+Inf"`, then
+    /// `_sum` and `_count`.
+    mutating func histograms(_ name: String, _ help: String, labels names: [String],
+                             _ values: [[String]: HistogramValues]) {
+        family(name, .histogram, help)
+        for (labels, histogram) in values.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+            let base = Array(zip(names, labels))
+            var cumulative: UInt64 = 0
+            for (index, bound) in histogram.bounds.enumerated() {
+                cumulative += histogram.counts[index]
+                sample(name + "_bucket", base + [("le", Self.format(bound))], Double(cumulative))
+            }
+            sample(name + "_bucket", base + [("le", "+Inf")], Double(histogram.count))
+            sample(name + "_sum", base, histogram.sum)
+            sample(name + "_count", base, Double(histogram.count))
+        }
+    }
+
+    /// A value as Prometheus writes it: integers without a fraction, `+Inf`, `-Inf`, `NaN`.
+    static func format(_ value: Double) -> String {
+        if value.isNaN { return "NaN" }
+        if value.isInfinite { return value > 0 ? "+Inf" : "-Inf" }
+        if value == value.rounded() && abs(value) < 1e15 { return String(Int64(value)) }
+        return "\(value)"
+    }
+
+    static func escapeLabel(_ value: String) -> String {
+        var escaped = ""
+        for character in value.unicodeScalars {
+            switch character {
+            case "\\": escaped += "\\\\"
+            case "\"": escaped += "\\\""
+            case "\n": escaped += "\\n"
+            default: escaped.unicodeScalars.append(character)
+            }
+        }
+        return escaped
+    }
+
+    static func escapeHelp(_ value: String) -> String {
+        value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\n", with: "\\n")
+    }
+}

@@ -1,0 +1,254 @@
+import Foundation
+import HTTPServer
+import Lifecycle
+import HeadwayCore
+import HeadwayStore
+
+/// What the daemon counts as it works, for `GET /metrics`. Each part is bumped where the
+/// thing happens (the access-log middleware, the update handlers, the broker thread, the
+/// writer's batch observer, retention); gauges (tasks, subscribers, queue depth, file
+/// sizes) are read at scrape time instead.
+final class ServiceMetrics: Sendable {
+    /// HTTP exchanges by method, route pattern and status.
+    let httpRequests = LabeledCounters()
+    /// How long exchanges took, by route pattern (an event stream: how long it lasted).
+    let httpDuration = Histograms(bounds: Histograms.secondsBounds)
+    /// Updates (progress, heartbeat, finish) stored, by kind.
+    let updatesAccepted = LabeledCounters()
+    /// Updates refused, by kind and problem code.
+    let updatesRefused = LabeledCounters()
+    /// Counts of the event broker.
+    let events = EventCounters()
+    /// Jobs per committed batch of the writer.
+    let batchSize = Histograms(bounds: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
+    /// From `BEGIN IMMEDIATE` to the end of `COMMIT`, per batch.
+    let commitDuration = Histograms(bounds: Histograms.secondsBounds)
+    /// Batches that could not be stored.
+    let batchesFailed = MetricCounter()
+    /// Rows forgotten by retention.
+    let retentionPruned = MetricCounter()
+
+    /// The series whose labels are known in advance start at 0, so `rate()` and alerts see
+    /// them before the first event.
+    init() {
+        for kind in ["progress", "heartbeat", "finish"] { updatesAccepted.add([kind], 0) }
+        for reason in ["bytes", "pending_tasks", "stalled"] { events.cutOff.add([reason], 0) }
+    }
+
+    /// The writer's observer: one batch over.
+    func observe(_ batch: GroupCommitWriter.BatchReport) {
+        if batch.committed {
+            batchSize.observe(Double(batch.jobs))
+            commitDuration.observe(batch.seconds)
+        } else {
+            batchesFailed.add()
+        }
+    }
+
+    /// The label of an HTTP method: one the router may serve, else `other` (a client may
+    /// send any token as a method; a label must not grow with what clients send).
+    static func methodLabel(_ method: String) -> String {
+        switch method {
+        case "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS": method
+        default: "other"
+        }
+    }
+
+    /// What is read at scrape time, beside the counters.
+    struct Gauges {
+        var tasks: [(state: String, stalled: Bool, count: Int64)] = []
+        var subscribers = 0
+        var writerQueueDepth = 0
+        var databaseBytes: Int64 = 0
+        var walBytes: Int64 = 0
+        var schemaVersion = 0
+    }
+
+    /// The whole exposition.
+    func render(_ gauges: Gauges) -> String {
+        var out = PrometheusText()
+        out.family("headway_build_info", .gauge, "Always 1; the labels name the build.")
+        out.sample("headway_build_info", ["version": HeadwayVersion.current], 1)
+        out.family("headway_schema_version", .gauge, "Schema version recorded in the database.")
+        out.sample("headway_schema_version", [:], Double(gauges.schemaVersion))
+
+        out.family("headway_tasks", .gauge, "Tasks stored, by state (from the counts the triggers keep).")
+        var byState: [String: Int64] = Dictionary(uniqueKeysWithValues: TaskState.allCases.map { ($0.rawValue, 0) })
+        var stalled: Int64 = 0
+        for row in gauges.tasks {
+            byState[row.state, default: 0] += row.count
+            if row.stalled { stalled += row.count }
+        }
+        for (state, count) in byState.sorted(by: { $0.key < $1.key }) {
+            out.sample("headway_tasks", ["state": state], Double(count))
+        }
+        out.family("headway_tasks_stalled", .gauge, "Tasks flagged stalled now (either reason).")
+        out.sample("headway_tasks_stalled", [:], Double(stalled))
+
+        out.counters("headway_updates_accepted_total", "Updates stored (progress, heartbeat, finish), by kind.",
+                     labels: ["kind"], updatesAccepted.values)
+        out.counters("headway_updates_refused_total", "Updates refused, by kind and problem code.",
+                     labels: ["kind", "code"], updatesRefused.values)
+
+        out.family("headway_event_subscribers", .gauge, "Event-stream subscribers connected.")
+        out.sample("headway_event_subscribers", [:], Double(gauges.subscribers))
+        out.family("headway_events_sent_total", .counter,
+                   "Events carried by the broker's fan-out rounds (each once, however many subscribers).")
+        out.sample("headway_events_sent_total", [:], Double(events.sent.value))
+        out.family("headway_events_coalesced_total", .counter,
+                   "Events replaced by a later event of their task before fan-out (the broker was behind).")
+        out.sample("headway_events_coalesced_total", [:], Double(events.coalesced.value))
+        out.counters("headway_event_subscribers_cut_off_total", "Subscribers disconnected for being too slow, by reason.",
+                     labels: ["reason"], events.cutOff.values)
+
+        out.counters("headway_http_requests_total", "HTTP exchanges over, by method, route pattern and status "
+                     + "(route \"unmatched\" when none matched; status 0 when the client left first).",
+                     labels: ["method", "route", "status"], httpRequests.values)
+        out.histograms("headway_http_request_duration_seconds",
+                       "From the request head to the end of the response (an event stream: its whole life), by route.",
+                       labels: ["route"], httpDuration.snapshot)
+
+        out.histograms("headway_writer_batch_size", "Jobs per committed batch of the group-commit writer.",
+                       labels: [], batchSize.snapshot)
+        out.histograms("headway_writer_commit_duration_seconds",
+                       "Time from BEGIN IMMEDIATE to the end of COMMIT, per committed batch.",
+                       labels: [], commitDuration.snapshot)
+        out.family("headway_writer_batches_failed_total", .counter, "Batches that could not be stored.")
+        out.sample("headway_writer_batches_failed_total", [:], Double(batchesFailed.value))
+        out.family("headway_writer_queue_depth", .gauge, "Jobs waiting for the writer now.")
+        out.sample("headway_writer_queue_depth", [:], Double(gauges.writerQueueDepth))
+
+        out.family("headway_database_size_bytes", .gauge, "Size of the database file.")
+        out.sample("headway_database_size_bytes", [:], Double(gauges.databaseBytes))
+        out.family("headway_database_wal_size_bytes", .gauge, "Size of the write-ahead log (-wal) file.")
+        out.sample("headway_database_wal_size_bytes", [:], Double(gauges.walBytes))
+        out.family("headway_retention_pruned_rows_total", .counter, "Rows forgotten by retention.")
+        out.sample("headway_retention_pruned_rows_total", [:], Double(retentionPruned.value))
+        return out.text
+    }
+
+    /// The size of the file at `path`, 0 if there is none.
+    static func fileSize(_ path: String) -> Int64 {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_size) : 0
+    }
+}
+
+/// What the event broker counts (bumped on its thread).
+final class EventCounters: Sendable {
+    let sent = MetricCounter()
+    let coalesced = MetricCounter()
+    /// By reason (`bytes`, `pending_tasks`, `stalled`).
+    let cutOff = LabeledCounters()
+}
+
+/// Whether the database takes writes, as the latest probe found it: a probe is a writer
+/// job that rewrites one header field with its own value (`Database.probeWrite`), run at
+/// most once per `interval` however often `/readyz` is asked (group commit merges the
+/// probes of one moment into one batch anyway).
+final class WriteProbe: Sendable {
+    private struct Outcome {
+        var at: UInt64
+        var failure: String?
+    }
+
+    let interval: UInt64 = 1_000_000_000
+    private let latest = Locked<Outcome?>(nil)
+
+    /// The latest outcome if it is recent enough (nil: probe again), as a failure or nil.
+    func recent(now: UInt64) -> String?? {
+        latest.withLock { outcome in
+            guard let outcome, now &- outcome.at < interval else { return nil }
+            return .some(outcome.failure)
+        }
+    }
+
+    func record(_ failure: String?, now: UInt64) { latest.withLock { $0 = Outcome(at: now, failure: failure) } }
+}
+
+/// The routes operators' tools read: `GET /healthz` (alive: answers without touching the
+/// database), `GET /readyz` (ready for traffic: the database answers, carries the schema
+/// this build migrates to, and takes writes: `WriteProbe`) and `GET /metrics` (Prometheus
+/// text, `read` scope).
+struct OperationsAPI: Sendable {
+    let metrics: ServiceMetrics
+    let probe = WriteProbe()
+    let writer: GroupCommitWriter
+    let reads: ReadPool
+    let broker: EventBroker
+    let databasePath: String
+    let errors: ErrorReplies
+
+    func register(in routes: inout ServiceRoutes) {
+        routes.add("GET", "/healthz", .public) { _, _, responder in
+            responder.respond(.json(200, #"{"status":"ok"}"#, headers: [HTTPField("Cache-Control", "no-store")]))
+        }
+        routes.add("GET", "/readyz", .public) { request, _, responder in ready(request, responder) }
+        routes.add("GET", "/metrics", .scope(.read)) { request, _, responder in scrape(request, responder) }
+    }
+
+    private func ready(_ request: HTTPRequest, _ responder: any Responder) {
+        read(request, responder) { [writer, probe] reader in
+            let latest = Migrator().latestVersion
+            let version: Int
+            do {
+                version = try reader.schemaVersion()
+            } catch {
+                return Problem.notReady("The database cannot be read: \(error).").response
+            }
+            guard version == latest else {
+                return Problem.notReady("The database's schema version is \(version); this build needs \(latest).").response
+            }
+            let answer = { @Sendable (failure: String?) -> HTTPResponse in
+                if let failure { return Problem.notReady("The database takes no writes: \(failure).").response }
+                return .json(200, #"{"status":"ready","schema_version":\#(version)}"#,
+                             headers: [HTTPField("Cache-Control", "no-store")])
+            }
+            if let recent = probe.recent(now: DispatchTime.now().uptimeNanoseconds) { return answer(recent) }
+            writer.submit({ database in try database.probeWrite() }) { result in
+                var failure: String?
+                if case .failure(let error) = result { failure = "\(error)" }
+                probe.record(failure, now: DispatchTime.now().uptimeNanoseconds)
+                responder.respond(answer(failure))
+            }
+            return nil
+        }
+    }
+
+    private func scrape(_ request: HTTPRequest, _ responder: any Responder) {
+        read(request, responder) { [metrics, writer, broker, databasePath] reader in
+            var gauges = ServiceMetrics.Gauges()
+            try reader.snapshot { database in
+                gauges.tasks = try database.taskCountsByStateAndStall()
+                gauges.schemaVersion = try Migrator.recordedVersion(in: database)
+            }
+            gauges.subscribers = broker.subscriberCount
+            gauges.writerQueueDepth = writer.queueDepth
+            gauges.databaseBytes = ServiceMetrics.fileSize(databasePath)
+            gauges.walBytes = ServiceMetrics.fileSize(databasePath + "-wal")
+            return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", PrometheusText.contentType),
+                                                       HTTPField("Cache-Control", "no-store")],
+                                body: Array(metrics.render(gauges).utf8))
+        }
+    }
+
+    /// Runs `body` on a connection of the read pool (503 `server_busy` or `shutting_down`
+    /// when it cannot).
+    private func read(_ request: HTTPRequest, _ responder: any Responder,
+                      _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse?) {
+        do throws(ReadPool.Refusal) {
+            try reads.submit { [errors] reader in
+                do {
+                    // nil: `body` answers later itself.
+                    if let response = try body(reader) { responder.respond(response) }
+                } catch {
+                    responder.respond(errors.response(for: error, request))
+                }
+            }
+        } catch .busy {
+            responder.respond(errors.response(for: Problem.serverBusy(waitingReads: reads.maximumWaiting), request))
+        } catch {
+            responder.respond(errors.response(for: Problem.shuttingDown, request))
+        }
+    }
+}
