@@ -144,6 +144,17 @@ import Testing
         #expect(output.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty, "\(output)")
     }
 
+    /// The alerts shipped in deploy/prometheus are valid rules, and their unit tests
+    /// (each alert fires on the series that should fire it, and only then) pass.
+    @Test func theShippedAlertsPassPromtool() throws {
+        let folder = packageRoot.appendingPathComponent("deploy/prometheus").path
+        let (checked, checkOutput) = try Tool.run(["promtool", "check", "rules", folder + "/headway-alerts.yml"])
+        #expect(checked == 0, "\(checkOutput)")
+        #expect(checkOutput.contains("SUCCESS: 8 rules found"), "\(checkOutput)")
+        let (tested, testOutput) = try Tool.run(["sh", "-c", "cd '\(folder)' && promtool test rules headway-alerts.test.yml"])
+        #expect(tested == 0, "\(testOutput)")
+    }
+
     // MARK: - Health
 
     @Test(arguments: Transport.allCases) func readyWhenMigratedAndWritable(_ transport: Transport) throws {
