@@ -10,8 +10,9 @@ apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcur
 # The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf), drive
 # a real headless Chromium at it (Selenium uses Debian's chromedriver, no download), and
 # make certificates (openssl) and HTTPS requests (curl) for the TLS tests, and drive the
-# headway command in real terminals and shells (tmux, zsh, fish) and damage databases (sqlite3).
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus)
+# headway command in real terminals and shells (tmux, zsh, fish), damage databases (sqlite3),
+# check metrics and alert rules (promtool, from prometheus) and the systemd unit (systemd-analyze).
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd)
 [ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl)
 
 missing=()
