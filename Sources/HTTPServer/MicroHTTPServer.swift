@@ -46,6 +46,9 @@ public final class MicroHTTPServer: Service {
         public var host = "127.0.0.1"
         /// 0 picks a free port; `port` tells which after `prepare()`.
         public var port = 8080
+        /// A listening socket handed over by whoever started the daemon (systemd's socket
+        /// activation), served instead of binding `host:port`.
+        public var inheritedListenFD: Int32?
         /// Connections at once, all kinds.
         public var connectionLimit = 10_240
         /// Connections of the request daemon are closed after this many seconds without
@@ -210,7 +213,8 @@ public final class MicroHTTPServer: Service {
         // The library's timeout counts from the last byte read or sent: while a response
         // waits for its client to read, that is the time its socket has taken nothing.
         let sendStallSeconds = max(1, Int(configuration.streamStallTimeoutSeconds.rounded(.up)))
-        let listenFD = try SocketAddress.listen(host: configuration.host, port: configuration.port)
+        let listenFD = try configuration.inheritedListenFD.map(SocketAddress.adopt)
+            ?? SocketAddress.listen(host: configuration.host, port: configuration.port)
         boundPort.store(SocketAddress.boundPort(fd: listenFD) ?? configuration.port, ordering: .releasing)
         do {
             try helpers.start()
@@ -753,6 +757,42 @@ enum SocketAddress {
             throw HTTPServerError(description: "cannot listen on \(host):\(port) (address in use, or not permitted)")
         }
         return fd
+    }
+
+    /// `fd`, a socket handed over already listening, made ready to serve: checked to be
+    /// a listening TCP socket, made non-blocking and closed on exec.
+    static func adopt(_ fd: Int32) throws -> Int32 {
+        var listening: Int32 = 0, type: Int32 = 0
+        var size = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) == 0, listening == 1,
+              getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &size) == 0, type == Int32(SOCK_STREAM.rawValue) else {
+            throw HTTPServerError(description: "the inherited file descriptor \(fd) is not a listening TCP socket")
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        return fd
+    }
+
+    /// The address a socket is bound to: host (IPv4 or IPv6 literal) and port.
+    static func boundAddress(fd: Int32) -> (host: String, port: Int)? {
+        var storage = sockaddr_storage()
+        var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
+        let result = withUnsafeMutablePointer(to: &storage) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard result == 0 else { return nil }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        return withUnsafeBytes(of: storage) { raw -> (String, Int)? in
+            if Int32(storage.ss_family) == AF_INET6 {
+                var address = raw.load(as: sockaddr_in6.self)
+                guard inet_ntop(AF_INET6, &address.sin6_addr, &text, socklen_t(text.count)) != nil else { return nil }
+                return (String(cString: text), Int(UInt16(bigEndian: address.sin6_port)))
+            }
+            guard Int32(storage.ss_family) == AF_INET else { return nil }
+            var address = raw.load(as: sockaddr_in.self)
+            guard inet_ntop(AF_INET, &address.sin_addr, &text, socklen_t(text.count)) != nil else { return nil }
+            return (String(cString: text), Int(UInt16(bigEndian: address.sin_port)))
+        }
     }
 
     static func boundPort(fd: Int32) -> Int? {

@@ -83,6 +83,7 @@ public final class HeadwayApplication: Sendable {
         guard listening else { return }
         logger.log(.info, "server.listening", [
             "address": configuration.host.contains(":") ? "[\(configuration.host)]:\(port)" : "\(configuration.host):\(port)",
+            "socket": configuration.inheritedListenFD == nil ? "bound" : "inherited",
             "db": configuration.databasePath, "durability": configuration.durability.rawValue,
             "tls": server.isTLS ? "on" : "off", "certificate_sha256": server.certificateFingerprint ?? "-",
             "version": HeadwayVersion.current,
@@ -250,6 +251,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     var serverConfiguration = MicroHTTPServer.Configuration()
     serverConfiguration.host = configuration.host
     serverConfiguration.port = configuration.port
+    serverConfiguration.inheritedListenFD = configuration.inheritedListenFD
     serverConfiguration.connectionLimit = connectionLimit
     serverConfiguration.streamStallTimeoutSeconds = configuration.streamStallTimeoutSeconds
     if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {

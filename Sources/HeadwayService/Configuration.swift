@@ -1,3 +1,5 @@
+import Foundation
+import HTTPServer
 import HeadwayCore
 import HeadwayStore
 
@@ -7,6 +9,9 @@ public struct Configuration: Sendable, Equatable {
     /// Where to listen: an IPv4 or IPv6 literal (or `localhost`) and a port (0 = any free port).
     public var host = "127.0.0.1"
     public var port = 8080
+    /// A listening socket passed by systemd's socket activation; `host` and `port` are then
+    /// the address it is bound to (and `--listen` is not used).
+    public var inheritedListenFD: Int32?
     /// The SQLite database file.
     public var databasePath = "./headway.db"
     public var durability = Durability.full
@@ -306,6 +311,15 @@ public struct Configuration: Sendable, Equatable {
     /// Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost). Beyond
     /// loopback the daemon starts only once a token exists (checked at start, where the
     /// database is open).
+    /// Started by systemd's socket activation: serve the socket it passed (its address
+    /// becomes `host` and `port`, for the loopback rule and the Host check), not
+    /// `--listen`; the activation's variables are removed from the environment.
+    public mutating func adoptInheritedSocket(environment: [String: String]) throws {
+        guard let (fd, host, port) = try SocketActivation.inheritedListener(environment: environment) else { return }
+        (inheritedListenFD, self.host, self.port) = (fd, host, port)
+        for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] { unsetenv(name) }
+    }
+
     public static func isLoopback(_ host: String) -> Bool {
         host == "localhost" || host == "::1" || host.hasPrefix("127.")
     }

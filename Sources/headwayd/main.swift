@@ -40,7 +40,7 @@ if CommandLine.arguments.dropFirst().first == "token" {
     }
 }
 
-let configuration: Configuration
+var configuration: Configuration
 do {
     switch try Configuration.parse(arguments: Array(CommandLine.arguments.dropFirst()),
                                    environment: ProcessInfo.processInfo.environment) {
@@ -60,6 +60,7 @@ do {
 let logger = Logger(minimumLevel: configuration.logLevel)
 let application: HeadwayApplication
 do {
+    try configuration.adoptInheritedSocket(environment: ProcessInfo.processInfo.environment)
     application = try buildApplication(configuration, logger: logger)
     try application.start()
 } catch {

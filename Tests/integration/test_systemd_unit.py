@@ -1,4 +1,4 @@
-"""The shipped systemd unit: valid for systemd (`systemd-analyze verify`, its ExecStart
+"""The shipped systemd units (the service and its socket): valid for systemd (`systemd-analyze verify`, its ExecStart
 pointed at the built daemon) and hardened to an exposure of at most 1.5 of 10
 (`systemd-analyze security --offline`, on systemd's 0–100 scale: 15)."""
 import pathlib
@@ -12,7 +12,9 @@ def test_the_unit_verifies_and_is_hardened(tmp_path):
     assert "ExecStart=/usr/local/bin/headwayd\n" in unit
     copy = tmp_path / "headwayd.service"
     copy.write_text(unit.replace("ExecStart=/usr/local/bin/headwayd", f"ExecStart={HEADWAYD}"))
-    verified = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True, text=True, timeout=60)
+    (tmp_path / "headwayd.socket").write_text((ROOT / "deploy/headwayd.socket").read_text())
+    verified = subprocess.run(["systemd-analyze", "verify", str(copy), str(tmp_path / "headwayd.socket")],
+                              capture_output=True, text=True, timeout=60)
     assert verified.returncode == 0, verified.stderr
     assert verified.stdout.strip() == "" and verified.stderr.strip() == "", verified.stdout + verified.stderr
     security = subprocess.run(["systemd-analyze", "security", "--offline=true", "--threshold=15", str(copy)],
