@@ -85,7 +85,7 @@ import Testing
         let daemon = try LiveDaemon()
         for id in [".", ".."] {
             let refused = try daemon.request("POST", "/v1/tasks", json: #"{"id":"\#(id)","name":"Dots"}"#)
-            #expect(refused.status == 422 || refused.status == 400, "\(id): \(refused.status)")
+            #expect(refused.status == 400 && refused.problemCode == "invalid_request", "\(id): \(refused.status)")
             #expect(String(decoding: refused.body, as: UTF8.self).contains("must not be '.' or '..'"))
         }
         try daemon.register(#"{"id":"...","name":"Three dots are a name"}"#)
