@@ -232,23 +232,8 @@ struct OperationsAPI: Sendable {
         }
     }
 
-    /// Runs `body` on a connection of the read pool (503 `server_busy` or `shutting_down`
-    /// when it cannot).
     private func read(_ request: HTTPRequest, _ responder: any Responder,
                       _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse?) {
-        do throws(ReadPool.Refusal) {
-            try reads.submit { [errors] reader in
-                do {
-                    // nil: `body` answers later itself.
-                    if let response = try body(reader) { responder.respond(response) }
-                } catch {
-                    responder.respond(errors.response(for: error, request))
-                }
-            }
-        } catch .busy {
-            responder.respond(errors.response(for: Problem.serverBusy(waitingReads: reads.maximumWaiting), request))
-        } catch {
-            responder.respond(errors.response(for: Problem.shuttingDown, request))
-        }
+        reads.answer(request, responder, errors: errors, body)
     }
 }

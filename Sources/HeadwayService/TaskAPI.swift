@@ -251,19 +251,7 @@ struct TaskAPI: Sendable {
     /// 503 `shutting_down` once the pool is closing.
     private func read(_ request: HTTPRequest, _ responder: any Responder,
                       _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse) {
-        do throws(ReadPool.Refusal) {
-            try reads.submit { [errors] reader in
-                do {
-                    responder.respond(try body(reader))
-                } catch {
-                    responder.respond(errors.response(for: error, request))
-                }
-            }
-        } catch .busy {
-            responder.respond(errors.response(for: Problem.serverBusy(waitingReads: reads.maximumWaiting), request))
-        } catch {
-            responder.respond(errors.response(for: Problem.shuttingDown, request))
-        }
+        reads.answer(request, responder, errors: errors, body)
     }
 
     /// The task id of the path: 400 unless valid, 404 outside the grant's task prefix
@@ -312,6 +300,28 @@ struct TaskAPI: Sendable {
         switch result {
         case .success(let value): success(value)
         case .failure(let error): errors.response(for: error, request)
+        }
+    }
+}
+
+extension ReadPool {
+    /// Runs `body` on a connection of the pool and answers with what it returns (nil:
+    /// `body` answers later itself), or with its failure's problem; 503 `server_busy` when
+    /// too many reads already wait, 503 `shutting_down` once the pool is closing.
+    func answer(_ request: HTTPRequest, _ responder: any Responder, errors: ErrorReplies,
+                _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse?) {
+        do throws(ReadPool.Refusal) {
+            try submit { reader in
+                do {
+                    if let response = try body(reader) { responder.respond(response) }
+                } catch {
+                    responder.respond(errors.response(for: error, request))
+                }
+            }
+        } catch .busy {
+            responder.respond(errors.response(for: Problem.serverBusy(waitingReads: maximumWaiting), request))
+        } catch {
+            responder.respond(errors.response(for: Problem.shuttingDown, request))
         }
     }
 }
