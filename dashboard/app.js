@@ -33,8 +33,8 @@ const state = {
   /// Whether a listing has arrived for the current filter and page.
   listed: false,
   rows: [],
-  /// Which listing (filter, id search, page) the rows came from: only a re-read of the
-  /// same one keeps them or holds new tasks above them.
+  /// Which listing (filter, id search, page) the rows belong to: only a re-read of the
+  /// same one keeps them or holds new tasks above them (null while another page loads).
   rowsKey: null,
   listSerial: 0,
   /// New tasks held above the list while the reader is scrolled down or busy in it
@@ -438,9 +438,11 @@ async function refreshList({ fresh = false } = {}) {
       take(page);
     }
     $("list-error").hidden = true;
-    const same = !fresh && state.listed && state.rowsKey === key;
+    // The rows belong to this listing (read before, or come from the stream since the
+    // filter or search changed): kept. Holding needs rows the reader has seen listed.
+    const same = !fresh && state.rowsKey === key;
     const top = state.rows.length ? model.get(state.rows[0]) : null;
-    const hold = same && state.page === 1 && top && holding();
+    const hold = same && state.listed && state.page === 1 && top && holding();
     const ids = [];
     for (const listed of tasks) {
       const task = model.get(listed.id) ?? listed;
@@ -501,9 +503,10 @@ function restartList() {
   state.pageTokens = [null];
   state.nextToken = null;
   state.listed = false;
-  state.rowsKey = null;
   state.held.clear();
   state.rows = [];
+  // Rows the stream adds from now on are this listing's.
+  state.rowsKey = listKey();
   listDirty = true;
   scheduleRender();
   refreshList();
@@ -1113,6 +1116,7 @@ function setup() {
   });
   window.addEventListener("hashchange", route);
   setInterval(tick, 1000);
+  state.rowsKey = listKey();
   start();
   route();
 }

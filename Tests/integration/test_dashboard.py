@@ -943,22 +943,28 @@ def test_a_deleted_task_stays_gone_when_an_older_listing_arrives(page, headwayd)
     open_dashboard(page, headwayd)
     poll(lambda: row(page, "gone") and row(page, "stays"), 5, "both rows")
     # Listings answer late: one started before the delete arrives after it.
-    js(page, """window.lateListings = 0; const realFetch = window.fetch;
+    js(page, """window.listingsStarted = 0; window.lateListings = 0; const realFetch = window.fetch;
         window.fetch = async (...args) => {
+          const listing = String(args[0]).startsWith('/v1/tasks?');
+          if (listing) window.listingsStarted += 1;
           const reply = await realFetch(...args);
-          if (String(args[0]).startsWith('/v1/tasks?')) {
-            await new Promise((done) => setTimeout(done, 1500));
+          if (listing) {
+            await new Promise((done) => setTimeout(done, 1000));
             window.lateListings += 1;
           }
           return reply;
         };""")
     register(headwayd, id="trigger", name="Trigger", total=10)
-    poll(lambda: js(page, "return performance.getEntriesByType('resource')"
-                          ".filter((e) => e.name.includes('/v1/tasks?')).length") >= 2, 5, "a listing under way")
+    poll(lambda: js(page, "return window.listingsStarted") >= 1, 5, "a listing under way")
     assert httpx.delete(f"{headwayd}/v1/tasks/gone").status_code in (200, 204)
-    poll(lambda: js(page, "return window.lateListings") >= 1, 8, "the late listing arrived")
+    poll(lambda: row(page, "gone") is None, 5, "the row gone")
+    js(page, """window.resurrected = false; const watch = () => {
+        if (document.querySelector('#tasks > li[data-task-id="gone"]')) window.resurrected = true;
+        requestAnimationFrame(watch); }; watch();""")
+    # The listing from before the delete, and the one after it.
+    poll(lambda: js(page, "return window.lateListings") >= 2, 10, "the late listings arrived")
     poll(lambda: row(page, "trigger"), 5, "the new task")
-    assert row(page, "gone") is None
+    assert js(page, "return window.resurrected") is False
     # A task made again under the id shows.
     register(headwayd, id="gone", name="Gone again", total=10)
     poll(lambda: row(page, "gone") and "Gone again" in row(page, "gone").text, 8, "the id used again")
