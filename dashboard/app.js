@@ -33,6 +33,9 @@ const state = {
   /// Whether a listing has arrived for the current filter and page.
   listed: false,
   rows: [],
+  /// Which listing (filter, id search, page) the rows belong to: only a re-read of the
+  /// same one keeps them or holds new tasks above them (null while another page loads).
+  rowsKey: null,
   listSerial: 0,
   /// New tasks held above the list while the reader is scrolled down or busy in it
   /// (offered as "N new tasks" instead of pushing the rows down).
@@ -50,6 +53,7 @@ const state = {
   /// The zoom: points asked for relative to one per 3 pixels of the chart.
   zoom: 1,
   historyAt: 0,
+  historyTimer: null,
   lastEventID: "",
   connection: "connecting",
   lostAt: null,
@@ -184,10 +188,20 @@ function createRow(task) {
 /// The task's name, or its id when the name would show nothing (empty, or only spaces and
 /// invisible characters).
 function displayName(task) {
-  const name = task.name || "";
+  const name = plain(task.name);
   return name.replace(/[\s\u00AD\u034F\u061C\u115F\u1160\u17B4\u17B5\u180E\u200B-\u200F\u202A-\u202E\u2060-\u206F\u3164\uFEFF\uFFA0]/g, "")
     ? name : task.id;
 }
+
+/// The bidirectional controls (embeddings, overrides, isolates, marks), stripped from the
+/// text tasks bring before it is shown, as the CLI does: a name cannot turn itself around.
+const BIDI_CONTROLS = /[\u202A-\u202E\u2066-\u2069\u200E\u200F\u061C]/g;
+
+/// `text` (a task's name, label, unit, message) without bidi controls.
+function plain(text) { return (text ?? "").replace(BIDI_CONTROLS, ""); }
+
+/// A task's unit after a number (" files"), or nothing.
+function unitText(task) { return task.unit ? ` ${plain(task.unit)}` : ""; }
 
 /// `text` isolated from the text around it (a name with bidi controls stays in its box).
 function isolate(text) { return `\u2068${text}\u2069`; }
@@ -241,7 +255,7 @@ function updateRow(row, task) {
   const name = row.querySelector(".name");
   setText(name, displayName(task));
   setText(row.querySelector(".tid"), task.id);
-  setText(row.querySelector(".label"), task.label || "");
+  setText(row.querySelector(".label"), plain(task.label));
   const badge = row.querySelector(".badge");
   setText(badge, task.stalled && !finished ? t("stalled") : t(`state_${task.state}`));
   badge.dataset.state = task.stalled && !finished ? "stalled" : task.state;
@@ -275,15 +289,15 @@ function updateRow(row, task) {
     setAttr(bar, "aria-label", displayName(task));
     setText(percentText, formatPercentText(fraction));
     const count = task.total !== null
-      ? t("ofTotal", { completed: formatInteger(task.completed), total: formatInteger(task.total) }) + (task.unit ? ` ${task.unit}` : "")
+      ? t("ofTotal", { completed: formatInteger(task.completed), total: formatInteger(task.total) }) + unitText(task)
       : "";
     setText(row.querySelector(".count"), count);
     const rate = task.rate !== null && task.total !== null
-      ? t("rate", { rate: formatNumber(task.rate) + (task.unit ? ` ${task.unit}` : "") }) : "";
+      ? t("rate", { rate: formatNumber(task.rate) + unitText(task) }) : "";
     setText(row.querySelector(".rate"), rate);
   } else {
     setText(percentText, "");
-    setText(row.querySelector(".count"), task.completed > 0 ? formatInteger(task.completed) + (task.unit ? ` ${task.unit}` : "") : "");
+    setText(row.querySelector(".count"), task.completed > 0 ? formatInteger(task.completed) + unitText(task) : "");
     setText(row.querySelector(".rate"), "");
     setAttr(activity, "aria-label", displayName(task));
     setAttr(activity, "aria-valuetext", task.stalled ? stallText(task) : finished ? t(`state_${task.state}`) : t("working"));
@@ -308,7 +322,8 @@ function updateRow(row, task) {
   setNamed(confirm.querySelector(".question"), "cancelConfirm", displayName(task));
   setText(confirm.querySelector(".yes"), t("cancelYes"));
   setText(confirm.querySelector(".no"), t("cancelNo"));
-  if (confirming && wasHidden) requestAnimationFrame(() => confirm.querySelector(".yes").focus());
+  // "Keep running" takes the focus: Enter, Enter must not cancel by accident.
+  if (confirming && wasHidden) requestAnimationFrame(() => confirm.querySelector(".no").focus());
 }
 
 // MARK: - The list and its pages
@@ -364,6 +379,12 @@ function longEnough(task) {
   return (end - Date.parse(task.created_at)) / 1000 >= state.minDuration;
 }
 
+/// Whether the page shows `task`: min_duration is the live view's rule (don't flash short
+/// tasks), so it applies to the Running view only; the other views list history whole.
+function displayable(task) {
+  return state.filter !== "running" || longEnough(task);
+}
+
 /// Whether new tasks should wait above the list rather than push its rows down: the
 /// reader has scrolled or is working in the list.
 function holding() {
@@ -377,31 +398,78 @@ function scheduleRefresh() {
   state.refreshTimer = setTimeout(() => { state.refreshTimer = null; refreshList(); }, wait);
 }
 
-async function refreshList() {
+/// Which listing the current query names.
+function listKey() {
+  return JSON.stringify([state.filter, idSearch(), state.page, state.pageTokens[state.page - 1] ?? null]);
+}
+
+/// At most this many more pages are read to fill a page whose rows are mostly hidden.
+const FILL_PAGES = 3;
+
+/// Reads the current page. A re-read of the listing the rows came from keeps the rows
+/// shown that still match, and (page 1, the reader scrolled or busy in the list) holds new
+/// tasks above them; after navigating (`fresh`, or another page or query) it shows the
+/// server's rows as they are.
+async function refreshList({ fresh = false } = {}) {
   clearTimeout(state.refreshTimer);
   state.refreshTimer = null;
   state.refreshAt = performance.now();
   const serial = ++state.listSerial;
+  const key = listKey();
+  const query = listQuery();
   try {
-    const page = await request("GET", `/v1/tasks?${listQuery()}`);
+    const tasks = [];
+    let page = await request("GET", `/v1/tasks?${query}`);
     if (serial !== state.listSerial) return;
+    const take = (listed) => {
+      for (const task of listed.tasks) {
+        if (model.wasDeleted(task.id)) continue;
+        model.put(task, false);
+        tasks.push(task);
+      }
+    };
+    take(page);
+    // A page mostly of tasks the page hides (younger than min_duration): read on to fill it.
+    for (let more = 0; more < FILL_PAGES && page.next_page_token
+      && tasks.filter((task) => displayable(model.get(task.id) ?? task)).length < PAGE_SIZE; more += 1) {
+      query.set("page_token", page.next_page_token);
+      page = await request("GET", `/v1/tasks?${query}`);
+      if (serial !== state.listSerial) return;
+      take(page);
+    }
     $("list-error").hidden = true;
-    for (const task of page.tasks) model.put(task, false);
+    // The rows belong to this listing (read before, or come from the stream since the
+    // filter or search changed): kept. Holding needs rows the reader has seen listed.
+    const same = !fresh && state.rowsKey === key;
     const top = state.rows.length ? model.get(state.rows[0]) : null;
-    const hold = state.page === 1 && state.listed && top && holding();
+    const hold = same && state.listed && state.page === 1 && top && holding();
     const ids = [];
-    for (const task of page.tasks) {
-      if (!longEnough(task) || state.held.has(task.id)) continue;
+    for (const listed of tasks) {
+      const task = model.get(listed.id) ?? listed;
+      if (ids.includes(task.id) || !displayable(task) || state.held.has(task.id)) continue;
       // New above the rows the reader is looking at: offered, not inserted.
       if (hold && !state.rows.includes(task.id) && newestFirst(task, top) < 0) { state.held.add(task.id); continue; }
       ids.push(task.id);
     }
-    const lingering = state.filter === "running" && state.page === 1
-      ? state.rows.filter((id) => !ids.includes(id) && model.get(id) && lingers(model.get(id)) && longEnough(model.get(id)))
+    // Rows shown that still match stay (the stream keeps them up to date; a listing of
+    // hidden young tasks or new ones must not push them off).
+    const kept = same
+      ? state.rows.filter((id) => !ids.includes(id) && model.get(id) && !model.wasDeleted(id)
+        && matchesFilter(model.get(id)) && displayable(model.get(id)))
       : [];
-    state.rows = [...ids, ...lingering].sort((a, b) => newestFirst(model.get(a), model.get(b))).slice(0, PAGE_SIZE);
+    const shown = new Set(state.rows);
+    const rows = [...ids, ...kept].sort((a, b) => newestFirst(model.get(a), model.get(b)));
+    // Over a page: the oldest rows the listing did not give go (while holding, only rows
+    // not shown go, so the reader's rows stay put).
+    const limit = Math.max(PAGE_SIZE, ids.length);
+    for (let index = rows.length - 1; index >= 0 && rows.length > limit; index -= 1) {
+      if (hold ? !shown.has(rows[index]) : !ids.includes(rows[index])) rows.splice(index, 1);
+    }
+    const lingering = rows.filter((id) => !ids.includes(id) && FINISHED.has(model.get(id).state)).length;
+    state.rows = rows;
+    state.rowsKey = key;
     state.nextToken = page.next_page_token;
-    state.totalSize = page.total_size + lingering.length;
+    state.totalSize = page.total_size + (state.filter === "running" ? lingering : 0);
     state.listed = true;
     listDirty = true;
     prune();
@@ -411,7 +479,21 @@ async function refreshList() {
     if (error instanceof APIError && error.status === 401) return tokenRefused(error);
     $("list-error").textContent = t("loadFailed", { detail: error.message });
     $("list-error").hidden = false;
+    // A navigation that failed: the pager works again (the rows are those shown before).
+    if (!state.listed && state.rows.length) state.listed = true;
+    listDirty = true;
+    scheduleRender();
   }
+}
+
+/// Reads another page: the pager waits (its buttons disabled) until it has arrived.
+function navigate() {
+  state.listed = false;
+  state.rowsKey = null;
+  state.held.clear();
+  listDirty = true;
+  scheduleRender();
+  refreshList({ fresh: true });
 }
 
 /// Starts the listing over at page 1 (a new filter or search).
@@ -423,6 +505,8 @@ function restartList() {
   state.listed = false;
   state.held.clear();
   state.rows = [];
+  // Rows the stream adds from now on are this listing's.
+  state.rowsKey = listKey();
   listDirty = true;
   scheduleRender();
   refreshList();
@@ -443,6 +527,8 @@ function reconcileList() {
     if (state.expanded.has(task.id)) reconcileChildren(task.id);
   }
   $("empty").hidden = wanted.length > 0 || !state.listed;
+  // A name search filters this page: no match here is not "no tasks".
+  setText($("empty"), search && state.rows.length ? t("noNameMatch", { name: isolate(state.search) }) : t("empty"));
   const held = state.held.size;
   $("new-tasks").hidden = held === 0;
   setText($("new-tasks"), t(held === 1 ? "newTask" : "newTasks", { count: formatInteger(held) }));
@@ -456,7 +542,7 @@ function reconcileList() {
 function showHeld() {
   state.held.clear();
   window.scrollTo(0, 0);
-  refreshList().then(() => requestAnimationFrame(() => $("tasks").querySelector(".name")?.focus()));
+  refreshList({ fresh: true }).then(() => requestAnimationFrame(() => $("tasks").querySelector(".name")?.focus()));
 }
 
 /// Draws the children of `parentID` under each of its rows that is open.
@@ -505,7 +591,7 @@ function toggleExpanded(id) {
 /// place (or, above the rows while the reader is scrolled or busy, waits as "N new
 /// tasks"); the listing is read again to get the count and the page right.
 function arrived(task) {
-  if (state.rows.includes(task.id) || state.held.has(task.id) || !matchesFilter(task) || !longEnough(task)) return;
+  if (state.rows.includes(task.id) || state.held.has(task.id) || !matchesFilter(task) || !displayable(task)) return;
   if (state.page !== 1) { scheduleRefresh(); return; }
   const top = state.rows.length ? model.get(state.rows[0]) : null;
   const last = state.rows.length ? model.get(state.rows[state.rows.length - 1]) : null;
@@ -581,7 +667,7 @@ function onTaskEvent(event) {
   try { data = JSON.parse(event.data); } catch { return; }
   if (event.lastEventId) state.lastEventID = event.lastEventId;
   if (event.type === "task.deleted") {
-    model.remove(data.id);
+    model.markDeleted(data.id);
     leave(data.id);
     state.expanded.delete(data.id);
     state.held.delete(data.id);
@@ -590,6 +676,9 @@ function onTaskEvent(event) {
     scheduleRender();
     return;
   }
+  // The id is used again: what was deleted before no longer stands in its way.
+  if (event.type === "task.created") model.deleted.delete(data.id);
+  if (model.wasDeleted(data.id)) return;
   if (data.parent_id && model.get(data.parent_id)) {
     model.parents.add(data.parent_id);
     childrenDirty.add(data.parent_id);
@@ -602,7 +691,10 @@ function onTaskEvent(event) {
     if (state.held.has(data.id)) { state.held.delete(data.id); listDirty = true; scheduleRender(); }
     return;
   }
-  model.put(data, true);
+  const changed = model.put(data, true);
+  // New progress (or the end) adds to the history; a signal, a stall or the clock do not.
+  if (data.id === state.detailID && changed
+    && (!before || before.last_progress_at !== data.last_progress_at || before.state !== data.state)) historyChanged();
   if (rendered.has(data.id) && before) {
     if (event.type === "task.finished") announce(t("announceFinished", { name: isolate(displayName(data)), state: t(`state_${data.state}`) }));
     else if (event.type === "task.stalled") announce(t("announceStalled", { name: isolate(displayName(data)) }));
@@ -643,6 +735,7 @@ function connect({ fresh = false } = {}) {
     try { data = JSON.parse(event.data); } catch { return; }
     if (event.lastEventId) state.lastEventID = event.lastEventId;
     for (const task of data.tasks) {
+      if (model.wasDeleted(task.id)) continue;
       if (task.parent_id) model.parents.add(task.parent_id);
       if (!matchesFilter(task) && !model.get(task.id)) continue;
       model.put(task, true);
@@ -732,20 +825,20 @@ function renderDetailFields(task) {
   const none = t("none");
   const date = (value) => value ? formatDateTime(new Date(value)) : none;
   const progress = task.total !== null
-    ? `${t("ofTotal", { completed: formatInteger(task.completed), total: formatInteger(task.total) })}${task.unit ? ` ${task.unit}` : ""}`
+    ? `${t("ofTotal", { completed: formatInteger(task.completed), total: formatInteger(task.total) })}${unitText(task)}`
     : task.fraction !== null ? formatPercentText(task.fraction) : formatInteger(task.completed);
   const left = secondsLeft(task);
   const fields = [
-    ["field_id", task.id], ["field_name", task.name], ["field_state", t(`state_${task.state}`)],
-    ["field_label", task.label || none], ["field_progress", progress],
-    ["field_rate", task.rate !== null ? t("rate", { rate: formatNumber(task.rate) + (task.unit ? ` ${task.unit}` : "") }) : none],
+    ["field_id", task.id], ["field_name", plain(task.name)], ["field_state", t(`state_${task.state}`)],
+    ["field_label", plain(task.label) || none], ["field_progress", progress],
+    ["field_rate", task.rate !== null ? t("rate", { rate: formatNumber(task.rate) + unitText(task) }) : none],
     ["field_eta", left !== null ? formatDuration(left) : none],
     ["field_stall", task.stalled ? stallText(task) : t("no")],
     ["field_stall_timeout", formatDuration(task.stall_timeout_seconds)],
     ["field_cancel", task.cancel_requested ? t("yes") : t("no")],
     ["field_parent", task.parent_id || none], ["field_created", date(task.created_at)],
     ["field_updated", date(task.updated_at)], ["field_finished", date(task.finished_at)],
-    ["field_message", task.message || none],
+    ["field_message", plain(task.message) || none],
   ];
   const list = $("fields");
   if (list.children.length !== fields.length * 2) {
@@ -755,7 +848,13 @@ function renderDetailFields(task) {
     setText(list.children[index * 2], t(key));
     setText(list.children[index * 2 + 1], String(value));
   });
-  if (performance.now() - state.historyAt > 2000) loadHistory();
+}
+
+/// The detail task reported progress: its history is read again (at most every 2 s).
+function historyChanged() {
+  if (state.historyTimer) return;
+  const wait = Math.max(0, state.historyAt + 2000 - performance.now());
+  state.historyTimer = setTimeout(() => { state.historyTimer = null; loadHistory(); }, wait);
 }
 
 /// The points to ask for: about one per 3 pixels of the chart, times the zoom.
@@ -797,13 +896,16 @@ function zoom(factor) {
   if (state.detailPoints !== before) loadHistory();
 }
 
+/// A task id as the API accepts it.
+const TASK_ID = /^[A-Za-z0-9._~:-]{1,128}$/;
+
 function route() {
   const match = /^#task=(.*)$/.exec(location.hash);
   if (match) {
     let id = null;
     try { id = decodeURIComponent(match[1]); } catch { id = null; }
-    // "." and ".." cannot be task ids (and would change the request's path).
-    if (id === null || id === "" || id === "." || id === "..") {
+    // Only an id of the API's form names a task ("." and ".." would change the request's path).
+    if (id === null || !TASK_ID.test(id) || id === "." || id === "..") {
       state.detailID = null;
       showView("detail-view");
       showDetailProblem(t("badLink"));
@@ -946,7 +1048,7 @@ function setup() {
     state.minDuration = value;
     // What the stream sent under the old setting is judged again by the new one.
     model.streamed.clear();
-    state.rows = state.rows.filter((id) => model.get(id) && longEnough(model.get(id)));
+    state.rows = state.rows.filter((id) => model.get(id) && displayable(model.get(id)));
     listDirty = true;
     scheduleRender();
     connect({ fresh: true });
@@ -980,15 +1082,13 @@ function setup() {
   $("prev-page").addEventListener("click", () => {
     if (state.page <= 1 || !state.listed) return;
     state.page -= 1;
-    state.held.clear();
-    refreshList();
+    navigate();
   });
   $("next-page").addEventListener("click", () => {
     if (!state.nextToken || !state.listed) return;
     state.pageTokens[state.page] = state.nextToken;
     state.page += 1;
-    state.held.clear();
-    refreshList();
+    navigate();
   });
   $("token-form").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -1016,6 +1116,7 @@ function setup() {
   });
   window.addEventListener("hashchange", route);
   setInterval(tick, 1000);
+  state.rowsKey = listKey();
   start();
   route();
 }

@@ -1,6 +1,9 @@
 // The tasks the page knows, keyed by id: from the event stream and from the listings it
 // fetched. Changes only mark tasks dirty; the page draws them at the next animation frame.
 
+/// How long a deleted id is remembered.
+const DELETED_MS = 60_000;
+
 export class TaskModel {
   constructor() {
     this.tasks = new Map();
@@ -14,6 +17,24 @@ export class TaskModel {
     this.children = new Map();
     /// Ids of tasks known to have children (also those whose children are not kept).
     this.parents = new Set();
+    /// Ids deleted lately, with when (performance.now): a listing that started before the
+    /// delete and arrives after it must not bring them back.
+    this.deleted = new Map();
+  }
+
+  /// Remembers that `id` was deleted (for DELETED_MS) and forgets the task.
+  markDeleted(id) {
+    this.deleted.set(id, performance.now());
+    this.remove(id);
+  }
+
+  /// Whether `id` was deleted within the last DELETED_MS.
+  wasDeleted(id) {
+    const at = this.deleted.get(id);
+    if (at === undefined) return false;
+    if (performance.now() - at < DELETED_MS) return true;
+    this.deleted.delete(id);
+    return false;
   }
 
   get(id) { return this.tasks.get(id); }
@@ -56,6 +77,9 @@ export class TaskModel {
     for (const [id, set] of this.children) if (set.size === 0 || !this.tasks.has(id)) this.children.delete(id);
     for (const id of this.parents) if (!this.tasks.has(id)) this.parents.delete(id);
     for (const id of this.dirty) if (!this.tasks.has(id)) this.dirty.delete(id);
+    const now = performance.now();
+    for (const [id, at] of this.deleted) if (now - at >= DELETED_MS) this.deleted.delete(id);
+    if (this.deleted.size > 10_000) this.deleted = new Map([...this.deleted].slice(-10_000));
   }
 
   childrenOf(id) {

@@ -228,7 +228,7 @@ def test_cancel_from_the_page_reaches_the_runner(page, headwayd):
     poll(lambda: question.is_displayed(), 2, "the confirmation")
     assert "Cancel “Render video”?" in question.text
     # Escape dismisses the confirmation, the focus back on Cancel, the page still the list.
-    poll(lambda: page.switch_to.active_element.get_attribute("class") == "yes", 2, "the focus on Yes")
+    poll(lambda: page.switch_to.active_element.get_attribute("class") == "no", 2, "the focus on Keep running")
     page.switch_to.active_element.send_keys(Keys.ESCAPE)
     poll(lambda: not question.is_displayed() and cancel.is_displayed(), 2, "the confirmation dismissed")
     poll(lambda: page.switch_to.active_element.get_attribute("class") == "cancel", 2, "the focus on Cancel")
@@ -815,4 +815,213 @@ def test_the_detail_rate_has_its_unit_and_history_follows_the_width(page, headwa
         poll(lambda: zoom.text != before, 5, "fewer points for a narrower chart")
     finally:
         page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert console_errors(page) == []
+
+
+def test_previous_back_to_page_one_shows_its_rows(page, headwayd):
+    for number in range(45):
+        register(headwayd, id=f"b{number:02d}", name=f"Base {number:02d}", total=10)
+    open_dashboard(page, headwayd)
+    page_text = page.find_element(By.ID, "page-text")
+    poll(lambda: page_text.text == "Page 1 of 3" and len(ids_on_page(page)) == 20, 5, "Page 1 of 3")
+    page.find_element(By.ID, "next-page").click()
+    poll(lambda: page_text.text == "Page 2 of 3" and ids_on_page(page)[:1] == ["b24"], 5, "page 2")
+    js(page, "window.scrollTo(0, document.body.scrollHeight)")
+    poll(lambda: js(page, "return scrollY") > 0, 2, "scrolled")
+    page.find_element(By.ID, "prev-page").click()
+    poll(lambda: page_text.text == "Page 1 of 3" and ids_on_page(page) == [f"b{n:02d}" for n in range(44, 24, -1)],
+         5, "page 1's rows again")
+    assert not page.find_element(By.ID, "new-tasks").is_displayed()
+    assert not page.find_element(By.ID, "empty").is_displayed()
+    assert console_errors(page) == []
+
+
+def test_pager_clicks_wait_for_the_listing(page, headwayd):
+    for number in range(45):
+        register(headwayd, id=f"d{number:02d}", name=f"Double {number:02d}", total=10)
+    open_dashboard(page, headwayd)
+    page_text = page.find_element(By.ID, "page-text")
+    poll(lambda: page_text.text == "Page 1 of 3" and len(ids_on_page(page)) == 20, 5, "Page 1 of 3")
+    js(page, "const next = document.getElementById('next-page'); next.click(); next.click();")
+    poll(lambda: ids_on_page(page)[:1] == ["d24"] and page.find_element(By.ID, "next-page").is_enabled(), 5, "page 2's rows")
+    assert page_text.text == "Page 2 of 3"
+    assert console_errors(page) == []
+
+
+def test_held_tasks_push_no_rows_off(page, headwayd):
+    for number in range(20):
+        register(headwayd, id=f"h{number:02d}", name=f"Held {number:02d}", total=10)
+    open_dashboard(page, headwayd)
+    poll(lambda: len(ids_on_page(page)) == 20, 5, "20 rows")
+    shown = ids_on_page(page)
+    link = row(page, "h01").find_element(By.CSS_SELECTOR, ".name")
+    js(page, "arguments[0].focus()", link)
+    for number in range(5):
+        register(headwayd, id=f"new{number}", name=f"New {number}", total=10)
+    button = page.find_element(By.ID, "new-tasks")
+    poll(lambda: button.is_displayed() and button.text == "5 new tasks", 5, "5 new tasks offered")
+    # The listing read again after the new tasks (the count follows) keeps every row.
+    poll(lambda: page.find_element(By.ID, "page-text").text == "Page 1 of 2", 5, "the count read again")
+    assert ids_on_page(page) == shown
+    assert js(page, "return document.activeElement.closest('li')?.dataset.taskId") == "h01"
+    button.click()
+    poll(lambda: ids_on_page(page)[:5] == [f"new{n}" for n in range(4, -1, -1)] and len(ids_on_page(page)) == 20,
+         5, "the new tasks on top, a page of rows")
+    assert console_errors(page) == []
+
+
+def test_young_tasks_on_the_first_page_do_not_blank_the_running_list(page, headwayd):
+    for number in range(20):
+        register(headwayd, id=f"o{number:02d}", name=f"Old {number:02d}", total=10)
+    time.sleep(3.2)  # the tasks must be older than min_duration 3 (setup, not an assertion)
+    open_dashboard(page, headwayd, "min_duration=3&lang=en")
+    poll(lambda: len(ids_on_page(page)) == 20, 5, "20 old rows")
+    js(page, """window.fewest = 99; const watch = () => {
+        window.fewest = Math.min(window.fewest, document.querySelectorAll('#tasks > li').length);
+        requestAnimationFrame(watch); }; watch();""")
+    for number in range(25):
+        register(headwayd, id=f"y{number:02d}", name=f"Young {number:02d}", total=10)
+    # A finish makes the page read its listing again, whose first page is now young tasks
+    # it hides: it reads on.
+    assert httpx.post(f"{headwayd}/v1/tasks/o00/finish", json={"outcome": "succeeded"}).status_code == 200
+    poll(lambda: js(page, "return performance.getEntriesByType('resource')"
+                          ".filter((e) => e.name.includes('page_token')).length") > 0, 5, "a further page read")
+    poll(lambda: page.find_element(By.ID, "page-text").text == "Page 1 of 3", 5, "the listing's count")
+    assert js(page, "return window.fewest") == 20
+    # Once they are old enough they come in on top (from the stream).
+    poll(lambda: ids_on_page(page)[:1] == ["y24"], 8, "the young tasks once old enough")
+    assert js(page, "return window.fewest") == 20
+    assert console_errors(page) == []
+
+
+def test_a_reread_keeps_the_running_rows_shown(page, headwayd):
+    for number in range(20):
+        register(headwayd, id=f"k{number:02d}", name=f"Kept {number:02d}", total=10)
+    time.sleep(3.2)  # older than min_duration 3 (setup, not an assertion)
+    open_dashboard(page, headwayd, "min_duration=3&lang=en")
+    poll(lambda: len(ids_on_page(page)) == 20, 5, "20 rows")
+    js(page, """window.fewest = 99; const watch = () => {
+        window.fewest = Math.min(window.fewest, document.querySelectorAll('#tasks > li').length);
+        requestAnimationFrame(watch); }; watch();""")
+    # More young tasks than the pages the page reads on: the listing yields nothing to show.
+    with httpx.Client() as client:
+        for number in range(90):
+            assert client.post(f"{headwayd}/v1/tasks", json={"id": f"z{number:02d}", "name": "Young", "total": 1}).status_code == 201
+    assert httpx.post(f"{headwayd}/v1/tasks/k00/finish", json={"outcome": "succeeded"}).status_code == 200
+    poll(lambda: js(page, "return performance.getEntriesByType('resource')"
+                          ".filter((e) => e.name.includes('page_token')).length") >= 3, 5, "the listing read again")
+    poll(lambda: page.find_element(By.ID, "page-text").text == "Page 1 of 6", 5, "the listing's count")
+    poll(lambda: row(page, "k00") and "finished" in row(page, "k00").get_attribute("class"), 5, "k00 finished")
+    assert js(page, "return window.fewest") == 20
+    assert ids_on_page(page) == [f"k{n:02d}" for n in range(19, -1, -1)]
+    assert console_errors(page) == []
+
+
+def test_finished_views_list_short_tasks_too(page, headwayd):
+    for number in range(3):
+        register(headwayd, id=f"long{number}", name=f"Long {number}", total=10)
+    time.sleep(2.2)
+    for number in range(3):
+        assert httpx.post(f"{headwayd}/v1/tasks/long{number}/finish", json={"outcome": "succeeded"}).status_code == 200
+    for number in range(25):
+        register(headwayd, id=f"short{number:02d}", name=f"Short {number:02d}", total=1)
+        assert httpx.post(f"{headwayd}/v1/tasks/short{number:02d}/finish", json={"outcome": "succeeded"}).status_code == 200
+    open_dashboard(page, headwayd, "min_duration=2&lang=en")
+    page_text = page.find_element(By.ID, "page-text")
+    for view in ["finished", "all"]:
+        page.find_element(By.CSS_SELECTOR, f'[data-filter="{view}"]').click()
+        poll(lambda: page_text.text == "Page 1 of 2" and ids_on_page(page)[:1] == ["short24"]
+             and len(ids_on_page(page)) == 20, 5, f"{view}: short tasks listed")
+    page.find_element(By.CSS_SELECTOR, '[data-filter="running"]').click()
+    poll(lambda: page.find_element(By.ID, "empty").is_displayed(), 5, "running: nothing")
+    assert console_errors(page) == []
+
+
+def test_a_deleted_task_stays_gone_when_an_older_listing_arrives(page, headwayd):
+    register(headwayd, id="gone", name="Gone", total=10)
+    register(headwayd, id="stays", name="Stays", total=10)
+    open_dashboard(page, headwayd)
+    poll(lambda: row(page, "gone") and row(page, "stays"), 5, "both rows")
+    # Listings answer late: one started before the delete arrives after it.
+    js(page, """window.listingsStarted = 0; window.lateListings = 0; const realFetch = window.fetch;
+        window.fetch = async (...args) => {
+          const listing = String(args[0]).startsWith('/v1/tasks?');
+          if (listing) window.listingsStarted += 1;
+          const reply = await realFetch(...args);
+          if (listing) {
+            await new Promise((done) => setTimeout(done, 1000));
+            window.lateListings += 1;
+          }
+          return reply;
+        };""")
+    register(headwayd, id="trigger", name="Trigger", total=10)
+    poll(lambda: js(page, "return window.listingsStarted") >= 1, 5, "a listing under way")
+    assert httpx.delete(f"{headwayd}/v1/tasks/gone").status_code in (200, 204)
+    poll(lambda: row(page, "gone") is None, 5, "the row gone")
+    js(page, """window.resurrected = false; const watch = () => {
+        if (document.querySelector('#tasks > li[data-task-id="gone"]')) window.resurrected = true;
+        requestAnimationFrame(watch); }; watch();""")
+    # The listing from before the delete, and the one after it.
+    poll(lambda: js(page, "return window.lateListings") >= 2, 10, "the late listings arrived")
+    poll(lambda: row(page, "trigger"), 5, "the new task")
+    assert js(page, "return window.resurrected") is False
+    # A task made again under the id shows.
+    register(headwayd, id="gone", name="Gone again", total=10)
+    poll(lambda: row(page, "gone") and "Gone again" in row(page, "gone").text, 8, "the id used again")
+    assert console_errors(page) == []
+
+
+def test_the_cancel_confirmation_focuses_keep_running(page, headwayd):
+    register(headwayd, id="careful", name="Careful", total=10)
+    open_dashboard(page, headwayd)
+    found = poll(lambda: row(page, "careful"), 5, "the row")
+    found.find_element(By.CSS_SELECTOR, ".cancel").click()
+    poll(lambda: page.switch_to.active_element.text == "Keep running", 2, "the focus on Keep running")
+    page.switch_to.active_element.send_keys(Keys.ENTER)
+    poll(lambda: found.find_element(By.CSS_SELECTOR, ".cancel").is_displayed(), 2, "Cancel again")
+    assert httpx.get(f"{headwayd}/v1/tasks/careful").json()["cancel_requested"] is False
+    assert console_errors(page) == []
+
+
+def test_the_detail_view_reads_history_only_on_new_progress(page, headwayd):
+    register(headwayd, id="slow", name="Slow", total=100, stall_timeout_seconds=1)
+    progress(headwayd, "slow", completed=10)
+    page.get(f"{headwayd}/?min_duration=0&lang=en#task=slow")
+    fields = page.find_element(By.ID, "fields")
+    poll(lambda: "No signal for" in fields.text, 10, "stalled in the detail view")
+    histories = "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/history')).length"
+    stall = lambda: next(line for line in fields.text.splitlines() if line.startswith("No signal for"))
+    first = stall()
+    # The page's clock ticks on (the stall's age counting twice) without another read.
+    seen = poll(lambda: stall() != first and stall(), 5, "the age counting")
+    poll(lambda: stall() != seen, 5, "the age counting again")
+    assert js(page, histories) == 1
+    progress(headwayd, "slow", completed=20)
+    poll(lambda: js(page, histories) == 2, 5, "read again on new progress")
+    assert console_errors(page) == []
+
+
+def test_bidi_controls_are_stripped_and_links_checked(page, headwayd):
+    register(headwayd, id="rev", name="\u202eevil\u202c name", label="\u2066label\u2069 \u200fhere", total=10)
+    open_dashboard(page, headwayd)
+    found = poll(lambda: row(page, "rev"), 5, "the row")
+    assert js(page, "return arguments[0].textContent", found.find_element(By.CSS_SELECTOR, ".name")) == "evil name"
+    assert js(page, "return arguments[0].textContent", found.find_element(By.CSS_SELECTOR, ".label")) == "label here"
+    problem = page.find_element(By.ID, "detail-problem")
+    for link in ["a%2Fb", "x" * 300, "a%20b"]:
+        js(page, "location.hash = ''")
+        poll(lambda: page.find_element(By.ID, "list-view").is_displayed(), 5, "the list")
+        js(page, "location.hash = arguments[0]", f"#task={link}")
+        poll(lambda: problem.is_displayed() and "does not name a task" in problem.text, 5, f"{link[:20]} is no task")
+    assert console_errors(page) == []
+
+
+def test_a_name_search_without_a_match_says_so(page, headwayd):
+    register(headwayd, id="one", name="Alpha", total=10)
+    open_dashboard(page, headwayd)
+    poll(lambda: row(page, "one"), 5, "the row")
+    page.find_element(By.CSS_SELECTOR, '#search-by option[value="name"]').click()
+    page.find_element(By.ID, "search").send_keys("zzz")
+    empty = page.find_element(By.ID, "empty")
+    poll(lambda: empty.is_displayed() and "on this page" in empty.text and "zzz" in empty.text, 5, "no match on this page")
     assert console_errors(page) == []
