@@ -10,7 +10,7 @@ import sys
 from conftest import HEADWAYD, ROOT, run_headwayd
 
 SEED = 1
-MAX_EXAMPLES = 20
+MAX_EXAMPLES = 50
 
 
 def schemathesis():
