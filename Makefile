@@ -17,7 +17,8 @@ run: deps release
 	.build/release/headwayd --listen $(LISTEN) --db $(DB)
 
 ## Run the whole test suite: Swift (unit, store, live HTTP and SSE, process, OpenAPI),
-## then the integration tests with a third-party SSE client, a real nginx and a headless Chromium.
+## then the integration tests with a third-party SSE client, a real nginx, a headless Chromium
+## and schemathesis against the OpenAPI contract.
 test: test-deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	HEADWAY_PYTHON=$(PYTHON) $(SWIFT) test --skip-build

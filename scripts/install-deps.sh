@@ -30,7 +30,7 @@ fi
 cd "$(dirname "$0")/.."
 venv=.build/venv
 python_tools=()
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium)
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium schemathesis)
 [ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib)
 if [ ${#python_tools[@]} -gt 0 ]; then
   # A venv without a working pip (an interrupted creation) is made again.

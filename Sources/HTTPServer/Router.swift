@@ -63,6 +63,22 @@ public struct Router: Sendable {
         return .refused(allowed.isEmpty ? .routeNotFound : .methodNotAllowed(allowed: allowed))
     }
 
+    /// Whether a route takes `request` (its method on its path), without routing it.
+    public func takes(_ request: HTTPRequest) -> Bool {
+        let path = Array(request.path.utf8)
+        var bounds: [Range<Int>] = []
+        var start = path.first == UInt8(ascii: "/") ? 1 : 0
+        for index in start..<path.count where path[index] == UInt8(ascii: "/") {
+            bounds.append(start..<index)
+            start = index + 1
+        }
+        bounds.append(start..<path.count)
+        return routes.contains { route in
+            (route.method == request.method || (request.method == "HEAD" && route.method == "GET"))
+                && matches(route.segments, path, bounds)
+        }
+    }
+
     private func matches(_ pattern: [Segment], _ path: [UInt8], _ bounds: [Range<Int>]) -> Bool {
         guard pattern.count == bounds.count else { return false }
         for (segment, range) in zip(pattern, bounds) {

@@ -292,7 +292,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // checked before anything else, with the port the server binds.
     let servedPort = ServedPort(configured: configuration.port)
     let pipeline = HTTPPipeline(middleware: [RequestIDMiddleware(), AccessLogMiddleware(logger: logger, metrics: metrics),
-                                             BrowserChecks(configuration: configuration, routedMethods: Set(router.routes.map(\.method)),
+                                             BrowserChecks(configuration: configuration, router: router,
                                                            servedPort: servedPort, errors: errors,
                                                            tokensRequired: { tokens.authenticationRequired })],
                                 router: router, renderRefusal: errors.response(for:_:))

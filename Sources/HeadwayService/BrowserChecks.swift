@@ -133,6 +133,9 @@ struct BrowserChecks: HTTPMiddleware {
 
     /// The methods that must declare a JSON body: those routes take, but GET, HEAD, OPTIONS and DELETE.
     let jsonMethods: Set<String>
+    /// Whether a route takes the request: one that none takes is left to routing (404, or
+    /// 405 with Allow) rather than refused for its Content-Type.
+    let isRouted: @Sendable (HTTPRequest) -> Bool
     /// The methods a preflight allows: every method a route takes, and HEAD.
     let allowedMethods: String
     /// The request headers a preflight allows (beyond the CORS-safelisted ones).
@@ -142,10 +145,12 @@ struct BrowserChecks: HTTPMiddleware {
     /// Seconds a browser may keep a preflight's answer (Chromium keeps it 2 hours at most).
     static let preflightMaxAgeSeconds = 600
 
-    /// Checks for a daemon whose routes take `routedMethods`.
-    init(configuration: Configuration, routedMethods: Set<String>, servedPort: ServedPort, errors: ErrorReplies,
+    /// Checks for a daemon whose routes are `router`'s.
+    init(configuration: Configuration, router: Router, servedPort: ServedPort, errors: ErrorReplies,
          tokensRequired: @escaping @Sendable () -> Bool) {
         self.tokensRequired = tokensRequired
+        let routedMethods = Set(router.routes.map(\.method))
+        isRouted = { router.takes($0) }
         jsonMethods = routedMethods.subtracting(["GET", "HEAD", "OPTIONS", "DELETE"])
         let methods = routedMethods.union(routedMethods.contains("GET") ? ["HEAD"] : [])
         allowedMethods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"].filter(methods.contains).joined(separator: ", ")
@@ -202,7 +207,7 @@ struct BrowserChecks: HTTPMiddleware {
                            HTTPField("Access-Control-Expose-Headers", Self.exposedHeaders)], to: responder)
         case .sameOrigin, .refused: responder
         }
-        if jsonMethods.contains(request.method) {
+        if jsonMethods.contains(request.method), isRouted(request) {
             let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
             guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
                 return corsResponder.respond(errors.response(for: Problem.jsonContentTypeRequired(request.method, mediaType),

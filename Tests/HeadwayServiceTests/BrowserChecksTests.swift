@@ -92,6 +92,22 @@ import Testing
         #expect(vendorJSON.status == 200, "\(vendorJSON.text)")
     }
 
+    @Test func aPostNoRouteTakesIsAnsweredByRoutingNotByItsContentType() throws {
+        let daemon = try daemonWithTask()
+        // A path whose routes take other methods: 405 with Allow, with or without a JSON body.
+        for headers in [[], [json]] {
+            let getOnly = try send(daemon, "POST", "/healthz", host: own(daemon), headers)
+            #expect(getOnly.status == 405, "\(getOnly.text)")
+            #expect(getOnly.headers["allow"] == "GET, HEAD")
+            let task = try send(daemon, "POST", "/v1/tasks/t", host: own(daemon), headers)
+            #expect(task.status == 405, "\(task.text)")
+        }
+        // No route at all: 404.
+        #expect(try send(daemon, "POST", "/v1/nothing", host: own(daemon)).status == 404)
+        // A route that takes the POST still wants JSON declared.
+        #expect(try send(daemon, "POST", "/v1/tasks/t/cancel", host: own(daemon)).status == 415)
+    }
+
     // MARK: - Host
 
     @Test func aHostNotServedIsRefusedAndChangesNothing() throws {
