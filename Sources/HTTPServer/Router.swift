@@ -40,15 +40,7 @@ public struct Router: Sendable {
 
     /// Finds the route of `request`.
     public func match(_ request: HTTPRequest) -> Match {
-        let path = Array(request.path.utf8)
-        // Where each segment after the leading slash starts and ends.
-        var bounds: [Range<Int>] = []
-        var start = path.first == UInt8(ascii: "/") ? 1 : 0
-        for index in start..<path.count where path[index] == UInt8(ascii: "/") {
-            bounds.append(start..<index)
-            start = index + 1
-        }
-        bounds.append(start..<path.count)
+        let (path, bounds) = Self.segments(of: request.path)
         var allowed: [String] = []
         for route in routes where matches(route.segments, path, bounds) {
             if route.method == request.method || (request.method == "HEAD" && route.method == "GET") {
@@ -63,16 +55,22 @@ public struct Router: Sendable {
         return .refused(allowed.isEmpty ? .routeNotFound : .methodNotAllowed(allowed: allowed))
     }
 
-    /// Whether a route takes `request` (its method on its path), without routing it.
-    public func takes(_ request: HTTPRequest) -> Bool {
-        let path = Array(request.path.utf8)
+    /// `path`'s bytes and where each segment after the leading slash starts and ends.
+    static func segments(of path: String) -> (bytes: [UInt8], bounds: [Range<Int>]) {
+        let bytes = Array(path.utf8)
         var bounds: [Range<Int>] = []
-        var start = path.first == UInt8(ascii: "/") ? 1 : 0
-        for index in start..<path.count where path[index] == UInt8(ascii: "/") {
+        var start = bytes.first == UInt8(ascii: "/") ? 1 : 0
+        for index in start..<bytes.count where bytes[index] == UInt8(ascii: "/") {
             bounds.append(start..<index)
             start = index + 1
         }
-        bounds.append(start..<path.count)
+        bounds.append(start..<bytes.count)
+        return (bytes, bounds)
+    }
+
+    /// Whether a route takes `request` (its method on its path), without routing it.
+    public func takes(_ request: HTTPRequest) -> Bool {
+        let (path, bounds) = Self.segments(of: request.path)
         return routes.contains { route in
             (route.method == request.method || (request.method == "HEAD" && route.method == "GET"))
                 && matches(route.segments, path, bounds)
