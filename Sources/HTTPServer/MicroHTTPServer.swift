@@ -786,13 +786,18 @@ enum SocketAddress {
             if Int32(storage.ss_family) == AF_INET6 {
                 var address = raw.load(as: sockaddr_in6.self)
                 guard inet_ntop(AF_INET6, &address.sin6_addr, &text, socklen_t(text.count)) != nil else { return nil }
-                return (String(cString: text), Int(UInt16(bigEndian: address.sin6_port)))
+                return (Self.text(text), Int(UInt16(bigEndian: address.sin6_port)))
             }
             guard Int32(storage.ss_family) == AF_INET else { return nil }
             var address = raw.load(as: sockaddr_in.self)
             guard inet_ntop(AF_INET, &address.sin_addr, &text, socklen_t(text.count)) != nil else { return nil }
-            return (String(cString: text), Int(UInt16(bigEndian: address.sin_port)))
+            return (Self.text(text), Int(UInt16(bigEndian: address.sin_port)))
         }
+    }
+
+    /// The characters of a NUL-terminated C buffer.
+    private static func text(_ buffer: [CChar]) -> String {
+        String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     static func boundPort(fd: Int32) -> Int? {
