@@ -102,21 +102,28 @@ def chromium_options():
     return options
 
 
-@pytest.fixture(scope="session")
-def chromium():
-    """One headless Chromium driven by Selenium (Debian's `chromedriver`, no download) for
-    the whole session; tests load their pages in it."""
+@contextlib.contextmanager
+def chromium_driver(options=None):
+    """A headless Chromium driven by Selenium (Debian's `chromedriver`, no download), with
+    `options` (by default `chromium_options()`); quit at the end."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     service = Service(shutil.which("chromedriver") or "/usr/bin/chromedriver")
-    driver = webdriver.Chrome(service=service, options=chromium_options())
+    driver = webdriver.Chrome(service=service, options=options or chromium_options())
     driver.set_page_load_timeout(15)
     driver.set_script_timeout(15)
     try:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium for the whole session; tests load their pages in it."""
+    with chromium_driver() as driver:
+        yield driver
 
 
 @contextlib.contextmanager

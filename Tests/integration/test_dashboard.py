@@ -8,19 +8,16 @@ Screenshots go to a temporary folder, or to $HEADWAY_SCREENSHOTS when set
 import contextlib
 import os
 import pathlib
-import shutil
 import signal
 import subprocess
 import time
 
 import httpx
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 
-from conftest import HEADWAYD, chromium_options, free_port, run_headwayd, wait_for_port
+from conftest import HEADWAYD, chromium_driver, chromium_options, free_port, run_headwayd, wait_for_port
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +25,8 @@ def browser():
     """A headless Chromium of its own, keeping the page's console messages."""
     options = chromium_options()
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"),
-                              options=options)
-    driver.set_page_load_timeout(15)
-    driver.set_script_timeout(15)
-    try:
+    with chromium_driver(options) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture
