@@ -809,12 +809,19 @@ def test_the_detail_rate_has_its_unit_and_history_follows_the_width(page, headwa
     assert console_errors(page) == []
 
 
-def test_previous_back_to_page_one_shows_its_rows(page, headwayd):
+def open_three_pages(page, headwayd, prefix, name):
+    """Registers 45 tasks (`prefix`00 … `prefix`44) and opens the dashboard on page 1 of 3;
+    returns the pager's text element."""
     for number in range(45):
-        register(headwayd, id=f"b{number:02d}", name=f"Base {number:02d}", total=10)
+        register(headwayd, id=f"{prefix}{number:02d}", name=f"{name} {number:02d}", total=10)
     open_dashboard(page, headwayd)
     page_text = page.find_element(By.ID, "page-text")
     poll(lambda: page_text.text == "Page 1 of 3" and len(ids_on_page(page)) == 20, 5, "Page 1 of 3")
+    return page_text
+
+
+def test_previous_back_to_page_one_shows_its_rows(page, headwayd):
+    page_text = open_three_pages(page, headwayd, "b", "Base")
     page.find_element(By.ID, "next-page").click()
     poll(lambda: page_text.text == "Page 2 of 3" and ids_on_page(page)[:1] == ["b24"], 5, "page 2")
     js(page, "window.scrollTo(0, document.body.scrollHeight)")
@@ -828,11 +835,7 @@ def test_previous_back_to_page_one_shows_its_rows(page, headwayd):
 
 
 def test_pager_clicks_wait_for_the_listing(page, headwayd):
-    for number in range(45):
-        register(headwayd, id=f"d{number:02d}", name=f"Double {number:02d}", total=10)
-    open_dashboard(page, headwayd)
-    page_text = page.find_element(By.ID, "page-text")
-    poll(lambda: page_text.text == "Page 1 of 3" and len(ids_on_page(page)) == 20, 5, "Page 1 of 3")
+    page_text = open_three_pages(page, headwayd, "d", "Double")
     js(page, "const next = document.getElementById('next-page'); next.click(); next.click();")
     poll(lambda: ids_on_page(page)[:1] == ["d24"] and page.find_element(By.ID, "next-page").is_enabled(), 5, "page 2's rows")
     assert page_text.text == "Page 2 of 3"
