@@ -242,13 +242,22 @@ def test_cancel_from_the_page_reaches_the_runner(page, headwayd):
     assert console_errors(page) == []
 
 
-def test_a_finished_task_stays_a_minute_dimmed_then_leaves(page, headwayd):
-    # The page's clock (performance.now) is moved forward by the test instead of waiting.
+@contextlib.contextmanager
+def movable_clock(page):
+    """The page's clock (`performance.now`) made movable from the test (`window.clockOffset`,
+    in milliseconds) for the pages loaded meanwhile: time moved forward instead of waited."""
     script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
         window.clockOffset = 0;
         const realNow = performance.now.bind(performance);
         performance.now = () => realNow() + window.clockOffset;"""})
     try:
+        yield
+    finally:
+        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
+def test_a_finished_task_stays_a_minute_dimmed_then_leaves(page, headwayd):
+    with movable_clock(page):
         register(headwayd, id="done", name="Done soon", total=2)
         register(headwayd, id="other", name="Still going", total=2)
         open_dashboard(page, headwayd)
@@ -270,8 +279,6 @@ def test_a_finished_task_stays_a_minute_dimmed_then_leaves(page, headwayd):
         js(page, "window.clockOffset = 61000")
         poll(lambda: row(page, "done") is None, 5, "gone after a minute")
         assert row(page, "other") is not None
-    finally:
-        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
 
 
 def test_a_task_shorter_than_min_duration_never_appears(page, headwayd):
@@ -547,12 +554,7 @@ def ids_on_page(driver):
 
 
 def test_the_page_fills_again_when_rows_leave(page, headwayd):
-    # The page's clock (performance.now) is moved forward by the test instead of waiting.
-    script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
-        window.clockOffset = 0;
-        const realNow = performance.now.bind(performance);
-        performance.now = () => realNow() + window.clockOffset;"""})
-    try:
+    with movable_clock(page):
         for number in range(25):
             register(headwayd, id=f"r{number:02d}", name=f"Run {number:02d}", total=10)
         open_dashboard(page, headwayd)
@@ -567,8 +569,6 @@ def test_the_page_fills_again_when_rows_leave(page, headwayd):
         poll(lambda: page_text.text == "Page 1 of 1", 5, "Page 1 of 1")
         assert not page.find_element(By.ID, "next-page").is_enabled()
         assert console_errors(page) == []
-    finally:
-        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
 
 
 def test_the_pager_follows_new_tasks(page, headwayd):
