@@ -5,6 +5,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -28,6 +29,17 @@ def query(prometheus, promql):
         answer = json.load(reply)
     assert answer["status"] == "success", answer
     return answer["data"]["result"]
+
+
+def is_ready(prometheus):
+    """Whether Prometheus' readiness endpoint answers 200 (it is 503 while the TSDB opens)."""
+    try:
+        with urllib.request.urlopen(f"{prometheus}/-/ready", timeout=10) as reply:
+            return reply.status == 200
+    except urllib.error.HTTPError as error:
+        if error.code == 503:
+            return False
+        raise
 
 
 def wait_for(what, probe, seconds=60):
@@ -83,6 +95,8 @@ scrape_configs:
         try:
             wait_for_port(port, server, "prometheus")
             prometheus = f"http://127.0.0.1:{port}"
+            # Prometheus listens before its storage is open and answers 503 until then.
+            wait_for("Prometheus ready", lambda: is_ready(prometheus))
             up = wait_for("up == 1", lambda: [r for r in query(prometheus, 'up{job="headway"}') if r["value"][1] == "1"])
             assert len(up) == 1
             running = wait_for("the running-tasks gauge",
