@@ -43,7 +43,9 @@ enum ConfigurationFile {
         }
         var layer = SettingLayer()
         var firstLines: [String: Int] = [:]
-        for (offset, rawLine) in contents.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // "\r\n" is one Character: a file with CRLF line ends reads as well.
+        let lines = contents.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
+        for (offset, rawLine) in lines.enumerated() {
             let number = offset + 1
             let origin = "\(path):\(number)"
             let line = rawLine.trimmingCharacters(in: .whitespacesAndNewlines)
