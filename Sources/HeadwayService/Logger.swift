@@ -195,8 +195,9 @@ final class LogOutput: Sendable {
     }
 }
 
-/// An open log file: appended to (`O_APPEND`, so lines from before a rotation never
-/// overwrite), created with mode 0640 if missing.
+/// An open log file, created with mode 0640 if missing: every write goes to its end
+/// (`O_APPEND`), even after the file was truncated (logrotate's `copytruncate`) or written
+/// by another process.
 struct LogFile: Sendable {
     let path: String
     let descriptor: Int32
