@@ -49,6 +49,14 @@ public final class GroupCommitWriter: Service {
         /// SQLite's error that ended it, if it did not commit because of one (its
         /// `storageFailure` says whether the storage refused the batch: a full disk, say).
         public var error: SQLiteError? = nil
+
+        public init(jobs: Int, seconds: Double, committed: Bool, changedRows: Bool = false, error: SQLiteError? = nil) {
+            self.jobs = jobs
+            self.seconds = seconds
+            self.committed = committed
+            self.changedRows = changedRows
+            self.error = error
+        }
     }
 
     private struct Job: Sendable {

@@ -10,9 +10,16 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     public var message: String
     /// The SQL that failed, if any.
     public var sql: String?
-    /// The operating system's `errno` of the last system call of the connection that
-    /// failed (`sqlite3_system_errno`), 0 if unknown: what an I/O error was underneath.
+    /// The operating system's `errno` under the failure, 0 if unknown: what an I/O error
+    /// was underneath (`Database.lastSystemError` says where it comes from).
     public var systemError: Int32 = 0
+
+    public init(code: Int32, message: String, sql: String?, systemError: Int32 = 0) {
+        self.code = code
+        self.message = message
+        self.sql = sql
+        self.systemError = systemError
+    }
 
     public var description: String {
         "SQLite error \(code): \(message)" + (systemError != 0 ? " (errno \(systemError))" : "")
