@@ -49,7 +49,7 @@ let package = Package(
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),
         .testTarget(name: "LifecycleTests", dependencies: ["Lifecycle"]),
-        .testTarget(name: "HeadwayCLITests", dependencies: ["HeadwayCLI", "HeadwayCore", "HeadwayTestSupport"],
+        .testTarget(name: "HeadwayCLITests", dependencies: ["HeadwayCLI", "HeadwayCore", "HeadwayStore", "HeadwayTestSupport"],
                     exclude: ["golden"]),
         .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore"]),
         .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayCore", "HeadwayTestSupport", "Lifecycle"]),
