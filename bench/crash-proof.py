@@ -4,7 +4,10 @@ rounds are Tests/integration/crashproof.py's, which `make test` runs a few of), 
 figures. Exit status 1 if any round found a loss, an extra change or a damaged database.
 
     bench/crash-proof.py [--rounds 200] [--mode full|normal|both] [--seed N]
-                         [--runners 8] [--max-delay 1.0] [--max-minutes M] [--json FILE]
+                         [--runners 8] [--max-delay 1.0] [--max-minutes M]
+                         [--creation-kills 100] [--json FILE]
+
+Then it kills the daemon --creation-kills times while it creates and migrates a new database.
 
 Uses the release build (`swift build -c release`) unless HEADWAYD or --headwayd names
 another. The seed (printed; random unless given) repeats the kill delays and the runners'
@@ -37,6 +40,8 @@ def main():
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop a mode's rounds after this long (the rounds done are reported)")
     parser.add_argument("--headwayd", default=os.environ.get("HEADWAYD", str(ROOT / ".build/release/headwayd")))
+    parser.add_argument("--creation-kills", type=int, default=100,
+                        help="kills while a new database is created and migrated (0: none)")
     parser.add_argument("--keep", action="store_true", help="keep the databases and logs")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--quiet", action="store_true", help="no line per round")
@@ -61,13 +66,27 @@ def main():
                                         maximum_delay=arguments.max_delay, log=log)
         results[mode] = rounds.run(arguments.rounds,
                                    max_seconds=arguments.max_minutes * 60 if arguments.max_minutes else None)
-    failed = any(result.failures for result in results.values())
+    creation_failures, creation_versions = [], {}
+    if arguments.creation_kills:
+        start = time.monotonic()
+        creation_failures, creation_versions = crashproof.creation_kills(
+            arguments.headwayd, directory / "creation", seed, arguments.creation_kills)
+        creation_seconds = time.monotonic() - start
+    failed = any(result.failures for result in results.values()) or bool(creation_failures)
 
     print()
     print(table(results))
+    if arguments.creation_kills:
+        print(f"\nKilled while creating and migrating a new database: {arguments.creation_kills} times "
+              f"({creation_seconds:.0f} s); schema version found at the kill: "
+              + ", ".join(f"{'no file yet' if version is None else version}: {count}"
+                          for version, count in sorted(creation_versions.items(), key=lambda item: item[0] or -1))
+              + f"; failures: {len(creation_failures)}")
     for mode, result in results.items():
         for failure in result.failures[:50]:
             print(f"FAIL {failure}")
+    for failure in creation_failures[:50]:
+        print(f"FAIL {failure}")
     if failed or arguments.keep:
         print(f"databases and logs in {directory}")
     else:
@@ -77,7 +96,10 @@ def main():
             json.dump({"seed": seed, "commit": commit, "date": time.strftime("%Y-%m-%d"),
                        "runners": arguments.runners, "delay_seconds": [arguments.min_delay, arguments.max_delay],
                        "modes": {mode: {**result.as_dict(), "failure_texts": result.failures}
-                                 for mode, result in results.items()}}, file, indent=2)
+                                 for mode, result in results.items()},
+                       "creation_kills": {"count": arguments.creation_kills,
+                                          "schema_versions": {str(k): v for k, v in creation_versions.items()},
+                                          "failures": creation_failures}}, file, indent=2)
     print(f"seed {seed}: {'FAILED' if failed else 'no loss, no extra change, no damage'}")
     return 1 if failed else 0
 
@@ -95,6 +117,8 @@ ROWS = [
     ("SIGTERM then SIGKILL", "stops_begun"),
     ("  of which killed before the stop ended", "kills_during_stop"),
     ("stall flags found after the kills (sum)", "stalled_seen"),
+    ("events received by a subscriber", "events_seen"),
+    ("  subscriber cut off before the kill (slow)", "subscribers_cut_off"),
     ("refused (503)", "refused"),
     ("connections broken before a kill", "reconnects"),
     ("failures", "failures"),

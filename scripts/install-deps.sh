@@ -13,7 +13,7 @@ apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcur
 # headway command in real terminals and shells (tmux, zsh, fish), damage databases (sqlite3),
 # check metrics and alert rules (promtool, from prometheus) and the systemd unit (systemd-analyze).
 [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd)
-[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl)
+[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl sqlite3)
 
 missing=()
 for package in "${apt_packages[@]}"; do

@@ -4,41 +4,45 @@ the same database, and checked against exactly what it acknowledged.
 One round: the daemon runs on a free loopback port; runner threads (8 by default), each
 owning its tasks, send updates over keep-alive connections — runners of one kind send
 `increment` updates, the others absolute `completed` values, all with an increasing
-`seq`, with a heartbeat (also with a `seq`) now and then, and registrations of new tasks
-(roots and children of a parent per runner, so one update also changes the parent's
-roll-up in the same transaction). Each runner keeps, per task, what was acknowledged
-(a 2xx reply) and, when its connection breaks, the one request it had in flight. After a
-random delay (from a seeded RNG) the daemon gets SIGKILL — sometimes SIGTERM first and
-SIGKILL during the clean stop, sometimes a kill while it starts.
+`seq`; now and then a heartbeat (with a `seq`), a finish, and registrations of new tasks
+(roots, and children of a parent per runner, so that an update also changes the parent's
+roll-up in the same transaction). Each runner keeps, per task, what was acknowledged (a
+2xx reply) and, when its connection breaks, the one request it had in flight. A
+subscriber follows the event stream. After a random delay (from a seeded RNG; mostly
+0.05–1 s, sometimes at once, sometimes late enough for the stall sweeper's own writes)
+the daemon gets SIGKILL — sometimes SIGTERM first and SIGKILL during the clean stop,
+sometimes also a kill while it starts.
 
 Then:
-- the files as the kill left them (database and `-wal`, copied) are opened by the
-  `sqlite3` shell, which replays the WAL: `PRAGMA integrity_check` must say `ok`, and the
-  rows must keep the daemon's own invariants (counts kept by triggers, parents' roll-up,
-  history bookkeeping);
-- the daemon restarts on the same database; what it serves must equal those raw rows;
-- for every task: acknowledged registrations exist; the stored `completed`, `seq` and
-  `label` are those of the last acknowledged update, or of the one update in flight on
-  top of it — nothing else; no task exists that was neither acknowledged nor in flight;
+- the files as the kill left them (database and `-wal`, copied, so the daemon still does
+  its own recovery) are opened by the `sqlite3` shell, which replays the WAL: `PRAGMA
+  integrity_check` must say `ok`, and the rows must keep the daemon's own invariants
+  (counts kept by triggers, parents' roll-up, history bookkeeping);
+- for every task: acknowledged registrations exist; the stored `completed`, `seq`,
+  `label` and `state` are those of the last acknowledged change, or of the one request in
+  flight applied on top of it — nothing else; no task exists that was neither
+  acknowledged nor in flight;
+- no event the subscriber received shows a change the file lacks;
+- the daemon restarts on the same database; what it serves must equal the raw rows, and
+  pass the same checks; each parent's fraction must match its children;
 - each request in flight is sent again with its same `seq`: if it had been applied the
   reply is `Headway-Unchanged` and nothing changes; if not, it is applied now.
 
 The model then continues into the next round on the same database. At the end the daemon
 is stopped with SIGTERM (exit status 0) and the database checked once more.
+`creation_kills` kills the daemon while it creates and migrates a new database.
 
 Used by Tests/integration/test_crash.py (a few rounds) and bench/crash-proof.py (many).
 """
 import dataclasses
 import http.client
 import json
-import os
 import pathlib
 import random
 import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 
@@ -182,7 +186,7 @@ class Statistics:
     FIELDS = ["rounds", "updates_acknowledged", "finishes_acknowledged", "registrations_acknowledged", "refused",
               "in_flight_applied", "in_flight_not_applied", "registrations_in_flight_applied",
               "registrations_in_flight_not_applied", "startup_kills", "stops_begun", "kills_during_stop",
-              "reconnects", "stalled_seen"]
+              "reconnects", "stalled_seen", "events_seen", "subscribers_cut_off"]
 
     def __init__(self):
         for field in self.FIELDS:
@@ -347,6 +351,86 @@ class Runner(threading.Thread):
             self.acknowledged_finishes += 1
 
 
+class Subscriber(threading.Thread):
+    """Follows the event stream (`GET /v1/events`) until the daemon dies, keeping the last
+    event seen of each task: no event may show a change the database then lacks."""
+
+    def __init__(self, port, killed):
+        super().__init__(daemon=True, name="subscriber")
+        self.port = port
+        self.killed = killed
+        self.cut_off = False  # disconnected by the daemon before the kill (a slow reader)
+        self.ready = threading.Event()
+        self.last = {}  # task id -> (change number, or None for the snapshot's, task)
+        self.highest = None  # the highest event id seen
+        self.events = 0
+        self.error = None
+
+    def run(self):
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            connection.request("GET", "/v1/events", headers={"Accept": "text/event-stream"})
+            response = connection.getresponse()
+            if response.status != 200:
+                self.error = f"GET /v1/events: {response.status}"
+                return
+            self.ready.set()
+            event_id, kind, data = None, None, []
+            while True:
+                line = response.readline()
+                if not line:
+                    return
+                line = line.rstrip(b"\n").decode()
+                if line.startswith("id: "):
+                    event_id = int(line[4:])
+                elif line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: "):
+                    data.append(line[6:])
+                elif line == "" and kind is not None:
+                    self.take(event_id, kind, json.loads("\n".join(data)))
+                    event_id, kind, data = None, None, []
+        except (OSError, http.client.HTTPException, ValueError):
+            return  # the kill
+        finally:
+            self.cut_off = not self.killed.is_set()
+            self.ready.set()
+
+    def take(self, event_id, kind, data):
+        self.events += 1
+        if event_id is not None:
+            self.highest = event_id if self.highest is None else max(self.highest, event_id)
+        if kind == "snapshot":
+            for task in data["tasks"]:
+                self.last[task["id"]] = (None, task)
+        elif kind.startswith("task.") and "id" in data:
+            self.last[data["id"]] = (event_id, data)
+
+    def failures(self, rows):
+        """What the stream showed that the database (`rows`, from the raw file) lacks."""
+        failures = []
+        newest = max((row["change_seq"] for row in rows.values()), default=0)
+        if self.highest is not None and self.highest > newest:
+            failures.append(f"event stream: id {self.highest} was sent, the newest change stored is {newest}")
+        for id, (number, seen) in self.last.items():
+            row = rows.get(id)
+            if row is None:
+                failures.append(f"event stream: task {id} was shown, it is not stored")
+                continue
+            shown = (seen["completed"], seen["seq"], seen["label"], seen["state"])
+            stored = (row["completed"], row["seq"], row["label"], row["state"])
+            if number is None:
+                # In the snapshot: no change number of its own, but it cannot go back.
+                if row["completed"] < seen["completed"] or (row["seq"] or 0) < (seen["seq"] or 0):
+                    failures.append(f"event stream: the snapshot showed {id} as {shown}, stored {stored}")
+            elif row["change_seq"] < number:
+                failures.append(f"event stream: change {number} of {id} was sent ({shown}), "
+                                f"the task's newest stored change is {row['change_seq']} ({stored})")
+            elif row["change_seq"] == number and shown != stored:
+                failures.append(f"event stream: change {number} of {id} was sent as {shown}, stored as {stored}")
+        return failures
+
+
 def sqlite3(database, sql, *options):
     """Runs `sql` in the sqlite3 shell on `database`; returns its standard output."""
     result = subprocess.run([SQLITE3, *options, str(database), sql], capture_output=True, text=True, timeout=120)
@@ -356,7 +440,7 @@ def sqlite3(database, sql, *options):
 
 
 RAW_ROWS = """
-SELECT id, completed, last_seq AS seq, label, total, parent_id, weight, state, stalled, child_count,
+SELECT id, completed, last_seq AS seq, label, total, parent_id, weight, state, stalled, child_count, change_seq,
        children_weight, children_done, history_points,
        (SELECT count(*) FROM history h WHERE h.task_id = t.id) AS history_rows,
        (SELECT max(completed) FROM history h WHERE h.task_id = t.id) AS history_max
@@ -372,18 +456,25 @@ WHERE counted.n IS NOT kept.n
 """
 
 
-def raw_check(database, scratch):
-    """Copies `database` and its `-wal` as the kill left them (the daemon's files stay
-    untouched for its own recovery) and opens the copy with the sqlite3 shell, which
-    replays the WAL. Returns (failures, rows by id)."""
+def copy_as_left(database, scratch):
+    """Copies `database` and its `-wal` (or rollback journal) as the kill left them, so
+    that the daemon's own files stay untouched for its own recovery; returns the copy."""
     scratch.mkdir(parents=True, exist_ok=True)
     copy = scratch / "copy.db"
     for suffix in ["", "-wal", "-shm", "-journal"]:
         (scratch / f"copy.db{suffix}").unlink(missing_ok=True)
     shutil.copyfile(database, copy)
-    wal = pathlib.Path(f"{database}-wal")
-    if wal.exists():
-        shutil.copyfile(wal, f"{copy}-wal")
+    # The WAL, or the rollback journal of the first start (it migrates before it turns WAL on).
+    for suffix in ["-wal", "-journal"]:
+        if pathlib.Path(f"{database}{suffix}").exists():
+            shutil.copyfile(f"{database}{suffix}", f"{copy}{suffix}")
+    return copy
+
+
+def raw_check(database, scratch):
+    """Opens a copy of `database` as the kill left it with the sqlite3 shell, which
+    replays the WAL: integrity, the daemon's invariants. Returns (failures, rows by id)."""
+    copy = copy_as_left(database, scratch)
     failures = []
     try:
         integrity = sqlite3(copy, "PRAGMA integrity_check").strip()
@@ -613,6 +704,9 @@ class CrashRounds:
             delay = self.rng.uniform(self.minimum_delay, self.maximum_delay)
         during_stop = self.rng.random() < self.stop_kill_chance
         stop_delay = self.rng.uniform(0, 0.02)
+        subscriber = Subscriber(self.daemon.port, killed)
+        subscriber.start()
+        subscriber.ready.wait(timeout=30)
         for runner in runners:
             runner.start()
         time.sleep(delay)
@@ -629,6 +723,11 @@ class CrashRounds:
             runner.join(timeout=60)
             if runner.is_alive():
                 failures.append(f"runner {runner.index} did not end after the kill")
+        subscriber.join(timeout=60)
+        if subscriber.is_alive() or subscriber.error:
+            failures.append(f"the event stream's subscriber: {subscriber.error or 'did not end after the kill'}")
+        statistics.events_seen += subscriber.events
+        statistics.subscribers_cut_off += subscriber.cut_off
         for text in failures:
             self.fail(text)
         in_flight = [runner.in_flight for runner in runners if runner.in_flight is not None]
@@ -639,16 +738,16 @@ class CrashRounds:
         statistics.registrations_acknowledged += sum(runner.acknowledged_registrations for runner in runners)
         statistics.refused += sum(runner.refused for runner in runners)
         statistics.reconnects += sum(runner.reconnects for runner in runners)
-        self.verify(in_flight)
+        self.verify(in_flight, subscriber)
         statistics.rounds += 1
         self.log(f"[{self.durability}] round {self.round_number}: killed after {delay * 1000:.0f} ms"
                  f"{' (SIGTERM first)' if during_stop else ''}, "
                  f"{sum(runner.acknowledged_updates for runner in runners)} updates acknowledged, "
                  f"{len(in_flight)} in flight; failures so far {len(statistics.failures)}")
 
-    def verify(self, in_flight):
-        """The checks after a kill: the raw files, then the restarted daemon, then each
-        in-flight request sent again."""
+    def verify(self, in_flight, subscriber):
+        """The checks after a kill: the raw files (and what the event stream showed), then
+        the restarted daemon, then each in-flight request sent again."""
         tasks = self.all_tasks()
         raw_failures, raw_rows = raw_check(self.daemon.database, self.directory / "scratch")
         for text in raw_failures:
@@ -656,6 +755,7 @@ class CrashRounds:
         if raw_failures and not raw_rows:
             return
         failures, raw_outcomes = compare("raw file", tasks, raw_rows, in_flight)
+        failures += subscriber.failures(raw_rows)
         for text in failures:
             self.fail(text)
         self.daemon.start()
@@ -729,3 +829,58 @@ class CrashRounds:
         failures, _ = compare("after the clean stop", self.all_tasks(), rows, [])
         for text in failures:
             self.fail(text)
+
+
+def creation_kills(binary, directory, seed, count, log=None):
+    """Kills headwayd `count` times while it creates and migrates a new database (a
+    random moment in the 150 ms after the file appears), each time on a fresh one; then the file as the kill
+    left it must pass `PRAGMA integrity_check` and record only whole migrations, and the
+    daemon must start on it, finish migrating and be ready. Returns (failures, how many
+    kills left the schema at each version: None when no database file existed yet)."""
+    rng = random.Random(f"{seed}-creation")
+    failures, versions = [], {}
+    for number in range(count):
+        folder = pathlib.Path(directory) / f"creation-{number}"
+        folder.mkdir(parents=True, exist_ok=True)
+        daemon = Daemon(binary, folder, "full")
+        daemon.spawn()
+        deadline = time.monotonic() + 30
+        while not daemon.database.exists() and daemon.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        time.sleep(rng.uniform(0, 0.15))
+        daemon.kill()
+        version = None
+        if daemon.database.exists() and daemon.database.stat().st_size > 0:
+            copy = copy_as_left(daemon.database, folder / "scratch")
+            integrity = sqlite3(copy, "PRAGMA integrity_check").strip()
+            if integrity != "ok":
+                failures.append(f"creation kill {number}: PRAGMA integrity_check: {integrity[:500]}")
+                continue
+            tables = sqlite3(copy, "SELECT name FROM sqlite_schema WHERE type = 'table'").split()
+            version = int(sqlite3(copy, "SELECT max(version) FROM schema_migrations").strip() or 0) \
+                if "schema_migrations" in tables else 0
+            # A migration's tables exist exactly when it is recorded.
+            expected = {1: "tasks", 2: "tombstones", 3: "history", 5: "tokens"}
+            for migration, table in expected.items():
+                if (table in tables) != (version >= migration):
+                    failures.append(f"creation kill {number}: table {table} {'present' if table in tables else 'absent'}"
+                                    f" with schema version {version}")
+        versions[version] = versions.get(version, 0) + 1
+        try:
+            daemon.start()
+            status, _, body = Client(daemon.port).request("GET", "/readyz")
+            if status != 200:
+                failures.append(f"creation kill {number}: /readyz {status} after the restart: {body[:200]!r}")
+            if daemon.stop() != 0:
+                failures.append(f"creation kill {number}: the restarted daemon did not stop cleanly")
+            problems, _ = raw_check(daemon.database, folder / "scratch")
+            failures += [f"creation kill {number}, after the restart: {problem}" for problem in problems]
+        except RuntimeError as error:
+            failures.append(f"creation kill {number}: no restart: {error}")
+        finally:
+            if daemon.process.poll() is None:
+                daemon.kill()
+        if log:
+            log(f"creation kill {number}: schema version {version} at the kill")
+    return failures, versions
+

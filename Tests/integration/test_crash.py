@@ -13,7 +13,7 @@ import crashproof
 from conftest import HEADWAYD
 
 SEED = int(os.environ.get("HEADWAY_CRASH_SEED", "20261130"))
-ROUNDS = 10
+ROUNDS = 8
 
 
 @pytest.mark.parametrize("durability", ["full", "normal"])
@@ -30,6 +30,12 @@ def test_acknowledged_updates_survive_sigkill(tmp_path, durability):
     in_flight = (summary["in_flight_applied"] + summary["in_flight_not_applied"]
                  + summary["registrations_in_flight_applied"] + summary["registrations_in_flight_not_applied"])
     assert in_flight > 0, "no request was in flight at any kill: the rounds proved little"
+
+
+def test_a_database_killed_while_created_and_migrated_is_whole(tmp_path):
+    failures, versions = crashproof.creation_kills(HEADWAYD, tmp_path, SEED, 6)
+    print(f"seed {SEED}: kills at schema versions {versions}")
+    assert failures == [], f"seed {SEED}, files in {tmp_path}:\n" + "\n".join(failures)
 
 
 # The checks are only worth something if they fail when the database loses or damages
