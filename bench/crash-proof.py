@@ -116,6 +116,8 @@ ROWS = [
     ("kills while starting", "startup_kills"),
     ("SIGTERM then SIGKILL", "stops_begun"),
     ("  of which killed before the stop ended", "kills_during_stop"),
+    ("WAL frames replayed after a kill, median", "wal_frames_at_kill_median"),
+    ("WAL frames replayed after a kill, most", "wal_frames_at_kill_max"),
     ("stall flags found after the kills (sum)", "stalled_seen"),
     ("events received by a subscriber", "events_seen"),
     ("  subscriber cut off before the kill (slow)", "subscribers_cut_off"),

@@ -193,9 +193,12 @@ class Statistics:
             setattr(self, field, 0)
         self.failures = []
         self.seconds = 0.0
+        self.wal_frames = []  # the frames (pages) the WAL held at each kill
 
     def as_dict(self):
+        frames = sorted(self.wal_frames) or [0]
         return {**{field: getattr(self, field) for field in self.FIELDS},
+                "wal_frames_at_kill_median": frames[len(frames) // 2], "wal_frames_at_kill_max": frames[-1],
                 "failures": len(self.failures), "seconds": round(self.seconds, 1)}
 
 
@@ -471,13 +474,18 @@ def copy_as_left(database, scratch):
     return copy
 
 
-def raw_check(database, scratch):
+def raw_check(database, scratch, wal_frames=None):
     """Opens a copy of `database` as the kill left it with the sqlite3 shell, which
-    replays the WAL: integrity, the daemon's invariants. Returns (failures, rows by id)."""
+    replays the WAL: integrity, the daemon's invariants. Returns (failures, rows by id);
+    appends to `wal_frames` how many frames the WAL held (those SQLite found valid)."""
     copy = copy_as_left(database, scratch)
     failures = []
     try:
-        integrity = sqlite3(copy, "PRAGMA integrity_check").strip()
+        # Then a checkpoint, which says how many frames of the WAL it read.
+        *integrity, checkpoint = sqlite3(copy, "PRAGMA integrity_check; PRAGMA wal_checkpoint").splitlines()
+        integrity = "\n".join(integrity).strip()
+        if wal_frames is not None:
+            wal_frames.append(max(0, int(checkpoint.split("|")[1])))
         if integrity != "ok":
             return [f"PRAGMA integrity_check: {integrity[:2000]}"], {}
         if (disagree := sqlite3(copy, COUNTS_DISAGREE).strip()) != "0":
@@ -749,7 +757,8 @@ class CrashRounds:
         """The checks after a kill: the raw files (and what the event stream showed), then
         the restarted daemon, then each in-flight request sent again."""
         tasks = self.all_tasks()
-        raw_failures, raw_rows = raw_check(self.daemon.database, self.directory / "scratch")
+        raw_failures, raw_rows = raw_check(self.daemon.database, self.directory / "scratch",
+                                           self.statistics.wal_frames)
         for text in raw_failures:
             self.fail(f"raw file: {text}")
         if raw_failures and not raw_rows:
