@@ -83,6 +83,10 @@ def main():
                           for version, count in sorted(creation_versions.items(), key=lambda item: item[0] or -1))
               + f"; failures: {len(creation_failures)}")
     for mode, result in results.items():
+        if result.refusals:
+            print(f"{mode}: refusals by status and code: "
+                  + ", ".join(f"{key}: {count}" for key, count in sorted(result.refusals.items())))
+    for mode, result in results.items():
         for failure in result.failures[:50]:
             print(f"FAIL {failure}")
     for failure in creation_failures[:50]:

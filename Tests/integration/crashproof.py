@@ -91,8 +91,14 @@ class Daemon:
         """Starts the daemon and waits until it is ready (`/readyz` 200)."""
         self.spawn()
         deadline = time.monotonic() + seconds
+        attempts = 1
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                # Another program may have taken the free port meanwhile: another one.
+                if "cannot listen on" in self.log_tail(1) and attempts < 5:
+                    attempts += 1
+                    self.spawn()
+                    continue
                 raise RuntimeError(f"headwayd exited with {self.process.returncode}: {self.log_tail()}")
             try:
                 connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
@@ -194,11 +200,13 @@ class Statistics:
         self.failures = []
         self.seconds = 0.0
         self.wal_frames = []  # the frames (pages) the WAL held at each kill
+        self.refusals = {}  # "status code" -> count
 
     def as_dict(self):
         frames = sorted(self.wal_frames) or [0]
         return {**{field: getattr(self, field) for field in self.FIELDS},
                 "wal_frames_at_kill_median": frames[len(frames) // 2], "wal_frames_at_kill_max": frames[-1],
+                "refusals": dict(sorted(self.refusals.items())),
                 "failures": len(self.failures), "seconds": round(self.seconds, 1)}
 
 
@@ -223,6 +231,7 @@ class Runner(threading.Thread):
         self.acknowledged_finishes = 0
         self.acknowledged_registrations = 0
         self.refused = 0
+        self.refusals = {}  # "status code" -> count
         self.reconnects = 0
         self.connection = None
 
@@ -332,6 +341,12 @@ class Runner(threading.Thread):
             # Refused: nothing changed. Over capacity (503) may happen under load or while the
             # daemon stops; anything else means this model and the daemon disagree.
             self.refused += 1
+            try:
+                code = json.loads(body).get("code")
+            except ValueError:
+                code = None
+            key = f"{status} {code}" + (" (stopping)" if self.killed.is_set() else "")
+            self.refusals[key] = self.refusals.get(key, 0) + 1
             if status != 503:
                 self.fail(f"{operation.describe()} refused with {status}: {body[:300]!r}")
                 task.retired = True
@@ -745,6 +760,9 @@ class CrashRounds:
         statistics.finishes_acknowledged += sum(runner.acknowledged_finishes for runner in runners)
         statistics.registrations_acknowledged += sum(runner.acknowledged_registrations for runner in runners)
         statistics.refused += sum(runner.refused for runner in runners)
+        for runner in runners:
+            for key, count in runner.refusals.items():
+                statistics.refusals[key] = statistics.refusals.get(key, 0) + count
         statistics.reconnects += sum(runner.reconnects for runner in runners)
         self.verify(in_flight, subscriber)
         statistics.rounds += 1
