@@ -49,11 +49,13 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SQLITE3 = shutil.which("sqlite3") or "/usr/bin/sqlite3"
 JSON_HEADERS = {"Content-Type": "application/json"}
-# Child tasks and some roots are quantified: the total is far above what a long run reaches.
-TOTAL = 10**9
+# Child tasks and some roots are quantified. A task about to pass its total is no longer
+# updated; this one is above what a task reaches in a long run, and small enough that one
+# unit of a child moves its parent's roll-up far more than rounding does.
+TOTAL = 100_000
 # How far two sums of floating-point shares may differ (the parent's roll-up is kept by
-# adding deltas, so it drifts by rounding).
-ROLL_UP_TOLERANCE = 1e-6
+# adding deltas, so it drifts by rounding: about 1e-16 per change).
+ROLL_UP_TOLERANCE = 1e-9
 
 
 def free_port():
