@@ -80,7 +80,7 @@ def main():
         print(f"\nKilled while creating and migrating a new database: {arguments.creation_kills} times "
               f"({creation_seconds:.0f} s); schema version found at the kill: "
               + ", ".join(f"{'no file yet' if version is None else version}: {count}"
-                          for version, count in sorted(creation_versions.items(), key=lambda item: item[0] or -1))
+                          for version, count in sorted(creation_versions.items(), key=lambda item: -1 if item[0] is None else item[0]))
               + f"; failures: {len(creation_failures)}")
     for mode, result in results.items():
         if result.refusals:
