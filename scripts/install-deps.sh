@@ -15,7 +15,7 @@ apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcur
 # and put the database on a small filesystem that fills up or turns read-only (mount,
 # findmnt from util-linux; mkfs.ext4, e2fsck from e2fsprogs).
 [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd util-linux e2fsprogs)
-[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl)
+[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl sqlite3)
 
 missing=()
 for package in "${apt_packages[@]}"; do
