@@ -470,8 +470,11 @@ FROM tasks t
 # Rows of `task_counts` (kept by triggers) that disagree with a count of the tasks.
 COUNTS_DISAGREE = """
 SELECT count(*) FROM (
-  SELECT state, stalled, is_root, count(*) AS n FROM tasks GROUP BY state, stalled, is_root
-) AS counted FULL OUTER JOIN (SELECT * FROM task_counts WHERE n <> 0) AS kept USING (state, stalled, is_root)
+  SELECT state, stalled, is_root, total IS NOT NULL OR children_weight > 0 AS quantified,
+         coalesce(stall_reason, '') AS stall_reason, count(*) AS n
+  FROM tasks GROUP BY 1, 2, 3, 4, 5
+) AS counted FULL OUTER JOIN (SELECT * FROM task_counts WHERE n <> 0) AS kept
+  USING (state, stalled, is_root, quantified, stall_reason)
 WHERE counted.n IS NOT kept.n
 """
 
