@@ -210,6 +210,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let metrics = ServiceMetrics()
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
+                                       walSizeLimit: configuration.walSizeLimitBytes,
                                        observeBatch: { metrics.observe($0) })
     let apiReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
                                 maximumWaiting: configuration.maximumQueuedReads, label: "headway.reads")
