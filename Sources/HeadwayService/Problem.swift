@@ -264,6 +264,13 @@ extension Problem {
                 headers: [HTTPField("Retry-After", "1"), HTTPField("Cache-Control", "no-store")])
     }
 
+    /// Another process held the database's write lock (a `sqlite3` shell in `BEGIN
+    /// IMMEDIATE`, say) for longer than the writer waits for it.
+    static let databaseBusy = Problem(
+        status: 503, code: "database_busy", title: "Database busy",
+        detail: "Another process holds the database's write lock; nothing was changed. Retry shortly.",
+        headers: [HTTPField("Retry-After", "1")])
+
     static func internalError(requestID: String) -> Problem {
         Problem(status: 500, code: "internal_error", title: "Internal error",
                 detail: "The server could not complete the request (request id \(requestID)); nothing was changed.")
@@ -271,7 +278,8 @@ extension Problem {
 }
 
 /// The one place where errors become replies: a refusal of the domain, of the service or of
-/// the HTTP layer becomes its problem; a stopped writer is `shutting_down`; anything else
+/// the HTTP layer becomes its problem; a stopped writer is `shutting_down`; a database whose
+/// write lock another process held too long is `database_busy`; anything else
 /// is logged and answered 500 `internal_error` (a change that failed was rolled back).
 struct ErrorReplies: Sendable {
     let logger: Logger
@@ -288,6 +296,9 @@ struct ErrorReplies: Sendable {
         case let problem as Problem: return problem
         case let refusal as AccessRefusal: return Problem(refusal)
         case WriterError.stopped: return .shuttingDown
+        case let error as SQLiteError where error.isBusy:
+            logger.log(.warn, "request.database_busy", ["request_id": request.requestID, "error": "\(error)"])
+            return .databaseBusy
         default:
             logger.log(.error, "request.failed", ["request_id": request.requestID, "error": "\(error)"])
             return .internalError(requestID: request.requestID)

@@ -10,9 +10,20 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     /// The SQL that failed, if any.
     public var sql: String?
 
+    public init(code: Int32, message: String, sql: String?) {
+        self.code = code
+        self.message = message
+        self.sql = sql
+    }
+
     public var description: String {
         "SQLite error \(code): \(message)" + (sql.map { " — while running: \($0)" } ?? "")
     }
+
+    /// Whether another connection held a lock the statement needed for longer than
+    /// `Database.busyTimeoutMilliseconds` (`SQLITE_BUSY`): nothing was changed, and a later
+    /// try may succeed.
+    public var isBusy: Bool { code & 0xff == SQLITE_BUSY }
 }
 
 // @unchecked Sendable: a C handle, opened without SQLite's mutex; `confinement` checks its use.
