@@ -145,30 +145,38 @@ class SQLiteShell:
         self.process.stdin.flush()
         assert self.process.wait(timeout=10) == 0
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        """A shell left running by a failed assertion would hold its lock: ended here."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
 
 def test_a_reader_holding_a_snapshot_fails_no_write_and_the_wal_comes_back(tmp_path):
     database = tmp_path / "headway.db"
     with run_headwayd(tmp_path, "--wal-size-limit", str(WAL_LIMIT)) as base, Runners(base) as runners:
         runners.wait_for_updates(50)
-        shell = SQLiteShell(database)
-        seen = shell.ask("BEGIN; SELECT sum(completed) FROM tasks;")
-        updates_before = runners.updates
-        held_since = time.monotonic()
-        peak = 0
-        # Hold the snapshot for HOLD_SECONDS, and on until the WAL is well past the limit
-        # (at most 30 s): then its coming back proves something.
-        while time.monotonic() - held_since < 30 and not runners.failures:
-            peak = max(peak, wal_bytes(database))
-            if time.monotonic() - held_since >= HOLD_SECONDS and peak > WAL_LIMIT * 3 // 2:
-                break
-            time.sleep(0.25)
-        assert not runners.failures, runners.failures[:3]
-        assert runners.updates > updates_before, "writes went on while the reader held its snapshot"
-        assert shell.ask("SELECT sum(completed) FROM tasks;") == seen, "the reader still saw its snapshot"
-        assert peak > WAL_LIMIT, f"the held snapshot kept the WAL from being reset ({peak} bytes at most)"
-
-        assert shell.ask("COMMIT; SELECT 'released';") == "released"
-        shell.quit()
+        with SQLiteShell(database) as shell:
+            seen = shell.ask("BEGIN; SELECT sum(completed) FROM tasks;")
+            updates_before = runners.updates
+            held_since = time.monotonic()
+            peak = 0
+            # Hold the snapshot for HOLD_SECONDS, and on until the WAL is well past the limit
+            # (at most 30 s): then its coming back proves something.
+            while time.monotonic() - held_since < 30 and not runners.failures:
+                peak = max(peak, wal_bytes(database))
+                if time.monotonic() - held_since >= HOLD_SECONDS and peak > WAL_LIMIT * 3 // 2:
+                    break
+                time.sleep(0.25)
+            assert not runners.failures, runners.failures[:3]
+            assert runners.updates > updates_before, "writes went on while the reader held its snapshot"
+            assert shell.ask("SELECT sum(completed) FROM tasks;") == seen, "the reader still saw its snapshot"
+            assert peak > WAL_LIMIT, f"the held snapshot kept the WAL from being reset ({peak} bytes at most)"
+            assert shell.ask("COMMIT; SELECT 'released';") == "released"
+            shell.quit()
         # The runners go on writing; the WAL comes back under the limit (bounded wait).
         size = wal_bytes(database)
         for _ in range(200):
@@ -207,3 +215,31 @@ def test_backups_during_writes_fail_no_write_and_hold_what_was_acknowledged(tmp_
                                capture_output=True, text=True, timeout=30)
         assert check.stdout.strip() == "ok", (tool, check.stdout, check.stderr)
         assert_all_stored(acknowledged, stored_completed(copy))
+
+
+def test_a_write_lock_held_outside_past_the_busy_timeout_is_503_database_busy(tmp_path):
+    """Not a reader: a shell in `BEGIN IMMEDIATE` holds the write lock. The daemon's writer
+    waits for it 5 s (SQLite's busy timeout), then answers the waiting writes 503
+    `database_busy` with `Retry-After`, storing none of them; once the lock is let go,
+    writes succeed again."""
+    database = tmp_path / "headway.db"
+    with run_headwayd(tmp_path) as base:
+        status, _ = call(base, "POST", "/v1/tasks", {"id": "locked-out", "name": "Locked out", "total": 100})
+        assert status == 201
+        with SQLiteShell(database) as shell:
+            assert shell.ask("BEGIN IMMEDIATE; SELECT 'locked';") == "locked"
+            request = urllib.request.Request(base + "/v1/tasks/locked-out/progress", method="POST",
+                                             data=json.dumps({"completed": 1}).encode(),
+                                             headers={"Content-Type": "application/json"})
+            try:
+                urllib.request.urlopen(request, timeout=30)
+                raise AssertionError("a write went through while another process held the write lock")
+            except urllib.error.HTTPError as error:
+                assert error.code == 503
+                assert error.headers["Retry-After"] == "1"
+                assert json.load(error)["code"] == "database_busy"
+            assert shell.ask("COMMIT; SELECT 'unlocked';") == "unlocked"
+            shell.quit()
+        assert call(base, "GET", "/v1/tasks/locked-out")[1]["completed"] == 0, "the refused write changed nothing"
+        status, task = call(base, "POST", "/v1/tasks/locked-out/progress", {"completed": 1})
+        assert (status, task["completed"]) == (200, 1)
