@@ -11,8 +11,10 @@ apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcur
 # a real headless Chromium at it (Selenium uses Debian's chromedriver, no download), and
 # make certificates (openssl) and HTTPS requests (curl) for the TLS tests, and drive the
 # headway command in real terminals and shells (tmux, zsh, fish), damage databases (sqlite3),
-# check metrics and alert rules (promtool, from prometheus) and the systemd unit (systemd-analyze).
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd)
+# check metrics and alert rules (promtool, from prometheus) and the systemd unit (systemd-analyze),
+# and put the database on a small filesystem that fills up or turns read-only (mount,
+# findmnt from util-linux; mkfs.ext4, e2fsck from e2fsprogs).
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd util-linux e2fsprogs)
 [ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl)
 
 missing=()

@@ -1,5 +1,6 @@
 import Foundation
 import Lifecycle
+import Synchronization
 
 /// One name/value pair of a query string or header block.
 public struct HTTPField: Sendable, Equatable {
@@ -224,18 +225,33 @@ public struct HTTPCompletion: Sendable, Equatable {
     }
 }
 
-/// The pattern of the route a request matched (e.g. `/v1/tasks/{id}/progress`), noted by
-/// the router on the server's thread and read when the exchange is over: nil while no route
-/// matched (an unknown path, a wrong method, a refusal before routing).
+/// A route's pattern (e.g. `/v1/tasks/{id}/progress`), made once when the route is added:
+/// what a request matched is noted as a reference to it, so noting, comparing and hashing it
+/// cost no string work (two patterns are the same series when they are the same object).
+public final class RoutePattern: Sendable, Hashable {
+    public let text: String
+
+    public init(_ text: String) { self.text = text }
+
+    public static func == (lhs: RoutePattern, rhs: RoutePattern) -> Bool { lhs === rhs }
+    public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}
+
+/// The route a request matched, noted by the router on the server's thread and read when
+/// the exchange is over: nil while no route matched (an unknown path, a wrong method, a
+/// refusal before routing). One allocation per request that asks; no lock.
 public final class MatchedRoute: Sendable {
-    private let value = Locked<String?>(nil)
+    private let matched = AtomicLazyReference<RoutePattern>()
 
     public init() {}
 
-    /// The pattern matched, if any.
-    public var pattern: String? { value.withLock { $0 } }
+    /// The route matched, if any.
+    public var route: RoutePattern? { matched.load() }
 
-    func note(_ pattern: String) { value.withLock { $0 = pattern } }
+    /// The pattern matched, if any.
+    public var pattern: String? { route?.text }
+
+    func note(_ route: RoutePattern) { _ = matched.storeIfNil(route) }
 }
 
 /// Sends the response to one request, exactly once, from any thread.

@@ -6,7 +6,9 @@ public struct Router: Sendable {
     /// One route as declared.
     public struct Route: Sendable {
         public var method: String
-        public var pattern: String
+        public var pattern: String { identity.text }
+        /// The pattern as noted on a request that matched this route.
+        public let identity: RoutePattern
         fileprivate var segments: [Segment]
         fileprivate var handler: HTTPHandler
     }
@@ -28,7 +30,7 @@ public struct Router: Sendable {
             segment.hasPrefix("{") && segment.hasSuffix("}")
                 ? .parameter(String(segment.dropFirst().dropLast())) : .literal(Array(segment.utf8))
         }
-        routes.append(Route(method: method, pattern: pattern, segments: segments, handler: handler))
+        routes.append(Route(method: method, identity: RoutePattern(pattern), segments: segments, handler: handler))
     }
 
     /// What a request leads to: its route's handler (with the request's path parameters
@@ -44,7 +46,7 @@ public struct Router: Sendable {
         var allowed: [String] = []
         for route in routes where matches(route.segments, path, bounds) {
             if route.method == request.method || (request.method == "HEAD" && route.method == "GET") {
-                request.matchedRoute?.note(route.pattern)
+                request.matchedRoute?.note(route.identity)
                 var routed = request
                 routed.pathParameters = parameters(route.segments, path, bounds)
                 return .handler(route.handler, routed)

@@ -12,12 +12,12 @@ public enum TaskState: String, Sendable, CaseIterable {
 }
 
 /// How a task is shown: a progress bar or an activity indicator.
-public enum TaskMode: String, Sendable {
+public enum TaskMode: String, Sendable, CaseIterable {
     case quantified, indeterminate
 }
 
 /// Why a task is flagged as stalled.
-public enum StallReason: String, Sendable {
+public enum StallReason: String, Sendable, CaseIterable {
     /// No signal arrived for `stall_timeout_seconds`.
     case silent
     /// Signals arrive but `completed` has not grown for `progress_timeout_seconds`.

@@ -209,9 +209,13 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let connectionLimit = configuration.maximumSubscribers + 1024
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let metrics = ServiceMetrics()
+    let storageAlarm = StorageAlarm(logger: logger, clock: clock)
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
                                        walSizeLimit: configuration.walSizeLimitBytes,
-                                       observeBatch: { metrics.observe($0) })
+                                       observeBatch: { batch in
+                                           metrics.observe(batch)
+                                           storageAlarm.observe(batch)
+                                       })
     let apiReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
                                 maximumWaiting: configuration.maximumQueuedReads, label: "headway.reads")
     // Every waiting catch-up holds a subscriber's place, so the subscriber limit bounds them.

@@ -17,8 +17,12 @@ public struct Configuration: Sendable, Equatable {
     public var durability = Durability.full
     /// The stall timeout of tasks registered without one, in seconds.
     public var stallTimeoutSeconds = 30.0
-    /// The least severe log level written.
+    /// The least severe log level written (SIGHUP rereads it from the configuration file).
     public var logLevel = LogLevel.info
+    /// The file logs are appended to (reopened on SIGHUP, for log rotation); nil: stderr.
+    public var logFilePath: String?
+    /// The configuration file the settings were read from (`--config`), reread on SIGHUP.
+    public var configurationFilePath: String?
     /// Seconds between keep-alive comments on event streams.
     public var sseHeartbeatSeconds = 15.0
     /// Event-stream subscribers served at once; more get 503.
@@ -93,6 +97,14 @@ public struct Configuration: Sendable, Equatable {
                                     (HEADWAY_STALL_TIMEOUT, default 30)
           --log-level LEVEL         debug, info, warn or error; requests log at info
                                     (HEADWAY_LOG_LEVEL, default info)
+          --log-file PATH           append logs to this file, created with mode 0640
+                                    if missing; SIGHUP reopens it, for log rotation
+                                    (HEADWAY_LOG_FILE, default: stderr)
+          --config FILE             read settings from FILE, one 'name = value' per
+                                    line with the option names above ('log-level =
+                                    debug'; '#' starts a comment line); flags and
+                                    variables win over it; SIGHUP rereads it
+                                    (HEADWAY_CONFIG, default: none)
           --sse-heartbeat SECONDS   keep-alive comment interval on event streams
                                     (HEADWAY_SSE_HEARTBEAT, default 15)
           --max-subscribers N       event-stream subscribers served at once; more get
@@ -154,9 +166,11 @@ public struct Configuration: Sendable, Equatable {
           --version                 print the version and exit
           -h, --help                show this text
 
-        Logs go to stderr, one line per event. SIGTERM or SIGINT stops the daemon cleanly;
-        a second one during a slow stop ends it at once. SIGHUP reloads the TLS
-        certificate and key (open connections keep theirs; a bad file keeps the old).
+        Logs go to stderr (or --log-file), one line per event. SIGTERM or SIGINT stops the
+        daemon cleanly; a second one during a slow stop ends it at once. SIGHUP reloads the TLS
+        certificate and key (open connections keep theirs; a bad file keeps the old),
+        reopens the log file and rereads the configuration file: the log level changes at
+        once, other changed settings wait for a restart, a bad file changes nothing.
 
         """
 
@@ -167,32 +181,36 @@ public struct Configuration: Sendable, Equatable {
         case version
     }
 
-    /// Reads flags (`--name value` or `--name=value`) over environment variables.
+    /// The settings a flag, a variable or a configuration-file line may give, by flag name.
+    static let settingNames = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat",
+                               "max-subscribers", "retention",
+                               "max-depth", "max-children", "max-tasks",
+                               "read-connections", "max-queued-reads",
+                               "max-body-bytes", "max-query-params",
+                               "head-timeout", "max-connections-per-address",
+                               "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
+                               "wal-size-limit",
+                               "public-url", "cors-origin", "tls-cert", "tls-key", "log-file", "config"]
+    /// Settings that may repeat, each adding a value; their variable holds a comma-separated
+    /// list, and a layer that gives them replaces the list of the layers below.
+    static let repeatableSettings: Set<String> = ["public-url", "cors-origin"]
+
+    /// Reads flags (`--name value` or `--name=value`) over environment variables over the
+    /// configuration file (`--config`, `HEADWAY_CONFIG`) over defaults.
     public static func parse(arguments: [String], environment: [String: String]) throws(UsageError) -> Command {
-        var settings: [String: String] = [:]
-        let names = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat", "max-subscribers",
-                     "retention",
-                     "max-depth", "max-children", "max-tasks",
-                     "read-connections", "max-queued-reads",
-                     "max-body-bytes", "max-query-params",
-                     "head-timeout", "max-connections-per-address",
-                     "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
-                     "wal-size-limit",
-                     "public-url", "cors-origin", "tls-cert", "tls-key"]
-        // Flags that may repeat, each adding a value; their variable holds a comma-separated
-        // list, and the flags, when given, replace it.
-        let repeatable: Set<String> = ["public-url", "cors-origin"]
-        var lists: [String: [String]] = [:]
-        var listsFromFlags: Set<String> = []
-        for name in names {
+        var fromEnvironment = SettingLayer()
+        for name in settingNames {
             let variable = "HEADWAY_" + name.uppercased().replacingHyphens()
             guard let value = environment[variable] else { continue }
-            if repeatable.contains(name) {
-                lists[name] = value.split(separator: ",").map { String($0.filter { !$0.isWhitespace }) }
+            if repeatableSettings.contains(name) {
+                fromEnvironment.lists[name] = value.split(separator: ",").map {
+                    SettingText(String($0.filter { !$0.isWhitespace }))
+                }
             } else {
-                settings[name] = value
+                fromEnvironment.values[name] = SettingText(value)
             }
         }
+        var fromFlags = SettingLayer()
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]
@@ -207,45 +225,70 @@ public struct Configuration: Sendable, Equatable {
                 name = String(name[..<equals])
             }
             if ["help", "version"].contains(name) { throw UsageError("option '--\(name)' takes no value") }
-            guard names.contains(name) else { throw UsageError("unknown option '--\(name)'") }
+            guard settingNames.contains(name) else { throw UsageError("unknown option '--\(name)'") }
             if value == nil {
                 guard index < arguments.count else { throw UsageError("option '--\(name)' needs a value") }
                 value = arguments[index]
                 index += 1
             }
-            if repeatable.contains(name), let value {
-                if listsFromFlags.insert(name).inserted { lists[name] = [] }
-                lists[name, default: []].append(value)
+            if let value, repeatableSettings.contains(name) {
+                fromFlags.lists[name, default: []].append(SettingText(value))
             } else {
-                settings[name] = value
+                fromFlags.values[name] = value.map { SettingText($0) }
             }
         }
-
-        var configuration = Configuration()
-        let reader = SettingReader(settings)
-        if let listen = settings["listen"] {
-            (configuration.host, configuration.port) = try parseListen(listen)
+        var settings = SettingLayer()
+        let configurationFile = (fromFlags.values["config"] ?? fromEnvironment.values["config"])?.text
+        if let configurationFile {
+            guard !configurationFile.isEmpty else { throw UsageError("--config needs a file path") }
+            settings = try ConfigurationFile.read(path: configurationFile)
         }
-        if let path = settings["db"] {
+        settings.overlay(fromEnvironment)
+        settings.overlay(fromFlags)
+        var configuration = try build(SettingReader(settings))
+        configuration.configurationFilePath = configurationFile
+        return .run(configuration)
+    }
+
+    /// The configuration the settings give; a value refused is named with its flag, and
+    /// with its file and line when it comes from the configuration file.
+    private static func build(_ reader: SettingReader) throws(UsageError) -> Configuration {
+        var configuration = Configuration()
+        if let (host, port) = try reader.value("listen", parseListen) {
+            (configuration.host, configuration.port) = (host, port)
+        }
+        if let path = try reader.value("db", { path throws(UsageError) in
             guard !path.isEmpty else { throw UsageError("--db needs a file path") }
+            return path
+        }) {
             configuration.databasePath = path
         }
-        if let text = settings["durability"] {
+        if let durability = try reader.value("durability", { text throws(UsageError) in
             guard let durability = Durability(rawValue: text) else {
                 throw UsageError("--durability must be full or normal, not '\(text)'")
             }
+            return durability
+        }) {
             configuration.durability = durability
         }
-        if let text = settings["log-level"] {
+        if let level = try reader.value("log-level", { text throws(UsageError) in
             guard let level = LogLevel(name: text) else {
                 throw UsageError("--log-level must be debug, info, warn or error, not '\(text)'")
             }
+            return level
+        }) {
             configuration.logLevel = level
         }
-        if let text = settings["retention"] {
+        configuration.logFilePath = try reader.value("log-file") { path throws(UsageError) in
+            guard !path.isEmpty else { throw UsageError("--log-file needs a file path") }
+            return path
+        }
+        if let seconds = try reader.value("retention", { text throws(UsageError) in
             guard let seconds = parseDuration(text), (60...315_360_000).contains(seconds) else {
                 throw UsageError("--retention must be a duration from 60s to 3650d (e.g. 7d, 12h, 3600), not '\(text)'")
             }
+            return seconds
+        }) {
             configuration.retentionSeconds = seconds
         }
         try reader.seconds("stall-timeout", in: 1...2_592_000, into: &configuration.stallTimeoutSeconds)
@@ -273,22 +316,59 @@ public struct Configuration: Sendable, Equatable {
         try reader.wholeNumber("wal-size-limit", in: 1_048_576...1_099_511_627_776,
                                into: &configuration.walSizeLimitBytes)
         // Browsers.
-        configuration.publicOrigins = try (lists["public-url"] ?? []).map { text throws(UsageError) in
+        configuration.publicOrigins = try reader.list("public-url") { text throws(UsageError) in
             try WebOrigin.parsePublicURL(text)
         }
-        configuration.corsOrigins = try (lists["cors-origin"] ?? []).map { text throws(UsageError) in
+        configuration.corsOrigins = try reader.list("cors-origin") { text throws(UsageError) in
             try CORSOrigin.parse(text)
         }
         // HTTPS: both files or neither (whether they can serve is checked at start).
-        switch (settings["tls-cert"], settings["tls-key"]) {
+        let certificate = reader.settings.values["tls-cert"], key = reader.settings.values["tls-key"]
+        switch (certificate?.text, key?.text) {
         case (nil, nil): break
         case (let certificate?, let key?) where !certificate.isEmpty && !key.isEmpty:
             configuration.tlsCertificatePath = certificate
             configuration.tlsKeyPath = key
-        case (_, nil), (_, ""): throw UsageError("--tls-cert needs --tls-key (the certificate's private key)")
-        default: throw UsageError("--tls-key needs --tls-cert (the certificate of the key)")
+        case (_, nil), (_, ""):
+            throw UsageError("--tls-cert needs --tls-key (the certificate's private key)", at: certificate?.origin)
+        default:
+            throw UsageError("--tls-key needs --tls-cert (the certificate of the key)", at: key?.origin)
         }
-        return .run(configuration)
+        return configuration
+    }
+
+    /// The settings, by flag name, whose value differs in `other` (for a reload, which
+    /// applies the log level and leaves the others for a restart).
+    public func settingsChanged(from other: Configuration) -> [String] {
+        let differences: [(String, Bool)] = [
+            ("listen", (host, port, inheritedListenFD) != (other.host, other.port, other.inheritedListenFD)),
+            ("db", databasePath != other.databasePath),
+            ("durability", durability != other.durability),
+            ("stall-timeout", stallTimeoutSeconds != other.stallTimeoutSeconds),
+            ("log-level", logLevel != other.logLevel),
+            ("log-file", logFilePath != other.logFilePath),
+            ("sse-heartbeat", sseHeartbeatSeconds != other.sseHeartbeatSeconds),
+            ("max-subscribers", maximumSubscribers != other.maximumSubscribers),
+            ("retention", retentionSeconds != other.retentionSeconds),
+            ("max-depth", treeLimits.maximumDepth != other.treeLimits.maximumDepth),
+            ("max-children", treeLimits.maximumChildren != other.treeLimits.maximumChildren),
+            ("max-tasks", treeLimits.maximumTasks != other.treeLimits.maximumTasks),
+            ("read-connections", readConnections != other.readConnections),
+            ("max-queued-reads", maximumQueuedReads != other.maximumQueuedReads),
+            ("max-body-bytes", maximumBodyBytes != other.maximumBodyBytes),
+            ("max-query-params", maximumQueryParameters != other.maximumQueryParameters),
+            ("head-timeout", headTimeoutSeconds != other.headTimeoutSeconds),
+            ("max-connections-per-address", maximumConnectionsPerAddress != other.maximumConnectionsPerAddress),
+            ("stream-buffer-bytes", streamBufferBytes != other.streamBufferBytes),
+            ("stream-stall-timeout", streamStallTimeoutSeconds != other.streamStallTimeoutSeconds),
+            ("max-catch-up-bytes", maximumCatchUpBytes != other.maximumCatchUpBytes),
+            ("wal-size-limit", walSizeLimitBytes != other.walSizeLimitBytes),
+            ("public-url", publicOrigins != other.publicOrigins),
+            ("cors-origin", corsOrigins != other.corsOrigins),
+            ("tls-cert", tlsCertificatePath != other.tlsCertificatePath),
+            ("tls-key", tlsKeyPath != other.tlsKeyPath),
+        ]
+        return differences.filter(\.1).map(\.0)
     }
 
     /// Seconds in `text`: a plain decimal number, optionally followed by s, m, h or d.
@@ -339,36 +419,69 @@ public struct Configuration: Sendable, Equatable {
 public struct UsageError: Error, Equatable, CustomStringConvertible {
     public var description: String
     public init(_ description: String) { self.description = description }
+
+    /// `description` after `origin` (`FILE:LINE: …`), when the value comes from a file.
+    init(_ description: String, at origin: String?) {
+        self.description = origin.map { "\($0): \(description)" } ?? description
+    }
 }
 
 extension String {
     fileprivate func replacingHyphens() -> String { String(map { $0 == "-" ? "_" : $0 }) }
 }
 
-/// Reads numeric settings by flag name, refusing a value out of range with a usage error
-/// that names the flag and the range.
-private struct SettingReader {
-    let settings: [String: String]
+/// Reads settings by flag name, refusing a value out of range with a usage error that names
+/// the flag and the range (and the file and line of a value from the configuration file).
+struct SettingReader {
+    let settings: SettingLayer
 
-    init(_ settings: [String: String]) { self.settings = settings }
+    init(_ settings: SettingLayer) { self.settings = settings }
+
+    /// The setting `name` converted by `convert`, nil if not given; an error of `convert`
+    /// is prefixed with the file and line the value comes from, if it comes from a file.
+    func value<Value>(_ name: String, _ convert: (String) throws(UsageError) -> Value) throws(UsageError) -> Value? {
+        guard let setting = settings.values[name] else { return nil }
+        do {
+            return try convert(setting.text)
+        } catch {
+            throw UsageError(error.description, at: setting.origin)
+        }
+    }
+
+    /// Each value of the repeatable setting `name` converted by `convert` (none if not given).
+    func list<Value>(_ name: String, _ convert: (String) throws(UsageError) -> Value) throws(UsageError) -> [Value] {
+        var values: [Value] = []
+        for setting in settings.lists[name] ?? [] {
+            do {
+                values.append(try convert(setting.text))
+            } catch {
+                throw UsageError(error.description, at: setting.origin)
+            }
+        }
+        return values
+    }
 
     /// Sets `value` from the setting `name`, a whole number within `range`, if given.
     func wholeNumber<Number: FixedWidthInteger>(_ name: String, in range: ClosedRange<Number>,
                                                 into value: inout Number) throws(UsageError) {
-        guard let text = settings[name] else { return }
-        guard let number = Number(text), range.contains(number) else {
-            throw UsageError("--\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
-        }
+        guard let number = try self.value(name, { text throws(UsageError) in
+            guard let number = Number(text), range.contains(number) else {
+                throw UsageError("--\(name) must be a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
+            }
+            return number
+        }) else { return }
         value = number
     }
 
     /// Sets `value` from the setting `name`, a number of seconds within `range`, if given.
     func seconds(_ name: String, in range: ClosedRange<Double>, into value: inout Double) throws(UsageError) {
-        guard let text = settings[name] else { return }
-        guard let seconds = Double(text), seconds.isFinite, range.contains(seconds) else {
-            throw UsageError("--\(name) must be a number of seconds from \(Self.plain(range.lowerBound)) to "
-                             + "\(Self.plain(range.upperBound)), not '\(text)'")
-        }
+        guard let seconds = try self.value(name, { text throws(UsageError) in
+            guard let seconds = Double(text), seconds.isFinite, range.contains(seconds) else {
+                throw UsageError("--\(name) must be a number of seconds from \(Self.plain(range.lowerBound)) to "
+                                 + "\(Self.plain(range.upperBound)), not '\(text)'")
+            }
+            return seconds
+        }) else { return }
         value = seconds
     }
 

@@ -23,20 +23,42 @@ public enum LogLevel: Int, Sendable, Comparable {
     public static func < (lhs: LogLevel, rhs: LogLevel) -> Bool { lhs.rawValue < rhs.rawValue }
 }
 
-/// Writes one logfmt line per event to stderr: `ts=… level=… event=http.request key=value …`.
-/// Token secrets never reach a line (`Redaction`).
+/// Writes one logfmt line per event to stderr or a log file: `ts=… level=… event=http.request
+/// key=value …`. Token secrets never reach a line (`Redaction`).
 /// Lines are gathered and written every 50 ms by the `flusher` service (one `write(2)` for
 /// many requests), and at once when 64 KiB wait; warnings and errors are written at once,
 /// and `flush()` writes what is pending. Lines never interleave.
+/// Copies share their output and their minimum level: `setMinimumLevel` and `reopen` (SIGHUP)
+/// act on every copy.
 public struct Logger: Sendable {
-    public var minimumLevel: LogLevel
     private let output: LogOutput
 
     /// A logger writing to stderr, or to `sink` (for tests; then every line goes at once).
     public init(minimumLevel: LogLevel = .info, sink: (@Sendable (String) -> Void)? = nil) {
-        self.minimumLevel = minimumLevel
-        self.output = LogOutput(sink: sink)
+        self.output = LogOutput(minimumLevel: minimumLevel, sink: sink, file: nil)
     }
+
+    /// A logger appending to the file at `path` (created with mode 0640 if missing), or to
+    /// stderr when `path` is nil; throws `LogFileError` if the file cannot be opened.
+    public init(minimumLevel: LogLevel, filePath path: String?) throws(LogFileError) {
+        let file = try path.map { path throws(LogFileError) in try LogFile(path: path) }
+        self.output = LogOutput(minimumLevel: minimumLevel, sink: nil, file: file)
+    }
+
+    /// The least severe level written.
+    public var minimumLevel: LogLevel { output.minimumLevel }
+
+    /// Writes lines of `level` and above from now on, in every copy of this logger.
+    public func setMinimumLevel(_ level: LogLevel) { output.setMinimumLevel(level) }
+
+    /// The log file, if logs go to one.
+    public var filePath: String? { output.filePath }
+
+    /// Closes the log file and opens it again at the same path, as log rotation expects
+    /// (after the file was moved away, lines go to a new one); the lines waiting are written
+    /// to the old file first. If the file cannot be opened, lines keep going to the old one
+    /// and `LogFileError` says why. Without a log file, does nothing.
+    public func reopen() throws(LogFileError) { try output.reopen() }
 
     /// Writes the lines still waiting.
     public func flush() { output.flush() }
@@ -47,7 +69,14 @@ public struct Logger: Sendable {
 
     /// Logs `event` with `fields` (written in the order given).
     public func log(_ level: LogLevel, _ event: String, _ fields: KeyValuePairs<String, String> = [:]) {
-        guard level >= minimumLevel else { return }
+        log(level, event, fields, threshold: output.minimumLevel)
+    }
+
+    /// Logs `event` if `level` reaches `threshold` rather than the minimum level (a line
+    /// about a change of the minimum level is written if either level shows it).
+    func log<Fields: Sequence<(key: String, value: String)>>(_ level: LogLevel, _ event: String, _ fields: Fields,
+                                                             threshold: LogLevel) {
+        guard level >= threshold else { return }
         var line: [UInt8] = []
         line.reserveCapacity(192)
         func put(_ text: String) {
@@ -98,16 +127,27 @@ public struct Logger: Sendable {
     }
 }
 
-/// Where log lines go: straight to a sink, or to stderr through a buffer.
+/// Where log lines go: straight to a sink, or through a buffer to stderr or a log file; and
+/// the minimum level, read by every line logged (an atomic: no lock on that path).
 final class LogOutput: Sendable {
+    private let level: Atomic<Int>
     private let sink: (@Sendable (String) -> Void)?
     private let pending = Locked<[UInt8]>([])
-    /// Held from taking the pending lines to writing them, so lines keep their order; counts
-    /// the writes (a lock around no state at all, `Void`, is reported by ThreadSanitizer as a
-    /// race on the empty value's address).
-    private let writing = Locked<Int>(0)
+    /// Held from taking the pending lines to writing them, so lines keep their order: the
+    /// log file written to (nil: stderr), replaced by `reopen` under the same lock.
+    private let destination: Locked<LogFile?>
 
-    init(sink: (@Sendable (String) -> Void)?) { self.sink = sink }
+    init(minimumLevel: LogLevel, sink: (@Sendable (String) -> Void)?, file: LogFile?) {
+        level = Atomic(minimumLevel.rawValue)
+        self.sink = sink
+        destination = Locked(file)
+    }
+
+    var minimumLevel: LogLevel { LogLevel(rawValue: level.load(ordering: .relaxed)) ?? .info }
+
+    func setMinimumLevel(_ minimumLevel: LogLevel) { level.store(minimumLevel.rawValue, ordering: .relaxed) }
+
+    var filePath: String? { destination.withLock { $0?.path } }
 
     func append(_ line: [UInt8], immediately: Bool) {
         if let sink { return sink(String(decoding: line, as: UTF8.self)) }
@@ -119,15 +159,64 @@ final class LogOutput: Sendable {
     }
 
     func flush() {
-        writing.withLock { writes in
-            writes &+= 1
-            let bytes = pending.withLock { pending in
-                defer { pending = [] }
-                return pending
-            }
-            if !bytes.isEmpty { FileHandle.standardError.write(Data(bytes)) }
+        destination.withLock { file in write(takePending(), to: file) }
+    }
+
+    func reopen() throws(LogFileError) {
+        guard let path = filePath else { return }
+        let reopened = try LogFile(path: path)
+        destination.withLock { file in
+            write(takePending(), to: file)
+            file?.close()
+            file = reopened
         }
     }
+
+    private func takePending() -> [UInt8] {
+        pending.withLock { pending in
+            defer { pending = [] }
+            return pending
+        }
+    }
+
+    /// Writes all of `bytes` to `file` (stderr if nil). A write that fails loses those lines:
+    /// there is nowhere left to say so.
+    private func write(_ bytes: [UInt8], to file: LogFile?) {
+        let descriptor = file?.descriptor ?? STDERR_FILENO
+        bytes.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+                if written < 0 && errno == EINTR { continue }
+                guard written > 0 else { return }
+                offset += written
+            }
+        }
+    }
+}
+
+/// An open log file, created with mode 0640 if missing: every write goes to its end
+/// (`O_APPEND`), even after the file was truncated (logrotate's `copytruncate`) or written
+/// by another process.
+struct LogFile: Sendable {
+    let path: String
+    let descriptor: Int32
+
+    init(path: String) throws(LogFileError) {
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o640)
+        guard descriptor >= 0 else { throw LogFileError(path: path, reason: String(cString: strerror(errno))) }
+        self.path = path
+        self.descriptor = descriptor
+    }
+
+    func close() { _ = Glibc.close(descriptor) }
+}
+
+/// A log file that cannot be opened: its path and the system's reason.
+public struct LogFileError: Error, CustomStringConvertible {
+    public let path: String
+    public let reason: String
+    public var description: String { "cannot open the log file \(path): \(reason)" }
 }
 
 /// Writes a logger's waiting lines every 50 ms until stopped, then the last ones.

@@ -114,9 +114,7 @@ final class Maintenance: Service {
     private func submitOrphanDeletes(deleted total: Int, completion: @escaping @Sendable (Int) -> Void) {
         writer.submit({ database in try TaskRepository.orphans(limit: 64, in: database) }) { [self] result in
             guard case .success(let orphans) = result, !orphans.isEmpty else {
-                if case .failure(let error) = result, (error as? WriterError) != .stopped {
-                    logger.log(.error, "orphans.failed", ["error": "\(error)"])
-                }
+                if case .failure(let error) = result { logFailure("orphans.failed", error) }
                 return completion(total)
             }
             let now = clock.now()
@@ -156,10 +154,18 @@ final class Maintenance: Service {
                     completion(total + swept.events.count)
                 }
             case .failure(let error):
-                if (error as? WriterError) != .stopped { logger.log(.error, "stall_sweep.failed", ["error": "\(error)"]) }
+                logFailure("stall_sweep.failed", error)
                 completion(total)
             }
         }
+    }
+
+    /// Logs a job that failed, unless the writer has stopped or the storage refused it (a
+    /// full disk, logged once per episode by `StorageAlarm`: the sweep would log it four
+    /// times a second).
+    private func logFailure(_ event: String, _ error: any Error) {
+        guard (error as? WriterError) != .stopped, !StorageAlarm.isStorageRefusal(error) else { return }
+        logger.log(.error, event, ["error": "\(error)"])
     }
 
     /// Prunes in small batches until one comes back short.
@@ -180,7 +186,7 @@ final class Maintenance: Service {
                     completion(total + count)
                 }
             case .failure(let error):
-                if (error as? WriterError) != .stopped { logger.log(.error, "retention.failed", ["error": "\(error)"]) }
+                logFailure("retention.failed", error)
                 completion(total)
             }
         }

@@ -17,16 +17,35 @@ final class MetricCounter: Sendable {
     var value: UInt64 { count.load(ordering: .relaxed) }
 }
 
-/// Counters told apart by their label values (a small, bounded set of them: route
-/// patterns, statuses, problem codes — never anything a client may choose freely).
-final class LabeledCounters: Sendable {
-    private let counts = Locked<[[String]: UInt64]>([:])
+/// The label values that tell apart the series of one family. A key is hashed on every
+/// observation, so the hot ones are small structs of integers and references made once
+/// (a route, a method, a status); their strings are spelled out only at the scrape.
+/// Values come from small closed sets (route patterns, statuses, problem codes), never
+/// from anything a client may choose freely.
+protocol MetricLabels: Hashable, Sendable {
+    /// The values, in the order of the family's label names.
+    var labelValues: [String] { get }
+}
 
-    /// Adds `amount` to the counter of `labels` (values in the order of the family's names).
-    func add(_ labels: [String], _ amount: UInt64 = 1) { counts.withLock { $0[labels, default: 0] += amount } }
+/// Label values spelled out already: for series bumped off the hot path.
+extension Array: MetricLabels where Element == String {
+    var labelValues: [String] { self }
+}
+
+/// No labels: a family of one series.
+struct NoLabels: MetricLabels {
+    var labelValues: [String] { [] }
+}
+
+/// Counters told apart by their label values.
+final class LabeledCounters<Labels: MetricLabels>: Sendable {
+    private let counts = Locked<[Labels: UInt64]>([:])
+
+    /// Adds `amount` to the counter of `labels`.
+    func add(_ labels: Labels, _ amount: UInt64 = 1) { counts.withLock { $0[labels, default: 0] += amount } }
 
     /// Every counter, by its label values.
-    var values: [[String]: UInt64] { counts.withLock { $0 } }
+    var values: [Labels: UInt64] { counts.withLock { $0 } }
 }
 
 /// Observations counted in buckets (a Prometheus histogram): cumulative when shown.
@@ -53,14 +72,14 @@ struct HistogramValues: Sendable, Equatable {
 }
 
 /// A histogram, or one per label values, under one lock.
-final class Histograms: Sendable {
+final class Histograms<Labels: MetricLabels>: Sendable {
     let bounds: [Double]
-    private let values = Locked<[[String]: HistogramValues]>([:])
+    private let values = Locked<[Labels: HistogramValues]>([:])
 
     init(bounds: [Double]) { self.bounds = bounds }
 
-    /// Counts `value` in the histogram of `labels` (none for an unlabeled histogram).
-    func observe(_ value: Double, _ labels: [String] = []) {
+    /// Counts `value` in the histogram of `labels`.
+    func observe(_ value: Double, _ labels: Labels) {
         values.withLock { histograms in
             if histograms[labels] == nil { histograms[labels] = HistogramValues(bounds: bounds) }
             histograms[labels]!.observe(value)
@@ -68,12 +87,17 @@ final class Histograms: Sendable {
     }
 
     /// Every histogram, by its label values.
-    var snapshot: [[String]: HistogramValues] { values.withLock { $0 } }
-
-    /// Bounds for durations in seconds, from 100 µs to 10 s.
-    static let secondsBounds: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                          0.25, 0.5, 1, 2.5, 5, 10]
+    var snapshot: [Labels: HistogramValues] { values.withLock { $0 } }
 }
+
+extension Histograms where Labels == NoLabels {
+    /// Counts `value` in the one histogram of an unlabeled family.
+    func observe(_ value: Double) { observe(value, NoLabels()) }
+}
+
+/// Bounds for durations in seconds, from 100 µs to 10 s.
+let secondsBuckets: [Double] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                0.25, 0.5, 1, 2.5, 5, 10]
 
 /// Writes the Prometheus text exposition format, version 0.0.4: each family's `# HELP`
 /// and `# TYPE` lines, then its samples; label values escaped (`\\`, `\"`, `\n`).
@@ -106,19 +130,20 @@ struct PrometheusText {
     }
 
     /// A whole family of counters from their label values.
-    mutating func counters(_ name: String, _ help: String, labels names: [String], _ values: [[String]: UInt64]) {
+    mutating func counters<Labels: MetricLabels>(_ name: String, _ help: String, labels names: [String],
+                                                 _ values: [Labels: UInt64]) {
         family(name, .counter, help)
-        for (labels, value) in values.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+        for (labels, value) in Self.sorted(values) {
             sample(name, Array(zip(names, labels)), Double(value))
         }
     }
 
     /// A whole family of histograms: cumulative `_bucket`s ending with `le="+Inf"`, then
     /// `_sum` and `_count`.
-    mutating func histograms(_ name: String, _ help: String, labels names: [String],
-                             _ values: [[String]: HistogramValues]) {
+    mutating func histograms<Labels: MetricLabels>(_ name: String, _ help: String, labels names: [String],
+                                                   _ values: [Labels: HistogramValues]) {
         family(name, .histogram, help)
-        for (labels, histogram) in values.sorted(by: { $0.key.lexicographicallyPrecedes($1.key) }) {
+        for (labels, histogram) in Self.sorted(values) {
             let base = Array(zip(names, labels))
             var cumulative: UInt64 = 0
             for (index, bound) in histogram.bounds.enumerated() {
@@ -129,6 +154,12 @@ struct PrometheusText {
             sample(name + "_sum", base, histogram.sum)
             sample(name + "_count", base, Double(histogram.count))
         }
+    }
+
+    /// The series of a family with their label values spelled out, in the order of those
+    /// values (a scrape reads the same order every time).
+    private static func sorted<Labels: MetricLabels, Value>(_ values: [Labels: Value]) -> [([String], Value)] {
+        values.map { ($0.key.labelValues, $0.value) }.sorted { $0.0.lexicographicallyPrecedes($1.0) }
     }
 
     /// A value as Prometheus writes it: integers without a fraction, `+Inf`, `-Inf`, `NaN`.

@@ -61,15 +61,15 @@ struct AccessLogMiddleware: HTTPMiddleware {
         request.matchedRoute = route
         let (id, method, path) = (request.requestID, request.method, request.path)
         responder.onComplete { [logger, metrics] completion in
-            let pattern = route.pattern
+            let matched = RouteLabel(route: route.route)
             if let metrics {
-                let label = pattern ?? "unmatched"
-                metrics.httpRequests.add([ServiceMetrics.methodLabel(method), label, String(completion.status ?? 0)])
-                metrics.httpDuration.observe(Double(completion.durationMicroseconds) / 1e6, [label])
+                metrics.httpRequests.add(HTTPExchangeLabels(method: MethodLabel(method), route: matched,
+                                                            status: completion.status ?? 0))
+                metrics.httpDuration.observe(Double(completion.durationMicroseconds) / 1e6, matched)
             }
             if logs {
                 logger.log(.info, "http.request", [
-                    "request_id": id, "method": method, "path": path, "route": pattern ?? "-",
+                    "request_id": id, "method": method, "path": path, "route": matched.route?.text ?? "-",
                     "status": "\(completion.status ?? 0)", "duration_us": "\(completion.durationMicroseconds)",
                 ])
             }

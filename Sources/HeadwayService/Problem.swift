@@ -271,6 +271,28 @@ extension Problem {
         detail: "Another process holds the database's write lock; nothing was changed. Retry shortly.",
         headers: [HTTPField("Retry-After", "1")])
 
+    /// The storage under the database refused the write (`StorageFailure`): 503 with
+    /// `Retry-After`; nothing of the request was stored, and the same request may succeed
+    /// once space is freed or the filesystem is writable again, without a restart.
+    static func storageUnavailable(_ failure: StorageFailure) -> Problem {
+        switch failure {
+        case .full:
+            Problem(status: 503, code: "storage_full", title: "Storage full",
+                    detail: "The disk holding the database is full: nothing of this request was stored. "
+                        + "Retry once space is freed.",
+                    headers: [HTTPField("Retry-After", "\(storageRetrySeconds)")])
+        case .readOnly:
+            Problem(status: 503, code: "storage_read_only", title: "Storage read-only",
+                    detail: "The database cannot be written (its filesystem or file is read-only): nothing of this "
+                        + "request was stored. Retry once it is writable again.",
+                    headers: [HTTPField("Retry-After", "\(storageRetrySeconds)")])
+        }
+    }
+
+    /// The `Retry-After` of a refusal by the storage: long enough not to hammer a daemon
+    /// whose operator is freeing space, short enough to resume soon after.
+    static let storageRetrySeconds = 10
+
     static func internalError(requestID: String) -> Problem {
         Problem(status: 500, code: "internal_error", title: "Internal error",
                 detail: "The server could not complete the request (request id \(requestID)); nothing was changed.")
@@ -278,9 +300,11 @@ extension Problem {
 }
 
 /// The one place where errors become replies: a refusal of the domain, of the service or of
-/// the HTTP layer becomes its problem; a stopped writer is `shutting_down`; a database whose
-/// write lock another process held too long is `database_busy`; anything else
-/// is logged and answered 500 `internal_error` (a change that failed was rolled back).
+/// the HTTP layer becomes its problem; a stopped writer is `shutting_down`; a write the
+/// storage refused is `storage_full` or `storage_read_only` (not logged per request:
+/// `StorageAlarm` logs each episode once); a database whose write lock another process held
+/// too long is `database_busy`; anything else is logged and answered 500
+/// `internal_error` (a change that failed was rolled back).
 struct ErrorReplies: Sendable {
     let logger: Logger
 
@@ -300,6 +324,7 @@ struct ErrorReplies: Sendable {
             logger.log(.warn, "request.database_busy", ["request_id": request.requestID, "error": "\(error)"])
             return .databaseBusy
         default:
+            if let failure = (error as? SQLiteError)?.storageFailure { return .storageUnavailable(failure) }
             logger.log(.error, "request.failed", ["request_id": request.requestID, "error": "\(error)"])
             return .internalError(requestID: request.requestID)
         }

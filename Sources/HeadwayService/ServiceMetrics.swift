@@ -10,19 +10,19 @@ import HeadwayStore
 /// sizes) are read at scrape time instead.
 final class ServiceMetrics: Sendable {
     /// HTTP exchanges by method, route pattern and status.
-    let httpRequests = LabeledCounters()
+    let httpRequests = LabeledCounters<HTTPExchangeLabels>()
     /// How long exchanges took, by route pattern (an event stream: how long it lasted).
-    let httpDuration = Histograms(bounds: Histograms.secondsBounds)
+    let httpDuration = Histograms<RouteLabel>(bounds: secondsBuckets)
     /// Updates (progress, heartbeat, finish) stored, by kind.
-    let updatesAccepted = LabeledCounters()
+    let updatesAccepted = LabeledCounters<UpdateKind>()
     /// Updates refused, by kind and problem code.
-    let updatesRefused = LabeledCounters()
+    let updatesRefused = LabeledCounters<[String]>()
     /// Counts of the event broker.
     let events = EventCounters()
     /// Jobs per committed batch of the writer.
-    let batchSize = Histograms(bounds: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
+    let batchSize = Histograms<NoLabels>(bounds: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
     /// From `BEGIN IMMEDIATE` to the end of `COMMIT`, per batch.
-    let commitDuration = Histograms(bounds: Histograms.secondsBounds)
+    let commitDuration = Histograms<NoLabels>(bounds: secondsBuckets)
     /// Batches that could not be stored.
     let batchesFailed = MetricCounter()
     /// Rows forgotten by retention.
@@ -31,7 +31,7 @@ final class ServiceMetrics: Sendable {
     /// The series whose labels are known in advance start at 0, so `rate()` and alerts see
     /// them before the first event.
     init() {
-        for kind in ["progress", "heartbeat", "finish"] { updatesAccepted.add([kind], 0) }
+        for kind in UpdateKind.allCases { updatesAccepted.add(kind, 0) }
         for reason in ["bytes", "pending_tasks", "stalled"] { events.cutOff.add([reason], 0) }
     }
 
@@ -45,18 +45,9 @@ final class ServiceMetrics: Sendable {
         }
     }
 
-    /// The label of an HTTP method: one the router may serve, else `other` (a client may
-    /// send any token as a method; a label must not grow with what clients send).
-    static func methodLabel(_ method: String) -> String {
-        switch method {
-        case "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS": method
-        default: "other"
-        }
-    }
-
     /// What is read at scrape time, beside the counters.
     struct Gauges {
-        var tasks: [(state: String, stalled: Bool, count: Int64)] = []
+        var tasks: [TaskCount] = []
         var subscribers = 0
         var writerQueueDepth = 0
         var databaseBytes: Int64 = 0
@@ -72,18 +63,24 @@ final class ServiceMetrics: Sendable {
         out.family("headway_schema_version", .gauge, "Schema version recorded in the database.")
         out.sample("headway_schema_version", [:], Double(gauges.schemaVersion))
 
-        out.family("headway_tasks", .gauge, "Tasks stored, by state (from the counts the triggers keep).")
-        var byState: [String: Int64] = Dictionary(uniqueKeysWithValues: TaskState.allCases.map { ($0.rawValue, 0) })
-        var stalled: Int64 = 0
+        out.family("headway_tasks", .gauge, "Tasks stored, by state and mode (from the counts the triggers keep).")
+        var byStateAndMode: [String: Int64] = [:]
+        var stalledByReason: [StallReason: Int64] = [:]
         for row in gauges.tasks {
-            byState[row.state, default: 0] += row.count
-            if row.stalled { stalled += row.count }
+            byStateAndMode[row.state + " " + row.mode.rawValue, default: 0] += row.count
+            if let reason = row.stallReason { stalledByReason[reason, default: 0] += row.count }
         }
-        for (state, count) in byState.sorted(by: { $0.key < $1.key }) {
-            out.sample("headway_tasks", ["state": state], Double(count))
+        for state in TaskState.allCases {
+            for mode in TaskMode.allCases {
+                out.sample("headway_tasks", ["state": state.rawValue, "mode": mode.rawValue],
+                           Double(byStateAndMode[state.rawValue + " " + mode.rawValue] ?? 0))
+            }
         }
-        out.family("headway_tasks_stalled", .gauge, "Tasks flagged stalled now (either reason).")
-        out.sample("headway_tasks_stalled", [:], Double(stalled))
+        out.family("headway_tasks_stalled", .gauge,
+                   "Tasks flagged stalled now, by reason (silent: no signal; no_progress: signals but no progress).")
+        for reason in StallReason.allCases {
+            out.sample("headway_tasks_stalled", ["reason": reason.rawValue], Double(stalledByReason[reason] ?? 0))
+        }
 
         out.counters("headway_updates_accepted_total", "Updates stored (progress, heartbeat, finish), by kind.",
                      labels: ["kind"], updatesAccepted.values)
@@ -134,12 +131,58 @@ final class ServiceMetrics: Sendable {
     }
 }
 
+/// The kinds of update a runner sends, as counted.
+enum UpdateKind: Int, CaseIterable, MetricLabels {
+    case progress, heartbeat, finish
+
+    var name: String { ["progress", "heartbeat", "finish"][rawValue] }
+    var labelValues: [String] { [name] }
+}
+
+/// An HTTP method as labelled: one the router may serve, else `other` (a client may send
+/// any token as a method; a label must not grow with what clients send).
+enum MethodLabel: Int, MetricLabels {
+    case get, head, post, put, delete, patch, options, other
+
+    init(_ method: String) {
+        switch method {
+        case "GET": self = .get
+        case "HEAD": self = .head
+        case "POST": self = .post
+        case "PUT": self = .put
+        case "DELETE": self = .delete
+        case "PATCH": self = .patch
+        case "OPTIONS": self = .options
+        default: self = .other
+        }
+    }
+
+    var name: String { ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other"][rawValue] }
+    var labelValues: [String] { [name] }
+}
+
+/// The route pattern an exchange matched (`unmatched` when none did).
+struct RouteLabel: MetricLabels {
+    var route: RoutePattern?
+
+    var labelValues: [String] { [route?.text ?? "unmatched"] }
+}
+
+/// One series of `headway_http_requests_total`: method, route pattern, status.
+struct HTTPExchangeLabels: MetricLabels {
+    var method: MethodLabel
+    var route: RouteLabel
+    var status: Int
+
+    var labelValues: [String] { method.labelValues + route.labelValues + [String(status)] }
+}
+
 /// What the event broker counts (bumped on its thread).
 final class EventCounters: Sendable {
     let sent = MetricCounter()
     let coalesced = MetricCounter()
     /// By reason (`bytes`, `pending_tasks`, `stalled`).
-    let cutOff = LabeledCounters()
+    let cutOff = LabeledCounters<[String]>()
 }
 
 /// Whether the database takes writes, as the latest probe found it: a probe is a writer
@@ -219,7 +262,7 @@ struct OperationsAPI: Sendable {
         read(request, responder) { [metrics, writer, broker, databasePath] reader in
             var gauges = ServiceMetrics.Gauges()
             try reader.snapshot { database in
-                gauges.tasks = try database.taskCountsByStateAndStall()
+                gauges.tasks = try database.taskCountsByStateModeAndStall()
                 gauges.schemaVersion = try Migrator.recordedVersion(in: database)
             }
             gauges.subscribers = broker.subscriberCount

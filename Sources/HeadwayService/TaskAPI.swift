@@ -31,17 +31,17 @@ struct TaskAPI: Sendable {
         routes.add("DELETE", "/v1/tasks/{id}", .scope(.control)) { request, grant, responder in delete(request, grant, responder) }
         routes.add("GET", "/v1/tasks/{id}/history", .scope(.read)) { request, grant, responder in history(request, grant, responder) }
         routes.add("POST", "/v1/tasks/{id}/progress", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, kind: "progress", parse: ProgressUpdate.parse) { id, update, now, database in
+            update(request, grant, responder, kind: .progress, parse: ProgressUpdate.parse) { id, update, now, database in
                 try store.progress(id, update, now: now, in: database)
             }
         }
         routes.add("POST", "/v1/tasks/{id}/heartbeat", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, kind: "heartbeat", parse: Heartbeat.parse) { id, heartbeat, now, database in
+            update(request, grant, responder, kind: .heartbeat, parse: Heartbeat.parse) { id, heartbeat, now, database in
                 try store.heartbeat(id, heartbeat, now: now, in: database)
             }
         }
         routes.add("POST", "/v1/tasks/{id}/finish", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, kind: "finish", emptyBodyAllowed: false, parse: Finish.parse) { id, finish, now, database in
+            update(request, grant, responder, kind: .finish, emptyBodyAllowed: false, parse: Finish.parse) { id, finish, now, database in
                 try store.finish(id, finish, now: now, in: database)
             }
         }
@@ -195,7 +195,7 @@ struct TaskAPI: Sendable {
     /// the change in the writer, answer with the task once committed; counted by `kind`
     /// as accepted, or refused with its problem's code.
     private func update<Body: Sendable>(
-        _ request: HTTPRequest, _ grant: Grant, _ responder: any Responder, kind: String, emptyBodyAllowed: Bool = true,
+        _ request: HTTPRequest, _ grant: Grant, _ responder: any Responder, kind: UpdateKind, emptyBodyAllowed: Bool = true,
         parse: (JSONValue) throws(TaskError) -> Body,
         apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskStore.Changed
     ) {
@@ -210,7 +210,7 @@ struct TaskAPI: Sendable {
             switch result {
             case .success(let changed):
                 broker.publish(changed.events)
-                metrics.updatesAccepted.add([kind])
+                metrics.updatesAccepted.add(kind)
                 responder.respond(taskReply(200, changed.outcome, events: changed.events))
             case .failure(let error):
                 refuseUpdate(kind, error, request, responder)
@@ -219,9 +219,9 @@ struct TaskAPI: Sendable {
     }
 
     /// Answers an update refused with `error`, counting it by its problem's code.
-    private func refuseUpdate(_ kind: String, _ error: any Error, _ request: HTTPRequest, _ responder: any Responder) {
+    private func refuseUpdate(_ kind: UpdateKind, _ error: any Error, _ request: HTTPRequest, _ responder: any Responder) {
         let problem = errors.problem(for: error, request)
-        metrics.updatesRefused.add([kind, problem.code])
+        metrics.updatesRefused.add([kind.name, problem.code])
         responder.respond(problem.response)
     }
 

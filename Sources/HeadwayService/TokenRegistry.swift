@@ -148,7 +148,10 @@ struct TokenKeeper: Sendable {
                 registry.usesWritten(uses, now: now)
                 if let tokens { registry.load(tokens, generation: generation, required: required) }
             case .failure(let error):
-                if (error as? WriterError) != .stopped { logger.log(.error, "tokens.refresh_failed", ["error": "\(error)"]) }
+                // A refusal of the storage is logged once per episode by `StorageAlarm`.
+                if (error as? WriterError) != .stopped && !StorageAlarm.isStorageRefusal(error) {
+                    logger.log(.error, "tokens.refresh_failed", ["error": "\(error)"])
+                }
             }
             done.signal()
         }

@@ -1,4 +1,5 @@
 import CSQLite
+import HeadwayCore
 
 /// What an operator asks of a database file, outside the daemon: its schema version and
 /// task counts, an integrity check, and an online backup (`headway db`).
@@ -21,12 +22,13 @@ extension Database {
         }
     }
 
-    /// How many tasks there are per state and stall flag (from the counts the triggers
-    /// keep, a few rows: what `GET /metrics` shows); empty combinations are left out.
-    public func taskCountsByStateAndStall() throws(SQLiteError) -> [(state: String, stalled: Bool, count: Int64)] {
-        try rows("SELECT state, stalled, sum(n) FROM task_counts GROUP BY state, stalled HAVING sum(n) > 0 "
-                    + "ORDER BY state, stalled") {
-            (state: $0.text(0), stalled: $0.int(1) != 0, count: $0.int(2))
+    /// How many tasks there are per state, mode and stall reason (from the counts the
+    /// triggers keep, a few rows: what `GET /metrics` shows); empty combinations are left out.
+    public func taskCountsByStateModeAndStall() throws(SQLiteError) -> [TaskCount] {
+        try rows("SELECT state, quantified, stall_reason, sum(n) FROM task_counts "
+                    + "GROUP BY state, quantified, stall_reason HAVING sum(n) > 0 ORDER BY 1, 2, 3") {
+            TaskCount(state: $0.text(0), mode: $0.int(1) != 0 ? .quantified : .indeterminate,
+                      stallReason: StallReason(rawValue: $0.text(2)), count: $0.int(3))
         }
     }
 
@@ -83,4 +85,12 @@ extension Database {
             throw SQLiteError(code: journalCode, message: message, sql: sql)
         }
     }
+}
+
+/// How many tasks share a state, a mode and a stall reason (nil: not stalled).
+public struct TaskCount: Sendable, Equatable {
+    public var state: String
+    public var mode: TaskMode
+    public var stallReason: StallReason?
+    public var count: Int64
 }

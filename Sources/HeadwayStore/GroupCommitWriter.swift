@@ -44,6 +44,20 @@ public final class GroupCommitWriter: Service {
         public var seconds: Double
         /// Whether it committed.
         public var committed: Bool
+        /// Whether its jobs changed rows (if it committed, its pages then reached the
+        /// storage; a batch of reads and refusals commits even on a full disk).
+        public var changedRows = false
+        /// SQLite's error that ended it, if it did not commit because of one (its
+        /// `storageFailure` says whether the storage refused the batch: a full disk, say).
+        public var error: SQLiteError? = nil
+
+        public init(jobs: Int, seconds: Double, committed: Bool, changedRows: Bool = false, error: SQLiteError? = nil) {
+            self.jobs = jobs
+            self.seconds = seconds
+            self.committed = committed
+            self.changedRows = changedRows
+            self.error = error
+        }
     }
 
     private struct Job: Sendable {
@@ -240,6 +254,7 @@ public final class GroupCommitWriter: Service {
         afterCommit.reserveCapacity(batch.count)
         var bytes = 0
         let start = DispatchTime.now().uptimeNanoseconds
+        let changesAtStart = database.totalChanges
         do {
             try database.inTransaction(.immediate) {
                 for job in batch {
@@ -255,11 +270,13 @@ public final class GroupCommitWriter: Service {
                 }
             }
         } catch {
-            observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false))
+            observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false,
+                                      error: error as? SQLiteError))
             batch.forEach { $0.abort(error) }
             return []
         }
-        observeBatch?(BatchReport(jobs: afterCommit.count, seconds: Self.seconds(since: start), committed: true))
+        observeBatch?(BatchReport(jobs: afterCommit.count, seconds: Self.seconds(since: start), committed: true,
+                                  changedRows: database.totalChanges != changesAtStart))
         stats.withLock { stats in
             stats.batches += 1
             stats.jobs += afterCommit.count

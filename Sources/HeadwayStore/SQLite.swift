@@ -1,4 +1,5 @@
 import CSQLite
+import Glibc
 import Synchronization
 
 /// An error from SQLite, with its result code and the statement that failed.
@@ -9,21 +10,56 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     public var message: String
     /// The SQL that failed, if any.
     public var sql: String?
+    /// The operating system's `errno` under the failure, 0 if unknown: what an I/O error
+    /// was underneath (`Database.lastSystemError` says where it comes from).
+    public var systemError: Int32 = 0
 
-    public init(code: Int32, message: String, sql: String?) {
+    public init(code: Int32, message: String, sql: String?, systemError: Int32 = 0) {
         self.code = code
         self.message = message
         self.sql = sql
+        self.systemError = systemError
     }
 
     public var description: String {
-        "SQLite error \(code): \(message)" + (sql.map { " — while running: \($0)" } ?? "")
+        "SQLite error \(code): \(message)" + (systemError != 0 ? " (errno \(systemError))" : "")
+            + (sql.map { " — while running: \($0)" } ?? "")
     }
+
+    /// What the error says of the storage, if it is a storage failure (see `StorageFailure`).
+    public var storageFailure: StorageFailure? { StorageFailure(resultCode: code, systemError: systemError) }
 
     /// Whether another connection held a lock the statement needed for longer than
     /// `Database.busyTimeoutMilliseconds` (`SQLITE_BUSY`): nothing was changed, and a later
     /// try may succeed.
     public var isBusy: Bool { code & 0xff == SQLITE_BUSY }
+}
+
+/// Why the storage under the database takes no writes now: a write that fails this way
+/// changed nothing, and the same write may succeed later without a restart, once space is
+/// freed or the filesystem is writable again.
+public enum StorageFailure: String, Sendable, Equatable {
+    /// No space left: `SQLITE_FULL`, or an I/O error whose `errno` is `ENOSPC` or `EDQUOT`.
+    case full
+    /// The database cannot be written: `SQLITE_READONLY` (any extended code), or an I/O
+    /// error whose `errno` is `EROFS` (the filesystem went read-only).
+    case readOnly
+
+    /// The failure an SQLite result code (extended or primary) and the `errno` under it
+    /// stand for; nil for any other error.
+    public init?(resultCode: Int32, systemError: Int32) {
+        switch resultCode & 0xff {
+        case SQLITE_FULL: self = .full
+        case SQLITE_READONLY: self = .readOnly
+        case SQLITE_IOERR:
+            switch systemError {
+            case ENOSPC, EDQUOT: self = .full
+            case EROFS: self = .readOnly
+            default: return nil
+            }
+        default: return nil
+        }
+    }
 }
 
 // @unchecked Sendable: a C handle, opened without SQLite's mutex; `confinement` checks its use.
@@ -100,9 +136,10 @@ public final class Database: @unchecked Sendable {
         var errorMessage: UnsafeMutablePointer<CChar>?
         let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         guard code == SQLITE_OK else {
+            let systemError = lastSystemError  // first, while the thread's errno is the failure's
             let message = errorMessage.map { String(cString: $0) } ?? lastErrorMessage
             sqlite3_free(errorMessage)
-            throw SQLiteError(code: code, message: message, sql: sql)
+            throw SQLiteError(code: code, message: message, sql: sql, systemError: systemError)
         }
     }
 
@@ -125,7 +162,7 @@ public final class Database: @unchecked Sendable {
         var pointer: OpaquePointer?
         let code = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &pointer, nil)
         guard code == SQLITE_OK, let pointer else {
-            throw SQLiteError(code: code, message: lastErrorMessage, sql: sql)
+            throw SQLiteError(code: code, message: lastErrorMessage, sql: sql, systemError: lastSystemError)
         }
         let statement = Statement(pointer, database: self, sql: sql)
         statements[sql] = statement
@@ -166,6 +203,25 @@ public final class Database: @unchecked Sendable {
 
     var lastErrorMessage: String { String(cString: sqlite3_errmsg(handle)) }
 
+    /// The `errno` under the connection's last error, read at once after it: SQLite's own
+    /// record of its last failed system call; when it has none for an I/O error (SQLite
+    /// does not keep the `errno` of a failed write to the `-wal` file, say), the thread's
+    /// `errno` if it tells of the storage (`ENOSPC`, `EDQUOT`, `EROFS`: SQLite's own calls
+    /// after the failed one succeed and leave it), else what the filesystem holding the
+    /// database shows now (`EROFS` if mounted read-only, `ENOSPC` if no block is left);
+    /// else 0.
+    var lastSystemError: Int32 {
+        let threadError = errno
+        let reported = sqlite3_system_errno(handle)
+        guard reported == 0, sqlite3_errcode(handle) & 0xff == SQLITE_IOERR else { return reported }
+        if [ENOSPC, EDQUOT, EROFS].contains(threadError) { return threadError }
+        var filesystem = statvfs()
+        guard statvfs(path, &filesystem) == 0 else { return 0 }
+        if filesystem.f_flag & UInt(ST_RDONLY) != 0 { return EROFS }
+        if filesystem.f_bavail == 0 { return ENOSPC }
+        return 0
+    }
+
     /// While `refuse` is true, every `COMMIT` of this connection fails and SQLite rolls the
     /// transaction back itself (SQLite's commit hook): for tests of failed commits.
     func refuseCommits(_ refuse: Bool) {
@@ -190,12 +246,14 @@ public final class Database: @unchecked Sendable {
         switch code & 0xff {
         case SQLITE_OK: return true
         case SQLITE_BUSY: return false
-        default: throw SQLiteError(code: code, message: lastErrorMessage, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+        default:
+            throw SQLiteError(code: code, message: lastErrorMessage, sql: "PRAGMA wal_checkpoint(TRUNCATE)",
+                              systemError: lastSystemError)
         }
     }
 
     /// Rows inserted, updated or deleted on this connection since it opened (triggers included).
-    private var totalChanges: Int64 { sqlite3_total_changes64(handle) }
+    var totalChanges: Int64 { sqlite3_total_changes64(handle) }
 }
 
 // MARK: - Transactions
@@ -343,7 +401,8 @@ public final class Statement {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
         case let code:
-            let error = SQLiteError(code: code, message: database.lastErrorMessage, sql: sql)
+            let systemError = database.lastSystemError  // first, while the thread's errno is the failure's
+            let error = SQLiteError(code: code, message: database.lastErrorMessage, sql: sql, systemError: systemError)
             sqlite3_reset(handle)
             throw error
         }

@@ -3,8 +3,9 @@ import HeadwayService
 
 // headwayd: parse the configuration, start, wait for SIGTERM or SIGINT, stop cleanly.
 // Signals are blocked before any thread starts, so only `sigwait` below receives them.
-// A second signal during a slow stop ends the process at once. SIGHUP reloads the TLS
-// certificate and key, at any time before the stop.
+// A second signal during a slow stop ends the process at once. SIGHUP, at any time before
+// the stop, reopens the log file, rereads the configuration file and reloads the TLS
+// certificate and key (`Reload`).
 
 var signals = sigset_t()
 sigemptyset(&signals)
@@ -40,10 +41,12 @@ if CommandLine.arguments.dropFirst().first == "token" {
     }
 }
 
+// Read again on SIGHUP, with the configuration file as it is then.
+let arguments = Array(CommandLine.arguments.dropFirst())
+let environment = ProcessInfo.processInfo.environment
 var configuration: Configuration
 do {
-    switch try Configuration.parse(arguments: Array(CommandLine.arguments.dropFirst()),
-                                   environment: ProcessInfo.processInfo.environment) {
+    switch try Configuration.parse(arguments: arguments, environment: environment) {
     case .help:
         FileHandle.standardOutput.write(Data(Configuration.usage.utf8))
         exit(0)
@@ -57,10 +60,15 @@ do {
     fail("\(error)\nRun 'headwayd --help' for usage.", code: 64)
 }
 
-let logger = Logger(minimumLevel: configuration.logLevel)
+let logger: Logger
+do {
+    logger = try Logger(minimumLevel: configuration.logLevel, filePath: configuration.logFilePath)
+} catch {
+    fail("cannot start: \(error)", code: 1)
+}
 let application: HeadwayApplication
 do {
-    try configuration.adoptInheritedSocket(environment: ProcessInfo.processInfo.environment)
+    try configuration.adoptInheritedSocket(environment: environment)
     application = try buildApplication(configuration, logger: logger)
     try application.start()
 } catch {
@@ -76,11 +84,12 @@ func signalName(_ signal: Int32) -> String {
     }
 }
 
+var reload = Reload(application: application, configuration: configuration, arguments: arguments,
+                    environment: environment)
 var received: Int32 = 0
 sigwait(&signals, &received)
 while received == SIGHUP {
-    logger.log(.info, "signal.received", ["signal": signalName(received), "action": "reload the TLS certificate"])
-    application.reloadCertificate()
+    reload.reload()
     sigwait(&signals, &received)
 }
 logger.log(.info, "signal.received", ["signal": signalName(received)])

@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayTestSupport
 import Testing
 @testable import HeadwayService
 
@@ -33,5 +34,62 @@ import Testing
         let line = try #require(lines.all.first)
         #expect(line.hasSuffix(#" path="/v1/tasks/a\r\nts=0 level=error\u001b[2J\t\u0000\u007f\u009bé""# + "\n"))
         #expect(!line.dropLast().contains { $0.unicodeScalars.contains { $0.properties.generalCategory == .control } })
+    }
+
+    /// The minimum level changes at run time in every copy of a logger (SIGHUP applies the
+    /// configuration file's level so).
+    @Test func theMinimumLevelChangesInEveryCopy() throws {
+        let lines = Lines()
+        let logger = Logger(minimumLevel: .info, sink: { lines.append($0) })
+        let copy = logger
+        copy.log(.debug, "hidden")
+        logger.setMinimumLevel(.debug)
+        #expect(copy.minimumLevel == .debug)
+        copy.log(.debug, "shown")
+        copy.setMinimumLevel(.warn)
+        logger.log(.info, "hidden.again")
+        logger.log(.warn, "warned")
+        #expect(lines.all.map { $0.split(separator: " ")[2] } == ["event=shown\n", "event=warned\n"])
+    }
+
+    /// A log file is appended to (mode 0640 when created); after it is moved away (log
+    /// rotation), `reopen` sends the next lines to a new file at the path, the lines
+    /// waiting before it to the old one. A reopen that fails keeps the old file.
+    @Test func aLogFileIsAppendedToAndReopenedAfterRotation() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("headwayd.log")
+        try "earlier line\n".write(toFile: path, atomically: true, encoding: .utf8)
+        let logger = try Logger(minimumLevel: .info, filePath: path)
+        #expect(logger.filePath == path)
+        logger.log(.info, "before.rotation")
+        try FileManager.default.moveItem(atPath: path, toPath: path + ".1")
+        logger.log(.info, "waiting.at.rotation")
+        try logger.reopen()
+        logger.log(.info, "after.rotation")
+        logger.flush()
+        let rotated = try String(contentsOfFile: path + ".1", encoding: .utf8)
+        #expect(rotated.hasPrefix("earlier line\n"))
+        #expect(rotated.contains("event=before.rotation") && rotated.contains("event=waiting.at.rotation"))
+        #expect(!rotated.contains("event=after.rotation"))
+        let current = try String(contentsOfFile: path, encoding: .utf8)
+        #expect(current.split(separator: "\n").count == 1 && current.contains("event=after.rotation"))
+        let mode = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+        #expect(mode.map { $0 & ~0o640 } == 0, "0640 less the umask")
+
+        // A directory now stands at the path (unwritable even for root): the reopen fails,
+        // lines keep going to the file opened before.
+        try FileManager.default.moveItem(atPath: path, toPath: path + ".2")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        #expect(throws: LogFileError.self) { try logger.reopen() }
+        logger.log(.warn, "after.failed.reopen")
+        #expect(try String(contentsOfFile: path + ".2", encoding: .utf8).contains("event=after.failed.reopen"))
+    }
+
+    @Test func aLogFileThatCannotBeOpenedSaysWhy() throws {
+        let error = #expect(throws: LogFileError.self) {
+            _ = try Logger(minimumLevel: .info, filePath: "/nonexistent/headwayd.log")
+        }
+        #expect(error?.description == "cannot open the log file /nonexistent/headwayd.log: No such file or directory")
     }
 }

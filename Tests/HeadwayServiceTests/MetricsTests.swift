@@ -1,5 +1,6 @@
 import Foundation
 import HeadwayStore
+import HTTPServer
 import Lifecycle
 import HeadwayTestSupport
 import Testing
@@ -23,7 +24,7 @@ import Testing
     }
 
     @Test func histogramBucketsAreCumulativeAndEndWithInfinity() {
-        let histograms = Histograms(bounds: [0.1, 1, 10])
+        let histograms = Histograms<[String]>(bounds: [0.1, 1, 10])
         for value in [0.05, 0.1, 0.5, 5, 50] { histograms.observe(value, ["r"]) }
         var text = PrometheusText()
         text.histograms("d_seconds", "Durations.", labels: ["route"], histograms.snapshot)
@@ -46,8 +47,12 @@ import Testing
         #expect(PrometheusText.format(.infinity) == "+Inf")
         #expect(PrometheusText.format(-.infinity) == "-Inf")
         #expect(PrometheusText.format(.nan) == "NaN")
-        #expect(ServiceMetrics.methodLabel("BREW") == "other")
-        #expect(ServiceMetrics.methodLabel("HEAD") == "HEAD")
+        #expect(MethodLabel("BREW").name == "other")
+        #expect(MethodLabel("HEAD").name == "HEAD")
+        let exchange = HTTPExchangeLabels(method: MethodLabel("POST"), route: RouteLabel(route: RoutePattern("/v1/x")),
+                                          status: 201)
+        #expect(exchange.labelValues == ["POST", "/v1/x", "201"])
+        #expect(RouteLabel(route: nil).labelValues == ["unmatched"])
     }
 
     // MARK: - Through the daemon
@@ -93,10 +98,12 @@ import Testing
         #expect(reply.text.contains("# TYPE headway_http_request_duration_seconds histogram\n"))
         #expect(samples[#"headway_build_info{version="\#(HeadwayVersion.current)"}"#] == 1)
         #expect(samples[#"headway_schema_version"#] == Double(Migrator().latestVersion))
-        #expect(samples[#"headway_tasks{state="running"}"#] == 1)
-        #expect(samples[#"headway_tasks{state="failed"}"#] == 1)
-        #expect(samples[#"headway_tasks{state="succeeded"}"#] == 0)
-        #expect(samples["headway_tasks_stalled"] == 0)
+        #expect(samples[#"headway_tasks{state="running",mode="quantified"}"#] == 1)
+        #expect(samples[#"headway_tasks{state="running",mode="indeterminate"}"#] == 0)
+        #expect(samples[#"headway_tasks{state="failed",mode="indeterminate"}"#] == 1)
+        #expect(samples[#"headway_tasks{state="succeeded",mode="quantified"}"#] == 0)
+        #expect(samples[#"headway_tasks_stalled{reason="silent"}"#] == 0)
+        #expect(samples[#"headway_tasks_stalled{reason="no_progress"}"#] == 0)
         #expect(samples[#"headway_updates_accepted_total{kind="progress"}"#] == 1)
         #expect(samples[#"headway_updates_accepted_total{kind="heartbeat"}"#] == 1)
         #expect(samples[#"headway_updates_accepted_total{kind="finish"}"#] == 1)

@@ -55,6 +55,43 @@ import Testing
         #expect(try fixture.write { try restarted.sweep(now: 130_000, limit: 10, in: $0) }.events.map(\.kind) == [.stalled])
     }
 
+    /// The counts the triggers keep (what `/metrics` shows) agree with the tasks themselves
+    /// after every kind of change: a total given later, children, a stall, a recovery, a
+    /// finish, a deletion.
+    @Test func taskCountsFollowStateModeAndStallReason() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        let ids = ["plain", "sized", "parent", "child"]
+        func counted() throws -> [TaskCount] { try fixture.read { try $0.taskCountsByStateModeAndStall() } }
+        func truth() throws -> [TaskCount] {
+            var counts: [String: TaskCount] = [:]
+            for id in ids {
+                guard let task = try fixture.read({ try TaskRepository.find(id, in: $0) }) else { continue }
+                let key = "\(task.state.rawValue) \(task.mode == .quantified ? 1 : 0) \(task.stallReason?.rawValue ?? "")"
+                counts[key, default: TaskCount(state: task.state.rawValue, mode: task.mode,
+                                               stallReason: task.stallReason, count: 0)].count += 1
+            }
+            return counts.sorted { $0.key < $1.key }.map(\.value)
+        }
+        _ = try register(fixture, store, Registration(id: "plain", name: "P", stallTimeoutSeconds: 1), at: 0)
+        _ = try register(fixture, store, Registration(id: "sized", name: "S", total: 10, stallTimeoutSeconds: 60), at: 0)
+        _ = try register(fixture, store, Registration(id: "parent", name: "Parent", stallTimeoutSeconds: 60), at: 0)
+        #expect(try counted() == truth())
+        #expect(try counted().first { $0.mode == .indeterminate }?.count == 2)
+        _ = try register(fixture, store, Registration(id: "child", name: "C", parentID: "parent"), at: 0)
+        #expect(try counted() == truth(), "a parent with children is quantified")
+        _ = try fixture.write { try store.sweep(now: 1500, limit: 100, in: $0) }
+        #expect(try counted().contains { $0.stallReason == .silent && $0.count == 1 })
+        #expect(try counted() == truth())
+        _ = try fixture.write { try store.progress("plain", ProgressUpdate(completed: 1, total: 5), now: 1600, in: $0) }
+        #expect(try counted() == truth(), "a total given later makes it quantified, and the signal recovers it")
+        #expect(try counted().allSatisfy { $0.stallReason == nil })
+        #expect(try counted().filter { $0.mode == .indeterminate }.map(\.count) == [1], "only the child is left")
+        _ = try fixture.write { try store.finish("sized", Finish(outcome: .failed), now: 1700, in: $0) }
+        _ = try fixture.write { try store.delete("child", now: 1800, in: $0) }
+        #expect(try counted() == truth())
+    }
+
     @Test func childrenRollUpIntoEveryAncestor() throws {
         let fixture = try StoreFixture()
         let store = fixture.store

@@ -100,9 +100,9 @@ scrape_configs:
             up = wait_for("up == 1", lambda: [r for r in query(prometheus, 'up{job="headway"}') if r["value"][1] == "1"])
             assert len(up) == 1
             running = wait_for("the running-tasks gauge",
-                               lambda: query(prometheus, 'headway_tasks{job="headway",state="running"}'))
+                               lambda: query(prometheus, 'sum(headway_tasks{job="headway",state="running"})'))
             assert running[0]["value"][1] == "2", running
-            assert query(prometheus, 'headway_tasks{state="succeeded"}')[0]["value"][1] == "1"
+            assert query(prometheus, 'headway_tasks{state="succeeded",mode="quantified"}')[0]["value"][1] == "1"
             accepted = query(prometheus, 'sum(headway_updates_accepted_total)')
             assert accepted[0]["value"][1] == "2", accepted
             build = query(prometheus, "headway_build_info")
