@@ -211,6 +211,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let metrics = ServiceMetrics()
     let storageAlarm = StorageAlarm(logger: logger, clock: clock)
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
+                                       walSizeLimit: configuration.walSizeLimitBytes,
                                        observeBatch: { batch in
                                            metrics.observe(batch)
                                            storageAlarm.observe(batch)

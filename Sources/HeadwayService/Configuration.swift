@@ -40,6 +40,9 @@ public struct Configuration: Sendable, Equatable {
     /// catch-up shared by several streams counted once; past it a new subscriber's
     /// catch-up is not read: its stream gets `retry:` and ends.
     public var maximumCatchUpBytes = 256 * 1024 * 1024
+    /// The size the database's `-wal` file is brought back under once no reader holds an
+    /// old snapshot (`GroupCommitWriter.limitWAL`).
+    public var walSizeLimitBytes = GroupCommitWriter.defaultWALSizeLimit
     /// Tasks waiting for one slow subscriber before it is disconnected (it then resumes).
     public var maximumPendingTasks = 2048
     /// When fan-out rounds may start during an update storm.
@@ -143,6 +146,9 @@ public struct Configuration: Sendable, Equatable {
                                     streams may hold unsent at once; past it a new
                                     subscriber gets retry: and its stream ends
                                     (HEADWAY_MAX_CATCH_UP_BYTES, default 268435456)
+          --wal-size-limit N        bytes the -wal file is brought back under once no
+                                    reader (a sqlite3 shell, a backup) holds an old
+                                    snapshot (HEADWAY_WAL_SIZE_LIMIT, default 33554432)
           --public-url URL          a URL the daemon is reached at, e.g. behind a proxy
                                     (https://headway.example.com): its host is served
                                     besides the listen address and localhost, and its
@@ -183,6 +189,7 @@ public struct Configuration: Sendable, Equatable {
                                "max-body-bytes", "max-query-params",
                                "head-timeout", "max-connections-per-address",
                                "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
+                               "wal-size-limit",
                                "public-url", "cors-origin", "tls-cert", "tls-key", "log-file", "config"]
     /// Settings that may repeat, each adding a value; their variable holds a comma-separated
     /// list, and a layer that gives them replaces the list of the layers below.
@@ -305,6 +312,9 @@ public struct Configuration: Sendable, Equatable {
         try reader.seconds("stream-stall-timeout", in: 0.1...86_400, into: &configuration.streamStallTimeoutSeconds)
         try reader.wholeNumber("max-catch-up-bytes", in: 1_048_576...1_099_511_627_776,
                                into: &configuration.maximumCatchUpBytes)
+        // Storage.
+        try reader.wholeNumber("wal-size-limit", in: 1_048_576...1_099_511_627_776,
+                               into: &configuration.walSizeLimitBytes)
         // Browsers.
         configuration.publicOrigins = try reader.list("public-url") { text throws(UsageError) in
             try WebOrigin.parsePublicURL(text)
@@ -352,6 +362,7 @@ public struct Configuration: Sendable, Equatable {
             ("stream-buffer-bytes", streamBufferBytes != other.streamBufferBytes),
             ("stream-stall-timeout", streamStallTimeoutSeconds != other.streamStallTimeoutSeconds),
             ("max-catch-up-bytes", maximumCatchUpBytes != other.maximumCatchUpBytes),
+            ("wal-size-limit", walSizeLimitBytes != other.walSizeLimitBytes),
             ("public-url", publicOrigins != other.publicOrigins),
             ("cors-origin", corsOrigins != other.corsOrigins),
             ("tls-cert", tlsCertificatePath != other.tlsCertificatePath),

@@ -264,6 +264,13 @@ extension Problem {
                 headers: [HTTPField("Retry-After", "1"), HTTPField("Cache-Control", "no-store")])
     }
 
+    /// Another process held the database's write lock (a `sqlite3` shell in `BEGIN
+    /// IMMEDIATE`, say) for longer than the writer waits for it.
+    static let databaseBusy = Problem(
+        status: 503, code: "database_busy", title: "Database busy",
+        detail: "Another process holds the database's write lock; nothing was changed. Retry shortly.",
+        headers: [HTTPField("Retry-After", "1")])
+
     /// The storage under the database refused the write (`StorageFailure`): 503 with
     /// `Retry-After`; nothing of the request was stored, and the same request may succeed
     /// once space is freed or the filesystem is writable again, without a restart.
@@ -295,7 +302,8 @@ extension Problem {
 /// The one place where errors become replies: a refusal of the domain, of the service or of
 /// the HTTP layer becomes its problem; a stopped writer is `shutting_down`; a write the
 /// storage refused is `storage_full` or `storage_read_only` (not logged per request:
-/// `StorageAlarm` logs each episode once); anything else is logged and answered 500
+/// `StorageAlarm` logs each episode once); a database whose write lock another process held
+/// too long is `database_busy`; anything else is logged and answered 500
 /// `internal_error` (a change that failed was rolled back).
 struct ErrorReplies: Sendable {
     let logger: Logger
@@ -312,6 +320,9 @@ struct ErrorReplies: Sendable {
         case let problem as Problem: return problem
         case let refusal as AccessRefusal: return Problem(refusal)
         case WriterError.stopped: return .shuttingDown
+        case let error as SQLiteError where error.isBusy:
+            logger.log(.warn, "request.database_busy", ["request_id": request.requestID, "error": "\(error)"])
+            return .databaseBusy
         default:
             if let failure = (error as? SQLiteError)?.storageFailure { return .storageUnavailable(failure) }
             logger.log(.error, "request.failed", ["request_id": request.requestID, "error": "\(error)"])

@@ -27,7 +27,8 @@ public protocol BatchSized {
 /// (`submitSteps`), each a job of its own. The connection is confined to the writer
 /// thread. A requested stop commits what is queued (with every remaining step of work
 /// done in steps), then `run()` closes the connection and returns; later submissions fail
-/// with `.stopped`.
+/// with `.stopped`. Between batches, about once per `walCheckInterval`, it keeps the `-wal`
+/// file's size bounded (`limitWAL()`).
 public final class GroupCommitWriter: Service {
     /// Counts of what the writer has done, for metrics and benchmarks.
     public struct Statistics: Sendable, Equatable {
@@ -80,19 +81,32 @@ public final class GroupCommitWriter: Service {
     private let stats = Locked(Statistics())
     private let maximumBatch: Int
     private let maximumBatchBytes: Int
+    private let walSizeLimit: Int
+    private let walCheckInterval: Double
     private let observeBatch: (@Sendable (BatchReport) -> Void)?
+
+    /// The size the `-wal` file is brought back under once nothing holds it (32 MiB): well
+    /// above what it reaches under steady load, when SQLite's automatic checkpoint resets it
+    /// after each 1,000 pages (about 4 MiB) plus the batch that crossed them.
+    public static let defaultWALSizeLimit = 32 << 20
 
     /// Opens the writer connection (WAL, the given durability); `run()` then writes.
     /// `observeBatch`, if given, is called on the writer thread after each batch (before
-    /// its jobs' completions): keep it cheap.
+    /// its jobs' completions): keep it cheap. `walSizeLimit` and `walCheckInterval` (in
+    /// seconds): see `limitWAL()`.
     public init(path: String, durability: Durability, maximumBatch: Int = 2048,
-                maximumBatchBytes: Int = 16 << 20,
+                maximumBatchBytes: Int = 16 << 20, walSizeLimit: Int = defaultWALSizeLimit,
+                walCheckInterval: Double = 1,
                 observeBatch: (@Sendable (BatchReport) -> Void)? = nil) throws(SQLiteError) {
         database = try Database(path: path)
         try database.execute("PRAGMA journal_mode = WAL")
         try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
+        // After the WAL has been reset, its first commit cuts the file back to this size.
+        try database.execute("PRAGMA journal_size_limit = \(walSizeLimit)")
         self.maximumBatch = maximumBatch
         self.maximumBatchBytes = maximumBatchBytes
+        self.walSizeLimit = walSizeLimit
+        self.walCheckInterval = walCheckInterval
         self.observeBatch = observeBatch
     }
 
@@ -186,11 +200,16 @@ public final class GroupCommitWriter: Service {
     /// connection.
     public func run() {
         database.confine(to: .currentThread)
+        var nextWALCheck = DispatchTime.now() + walCheckInterval
         while true {
+            if DispatchTime.now() >= nextWALCheck {
+                limitWAL()
+                nextWALCheck = DispatchTime.now() + walCheckInterval
+            }
             let (hasWork, stopping) = queue.withLock { (!$0.jobs.isEmpty, $0.stopping) }
             if !hasWork {
                 if stopping { break }
-                workArrived.wait()
+                _ = workArrived.wait(until: nextWALCheck)
                 continue
             }
             // Woken by the first job of a burst, the writer would preempt the threads still
@@ -205,6 +224,21 @@ public final class GroupCommitWriter: Service {
             if !notRun.isEmpty { queue.withLock { $0.jobs.insert(contentsOf: notRun, at: 0) } }
         }
         database.close()
+    }
+
+    /// Brings the `-wal` file back under `walSizeLimit` when it is over it: a checkpoint
+    /// that waits for no one (`Database.checkpointTruncatingWAL`), so a batch is never held
+    /// up by another process. Under load SQLite's automatic checkpoints reset the WAL and
+    /// `journal_size_limit` cuts the file back; but a reader that keeps an old snapshot (a
+    /// `sqlite3` shell in a transaction, a backup) keeps the WAL from being reset, so it
+    /// grows while the reader holds, and this check empties it once the reader has let go,
+    /// even if no write comes after. A check that fails or finds a reader in the way
+    /// changes nothing and the next one tries again.
+    private func limitWAL() {
+        let walPath = database.path + "-wal"
+        let walBytes = (try? FileManager.default.attributesOfItem(atPath: walPath))?[.size] as? Int ?? 0
+        guard walBytes > walSizeLimit else { return }
+        _ = try? database.checkpointTruncatingWAL()
     }
 
     /// Makes `run()` commit what is queued and return; later submissions fail.

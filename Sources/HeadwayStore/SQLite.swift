@@ -28,6 +28,11 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
 
     /// What the error says of the storage, if it is a storage failure (see `StorageFailure`).
     public var storageFailure: StorageFailure? { StorageFailure(resultCode: code, systemError: systemError) }
+
+    /// Whether another connection held a lock the statement needed for longer than
+    /// `Database.busyTimeoutMilliseconds` (`SQLITE_BUSY`): nothing was changed, and a later
+    /// try may succeed.
+    public var isBusy: Bool { code & 0xff == SQLITE_BUSY }
 }
 
 /// Why the storage under the database takes no writes now: a write that fails this way
@@ -99,8 +104,12 @@ public final class Database: @unchecked Sendable {
         handle = pointer
         self.path = path
         sqlite3_extended_result_codes(handle, 1)
-        sqlite3_busy_timeout(handle, 5000)
+        sqlite3_busy_timeout(handle, Self.busyTimeoutMilliseconds)
     }
+
+    /// How long a statement waits for a lock another connection holds (another process's
+    /// write transaction, say) before it fails with `SQLITE_BUSY`.
+    public static let busyTimeoutMilliseconds: Int32 = 5000
 
     deinit { close() }
 
@@ -220,6 +229,26 @@ public final class Database: @unchecked Sendable {
             sqlite3_commit_hook(handle, { _ in 1 }, nil)
         } else {
             sqlite3_commit_hook(handle, nil, nil)
+        }
+    }
+
+    /// Checkpoints the WAL and truncates the `-wal` file to zero bytes, without waiting for
+    /// anyone: SQLite's `TRUNCATE` checkpoint with the busy handler off. It copies into the
+    /// database every page no reader still needs; then, if no other connection reads from
+    /// the WAL or writes, it empties the file. Returns whether it did; false when another
+    /// connection was in the way (a reader of an older snapshot, a writer), which is not an
+    /// error: only what could be copied was. Not inside a transaction of this connection.
+    public func checkpointTruncatingWAL() throws(SQLiteError) -> Bool {
+        try checkOpen("PRAGMA wal_checkpoint(TRUNCATE)")
+        sqlite3_busy_timeout(handle, 0)
+        defer { sqlite3_busy_timeout(handle, Self.busyTimeoutMilliseconds) }
+        let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
+        switch code & 0xff {
+        case SQLITE_OK: return true
+        case SQLITE_BUSY: return false
+        default:
+            throw SQLiteError(code: code, message: lastErrorMessage, sql: "PRAGMA wal_checkpoint(TRUNCATE)",
+                              systemError: lastSystemError)
         }
     }
 

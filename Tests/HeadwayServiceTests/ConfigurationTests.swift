@@ -108,6 +108,18 @@ import HeadwayStore
         }
     }
 
+    @Test func walSizeLimit() throws {
+        #expect(try parse([]).walSizeLimitBytes == 32 << 20)
+        #expect(try parse([], ["HEADWAY_WAL_SIZE_LIMIT": "8388608"]).walSizeLimitBytes == 8 << 20)
+        #expect(try parse(["--wal-size-limit", "1048576"]).walSizeLimitBytes == 1 << 20)
+        for bad in ["1048575", "1099511627777", "32M", ""] {
+            #expect(throws: UsageError("--wal-size-limit must be a whole number from 1048576 to 1099511627776, not '\(bad)'")) {
+                _ = try Configuration.parse(arguments: ["--wal-size-limit", bad], environment: [:])
+            }
+        }
+        #expect(Configuration.usage.contains("--wal-size-limit N") && Configuration.usage.contains("HEADWAY_WAL_SIZE_LIMIT"))
+    }
+
     /// Any address parses; beyond loopback the start refuses unless a token exists (the
     /// database is open by then: `TokenProcessTests`).
     @Test func addressesBeyondLoopbackParseAndAreToldApart() throws {

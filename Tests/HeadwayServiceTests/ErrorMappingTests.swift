@@ -67,6 +67,21 @@ import Testing
         #expect(lines.all.first?.contains("level=error event=request.failed request_id=req-7") == true)
     }
 
+    @Test func aWriteLockHeldElsewhereIs503DatabaseBusyWithRetryAfter() {
+        // SQLITE_BUSY (5), as `BEGIN IMMEDIATE` fails after the busy timeout; and one of its
+        // extended codes (SQLITE_BUSY_SNAPSHOT, 517).
+        for code: Int32 in [5, 517] {
+            let reply = problem(SQLiteError(code: code, message: "database is locked", sql: "BEGIN IMMEDIATE"))
+            #expect(reply.status == 503)
+            #expect(reply.code == "database_busy")
+            #expect(reply.headers.contains(HTTPField("Retry-After", "1")))
+        }
+        #expect(lines.all.count == 2)
+        #expect(lines.all.allSatisfy { $0.contains("level=warn event=request.database_busy request_id=req-7") })
+        let locked = problem(SQLiteError(code: 6, message: "database table is locked", sql: nil))
+        #expect(locked.status == 500, "only SQLITE_BUSY is another process's lock")
+    }
+
     @Test func refusalsOfTheHTTPLayer() {
         #expect(replies.response(for: .bodyTooLarge(limit: 10), request).status == 413)
         #expect(replies.response(for: .routeNotFound, request).status == 404)

@@ -14,11 +14,13 @@ final class StoreFixture: @unchecked Sendable {
     let store: TaskStore
 
     init(durability: Durability = .full, limits: TreeLimits = TreeLimits(), maximumBatchBytes: Int = 16 << 20,
-         stepTasks: Int = 1_000) throws {
+         stepTasks: Int = 1_000, walSizeLimit: Int = GroupCommitWriter.defaultWALSizeLimit,
+         walCheckInterval: Double = 1) throws {
         path = directory.file("headway.db")
         store = TaskStore(changeCounter: try DatabaseSetup.open(path: path).changeCounter, limits: limits,
                           stepTasks: stepTasks)
-        writer = try GroupCommitWriter(path: path, durability: durability, maximumBatchBytes: maximumBatchBytes)
+        writer = try GroupCommitWriter(path: path, durability: durability, maximumBatchBytes: maximumBatchBytes,
+                                       walSizeLimit: walSizeLimit, walCheckInterval: walCheckInterval)
         writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try writerThread.start()
     }
@@ -213,6 +215,38 @@ final class Box<Value>: @unchecked Sendable {
             if case .failure(let error) = result { refused.value = (error as? WriterError) == .stopped }
         }
         #expect(refused.value == true)
+    }
+
+    /// A reader that keeps an old snapshot (another connection in a transaction, as a
+    /// `sqlite3` shell would) fails no write but keeps the WAL from being reset, so it grows;
+    /// once the reader lets go, the writer empties it by itself, with no write after.
+    @Test func theWALComesBackUnderItsLimitOnceAnOldSnapshotIsReleased() throws {
+        let limit = 256 << 10
+        let fixture = try StoreFixture(durability: .normal, walSizeLimit: limit, walCheckInterval: 0.05)
+        let store = fixture.store
+        let walPath = fixture.path + "-wal"
+        func walBytes() -> Int { (try? FileManager.default.attributesOfItem(atPath: walPath))?[.size] as? Int ?? 0 }
+        let reader = try Database(path: fixture.path)
+        try reader.execute("BEGIN")
+        let tasksSeen = try reader.scalar("SELECT count(*) FROM tasks")
+        for batch in 0..<40 {
+            try fixture.write { database in
+                for index in 0..<50 {
+                    _ = try store.register(Registration(id: "w\(batch)-\(index)", name: String(repeating: "n", count: 150)),
+                                           now: 1, in: database)
+                }
+            }
+        }
+        #expect(walBytes() > limit, "the snapshot held keeps the WAL from being reset")
+        #expect(try reader.scalar("SELECT count(*) FROM tasks") == tasksSeen, "the reader still sees its snapshot")
+        try reader.execute("COMMIT")
+        var bytes = walBytes()
+        for _ in 0..<500 where bytes > limit {
+            Thread.sleep(forTimeInterval: 0.02)
+            bytes = walBytes()
+        }
+        #expect(bytes <= limit, "the WAL is back under its limit after the reader let go")
+        #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM tasks") } == 2_000)
     }
 }
 
