@@ -12,78 +12,13 @@ the updates acknowledged meanwhile and the failed writes.
                                [--ballast-mb 200] [--runners 4] [--timeout 60]
 """
 import argparse
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_daemon(binary, database, log):
-    port = free_port()
-    daemon = subprocess.Popen([binary, "--listen", f"127.0.0.1:{port}", "--db", database], stderr=log)
-    for _ in range(500):
-        if daemon.poll() is not None:
-            sys.exit(f"headwayd exited with {daemon.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return daemon, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.02)
-    sys.exit("headwayd did not listen")
-
-
-def stop_daemon(daemon):
-    daemon.send_signal(signal.SIGTERM)
-    daemon.wait(timeout=60)
-
-
-class Load:
-    """Runner threads reporting progress without pause; counts acknowledged updates and failures."""
-
-    def __init__(self, base, runners):
-        self.base = base
-        self.lock = threading.Lock()
-        self.updates = 0
-        self.failures = []
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self.run, args=(index,), daemon=True) for index in range(runners)]
-
-    def post(self, path, body):
-        request = urllib.request.Request(self.base + path, method="POST", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=60) as reply:
-                return reply.status
-        except urllib.error.HTTPError as error:
-            return error.code
-        except OSError as error:
-            return repr(error)
-
-    def run(self, index):
-        task_id = f"runner-{index}"
-        self.post("/v1/tasks", {"id": task_id, "name": f"Runner {index}", "total": 10**12})
-        completed = 0
-        while not self.stopping.is_set():
-            completed += 1
-            status = self.post(f"/v1/tasks/{task_id}/progress", {"completed": completed})
-            with self.lock:
-                if status == 200:
-                    self.updates += 1
-                else:
-                    self.failures.append(status)
+from daemon_load import ProgressLoad, start_daemon, stop_daemon
 
 
 def main():
@@ -105,9 +40,8 @@ def main():
                     f"WHERE i < {options.ballast_mb}) INSERT INTO ballast SELECT randomblob(1000000) FROM n;"],
                    check=True)
     daemon, base = start_daemon(options.binary, database, log)
-    load = Load(base, options.runners)
-    for thread in load.threads:
-        thread.start()
+    load = ProgressLoad(base, options.runners)
+    load.start()
     time.sleep(2)
 
     backups = [
@@ -131,9 +65,7 @@ def main():
         with load.lock:
             updates, failed = load.updates - updates_before, len(load.failures)
         print(f"{name:<34} {outcome:<22} {seconds:>7.1f}  {updates:>17,}  {failed:>13}", flush=True)
-    load.stopping.set()
-    for thread in load.threads:
-        thread.join(timeout=60)
+    load.stop()
     stop_daemon(daemon)
     log.close()
     return 1 if load.failures else 0

@@ -13,32 +13,15 @@ import argparse
 import http.client
 import json
 import os
-import signal
-import socket
 import subprocess
 import tempfile
 import time
+from urllib.parse import urlsplit
+
+from daemon_load import start_daemon, stop_daemon
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.environ.get("HEADWAYD", os.path.join(ROOT, ".build/release/headwayd"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(db, port):
-    process = subprocess.Popen([BINARY, "--listen", f"127.0.0.1:{port}", "--db", db, "--log-level", "warn",
-                                "--durability", "normal"])
-    for _ in range(400):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return process
-        except OSError:
-            time.sleep(0.025)
-    raise SystemExit("headwayd did not start")
 
 
 def post(connection, path, body):
@@ -68,10 +51,9 @@ def main():
     arguments = parser.parse_args()
     directory = tempfile.mkdtemp(prefix="headway-sizing-")
     db = os.path.join(directory, "headway.db")
-    port = free_port()
-    daemon = start(db, port)
+    daemon, base = start_daemon(BINARY, db, flags=["--log-level", "warn", "--durability", "normal"])
     try:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection = http.client.HTTPConnection(urlsplit(base).netloc, timeout=30)
         for index in range(arguments.tasks):
             post(connection, "/v1/tasks", {"id": f"build-{index:06d}-shard", "name": f"Nightly build of service {index}",
                                            "label": "Compiling sources", "total": 1200, "unit": "files"})
@@ -83,8 +65,7 @@ def main():
         for index in range(arguments.tasks):
             post(connection, f"/v1/tasks/build-{index:06d}-shard/finish", {"outcome": "succeeded"})
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=60)
+        stop_daemon(daemon)
     sizes = space(db)
     tasks, points = rows(db, "tasks"), rows(db, "history")
     task_bytes = sum(size for name, size in sizes.items() if name == "tasks" or name.startswith("tasks_")

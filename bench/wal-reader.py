@@ -15,78 +15,13 @@ peak from then on, and its size at the end.
                         [--stop-load-at-release] [-- extra headwayd flags]
 """
 import argparse
-import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.error
-import urllib.request
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port, process):
-    for _ in range(500):
-        if process.poll() is not None:
-            sys.exit(f"headwayd exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    sys.exit("headwayd did not listen")
-
-
-class Load:
-    """Runner threads writing without pause; counts acknowledged updates and failed writes."""
-
-    def __init__(self, base, runners):
-        self.base = base
-        self.lock = threading.Lock()
-        self.updates = 0
-        self.failures = []
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self.run, args=(index,), daemon=True) for index in range(runners)]
-
-    def post(self, path, body, expected):
-        request = urllib.request.Request(self.base + path, method="POST", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=60) as reply:
-                status = reply.status
-        except urllib.error.HTTPError as error:
-            status = error.code
-        except OSError as error:
-            status = repr(error)
-        if status != expected:
-            with self.lock:
-                self.failures.append((path, status))
-            return False
-        return True
-
-    def run(self, index):
-        task = 0
-        while not self.stopping.is_set():
-            task += 1
-            task_id = f"runner-{index}-{task}"
-            if not self.post("/v1/tasks", {"id": task_id, "name": f"Runner {index}", "total": 10**9}, 201):
-                continue
-            for completed in range(1, 101):
-                if self.stopping.is_set():
-                    break
-                body = {"completed": completed, "label": f"step {completed} " + "x" * 300}
-                if self.post(f"/v1/tasks/{task_id}/progress", body, 200):
-                    with self.lock:
-                        self.updates += 1
+from daemon_load import ProgressLoad, start_daemon, stop_daemon
 
 
 def wal_bytes(database):
@@ -114,14 +49,10 @@ def main():
 
     directory = tempfile.mkdtemp(prefix="headway-wal-")
     database = os.path.join(directory, "headway.db")
-    port = free_port()
     log = open(os.path.join(directory, "headwayd.log"), "w")
-    daemon = subprocess.Popen([options.binary, "--listen", f"127.0.0.1:{port}", "--db", database,
-                               *limit_flags, *options.extra], stderr=log)
-    wait_for_port(port, daemon)
-    load = Load(f"http://127.0.0.1:{port}", options.runners)
-    for thread in load.threads:
-        thread.start()
+    daemon, base = start_daemon(options.binary, database, log, [*limit_flags, *options.extra])
+    load = ProgressLoad(base, options.runners, label_bytes=300)
+    load.start()
 
     print(f"{'time s':>6}  {'phase':<8} {'WAL bytes':>12}  {'updates/s':>9}  {'failed':>6}")
     start = time.monotonic()
@@ -166,11 +97,8 @@ def main():
         last_updates, last_time = updates, now
 
     final = wal_bytes(database)
-    load.stopping.set()
-    for thread in load.threads:
-        thread.join(timeout=60)
-    daemon.send_signal(signal.SIGTERM)
-    daemon.wait(timeout=30)
+    load.stop()
+    stop_daemon(daemon)
     log.close()
     mib = 1 << 20
     print()
