@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -100,7 +101,11 @@ class Runner:
         parent_id = f"pipeline-{number}.{run}"
         self.call("POST", "/v1/tasks", f'{{"id":"{parent_id}","name":"Pipeline {number}, run {run}",'
                                        f'"stall_timeout_seconds":600}}')
-        return {"id": parent_id, "number": number, "run": run, "children": 0, "unfinished": 0, "closed": False}
+        # The first runs take from 1 to all their children, so the pipelines' runs (and the
+        # subscribers moving between them) do not all end at once.
+        limit = 1 + number % self.children_per_parent if run == 0 and self.children_per_parent else self.children_per_parent
+        return {"id": parent_id, "number": number, "run": run, "limit": limit, "children": 0, "unfinished": 0,
+                "closed": False}
 
     def register(self):
         """Registers the next child under one of this runner's parents and plans its life:
@@ -110,7 +115,7 @@ class Runner:
         parent = self.parents[position]
         parent["children"] += 1
         parent["unfinished"] += 1
-        if self.children_per_parent and parent["children"] >= self.children_per_parent:
+        if self.children_per_parent and parent["children"] >= parent["limit"]:
             parent["closed"] = True  # it finishes with its last child
             self.parents[position] = self.start_parent(parent["number"], parent["run"] + 1)
         task_id = f"r{self.index}-{self.counter}"
@@ -383,14 +388,15 @@ def verdict(rows, warm_up_minutes):
     tasks age into retention, stored tasks and the database file are still filling): the
     medians of the first and last thirds, the least-squares slope per hour, and the noise
     (median absolute deviation from that straight line). A measure is flagged when the last third's
-    median moved past the first's by more than 10% and by more than three times the noise;
+    median moved past the first's by more than 10% and by more than three times the noise,
+    and told apart: still rising over the last third (GROWS), or a step up to a plateau;
     a short run's slope, extrapolated to an hour, is mostly noise and only shown."""
     steady_rows = [row for row in rows if row["minute"] > warm_up_minutes]
     if len(steady_rows) < 3:
-        return [f"too few samples after the warm-up ({warm_up_minutes:g} min) for a verdict: "
+        return [f"too few samples after the warm-up ({warm_up_minutes:.1f} min) for a verdict: "
                 f"run longer (these are the figures over every sample)"] + verdict(rows, -1)[1:]
     third = max(1, len(steady_rows) // 3)
-    lines = [f"{len(steady_rows)} samples after a warm-up of {warm_up_minutes:g} min"]
+    lines = [f"{len(steady_rows)} samples after a warm-up of {warm_up_minutes:.1f} min"]
     for column in WATCHED:
         values = [(row["minute"], row[column]) for row in steady_rows if row[column] == row[column]]  # no nan
         if len(values) < 3:
@@ -406,10 +412,17 @@ def verdict(rows, warm_up_minutes):
         noise = statistics.median(abs(y - mean_y - slope * (x - mean_x)) for x, y in zip(xs, ys))
         moved = last - first
         significant = abs(moved) > 0.10 * abs(first) and abs(moved) > 3 * noise
+        # Over the last third alone: still rising at the end (a leak), or a step to a plateau
+        # (a high-water mark, such as a WAL file that SQLite reuses and never shrinks)?
+        tail = values[-third:]
+        rise_at_end = tail[-1][1] - tail[0][1] if len(tail) >= 2 else 0.0
+        still_rising = rise_at_end > max(3 * noise, 0.02 * abs(last))
         if column in ("updates_per_s", "events_per_s"):
             flag = "DROPS" if significant and moved < 0 else "steady"
+        elif significant and moved > 0:
+            flag = "GROWS" if still_rising else "rose, then flat over the last third"
         else:
-            flag = "GROWS" if significant and moved > 0 else "flat"
+            flag = "flat"
         change = 100 * moved / first if first else 0.0
         lines.append(f"{column:<16} first third {first:10.2f}  last third {last:10.2f}  ({change:+6.1f}%)  "
                      f"noise ±{noise:.2f}  slope {slope_per_hour:+.2f}/h  {flag}")
@@ -439,8 +452,8 @@ def plot(rows, path, title):
         axis.set_visible(False)
     for axis in axes[-1]:
         axis.set_xlabel("minutes")
-    figure.suptitle(title, fontsize=11)
-    figure.tight_layout()
+    figure.suptitle(textwrap.fill(title, 150), fontsize=11)
+    figure.tight_layout(rect=(0, 0, 1, 0.97))
     figure.savefig(path, dpi=80)
 
 
@@ -467,8 +480,12 @@ def main():
     if not retention:
         parser.error("--retention: seconds, or with s, m, h or d (e.g. 60s)")
     retention_seconds = int(retention.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[retention.group(2)]
-    # Stored tasks fill until the first finished ones age past the retention and are pruned.
-    warm_up_minutes = (retention_seconds + 60) / 60
+    # Stored tasks fill until the first runs of the pipelines have finished (a child is kept
+    # while its parent runs; a run lasts about its children's updates over its share of the
+    # rate, 50 updates each on average), aged past the retention and been pruned (every 30 s):
+    # twice that, for a rate the runners fall short of on a busy machine.
+    run_seconds = args.children_per_parent * 50 * args.parents / args.rate
+    warm_up_minutes = (retention_seconds + 30 + 2 * run_seconds) / 60
     servers.HEADWAYD = args.headwayd
     servers.pin_this_process_to_cpu1()
     commit = subprocess.run(["git", "-C", servers.ROOT, "rev-parse", "--short", "HEAD"],
@@ -582,8 +599,8 @@ def main():
         server.stop()
 
     day = datetime.date.today().isoformat()
-    plot(rows, png_path, f"headwayd soak {day} ({commit}): {args.subscribers} subscribers, "
-                         f"{args.rate:g} updates/s over {args.tasks} tasks, --retention {args.retention}, "
+    plot(rows, png_path, f"headwayd soak {day} (bench/soak.py at {commit}): {args.subscribers} subscribers, "
+                         f"{args.rate:g} updates/s aimed at over {args.tasks} tasks, --retention {args.retention}, "
                          f"--stall-timeout {args.stall_timeout:g}, --durability {args.durability}, "
                          f"a sample every {args.sample_seconds:g} s")
     print(f"wrote {csv_path} and {png_path}")
