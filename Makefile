@@ -10,7 +10,7 @@ PYTHON := $(VENV)/bin/python3
 # Warnings fail the build in CI (.ci/run sets CI=true); locally they stay warnings.
 SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 
-.PHONY: run test build release deps test-deps migrations dashboard bench bench-abuse crash-proof clean fuzz sanitize
+.PHONY: run test build release deps test-deps migrations dashboard bench bench-abuse crash-proof soak clean fuzz sanitize
 
 ## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
 run: deps release
@@ -66,6 +66,14 @@ crash-proof:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	python3 bench/crash-proof.py $(CRASH_ARGS)
+
+## An hour of steady load (runners, 1,000 subscribers, stalls, retention), the daemon's RSS,
+## open files, database and WAL sizes and latencies sampled every minute: writes
+## docs/soak.csv and docs/soak.png and prints a verdict per measure. SOAK_ARGS="--minutes 12 --sample-seconds 30"
+soak:
+	@HEADWAY_BENCH=1 scripts/install-deps.sh
+	$(SWIFT) build -c release $(SWIFT_FLAGS)
+	$(PYTHON) bench/soak.py --out docs/soak $(SOAK_ARGS)
 
 ## A short, repeatable libFuzzer run of each target in Fuzz/ (seed 1, a fixed count of
 ## inputs); `scripts/fuzz.sh SECONDS` is the long run (see docs/fuzzing.md).
