@@ -65,7 +65,7 @@ bench-abuse:
 crash-proof:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
-	python3 bench/crash-proof.py $(CRASH_ARGS)
+	$(PYTHON) bench/crash-proof.py $(CRASH_ARGS)
 
 ## An hour of steady load (runners, 1,000 subscribers, stalls, retention), the daemon's RSS,
 ## open files, database and WAL sizes and latencies sampled every minute: writes
