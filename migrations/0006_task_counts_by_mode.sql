@@ -34,7 +34,9 @@ CREATE TRIGGER task_counts_delete AFTER DELETE ON tasks BEGIN
       AND stall_reason = coalesce(old.stall_reason, '');
 END;
 
-CREATE TRIGGER task_counts_update AFTER UPDATE OF state, stalled, stall_reason, total, children_weight ON tasks
+-- The writer names state and stalled in its UPDATE whenever a counted value changes (and
+-- only then), so the trigger costs nothing on the common update that changes none.
+CREATE TRIGGER task_counts_update AFTER UPDATE OF state, stalled ON tasks
 WHEN old.state IS NOT new.state OR old.stalled IS NOT new.stalled OR old.stall_reason IS NOT new.stall_reason
   OR (old.total IS NOT NULL OR old.children_weight > 0) IS NOT (new.total IS NOT NULL OR new.children_weight > 0)
 BEGIN

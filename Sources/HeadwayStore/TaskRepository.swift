@@ -68,7 +68,8 @@ public enum TaskRepository {
     }
 
     /// The columns a task's life can change; the rest are fixed at registration.
-    /// `state` and `stalled` are indexed (and counted), so they are written only when they change.
+    /// `state` and `stalled` are indexed, and naming them in an UPDATE runs the trigger that
+    /// keeps `task_counts`, so they are written only when a counted value changes.
     static let mutableColumns = [
         "label", "completed", "total", "unit", "stall_reason", "stalled_since", "cancel_requested", "last_seq",
         "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "change_seq", "change_kind",
@@ -86,10 +87,16 @@ public enum TaskRepository {
 
     /// Writes the changes from `previous` to `task` (the same task).
     public static func update(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(SQLiteError) {
-        let statement = task.state != previous.state || task.stalled != previous.stalled
-            ? updateMutableAndIndexed : updateMutable
+        let statement = countedValuesDiffer(task, previous) ? updateMutableAndIndexed : updateMutable
         let all = values(task)
         try database.run(statement.sql, statement.positions.map { all[$0] } + [.text(task.id)])
+    }
+
+    /// Whether `task` is counted under other values than `previous` in `task_counts`
+    /// (state, stall flag and reason, mode; `is_root` never changes).
+    static func countedValuesDiffer(_ task: TaskRecord, _ previous: TaskRecord) -> Bool {
+        task.state != previous.state || task.stalled != previous.stalled || task.stallReason != previous.stallReason
+            || task.mode != previous.mode
     }
 
     /// Writes only a task's signal time and stall deadline: all that an ancestor's roll-up

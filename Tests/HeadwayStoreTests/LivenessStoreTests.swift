@@ -61,7 +61,7 @@ import Testing
     @Test func taskCountsFollowStateModeAndStallReason() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
-        let ids = ["plain", "sized", "parent", "child"]
+        let ids = ["plain", "sized", "parent", "child", "later"]
         func counted() throws -> [TaskCount] { try fixture.read { try $0.taskCountsByStateModeAndStall() } }
         func truth() throws -> [TaskCount] {
             var counts: [String: TaskCount] = [:]
@@ -87,6 +87,11 @@ import Testing
         #expect(try counted() == truth(), "a total given later makes it quantified, and the signal recovers it")
         #expect(try counted().allSatisfy { $0.stallReason == nil })
         #expect(try counted().filter { $0.mode == .indeterminate }.map(\.count) == [1], "only the child is left")
+        _ = try fixture.write { try store.progress("sized", ProgressUpdate(completed: 2), now: 1650, in: $0) }
+        #expect(try counted() == truth(), "an update that moves no count")
+        _ = try register(fixture, store, Registration(id: "later", name: "L", stallTimeoutSeconds: 60), at: 1650)
+        _ = try fixture.write { try store.progress("later", ProgressUpdate(completed: 1, total: 3), now: 1660, in: $0) }
+        #expect(try counted() == truth(), "a total given to a running task that is not stalled: only its mode changes")
         _ = try fixture.write { try store.finish("sized", Finish(outcome: .failed), now: 1700, in: $0) }
         _ = try fixture.write { try store.delete("child", now: 1800, in: $0) }
         #expect(try counted() == truth())
