@@ -32,6 +32,9 @@ struct SettingLayer {
 /// (`public-url`, `cors-origin`) may appear on several lines, each adding a value; any other
 /// appears once. Values are checked as the flags are, after the layers are merged.
 enum ConfigurationFile {
+    /// The longest line taken (a URL, a path, a number).
+    static let maximumLineBytes = 4096
+
     /// The settings of the file at `path`; a file that cannot be read, or a line that is not
     /// a known setting, is refused with the file, the line and the reason.
     static func read(path: String) throws(UsageError) -> SettingLayer {
@@ -50,6 +53,10 @@ enum ConfigurationFile {
             let origin = "\(path):\(number)"
             let line = rawLine.trimmingCharacters(in: .whitespacesAndNewlines)
             if line.isEmpty || line.hasPrefix("#") { continue }
+            // No setting needs more; a longer line would be echoed whole in the error.
+            guard line.utf8.count <= maximumLineBytes else {
+                throw UsageError("a line longer than \(maximumLineBytes) bytes", at: origin)
+            }
             guard let equals = line.firstIndex(of: "=") else {
                 throw UsageError("expected 'name = value', not '\(line)'", at: origin)
             }
@@ -72,11 +79,17 @@ enum ConfigurationFile {
         return layer
     }
 
-    /// The UTF-8 text of the file at `path`, or the reason it cannot be read.
+    /// The UTF-8 text of the file at `path` (a leading byte-order mark dropped), or the
+    /// reason it cannot be read. Only a regular file is read: it is opened without
+    /// blocking and checked first, so a FIFO or a device at the path can never hold up the
+    /// thread that also handles the signals.
     private static func readText(path: String) throws(UsageError) -> String {
-        let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard descriptor >= 0 else { throw UsageError(String(cString: strerror(errno))) }
         defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0 else { throw UsageError(String(cString: strerror(errno))) }
+        guard status.st_mode & S_IFMT == S_IFREG else { throw UsageError("not a regular file") }
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 16 * 1024)
         while true {
@@ -89,6 +102,7 @@ enum ConfigurationFile {
             bytes += chunk[..<count]
             guard bytes.count <= 1024 * 1024 else { throw UsageError("larger than 1 MiB") }
         }
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes.removeFirst(3) }
         guard let text = String(validating: bytes, as: UTF8.self) else { throw UsageError("not UTF-8 text") }
         return text
     }

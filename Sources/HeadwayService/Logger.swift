@@ -197,14 +197,17 @@ final class LogOutput: Sendable {
 
 /// An open log file, created with mode 0640 if missing: every write goes to its end
 /// (`O_APPEND`), even after the file was truncated (logrotate's `copytruncate`) or written
-/// by another process.
+/// by another process. It is opened without blocking, so a FIFO with no reader at the path
+/// is an error at once (`ENXIO`) rather than a wait that would hold up the thread that also
+/// handles the signals; once open, writes block as usual.
 struct LogFile: Sendable {
     let path: String
     let descriptor: Int32
 
     init(path: String) throws(LogFileError) {
-        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o640)
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0o640)
         guard descriptor >= 0 else { throw LogFileError(path: path, reason: String(cString: strerror(errno))) }
+        _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) & ~O_NONBLOCK)
         self.path = path
         self.descriptor = descriptor
     }

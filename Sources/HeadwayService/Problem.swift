@@ -1,6 +1,8 @@
+import Dispatch
 import HTTPServer
 import HeadwayCore
 import HeadwayStore
+import Lifecycle
 
 /// An error reply in the sense of RFC 9457 (problem details), with a stable machine `code`:
 /// the one shape every refusal of the daemon takes over HTTP. `ErrorReplies` turns any
@@ -283,8 +285,9 @@ extension Problem {
                     headers: [HTTPField("Retry-After", "\(storageRetrySeconds)")])
         case .readOnly:
             Problem(status: 503, code: "storage_read_only", title: "Storage read-only",
-                    detail: "The database cannot be written (its filesystem or file is read-only): nothing of this "
-                        + "request was stored. Retry once it is writable again.",
+                    detail: "The database cannot be written (its filesystem or file is read-only). Retry once it "
+                        + "is writable again, with the same seq: a change whose commit the storage cut short may be "
+                        + "found stored once the storage is repaired.",
                     headers: [HTTPField("Retry-After", "\(storageRetrySeconds)")])
         }
     }
@@ -307,6 +310,9 @@ extension Problem {
 /// `internal_error` (a change that failed was rolled back).
 struct ErrorReplies: Sendable {
     let logger: Logger
+    /// `database_busy` comes to every request queued while the lock was held: one line a
+    /// second says so, with how many were not logged since.
+    let busyLines = LogThrottle(nanoseconds: 1_000_000_000)
 
     /// The reply to a request that failed with `error`.
     func response(for error: any Error, _ request: HTTPRequest) -> HTTPResponse {
@@ -321,7 +327,10 @@ struct ErrorReplies: Sendable {
         case let refusal as AccessRefusal: return Problem(refusal)
         case WriterError.stopped: return .shuttingDown
         case let error as SQLiteError where error.isBusy:
-            logger.log(.warn, "request.database_busy", ["request_id": request.requestID, "error": "\(error)"])
+            if let unlogged = busyLines.admit(now: DispatchTime.now().uptimeNanoseconds) {
+                logger.log(.warn, "request.database_busy", ["request_id": request.requestID, "error": "\(error)",
+                                                            "not_logged_since": "\(unlogged)"])
+            }
             return .databaseBusy
         default:
             if let failure = (error as? SQLiteError)?.storageFailure { return .storageUnavailable(failure) }
@@ -333,5 +342,27 @@ struct ErrorReplies: Sendable {
     /// Shows the HTTP layer's refusals (the pipeline's renderer).
     func response(for refusal: HTTPRefusal, _ request: HTTPRequest) -> HTTPResponse {
         Problem(refusal, method: request.method).response
+    }
+}
+
+/// Lets a line that may repeat many times a second through at most once per interval,
+/// counting those held back in between.
+final class LogThrottle: Sendable {
+    private let interval: UInt64
+    private let state = Locked<(lastLogged: UInt64?, heldBack: Int)>((nil, 0))
+
+    init(nanoseconds interval: UInt64) { self.interval = interval }
+
+    /// Whether to log at `now` (monotonic nanoseconds): nil to hold the line back, else how
+    /// many were held back since the last one logged.
+    func admit(now: UInt64) -> Int? {
+        state.withLock { state in
+            if let last = state.lastLogged, now &- last < interval {
+                state.heldBack += 1
+                return nil
+            }
+            defer { state = (now, 0) }
+            return state.heldBack
+        }
     }
 }

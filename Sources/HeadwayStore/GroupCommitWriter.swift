@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Lifecycle
 
 /// How hard a commit tries to reach the disk.
@@ -83,6 +84,9 @@ public final class GroupCommitWriter: Service {
     private let maximumBatchBytes: Int
     private let walSizeLimit: Int
     private let walCheckInterval: Double
+    /// Set when a batch failed for want of space and cleared by the next checkpoint that
+    /// empties the WAL (touched by the writer thread only; see `limitWAL()`).
+    private let diskFullSinceCheckpoint = Atomic(false)
     private let observeBatch: (@Sendable (BatchReport) -> Void)?
 
     /// The size the `-wal` file is brought back under once nothing holds it (32 MiB): well
@@ -232,13 +236,18 @@ public final class GroupCommitWriter: Service {
     /// `journal_size_limit` cuts the file back; but a reader that keeps an old snapshot (a
     /// `sqlite3` shell in a transaction, a backup) keeps the WAL from being reset, so it
     /// grows while the reader holds, and this check empties it once the reader has let go,
-    /// even if no write comes after. A check that fails or finds a reader in the way
-    /// changes nothing and the next one tries again.
+    /// even if no write comes after. (`journal_size_limit` cuts the file back to exactly the
+    /// limit, so a file at the limit is emptied too.) After a batch failed for want of
+    /// space it checkpoints whatever the size: SQLite's automatic checkpoint runs only after
+    /// a commit, and on a full disk no commit succeeds, so the committed frames in the WAL
+    /// would otherwise hold the space that the next commit needs, for good. A check that
+    /// fails or finds a reader in the way changes nothing and the next one tries again.
     private func limitWAL() {
         let walPath = database.path + "-wal"
         let walBytes = (try? FileManager.default.attributesOfItem(atPath: walPath))?[.size] as? Int ?? 0
-        guard walBytes > walSizeLimit else { return }
-        _ = try? database.checkpointTruncatingWAL()
+        let diskWasFull = diskFullSinceCheckpoint.load(ordering: .relaxed)
+        guard walBytes >= walSizeLimit || (diskWasFull && walBytes > 0) else { return }
+        if (try? database.checkpointTruncatingWAL()) == true { diskFullSinceCheckpoint.store(false, ordering: .relaxed) }
     }
 
     /// Makes `run()` commit what is queued and return; later submissions fail.
@@ -270,6 +279,7 @@ public final class GroupCommitWriter: Service {
                 }
             }
         } catch {
+            if (error as? SQLiteError)?.storageFailure == .full { diskFullSinceCheckpoint.store(true, ordering: .relaxed) }
             observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false,
                                       error: error as? SQLiteError))
             batch.forEach { $0.abort(error) }

@@ -104,6 +104,28 @@ import Testing
         #expect(throws: UsageError("cannot read the configuration file \(binary): not UTF-8 text")) {
             _ = try Configuration.parse(arguments: ["--config", binary], environment: [:])
         }
+        // A huge value is refused without being echoed; a FIFO or a directory is refused at
+        // once, never waited on.
+        let long = try file("retention = " + String(repeating: "9", count: 10_000) + "\n", named: "long.conf")
+        #expect(throws: UsageError(long + ":1: a line longer than 4096 bytes")) {
+            _ = try Configuration.parse(arguments: ["--config", long], environment: [:])
+        }
+        let fifo = directory.file("fifo.conf")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        #expect(throws: UsageError("cannot read the configuration file \(fifo): not a regular file")) {
+            _ = try Configuration.parse(arguments: ["--config", fifo], environment: [:])
+        }
+        #expect(throws: UsageError("cannot read the configuration file \(directory.path): not a regular file")) {
+            _ = try Configuration.parse(arguments: ["--config", directory.path], environment: [:])
+        }
+    }
+
+    /// A file saved with a byte-order mark (some editors write one) reads as without it.
+    @Test func aByteOrderMarkIsSkipped() throws {
+        defer { directory.remove() }
+        let path = directory.file("bom.conf")
+        _ = FileManager.default.createFile(atPath: path, contents: Data([0xEF, 0xBB, 0xBF] + Array("log-level = warn\n".utf8)))
+        #expect(try parse(["--config", path]).logLevel == .warn)
     }
 
     @Test func logFileIsASetting() throws {

@@ -82,6 +82,22 @@ import Testing
         #expect(locked.status == 500, "only SQLITE_BUSY is another process's lock")
     }
 
+    /// Every request queued behind another process's lock gets `database_busy`: the log
+    /// says so at most once a second, with how many it did not write.
+    @Test func busyRequestsAreLoggedAtMostOnceASecond() {
+        let throttle = LogThrottle(nanoseconds: 1_000)
+        #expect(throttle.admit(now: 10) == 0)
+        #expect(throttle.admit(now: 500) == nil)
+        #expect(throttle.admit(now: 1_009) == nil)
+        #expect(throttle.admit(now: 1_010) == 2)
+        let shared = replies
+        for _ in 0..<5 {
+            _ = shared.response(for: SQLiteError(code: 5, message: "database is locked", sql: "BEGIN IMMEDIATE"), request)
+        }
+        #expect(lines.all.count == 1)
+        #expect(lines.all.first?.contains("not_logged_since=0") == true)
+    }
+
     @Test func refusalsOfTheHTTPLayer() {
         #expect(replies.response(for: .bodyTooLarge(limit: 10), request).status == 413)
         #expect(replies.response(for: .routeNotFound, request).status == 404)

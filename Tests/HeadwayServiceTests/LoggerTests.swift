@@ -92,4 +92,15 @@ import Testing
         }
         #expect(error?.description == "cannot open the log file /nonexistent/headwayd.log: No such file or directory")
     }
+
+    /// A FIFO nobody reads at the log's path is refused at once: opening it must never wait,
+    /// on the thread that also handles the signals.
+    @Test func aFIFOWithoutReaderIsRefusedAtOnce() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let fifo = directory.file("headwayd.log")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let error = #expect(throws: LogFileError.self) { _ = try Logger(minimumLevel: .info, filePath: fifo) }
+        #expect(error?.description == "cannot open the log file \(fifo): No such device or address")
+    }
 }
