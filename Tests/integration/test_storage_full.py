@@ -108,6 +108,13 @@ class Runners:
             assert self.changed.wait_for(lambda: predicate() or self.unexpected, timeout), f"waited for {what}"
             assert not self.unexpected, self.unexpected
 
+    def wait_for_more_acknowledged(self, count, what):
+        """Waits until each runner has `count` more updates acknowledged than now."""
+        with self.changed:
+            before = dict(self.acknowledged)
+        self.wait_until(lambda: all(self.acknowledged[task_id] >= before[task_id] + count
+                                    for task_id in self.task_ids), what)
+
     def acknowledged_each(self, at_least):
         return all(self.acknowledged[task_id] >= at_least for task_id in self.task_ids)
 
@@ -153,6 +160,12 @@ class Subscriber:
         with self.changed:
             assert self.changed.wait_for(lambda: predicate() or self.ended, timeout), f"waited for {what}"
             assert not self.ended, "the event stream ended"
+
+    def wait_for_values(self, completed_by_task):
+        """Waits until the stream has carried each task's `completed` value given."""
+        self.wait_until(lambda: all(self.tasks.get(task_id, {}).get("completed") == count
+                                    for task_id, count in completed_by_task.items()),
+                        "the last acknowledged changes on the event stream")
 
     def close(self):
         self.client.close()
@@ -231,20 +244,13 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_streams_and_recovers_without
 
                 # Space freed: the same daemon takes writes again.
                 os.unlink(filler)
-                with runners.changed:
-                    before = {task_id: runners.acknowledged[task_id] for task_id in runners.task_ids}
-                runners.wait_until(
-                    lambda: all(runners.acknowledged[task_id] >= before[task_id] + 5 for task_id in runners.task_ids),
-                    "writes after space was freed")
+                runners.wait_for_more_acknowledged(5, "writes after space was freed")
             finally:
                 runners.stop()
             acknowledged = dict(runners.acknowledged)
 
             # The stream that stayed connected carries the last acknowledged change of each task.
-            subscriber.wait_until(
-                lambda: all(subscriber.tasks.get(task_id, {}).get("completed") == count
-                            for task_id, count in acknowledged.items()),
-                "the last changes on the event stream")
+            subscriber.wait_for_values(acknowledged)
             assert subscriber.snapshots == 1, "the stream was not reconnected"
             subscriber.close()
             assert_stored_exactly(base, database, acknowledged)
@@ -268,11 +274,7 @@ def test_a_disk_filled_by_the_wal_itself_takes_writes_again_without_freeing_anyt
             runners = Runners(base, RUNNERS)
             try:
                 runners.wait_until(lambda: runners.refused["storage_full"] >= RUNNERS, "refusals", timeout=60)
-                with runners.changed:
-                    before = {task_id: runners.acknowledged[task_id] for task_id in runners.task_ids}
-                runners.wait_until(
-                    lambda: all(runners.acknowledged[task_id] >= before[task_id] + 5 for task_id in runners.task_ids),
-                    "writes after the refusals, with nothing freed")
+                runners.wait_for_more_acknowledged(5, "writes after the refusals, with nothing freed")
             finally:
                 runners.stop()
             assert set(runners.refused) == {"storage_full"}
@@ -311,10 +313,7 @@ def test_a_filesystem_gone_read_only_refuses_writes_and_keeps_reads_and_streams(
             finally:
                 runners.stop()
             acknowledged = dict(runners.acknowledged)
-            subscriber.wait_until(
-                lambda: all(subscriber.tasks.get(task_id, {}).get("completed") == count
-                            for task_id, count in acknowledged.items()),
-                "the last acknowledged changes on the event stream")
+            subscriber.wait_for_values(acknowledged)
             subscriber.close()
             for task_id, count in acknowledged.items():
                 assert httpx.get(f"{base}/v1/tasks/{task_id}").json()["completed"] == count, task_id
