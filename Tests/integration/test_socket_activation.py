@@ -32,7 +32,9 @@ def test_systemd_socket_activate_hands_over_the_socket(tmp_path):
         daemon = subprocess.Popen(["systemd-socket-activate", "-l", f"127.0.0.1:{port}", HEADWAYD,
                                    "--db", str(tmp_path / "h.db"), "--listen", "127.0.0.1:1"], stderr=errors)
     try:
-        # The socket exists before the daemon: the first connection starts nothing, it waits.
+        # systemd-socket-activate binds the socket, says so, and waits for a connection: the
+        # first one starts the daemon, and waits in the backlog meanwhile.
+        wait_for_log(log, f"Listening on 127.0.0.1:{port}", daemon)
         reply = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=20)
         assert reply.status_code == 200
         wait_for_log(log, "event=server.listening", daemon)
