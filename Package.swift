@@ -29,6 +29,12 @@ let package = Package(
             pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
+        // libpq: PostgreSQL, for several daemons sharing one database.
+        .systemLibrary(
+            name: "CLibPQ",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
         .systemLibrary(
             name: "CSQLite",
             pkgConfig: "sqlite3",
@@ -38,7 +44,7 @@ let package = Package(
         // thread sleeps (Doorbell); knows nothing of tasks or HTTP.
         .target(name: "Lifecycle"),
         .target(name: "HeadwayCore"),
-        .target(name: "HeadwayStore", dependencies: ["CSQLite", "HeadwayCore", "Lifecycle"]),
+        .target(name: "HeadwayStore", dependencies: ["CLibPQ", "CSQLite", "HeadwayCore", "Lifecycle"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CGnuTLS", "Lifecycle"]),
         .target(name: "HeadwayService", dependencies: ["CGnuTLS", "HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"]),
         .executableTarget(name: "headwayd", dependencies: ["HeadwayService"]),

@@ -41,11 +41,15 @@ public final class HeadwayApplication: Sendable {
     let metrics: ServiceMetrics
     /// The services, once started.
     private let services = Locked<ServiceGroup?>(nil)
+    /// On PostgreSQL: wakes the writer for other daemons' changes.
+    let changeListener: ChangeListener?
 
     init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
          broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,
          recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, catchUpBudget: CatchUpBudget,
-         logger: Logger, routes: [RouteEntry], tokens: TokenRegistry, tokenKeeper: TokenKeeper, metrics: ServiceMetrics) {
+         logger: Logger, routes: [RouteEntry], tokens: TokenRegistry, tokenKeeper: TokenKeeper, metrics: ServiceMetrics,
+         changeListener: ChangeListener? = nil) {
+        self.changeListener = changeListener
         self.metrics = metrics
         self.tokens = tokens
         self.tokenKeeper = tokenKeeper
@@ -76,6 +80,7 @@ public final class HeadwayApplication: Sendable {
             ServiceGroup.Member("headway-writer", writer),
             ServiceGroup.Member("headway-sweeper", maintenance),
         ]
+        if let changeListener { members.insert(ServiceGroup.Member("headway-listen", changeListener), at: 3) }
         if listening { members.append(ServiceGroup.Member("headway-accept", server)) }
         let group = ServiceGroup(members)
         try group.start()
@@ -84,7 +89,7 @@ public final class HeadwayApplication: Sendable {
         logger.log(.info, "server.listening", [
             "address": configuration.host.contains(":") ? "[\(configuration.host)]:\(port)" : "\(configuration.host):\(port)",
             "socket": configuration.inheritedListenFD == nil ? "bound" : "inherited",
-            "db": configuration.databasePath, "durability": configuration.durability.rawValue,
+            "db": redactedLocation(configuration.databasePath), "durability": configuration.durability.rawValue,
             "tls": server.isTLS ? "on" : "off", "certificate_sha256": server.certificateFingerprint ?? "-",
             "version": HeadwayVersion.current,
         ])
@@ -210,8 +215,13 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let metrics = ServiceMetrics()
     let storageAlarm = StorageAlarm(logger: logger, clock: clock)
+    // On PostgreSQL other daemons may write the same database: each batch takes the
+    // writers' lock, continues their numbering and delivers their changes (`SharedWriting`).
+    let taskCache = TaskCache()
+    let isShared = isPostgresLocation(configuration.databasePath)
+    let sharedWriting = isShared ? SharedWriting(changeCounter: changeCounter, cache: taskCache) : nil
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
-                                       walSizeLimit: configuration.walSizeLimitBytes,
+                                       walSizeLimit: configuration.walSizeLimitBytes, coordinator: sharedWriting,
                                        observeBatch: { batch in
                                            metrics.observe(batch)
                                            storageAlarm.observe(batch)
@@ -228,13 +238,23 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
     brokerSettings.pacing = configuration.fanOutPacing
     let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger, counters: metrics.events)
+    sharedWriting?.deliverOtherChanges { events in broker.publish(events) }
+    let listener = sharedWriting.map { sharedWriting in
+        ChangeListener(location: configuration.databasePath, writer: writer, sharedWriting: sharedWriting,
+                       reportFailure: { error in logger.log(.warn, "database.listen_failed", ["error": error]) })
+    }
+    let leadership = isShared ? Leadership(location: configuration.databasePath) { leading, detail in
+        logger.log(leading ? .info : .warn, leading ? "leadership.acquired" : "leadership.lost",
+                   ["detail": detail ?? "this daemon now sweeps stalls and applies retention"])
+    } : nil
     let store = TaskStore(changeCounter: changeCounter, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
-                          graceStart: clock.now(), limits: configuration.treeLimits)
+                          graceStart: clock.now(), cache: taskCache, limits: configuration.treeLimits)
     var maintenanceSettings = Maintenance.Settings()
     maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)
     let keeper = TokenKeeper(registry: tokens, writer: writer, broker: broker, clock: clock, logger: logger)
     let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store, broker: broker,
-                                  clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned)
+                                  clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned,
+                                  leadership: leadership)
     var routes = ServiceRoutes(gate: AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path))
     let errors = ErrorReplies(logger: logger)
     OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker,
@@ -312,7 +332,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                               pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
                               catchUpBudget: catchUpBudget,
                               logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper,
-                              metrics: metrics)
+                              metrics: metrics, changeListener: listener)
 }
 
 /// Why the daemon refuses to start.

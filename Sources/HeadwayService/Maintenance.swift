@@ -11,7 +11,8 @@ import HeadwayStore
 /// first finishes what a crash may have interrupted: a subtree delete stopped between its
 /// steps leaves tasks whose parent is gone, and those are deleted with their subtrees.
 /// A service: its thread is the timer; a requested stop ends it (jobs already queued still
-/// commit).
+/// commit). On a PostgreSQL database several daemons share, only the leader (`Leadership`)
+/// sweeps, prunes and repairs; the others keep only their tokens current.
 final class Maintenance: Service {
     struct Settings: Sendable {
         /// How often due stall deadlines are looked for (the flag's lateness is at most this
@@ -38,9 +39,13 @@ final class Maintenance: Service {
     private let tokens: TokenKeeper?
     /// Counts the rows retention forgets.
     private let prunedRows: MetricCounter
+    /// On a database shared with other daemons: whether this one sweeps and prunes now.
+    private let leadership: Leadership?
 
     init(settings: Settings, writer: GroupCommitWriter, store: TaskStore, broker: EventBroker,
-         clock: any WallClock, logger: Logger, tokens: TokenKeeper? = nil, prunedRows: MetricCounter = MetricCounter()) {
+         clock: any WallClock, logger: Logger, tokens: TokenKeeper? = nil, prunedRows: MetricCounter = MetricCounter(),
+         leadership: Leadership? = nil) {
+        self.leadership = leadership
         self.tokens = tokens
         self.prunedRows = prunedRows
         self.settings = settings
@@ -53,14 +58,22 @@ final class Maintenance: Service {
 
     /// Sweeps every `sweepInterval` and prunes every `pruneInterval` until a stop is requested.
     func run() {
-        let orphansDeleted = waitFor(submitOrphanDeletes)
-        if orphansDeleted > 0 { logger.log(.warn, "orphans.deleted", ["tasks": "\(orphansDeleted)"]) }
         var nextPrune = DispatchTime.now()
         var nextTokenCheck = DispatchTime.now()
+        // Whether this daemon led at its last look: a daemon that becomes the leader first
+        // repairs what a crash may have interrupted (the old leader's, too).
+        var leading = false
         while true {
+            let leadsNow = leadership?.isLeader() ?? true
+            if leadsNow && !leading {
+                let orphansDeleted = waitFor(submitOrphanDeletes)
+                if orphansDeleted > 0 { logger.log(.warn, "orphans.deleted", ["tasks": "\(orphansDeleted)"]) }
+                nextPrune = .now()
+            }
+            leading = leadsNow
             stopRequested.wait(until: .now() + settings.sweepInterval)
             if stopping.load(ordering: .acquiring) { break }
-            waitFor(submitSweep)
+            if leading { waitFor(submitSweep) }
             if let tokens {
                 if DispatchTime.now() >= nextTokenCheck {
                     nextTokenCheck = .now() + Self.tokenCheckInterval
@@ -69,13 +82,14 @@ final class Maintenance: Service {
                     tokens.closeDeadStreams()
                 }
             }
-            if DispatchTime.now() >= nextPrune {
+            if leading && DispatchTime.now() >= nextPrune {
                 nextPrune = .now() + settings.pruneInterval
                 waitFor(submitPrune)
             }
         }
         // The writer stops after maintenance: the last uses of tokens are written.
         tokens?.refresh(final: true)
+        leadership?.resign()
     }
 
     /// How often the tokens table is looked at (expired tokens' streams are looked for on every tick).

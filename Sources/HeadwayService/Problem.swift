@@ -326,14 +326,14 @@ struct ErrorReplies: Sendable {
         case let problem as Problem: return problem
         case let refusal as AccessRefusal: return Problem(refusal)
         case WriterError.stopped: return .shuttingDown
-        case let error as SQLiteError where error.isBusy:
+        case let error as DatabaseError where error.isBusy:
             if let unlogged = busyLines.admit(now: DispatchTime.now().uptimeNanoseconds) {
                 logger.log(.warn, "request.database_busy", ["request_id": request.requestID, "error": "\(error)",
                                                             "not_logged_since": "\(unlogged)"])
             }
             return .databaseBusy
         default:
-            if let failure = (error as? SQLiteError)?.storageFailure { return .storageUnavailable(failure) }
+            if let failure = (error as? DatabaseError)?.storageFailure { return .storageUnavailable(failure) }
             logger.log(.error, "request.failed", ["request_id": request.requestID, "error": "\(error)"])
             return .internalError(requestID: request.requestID)
         }

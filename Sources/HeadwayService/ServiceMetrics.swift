@@ -232,7 +232,7 @@ struct OperationsAPI: Sendable {
 
     private func ready(_ request: HTTPRequest, _ responder: any Responder) {
         read(request, responder) { [writer, probe] reader in
-            let latest = Migrator().latestVersion
+            let latest = Migrator(forLocation: databasePath).latestVersion
             let version: Int
             do {
                 version = try reader.schemaVersion()

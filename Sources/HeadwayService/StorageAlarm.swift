@@ -91,5 +91,5 @@ final class StorageAlarm: Sendable {
 extension StorageAlarm {
     /// Whether `error` is a refusal of the storage, which the alarm logs once per episode
     /// (so the maintenance jobs that keep failing with it need not log it every time).
-    static func isStorageRefusal(_ error: any Error) -> Bool { (error as? SQLiteError)?.storageFailure != nil }
+    static func isStorageRefusal(_ error: any Error) -> Bool { (error as? DatabaseError)?.storageFailure != nil }
 }

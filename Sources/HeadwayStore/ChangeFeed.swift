@@ -17,7 +17,16 @@ public enum ChangeFeed {
     }
 
     /// The current position (read it in the same transaction as the data it describes).
-    public static func position(in database: Database) throws(SQLiteError) -> Position {
+    public static func position(in database: Database) throws(DatabaseError) -> Position {
+        if database.isPostgres {
+            // Several daemons write: the latest number committed is kept in one row, which
+            // every writer locks first and moves before it commits (`SharedWriting`).
+            let state = try database.rows("SELECT first_seq, pruned_through, last_change FROM stream_state") {
+                ($0.int(0), $0.int(1), $0.int(2))
+            }
+            guard let (first, prunedThrough, last) = state.first else { return Position(first: 0, last: 0, prunedThrough: -1) }
+            return Position(first: first, last: max(first, last, prunedThrough), prunedThrough: prunedThrough)
+        }
         let state = try database.rows("SELECT first_seq, pruned_through FROM stream_state") { ($0.int(0), $0.int(1)) }
         let (first, prunedThrough) = state.first ?? (0, -1)
         let lastTask = try database.scalar("SELECT max(change_seq) FROM tasks") ?? first
@@ -29,7 +38,7 @@ public enum ChangeFeed {
 
     /// Records that `task` was deleted, as change `changeNumber`.
     public static func recordDeletion(_ task: TaskRecord, changeNumber: Int64, at now: EpochMilliseconds,
-                                      in database: Database) throws(SQLiteError) {
+                                      in database: Database) throws(DatabaseError) {
         try database.run("INSERT INTO tombstones (change_seq, id, parent_id, created_at, deleted_at) VALUES (?, ?, ?, ?, ?)",
                          [.integer(changeNumber), .text(task.id), task.parentID.map { .text($0) } ?? .null,
                           .integer(task.createdAt), .integer(now)])
@@ -38,7 +47,7 @@ public enum ChangeFeed {
     /// Deletes at most `limit` tombstones older than `cutoff`; returns how many and the
     /// highest change number among them.
     public static func pruneTombstones(deletedBefore cutoff: EpochMilliseconds, limit: Int,
-                                       in database: Database) throws(SQLiteError) -> (count: Int, through: Int64) {
+                                       in database: Database) throws(DatabaseError) -> (count: Int, through: Int64) {
         let numbers = try database.rows(
             "SELECT change_seq FROM tombstones WHERE deleted_at < ? ORDER BY change_seq LIMIT ?",
             [.integer(cutoff), .integer(Int64(limit))]) { $0.int(0) }
@@ -49,8 +58,8 @@ public enum ChangeFeed {
 
     /// Records that changes up to `changeNumber` may have been forgotten: resuming from an
     /// id below it gets a snapshot.
-    public static func forget(through changeNumber: Int64, in database: Database) throws(SQLiteError) {
-        try database.run("UPDATE stream_state SET pruned_through = max(pruned_through, ?)", [.integer(changeNumber)])
+    public static func forget(through changeNumber: Int64, in database: Database) throws(DatabaseError) {
+        try database.run("UPDATE stream_state SET pruned_through = ?1 WHERE pruned_through < ?1", [.integer(changeNumber)])
     }
 
     /// Which tasks a reader of the feed follows: every task, or the named tasks and the
@@ -102,7 +111,7 @@ public enum ChangeFeed {
     /// Every selected task whose latest change is after `id`, once, in its latest state,
     /// and every deletion of a selected task after `id`, in sequence order.
     public static func changes(after id: Int64, of selection: Selection = .all,
-                               in database: Database) throws(SQLiteError) -> [TaskEvent] {
+                               in database: Database) throws(DatabaseError) -> [TaskEvent] {
         let tasks = selection.query("SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ?", [.integer(id)])
         let changed = try database.rows(tasks.sql + " ORDER BY change_seq", tasks.arguments, map: TaskRepository.record)
         let tombstones = selection.query(
@@ -113,10 +122,34 @@ public enum ChangeFeed {
         return (changed.map { TaskEvent($0.changeKind, $0) } + deletions).sorted { $0.changeNumber < $1.changeNumber }
     }
 
+    /// The changes numbered above `id` and at most `through` (every task, its latest state;
+    /// every deletion), reading at most `limit` rows of each table, in sequence order;
+    /// `complete` is the number up to which they are all there (`through` unless a table
+    /// had more rows): the next page starts after it. What another daemon wrote, read by
+    /// `SharedWriting` a bounded page at a time.
+    public static func changes(after id: Int64, through: Int64, limit: Int,
+                               in database: Database) throws(DatabaseError) -> (events: [TaskEvent], complete: Int64) {
+        let arguments: [SQLValue] = [.integer(id), .integer(through), .integer(Int64(limit))]
+        let changed = try database.rows(
+            "SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ? AND change_seq <= ? ORDER BY change_seq LIMIT ?",
+            arguments, map: TaskRepository.record)
+        let deletions = try database.rows(
+            "SELECT change_seq, id, parent_id, created_at FROM tombstones WHERE change_seq > ? AND change_seq <= ? "
+                + "ORDER BY change_seq LIMIT ?", arguments) { row in
+            TaskEvent.deleted(changeNumber: row.int(0), taskID: row.text(1), parentID: row.optionalText(2), createdAt: row.int(3))
+        }
+        var complete = through
+        if changed.count == limit, let last = changed.last { complete = min(complete, last.changeNumber) }
+        if deletions.count == limit, let last = deletions.last { complete = min(complete, last.changeNumber) }
+        let events = (changed.map { TaskEvent($0.changeKind, $0) } + deletions)
+            .filter { $0.changeNumber <= complete }.sorted { $0.changeNumber < $1.changeNumber }
+        return (events, complete)
+    }
+
     /// What a fresh subscriber sees first: the selected tasks that are unfinished or
     /// finished since `finishedSince`, newest first.
     public static func snapshot(finishedSince: EpochMilliseconds, of selection: Selection = .all,
-                                in database: Database) throws(SQLiteError) -> [TaskRecord] {
+                                in database: Database) throws(DatabaseError) -> [TaskRecord] {
         let unfinished = selection.query("SELECT \(TaskRepository.columns), seq FROM tasks WHERE state IN ('pending', 'running')", [])
         let recent = selection.query("SELECT \(TaskRepository.columns), seq FROM tasks WHERE finished_at >= ?",
                                      [.integer(finishedSince)])
@@ -127,7 +160,7 @@ public enum ChangeFeed {
 
     /// A time no later than when change `id` was committed (for resuming with
     /// `min_duration`: tasks still held back then were created after this minus the minimum).
-    public static func timeNoLaterThan(change id: Int64, in database: Database) throws(SQLiteError) -> EpochMilliseconds {
+    public static func timeNoLaterThan(change id: Int64, in database: Database) throws(DatabaseError) -> EpochMilliseconds {
         let task = try database.scalar(
             "SELECT updated_at FROM tasks WHERE change_seq <= ? ORDER BY change_seq DESC LIMIT 1", [.integer(id)])
         let tombstone = try database.scalar(
@@ -137,7 +170,7 @@ public enum ChangeFeed {
 
     /// The selected unfinished tasks created at or after `time`.
     public static func unfinished(createdSince time: EpochMilliseconds, of selection: Selection = .all,
-                                  in database: Database) throws(SQLiteError) -> [TaskRecord] {
+                                  in database: Database) throws(DatabaseError) -> [TaskRecord] {
         let query = selection.query(
             "SELECT \(TaskRepository.columns) FROM tasks WHERE state IN ('pending', 'running') AND created_at >= ?",
             [.integer(time)])

@@ -6,8 +6,10 @@ import HeadwayCore
 extension Database {
     /// The schema version recorded by the migrations; nil when the file has no
     /// `schema_migrations` table (not a Headway database).
-    public func schemaVersion() throws(SQLiteError) -> Int? {
-        let tables = try rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'") {
+    public func schemaVersion() throws(DatabaseError) -> Int? {
+        let tables = try rows(isPostgres
+            ? "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'schema_migrations'"
+            : "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'") {
             $0.text(0)
         }
         guard !tables.isEmpty else { return nil }
@@ -16,7 +18,7 @@ extension Database {
 
     /// How many tasks there are in each state (from the counts the triggers keep, so it
     /// costs the same however many tasks exist); states without tasks are left out.
-    public func taskCountsByState() throws(SQLiteError) -> [(state: String, count: Int64)] {
+    public func taskCountsByState() throws(DatabaseError) -> [(state: String, count: Int64)] {
         try rows("SELECT state, sum(n) FROM task_counts GROUP BY state HAVING sum(n) > 0 ORDER BY state") {
             (state: $0.text(0), count: $0.int(1))
         }
@@ -24,7 +26,7 @@ extension Database {
 
     /// How many tasks there are per state, mode and stall reason (from the counts the
     /// triggers keep, a few rows: what `GET /metrics` shows); empty combinations are left out.
-    public func taskCountsByStateModeAndStall() throws(SQLiteError) -> [TaskCount] {
+    public func taskCountsByStateModeAndStall() throws(DatabaseError) -> [TaskCount] {
         try rows("SELECT state, quantified, stall_reason, sum(n) FROM task_counts "
                     + "GROUP BY state, quantified, stall_reason HAVING sum(n) > 0 ORDER BY 1, 2, 3") {
             TaskCount(state: $0.text(0), mode: $0.int(1) != 0 ? .quantified : .indeterminate,
@@ -34,14 +36,16 @@ extension Database {
 
     /// Writes the header's `user_version` again with its own value: a real write (one page
     /// to the WAL) that changes nothing, so it fails where any write would (a full disk, a
-    /// read-only file, an I/O error). The readiness probe.
-    public func probeWrite() throws(SQLiteError) {
+    /// read-only file, an I/O error). The readiness probe. On PostgreSQL: a transaction id
+    /// taken, so the commit writes a record to the server's WAL (a standby refuses it).
+    public func probeWrite() throws(DatabaseError) {
+        if isPostgres { return try run("SELECT txid_current()") }
         let version = try scalar("PRAGMA user_version") ?? 0
         try execute("PRAGMA user_version = \(version)")
     }
 
     /// `PRAGMA integrity_check`: empty when the database is sound, else SQLite's problems.
-    public func integrityProblems() throws(SQLiteError) -> [String] {
+    public func integrityProblems() throws(DatabaseError) -> [String] {
         let lines = try rows("PRAGMA integrity_check") { $0.text(0) }
         return lines == ["ok"] ? [] : lines
     }
@@ -50,18 +54,18 @@ extension Database {
     /// backup API, while other connections (the daemon) go on writing. Under WAL one step
     /// copies every page from one read snapshot, so writers never restart the copy; the
     /// copy is then switched to a rollback journal, a single self-contained file.
-    public func backup(to destinationPath: String) throws(SQLiteError) {
+    public func backup(to destinationPath: String) throws(DatabaseError) {
         var pointer: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
         let openCode = sqlite3_open_v2(destinationPath, &pointer, flags, nil)
         guard openCode == SQLITE_OK, let destination = pointer else {
             let message = pointer.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close_v2(pointer)
-            throw SQLiteError(code: openCode, message: message, sql: nil)
+            throw DatabaseError(code: openCode, message: message, sql: nil)
         }
         defer { sqlite3_close_v2(destination) }
         guard let backup = sqlite3_backup_init(destination, "main", handle, "main") else {
-            throw SQLiteError(code: sqlite3_errcode(destination), message: String(cString: sqlite3_errmsg(destination)),
+            throw DatabaseError(code: sqlite3_errcode(destination), message: String(cString: sqlite3_errmsg(destination)),
                               sql: nil)
         }
         var code = SQLITE_OK
@@ -74,7 +78,7 @@ extension Database {
         let finishCode = sqlite3_backup_finish(backup)
         guard code == SQLITE_DONE, finishCode == SQLITE_OK else {
             let failed = code == SQLITE_DONE ? finishCode : code
-            throw SQLiteError(code: failed, message: String(cString: sqlite3_errstr(failed)), sql: nil)
+            throw DatabaseError(code: failed, message: String(cString: sqlite3_errstr(failed)), sql: nil)
         }
         var errorMessage: UnsafeMutablePointer<CChar>?
         let sql = "PRAGMA journal_mode = DELETE"
@@ -82,7 +86,7 @@ extension Database {
         guard journalCode == SQLITE_OK else {
             let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(journalCode))
             sqlite3_free(errorMessage)
-            throw SQLiteError(code: journalCode, message: message, sql: sql)
+            throw DatabaseError(code: journalCode, message: message, sql: sql)
         }
     }
 }

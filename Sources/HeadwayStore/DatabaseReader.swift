@@ -10,9 +10,9 @@ public final class DatabaseReader: Sendable {
     private let inUse = Locked<Void>(())
 
     /// Opens a connection to an existing database, for reading only.
-    public init(path: String) throws(SQLiteError) {
-        database = try Database(path: path)
-        try database.execute("PRAGMA query_only = 1")
+    public init(path: String) throws(DatabaseError) {
+        database = try Database(path: path, readOnly: isPostgresLocation(path))
+        if !database.isPostgres { try database.execute("PRAGMA query_only = 1") }
         database.confine(to: .noThread)
     }
 

@@ -4,9 +4,12 @@ import Lifecycle
 
 /// How hard a commit tries to reach the disk.
 public enum Durability: String, Sendable, CaseIterable {
-    /// `synchronous=FULL`: a committed change survives power loss.
+    /// `synchronous=FULL`: a committed change survives power loss. On PostgreSQL,
+    /// `synchronous_commit = on`: a commit returns once the server's WAL is on disk.
     case full
-    /// `synchronous=NORMAL`: a committed change survives a crash of the process.
+    /// `synchronous=NORMAL`: a committed change survives a crash of the process. On
+    /// PostgreSQL, `synchronous_commit = off`: it survives a crash of `headwayd`, and of
+    /// the server's processes, but not of its machine (the last fraction of a second).
     case normal
 }
 
@@ -50,9 +53,9 @@ public final class GroupCommitWriter: Service {
         public var changedRows = false
         /// SQLite's error that ended it, if it did not commit because of one (its
         /// `storageFailure` says whether the storage refused the batch: a full disk, say).
-        public var error: SQLiteError? = nil
+        public var error: DatabaseError? = nil
 
-        public init(jobs: Int, seconds: Double, committed: Bool, changedRows: Bool = false, error: SQLiteError? = nil) {
+        public init(jobs: Int, seconds: Double, committed: Bool, changedRows: Bool = false, error: DatabaseError? = nil) {
             self.jobs = jobs
             self.seconds = seconds
             self.committed = committed
@@ -88,6 +91,8 @@ public final class GroupCommitWriter: Service {
     /// empties the WAL (touched by the writer thread only; see `limitWAL()`).
     private let diskFullSinceCheckpoint = Atomic(false)
     private let observeBatch: (@Sendable (BatchReport) -> Void)?
+    /// What each batch does besides its jobs when other daemons write too (PostgreSQL).
+    private let coordinator: (any BatchCoordinator)?
 
     /// The size the `-wal` file is brought back under once nothing holds it (32 MiB): well
     /// above what it reaches under steady load, when SQLite's automatic checkpoint resets it
@@ -97,16 +102,22 @@ public final class GroupCommitWriter: Service {
     /// Opens the writer connection (WAL, the given durability); `run()` then writes.
     /// `observeBatch`, if given, is called on the writer thread after each batch (before
     /// its jobs' completions): keep it cheap. `walSizeLimit` and `walCheckInterval` (in
-    /// seconds): see `limitWAL()`.
+    /// seconds): see `limitWAL()`. `coordinator`: what each batch does first and last when
+    /// other daemons write the same database (`SharedWriting`).
     public init(path: String, durability: Durability, maximumBatch: Int = 2048,
                 maximumBatchBytes: Int = 16 << 20, walSizeLimit: Int = defaultWALSizeLimit,
-                walCheckInterval: Double = 1,
-                observeBatch: (@Sendable (BatchReport) -> Void)? = nil) throws(SQLiteError) {
+                walCheckInterval: Double = 1, coordinator: (any BatchCoordinator)? = nil,
+                observeBatch: (@Sendable (BatchReport) -> Void)? = nil) throws(DatabaseError) {
         database = try Database(path: path)
-        try database.execute("PRAGMA journal_mode = WAL")
-        try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
-        // After the WAL has been reset, its first commit cuts the file back to this size.
-        try database.execute("PRAGMA journal_size_limit = \(walSizeLimit)")
+        if database.isPostgres {
+            try database.postgres!.addSessionSetting("SET synchronous_commit = \(durability == .full ? "on" : "off")")
+        } else {
+            try database.execute("PRAGMA journal_mode = WAL")
+            try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
+            // After the WAL has been reset, its first commit cuts the file back to this size.
+            try database.execute("PRAGMA journal_size_limit = \(walSizeLimit)")
+        }
+        self.coordinator = coordinator
         self.maximumBatch = maximumBatch
         self.maximumBatchBytes = maximumBatchBytes
         self.walSizeLimit = walSizeLimit
@@ -243,6 +254,7 @@ public final class GroupCommitWriter: Service {
     /// would otherwise hold the space that the next commit needs, for good. A check that
     /// fails or finds a reader in the way changes nothing and the next one tries again.
     private func limitWAL() {
+        guard !database.isPostgres else { return }
         let walPath = database.path + "-wal"
         let walBytes = (try? FileManager.default.attributesOfItem(atPath: walPath))?[.size] as? Int ?? 0
         let diskWasFull = diskFullSinceCheckpoint.load(ordering: .relaxed)
@@ -266,6 +278,7 @@ public final class GroupCommitWriter: Service {
         let changesAtStart = database.totalChanges
         do {
             try database.inTransaction(.immediate) {
+                try coordinator?.batchBegins(in: database)
                 for job in batch {
                     if bytes >= maximumBatchBytes { break }
                     // A job that throws is rolled back alone and learns its error after the
@@ -277,14 +290,17 @@ public final class GroupCommitWriter: Service {
                     afterCommit.append(completion)
                     bytes += size
                 }
+                try coordinator?.batchEnds(in: database, changedRows: database.totalChanges != changesAtStart)
             }
         } catch {
-            if (error as? SQLiteError)?.storageFailure == .full { diskFullSinceCheckpoint.store(true, ordering: .relaxed) }
+            coordinator?.batchEnded(committed: false)
+            if (error as? DatabaseError)?.storageFailure == .full { diskFullSinceCheckpoint.store(true, ordering: .relaxed) }
             observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false,
-                                      error: error as? SQLiteError))
+                                      error: error as? DatabaseError))
             batch.forEach { $0.abort(error) }
             return []
         }
+        coordinator?.batchEnded(committed: true)
         observeBatch?(BatchReport(jobs: afterCommit.count, seconds: Self.seconds(since: start), committed: true,
                                   changedRows: database.totalChanges != changesAtStart))
         stats.withLock { stats in

@@ -42,6 +42,16 @@ public struct Migrator: Sendable {
         self.migrations = migrations.sorted { $0.version < $1.version }
     }
 
+    /// A migrator for the engine `location` names: the SQLite migrations for a file, the
+    /// PostgreSQL ones (`migrations/postgres/`) for a `postgresql://` URI.
+    public init(forLocation location: String) {
+        self.init(isPostgresLocation(location) ? EmbeddedMigrations.postgres : EmbeddedMigrations.all)
+    }
+
+    /// On PostgreSQL, the advisory lock every migrating daemon takes first, so that daemons
+    /// started together migrate one after the other (the later ones find nothing to do).
+    static let migrationLockKey: Int64 = 0x4865_6164_7761_7901
+
     /// The highest version this build knows (0 when it knows none).
     public var latestVersion: Int { migrations.last?.version ?? 0 }
 
@@ -51,7 +61,15 @@ public struct Migrator: Sendable {
     @discardableResult
     public func migrate(_ database: Database) throws -> [Int] {
         try database.inTransaction(.immediate) {
-            try database.execute("""
+            try lockOut(database)
+            try database.execute(database.isPostgres ? """
+                CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version integer PRIMARY KEY,
+                    name text NOT NULL,
+                    applied_at text NOT NULL
+                        DEFAULT (to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
+                )
+                """ : """
                 CREATE TABLE IF NOT EXISTS schema_migrations (
                     version INTEGER PRIMARY KEY,
                     name TEXT NOT NULL,
@@ -67,6 +85,7 @@ public struct Migrator: Sendable {
         for migration in migrations {
             let version = SQLValue.integer(Int64(migration.version))
             try database.inTransaction(.immediate) {
+                try lockOut(database)
                 guard try database.scalar("SELECT 1 FROM schema_migrations WHERE version = ?", [version]) == nil else { return }
                 try database.execute(migration.sql)
                 try database.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
@@ -77,9 +96,17 @@ public struct Migrator: Sendable {
         return applied
     }
 
+    /// On PostgreSQL, waits for the other daemons' migrations (the lock ends with the
+    /// transaction); SQLite's immediate transaction is lock enough.
+    private func lockOut(_ database: Database) throws(DatabaseError) {
+        guard database.isPostgres else { return }
+        try database.execute("SET LOCAL lock_timeout = 0")
+        _ = try database.rows("SELECT pg_advisory_xact_lock(\(Self.migrationLockKey))") { _ in () }
+    }
+
     /// The highest version recorded in `database` (0 when none); throws when the database
     /// has no `schema_migrations` table.
-    public static func recordedVersion(in database: Database) throws(SQLiteError) -> Int {
+    public static func recordedVersion(in database: Database) throws(DatabaseError) -> Int {
         Int(try database.scalar("SELECT max(version) FROM schema_migrations") ?? 0)
     }
 }
@@ -96,11 +123,11 @@ public struct DatabaseSetup: Sendable {
     /// and loads its change sequence; the connection is closed again. Throws
     /// `MigrationError.databaseIsNewer` for a database from a newer build, which it leaves
     /// as it was (hence WAL only after migrating).
-    public static func open(path: String, migrator: Migrator = Migrator()) throws -> DatabaseSetup {
+    public static func open(path: String, migrator: Migrator? = nil) throws -> DatabaseSetup {
         let database = try Database(path: path)
         defer { database.close() }
-        let applied = try migrator.migrate(database)
-        try database.execute("PRAGMA journal_mode = WAL")
+        let applied = try (migrator ?? Migrator(forLocation: path)).migrate(database)
+        if !database.isPostgres { try database.execute("PRAGMA journal_mode = WAL") }
         return DatabaseSetup(appliedMigrations: applied, changeCounter: try ChangeCounter(database: database))
     }
 }

@@ -65,7 +65,7 @@ public final class ReadPool: Sendable {
     private let inProgress = DispatchGroup()
 
     /// Opens `connections` reader connections to the database at `path`.
-    public init(path: String, connections: Int, maximumWaiting: Int, label: String) throws(SQLiteError) {
+    public init(path: String, connections: Int, maximumWaiting: Int, label: String) throws(DatabaseError) {
         precondition(connections > 0, "a read pool needs a connection")
         var readers: [DatabaseReader] = []
         for _ in 0..<connections { readers.append(try DatabaseReader(path: path)) }

@@ -1,9 +1,12 @@
+import CLibPQ
 import CSQLite
 import Glibc
 import Synchronization
 
-/// An error from SQLite, with its result code and the statement that failed.
-public struct SQLiteError: Error, CustomStringConvertible, Sendable {
+/// An error from the database, with its result code and the statement that failed. An
+/// error from PostgreSQL carries its SQLSTATE too, and the SQLite code of the same meaning
+/// (`DatabaseError.postgres`), so both engines' failures are judged alike.
+public struct DatabaseError: Error, CustomStringConvertible, Sendable {
     /// SQLite's (extended) result code.
     public var code: Int32
     /// SQLite's message.
@@ -13,6 +16,11 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     /// The operating system's `errno` under the failure, 0 if unknown: what an I/O error
     /// was underneath (`Database.lastSystemError` says where it comes from).
     public var systemError: Int32 = 0
+    /// PostgreSQL's SQLSTATE (`23505`, say); nil for SQLite.
+    public var sqlState: String? = nil
+    /// Whether the database could not be reached (PostgreSQL down or restarting; the
+    /// connection lost): nothing was changed, and a later try may succeed.
+    public var isUnavailable = false
 
     public init(code: Int32, message: String, sql: String?, systemError: Int32 = 0) {
         self.code = code
@@ -22,7 +30,8 @@ public struct SQLiteError: Error, CustomStringConvertible, Sendable {
     }
 
     public var description: String {
-        "SQLite error \(code): \(message)" + (systemError != 0 ? " (errno \(systemError))" : "")
+        (sqlState.map { "PostgreSQL error \($0): \(message)" } ?? "SQLite error \(code): \(message)")
+            + (systemError != 0 ? " (errno \(systemError))" : "")
             + (sql.map { " — while running: \($0)" } ?? "")
     }
 
@@ -62,13 +71,23 @@ public enum StorageFailure: String, Sendable, Equatable {
     }
 }
 
-// @unchecked Sendable: a C handle, opened without SQLite's mutex; `confinement` checks its use.
-/// One SQLite connection. A connection is used by one thread at a time: its owner says
+// @unchecked Sendable: a C handle, opened without SQLite's mutex (or a libpq connection);
+// `confinement` checks its use.
+/// One connection to the database: an SQLite file, or a PostgreSQL server when its location
+/// is a `postgresql://` URI (`PostgresConnection` then runs the statements, and the few
+/// statements whose dialects differ ask `isPostgres`). A connection is used by one thread at a time: its owner says
 /// which (`confine(to:)`) and every statement checks it. Statements are prepared once and
 /// cached. Transactions and savepoints go through `inTransaction(_:_:)` and
 /// `inSavepoint(_:)`, which commit, roll back and keep `rollbacks` themselves.
 public final class Database: @unchecked Sendable {
-    let handle: OpaquePointer
+    /// The SQLite connection; nil on PostgreSQL.
+    private let sqliteHandle: OpaquePointer?
+    /// The PostgreSQL connection; nil on SQLite.
+    let postgres: PostgresConnection?
+    /// The SQLite connection (only SQLite's code paths use it).
+    var handle: OpaquePointer { sqliteHandle! }
+    /// Whether this is a connection to PostgreSQL.
+    public var isPostgres: Bool { postgres != nil }
     /// Which threads may use the connection now, as `ThreadConfinement.encoded`. Atomic, so
     /// that a thread the connection does not belong to reads it without a data race.
     let confinementValue = Atomic<UInt>(ThreadConfinement.anyThread.encoded)
@@ -78,7 +97,7 @@ public final class Database: @unchecked Sendable {
     private var recentStatements: [(sql: String, statement: Statement)] = []
     private var nextRecentSlot = 0
     private var isClosed = false
-    /// The file this connection opened.
+    /// The file this connection opened (or the PostgreSQL URI).
     public let path: String
     /// How many times a transaction or savepoint of this connection was rolled back after
     /// it had changed rows (counted by `inTransaction` and `inSavepoint`): caches of what
@@ -91,18 +110,32 @@ public final class Database: @unchecked Sendable {
     /// measurements of how much a read touches.
     public private(set) var rowsRead = 0
 
-    /// Opens (creating if needed) the database at `path`.
-    public init(path: String, readOnly: Bool = false) throws(SQLiteError) {
+    /// Opens (creating if needed) the database at `path`, or connects to the PostgreSQL
+    /// server `path` names (`postgresql://…`). A read-only PostgreSQL connection refuses
+    /// writes by its session's default (`default_transaction_read_only`).
+    public init(path: String, readOnly: Bool = false) throws(DatabaseError) {
+        self.path = path
+        if isPostgresLocation(path) {
+            let connection = try PostgresConnection(location: path)
+            // Waits for a lock as long as SQLite's busy timeout, then fails as busy.
+            try connection.addSessionSetting("SET lock_timeout = '\(Self.busyTimeoutMilliseconds)ms'")
+            // Notices (a table that already exists, say) are not worth a line on stderr.
+            try connection.addSessionSetting("SET client_min_messages = warning")
+            if readOnly { try connection.addSessionSetting("SET default_transaction_read_only = on") }
+            postgres = connection
+            sqliteHandle = nil
+            return
+        }
+        postgres = nil
         var pointer: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let code = sqlite3_open_v2(path, &pointer, flags, nil)
         guard code == SQLITE_OK, let pointer else {
             let message = pointer.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close_v2(pointer)
-            throw SQLiteError(code: code, message: message, sql: nil)
+            throw DatabaseError(code: code, message: message, sql: nil)
         }
-        handle = pointer
-        self.path = path
+        sqliteHandle = pointer
         sqlite3_extended_result_codes(handle, 1)
         sqlite3_busy_timeout(handle, Self.busyTimeoutMilliseconds)
     }
@@ -120,26 +153,27 @@ public final class Database: @unchecked Sendable {
         isClosed = true
         statements.removeAll()
         recentStatements.removeAll()
-        sqlite3_close_v2(handle)
+        if let postgres { postgres.close() } else { sqlite3_close_v2(handle) }
     }
 
     /// Every statement starts here: the connection must be open and used on its own thread.
-    private func checkOpen(_ sql: String) throws(SQLiteError) {
+    private func checkOpen(_ sql: String) throws(DatabaseError) {
         precondition(isUsable(on: .current),
                      "database connection to \(path) used on \(ThreadID.current), but it is \(confinement)")
-        if isClosed { throw SQLiteError(code: SQLITE_MISUSE, message: "the connection is closed", sql: sql) }
+        if isClosed { throw DatabaseError(code: SQLITE_MISUSE, message: "the connection is closed", sql: sql) }
     }
 
     /// Runs one or more statements that return no rows.
-    public func execute(_ sql: String) throws(SQLiteError) {
+    public func execute(_ sql: String) throws(DatabaseError) {
         try checkOpen(sql)
+        if let postgres { return try postgres.execute(sql) }
         var errorMessage: UnsafeMutablePointer<CChar>?
         let code = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
         guard code == SQLITE_OK else {
             let systemError = lastSystemError  // first, while the thread's errno is the failure's
             let message = errorMessage.map { String(cString: $0) } ?? lastErrorMessage
             sqlite3_free(errorMessage)
-            throw SQLiteError(code: code, message: message, sql: sql, systemError: systemError)
+            throw DatabaseError(code: code, message: message, sql: sql, systemError: systemError)
         }
     }
 
@@ -147,7 +181,7 @@ public final class Database: @unchecked Sendable {
     /// Prefer `run(_:_:)` and `rows(_:_:map:)`, which always finish the statement: a
     /// statement left in the middle of its rows keeps a read transaction open, which pins
     /// the connection to an old snapshot and stops WAL checkpoints.
-    func statement(_ sql: String) throws(SQLiteError) -> Statement {
+    func statement(_ sql: String) throws(DatabaseError) -> Statement {
         try checkOpen(sql)
         statementsRun += 1
         for recent in recentStatements where recent.sql == sql {
@@ -162,7 +196,7 @@ public final class Database: @unchecked Sendable {
         var pointer: OpaquePointer?
         let code = sqlite3_prepare_v3(handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &pointer, nil)
         guard code == SQLITE_OK, let pointer else {
-            throw SQLiteError(code: code, message: lastErrorMessage, sql: sql, systemError: lastSystemError)
+            throw DatabaseError(code: code, message: lastErrorMessage, sql: sql, systemError: lastSystemError)
         }
         let statement = Statement(pointer, database: self, sql: sql)
         statements[sql] = statement
@@ -180,13 +214,35 @@ public final class Database: @unchecked Sendable {
     }
 
     /// Runs a statement that returns no rows.
-    public func run(_ sql: String, _ arguments: [SQLValue] = []) throws(SQLiteError) {
+    public func run(_ sql: String, _ arguments: [SQLValue] = []) throws(DatabaseError) {
+        if let postgres {
+            try checkOpen(sql)
+            statementsRun += 1
+            PQclear(try postgres.query(sql, arguments))
+            return
+        }
         try statement(sql).run(arguments)
     }
 
     /// Runs a query to its end and maps every row; the statement is reset afterwards.
     public func rows<Row>(_ sql: String, _ arguments: [SQLValue] = [],
-                          map: (Statement) -> Row) throws(SQLiteError) -> [Row] {
+                          map: (Statement) -> Row) throws(DatabaseError) -> [Row] {
+        if let postgres {
+            try checkOpen(sql)
+            statementsRun += 1
+            let result = try postgres.query(sql, arguments)
+            defer { PQclear(result) }
+            let row = Statement(postgresResult: result)
+            let count = PQntuples(result)
+            var rows: [Row] = []
+            rows.reserveCapacity(Int(count))
+            for index in 0..<count {
+                row.row = index
+                rows.append(map(row))
+            }
+            rowsRead += rows.count
+            return rows
+        }
         let statement = try statement(sql)
         defer { statement.reset() }
         try statement.bind(arguments)
@@ -197,7 +253,7 @@ public final class Database: @unchecked Sendable {
     }
 
     /// The first column of the first row as an integer.
-    public func scalar(_ sql: String, _ arguments: [SQLValue] = []) throws(SQLiteError) -> Int64? {
+    public func scalar(_ sql: String, _ arguments: [SQLValue] = []) throws(DatabaseError) -> Int64? {
         try rows(sql, arguments) { $0.optionalInt(0) }.first ?? nil
     }
 
@@ -238,8 +294,9 @@ public final class Database: @unchecked Sendable {
     /// the WAL or writes, it empties the file. Returns whether it did; false when another
     /// connection was in the way (a reader of an older snapshot, a writer), which is not an
     /// error: only what could be copied was. Not inside a transaction of this connection.
-    public func checkpointTruncatingWAL() throws(SQLiteError) -> Bool {
+    public func checkpointTruncatingWAL() throws(DatabaseError) -> Bool {
         try checkOpen("PRAGMA wal_checkpoint(TRUNCATE)")
+        if isPostgres { return true }
         sqlite3_busy_timeout(handle, 0)
         defer { sqlite3_busy_timeout(handle, Self.busyTimeoutMilliseconds) }
         let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
@@ -247,13 +304,13 @@ public final class Database: @unchecked Sendable {
         case SQLITE_OK: return true
         case SQLITE_BUSY: return false
         default:
-            throw SQLiteError(code: code, message: lastErrorMessage, sql: "PRAGMA wal_checkpoint(TRUNCATE)",
+            throw DatabaseError(code: code, message: lastErrorMessage, sql: "PRAGMA wal_checkpoint(TRUNCATE)",
                               systemError: lastSystemError)
         }
     }
 
     /// Rows inserted, updated or deleted on this connection since it opened (triggers included).
-    var totalChanges: Int64 { sqlite3_total_changes64(handle) }
+    var totalChanges: Int64 { postgres?.changedRows ?? sqlite3_total_changes64(handle) }
 }
 
 // MARK: - Transactions
@@ -271,7 +328,13 @@ public enum TransactionKind: Sendable {
 extension Database {
     /// Whether a transaction is open on this connection (SQLite can also end one by itself,
     /// rolling it back after some errors, such as a full disk).
-    public var isInsideTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+    public var isInsideTransaction: Bool { postgres?.isInsideTransaction ?? (sqlite3_get_autocommit(handle) == 0) }
+
+    /// Runs a statement that begins, ends or marks a transaction: on PostgreSQL without
+    /// preparing it.
+    private func control(_ sql: String) throws(DatabaseError) {
+        if postgres != nil { try execute(sql) } else { try run(sql) }
+    }
 
     /// Runs `body` in a transaction: commits when it returns, rolls back when it throws,
     /// and rethrows. A failed `COMMIT` rolls back too and throws the commit's error. Every
@@ -279,15 +342,18 @@ extension Database {
     @discardableResult
     public func inTransaction<Value>(_ kind: TransactionKind = .deferred, _ body: () throws -> Value) throws -> Value {
         // String literals, so the statements come from the cache without hashing or allocating.
+        // On PostgreSQL a deferred transaction reads one snapshot throughout (as SQLite's
+        // does); an immediate one reads what is committed at each statement, which the
+        // writer needs once it holds the lock all writers take (`SharedWriting`).
         switch kind {
-        case .deferred: try run("BEGIN DEFERRED")
-        case .immediate: try run("BEGIN IMMEDIATE")
+        case .deferred: try control(isPostgres ? "BEGIN ISOLATION LEVEL REPEATABLE READ" : "BEGIN DEFERRED")
+        case .immediate: try control(isPostgres ? "BEGIN" : "BEGIN IMMEDIATE")
         }
         let changesAtStart = totalChanges
         let value: Value
         do {
             value = try body()
-            try run("COMMIT")
+            try control("COMMIT")
         } catch {
             rollBackTransaction(changedSince: changesAtStart)
             throw error
@@ -301,12 +367,12 @@ extension Database {
     /// rollback after changes is counted in `rollbacks`. Savepoints nest.
     @discardableResult
     public func inSavepoint<Value>(_ body: () throws -> Value) throws -> Value {
-        try run("SAVEPOINT nested")
+        try control("SAVEPOINT nested")
         let changesAtStart = totalChanges
         let value: Value
         do {
             value = try body()
-            try run("RELEASE nested")
+            try control("RELEASE nested")
         } catch {
             rollBackSavepoint(changedSince: changesAtStart)
             throw error
@@ -319,7 +385,7 @@ extension Database {
         if isInsideTransaction {
             // If even ROLLBACK fails (an I/O error), there is nothing more to try: the
             // caller learns the error that got here.
-            do { try run("ROLLBACK") } catch {}
+            do { try control("ROLLBACK") } catch {}
         }
         noteRollback(changedSince: changesAtStart)
     }
@@ -333,12 +399,12 @@ extension Database {
             return
         }
         do {
-            try run("ROLLBACK TO nested")
-            try run("RELEASE nested")
+            try control("ROLLBACK TO nested")
+            try control("RELEASE nested")
         } catch {
             // The savepoint could not be restored: end the whole transaction rather than
             // keep half of its changes. Its user learns it from `isInsideTransaction`.
-            do { try run("ROLLBACK") } catch {}
+            do { try control("ROLLBACK") } catch {}
             rollbacks += 1
             return
         }
@@ -360,19 +426,35 @@ public enum SQLValue: Sendable, Equatable {
     case text(String)
 }
 
-/// A prepared statement. Reset by `Database.statement(_:)` before each use.
+/// A prepared SQLite statement, reset by `Database.statement(_:)` before each use; or, on
+/// PostgreSQL, a row of a query's result. `Database.rows(_:_:map:)` hands it to its `map`
+/// positioned on each row in turn: read the columns there, never keep it.
 public final class Statement {
-    private let handle: OpaquePointer
-    private unowned let database: Database
+    private let sqliteHandle: OpaquePointer?
+    private unowned let database: Database?
     private let sql: String
+    /// On PostgreSQL: the result, and the row the column accessors read.
+    private let postgresResult: OpaquePointer?
+    var row: Int32 = 0
+
+    private var handle: OpaquePointer { sqliteHandle! }
 
     init(_ handle: OpaquePointer, database: Database, sql: String) {
-        self.handle = handle
+        sqliteHandle = handle
         self.database = database
         self.sql = sql
+        postgresResult = nil
     }
 
-    deinit { sqlite3_finalize(handle) }
+    /// Rows of `result` (a PostgreSQL result, cleared by its owner).
+    init(postgresResult result: OpaquePointer) {
+        sqliteHandle = nil
+        database = nil
+        sql = ""
+        postgresResult = result
+    }
+
+    deinit { if let sqliteHandle { sqlite3_finalize(sqliteHandle) } }
 
     func reset() {
         sqlite3_reset(handle)
@@ -380,7 +462,7 @@ public final class Statement {
     }
 
     /// Binds `values` to parameters 1, 2, ….
-    public func bind(_ values: [SQLValue]) throws(SQLiteError) {
+    public func bind(_ values: [SQLValue]) throws(DatabaseError) {
         for (offset, value) in values.enumerated() {
             let index = Int32(offset + 1)
             let code: Int32
@@ -390,36 +472,57 @@ public final class Statement {
             case .real(let number): code = sqlite3_bind_double(handle, index, number)
             case .text(let text): code = sqlite3_bind_text(handle, index, text, -1, headway_sqlite_transient())
             }
-            guard code == SQLITE_OK else { throw SQLiteError(code: code, message: database.lastErrorMessage, sql: sql) }
+            guard code == SQLITE_OK else { throw DatabaseError(code: code, message: database!.lastErrorMessage, sql: sql) }
         }
     }
 
     /// Advances to the next row: true when a row is available, false when done.
     @discardableResult
-    public func step() throws(SQLiteError) -> Bool {
+    public func step() throws(DatabaseError) -> Bool {
         switch sqlite3_step(handle) {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
         case let code:
-            let systemError = database.lastSystemError  // first, while the thread's errno is the failure's
-            let error = SQLiteError(code: code, message: database.lastErrorMessage, sql: sql, systemError: systemError)
+            let systemError = database!.lastSystemError  // first, while the thread's errno is the failure's
+            let error = DatabaseError(code: code, message: database!.lastErrorMessage, sql: sql, systemError: systemError)
             sqlite3_reset(handle)
             throw error
         }
     }
 
     /// Binds `values`, runs the statement to its end and resets it.
-    public func run(_ values: [SQLValue] = []) throws(SQLiteError) {
+    public func run(_ values: [SQLValue] = []) throws(DatabaseError) {
         defer { reset() }
         try bind(values)
         while try step() {}
     }
 
-    public func isNull(_ column: Int32) -> Bool { sqlite3_column_type(handle, column) == SQLITE_NULL }
-    public func int(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
-    public func double(_ column: Int32) -> Double { sqlite3_column_double(handle, column) }
+    public func isNull(_ column: Int32) -> Bool {
+        if let postgresResult { return PQgetisnull(postgresResult, row, column) == 1 }
+        return sqlite3_column_type(handle, column) == SQLITE_NULL
+    }
+    public func int(_ column: Int32) -> Int64 {
+        if let postgresResult {
+            // A boolean comes as `t` or `f`: 1 or 0, as SQLite gives it.
+            guard let value = PQgetvalue(postgresResult, row, column) else { return 0 }
+            switch UInt8(bitPattern: value.pointee) {
+            case UInt8(ascii: "t"): return 1
+            case UInt8(ascii: "f"): return 0
+            default: return strtoll(value, nil, 10)
+            }
+        }
+        return sqlite3_column_int64(handle, column)
+    }
+    public func double(_ column: Int32) -> Double {
+        if let postgresResult { return strtod(PQgetvalue(postgresResult, row, column), nil) }
+        return sqlite3_column_double(handle, column)
+    }
     public func optionalInt(_ column: Int32) -> Int64? { isNull(column) ? nil : int(column) }
     public func text(_ column: Int32) -> String {
+        if let postgresResult {
+            guard let pointer = PQgetvalue(postgresResult, row, column) else { return "" }
+            return String(cString: pointer)
+        }
         guard let pointer = sqlite3_column_text(handle, column) else { return "" }
         return String(cString: pointer)
     }

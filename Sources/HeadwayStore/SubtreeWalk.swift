@@ -52,7 +52,7 @@ public struct SubtreeWalk: Sendable, Equatable {
     /// prefix, so a step stays bounded however many of those there are); the caller
     /// changes the tasks before asking for more. Tasks with children are remembered, to
     /// read theirs later.
-    mutating func nextTasks(limit: Int, in database: Database) throws(SQLiteError) -> (tasks: [TaskRecord], read: Int) {
+    mutating func nextTasks(limit: Int, in database: Database) throws(DatabaseError) -> (tasks: [TaskRecord], read: Int) {
         var tasks: [TaskRecord] = []
         var read = 0
         while read < limit, !isFinished {

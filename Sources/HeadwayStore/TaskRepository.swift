@@ -58,12 +58,12 @@ public enum TaskRepository {
         + Array(repeating: "?", count: columnNames.count).joined(separator: ", ") + ")"
 
     /// The task with `id`, if any.
-    public static func find(_ id: String, in database: Database) throws(SQLiteError) -> TaskRecord? {
+    public static func find(_ id: String, in database: Database) throws(DatabaseError) -> TaskRecord? {
         try database.rows(findSQL, [.text(id)], map: record).first
     }
 
     /// Inserts a new task.
-    public static func insert(_ task: TaskRecord, in database: Database) throws(SQLiteError) {
+    public static func insert(_ task: TaskRecord, in database: Database) throws(DatabaseError) {
         try database.run(insertSQL, values(task))
     }
 
@@ -86,7 +86,7 @@ public enum TaskRepository {
     private static let updateMutableAndIndexed = updateStatement(mutableColumns + ["state", "stalled"])
 
     /// Writes the changes from `previous` to `task` (the same task).
-    public static func update(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(SQLiteError) {
+    public static func update(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(DatabaseError) {
         let statement = countedValuesDiffer(task, previous) ? updateMutableAndIndexed : updateMutable
         let all = values(task)
         try database.run(statement.sql, statement.positions.map { all[$0] } + [.text(task.id)])
@@ -101,25 +101,25 @@ public enum TaskRepository {
 
     /// Writes only a task's signal time and stall deadline: all that an ancestor's roll-up
     /// changes when the change below it moved nothing a client sees.
-    public static func updateSignal(_ task: TaskRecord, in database: Database) throws(SQLiteError) {
+    public static func updateSignal(_ task: TaskRecord, in database: Database) throws(DatabaseError) {
         try database.run("UPDATE tasks SET last_signal_at = ?, stall_deadline = ? WHERE id = ?",
                          [.integer(task.lastSignalAt), integer(task.stallDeadline), .text(task.id)])
     }
 
     /// Changes the stored count of children of `id` by `delta` (a child forgotten by retention).
-    public static func adjustChildCount(of id: String, by delta: Int, in database: Database) throws(SQLiteError) {
+    public static func adjustChildCount(of id: String, by delta: Int, in database: Database) throws(DatabaseError) {
         try database.run("UPDATE tasks SET child_count = child_count + ? WHERE id = ?", [.integer(Int64(delta)), .text(id)])
     }
 
     /// How many tasks are stored: the sum of the counts the triggers keep (a few rows),
     /// not a scan of the table.
-    public static func storedCount(in database: Database) throws(SQLiteError) -> Int64 {
+    public static func storedCount(in database: Database) throws(DatabaseError) -> Int64 {
         try database.scalar("SELECT coalesce(sum(n), 0) FROM task_counts") ?? 0
     }
 
     /// Tasks whose stall deadline has passed at `now`, earliest first (an index range).
     public static func dueForStallCheck(at now: EpochMilliseconds, limit: Int,
-                                        in database: Database) throws(SQLiteError) -> [TaskRecord] {
+                                        in database: Database) throws(DatabaseError) -> [TaskRecord] {
         try database.rows("SELECT \(columns) FROM tasks WHERE stall_deadline <= ? ORDER BY stall_deadline LIMIT ?",
                           [.integer(now), .integer(Int64(limit))], map: record)
     }
@@ -127,7 +127,7 @@ public enum TaskRepository {
     /// Finished tasks without children whose parent, if any, also finished before
     /// `cutoff`: the leaves retention may forget now, oldest first.
     public static func prunable(finishedBefore cutoff: EpochMilliseconds, limit: Int,
-                                in database: Database) throws(SQLiteError) -> [TaskRecord] {
+                                in database: Database) throws(DatabaseError) -> [TaskRecord] {
         try database.rows("""
             SELECT \(columns) FROM tasks AS t
             WHERE t.finished_at < ?1
@@ -142,7 +142,7 @@ public enum TaskRepository {
     /// creation order, each with its listing key: one range of `tasks_by_parent`, so a
     /// subtree is walked a bounded page at a time.
     public static func children(of parentID: String, afterKey: Int64, limit: Int,
-                                in database: Database) throws(SQLiteError) -> [(task: TaskRecord, key: Int64)] {
+                                in database: Database) throws(DatabaseError) -> [(task: TaskRecord, key: Int64)] {
         try database.rows("SELECT \(columns), seq FROM tasks WHERE parent_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                           [.text(parentID), .integer(afterKey), .integer(Int64(limit))], map: keyedRecord)
     }
@@ -152,7 +152,7 @@ public enum TaskRepository {
     /// stops at the first task outside it: the cost of a subtree that holds none is one
     /// index range (and a row lookup for each id) per task of the subtree.
     public static func descendantOutside(prefix: String, below rootID: String,
-                                         in database: Database) throws(SQLiteError) -> String? {
+                                         in database: Database) throws(DatabaseError) -> String? {
         let range = TaskIDPrefix.range(prefix)
         return try database.rows("""
             WITH RECURSIVE below(id) AS (
@@ -168,7 +168,7 @@ public enum TaskRepository {
     /// At most `limit` tasks whose parent is not stored: what a subtree delete interrupted
     /// between its steps (a crash) left behind. One scan of the table, with a primary-key
     /// lookup per child task.
-    public static func orphans(limit: Int, in database: Database) throws(SQLiteError) -> [String] {
+    public static func orphans(limit: Int, in database: Database) throws(DatabaseError) -> [String] {
         try database.rows("""
             SELECT id FROM tasks AS child WHERE parent_id IS NOT NULL
             AND NOT EXISTS (SELECT 1 FROM tasks AS parent WHERE parent.id = child.parent_id) LIMIT ?
@@ -176,7 +176,7 @@ public enum TaskRepository {
     }
 
     /// Deletes one task.
-    public static func delete(_ id: String, in database: Database) throws(SQLiteError) {
+    public static func delete(_ id: String, in database: Database) throws(DatabaseError) {
         try database.run("DELETE FROM tasks WHERE id = ?", [.text(id)])
     }
 
@@ -188,7 +188,7 @@ public enum TaskRepository {
     /// `tasks_by_parent`), each limited to a page, merged, and only the page's rows are
     /// read. `totalSize` comes from the counts the triggers keep.
     public static func page(_ filter: TaskFilter, size: Int, beforeKey: Int64?,
-                            in database: Database) throws(SQLiteError) -> TaskPage {
+                            in database: Database) throws(DatabaseError) -> TaskPage {
         var keys: [Int64] = []
         for (conditions, arguments) in keyRanges(filter) {
             var conditions = conditions, arguments = arguments
@@ -225,7 +225,7 @@ public enum TaskRepository {
     }
 
     /// How many tasks match `filter`.
-    public static func count(_ filter: TaskFilter, in database: Database) throws(SQLiteError) -> Int64 {
+    public static func count(_ filter: TaskFilter, in database: Database) throws(DatabaseError) -> Int64 {
         // Under one parent, count its children (an index range); otherwise the filter names
         // only columns that task_counts also has.
         let (conditions, arguments) = whereClause(filter)

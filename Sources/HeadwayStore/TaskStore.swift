@@ -12,7 +12,7 @@ public final class ChangeCounter: Sendable {
     public init(last: Int64) { latest = Atomic(last) }
 
     /// Loads the position of `database`.
-    public convenience init(database: Database) throws(SQLiteError) {
+    public convenience init(database: Database) throws(DatabaseError) {
         self.init(last: try ChangeFeed.position(in: database).last)
     }
 
@@ -23,14 +23,20 @@ public final class ChangeCounter: Sendable {
 
     /// Gives back the numbers handed out after `mark` (their changes were rolled back).
     fileprivate func rewind(to mark: Int64) { latest.store(mark, ordering: .relaxed) }
+
+    /// Continues from `last`, the latest number committed by every writer of a shared
+    /// database (`SharedWriting`, holding the writers' lock).
+    func continueFrom(_ last: Int64) { latest.store(last, ordering: .relaxed) }
 }
 
 /// The tasks the writer read or wrote lately, exactly as stored, so that an update reads
-/// its task without asking SQLite. Only the writer's connection writes tasks, and only
+/// its task without asking the database. Only the writer's connection writes tasks, and only
 /// through `TaskStore`, so the cache stays exact provided that nothing a rolled-back
 /// savepoint or transaction wrote is kept: whenever a rollback undoes changes
 /// (`Database.rollbacks`, kept by the connection's transaction helpers, moves), everything
-/// is forgotten. Used by the writer thread (its mutex is never contended).
+/// is forgotten. On a PostgreSQL database other daemons write too: `SharedWriting` forgets
+/// everything when a batch finds that another wrote since this one's last batch. Used by
+/// the writer thread (its mutex is never contended).
 public final class TaskCache: Sendable {
     private struct Contents {
         var tasks: [String: TaskRecord] = [:]
@@ -69,6 +75,9 @@ public final class TaskCache: Sendable {
     }
 
     fileprivate func forget(_ id: String) { contents.withLock { _ = $0.tasks.removeValue(forKey: id) } }
+
+    /// Forgets every task: another daemon wrote to the database since they were read.
+    func forgetAll() { contents.withLock { $0.tasks.removeAll(keepingCapacity: true) } }
 }
 
 extension TaskStore.Registered: BatchSized {

@@ -7,7 +7,7 @@ public enum TokenRepository {
     private static let columns = "id, name, scopes, task_prefix, secret_hash, created_at, expires_at, last_used_at, revoked_at"
 
     /// Stores a new token (the generation moves: a trigger).
-    public static func insert(_ token: TokenRecord, in database: Database) throws(SQLiteError) {
+    public static func insert(_ token: TokenRecord, in database: Database) throws(DatabaseError) {
         try database.run("INSERT INTO tokens (\(columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [
             .text(token.id), .text(token.name), .text(token.scopeList.joined(separator: ",")),
             token.taskPrefix.map { .text($0) } ?? .null, .text(hex(token.secretHash)), .integer(token.createdAt),
@@ -20,7 +20,7 @@ public enum TokenRepository {
     /// token has that id, it was already revoked, or `allowed` says it may not be touched
     /// (then nothing changes).
     public static func revoke(_ id: String, at now: EpochMilliseconds, in database: Database,
-                              allowed: (TokenRecord) -> Bool = { _ in true }) throws(SQLiteError) -> TokenRecord? {
+                              allowed: (TokenRecord) -> Bool = { _ in true }) throws(DatabaseError) -> TokenRecord? {
         guard var token = try database.rows("SELECT \(columns) FROM tokens WHERE id = ? AND revoked_at IS NULL",
                                             [.text(id)], map: record).first, allowed(token) else { return nil }
         try database.run("UPDATE tokens SET revoked_at = ? WHERE id = ?", [.integer(now), .text(id)])
@@ -29,22 +29,22 @@ public enum TokenRepository {
     }
 
     /// Every token ever made, revoked ones included, oldest first.
-    public static func all(in database: Database) throws(SQLiteError) -> [TokenRecord] {
+    public static func all(in database: Database) throws(DatabaseError) -> [TokenRecord] {
         try database.rows("SELECT \(columns) FROM tokens ORDER BY created_at, id", map: record)
     }
 
     /// Whether any token row exists now.
-    public static func anyExists(in database: Database) throws(SQLiteError) -> Bool {
+    public static func anyExists(in database: Database) throws(DatabaseError) -> Bool {
         try database.scalar("SELECT EXISTS (SELECT 1 FROM tokens)") == 1
     }
 
     /// Whether tokens are required: a token was made once (a trigger sets the flag with
     /// the first one; the daemon never clears it, and deleting rows leaves it set), a token
     /// row exists, or the state row itself is gone (deleted by hand: never read as "open").
-    public static func required(in database: Database) throws(SQLiteError) -> Bool {
+    public static func required(in database: Database) throws(DatabaseError) -> Bool {
         try database.scalar("""
-            SELECT coalesce((SELECT required FROM token_state WHERE id = 1), 1)
-                OR EXISTS (SELECT 1 FROM tokens)
+            SELECT CASE WHEN coalesce((SELECT required FROM token_state WHERE id = 1), 1) = 1
+                OR EXISTS (SELECT 1 FROM tokens) THEN 1 ELSE 0 END
             """) == 1
     }
 
@@ -61,14 +61,14 @@ public enum TokenRepository {
 
     /// A number that moves whenever a token is made, changed or deleted (a use written
     /// moves it too).
-    public static func generation(in database: Database) throws(SQLiteError) -> Int64 {
+    public static func generation(in database: Database) throws(DatabaseError) -> Int64 {
         try database.scalar("SELECT generation FROM token_state WHERE id = 1") ?? 0
     }
 
     /// Writes the last-used times kept in memory (never moves one back).
-    public static func recordUse(_ times: [String: EpochMilliseconds], in database: Database) throws(SQLiteError) {
+    public static func recordUse(_ times: [String: EpochMilliseconds], in database: Database) throws(DatabaseError) {
         for (id, time) in times {
-            try database.run("UPDATE tokens SET last_used_at = max(coalesce(last_used_at, 0), ?) WHERE id = ?",
+            try database.run("UPDATE tokens SET last_used_at = ?1 WHERE id = ?2 AND (last_used_at IS NULL OR last_used_at < ?1)",
                              [.integer(time), .text(id)])
         }
     }

@@ -71,14 +71,14 @@ import Testing
         // SQLITE_BUSY (5), as `BEGIN IMMEDIATE` fails after the busy timeout; and one of its
         // extended codes (SQLITE_BUSY_SNAPSHOT, 517).
         for code: Int32 in [5, 517] {
-            let reply = problem(SQLiteError(code: code, message: "database is locked", sql: "BEGIN IMMEDIATE"))
+            let reply = problem(DatabaseError(code: code, message: "database is locked", sql: "BEGIN IMMEDIATE"))
             #expect(reply.status == 503)
             #expect(reply.code == "database_busy")
             #expect(reply.headers.contains(HTTPField("Retry-After", "1")))
         }
         #expect(lines.all.count == 2)
         #expect(lines.all.allSatisfy { $0.contains("level=warn event=request.database_busy request_id=req-7") })
-        let locked = problem(SQLiteError(code: 6, message: "database table is locked", sql: nil))
+        let locked = problem(DatabaseError(code: 6, message: "database table is locked", sql: nil))
         #expect(locked.status == 500, "only SQLITE_BUSY is another process's lock")
     }
 
@@ -92,7 +92,7 @@ import Testing
         #expect(throttle.admit(now: 1_010) == 2)
         let shared = replies
         for _ in 0..<5 {
-            _ = shared.response(for: SQLiteError(code: 5, message: "database is locked", sql: "BEGIN IMMEDIATE"), request)
+            _ = shared.response(for: DatabaseError(code: 5, message: "database is locked", sql: "BEGIN IMMEDIATE"), request)
         }
         #expect(lines.all.count == 1)
         #expect(lines.all.first?.contains("not_logged_since=0") == true)

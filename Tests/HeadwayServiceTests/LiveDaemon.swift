@@ -3,6 +3,7 @@ import Foundation
 import HTTPServer
 import HeadwayCore
 import HeadwayTestSupport
+import HeadwayStore
 @testable import HeadwayService
 
 /// How a test reaches the daemon: over a loopback socket, or by handing requests to its
@@ -16,18 +17,25 @@ enum Transport: String, CaseIterable, Sendable, CustomStringConvertible {
 }
 
 /// The whole daemon in this process with a fresh database file: on 127.0.0.1 with a free
-/// port, or (in process) without listening at all.
+/// port, or (in process) without listening at all. With `HEADWAY_TEST_DB=postgres` (and
+/// `HEADWAY_TEST_POSTGRES`, the URI of a PostgreSQL server's `postgres` database: `make
+/// test` starts one), each daemon gets a fresh PostgreSQL database instead, dropped at the
+/// end: the same suites then run against PostgreSQL.
 final class LiveDaemon {
     let directory = TemporaryDirectory()
     let application: HeadwayApplication
     let transport: Transport
     private let socketClient: TestHTTPClient?
+    /// The PostgreSQL database, when the tests run against PostgreSQL.
+    let postgresDatabase: TestPostgresDatabase?
 
     init(transport: Transport = .socket, durability: String = "normal", arguments: [String] = [],
          clock: any WallClock = SystemClock(), adjust: (inout Configuration) -> Void = { _ in },
          prepare: (_ databasePath: String) throws -> Void = { _ in }) throws {
+        postgresDatabase = TestPostgresDatabase.isSelected ? try TestPostgresDatabase() : nil
+        let location = postgresDatabase?.uri ?? directory.file("headway.db")
         let command = try Configuration.parse(
-            arguments: ["--listen", "127.0.0.1:0", "--db", directory.file("headway.db"), "--durability", durability] + arguments,
+            arguments: ["--listen", "127.0.0.1:0", "--db", location, "--durability", durability] + arguments,
             environment: [:])
         guard case .run(var configuration) = command else { throw TestHTTPError("not a run configuration") }
         adjust(&configuration)
@@ -40,6 +48,7 @@ final class LiveDaemon {
 
     deinit {
         application.shutdown()
+        postgresDatabase?.drop()
         directory.remove()
     }
 
@@ -131,4 +140,38 @@ struct InProcessClient {
 extension TestResponse {
     /// The `code` of a problem reply.
     var problemCode: String? { json["code"] as? String }
+}
+
+/// A fresh, uniquely named database on the PostgreSQL server named by `HEADWAY_TEST_POSTGRES`
+/// (the URI of its `postgres` database), for tests run with `HEADWAY_TEST_DB=postgres`.
+final class TestPostgresDatabase {
+    /// Whether the tests run against PostgreSQL.
+    static var isSelected: Bool { ProcessInfo.processInfo.environment["HEADWAY_TEST_DB"] == "postgres" }
+    /// Whether a test that needs an SQLite file (it opens or damages the file itself) runs.
+    static var sqliteOnly: Bool { !isSelected }
+
+    let name: String
+    /// The new database's URI.
+    let uri: String
+    private let adminURI: String
+
+    init() throws {
+        guard let admin = ProcessInfo.processInfo.environment["HEADWAY_TEST_POSTGRES"],
+              let range = admin.range(of: "/postgres?") else {
+            throw TestHTTPError("HEADWAY_TEST_DB=postgres needs HEADWAY_TEST_POSTGRES=postgresql://…/postgres?host=…")
+        }
+        adminURI = admin
+        name = "headway_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        uri = admin.replacingCharacters(in: range, with: "/\(name)?")
+        let database = try Database(path: admin)
+        defer { database.close() }
+        try database.execute("CREATE DATABASE \(name)")
+    }
+
+    /// Drops the database (and ends any session still connected to it).
+    func drop() {
+        guard let database = try? Database(path: adminURI) else { return }
+        defer { database.close() }
+        try? database.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+    }
 }

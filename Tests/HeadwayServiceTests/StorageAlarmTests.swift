@@ -24,14 +24,14 @@ private let SQLITE_READONLY_DBMOVED: Int32 = SQLITE_READONLY | (4 << 8)
     let request = HTTPRequest(method: "POST", path: "/v1/tasks/t/progress", requestID: "req-7")
 
     @Test(arguments: [
-        (SQLiteError(code: SQLITE_FULL, message: "database or disk is full", sql: "COMMIT"), "storage_full"),
-        (SQLiteError(code: SQLITE_IOERR_WRITE, message: "disk I/O error", sql: "COMMIT", systemError: ENOSPC), "storage_full"),
-        (SQLiteError(code: SQLITE_IOERR_WRITE, message: "disk I/O error", sql: "COMMIT", systemError: EROFS),
+        (DatabaseError(code: SQLITE_FULL, message: "database or disk is full", sql: "COMMIT"), "storage_full"),
+        (DatabaseError(code: SQLITE_IOERR_WRITE, message: "disk I/O error", sql: "COMMIT", systemError: ENOSPC), "storage_full"),
+        (DatabaseError(code: SQLITE_IOERR_WRITE, message: "disk I/O error", sql: "COMMIT", systemError: EROFS),
          "storage_read_only"),
-        (SQLiteError(code: SQLITE_READONLY_DBMOVED, message: "attempt to write a readonly database", sql: nil),
+        (DatabaseError(code: SQLITE_READONLY_DBMOVED, message: "attempt to write a readonly database", sql: nil),
          "storage_read_only"),
     ])
-    func aRefusalOfTheStorageIs503WithRetryAfterAndNoLogLine(_ error: SQLiteError, _ code: String) throws {
+    func aRefusalOfTheStorageIs503WithRetryAfterAndNoLogLine(_ error: DatabaseError, _ code: String) throws {
         let lines = Lines()
         let response = ErrorReplies(logger: lines.logger).response(for: error, request)
         let json = try #require(try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any])
@@ -43,7 +43,7 @@ private let SQLITE_READONLY_DBMOVED: Int32 = SQLITE_READONLY | (4 << 8)
 
     @Test func anotherIOErrorIsStill500AndLogged() {
         let lines = Lines()
-        let error = SQLiteError(code: SQLITE_IOERR_WRITE, message: "disk I/O error", sql: "COMMIT", systemError: EIO)
+        let error = DatabaseError(code: SQLITE_IOERR_WRITE, message: "disk I/O error", sql: "COMMIT", systemError: EIO)
         #expect(ErrorReplies(logger: lines.logger).response(for: error, request).status == 500)
         #expect(lines.all.count == 1)
     }
@@ -67,7 +67,7 @@ private let SQLITE_READONLY_DBMOVED: Int32 = SQLITE_READONLY | (4 << 8)
         let lines = Lines()
         let clock = ManualClock(5_000)
         let alarm = StorageAlarm(logger: lines.logger, clock: clock)
-        let full = SQLiteError(code: SQLITE_FULL, message: "database or disk is full", sql: "COMMIT")
+        let full = DatabaseError(code: SQLITE_FULL, message: "database or disk is full", sql: "COMMIT")
         alarm.observe(.init(jobs: 3, seconds: 0.001, committed: true, changedRows: true))
         for _ in 0..<50 { alarm.observe(.init(jobs: 3, seconds: 0.001, committed: false, error: full)) }
         clock.advance(by: 2_500)

@@ -32,7 +32,7 @@ private let SQLITE_CONSTRAINT_COMMITHOOK: Int32 = SQLITE_CONSTRAINT | (2 << 8)
     ] as [(Int32, Int32, StorageFailure)])
     func storageRefusals(_ code: Int32, _ systemError: Int32, _ failure: StorageFailure) {
         #expect(StorageFailure(resultCode: code, systemError: systemError) == failure)
-        #expect(SQLiteError(code: code, message: "m", sql: "COMMIT", systemError: systemError).storageFailure == failure)
+        #expect(DatabaseError(code: code, message: "m", sql: "COMMIT", systemError: systemError).storageFailure == failure)
     }
 
     @Test(arguments: [
@@ -44,9 +44,9 @@ private let SQLITE_CONSTRAINT_COMMITHOOK: Int32 = SQLITE_CONSTRAINT | (2 << 8)
     }
 
     @Test func theErrnoIsShownWhenKnown() {
-        #expect(SQLiteError(code: SQLITE_IOERR_WRITE, message: "disk I/O error", sql: "COMMIT", systemError: EROFS)
+        #expect(DatabaseError(code: SQLITE_IOERR_WRITE, message: "disk I/O error", sql: "COMMIT", systemError: EROFS)
             .description == "SQLite error 778: disk I/O error (errno 30) — while running: COMMIT")
-        #expect(SQLiteError(code: SQLITE_FULL, message: "database or disk is full", sql: nil).description
+        #expect(DatabaseError(code: SQLITE_FULL, message: "database or disk is full", sql: nil).description
             == "SQLite error 13: database or disk is full")
     }
 
@@ -65,7 +65,7 @@ private let SQLITE_CONSTRAINT_COMMITHOOK: Int32 = SQLITE_CONSTRAINT | (2 << 8)
             return pages
         }
 
-        var refused: SQLiteError?
+        var refused: DatabaseError?
         for index in 0..<1_000 where refused == nil {
             do {
                 _ = try fixture.write { database in
@@ -73,7 +73,7 @@ private let SQLITE_CONSTRAINT_COMMITHOOK: Int32 = SQLITE_CONSTRAINT | (2 << 8)
                     return try store.register(Registration(id: "filler-\(index)", name: String(repeating: "x", count: 2_000)),
                                               now: 3, in: database)
                 }
-            } catch let error as SQLiteError {
+            } catch let error as DatabaseError {
                 refused = error
             }
         }

@@ -82,7 +82,7 @@ private struct Refused: Error, Equatable {}
             CREATE TABLE parent (id INTEGER PRIMARY KEY);
             CREATE TABLE child (parent_id INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED);
             """)
-        let error = #expect(throws: SQLiteError.self) {
+        let error = #expect(throws: DatabaseError.self) {
             try database.inTransaction(.immediate) {
                 try scratch.insert(1)
                 try database.run("INSERT INTO child (parent_id) VALUES (42)")

@@ -185,7 +185,7 @@ final class Box<Value>: @unchecked Sendable {
         let commitRefused: Int32 = 531 // SQLITE_CONSTRAINT_COMMITHOOK
         #expect(results.value?.count == 3)
         for (name, result) in results.value ?? [:] {
-            let error = #expect(throws: SQLiteError.self, "\(name)") { try result.get() }
+            let error = #expect(throws: DatabaseError.self, "\(name)") { try result.get() }
             #expect(error?.code == commitRefused, "\(name)")
             #expect(error?.sql == "COMMIT", "\(name)")
         }

@@ -40,7 +40,7 @@ public struct DatabaseCommand: ParsableCommand {
                 throw DatabaseCommandError("\(path) is not a Headway database (no schema_migrations table)")
             }
             return database
-        } catch let error as SQLiteError {
+        } catch let error as DatabaseError {
             throw DatabaseCommandError("cannot read \(path): \(error.message)")
         }
     }
@@ -188,7 +188,7 @@ public struct DatabaseBackupCommand: ParsableCommand {
                 throw DatabaseCommandError("the copy failed its integrity check: \(problems.prefix(3).joined(separator: "; "))")
             }
             try FileManager.default.moveItem(atPath: partial, toPath: destination)
-        } catch let error as SQLiteError {
+        } catch let error as DatabaseError {
             removePartial()
             throw DatabaseCommandError("backup of \(path) failed: \(error.message)")
         } catch let error as DatabaseCommandError {

@@ -1,0 +1,159 @@
+import Dispatch
+import Glibc
+import Lifecycle
+import Synchronization
+
+/// Wakes this daemon's writer when another daemon sharing the PostgreSQL database has
+/// committed changes, so that its subscribers get them without waiting for a write of
+/// its own: a service whose thread holds a connection that `LISTEN`s on
+/// `SharedWriting.channel` and, when a notification names a change not yet delivered
+/// (or, every `pollInterval`, when `stream_state` shows one), submits an empty job to the
+/// writer, whose batch reads and delivers the changes (`SharedWriting.batchBegins`). The
+/// notification is only a wake-up: lost ones (a dropped connection, a full queue) cost at
+/// most `pollInterval` of latency. A dropped connection is made again, and listens again.
+public final class ChangeListener: Service {
+    private let location: String
+    private let writer: GroupCommitWriter
+    private let sharedWriting: SharedWriting
+    private let pollInterval: Double
+    private let stopping = Atomic(false)
+    /// Whether an empty job is queued and has not run yet (one is enough).
+    private let catchUpQueued = Atomic(false)
+    private let connection: Locked<Database?> = Locked(nil)
+    private let reportFailure: @Sendable (String) -> Void
+
+    /// Listens on the database at `location` for `writer`'s `sharedWriting`; looks at
+    /// `stream_state` every `pollInterval` seconds too. `reportFailure` gets a line when
+    /// the connection fails (it is tried again each `pollInterval`).
+    public init(location: String, writer: GroupCommitWriter, sharedWriting: SharedWriting, pollInterval: Double = 1,
+                reportFailure: @escaping @Sendable (String) -> Void = { _ in }) {
+        self.location = location
+        self.writer = writer
+        self.sharedWriting = sharedWriting
+        self.pollInterval = pollInterval
+        self.reportFailure = reportFailure
+    }
+
+    public func prepare() throws {
+        let database = try Database(path: location)
+        try database.postgres!.addSessionSetting("LISTEN \(SharedWriting.channel)")
+        database.confine(to: .noThread)
+        connection.withLock { $0 = database }
+    }
+
+    public func run() {
+        guard let database = connection.withLock({ $0 }) else { return }
+        database.confine(to: .currentThread)
+        defer { database.close() }
+        var nextPoll = DispatchTime.now()
+        var failing = false
+        while !stopping.load(ordering: .acquiring) {
+            do {
+                // Short waits, so a requested stop is seen within a quarter of a second.
+                var pollDescriptor = pollfd(fd: database.postgres!.socket, events: Int16(POLLIN), revents: 0)
+                _ = poll(&pollDescriptor, 1, 250)
+                var newest = try database.postgres!.takeNotifications().compactMap { Int64($0) }.max()
+                if DispatchTime.now() >= nextPoll {
+                    nextPoll = .now() + pollInterval
+                    newest = max(newest ?? 0, try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") ?? 0)
+                }
+                if let newest, newest > sharedWriting.deliveredThrough { wakeWriter() }
+                failing = false
+            } catch {
+                if !failing { reportFailure("\(error)") }
+                failing = true
+                // The next statement connects again (`PostgresConnection`); wait before it.
+                for _ in 0..<Int(pollInterval * 4) where !stopping.load(ordering: .acquiring) { usleep(250_000) }
+            }
+        }
+    }
+
+    /// Queues one empty job, unless one is waiting already.
+    private func wakeWriter() {
+        guard !catchUpQueued.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        writer.submit({ [self] _ in catchUpQueued.store(false, ordering: .releasing) }) { [self] result in
+            if case .failure = result { catchUpQueued.store(false, ordering: .releasing) }
+        }
+    }
+
+    public func requestStop() { stopping.store(true, ordering: .releasing) }
+}
+
+/// Which daemon of those sharing a PostgreSQL database runs the stall sweeper and
+/// retention: the one holding a session-level advisory lock on a connection of its own.
+/// `isLeader()` (called by the maintenance thread before each sweep) tries to take the
+/// lock while it does not hold it, and checks its connection about once a second while it
+/// does. When the leader dies, its server session ends and releases the lock: another
+/// daemon takes it at its next try, within a sweep interval. Two leaders at once (a
+/// connection lost without the old leader noticing yet) would do no harm: every sweep and
+/// prune runs in a writer batch holding the writers' lock, and judges each task as
+/// committed, so a stall is raised once.
+public final class Leadership: Sendable {
+    /// The advisory lock's key (an arbitrary constant shared by every daemon).
+    static let lockKey: Int64 = 0x4865_6164_7761_7902
+
+    private struct State {
+        var database: Database?
+        var isLeader = false
+        var nextCheck = DispatchTime.now()
+        var nextTry = DispatchTime.now()
+    }
+
+    private let location: String
+    private let state = Locked(State())
+    private let report: @Sendable (_ leading: Bool, _ detail: String?) -> Void
+
+    /// Leadership among the daemons sharing the database at `location`; `report` gets each
+    /// change (now leading or not, and why not).
+    public init(location: String, report: @escaping @Sendable (_ leading: Bool, _ detail: String?) -> Void = { _, _ in }) {
+        self.location = location
+        self.report = report
+    }
+
+    /// Whether this daemon leads now; tries to become the leader if it does not.
+    public func isLeader() -> Bool {
+        state.withLock { state in
+            let now = DispatchTime.now()
+            do {
+                if state.isLeader {
+                    guard now >= state.nextCheck else { return true }
+                    state.nextCheck = now + 1
+                    // The lock lives as long as the session: a working connection keeps it.
+                    state.database!.confine(to: .currentThread)
+                    _ = try state.database!.scalar("SELECT 1")
+                    return true
+                }
+                guard now >= state.nextTry else { return false }
+                state.nextTry = now + 0.25
+                if state.database == nil { state.database = try Database(path: location) }
+                state.database!.confine(to: .currentThread)
+                let acquired = try state.database!.scalar("SELECT pg_try_advisory_lock(\(Self.lockKey))::integer") == 1
+                if acquired {
+                    state.isLeader = true
+                    state.nextCheck = now + 1
+                    report(true, nil)
+                }
+                return acquired
+            } catch {
+                // A broken connection has lost the lock with its session: start afresh.
+                state.database?.close()
+                state.database = nil
+                state.nextTry = now + 1
+                if state.isLeader { report(false, "\(error)") }
+                state.isLeader = false
+                return false
+            }
+        }
+    }
+
+    /// Gives the lead up (at a stop), so another daemon takes it at once.
+    public func resign() {
+        state.withLock { state in
+            state.database?.confine(to: .currentThread)
+            state.database?.close()
+            state.database = nil
+            if state.isLeader { report(false, "stopping") }
+            state.isLeader = false
+        }
+    }
+}

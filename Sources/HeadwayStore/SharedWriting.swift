@@ -1,0 +1,118 @@
+import HeadwayCore
+import Lifecycle
+import Synchronization
+
+/// What a writer does around each batch besides running its jobs: nothing on SQLite,
+/// where it is the database's only writer; `SharedWriting` on PostgreSQL, where other
+/// daemons write the same database. Called on the writer thread, inside the batch's
+/// transaction (a throw loses the batch, as a failed job's transaction would).
+public protocol BatchCoordinator: Sendable {
+    /// First in each batch's transaction, before its jobs.
+    func batchBegins(in database: Database) throws
+    /// Last before `COMMIT`; `changedRows` tells whether the batch's jobs changed rows.
+    func batchEnds(in database: Database, changedRows: Bool) throws
+    /// After the batch, committed or not (before its jobs' completions are called).
+    func batchEnded(committed: Bool)
+}
+
+/// How one of several daemons writes to a shared PostgreSQL database so that changes keep
+/// one global order, with no number skipped by a reader, and its cache of tasks stays exact.
+///
+/// Every batch first locks the one row of `stream_state` (`SELECT … FOR UPDATE`), which
+/// holds the latest change number committed and a generation that moves with every batch
+/// that wrote. The lock is held until the batch commits, so batches of all daemons commit
+/// one at a time, each numbering its changes after the last one committed: numbers are
+/// handed out in commit order, and no change numbered below another can commit after it.
+/// Holding the lock, the batch reads committed data only (`READ COMMITTED`, every
+/// statement sees the previous holder's commit), and:
+/// - if the generation moved since this daemon's last batch, another daemon wrote: the
+///   task cache is forgotten (its rows may be stale);
+/// - the change counter continues from the row's latest number;
+/// - the changes numbered between what this daemon has delivered and that number (other
+///   daemons' changes, committed) are read from the change feed, a bounded page at a
+///   time, and handed to `deliver` before any of this batch's own events, so the event
+///   broker gets every change in order.
+///
+/// A batch that wrote sets the row's latest number and generation before it commits, and
+/// sends `NOTIFY headway_changes` with its latest number: the other daemons' listeners
+/// (`ChangeListener`) then run an empty batch to read it. The notification is only a
+/// wake-up: a lost one costs latency (the listener also looks every second), never a change.
+public final class SharedWriting: BatchCoordinator {
+    /// The notification channel.
+    public static let channel = "headway_changes"
+    /// Rows read per table and page when reading other daemons' changes.
+    static let pageRows = 1_000
+
+    private struct State {
+        /// The generation this daemon's cache of tasks is exact for (-1: none).
+        var generationSeen: Int64 = -1
+        /// The generation the row will hold if the open batch commits.
+        var generationAfterBatch: Int64 = -1
+        /// The row's latest change number when the open batch locked it.
+        var lastAtBatchStart: Int64 = 0
+    }
+
+    private let changeCounter: ChangeCounter
+    private let cache: TaskCache
+    private let state = Locked(State())
+    /// Every change numbered up to this is committed and delivered (or being delivered,
+    /// on the writer thread, in order) by this daemon.
+    private let delivered: Atomic<Int64>
+    private let deliver: Locked<(@Sendable ([TaskEvent]) -> Void)?> = Locked(nil)
+
+    /// For the writer of a store with `changeCounter` and `cache`.
+    public init(changeCounter: ChangeCounter, cache: TaskCache) {
+        self.changeCounter = changeCounter
+        self.cache = cache
+        delivered = Atomic(changeCounter.last)
+    }
+
+    /// Sets where other daemons' changes go (the event broker), in order, on the writer thread.
+    public func deliverOtherChanges(to deliver: @escaping @Sendable ([TaskEvent]) -> Void) {
+        self.deliver.withLock { $0 = deliver }
+    }
+
+    /// Every change up to this number has been delivered.
+    public var deliveredThrough: Int64 { delivered.load(ordering: .acquiring) }
+
+    public func batchBegins(in database: Database) throws {
+        let row = try database.rows("SELECT generation, last_change FROM stream_state WHERE singleton = 1 FOR UPDATE") {
+            ($0.int(0), $0.int(1))
+        }
+        guard let (generation, last) = row.first else { throw DatabaseError(code: 1, message: "stream_state has no row", sql: nil) }
+        let cacheIsStale = state.withLock { state in
+            state.generationAfterBatch = generation
+            state.lastAtBatchStart = last
+            return state.generationSeen != generation
+        }
+        if cacheIsStale { cache.forgetAll() }
+        changeCounter.continueFrom(last)
+        var from = delivered.load(ordering: .acquiring)
+        guard last > from else { return }
+        let deliver = deliver.withLock { $0 }
+        while from < last {
+            let page = try ChangeFeed.changes(after: from, through: last, limit: Self.pageRows, in: database)
+            if !page.events.isEmpty { deliver?(page.events) }
+            from = page.complete
+        }
+        delivered.store(last, ordering: .releasing)
+    }
+
+    public func batchEnds(in database: Database, changedRows: Bool) throws {
+        let last = changeCounter.last
+        guard changedRows || last != state.withLock({ $0.lastAtBatchStart }) else { return }
+        try database.run("UPDATE stream_state SET last_change = ?, generation = generation + 1 WHERE singleton = 1",
+                         [.integer(last)])
+        try database.run("SELECT pg_notify('\(Self.channel)', ?)", [.text(String(last))])
+        state.withLock { $0.generationAfterBatch += 1 }
+    }
+
+    public func batchEnded(committed: Bool) {
+        state.withLock { state in
+            // After a rollback the row is as it was, but this daemon's cache was forgotten
+            // (the connection's rollback count moved) and its counter is reset next batch.
+            state.generationSeen = committed ? state.generationAfterBatch : -1
+        }
+        if committed { delivered.store(max(delivered.load(ordering: .acquiring), changeCounter.last), ordering: .releasing) }
+    }
+}
