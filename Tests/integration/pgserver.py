@@ -15,6 +15,7 @@ can find it again: the command line below, or a run after an interrupted one.
 `start` is idempotent (a server already running for DIR is reused); `stop` stops the
 server and removes its files, and does nothing when none is recorded.
 """
+import contextlib
 import glob
 import json
 import os
@@ -116,6 +117,7 @@ class PostgresServer:
         return environment
 
     def _check(self, completed, what):
+        """Returns the stdout of `completed`; raises with its output and the server log's end if it failed."""
         if completed.returncode != 0:
             log = self.log_file.read_text(errors="replace")[-2000:] if self.directory and self.log_file.exists() else ""
             raise RuntimeError(f"{what} failed ({completed.returncode}): {completed.stdout}{completed.stderr}{log}")
@@ -138,18 +140,25 @@ class PostgresServer:
         self.directory = pathlib.Path(tempfile.mkdtemp(prefix="headway-pg-", dir="/tmp" if self.as_root else None))
         self.directory.chmod(0o755)  # the socket's directory: every local client enters it
         if self.as_root:
-            shutil.chown(self.directory, "postgres", "postgres")
+            shutil.chown(self.directory, user="postgres")
         self.port = free_port()
         self._save_state()
-        self._check(self._server_command(
-            "initdb", "-D", str(self.data_directory), "--auth=trust", "-U", "postgres",
-            "--no-sync", "--encoding=UTF8", "--locale=C"), "initdb")
-        settings = SERVER_SETTINGS + f"unix_socket_directories = '{self.directory}'\nport = {self.port}\n"
-        with open(self.data_directory / "postgresql.conf", "a") as conf:
-            conf.write(settings)
-        self._check(self._server_command(
-            "pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data_directory), "-l", str(self.log_file)),
-            "pg_ctl start")
+        try:
+            self._check(self._server_command(
+                "initdb", "-D", str(self.data_directory), "--auth=trust", "-U", "postgres",
+                "--no-sync", "--encoding=UTF8", "--locale=C"), "initdb")
+            settings = SERVER_SETTINGS + f"unix_socket_directories = '{self.directory}'\nport = {self.port}\n"
+            with open(self.data_directory / "postgresql.conf", "a") as conf:
+                conf.write(settings)
+            self._check(self._server_command(
+                "pg_ctl", "start", "-w", "-t", "60", "-D", str(self.data_directory), "-l", str(self.log_file)),
+                "pg_ctl start")
+        except BaseException:
+            # Nothing half made is left behind (a server that came up late is stopped first).
+            with contextlib.suppress(Exception):
+                self.stop()
+            self.remove()
+            raise
         return self
 
     def stop(self):
