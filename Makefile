@@ -16,12 +16,13 @@ SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 run: deps release
 	.build/release/headwayd --listen $(LISTEN) --db $(DB)
 
-## Run the whole test suite: Swift (unit, store, live HTTP and SSE, process, OpenAPI),
-## then the integration tests with a third-party SSE client, a real nginx, a headless Chromium
-## and schemathesis against the OpenAPI contract.
+## Run the whole test suite: Swift (unit, store, live HTTP and SSE, process, OpenAPI) beside
+## a private PostgreSQL server (scripts/with-postgres.sh), then the integration tests with a
+## third-party SSE client, a real nginx, a headless Chromium and schemathesis against the
+## OpenAPI contract.
 test: test-deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
-	HEADWAY_PYTHON=$(PYTHON) $(SWIFT) test --skip-build
+	HEADWAY_PYTHON=$(PYTHON) scripts/with-postgres.sh $(SWIFT) test --skip-build
 	$(MAKE) fuzz
 	$(PYTHON) -m pytest -q Tests/integration
 

@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing Headway need on a fresh Debian machine:
-# the C libraries (libmicrohttpd, SQLite, GnuTLS, libcurl), and the Python tools the tests and benchmarks
+# the C libraries (libmicrohttpd, SQLite, GnuTLS, libcurl, libpq), and the Python tools the tests and benchmarks
 # call, in a virtual environment under .build/venv (Debian 12 and Ubuntu 24.04 refuse pip
 # installs into the system Python, PEP 668). Only what is missing is installed; run as
 # root (or with sudo available).
 set -euo pipefail
 
-apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcurl4-openssl-dev)
+apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcurl4-openssl-dev libpq-dev)
 # The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf), drive
 # a real headless Chromium at it (Selenium uses Debian's chromedriver, no download), and
 # make certificates (openssl) and HTTPS requests (curl) for the TLS tests, and drive the
 # headway command in real terminals and shells (tmux, zsh, fish), damage databases (sqlite3),
 # check metrics and alert rules (promtool, from prometheus) and the systemd unit (systemd-analyze),
 # and put the database on a small filesystem that fills up or turns read-only (mount,
-# findmnt from util-linux; mkfs.ext4, e2fsck from e2fsprogs).
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd util-linux e2fsprogs)
-[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl sqlite3)
+# findmnt from util-linux; mkfs.ext4, e2fsck from e2fsprogs), and start a private PostgreSQL
+# server (postgresql: initdb, pg_ctl, psql; run as its postgres user through runuser).
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd util-linux e2fsprogs postgresql)
+[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl sqlite3 postgresql)
 
 missing=()
 for package in "${apt_packages[@]}"; do

@@ -1,10 +1,12 @@
 """Fixtures that start the real headwayd (and nginx, a static web server, a headless
-Chromium) on loopback ports for the tests."""
+Chromium) on loopback ports for the tests, and a private PostgreSQL server."""
 import contextlib
 import functools
 import http.server
 import os
 import pathlib
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -13,6 +15,8 @@ import threading
 import time
 
 import pytest
+
+from pgserver import PostgresServer
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 HEADWAYD = os.environ.get("HEADWAYD", str(ROOT / ".build/debug/headwayd"))
@@ -37,15 +41,15 @@ def wait_for_port(port, process, what):
 
 
 @contextlib.contextmanager
-def run_headwayd(directory, *arguments, scheme="http"):
+def run_headwayd(directory, *arguments, scheme="http", db=None):
     """Runs the daemon on a free port with a fresh database in `directory` (its log in
     `directory`/headwayd.log), with extra `arguments`; yields its base URL (`https` when
-    the arguments give it a certificate)."""
+    the arguments give it a certificate). `db`, a PostgreSQL URL, replaces the SQLite file."""
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = open(directory / "headwayd.log", "w")
     process = subprocess.Popen(
-        [HEADWAYD, "--listen", f"127.0.0.1:{port}", "--db", str(directory / "headway.db"),
+        [HEADWAYD, "--listen", f"127.0.0.1:{port}", "--db", db or str(directory / "headway.db"),
          "--durability", "normal", "--sse-heartbeat", "1", *arguments],
         stderr=log)
     try:
@@ -62,6 +66,26 @@ def headwayd(tmp_path):
     """The daemon on a free port with a fresh database; yields its base URL."""
     with run_headwayd(tmp_path) as base:
         yield base
+
+
+@pytest.fixture(scope="session")
+def postgres(tmp_path_factory):
+    """A private PostgreSQL server (pgserver.py) for the whole session, stopped and removed
+    at its end."""
+    with PostgresServer(tmp_path_factory.mktemp("postgres")) as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_url(postgres, request):
+    """A fresh, empty database of the test's own on the session's server (named after the
+    test); yields its URL and drops it after the test."""
+    name = "test_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:40] + "_" + secrets.token_hex(4)
+    postgres.create_database(name)
+    try:
+        yield postgres.url(name)
+    finally:
+        postgres.drop_database(name)
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
