@@ -10,19 +10,25 @@ PYTHON := $(VENV)/bin/python3
 # Warnings fail the build in CI (.ci/run sets CI=true); locally they stay warnings.
 SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 
+# The suites that run a second time against PostgreSQL (HEADWAY_TEST_DB=postgres: each
+# daemon of a test gets a fresh database on the server scripts/with-postgres.sh starts).
+POSTGRES_SUITES := TaskAPITests|EventStreamTests|LivenessAPITests|ListingTests|CatchUpTests|TokenTests|MetricsTests|TreeLimitsAPITests|PrefixSubtreeTests|OrphanRepairTests|ErrorRepliesLiveTests|OpenAPITests
+
 .PHONY: run test build release deps test-deps migrations dashboard bench bench-abuse crash-proof soak clean fuzz sanitize
 
 ## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
 run: deps release
 	.build/release/headwayd --listen $(LISTEN) --db $(DB)
 
-## Run the whole test suite: Swift (unit, store, live HTTP and SSE, process, OpenAPI) beside
-## a private PostgreSQL server (scripts/with-postgres.sh), then the integration tests with a
+## Run the whole test suite: Swift (unit, store, live HTTP and SSE, process, OpenAPI), then
+## the API, event, liveness and token suites again on a private PostgreSQL server
+## (scripts/with-postgres.sh), then the integration tests with a
 ## third-party SSE client, a real nginx, a headless Chromium and schemathesis against the
 ## OpenAPI contract.
 test: test-deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
-	HEADWAY_PYTHON=$(PYTHON) scripts/with-postgres.sh $(SWIFT) test --skip-build
+	HEADWAY_PYTHON=$(PYTHON) scripts/with-postgres.sh sh -c '$(SWIFT) test --skip-build && \
+		HEADWAY_TEST_DB=postgres $(SWIFT) test --skip-build --filter "$(POSTGRES_SUITES)"'
 	$(MAKE) fuzz
 	$(PYTHON) -m pytest -q Tests/integration
 

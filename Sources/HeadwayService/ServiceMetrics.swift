@@ -264,11 +264,17 @@ struct OperationsAPI: Sendable {
             try reader.snapshot { database in
                 gauges.tasks = try database.taskCountsByStateModeAndStall()
                 gauges.schemaVersion = try Migrator.recordedVersion(in: database)
+                if database.isPostgres {
+                    // The server's own count of the database's files; its WAL is the server's.
+                    gauges.databaseBytes = try database.scalar("SELECT pg_database_size(current_database())") ?? 0
+                }
             }
             gauges.subscribers = broker.subscriberCount
             gauges.writerQueueDepth = writer.queueDepth
-            gauges.databaseBytes = ServiceMetrics.fileSize(databasePath)
-            gauges.walBytes = ServiceMetrics.fileSize(databasePath + "-wal")
+            if !isPostgresLocation(databasePath) {
+                gauges.databaseBytes = ServiceMetrics.fileSize(databasePath)
+                gauges.walBytes = ServiceMetrics.fileSize(databasePath + "-wal")
+            }
             return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", PrometheusText.contentType),
                                                        HTTPField("Cache-Control", "no-store")],
                                 body: Array(metrics.render(gauges).utf8))

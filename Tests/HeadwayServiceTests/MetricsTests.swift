@@ -97,7 +97,7 @@ import Testing
         #expect(reply.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8")
         #expect(reply.text.contains("# TYPE headway_http_request_duration_seconds histogram\n"))
         #expect(samples[#"headway_build_info{version="\#(HeadwayVersion.current)"}"#] == 1)
-        #expect(samples[#"headway_schema_version"#] == Double(Migrator().latestVersion))
+        #expect(samples[#"headway_schema_version"#] == Double(Migrator(forLocation: daemon.application.configuration.databasePath).latestVersion))
         #expect(samples[#"headway_tasks{state="running",mode="quantified"}"#] == 1)
         #expect(samples[#"headway_tasks{state="running",mode="indeterminate"}"#] == 0)
         #expect(samples[#"headway_tasks{state="failed",mode="indeterminate"}"#] == 1)
@@ -169,7 +169,7 @@ import Testing
         let ready = try daemon.request("GET", "/readyz")
         #expect(ready.status == 200)
         #expect(ready.json["status"] as? String == "ready")
-        #expect(ready.json["schema_version"] as? Int == Migrator().latestVersion)
+        #expect(ready.json["schema_version"] as? Int == Migrator(forLocation: daemon.application.configuration.databasePath).latestVersion)
         #expect(try daemon.request("GET", "/healthz").status == 200)
     }
 
@@ -195,7 +195,8 @@ import Testing
         }
     }
 
-    @Test func notReadyWhileTheDatabaseIsReadOnly() throws {
+    @Test(.enabled(if: TestPostgresDatabase.sqliteOnly, "opens the SQLite file itself"))
+    func notReadyWhileTheDatabaseIsReadOnly() throws {
         let daemon = try LiveDaemon()
         #expect(try daemon.request("GET", "/readyz").status == 200)
         // The writer's connection refuses every write from now on, as a read-only file does.
@@ -209,7 +210,8 @@ import Testing
         #expect(try daemon.request("GET", "/healthz").status == 200, "alive all the same")
     }
 
-    @Test func notReadyWhileAnotherWriterHoldsTheDatabaseThenReadyAgain() throws {
+    @Test(.enabled(if: TestPostgresDatabase.sqliteOnly, "opens the SQLite file itself"))
+    func notReadyWhileAnotherWriterHoldsTheDatabaseThenReadyAgain() throws {
         // In process: the answer takes the busy timeout, longer than the socket client waits.
         let daemon = try LiveDaemon(transport: .inProcess)
         #expect(try daemon.request("GET", "/readyz").status == 200)
@@ -237,7 +239,7 @@ import Testing
 
     @Test func notReadyWhenTheSchemaIsNotThisBuilds() throws {
         let daemon = try LiveDaemon()
-        let newer = Migrator().latestVersion + 1
+        let newer = Migrator(forLocation: daemon.application.configuration.databasePath).latestVersion + 1
         guard case .success = write(daemon, "INSERT INTO schema_migrations (version, name) VALUES (\(newer), 'future')") else {
             Issue.record("could not record a newer version"); return
         }
