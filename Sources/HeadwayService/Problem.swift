@@ -273,6 +273,14 @@ extension Problem {
         detail: "Another process holds the database's write lock; nothing was changed. Retry shortly.",
         headers: [HTTPField("Retry-After", "1")])
 
+    /// The PostgreSQL server could not be reached, or the connection broke during the
+    /// batch: nothing is known to be stored (a commit cut short may have been; the `seq`
+    /// of a resend makes that harmless). The daemon connects again at its next statement.
+    static let databaseUnavailable = Problem(
+        status: 503, code: "database_unavailable", title: "Database unavailable",
+        detail: "The database server cannot be reached now; nothing is known to be stored. Retry shortly.",
+        headers: [HTTPField("Retry-After", "2")])
+
     /// The storage under the database refused the write (`StorageFailure`): 503 with
     /// `Retry-After`; nothing of the request was stored, and the same request may succeed
     /// once space is freed or the filesystem is writable again, without a restart.
@@ -332,6 +340,12 @@ struct ErrorReplies: Sendable {
                                                             "not_logged_since": "\(unlogged)"])
             }
             return .databaseBusy
+        case let error as DatabaseError where error.isUnavailable:
+            if let unlogged = busyLines.admit(now: DispatchTime.now().uptimeNanoseconds) {
+                logger.log(.warn, "request.database_unavailable", ["request_id": request.requestID, "error": "\(error)",
+                                                                   "not_logged_since": "\(unlogged)"])
+            }
+            return .databaseUnavailable
         default:
             if let failure = (error as? DatabaseError)?.storageFailure { return .storageUnavailable(failure) }
             logger.log(.error, "request.failed", ["request_id": request.requestID, "error": "\(error)"])

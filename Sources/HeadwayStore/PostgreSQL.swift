@@ -226,7 +226,7 @@ final class PostgresConnection: @unchecked Sendable {
 extension DatabaseError {
     /// The database cannot be reached now (PostgreSQL down, restarting, refusing
     /// connections): nothing was changed, and a later try may succeed.
-    static func unavailable(_ message: String) -> DatabaseError {
+    public static func unavailable(_ message: String) -> DatabaseError {
         var error = DatabaseError(code: SQLITE_CANTOPEN, message: message, sql: nil)
         error.isUnavailable = true
         return error
@@ -234,7 +234,7 @@ extension DatabaseError {
 
     /// An error PostgreSQL reported, with SQLite's code of the same meaning, so that the
     /// rest of the daemon judges both engines' failures alike (`isBusy`, `storageFailure`).
-    static func postgres(sqlState: String?, message: String, sql: String, connectionLost: Bool) -> DatabaseError {
+    public static func postgres(sqlState: String?, message: String, sql: String, connectionLost: Bool) -> DatabaseError {
         let state = sqlState ?? ""
         let code: Int32
         switch state {

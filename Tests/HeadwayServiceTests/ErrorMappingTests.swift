@@ -82,6 +82,25 @@ import Testing
         #expect(locked.status == 500, "only SQLITE_BUSY is another process's lock")
     }
 
+    /// PostgreSQL's errors are judged as SQLite's of the same meaning: a lock or statement
+    /// timeout is busy, a full disk or a read-only transaction a storage refusal, a lost
+    /// connection or a server going down `database_unavailable`; anything else is 500.
+    @Test(arguments: [
+        ("55P03", false, 503, "database_busy"), ("40P01", false, 503, "database_busy"),
+        ("53100", false, 503, "storage_full"), ("25006", false, 503, "storage_read_only"),
+        ("08006", false, 503, "database_unavailable"), ("57P01", false, 503, "database_unavailable"),
+        ("42601", true, 503, "database_unavailable"), ("42601", false, 500, "internal_error"),
+        ("23505", false, 500, "internal_error"),
+    ])
+    func postgresErrorsMapLikeSQLiteOnes(sqlState: String, connectionLost: Bool, status: Int, code: String) {
+        let error = DatabaseError.postgres(sqlState: sqlState, message: "m", sql: "SELECT 1", connectionLost: connectionLost)
+        let reply = problem(error)
+        #expect(reply.status == status)
+        #expect(reply.code == code)
+        if status == 503 { #expect(reply.headers.contains { $0.name == "Retry-After" }) }
+        #expect(problem(DatabaseError.unavailable("cannot connect")).code == "database_unavailable")
+    }
+
     /// Every request queued behind another process's lock gets `database_busy`: the log
     /// says so at most once a second, with how many it did not write.
     @Test func busyRequestsAreLoggedAtMostOnceASecond() {
