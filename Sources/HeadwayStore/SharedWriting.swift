@@ -76,6 +76,14 @@ public final class SharedWriting: BatchCoordinator {
     public var deliveredThrough: Int64 { delivered.load(ordering: .acquiring) }
 
     public func batchBegins(in database: Database) throws {
+        // What is committed already is read before the lock, so that a daemon that was idle
+        // while others wrote much does not hold them up while it reads; under the lock only
+        // what committed meanwhile remains. (Read outside the lock, a task whose row changed
+        // again after `committed` was read is left out: its newer change is read later,
+        // coalesced, as the stream allows.)
+        if let committed = try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1 FOR UPDATE") {
+            try deliverChanges(through: committed, in: database)
+        }
         let row = try database.rows("SELECT generation, last_change FROM stream_state WHERE singleton = 1 FOR UPDATE") {
             ($0.int(0), $0.int(1))
         }
@@ -87,6 +95,12 @@ public final class SharedWriting: BatchCoordinator {
         }
         if cacheIsStale { cache.forgetAll() }
         changeCounter.continueFrom(last)
+        try deliverChanges(through: last, in: database)
+    }
+
+    /// Delivers the committed changes numbered above those delivered and up to `last`, a
+    /// page at a time (the writer thread is the only caller).
+    private func deliverChanges(through last: Int64, in database: Database) throws {
         var from = delivered.load(ordering: .acquiring)
         guard last > from else { return }
         let deliver = deliver.withLock { $0 }
@@ -94,8 +108,9 @@ public final class SharedWriting: BatchCoordinator {
             let page = try ChangeFeed.changes(after: from, through: last, limit: Self.pageRows, in: database)
             if !page.events.isEmpty { deliver?(page.events) }
             from = page.complete
+            // Delivered, whatever happens to this batch: these changes are committed.
+            delivered.store(from, ordering: .releasing)
         }
-        delivered.store(last, ordering: .releasing)
     }
 
     public func batchEnds(in database: Database, changedRows: Bool) throws {

@@ -3,7 +3,6 @@ import Foundation
 import HTTPServer
 import HeadwayCore
 import HeadwayTestSupport
-import HeadwayStore
 @testable import HeadwayService
 
 /// How a test reaches the daemon: over a loopback socket, or by handing requests to its
@@ -140,38 +139,4 @@ struct InProcessClient {
 extension TestResponse {
     /// The `code` of a problem reply.
     var problemCode: String? { json["code"] as? String }
-}
-
-/// A fresh, uniquely named database on the PostgreSQL server named by `HEADWAY_TEST_POSTGRES`
-/// (the URI of its `postgres` database), for tests run with `HEADWAY_TEST_DB=postgres`.
-final class TestPostgresDatabase {
-    /// Whether the tests run against PostgreSQL.
-    static var isSelected: Bool { ProcessInfo.processInfo.environment["HEADWAY_TEST_DB"] == "postgres" }
-    /// Whether a test that needs an SQLite file (it opens or damages the file itself) runs.
-    static var sqliteOnly: Bool { !isSelected }
-
-    let name: String
-    /// The new database's URI.
-    let uri: String
-    private let adminURI: String
-
-    init() throws {
-        guard let admin = ProcessInfo.processInfo.environment["HEADWAY_TEST_POSTGRES"],
-              let range = admin.range(of: "/postgres?") else {
-            throw TestHTTPError("HEADWAY_TEST_DB=postgres needs HEADWAY_TEST_POSTGRES=postgresql://…/postgres?host=…")
-        }
-        adminURI = admin
-        name = "headway_test_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-        uri = admin.replacingCharacters(in: range, with: "/\(name)?")
-        let database = try Database(path: admin)
-        defer { database.close() }
-        try database.execute("CREATE DATABASE \(name)")
-    }
-
-    /// Drops the database (and ends any session still connected to it).
-    func drop() {
-        guard let database = try? Database(path: adminURI) else { return }
-        defer { database.close() }
-        try? database.execute("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
-    }
 }

@@ -1,0 +1,145 @@
+import Foundation
+import HeadwayCore
+import HeadwayTestSupport
+import Lifecycle
+import Testing
+@testable import HeadwayStore
+
+/// Two writers on one PostgreSQL database, as two daemons have: each with its store, its
+/// cache and `SharedWriting`; every event it publishes (its own, after each commit) and is
+/// delivered (the other's) is recorded in the order its writer thread handled them.
+final class SharedWriter: @unchecked Sendable {
+    let store: TaskStore
+    let writer: GroupCommitWriter
+    private let group: ServiceGroup
+    /// Every event this writer's broker would have been given, in order.
+    let stream = Locked<[TaskEvent]>([])
+
+    init(uri: String) throws {
+        let counter = try DatabaseSetup.open(path: uri).changeCounter
+        let cache = TaskCache()
+        let shared = SharedWriting(changeCounter: counter, cache: cache)
+        store = TaskStore(changeCounter: counter, cache: cache)
+        writer = try GroupCommitWriter(path: uri, durability: .normal, coordinator: shared)
+        shared.deliverOtherChanges { [stream] events in stream.withLock { $0 += events } }
+        group = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
+        try group.start()
+    }
+
+    deinit { group.stop() }
+
+    /// Runs `work` in a batch and waits for it; its events join the stream once committed.
+    @discardableResult
+    func write(_ work: @escaping @Sendable (TaskStore, Database) throws -> [TaskEvent]) throws -> [TaskEvent] {
+        let done = DispatchSemaphore(value: 0)
+        let result = Locked<Result<[TaskEvent], any Error>?>(nil)
+        writer.submit({ [store] database in try work(store, database) }) { [stream] outcome in
+            if case .success(let events) = outcome { stream.withLock { $0 += events } }
+            result.withLock { $0 = outcome }
+            done.signal()
+        }
+        done.wait()
+        return try result.withLock { $0! }.get()
+    }
+
+    /// The stored `completed` of each of `ids`, read in a batch (its events not recorded).
+    func storedCompleted(_ ids: [String]) throws -> [String: Int64] {
+        let done = DispatchSemaphore(value: 0)
+        let result = Locked<Result<[String: Int64], any Error>?>(nil)
+        writer.submit({ database in
+            var completed: [String: Int64] = [:]
+            for id in ids { completed[id] = try TaskRepository.find(id, in: database)?.completed }
+            return completed
+        }) { outcome in
+            result.withLock { $0 = outcome }
+            done.signal()
+        }
+        done.wait()
+        return try result.withLock { $0! }.get()
+    }
+
+    /// Adds `increment` to task `id` (with the runner's `seq`, if given).
+    @discardableResult
+    func increment(_ id: String, by increment: Int64 = 1, seq: Int64? = nil) throws -> [TaskEvent] {
+        try write { store, database in
+            try store.progress(id, ProgressUpdate(increment: increment, runnerSeq: seq), now: 1_000, in: database).events
+        }
+    }
+}
+
+@Suite(.serialized, .enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+struct SharedWritingTests {
+    /// The latest `completed` of each task in `events`.
+    static func latestCompleted(_ events: [TaskEvent]) -> [String: Int64] {
+        var latest: [String: Int64] = [:]
+        for event in events where event.kind != .deleted {
+            if case .object(let task) = JSONValue.parse(Array(event.data.utf8)), case .integer(let completed) = task["completed"] {
+                latest[event.taskID] = completed
+            }
+        }
+        return latest
+    }
+
+    /// Writers taking turns on one task: each reads the other's change (its cache is
+    /// forgotten when the other wrote), a retry with the same `seq` on the other writer is
+    /// not applied again, and each writer's stream holds the other's changes in order.
+    @Test func writersTakingTurnsSeeEachOthersChanges() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        let b = try SharedWriter(uri: database.uri)
+        try a.write { store, db in try store.register(Registration(id: "t", name: "T", total: 100), now: 1_000, in: db).events }
+        try a.increment("t", by: 5, seq: 1)
+        try b.increment("t", by: 7, seq: 2)
+        try a.increment("t", by: 11, seq: 3)
+        #expect(try b.increment("t", by: 11, seq: 3).isEmpty, "a retry on the other writer is acknowledged, not applied")
+        try b.increment("t", by: 1, seq: 4)
+        try a.write { _, _ in [] }  // an empty batch delivers what the other committed
+        #expect(try a.storedCompleted(["t"]) == ["t": 24])
+        for writer in [a, b] {
+            let stream = writer.stream.withLock { $0 }
+            let numbers = stream.map(\.changeNumber)
+            #expect(numbers == numbers.sorted() && Set(numbers).count == numbers.count, "\(stream.map { "\($0.changeNumber) \($0.kind) \($0.taskID)" })")
+            #expect(Self.latestCompleted(stream)["t"] == 24)
+        }
+    }
+
+    /// Concurrent writers on both: every increment counted once, change numbers never
+    /// given twice, and each writer's stream strictly increasing and ending at every task's
+    /// final value: no change skipped, whichever writer committed it.
+    @Test func concurrentWritersNumberChangesInCommitOrderWithoutGaps() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let writers = [try SharedWriter(uri: database.uri), try SharedWriter(uri: database.uri)]
+        let ids = ["shared", "a-only", "b-only"]
+        for id in ids {
+            try writers[0].write { store, db in try store.register(Registration(id: id, name: id), now: 1_000, in: db).events }
+        }
+        let rounds = 150
+        let failures = Locked(0)
+        DispatchQueue.concurrentPerform(iterations: 8) { thread in
+            let writer = writers[thread % 2]
+            for round in 0..<rounds {
+                let id = round % 3 == 0 ? "shared" : (thread % 2 == 0 ? "a-only" : "b-only")
+                do { try writer.increment(id) } catch { failures.withLock { $0 += 1 } }
+            }
+        }
+        #expect(failures.withLock { $0 } == 0)
+        for writer in writers { try writer.write { _, _ in [] } }
+        let expected = try writers[0].storedCompleted(ids)
+        #expect(expected["shared"] == Int64(8 * 50))
+        #expect(expected["a-only"] == Int64(4 * 100))
+        #expect(expected["b-only"] == Int64(4 * 100))
+        var own: [[Int64]] = []
+        for writer in writers {
+            let stream = writer.stream.withLock { $0 }
+            let numbers = stream.map(\.changeNumber)
+            #expect(zip(numbers, numbers.dropFirst()).allSatisfy { $0 < $1 }, "strictly increasing")
+            #expect(Self.latestCompleted(stream) == expected)
+            own.append(numbers)
+        }
+        // Both streams end at the same latest change, and every number either writer gave
+        // is in the other's stream unless a later change of the same task replaced it.
+        #expect(own[0].last == own[1].last)
+    }
+}
