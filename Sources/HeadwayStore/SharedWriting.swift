@@ -81,7 +81,7 @@ public final class SharedWriting: BatchCoordinator {
         // what committed meanwhile remains. (Read outside the lock, a task whose row changed
         // again after `committed` was read is left out: its newer change is read later,
         // coalesced, as the stream allows.)
-        if let committed = try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1 FOR UPDATE") {
+        if let committed = try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") {
             try deliverChanges(through: committed, in: database)
         }
         let row = try database.rows("SELECT generation, last_change FROM stream_state WHERE singleton = 1 FOR UPDATE") {
