@@ -12,7 +12,7 @@ public struct Configuration: Sendable, Equatable {
     /// A listening socket passed by systemd's socket activation; `host` and `port` are then
     /// the address it is bound to (and `--listen` is not used).
     public var inheritedListenFD: Int32?
-    /// The SQLite database file.
+    /// The SQLite database file, or the `postgresql://` URI of a PostgreSQL database.
     public var databasePath = "./headway.db"
     public var durability = Durability.full
     /// The stall timeout of tasks registered without one, in seconds.
@@ -88,7 +88,9 @@ public struct Configuration: Sendable, Equatable {
           --listen HOST:PORT        address to serve HTTP on; loopback only until tokens
                                     exist (HEADWAY_LISTEN, default 127.0.0.1:8080;
                                     IPv6 as [::1]:8080; port 0 picks a free port)
-          --db PATH                 SQLite database file, created if missing
+          --db PATH|URI             SQLite database file, created if missing; or a
+                                    PostgreSQL database, postgresql://USER@HOST/DB,
+                                    which several daemons may share
                                     (HEADWAY_DB, default ./headway.db)
           --durability full|normal  full: a reply means the change survives power loss;
                                     normal: it survives a crash of the daemon

@@ -20,7 +20,8 @@ public enum TokenCommand {
           --expires-in D     expires this long from now: seconds, or with s, m, h or d;
                              1 minute to 100 years (60 to 3155760000 s, 1m to 36525d);
                              without it the token never expires
-          --db PATH          the daemon's SQLite database (created if missing)
+          --db PATH|URI      the daemon's SQLite database (created if missing), or
+                             its PostgreSQL database (postgresql://…)
 
         """
 
