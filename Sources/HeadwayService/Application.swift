@@ -244,8 +244,12 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                        reportFailure: { error in logger.log(.warn, "database.listen_failed", ["error": error]) })
     }
     let leadership = isShared ? Leadership(location: configuration.databasePath) { leading, detail in
-        logger.log(leading ? .info : .warn, leading ? "leadership.acquired" : "leadership.lost",
-                   ["detail": detail ?? "this daemon now sweeps stalls and applies retention"])
+        switch (leading, detail) {
+        case (true, _):
+            logger.log(.info, "leadership.acquired", ["detail": "this daemon now sweeps stalls and applies retention"])
+        case (false, let error?): logger.log(.warn, "leadership.lost", ["error": error])
+        case (false, nil): logger.log(.info, "leadership.released", [:])
+        }
     } : nil
     let store = TaskStore(changeCounter: changeCounter, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
                           graceStart: clock.now(), cache: taskCache, limits: configuration.treeLimits)

@@ -104,7 +104,8 @@ public final class Leadership: Sendable {
     private let report: @Sendable (_ leading: Bool, _ detail: String?) -> Void
 
     /// Leadership among the daemons sharing the database at `location`; `report` gets each
-    /// change (now leading or not, and why not).
+    /// change: now leading (no detail), the lead lost (the error that ended it), or given up
+    /// at a stop (not leading, no detail).
     public init(location: String, report: @escaping @Sendable (_ leading: Bool, _ detail: String?) -> Void = { _, _ in }) {
         self.location = location
         self.report = report
@@ -152,7 +153,7 @@ public final class Leadership: Sendable {
             state.database?.confine(to: .currentThread)
             state.database?.close()
             state.database = nil
-            if state.isLeader { report(false, "stopping") }
+            if state.isLeader { report(false, nil) }
             state.isLeader = false
         }
     }
