@@ -179,7 +179,8 @@ final class Maintenance: Service {
     /// times a second).
     private func logFailure(_ event: String, _ error: any Error) {
         guard (error as? WriterError) != .stopped, !StorageAlarm.isStorageRefusal(error) else { return }
-        logger.log(.error, event, ["error": "\(error)"])
+        // A database server out of reach (restarting, say) is retried at the next tick.
+        logger.log((error as? DatabaseError)?.isUnavailable == true ? .warn : .error, event, ["error": "\(error)"])
     }
 
     /// Prunes in small batches until one comes back short.

@@ -55,6 +55,9 @@ final class PostgresConnection: @unchecked Sendable {
             PQfinish(connection)
             throw DatabaseError.unavailable("cannot connect to PostgreSQL at \(redactedLocation(location)): \(message)")
         }
+        // The server's notices and the messages of a closing connection are not written to
+        // stderr (libpq's default): errors come back with their statements.
+        PQsetNoticeProcessor(connection, { _, _ in }, nil)
         handle = connection
         prepared.removeAll()
         for sql in sessionSetup { try execute(sql) }
@@ -73,8 +76,8 @@ final class PostgresConnection: @unchecked Sendable {
         return status == PQTRANS_INTRANS || status == PQTRANS_INERROR || status == PQTRANS_ACTIVE
     }
 
-    /// The connection, reconnected first if the server dropped it while no transaction was
-    /// open (nothing is lost then: the next statement starts afresh).
+    /// The connection, reconnected first if it was found broken (nothing is lost then: a
+    /// broken connection has no transaction left, and the next statement starts afresh).
     private func usableHandle(_ sql: String) throws(DatabaseError) -> OpaquePointer {
         if let handle, PQstatus(handle) == CONNECTION_OK { return handle }
         if let handle {
@@ -86,16 +89,41 @@ final class PostgresConnection: @unchecked Sendable {
         return handle
     }
 
+    /// Runs `body` (one statement); if the server turns out to have dropped the connection
+    /// while it was idle (a restart) and the statement is safe to send again — it begins a
+    /// transaction, or it reads outside one — runs it once more on a new connection. A
+    /// broken connection is only seen when a statement fails on it.
+    private func retryingOnANewConnection<Value>(_ sql: String,
+                                                 _ body: () throws(DatabaseError) -> Value) throws(DatabaseError) -> Value {
+        let wasIdle = handle.map { PQtransactionStatus($0) == PQTRANS_IDLE } ?? true
+        do {
+            return try body()
+        } catch where error.isUnavailable && wasIdle && Self.isSafeToResend(sql) {
+            return try body()
+        }
+    }
+
+    /// Whether `sql` changes nothing if sent twice: `BEGIN …`, or a `SELECT` outside a transaction.
+    static func isSafeToResend(_ sql: String) -> Bool {
+        sql.hasPrefix("BEGIN") || sql.hasPrefix("SELECT")
+    }
+
     /// Runs one or more statements without parameters.
     func execute(_ sql: String) throws(DatabaseError) {
-        let connection = try usableHandle(sql)
-        let result = PQexec(connection, sql)
-        defer { PQclear(result) }
-        try check(result, sql: sql, connection: connection)
+        try retryingOnANewConnection(sql) { () throws(DatabaseError) in
+            let connection = try usableHandle(sql)
+            let result = PQexec(connection, sql)
+            defer { PQclear(result) }
+            try check(result, sql: sql, connection: connection)
+        }
     }
 
     /// Runs `sql` with `arguments` as a prepared statement; the caller clears the result.
     func query(_ sql: String, _ arguments: [SQLValue]) throws(DatabaseError) -> OpaquePointer {
+        try retryingOnANewConnection(sql) { () throws(DatabaseError) in try runPrepared(sql, arguments) }
+    }
+
+    private func runPrepared(_ sql: String, _ arguments: [SQLValue]) throws(DatabaseError) -> OpaquePointer {
         let connection = try usableHandle(sql)
         let name: String
         if let known = prepared[sql] {
@@ -228,6 +256,7 @@ extension DatabaseError {
     /// connections): nothing was changed, and a later try may succeed.
     public static func unavailable(_ message: String) -> DatabaseError {
         var error = DatabaseError(code: SQLITE_CANTOPEN, message: message, sql: nil)
+        error.isFromPostgres = true
         error.isUnavailable = true
         return error
     }
@@ -245,6 +274,7 @@ extension DatabaseError {
         default: code = SQLITE_ERROR
         }
         var error = DatabaseError(code: code, message: message, sql: sql)
+        error.isFromPostgres = true
         error.sqlState = sqlState
         // The connection is gone (class 08), or the server is going down (57P01–03).
         error.isUnavailable = connectionLost || state.hasPrefix("08") || ["57P01", "57P02", "57P03"].contains(state)

@@ -16,8 +16,11 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
     /// The operating system's `errno` under the failure, 0 if unknown: what an I/O error
     /// was underneath (`Database.lastSystemError` says where it comes from).
     public var systemError: Int32 = 0
-    /// PostgreSQL's SQLSTATE (`23505`, say); nil for SQLite.
+    /// PostgreSQL's SQLSTATE (`23505`, say); nil for SQLite (and for a PostgreSQL error
+    /// without one: a lost connection).
     public var sqlState: String? = nil
+    /// Whether PostgreSQL (or libpq) reported the error.
+    public var isFromPostgres = false
     /// Whether the database could not be reached (PostgreSQL down or restarting; the
     /// connection lost): nothing was changed, and a later try may succeed.
     public var isUnavailable = false
@@ -30,7 +33,7 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
     }
 
     public var description: String {
-        (sqlState.map { "PostgreSQL error \($0): \(message)" } ?? "SQLite error \(code): \(message)")
+        (isFromPostgres ? "PostgreSQL error \(sqlState ?? "(no SQLSTATE)"): \(message)" : "SQLite error \(code): \(message)")
             + (systemError != 0 ? " (errno \(systemError))" : "")
             + (sql.map { " — while running: \($0)" } ?? "")
     }

@@ -91,6 +91,11 @@ public final class ChangeListener: Service {
 public final class Leadership: Sendable {
     /// The advisory lock's key (an arbitrary constant shared by every daemon).
     static let lockKey: Int64 = 0x4865_6164_7761_7902
+    /// 1 if this session holds the lock (`pg_locks` shows a bigint key as two halves).
+    static let holdsLockSQL = """
+        SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+        AND classid::bigint = \(lockKey >> 32) AND objid::bigint = \(lockKey & 0xffff_ffff) AND objsubid = 1
+        """
 
     private struct State {
         var database: Database?
@@ -119,10 +124,13 @@ public final class Leadership: Sendable {
                 if state.isLeader {
                     guard now >= state.nextCheck else { return true }
                     state.nextCheck = now + 1
-                    // The lock lives as long as the session: a working connection keeps it.
+                    // The lock lives as long as the session. The connection may have been
+                    // made again (the server restarted): ask whether this session holds it.
                     state.database!.confine(to: .currentThread)
-                    _ = try state.database!.scalar("SELECT 1")
-                    return true
+                    if try state.database!.scalar(Self.holdsLockSQL) == 1 { return true }
+                    state.isLeader = false
+                    report(false, "the database session that held the lead ended (the server restarted?)")
+                    return false
                 }
                 guard now >= state.nextTry else { return false }
                 state.nextTry = now + 0.25
