@@ -71,6 +71,9 @@ public final class GroupCommitWriter: Service {
         let run: @Sendable (Database) -> (error: (any Error)?, afterCommit: @Sendable () -> Void, bytes: Int)
         /// Called instead when the batch could not commit.
         let abort: @Sendable (any Error) -> Void
+        /// A job that writes nothing and only asks for other daemons' changes to be
+        /// delivered (`submitCatchUp`): a batch of these alone takes no transaction.
+        var isCatchUp = false
     }
 
     /// What submitters share with the writer thread.
@@ -142,6 +145,22 @@ public final class GroupCommitWriter: Service {
     public func submit<Value: Sendable & BatchSized>(_ work: @escaping @Sendable (Database) throws -> Value,
                                                      completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
         enqueue(work, size: { $0.estimatedBytes }, completion: completion)
+    }
+
+    /// Asks for the changes other daemons committed to be delivered (`BatchCoordinator.catchUp`),
+    /// in order with this writer's own; `completion` is called on the writer thread once
+    /// they were (true), or when the writer stopped or the read failed (false). A batch of
+    /// such requests alone opens no transaction and takes no lock; one with other jobs
+    /// delivers them first anyway.
+    public func submitCatchUp(completion: @escaping @Sendable (Bool) -> Void) {
+        let job = Job(run: { _ in (nil, { completion(true) }, 0) }, abort: { _ in completion(false) }, isCatchUp: true)
+        let accepted = queue.withLock { queue in
+            guard !queue.stopping else { return false }
+            queue.jobs.append(job)
+            return true
+        }
+        guard accepted else { return completion(false) }
+        workArrived.ring()
     }
 
     /// Queues work done in bounded steps, each a job of its own: `first` runs in the next
@@ -271,6 +290,11 @@ public final class GroupCommitWriter: Service {
     /// Runs the jobs of `batch` in one transaction, in order, until their results hold
     /// `maximumBatchBytes`, and commits; returns the jobs not run (at least one job runs).
     private func runBatch(_ batch: [Job]) -> ArraySlice<Job> {
+        if let coordinator, batch.allSatisfy(\.isCatchUp) {
+            let delivered = (try? coordinator.catchUp(in: database)) != nil
+            batch.forEach { job in delivered ? job.run(database).afterCommit() : job.abort(WriterError.transactionLost) }
+            return []
+        }
         var afterCommit: [@Sendable () -> Void] = []
         afterCommit.reserveCapacity(batch.count)
         var bytes = 0

@@ -7,8 +7,9 @@ import Synchronization
 /// committed changes, so that its subscribers get them without waiting for a write of
 /// its own: a service whose thread holds a connection that `LISTEN`s on
 /// `SharedWriting.channel` and, when a notification names a change not yet delivered
-/// (or, every `pollInterval`, when `stream_state` shows one), submits an empty job to the
-/// writer, whose batch reads and delivers the changes (`SharedWriting.batchBegins`). The
+/// (or, every `pollInterval`, when `stream_state` shows one), asks the writer to catch up
+/// (`GroupCommitWriter.submitCatchUp`: between batches, it reads and delivers the changes
+/// in order with its own, `SharedWriting.catchUp`). The
 /// notification is only a wake-up: lost ones (a dropped connection, a full queue) cost at
 /// most `pollInterval` of latency. A dropped connection is made again, and listens again.
 public final class ChangeListener: Service {
@@ -68,12 +69,10 @@ public final class ChangeListener: Service {
         }
     }
 
-    /// Queues one empty job, unless one is waiting already.
+    /// Asks the writer to catch up, unless it was asked and has not done it yet.
     private func wakeWriter() {
         guard !catchUpQueued.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        writer.submit({ [self] _ in catchUpQueued.store(false, ordering: .releasing) }) { [self] result in
-            if case .failure = result { catchUpQueued.store(false, ordering: .releasing) }
-        }
+        writer.submitCatchUp { [self] _ in catchUpQueued.store(false, ordering: .releasing) }
     }
 
     public func requestStop() { stopping.store(true, ordering: .releasing) }

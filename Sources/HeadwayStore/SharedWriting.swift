@@ -13,6 +13,9 @@ public protocol BatchCoordinator: Sendable {
     func batchEnds(in database: Database, changedRows: Bool) throws
     /// After the batch, committed or not (before its jobs' completions are called).
     func batchEnded(committed: Bool)
+    /// Instead of a batch, when the writer has only catch-up requests to run
+    /// (`GroupCommitWriter.submitCatchUp`): outside any transaction.
+    func catchUp(in database: Database) throws
 }
 
 /// How one of several daemons writes to a shared PostgreSQL database so that changes keep
@@ -35,7 +38,8 @@ public protocol BatchCoordinator: Sendable {
 ///
 /// A batch that wrote sets the row's latest number and generation before it commits, and
 /// sends `NOTIFY headway_changes` with its latest number: the other daemons' listeners
-/// (`ChangeListener`) then run an empty batch to read it. The notification is only a
+/// (`ChangeListener`) then ask their writers to catch up (`catchUp`: a read without the
+/// lock, between batches). The notification is only a
 /// wake-up: a lost one costs latency (the listener also looks every second), never a change.
 public final class SharedWriting: BatchCoordinator {
     /// The notification channel.
@@ -111,6 +115,14 @@ public final class SharedWriting: BatchCoordinator {
             // Delivered, whatever happens to this batch: these changes are committed.
             delivered.store(from, ordering: .releasing)
         }
+    }
+
+    /// Delivers what other daemons committed, without the lock: numbers up to the row's
+    /// latest are all committed, and a row only moves to higher numbers, so reading the
+    /// range page by page misses nothing that is not read later at its newer number.
+    public func catchUp(in database: Database) throws {
+        guard let committed = try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") else { return }
+        try deliverChanges(through: committed, in: database)
     }
 
     public func batchEnds(in database: Database, changedRows: Bool) throws {

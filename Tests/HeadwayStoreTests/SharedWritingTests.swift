@@ -42,6 +42,19 @@ final class SharedWriter: @unchecked Sendable {
         return try result.withLock { $0! }.get()
     }
 
+    /// Asks the writer to deliver what the other committed (as `ChangeListener` does) and
+    /// waits until it has.
+    func catchUp() -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        let delivered = Locked(false)
+        writer.submitCatchUp { outcome in
+            delivered.withLock { $0 = outcome }
+            done.signal()
+        }
+        done.wait()
+        return delivered.withLock { $0 }
+    }
+
     /// The stored `completed` of each of `ids`, read in a batch (its events not recorded).
     func storedCompleted(_ ids: [String]) throws -> [String: Int64] {
         let done = DispatchSemaphore(value: 0)
@@ -94,7 +107,9 @@ struct SharedWritingTests {
         try a.increment("t", by: 11, seq: 3)
         #expect(try b.increment("t", by: 11, seq: 3).isEmpty, "a retry on the other writer is acknowledged, not applied")
         try b.increment("t", by: 1, seq: 4)
-        try a.write { _, _ in [] }  // an empty batch delivers what the other committed
+        #expect(a.catchUp())
+        #expect(Self.latestCompleted(a.stream.withLock { $0 })["t"] == 24,
+                "a catch-up outside any batch delivers what the other committed")
         #expect(try a.storedCompleted(["t"]) == ["t": 24])
         for writer in [a, b] {
             let stream = writer.stream.withLock { $0 }
@@ -125,14 +140,14 @@ struct SharedWritingTests {
             }
         }
         #expect(failures.withLock { $0 } == 0)
-        for writer in writers { try writer.write { _, _ in [] } }
+        for writer in writers { #expect(writer.catchUp()) }
+        let streams = writers.map { writer in writer.stream.withLock { $0 } }
         let expected = try writers[0].storedCompleted(ids)
         #expect(expected["shared"] == Int64(8 * 50))
         #expect(expected["a-only"] == Int64(4 * 100))
         #expect(expected["b-only"] == Int64(4 * 100))
         var own: [[Int64]] = []
-        for writer in writers {
-            let stream = writer.stream.withLock { $0 }
+        for stream in streams {
             let numbers = stream.map(\.changeNumber)
             #expect(zip(numbers, numbers.dropFirst()).allSatisfy { $0 < $1 }, "strictly increasing")
             #expect(Self.latestCompleted(stream) == expected)
