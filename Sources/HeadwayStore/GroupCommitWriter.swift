@@ -114,6 +114,11 @@ public final class GroupCommitWriter: Service {
         database = try Database(path: path)
         if database.isPostgres {
             try database.postgres!.addSessionSetting("SET synchronous_commit = \(durability == .full ? "on" : "off")")
+            // A batch never waits between its statements; a writer that does (its daemon
+            // stopped with SIGSTOP in the middle of a batch, say) would hold every other
+            // daemon's writes behind its lock: the server ends its session instead, and
+            // its batch fails with nothing stored.
+            try database.postgres!.addSessionSetting("SET idle_in_transaction_session_timeout = '10s'")
         } else {
             try database.execute("PRAGMA journal_mode = WAL")
             try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")

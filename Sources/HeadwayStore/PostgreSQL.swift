@@ -8,13 +8,22 @@ public func isPostgresLocation(_ location: String) -> Bool {
     location.hasPrefix("postgresql://") || location.hasPrefix("postgres://")
 }
 
-/// `location` with any password replaced by `***`, for logs and messages.
+/// `location` with any password (`user:PASSWORD@`, `password=PASSWORD`) replaced by `***`,
+/// for logs and messages.
 public func redactedLocation(_ location: String) -> String {
-    guard isPostgresLocation(location), let schemeEnd = location.range(of: "://"),
-          let at = location[schemeEnd.upperBound...].firstIndex(of: "@") else { return location }
-    let credentials = location[schemeEnd.upperBound..<at]
-    guard let colon = credentials.firstIndex(of: ":") else { return location }
-    return String(location[..<colon]) + ":***" + String(location[at...])
+    guard isPostgresLocation(location), let schemeEnd = location.range(of: "://") else { return location }
+    var redacted = location
+    let authorityEnd = redacted[schemeEnd.upperBound...].firstIndex { $0 == "/" || $0 == "?" } ?? redacted.endIndex
+    if let at = redacted[schemeEnd.upperBound..<authorityEnd].lastIndex(of: "@"),
+       let colon = redacted[schemeEnd.upperBound..<at].firstIndex(of: ":") {
+        redacted.replaceSubrange(redacted.index(after: colon)..<at, with: "***")
+    }
+    if let query = redacted.firstIndex(of: "?") {
+        let parameters = redacted[redacted.index(after: query)...].split(separator: "&", omittingEmptySubsequences: false)
+            .map { $0.hasPrefix("password=") ? "password=***" : String($0) }
+        redacted = String(redacted[...query]) + parameters.joined(separator: "&")
+    }
+    return redacted
 }
 
 // @unchecked Sendable: a libpq connection handle; `Database` confines its use to one thread.
@@ -36,8 +45,18 @@ final class PostgresConnection: @unchecked Sendable {
     private(set) var changedRows: Int64 = 0
 
     init(location: String) throws(DatabaseError) {
-        self.location = location
+        self.location = Self.withConnectTimeout(location)
         try connect()
+    }
+
+    /// How long a connection attempt may take when the URI does not say
+    /// (`connect_timeout`; libpq's own default is to wait for ever on an unreachable host).
+    static let defaultConnectTimeoutSeconds = 10
+
+    /// `location` with `connect_timeout` added unless it has one.
+    static func withConnectTimeout(_ location: String) -> String {
+        guard !location.contains("connect_timeout=") else { return location }
+        return location + (location.contains("?") ? "&" : "?") + "connect_timeout=\(defaultConnectTimeoutSeconds)"
     }
 
     deinit { close() }

@@ -1,0 +1,42 @@
+import Testing
+@testable import HeadwayStore
+
+/// The pure parts of the PostgreSQL connection: parameter markers, redaction, timeouts.
+@Suite struct PostgresTextTests {
+    @Test(arguments: [
+        ("SELECT * FROM t WHERE a = ? AND b = ?", "SELECT * FROM t WHERE a = $1 AND b = $2"),
+        ("WHERE id >= ?2 AND id < ?3 OR parent_id = ?1", "WHERE id >= $2 AND id < $3 OR parent_id = $1"),
+        ("SELECT '?' , \"a?b\", ? FROM x", "SELECT '?' , \"a?b\", $1 FROM x"),
+        ("UPDATE t SET a = ?1 WHERE id = ?2 AND (a IS NULL OR a < ?1)", "UPDATE t SET a = $1 WHERE id = $2 AND (a IS NULL OR a < $1)"),
+        ("VALUES (?, ?, ?)", "VALUES ($1, $2, $3)"),
+        ("SELECT 'it''s ?' || ?", "SELECT 'it''s ?' || $1"),
+    ])
+    func sqliteParameterMarkersBecomePostgresOnes(sqlite: String, postgres: String) {
+        #expect(PostgresConnection.numberedParameters(sqlite) == postgres)
+    }
+
+    @Test(arguments: [
+        ("postgresql://headway:s3cret@db.example:5432/headway", "postgresql://headway:***@db.example:5432/headway"),
+        ("postgres://u:p%40ss@h/d?sslmode=require&password=x&application_name=a",
+         "postgres://u:***@h/d?sslmode=require&password=***&application_name=a"),
+        ("postgresql://postgres@/h?host=/tmp/s&port=5", "postgresql://postgres@/h?host=/tmp/s&port=5"),
+        ("postgresql:///h?host=/tmp/s&password=abc", "postgresql:///h?host=/tmp/s&password=***"),
+        ("./headway.db", "./headway.db"),
+    ])
+    func passwordsAreRedacted(location: String, shown: String) {
+        #expect(redactedLocation(location) == shown)
+    }
+
+    @Test func aConnectTimeoutIsAddedUnlessGiven() {
+        #expect(PostgresConnection.withConnectTimeout("postgresql://h/d") == "postgresql://h/d?connect_timeout=10")
+        #expect(PostgresConnection.withConnectTimeout("postgresql://h/d?port=5") == "postgresql://h/d?port=5&connect_timeout=10")
+        #expect(PostgresConnection.withConnectTimeout("postgresql://h/d?connect_timeout=3") == "postgresql://h/d?connect_timeout=3")
+    }
+
+    @Test func onlyStatementsSafeToRepeatAreResent() {
+        #expect(PostgresConnection.isSafeToResend("BEGIN ISOLATION LEVEL REPEATABLE READ"))
+        #expect(PostgresConnection.isSafeToResend("SELECT 1"))
+        #expect(!PostgresConnection.isSafeToResend("UPDATE tasks SET x = 1"))
+        #expect(!PostgresConnection.isSafeToResend("COMMIT"))
+    }
+}
