@@ -65,10 +65,12 @@ public final class GroupCommitWriter: Service {
     }
 
     private struct Job: Sendable {
-        /// Runs the work in its own savepoint (on the writer thread); returns the error that
-        /// rolled the savepoint back, if any, what to call once the batch has committed, and
-        /// about how many bytes its result holds until then.
-        let run: @Sendable (Database) -> (error: (any Error)?, afterCommit: @Sendable () -> Void, bytes: Int)
+        /// Runs the work (on the writer thread), in its own savepoint when asked; returns
+        /// the error that rolled the savepoint back, if any, what to call once the batch has
+        /// committed, and about how many bytes its result holds until then. Without a
+        /// savepoint, work that throws after it changed rows (or after a statement failed)
+        /// returns `WriterError.needsSavepoints`: the batch must be run again with them.
+        let run: @Sendable (Database, _ inSavepoint: Bool) -> (error: (any Error)?, afterCommit: @Sendable () -> Void, bytes: Int)
         /// Called instead when the batch could not commit.
         let abort: @Sendable (any Error) -> Void
         /// A job that writes nothing and only asks for other daemons' changes to be
@@ -158,7 +160,7 @@ public final class GroupCommitWriter: Service {
     /// such requests alone opens no transaction and takes no lock; one with other jobs
     /// delivers them first anyway.
     public func submitCatchUp(completion: @escaping @Sendable (Bool) -> Void) {
-        let job = Job(run: { _ in (nil, { completion(true) }, 0) }, abort: { _ in completion(false) }, isCatchUp: true)
+        let job = Job(run: { _, _ in (nil, { completion(true) }, 0) }, abort: { _ in completion(false) }, isCatchUp: true)
         let accepted = queue.withLock { queue in
             guard !queue.stopping else { return false }
             queue.jobs.append(job)
@@ -217,11 +219,15 @@ public final class GroupCommitWriter: Service {
                                           size: @escaping @Sendable (Value) -> Int, evenWhenStopping: Bool = false,
                                           completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
         let job = Job(
-            run: { database in
+            run: { database, inSavepoint in
+                let changesBefore = database.totalChanges
                 do {
-                    let value = try database.inSavepoint { try work(database) }
+                    let value = inSavepoint ? try database.inSavepoint { try work(database) } : try work(database)
                     return (nil, { completion(.success(value)) }, size(value))
                 } catch {
+                    if !inSavepoint && (database.totalChanges != changesBefore || database.transactionFailed) {
+                        return (WriterError.needsSavepoints, {}, 0)
+                    }
                     return (error, { completion(.failure(error)) }, 0)
                 }
             },
@@ -294,10 +300,19 @@ public final class GroupCommitWriter: Service {
 
     /// Runs the jobs of `batch` in one transaction, in order, until their results hold
     /// `maximumBatchBytes`, and commits; returns the jobs not run (at least one job runs).
-    private func runBatch(_ batch: [Job]) -> ArraySlice<Job> {
+    ///
+    /// On SQLite each job runs in a savepoint (in process, it costs nothing). On PostgreSQL
+    /// a savepoint costs two round trips per job, and a transaction with more than 64
+    /// subtransactions that wrote slows every session's snapshots; jobs there run without
+    /// one: a job that throws having changed nothing (a refusal by the rules, the common
+    /// case) leaves the transaction as it was, and only when one throws after changing rows,
+    /// or after a statement failed (which aborts a PostgreSQL transaction), is the batch
+    /// rolled back and run again with a savepoint per job (`savepoints`).
+    private func runBatch(_ batch: [Job], savepoints: Bool? = nil) -> ArraySlice<Job> {
+        let savepoints = savepoints ?? !database.isPostgres
         if let coordinator, batch.allSatisfy(\.isCatchUp) {
             let delivered = (try? coordinator.catchUp(in: database)) != nil
-            batch.forEach { job in delivered ? job.run(database).afterCommit() : job.abort(WriterError.transactionLost) }
+            batch.forEach { job in delivered ? job.run(database, false).afterCommit() : job.abort(WriterError.transactionLost) }
             return []
         }
         var afterCommit: [@Sendable () -> Void] = []
@@ -314,7 +329,8 @@ public final class GroupCommitWriter: Service {
                     // commit. But once the transaction is gone (SQLite rolls it back itself
                     // after a full disk, say), the batch is lost: no later job may run, or its
                     // savepoint would start and commit a transaction of its own.
-                    let (error, completion, size) = job.run(database)
+                    let (error, completion, size) = job.run(database, savepoints)
+                    if case WriterError.needsSavepoints? = error { throw WriterError.needsSavepoints }
                     guard database.isInsideTransaction else { throw error ?? WriterError.transactionLost }
                     afterCommit.append(completion)
                     bytes += size
@@ -323,6 +339,7 @@ public final class GroupCommitWriter: Service {
             }
         } catch {
             coordinator?.batchEnded(committed: false)
+            if case WriterError.needsSavepoints = error, !savepoints { return runBatch(batch, savepoints: true) }
             if (error as? DatabaseError)?.storageFailure == .full { diskFullSinceCheckpoint.store(true, ordering: .relaxed) }
             observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false,
                                       error: error as? DatabaseError))
@@ -353,4 +370,7 @@ public enum WriterError: Error, Equatable {
     case stopped
     /// SQLite ended the batch's transaction in the middle of it: nothing of the batch was stored.
     case transactionLost
+    /// A job run without a savepoint threw after changing rows: the batch is run again, a
+    /// savepoint per job (never reaches a job's completion).
+    case needsSavepoints
 }

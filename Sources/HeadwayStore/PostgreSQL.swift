@@ -88,6 +88,10 @@ final class PostgresConnection: @unchecked Sendable {
         try execute(sql)
     }
 
+    /// Whether the open transaction failed (a statement of it did): only a rollback (to a
+    /// savepoint, or of the whole) ends it.
+    var transactionFailed: Bool { handle.map { PQtransactionStatus($0) == PQTRANS_INERROR } ?? false }
+
     /// Whether a transaction is open (or failed and not yet rolled back).
     var isInsideTransaction: Bool {
         guard let handle else { return false }

@@ -333,6 +333,10 @@ extension Database {
     /// rolling it back after some errors, such as a full disk).
     public var isInsideTransaction: Bool { postgres?.isInsideTransaction ?? (sqlite3_get_autocommit(handle) == 0) }
 
+    /// Whether the open transaction can only be rolled back: on PostgreSQL, a statement
+    /// of it failed (outside a savepoint). SQLite rolls back or keeps going by itself.
+    public var transactionFailed: Bool { postgres?.transactionFailed ?? false }
+
     /// Runs a statement that begins, ends or marks a transaction: on PostgreSQL without
     /// preparing it.
     private func control(_ sql: String) throws(DatabaseError) {

@@ -157,4 +157,51 @@ struct SharedWritingTests {
         // is in the other's stream unless a later change of the same task replaced it.
         #expect(own[0].last == own[1].last)
     }
+
+    /// Jobs run without savepoints on PostgreSQL: a job refused by the rules changes
+    /// nothing and its batch goes on; a job that throws after writing, or whose statement
+    /// fails (which aborts a PostgreSQL transaction), has its batch run again with a
+    /// savepoint per job: the others commit, it alone is undone.
+    @Test func aJobThatFailsAfterWritingIsUndoneAloneInItsBatch() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let member = try SharedWriter(uri: database.uri)
+        try member.write { store, db in try store.register(Registration(id: "dup", name: "D"), now: 1_000, in: db).events }
+        struct AfterWriting: Error {}
+        let release = DispatchSemaphore(value: 0)
+        let started = DispatchSemaphore(value: 0)
+        member.writer.submit({ _ in
+            started.signal()
+            release.wait()
+        }) { _ in }
+        started.wait()
+        let outcomes = Locked<[String: Bool]>([:])
+        let done = DispatchGroup()
+        func submit(_ name: String, _ work: @escaping @Sendable (TaskStore, Database) throws -> Void) {
+            done.enter()
+            member.writer.submit({ [store = member.store] db in try work(store, db) }) { result in
+                outcomes.withLock { $0[name] = (try? result.get()) != nil }
+                done.leave()
+            }
+        }
+        submit("a") { store, db in _ = try store.register(Registration(id: "a", name: "A"), now: 1_000, in: db) }
+        submit("refused") { store, db in _ = try store.progress("missing", ProgressUpdate(increment: 1), now: 1_000, in: db) }
+        submit("b") { store, db in
+            _ = try store.register(Registration(id: "b", name: "B"), now: 1_000, in: db)
+            throw AfterWriting()
+        }
+        submit("c") { store, db in _ = try store.register(Registration(id: "c", name: "C"), now: 1_000, in: db) }
+        submit("failed statement") { _, db in
+            try db.run("INSERT INTO tokens (id, name, scopes, secret_hash, created_at) VALUES ('x', 'x', 'read', 'h', 1)")
+            try db.run("INSERT INTO tokens (id, name, scopes, secret_hash, created_at) VALUES ('x', 'y', 'read', 'i', 1)")
+        }
+        submit("d") { store, db in _ = try store.register(Registration(id: "d", name: "D"), now: 1_000, in: db) }
+        release.signal()
+        done.wait()
+        #expect(outcomes.withLock { $0 } == ["a": true, "refused": false, "b": false, "c": true,
+                                              "failed statement": false, "d": true])
+        let stored = try member.storedCompleted(["a", "b", "c", "d"])
+        #expect(Set(stored.keys) == ["a", "c", "d"])
+        #expect(try database.psql("SELECT count(*) FROM tokens", database: database.name) == "0\n")
+    }
 }
