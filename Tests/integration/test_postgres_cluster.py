@@ -327,7 +327,7 @@ def test_retries_with_seq_are_idempotent_across_daemons(start_daemon, postgres, 
     assert rows == [["28", "4"]]
 
 
-def test_leadership_moves_when_the_leader_dies(start_daemon):
+def test_leadership_moves_when_the_leader_dies(start_daemon, postgres, postgres_url):
     a, b = start_daemon("--stall-timeout", "1"), start_daemon("--stall-timeout", "1")
     wait_until(lambda: "leadership.acquired" in a.log() + b.log(), "a leader")
     leaders = [daemon for daemon in (a, b) if "leadership.acquired" in daemon.log()]
@@ -370,6 +370,8 @@ def test_leadership_moves_when_the_leader_dies(start_daemon):
         for task in before + after:
             reply = client.get(f"{survivor.base}/v1/tasks/{task}").json()
             assert reply["stalled"] is True and reply["stall_reason"] == "silent"
+    rows = database_rows(postgres, postgres_url, "SELECT id, stalled FROM tasks")
+    assert {task: int(stalled) for task, stalled in rows} == {task: 1 for task in before + after + ["last"]}
     assert subscriber.ids == sorted(set(subscriber.ids))
     print(f"\nsurvivor led {takeover:.2f} s after the kill; {stalled_before_kill} of 6 tasks had stalled before it")
 
