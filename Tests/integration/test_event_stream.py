@@ -1,12 +1,25 @@
 """The event stream read by a well-kept third-party SSE client (httpx-sse), directly and
-through nginx with the reverse-proxy config from deploy/."""
+through nginx with the reverse-proxy config from deploy/, with the daemon on each of its
+databases: a SQLite file and a PostgreSQL database."""
 import json
 import queue
 import threading
 import time
 
 import httpx
+import pytest
 from httpx_sse import connect_sse
+
+from conftest import run_headwayd
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def headwayd(request, tmp_path):
+    """The daemon on a free port with a fresh database of each kind (this module's tests
+    run once per kind, the nginx fixture's daemon included); yields its base URL."""
+    url = request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+    with run_headwayd(tmp_path, db=url) as base:
+        yield base
 
 
 def register(base, body):
