@@ -123,6 +123,16 @@ class Postgres:
                 pass  # ended between the listing and the read: counted in cutime next time
         return total
 
+    def session_cpu_seconds(self):
+        """user + system CPU of each server process alive, by pid."""
+        seconds = {}
+        for pid in descendants(self.postmaster):
+            try:
+                seconds[pid] = process_cpu_seconds(pid)
+            except OSError:
+                pass
+        return seconds
+
     def stop(self):
         self.server.stop()
         self.server.remove()
@@ -174,16 +184,23 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
         daemons[0].prepare_channels([f"bench-{i}" for i in range(tasks)])
         batches_before = [writer_batches(d) for d in daemons]
         daemon_cpu_before, postgres_cpu_before = cpu_of(daemons, postgres)
+        sessions_before = postgres.session_cpu_seconds() if postgres else {}
         environment = dict(os.environ, BENCH_TASKS=str(tasks), BENCH_PATH=daemons[0].publish_path("CHANNEL"))
         loads = [subprocess.Popen(
             ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections // daemon_count}", f"-d{seconds}s", "-s",
              os.path.join(ROOT, "bench/progress.lua"), f"http://127.0.0.1:{d.port}"],
             env=environment, stdout=subprocess.PIPE, text=True) for d in daemons]
         outputs = [load.communicate()[0] for load in loads]
+        sessions_after = postgres.session_cpu_seconds() if postgres else {}
         daemon_cpu_after, postgres_cpu_after = cpu_of(daemons, postgres)
         batches_after = [writer_batches(d) for d in daemons]
     finally:
         stop_daemons(daemons)
+    # Each daemon's writer session is the busiest server process: it runs every write,
+    # and reads the other daemon's changes.
+    session_deltas = sorted((sessions_after[pid] - sessions_before[pid] for pid in sessions_after
+                             if pid in sessions_before), reverse=True)
+    writer_sessions = sum(session_deltas[:daemon_count])
     results = []
     for output in outputs:
         line = next(l for l in output.splitlines() if l.startswith("RESULT"))
@@ -202,6 +219,7 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
         "daemon_cpu_us_per_update": 1e6 * sum(daemon_cpu_after[i] - daemon_cpu_before[i]
                                               for i in range(daemon_count)) / max(1, requests),
         "postgres_cpu_us_per_update": 1e6 * (postgres_cpu_after - postgres_cpu_before) / max(1, requests),
+        "writer_sessions_cpu_us_per_update": 1e6 * writer_sessions / max(1, requests),
         "per_daemon_updates_per_second": [r["rps"] for r in results],
     }
 
@@ -243,6 +261,7 @@ def fanout(postgres, daemon_count, subscribers, rate, seconds, task="fanout"):
 
         poster = threading.Thread(target=post_updates)
         daemon_cpu_before, postgres_cpu_before = cpu_of(daemons, postgres)
+        started = time.monotonic()
         poster.start()
         while poster.is_alive():
             clients.pump(0.05)
@@ -250,6 +269,7 @@ def fanout(postgres, daemon_count, subscribers, rate, seconds, task="fanout"):
         while time.monotonic() < drain_until:
             clients.pump(0.05)
         daemon_cpu_after, postgres_cpu_after = cpu_of(daemons, postgres)
+        elapsed = time.monotonic() - started
         clients.close()
     finally:
         stop_daemons(daemons)
@@ -274,7 +294,95 @@ def fanout(postgres, daemon_count, subscribers, rate, seconds, task="fanout"):
     round_trips = sorted((acknowledged[stamp] - stamp) / 1e6 for stamp in acknowledged)
     return {"acknowledged": len(acknowledged), "groups": groups,
             "post_round_trip_p50_ms": statistics.median(round_trips) if round_trips else float("nan"),
-            "postgres_cpu_ms_per_update": 1e3 * (postgres_cpu_after - postgres_cpu_before) / max(1, len(acknowledged))}
+            "postgres_cpu_percent": 100 * (postgres_cpu_after - postgres_cpu_before) / elapsed}
+
+
+# -- round trips under the lock
+
+LOGGED_STATEMENT = re.compile(r"\[(\d+)\] LOG:  (?:statement|execute [^:]*): (.*)")
+
+
+def set_statement_logging(postgres, value):
+    """Sets `log_statement` for the whole server and waits until a new session sees it
+    (the server signals its sessions as it reloads, so each applies it before its next
+    statement)."""
+    postgres.server.psql(f"ALTER SYSTEM SET log_statement = '{value}'")
+    postgres.server.psql("SELECT pg_reload_conf()")
+    for _ in range(200):
+        if postgres.server.psql("SHOW log_statement").strip() == value:
+            return
+    raise RuntimeError(f"log_statement did not become {value}")
+
+
+def logged_statements(postgres, start, end):
+    """(pid, statement) of every statement the server logged between two offsets of its log."""
+    with open(postgres.server.log_file, "rb") as log:
+        log.seek(start)
+        text = log.read(end - start).decode(errors="replace")
+    return [(int(m.group(1)), m.group(2)) for m in map(LOGGED_STATEMENT.search, text.splitlines()) if m]
+
+
+def statements_per_update(postgres, updates=300, seconds=3, tasks=50):
+    """How many statements (each one round trip to PostgreSQL) the writer sends per batch
+    and per update, counted in the server's log (`log_statement = all` for this run only):
+    `updates` updates one after the other (one per batch), then wrk with 50 connections
+    for `seconds` (large batches); the two give the statements of a batch and of a job."""
+    daemons = start_daemons(postgres, 1, "full")
+    log_size = lambda: os.path.getsize(postgres.server.log_file)
+    try:
+        daemon = daemons[0]
+        daemon.prepare_channels([f"bench-{i}" for i in range(tasks)])
+        set_statement_logging(postgres, "all")
+        try:
+            phases = []
+            for phase in ("one by one", "wrk"):
+                offset, (_, batches_before, _) = log_size(), writer_batches(daemon)
+                if phase == "one by one":
+                    api = servers.connection(daemon)
+                    for counter in range(updates):
+                        api.request("POST", daemon.publish_path(f"bench-{counter % tasks}"),
+                                    body=servers.body(counter=counter), headers={"Content-Type": "application/json"})
+                        response = api.getresponse()
+                        response.read()
+                        assert response.status == 200, response.status
+                    api.close()
+                    acknowledged = updates
+                else:
+                    environment = dict(os.environ, BENCH_TASKS=str(tasks), BENCH_PATH=daemon.publish_path("CHANNEL"))
+                    output = subprocess.run(
+                        ["taskset", "-c", "1", "wrk", "-t1", "-c50", f"-d{seconds}s", "-s",
+                         os.path.join(ROOT, "bench/progress.lua"), f"http://127.0.0.1:{daemon.port}"],
+                        env=environment, capture_output=True, text=True, check=True).stdout
+                    acknowledged = int(re.search(r"RESULT requests=(\d+)", output).group(1))
+                _, batches_after, _ = writer_batches(daemon)
+                phases.append((logged_statements(postgres, offset, log_size()), acknowledged,
+                               batches_after - batches_before))
+        finally:
+            set_statement_logging(postgres, "none")
+    finally:
+        stop_daemons(daemons)
+    # The writer's session is the one that locks stream_state; the others (reads, the
+    # listener, leadership) are not counted.
+    writer = next(pid for pid, sql in phases[0][0] if "FOR UPDATE" in sql)
+    (alone, n_alone, b_alone), (busy, n_busy, b_busy) = [
+        (sum(pid == writer for pid, _ in statements), acknowledged, batches)
+        for statements, acknowledged, batches in phases]
+    # alone = b_alone * per_batch + n_alone * per_job; busy = b_busy * per_batch + n_busy * per_job
+    determinant = b_alone * n_busy - b_busy * n_alone
+    per_batch = (alone * n_busy - busy * n_alone) / determinant
+    per_job = (b_alone * busy - b_busy * alone) / determinant
+    one_batch, inside = [], False
+    for pid, sql in phases[0][0]:
+        if pid != writer:
+            continue
+        inside = inside or sql.startswith("BEGIN")
+        if inside:
+            one_batch.append(" ".join(sql.split())[:90])
+            if sql.startswith("COMMIT"):
+                break
+    return {"one_by_one": {"updates": n_alone, "batches": b_alone, "statements": alone},
+            "wrk": {"updates": n_busy, "batches": b_busy, "statements": busy},
+            "per_batch": per_batch, "per_job": per_job, "one_update_batch": one_batch}
 
 
 # -- the report
@@ -283,7 +391,7 @@ def tables(figures, args):
     """The two Markdown tables."""
     throughput_table = [
         "| setup | durability | updates/s | wrk p50 / p99 | jobs per batch | batches/s | commit | "
-        "daemon CPU per update | PostgreSQL CPU per update |",
+        "daemon CPU per update | PostgreSQL CPU per update (writer sessions) |",
         "|---|---|---|---|---|---|---|---|---|"]
     for key, label, _, on_postgres in SETUPS:
         for durability in ("full", "normal"):
@@ -294,10 +402,11 @@ def tables(figures, args):
                 f"| {label} | {durability} | {r['updates_per_second']:,.0f}{split} | {r['p50_ms']:.1f} / "
                 f"{r['p99_ms']:.1f} ms | {r['jobs_per_batch']:.1f} | {r['batches_per_second']:,.0f} | "
                 f"{r['commit_ms']:.2f} ms | {r['daemon_cpu_us_per_update']:.1f} µs | "
-                + (f"{r['postgres_cpu_us_per_update']:.1f} µs |" if on_postgres else "— |"))
+                + (f"{r['postgres_cpu_us_per_update']:.1f} µs ({r['writer_sessions_cpu_us_per_update']:.1f} µs) |"
+                   if on_postgres else "— |"))
     fanout_table = [
         "| setup | subscribers of | subscribers | delivered / expected | ack → arrival p50 / p99 | "
-        "send → arrival p50 / p99 | daemon CPU per event delivered | PostgreSQL CPU per update |",
+        "send → arrival p50 / p99 | daemon CPU per event delivered | PostgreSQL CPU (of a core) |",
         "|---|---|---|---|---|---|---|---|"]
     for key, label, _, on_postgres in SETUPS:
         result = figures["fanout"][key]
@@ -307,7 +416,7 @@ def tables(figures, args):
                 f"{group['expected']:,} | {group['p50_ms']:.1f} / {group['p99_ms']:.1f} ms | "
                 f"{group['from_send_p50_ms']:.1f} / {group['from_send_p99_ms']:.1f} ms | "
                 f"{group['daemon_cpu_us_per_event']:.1f} µs | "
-                + (f"{result['postgres_cpu_ms_per_update']:.2f} ms |" if on_postgres else "— |"))
+                + (f"{result['postgres_cpu_percent']:.1f}% |" if on_postgres else "— |"))
     return "\n".join(throughput_table), "\n".join(fanout_table)
 
 
@@ -316,6 +425,7 @@ def section(figures, args, throughput_table, fanout_table):
     command = " ".join(["bench/postgres-scaling.py", *(a for a in sys.argv[1:] if a != "--write-doc")])
     version = subprocess.run([os.path.join(pgserver.bin_directory(), "postgres"), "--version"],
                              capture_output=True, text=True).stdout.strip()
+    st = figures["statements"]
     round_trips = ", ".join(f"{label} {figures['fanout'][key]['post_round_trip_p50_ms']:.1f} ms"
                             for key, label, _, _ in SETUPS)
     return f"""{SECTION}
@@ -338,7 +448,8 @@ from the daemons' `/metrics` (`headway_writer_batch_size`,
 `headway_writer_commit_duration_seconds`), summed over both daemons. CPU per update is
 user + system time from `/proc` over the run divided by the updates acknowledged: the
 daemon's (both daemons' together) and PostgreSQL's (every server process: backends,
-WAL writer, checkpointer…).
+WAL writer, checkpointer…), and in brackets that of the writers' sessions alone (the
+busiest server process of each daemon: the one running its batches, which hold the lock).
 
 {throughput_table}
 
@@ -349,10 +460,25 @@ the event's arrival at a subscriber (it can be slightly negative: the event may 
 the reply); "send → arrival" runs from just before the POST was sent, as in figure 4
 (`bench/sse-fanout.py`), and includes the commit. "Other daemon": subscribers of the daemon that did not take the write, which
 learns of it by `LISTEN`/`NOTIFY` and reads it from the change feed. CPU per event: the
-daemon's CPU over the run divided by the events it delivered; PostgreSQL's is per update
-posted. The POST's own round trip (send → 2xx), median: {round_trips}.
+daemon's CPU over the run divided by the events it delivered (its writes and its idle
+work included); PostgreSQL's CPU as a share of one core over the run (the writes, the
+feed reads, the listener's and the leadership's statements each second, its background
+processes). The POST's own round trip (send → 2xx), median: {round_trips}.
 
 {fanout_table}
+
+Round trips under the lock: one more run (one daemon on PostgreSQL, `full`) with
+`log_statement = all`, counting the statements of the writer's session in the server's
+log: {st['one_by_one']['updates']} updates sent one after the other ({st['one_by_one']['statements']:,} statements in
+{st['one_by_one']['batches']:.0f} batches), then wrk with 50 connections for 3 s ({st['wrk']['updates']:,} updates,
+{st['wrk']['statements']:,} statements in {st['wrk']['batches']:.0f} batches). Solved for both: **{st['per_batch']:.1f} statements
+per batch and {st['per_job']:.1f} per progress update**, each a round trip the writer waits for,
+all but `BEGIN` while it holds the row lock that every daemon's batches take in turn. A batch
+of one update:
+
+```
+{chr(10).join(st['one_update_batch'])}
+```
 
 What these figures mean for a deployment: [scaling.md](scaling.md). Raw figures:
 `{json.dumps(figures, separators=(",", ":"))}`
@@ -398,6 +524,9 @@ def main():
                 log(f"{label}, {durability}: {result['updates_per_second']:,.0f} updates/s, "
                     f"{result['jobs_per_batch']:.1f} jobs per batch, daemon {result['daemon_cpu_us_per_update']:.1f} µs "
                     f"+ PostgreSQL {result['postgres_cpu_us_per_update']:.1f} µs per update")
+        figures["statements"] = statements_per_update(postgres)
+        log(f"statements per batch {figures['statements']['per_batch']:.1f}, "
+            f"per update {figures['statements']['per_job']:.1f}")
         for key, label, daemon_count, on_postgres in SETUPS:
             result = fanout(postgres if on_postgres else None, daemon_count, args.subscribers, args.rate,
                             args.fanout_seconds)
@@ -407,7 +536,10 @@ def main():
         postgres.stop()
     figures["load_after"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
     throughput_table, fanout_table = tables(figures, args)
-    print(throughput_table + "\n\n" + fanout_table)
+    statements = figures["statements"]
+    print(throughput_table + "\n\n" + fanout_table + "\n\n" +
+          f"statements sent by the writer: {statements['per_batch']:.1f} per batch + {statements['per_job']:.1f} "
+          f"per progress update")
     if args.write_doc:
         write_section(section(figures, args, throughput_table, fanout_table))
         print("written: docs/benchmarks.md, section " + SECTION[3:])
