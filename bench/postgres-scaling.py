@@ -54,6 +54,12 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 # postgresql.conf override earlier ones.
 pgserver.SERVER_SETTINGS += "shared_buffers = 128MB\n"
 
+# The loads of the throughput runs: (key, durability, tasks). With 50 tasks each task
+# takes about a hundred updates a second, so most updates change the task's row only; with
+# 10,000, wrk's round-robin reaches each task about every two seconds, so nearly every
+# update also writes a history point (at most one per task and second), as runners that
+# report once a second do.
+LOADS = [("full", "full", 50), ("normal", "normal", 50), ("full-10k", "full", 10_000)]
 # The setups: (key, label, daemons, on PostgreSQL).
 SETUPS = [("sqlite", "1 daemon, SQLite", 1, False),
           ("pg1", "1 daemon, PostgreSQL", 1, True),
@@ -158,6 +164,22 @@ def stop_daemons(daemons):
         daemon.stop()
 
 
+def register_tasks(daemon, names, threads=16):
+    """Registers the tasks `names` on `daemon` over `threads` connections at once."""
+    def register(share):
+        daemon.prepare_channels(share)
+    workers = [threading.Thread(target=register, args=(names[index::threads],)) for index in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def wal_position(postgres):
+    """The server's current WAL position, in bytes."""
+    return int(postgres.server.psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").strip())
+
+
 def writer_batches(daemon):
     """(jobs, batches committed, seconds committing) of the daemon's writer so far, from /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=30) as reply:
@@ -181,7 +203,8 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
     """wrk on every daemon at once, `connections` split between them; returns the figures."""
     daemons = start_daemons(postgres, daemon_count, durability)
     try:
-        daemons[0].prepare_channels([f"bench-{i}" for i in range(tasks)])
+        register_tasks(daemons[0], [f"bench-{i}" for i in range(tasks)])
+        wal_before = wal_position(postgres) if postgres else 0
         batches_before = [writer_batches(d) for d in daemons]
         daemon_cpu_before, postgres_cpu_before = cpu_of(daemons, postgres)
         sessions_before = postgres.session_cpu_seconds() if postgres else {}
@@ -194,6 +217,7 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
         sessions_after = postgres.session_cpu_seconds() if postgres else {}
         daemon_cpu_after, postgres_cpu_after = cpu_of(daemons, postgres)
         batches_after = [writer_batches(d) for d in daemons]
+        wal_after = wal_position(postgres) if postgres else 0
     finally:
         stop_daemons(daemons)
     # Each daemon's writer session is the busiest server process: it runs every write,
@@ -220,6 +244,7 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
                                               for i in range(daemon_count)) / max(1, requests),
         "postgres_cpu_us_per_update": 1e6 * (postgres_cpu_after - postgres_cpu_before) / max(1, requests),
         "writer_sessions_cpu_us_per_update": 1e6 * writer_sessions / max(1, requests),
+        "wal_bytes_per_update": (wal_after - wal_before) / max(1, requests),
         "per_daemon_updates_per_second": [r["rps"] for r in results],
     }
 
@@ -387,23 +412,36 @@ def statements_per_update(postgres, updates=300, seconds=3, tasks=50):
 
 # -- the report
 
+def median_result(results):
+    """The median of each figure of several runs' `results` (lists element by element,
+    dictionaries key by key, text as the first run has it)."""
+    first = results[0]
+    if isinstance(first, dict):
+        return {key: median_result([r[key] for r in results]) for key in first}
+    if isinstance(first, list):
+        return [median_result([r[index] for r in results]) for index in range(len(first))]
+    if isinstance(first, (int, float)):
+        return statistics.median(results)
+    return first
+
+
 def tables(figures, args):
     """The two Markdown tables."""
     throughput_table = [
-        "| setup | durability | updates/s | wrk p50 / p99 | jobs per batch | batches/s | commit | "
-        "daemon CPU per update | PostgreSQL CPU per update (writer sessions) |",
-        "|---|---|---|---|---|---|---|---|---|"]
+        "| setup | durability | tasks | updates/s | wrk p50 / p99 | jobs per batch | batches/s | commit | "
+        "daemon CPU per update | PostgreSQL CPU per update (writer sessions) | WAL per update |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, label, _, on_postgres in SETUPS:
-        for durability in ("full", "normal"):
-            r = figures["throughput"][key][durability]
+        for load, durability, tasks in LOADS:
+            r = figures["throughput"][key][load]
             split = (" (" + " + ".join(f"{rate:,.0f}" for rate in r["per_daemon_updates_per_second"]) + ")"
                      if len(r["per_daemon_updates_per_second"]) > 1 else "")
             throughput_table.append(
-                f"| {label} | {durability} | {r['updates_per_second']:,.0f}{split} | {r['p50_ms']:.1f} / "
+                f"| {label} | {durability} | {tasks:,} | {r['updates_per_second']:,.0f}{split} | {r['p50_ms']:.1f} / "
                 f"{r['p99_ms']:.1f} ms | {r['jobs_per_batch']:.1f} | {r['batches_per_second']:,.0f} | "
                 f"{r['commit_ms']:.2f} ms | {r['daemon_cpu_us_per_update']:.1f} µs | "
-                + (f"{r['postgres_cpu_us_per_update']:.1f} µs ({r['writer_sessions_cpu_us_per_update']:.1f} µs) |"
-                   if on_postgres else "— |"))
+                + (f"{r['postgres_cpu_us_per_update']:.1f} µs ({r['writer_sessions_cpu_us_per_update']:.1f} µs) | "
+                   f"{r['wal_bytes_per_update']:,.0f} B |" if on_postgres else "— | — |"))
     fanout_table = [
         "| setup | subscribers of | subscribers | delivered / expected | ack → arrival p50 / p99 | "
         "send → arrival p50 / p99 | daemon CPU per event delivered | PostgreSQL CPU (of a core) |",
@@ -412,8 +450,8 @@ def tables(figures, args):
         result = figures["fanout"][key]
         for group in result["groups"]:
             fanout_table.append(
-                f"| {label} | {group['daemon']} | {group['subscribers']:,} | {group['delivered']:,} / "
-                f"{group['expected']:,} | {group['p50_ms']:.1f} / {group['p99_ms']:.1f} ms | "
+                f"| {label} | {group['daemon']} | {group['subscribers']:,.0f} | {group['delivered']:,.0f} / "
+                f"{group['expected']:,.0f} | {group['p50_ms']:.1f} / {group['p99_ms']:.1f} ms | "
                 f"{group['from_send_p50_ms']:.1f} / {group['from_send_p99_ms']:.1f} ms | "
                 f"{group['daemon_cpu_us_per_event']:.1f} µs | "
                 + (f"{result['postgres_cpu_percent']:.1f}% |" if on_postgres else "— |"))
@@ -440,9 +478,14 @@ epoll client) runs on CPU 1. So two daemons here split one core with their datab
 figures measure what sharing costs, not how far more machines go (see
 [scaling.md](scaling.md)).
 
+Every figure is the median of {args.repeat} rounds; the order of the setups turns each round.
+
 Updates: wrk with `bench/progress.lua` for {args.seconds} s, 50 keep-alive connections on
 one daemon, or 25 on each of two daemons at once (their sum, each daemon's share in
-brackets), 50 tasks. p50 / p99 is wrk's (the worse daemon's of two). Jobs per batch,
+brackets), spread over 50 tasks (about a hundred updates per task and second: most
+updates change the task's row only) or over 10,000 (each task reached about every two
+seconds: nearly every update also writes a history point, as with runners reporting once
+a second). p50 / p99 is wrk's (the worse daemon's of two). Jobs per batch,
 batches per second and the mean commit time (from `BEGIN` to the end of `COMMIT`) come
 from the daemons' `/metrics` (`headway_writer_batch_size`,
 `headway_writer_commit_duration_seconds`), summed over both daemons. CPU per update is
@@ -450,6 +493,7 @@ user + system time from `/proc` over the run divided by the updates acknowledged
 daemon's (both daemons' together) and PostgreSQL's (every server process: backends,
 WAL writer, checkpointer…), and in brackets that of the writers' sessions alone (the
 busiest server process of each daemon: the one running its batches, which hold the lock).
+WAL per update: how far the server's WAL position moved over the run, per update.
 
 {throughput_table}
 
@@ -505,6 +549,7 @@ def main():
     parser.add_argument("--subscribers", type=int, default=1000)
     parser.add_argument("--rate", type=float, default=5.0, help="updates per second in the fan-out runs")
     parser.add_argument("--fanout-seconds", type=float, default=10.0)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; the tables show medians")
     parser.add_argument("--write-doc", action="store_true", help="write the section into docs/benchmarks.md")
     args = parser.parse_args()
     servers.pin_this_process_to_cpu1()
@@ -515,23 +560,32 @@ def main():
     figures = {"load_before": " ".join(f"{v:.1f}" for v in os.getloadavg()), "throughput": {}, "fanout": {}}
     postgres = Postgres()
     try:
-        for key, label, daemon_count, on_postgres in SETUPS:
-            figures["throughput"][key] = {}
-            for durability in ("full", "normal"):
-                result = throughput(postgres if on_postgres else None, daemon_count, durability, args.seconds)
-                assert result["errors"] == 0, f"{label} {durability}: {result['errors']} errors"
-                figures["throughput"][key][durability] = result
-                log(f"{label}, {durability}: {result['updates_per_second']:,.0f} updates/s, "
-                    f"{result['jobs_per_batch']:.1f} jobs per batch, daemon {result['daemon_cpu_us_per_update']:.1f} µs "
-                    f"+ PostgreSQL {result['postgres_cpu_us_per_update']:.1f} µs per update")
+        rounds = {"throughput": {}, "fanout": {}}
+        for round_ in range(args.repeat):
+            # The order of the setups turns each round, so none always runs first.
+            setups = SETUPS[round_ % 3:] + SETUPS[:round_ % 3]
+            for key, label, daemon_count, on_postgres in setups:
+                for load, durability, tasks in LOADS:
+                    result = throughput(postgres if on_postgres else None, daemon_count, durability, args.seconds,
+                                        tasks=tasks)
+                    assert result["errors"] == 0, f"{label} {load}: {result['errors']} errors"
+                    rounds["throughput"].setdefault(key, {}).setdefault(load, []).append(result)
+                    log(f"round {round_ + 1}, {label}, {durability}, {tasks} tasks: "
+                        f"{result['updates_per_second']:,.0f} updates/s, {result['jobs_per_batch']:.1f} jobs per batch, "
+                        f"daemon {result['daemon_cpu_us_per_update']:.1f} µs + PostgreSQL "
+                        f"{result['postgres_cpu_us_per_update']:.1f} µs per update")
+            for key, label, daemon_count, on_postgres in setups:
+                result = fanout(postgres if on_postgres else None, daemon_count, args.subscribers, args.rate,
+                                args.fanout_seconds)
+                rounds["fanout"].setdefault(key, []).append(result)
+                log(f"round {round_ + 1}, {label}, fan-out: {result}")
+        figures["throughput"] = {key: {load: median_result(results) for load, results in loads.items()}
+                                 for key, loads in rounds["throughput"].items()}
+        figures["fanout"] = {key: median_result(results) for key, results in rounds["fanout"].items()}
+        figures["rounds"] = rounds
         figures["statements"] = statements_per_update(postgres)
         log(f"statements per batch {figures['statements']['per_batch']:.1f}, "
             f"per update {figures['statements']['per_job']:.1f}")
-        for key, label, daemon_count, on_postgres in SETUPS:
-            result = fanout(postgres if on_postgres else None, daemon_count, args.subscribers, args.rate,
-                            args.fanout_seconds)
-            figures["fanout"][key] = result
-            log(f"{label}, fan-out: {result}")
     finally:
         postgres.stop()
     figures["load_after"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
