@@ -54,7 +54,7 @@ migrations:
 	@python3 scripts/embed-migrations.py
 
 ## headwayd beside nginx+nchan, then bench-postgres's figures: prints the tables and writes
-## docs/benchmarks.md (about a quarter of an hour).
+## docs/benchmarks.md (about 25 minutes).
 bench:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
@@ -62,7 +62,8 @@ bench:
 
 ## One headwayd on SQLite, one on PostgreSQL, two sharing one PostgreSQL database (a private
 ## server): updates/s, fan-out latency (across daemons too), CPU per update of the daemon and
-## of PostgreSQL; prints the tables and writes their section of docs/benchmarks.md (about 3 minutes).
+## of PostgreSQL, three rounds; prints the tables and writes their section of docs/benchmarks.md
+## (about 10 minutes).
 bench-postgres:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)

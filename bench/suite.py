@@ -184,7 +184,7 @@ Raw figures: publishes/s per round {rates}; fan-out results {fan}.
 
     # One daemon on SQLite, one on PostgreSQL, two sharing a PostgreSQL database: its own
     # section of docs/benchmarks.md, written by the script.
-    short = ["--seconds", "3", "--fanout-seconds", "3", "--subscribers", "200"] if args.quick else []
+    short = ["--repeat", "1", "--seconds", "3", "--fanout-seconds", "3", "--subscribers", "200"] if args.quick else []
     print(run_script(["bench/postgres-scaling.py", "--write-doc", *short]), end="")
 
 
