@@ -6,14 +6,16 @@ A private PostgreSQL server (Tests/integration/pgserver.py, with PostgreSQL's de
 shared_buffers of 128 MB instead of the tests' 16 MB) runs for the whole script; each
 run gets a fresh database on it (SQLite runs a fresh file). The daemons and every
 PostgreSQL process are pinned to CPU 0 — the database shares the server's core — and
-the load (wrk, the epoll subscriber client) to CPU 1. For each setup:
+the load (wrk, the epoll subscriber client) to CPU 1. REPEAT rounds, the order of the
+setups turning each round; the tables show medians. For each setup:
 
 - throughput: wrk with `bench/progress.lua` for SECONDS, 50 connections on one daemon, or
-  25 on each of two daemons at once (summed), at `--durability full` and `normal`; the
+  25 on each of two daemons at once (summed), at `--durability full` and `normal` over 50
+  tasks, and at `full` over 10,000 tasks (a history point with nearly every update); the
   daemons' CPU (utime+stime from /proc/PID/stat) and PostgreSQL's (every server process,
-  and the children it reaped, from /proc) over the run, each divided by the updates
-  acknowledged; the writers' jobs per committed batch from `/metrics`
-  (`headway_writer_batch_size`);
+  and the children it reaped, from /proc; and apart, its busiest process per daemon: the
+  writer's session) over the run, each divided by the updates acknowledged; the writers'
+  jobs per committed batch and commit time from `/metrics`; the WAL written per update;
 - fan-out (`--durability full`): SUBSCRIBERS event-stream subscribers of one task (half
   on each daemon of two), RATE stamped updates per second posted to the first daemon for
   FANOUT_SECONDS; the delay from each update's acknowledgement (its 2xx read by the
@@ -22,10 +24,14 @@ the load (wrk, the epoll subscriber client) to CPU 1. For each setup:
   (delivered through NOTIFY and a read of the change feed); each daemon's CPU per event
   it delivered.
 
+Then, once, the statements the writer sends per batch and per update, counted in the
+server's log with `log_statement = all` (`statements_per_update`).
+
 Prints two tables; `--write-doc` also writes them into docs/benchmarks.md as the section
 "PostgreSQL and several daemons" (replacing it if there).
 
-    bench/postgres-scaling.py [--seconds 10] [--subscribers 1000] [--rate 5] [--fanout-seconds 10] [--write-doc]
+    bench/postgres-scaling.py [--repeat 3] [--seconds 10] [--subscribers 1000] [--rate 5] [--fanout-seconds 10]
+                              [--write-doc]
 """
 import argparse
 import datetime
@@ -33,6 +39,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -140,8 +147,10 @@ class Postgres:
         return seconds
 
     def stop(self):
+        """Stops the server and removes its files."""
         self.server.stop()
         self.server.remove()
+        shutil.rmtree(self.state, ignore_errors=True)
 
 
 # -- the daemons
@@ -349,14 +358,15 @@ def logged_statements(postgres, start, end):
 
 def statements_per_update(postgres, updates=300, seconds=3, tasks=50):
     """How many statements (each one round trip to PostgreSQL) the writer sends per batch
-    and per update, counted in the server's log (`log_statement = all` for this run only):
-    `updates` updates one after the other (one per batch), then wrk with 50 connections
-    for `seconds` (large batches); the two give the statements of a batch and of a job."""
+    and per update over `tasks` tasks, counted in the server's log (`log_statement = all`
+    for this run only): `updates` updates one after the other (small batches), then wrk
+    with 50 connections for `seconds` (large batches); solved for both, the statements of
+    a batch (the change listener's empty batches included) and of an update."""
     daemons = start_daemons(postgres, 1, "full")
     log_size = lambda: os.path.getsize(postgres.server.log_file)
     try:
         daemon = daemons[0]
-        daemon.prepare_channels([f"bench-{i}" for i in range(tasks)])
+        register_tasks(daemon, [f"bench-{i}" for i in range(tasks)])
         set_statement_logging(postgres, "all")
         try:
             phases = []
@@ -463,7 +473,14 @@ def section(figures, args, throughput_table, fanout_table):
     command = " ".join(["bench/postgres-scaling.py", *(a for a in sys.argv[1:] if a != "--write-doc")])
     version = subprocess.run([os.path.join(pgserver.bin_directory(), "postgres"), "--version"],
                              capture_output=True, text=True).stdout.strip()
-    st = figures["statements"]
+    statements_table = "\n".join(
+        ["| tasks | one by one: updates, statements, batches | wrk: updates, statements, batches | "
+         "statements per batch | per update |", "|---|---|---|---|---|"] +
+        [f"| {int(tasks):,} | {st['one_by_one']['updates']:,}, {st['one_by_one']['statements']:,}, "
+         f"{st['one_by_one']['batches']:,.0f} | {st['wrk']['updates']:,}, {st['wrk']['statements']:,}, "
+         f"{st['wrk']['batches']:,.0f} | {st['per_batch']:.1f} | {st['per_job']:.1f} |"
+         for tasks, st in figures["statements"].items()])
+    last_tasks = max(int(tasks) for tasks in figures["statements"])
     round_trips = ", ".join(f"{label} {figures['fanout'][key]['post_round_trip_p50_ms']:.1f} ms"
                             for key, label, _, _ in SETUPS)
     return f"""{SECTION}
@@ -511,17 +528,20 @@ processes). The POST's own round trip (send → 2xx), median: {round_trips}.
 
 {fanout_table}
 
-Round trips under the lock: one more run (one daemon on PostgreSQL, `full`) with
-`log_statement = all`, counting the statements of the writer's session in the server's
-log: {st['one_by_one']['updates']} updates sent one after the other ({st['one_by_one']['statements']:,} statements in
-{st['one_by_one']['batches']:.0f} batches), then wrk with 50 connections for 3 s ({st['wrk']['updates']:,} updates,
-{st['wrk']['statements']:,} statements in {st['wrk']['batches']:.0f} batches). Solved for both: **{st['per_batch']:.1f} statements
-per batch and {st['per_job']:.1f} per progress update**, each a round trip the writer waits for,
-all but `BEGIN` while it holds the row lock that every daemon's batches take in turn. A batch
-of one update:
+Round trips under the lock: one more run per number of tasks (one daemon on PostgreSQL,
+`full`) with `log_statement = all`, counting the statements of the writer's session in
+the server's log: 300 updates sent one after the other, then wrk with 50 connections for
+3 s; the batches from `/metrics` (those with one update, and the change listener's empty
+ones, in the first part). Solved for both parts: the statements of a batch and of a
+progress update, each a round trip the writer waits for, all but `BEGIN` while it holds
+the row lock that every daemon's batches take in turn.
+
+{statements_table}
+
+A batch of one update over {last_tasks:,} tasks:
 
 ```
-{chr(10).join(st['one_update_batch'])}
+{chr(10).join(figures['statements'][str(last_tasks)]['one_update_batch'])}
 ```
 
 What these figures mean for a deployment: [scaling.md](scaling.md). Raw figures:
@@ -583,17 +603,16 @@ def main():
                                  for key, loads in rounds["throughput"].items()}
         figures["fanout"] = {key: median_result(results) for key, results in rounds["fanout"].items()}
         figures["rounds"] = rounds
-        figures["statements"] = statements_per_update(postgres)
-        log(f"statements per batch {figures['statements']['per_batch']:.1f}, "
-            f"per update {figures['statements']['per_job']:.1f}")
+        figures["statements"] = {str(tasks): statements_per_update(postgres, tasks=tasks)
+                                 for tasks in sorted({tasks for _, _, tasks in LOADS})}
     finally:
         postgres.stop()
     figures["load_after"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
     throughput_table, fanout_table = tables(figures, args)
-    statements = figures["statements"]
-    print(throughput_table + "\n\n" + fanout_table + "\n\n" +
-          f"statements sent by the writer: {statements['per_batch']:.1f} per batch + {statements['per_job']:.1f} "
-          f"per progress update")
+    print(throughput_table + "\n\n" + fanout_table + "\n")
+    for tasks, statements in figures["statements"].items():
+        print(f"statements sent by the writer over {int(tasks):,} tasks: {statements['per_batch']:.1f} per batch "
+              f"+ {statements['per_job']:.1f} per progress update")
     if args.write_doc:
         write_section(section(figures, args, throughput_table, fanout_table))
         print("written: docs/benchmarks.md, section " + SECTION[3:])
