@@ -14,7 +14,7 @@ SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 # daemon of a test gets a fresh database on the server scripts/with-postgres.sh starts).
 POSTGRES_SUITES := TaskAPITests|EventStreamTests|LivenessAPITests|ListingTests|CatchUpTests|TokenTests|MetricsTests|TreeLimitsAPITests|PrefixSubtreeTests|OrphanRepairTests|ErrorRepliesLiveTests|OpenAPITests
 
-.PHONY: run test build release deps test-deps migrations dashboard bench bench-abuse crash-proof soak clean fuzz sanitize
+.PHONY: run test build release deps test-deps migrations dashboard bench bench-postgres bench-abuse crash-proof soak clean fuzz sanitize
 
 ## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
 run: deps release
@@ -53,11 +53,21 @@ dashboard:
 migrations:
 	@python3 scripts/embed-migrations.py
 
-## headwayd beside nginx+nchan: prints the table and writes docs/benchmarks.md (about a quarter of an hour).
+## headwayd beside nginx+nchan, then bench-postgres's figures: prints the tables and writes
+## docs/benchmarks.md (about 25 minutes).
 bench:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	$(PYTHON) bench/suite.py
+
+## One headwayd on SQLite, one on PostgreSQL, two sharing one PostgreSQL database (a private
+## server): updates/s, fan-out latency (across daemons too), CPU per update of the daemon and
+## of PostgreSQL, three rounds; prints the tables and writes their section of docs/benchmarks.md
+## (about 10 minutes).
+bench-postgres:
+	@HEADWAY_BENCH=1 scripts/install-deps.sh
+	$(SWIFT) build -c release $(SWIFT_FLAGS)
+	$(PYTHON) bench/postgres-scaling.py --write-doc
 
 ## Hostile clients (issue 10) against honest runners and subscribers, one fresh daemon per
 ## attack: prints a table with PASS/FAIL per attack (about 5 minutes). ABUSE_ARGS="--json out.json"

@@ -97,11 +97,13 @@ class Headway:
     """headwayd with a fresh database."""
     name = "headway"
 
-    def __init__(self, durability="full", extra=(), stderr=None, many_clients_from_one_address=True, tls=False):
+    def __init__(self, durability="full", extra=(), stderr=None, many_clients_from_one_address=True, tls=False,
+                 database=None):
         """Starts headwayd; `stderr` (a file) receives its log instead of this process's
         stderr; `many_clients_from_one_address` lifts the cap per client address (see
         `headway_load_flags`), which an attack benchmark keeps; `tls` serves HTTPS with a
-        fresh self-signed certificate (`ssl_context` is then the clients' context)."""
+        fresh self-signed certificate (`ssl_context` is then the clients' context);
+        `database` is its `--db` (a PostgreSQL URL), a fresh SQLite file when None."""
         self.durability = durability
         self.name = f"headway ({durability}{', TLS' if tls else ''})"
         self.work = tempfile.mkdtemp()
@@ -111,7 +113,7 @@ class Headway:
             extra = ("--tls-cert", cert, "--tls-key", key, *extra)
         self.port = free_port()
         self.process = subprocess.Popen(
-            ["taskset", "-c", "0", HEADWAYD, "--listen", f"127.0.0.1:{self.port}", "--db", f"{self.work}/h.db",
+            ["taskset", "-c", "0", HEADWAYD, "--listen", f"127.0.0.1:{self.port}", "--db", database or f"{self.work}/h.db",
              "--durability", durability, "--log-level", "warn", "--max-subscribers", "20000",
              *(headway_load_flags() if many_clients_from_one_address else []), *extra],
             stderr=stderr)
@@ -200,11 +202,19 @@ def connection(server):
 
 class Subscribers:
     """N event-stream subscribers on one epoll loop; counts stamped events and their latency.
-    With `ssl_context` each opens with a (blocking) TLS handshake."""
+    With `ssl_context` each opens with a (blocking) TLS handshake. `add` opens more, to
+    another server too: each subscriber's state names its server's `port`. With
+    `keep_arrivals` each state also keeps (stamp, arrival) in ns of every stamped event."""
 
-    def __init__(self, port, count, request, ssl_context=None):
+    def __init__(self, port, count, request, ssl_context=None, keep_arrivals=False):
         self.selector = selectors.EpollSelector()
         self.states = []
+        self.keep_arrivals = keep_arrivals
+        self.connect_seconds = 0.0
+        self.add(port, count, request, ssl_context)
+
+    def add(self, port, count, request, ssl_context=None):
+        """Opens `count` more subscribers on `port` with `request`, and waits for their response heads."""
         started = time.monotonic()
         for first in range(0, count, 500):
             for _ in range(first, min(first + 500, count)):
@@ -213,14 +223,14 @@ class Subscribers:
                     sock = ssl_context.wrap_socket(sock, server_hostname="127.0.0.1")
                 sock.sendall(request)
                 sock.setblocking(False)
-                state = {"sock": sock, "buffer": b"", "open": False, "ready": False, "events": 0, "frames": 0,
-                         "latencies": []}
+                state = {"sock": sock, "port": port, "buffer": b"", "open": False, "ready": False, "events": 0,
+                         "frames": 0, "latencies": [], "arrivals": []}
                 self.states.append(state)
                 self.selector.register(sock, selectors.EVENT_READ, state)
             deadline = time.monotonic() + 30
             while sum(s["open"] for s in self.states) < len(self.states) and time.monotonic() < deadline:
                 self.pump(0.05)
-        self.connect_seconds = time.monotonic() - started
+        self.connect_seconds += time.monotonic() - started
 
     @property
     def connected(self):
@@ -263,6 +273,8 @@ class Subscribers:
             for match in STAMP.finditer(complete):
                 state["events"] += 1
                 state["latencies"].append((now - int(match.group(1))) / 1e6)
+                if self.keep_arrivals:
+                    state["arrivals"].append((int(match.group(1)), now))
 
     def close(self):
         for state in self.states:

@@ -4,8 +4,10 @@
 Each server is pinned to CPU 0, the load (wrk, the epoll subscriber client) to CPU 1.
 Throughput runs alternate nchan / headwayd (full) / headwayd (normal) for --repeat rounds
 and report medians; fan-out runs alternate nchan / headwayd; the order turns each round.
-Prints one table of figures and ratios against the targets of the benchmarks issue, writes
-it to docs/benchmarks.md with a plot of latency percentiles (docs/benchmarks-latency.png).
+Prints one table of figures and ratios against the targets it was built for, writes
+it to docs/benchmarks.md with a plot of latency percentiles (docs/benchmarks-latency.png),
+then runs bench/postgres-scaling.py (SQLite, PostgreSQL, two daemons on one PostgreSQL
+database), which prints its tables and writes its own section of docs/benchmarks.md.
 
     bench/suite.py [--repeat 3] [--seconds 10] [--subscribers 10000] [--fanout-seconds 30] [--quick]
 """
@@ -179,6 +181,11 @@ every headwayd 2xx is a committed SQLite transaction.
 Raw figures: publishes/s per round {rates}; fan-out results {fan}.
 """ + kept)
     print(f"written: docs/benchmarks.md{' and ' + plot if plot else ''}")
+
+    # One daemon on SQLite, one on PostgreSQL, two sharing a PostgreSQL database: its own
+    # section of docs/benchmarks.md, written by the script.
+    short = ["--repeat", "1", "--seconds", "3", "--fanout-seconds", "3", "--subscribers", "200"] if args.quick else []
+    print(run_script(["bench/postgres-scaling.py", "--write-doc", *short]), end="")
 
 
 if __name__ == "__main__":
