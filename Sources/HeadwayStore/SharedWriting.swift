@@ -128,9 +128,12 @@ public final class SharedWriting: BatchCoordinator {
     public func batchEnds(in database: Database, changedRows: Bool) throws {
         let last = changeCounter.last
         guard changedRows || last != state.withLock({ $0.lastAtBatchStart }) else { return }
-        try database.run("UPDATE stream_state SET last_change = ?, generation = generation + 1 WHERE singleton = 1",
-                         [.integer(last)])
-        try database.run("SELECT pg_notify('\(Self.channel)', ?)", [.text(String(last))])
+        // One round trip: the row moved, and the notification sent at commit.
+        try database.run("""
+            WITH moved AS (UPDATE stream_state SET last_change = ?1, generation = generation + 1 WHERE singleton = 1
+                           RETURNING last_change)
+            SELECT pg_notify('\(Self.channel)', last_change::text) FROM moved
+            """, [.integer(last)])
         state.withLock { $0.generationAfterBatch += 1 }
     }
 
