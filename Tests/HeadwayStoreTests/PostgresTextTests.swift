@@ -27,6 +27,15 @@ import Testing
         #expect(redactedLocation(location) == shown)
     }
 
+    @Test func passwordsQuotedInLibpqMessagesAreRedacted() {
+        let message = #"invalid percent-encoded token: "sec%zzret""#
+        #expect(redactedMessage(message, location: "postgresql://u:sec%zzret@h/d") == #"invalid percent-encoded token: "***""#)
+        #expect(redactedMessage(message, location: "postgresql://u@h/d?password=sec%zzret&port=5")
+                == #"invalid percent-encoded token: "***""#)
+        #expect(redactedMessage("role \"u\" has p@ss", location: "postgresql://u:p%40ss@h/d") == "role \"u\" has ***")
+        #expect(redactedMessage("no password here", location: "postgresql://u@h/d?password=") == "no password here")
+    }
+
     @Test func aConnectTimeoutIsAddedUnlessGiven() {
         #expect(PostgresConnection.withConnectTimeout("postgresql://h/d") == "postgresql://h/d?connect_timeout=10")
         #expect(PostgresConnection.withConnectTimeout("postgresql://h/d?port=5") == "postgresql://h/d?port=5&connect_timeout=10")
