@@ -14,7 +14,9 @@ public func isPostgresLocation(_ location: String) -> Bool {
 public func redactedLocation(_ location: String) -> String {
     guard isPostgresLocation(location), let schemeEnd = location.range(of: "://") else { return location }
     var redacted = location
-    let authorityEnd = redacted[schemeEnd.upperBound...].firstIndex { $0 == "/" || $0 == "?" } ?? redacted.endIndex
+    // Up to the query, not the first `/`: a password may hold a `/` its writer forgot to
+    // percent-encode (more is hidden when a path holds an `@`, never less).
+    let authorityEnd = redacted[schemeEnd.upperBound...].firstIndex(of: "?") ?? redacted.endIndex
     if let at = redacted[schemeEnd.upperBound..<authorityEnd].lastIndex(of: "@"),
        let colon = redacted[schemeEnd.upperBound..<at].firstIndex(of: ":") {
         redacted.replaceSubrange(redacted.index(after: colon)..<at, with: "***")
@@ -33,7 +35,7 @@ public func redactedLocation(_ location: String) -> String {
 func redactedMessage(_ message: String, location: String) -> String {
     guard isPostgresLocation(location), let schemeEnd = location.range(of: "://") else { return message }
     var secrets: [Substring] = []
-    let authorityEnd = location[schemeEnd.upperBound...].firstIndex { $0 == "/" || $0 == "?" } ?? location.endIndex
+    let authorityEnd = location[schemeEnd.upperBound...].firstIndex(of: "?") ?? location.endIndex
     if let at = location[schemeEnd.upperBound..<authorityEnd].lastIndex(of: "@"),
        let colon = location[schemeEnd.upperBound..<at].firstIndex(of: ":") {
         secrets.append(location[location.index(after: colon)..<at])

@@ -22,6 +22,8 @@ import Testing
         ("postgresql://postgres@/h?host=/tmp/s&port=5", "postgresql://postgres@/h?host=/tmp/s&port=5"),
         ("postgresql:///h?host=/tmp/s&password=abc", "postgresql:///h?host=/tmp/s&password=***"),
         ("./headway.db", "./headway.db"),
+        ("postgresql://u:se/cret@db.example/headway", "postgresql://u:***@db.example/headway"),
+        ("postgresql://db.example:5432/headway?sslmode=require", "postgresql://db.example:5432/headway?sslmode=require"),
     ])
     func passwordsAreRedacted(location: String, shown: String) {
         #expect(redactedLocation(location) == shown)
