@@ -3,6 +3,7 @@ environment would: bad `--db` values, another application's database, a newer sc
 daemons started together, tokens made offline, a leader frozen by SIGSTOP, the database
 server killed under load. Each test uses real daemons on a real PostgreSQL server."""
 import contextlib
+import json
 import os
 import pathlib
 import signal
@@ -244,6 +245,7 @@ def test_the_database_server_killed_under_load_loses_nothing_acknowledged_and_th
 
         with run_headwayd(tmp_path / "a", "--durability", "full", db=url) as a, \
                 run_headwayd(tmp_path / "b", "--durability", "full", db=url) as b:
+            watchers = [Watcher(a), Watcher(b)]
             runners = [threading.Thread(target=runner, args=(a if n % 2 else b, f"t{n}")) for n in range(4)]
             for thread in runners:
                 thread.start()
@@ -260,14 +262,40 @@ def test_the_database_server_killed_under_load_loses_nothing_acknowledged_and_th
                 for thread in runners:
                     thread.join(timeout=60)
             assert set(refusals) == {(503, "2", "database_unavailable")}
-            stored = dict(line.split("|") for line in server.psql("select id, completed from tasks", "attacked").split())
-            assert {task: int(stored[task]) for task in acknowledged} == acknowledged
+            stored = {task: int(completed) for task, completed in
+                      (line.split("|") for line in server.psql("select id, completed from tasks", "attacked").split())}
+            assert {task: stored[task] for task in acknowledged} == acknowledged
             wait_until(lambda: leader_locks(server, "attacked") == 1, "one daemon leads again")
-            # b's event stream delivers what is written on a (b listens again).
-            with httpx.Client(timeout=httpx.Timeout(10.0, read=20.0)) as client, \
-                    client.stream("GET", f"{b}/v1/events") as stream:
-                lines = stream.iter_lines()
-                assert next(line for line in lines if line.startswith("event:")) == "event: snapshot"
-                assert httpx.post(f"{a}/v1/tasks", json={"id": "after-crash", "name": "After"}).status_code == 201
-                created = next(line for line in lines if line.startswith("data:") and "after-crash" in line)
-                assert '"id":"after-crash"' in created
+            # Every subscriber, on either daemon, ends with what is stored, and gets what is
+            # written after (each daemon listens again).
+            assert httpx.post(f"{a}/v1/tasks", json={"id": "after-crash", "name": "After"}).status_code == 201
+            stored["after-crash"] = 0
+            for watcher in watchers:
+                wait_until(lambda: watcher.view == stored, f"{watcher.base}'s subscriber sees what is stored")
+                watcher.stop.set()
+            assert [watcher.ids == sorted(set(watcher.ids)) for watcher in watchers] == [True, True]
+
+
+class Watcher:
+    """A subscriber of `base`'s event stream on a thread of its own, resuming with
+    Last-Event-ID whenever the stream ends: `view` holds each task's `completed` as the
+    events tell it, `ids` the event ids in arrival order."""
+
+    def __init__(self, base):
+        self.base, self.view, self.ids, self.stop = base, {}, [], threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while not self.stop.is_set():
+            headers = {"Last-Event-ID": str(self.ids[-1])} if self.ids else {}
+            with contextlib.suppress(httpx.HTTPError), httpx.Client(timeout=httpx.Timeout(10.0, read=10.0)) as client, \
+                    client.stream("GET", f"{self.base}/v1/events", headers=headers) as stream:
+                for line in stream.iter_lines():
+                    if self.stop.is_set():
+                        return
+                    if line.startswith("id:"):
+                        self.ids.append(int(line[3:]))
+                    elif line.startswith("data:") and '"completed"' in line:
+                        data = json.loads(line[5:])
+                        for task in data.get("tasks", [data]):
+                            self.view[task["id"]] = task["completed"]
