@@ -57,7 +57,7 @@ struct EventsAPI: Sendable {
             return responder.respond(Problem.tooManySubscribers(limit: broker.settings.maximumSubscribers).response)
         }
         let stream = ResponseStream()
-        let subscriber = broker.attach(stream, filter: query.filter, tokenID: grant.tokenID)
+        let subscriber = broker.attach(stream, filter: query.filter, tokenID: grant.tokenID ?? TokenRegistry.noToken)
         responder.respond(HTTPResponse(status: 200, headers: [
             HTTPField("Content-Type", "text/event-stream; charset=utf-8"),
             HTTPField("Cache-Control", "no-cache"),

@@ -32,6 +32,11 @@ final class TokenRegistry: Sendable {
 
     private let state = Locked(State())
 
+    /// The token id event streams opened while no token existed are attached under: once a
+    /// token exists, they are closed as a revoked token's are (`newlyDead`), since every
+    /// stream then needs a token.
+    static let noToken = ""
+
     /// How long a token's use may wait in memory before it is written.
     static let useWriteIntervalMilliseconds: Int64 = 60_000
 
@@ -106,10 +111,12 @@ final class TokenRegistry: Sendable {
     }
 
     /// The tokens that have become unusable (revoked or expired) at `now` and were not
-    /// reported yet: their event streams are to be closed.
+    /// reported yet, and `noToken` once a token exists: their event streams are to be closed.
     func newlyDead(now: EpochMilliseconds) -> Set<String> {
         state.withLock { state in
-            let dead = Set(state.byID.values.filter { $0.isDead(at: now) }.map(\.id)).subtracting(state.announcedDead)
+            var dead = Set(state.byID.values.filter { $0.isDead(at: now) }.map(\.id))
+            if state.required || !state.byID.isEmpty { dead.insert(Self.noToken) }
+            dead.subtract(state.announcedDead)
             state.announcedDead.formUnion(dead)
             return dead
         }

@@ -19,6 +19,9 @@ public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible 
     /// The database records a schema version above every migration this build has: a newer
     /// build migrated it, and this one would misread it.
     case databaseIsNewer(databaseVersion: Int, latestKnownVersion: Int)
+    /// The database has never been migrated by Headway but holds tables with the names of
+    /// Headway's (another application's): it is left as it was.
+    case foreignTables([String])
 
     /// What went wrong and what to do, as `headwayd` prints it.
     public var description: String {
@@ -26,6 +29,9 @@ public enum MigrationError: Error, Equatable, Sendable, CustomStringConvertible 
         case .databaseIsNewer(let databaseVersion, let latestKnownVersion):
             "the database was migrated by a newer Headway (schema version \(databaseVersion); "
                 + "this build knows up to \(latestKnownVersion)); upgrade headwayd or use another database"
+        case .foreignTables(let names):
+            "the database holds tables Headway did not create (\(names.joined(separator: ", "))): "
+                + "it belongs to another application; give headwayd a database of its own"
         }
     }
 }
@@ -62,6 +68,7 @@ public struct Migrator: Sendable {
     public func migrate(_ database: Database) throws -> [Int] {
         try database.inTransaction(.immediate) {
             try lockOut(database)
+            try refuseForeignTables(database)
             try database.execute(database.isPostgres ? """
                 CREATE TABLE IF NOT EXISTS schema_migrations (
                     version integer PRIMARY KEY,
@@ -94,6 +101,21 @@ public struct Migrator: Sendable {
             }
         }
         return applied
+    }
+
+    /// The tables of Headway's PostgreSQL schema, whose names another application may use too.
+    static let postgresTableNames = ["tasks", "tombstones", "stream_state", "history", "task_counts", "tokens", "token_state"]
+
+    /// On PostgreSQL (a database an organisation already operates), throws
+    /// `MigrationError.foreignTables` when the database has no `schema_migrations` but
+    /// holds a table named as one of Headway's, before anything is created.
+    private func refuseForeignTables(_ database: Database) throws {
+        guard database.isPostgres, try database.scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'schema_migrations' "
+                                                       + "AND schemaname = current_schema()") == 0 else { return }
+        let names = Self.postgresTableNames.map { "'\($0)'" }.joined(separator: ", ")
+        let found = try database.rows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                                      + "AND tablename IN (\(names)) ORDER BY tablename") { $0.text(0) }
+        if !found.isEmpty { throw MigrationError.foreignTables(found) }
     }
 
     /// On PostgreSQL, waits for the other daemons' migrations (the lock ends with the

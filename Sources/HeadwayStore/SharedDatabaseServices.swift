@@ -83,7 +83,8 @@ public final class ChangeListener: Service {
 /// `isLeader()` (called by the maintenance thread before each sweep) tries to take the
 /// lock while it does not hold it, and checks its connection about once a second while it
 /// does. When the leader dies, its server session ends and releases the lock: another
-/// daemon takes it at its next try, within a sweep interval. Two leaders at once (a
+/// daemon takes it at its next try, within a sweep interval; a leader that stops running
+/// (SIGSTOP) loses its session, and the lead, after `idleSessionTimeout`. Two leaders at once (a
 /// connection lost without the old leader noticing yet) would do no harm: every sweep and
 /// prune runs in a writer batch holding the writers' lock, and judges each task as
 /// committed, so a stall is raised once.
@@ -128,12 +129,13 @@ public final class Leadership: Sendable {
                     state.database!.confine(to: .currentThread)
                     if try state.database!.scalar(Self.holdsLockSQL) == 1 { return true }
                     state.isLeader = false
-                    report(false, "the database session that held the lead ended (the server restarted?)")
+                    report(false, "the database session that held the lead ended (the server restarted, "
+                               + "or this daemon was paused for longer than \(Self.idleSessionTimeout))")
                     return false
                 }
                 guard now >= state.nextTry else { return false }
                 state.nextTry = now + 0.25
-                if state.database == nil { state.database = try Database(path: location) }
+                if state.database == nil { state.database = try Self.connect(location) }
                 state.database!.confine(to: .currentThread)
                 let acquired = try state.database!.scalar("SELECT pg_try_advisory_lock(\(Self.lockKey))::integer") == 1
                 if acquired {
@@ -152,6 +154,25 @@ public final class Leadership: Sendable {
                 return false
             }
         }
+    }
+
+    /// How long the leader's session may stay idle before the server ends it, releasing the
+    /// lock: a leader checks its session about once a second, so only a daemon that stopped
+    /// running (frozen by SIGSTOP, its machine suspended) stays idle that long, and another
+    /// daemon then takes the lead instead of no one sweeping until it resumes.
+    static let idleSessionTimeout = "10s"
+
+    /// A connection for the lock, whose session the server ends after `idleSessionTimeout`
+    /// of silence (where the server knows the setting: PostgreSQL 14 and later).
+    private static func connect(_ location: String) throws -> Database {
+        let database = try Database(path: location)
+        do {
+            try database.postgres!.addSessionSetting("SET idle_session_timeout = '\(idleSessionTimeout)'")
+        } catch {
+            // An older server without the setting: a frozen leader keeps the lead until it resumes.
+            guard error.sqlState == "42704" else { throw error }
+        }
+        return database
     }
 
     /// Gives the lead up (at a stop), so another daemon takes it at once.

@@ -22,9 +22,20 @@ import Testing
         ("postgresql://postgres@/h?host=/tmp/s&port=5", "postgresql://postgres@/h?host=/tmp/s&port=5"),
         ("postgresql:///h?host=/tmp/s&password=abc", "postgresql:///h?host=/tmp/s&password=***"),
         ("./headway.db", "./headway.db"),
+        ("postgresql://u:se/cret@db.example/headway", "postgresql://u:***@db.example/headway"),
+        ("postgresql://db.example:5432/headway?sslmode=require", "postgresql://db.example:5432/headway?sslmode=require"),
     ])
     func passwordsAreRedacted(location: String, shown: String) {
         #expect(redactedLocation(location) == shown)
+    }
+
+    @Test func passwordsQuotedInLibpqMessagesAreRedacted() {
+        let message = #"invalid percent-encoded token: "sec%zzret""#
+        #expect(redactedMessage(message, location: "postgresql://u:sec%zzret@h/d") == #"invalid percent-encoded token: "***""#)
+        #expect(redactedMessage(message, location: "postgresql://u@h/d?password=sec%zzret&port=5")
+                == #"invalid percent-encoded token: "***""#)
+        #expect(redactedMessage("role \"u\" has p@ss", location: "postgresql://u:p%40ss@h/d") == "role \"u\" has ***")
+        #expect(redactedMessage("no password here", location: "postgresql://u@h/d?password=") == "no password here")
     }
 
     @Test func aConnectTimeoutIsAddedUnlessGiven() {
