@@ -136,6 +136,8 @@ struct TokenKeeper: Sendable {
     let broker: EventBroker
     let clock: any WallClock
     let logger: Logger
+    /// A database out of reach fails every look: one line a minute says so.
+    let failureLines = LogThrottle(nanoseconds: 60_000_000_000)
 
     /// One look: uses written when due (all of them when `final`), tokens reloaded if the
     /// table changed, dead tokens' streams closed. Waits for its writer job.
@@ -149,15 +151,18 @@ struct TokenKeeper: Sendable {
             let generation = try TokenRepository.generation(in: database)
             return (generation, try TokenRepository.required(in: database),
                     generation == known ? nil : try TokenRepository.all(in: database))
-        }) { [registry, logger] result in
+        }) { [registry, logger, failureLines] result in
             switch result {
             case .success(let (generation, required, tokens)):
                 registry.usesWritten(uses, now: now)
                 if let tokens { registry.load(tokens, generation: generation, required: required) }
             case .failure(let error):
                 // A refusal of the storage is logged once per episode by `StorageAlarm`.
-                if (error as? WriterError) != .stopped && !StorageAlarm.isStorageRefusal(error) {
-                    logger.log(.error, "tokens.refresh_failed", ["error": "\(error)"])
+                if (error as? WriterError) != .stopped && !StorageAlarm.isStorageRefusal(error),
+                   let unlogged = failureLines.admit(now: DispatchTime.now().uptimeNanoseconds) {
+                    let unavailable = (error as? DatabaseError)?.isUnavailable == true
+                    logger.log(unavailable ? .warn : .error, "tokens.refresh_failed",
+                               ["error": "\(error)", "not_logged_since": "\(unlogged)"])
                 }
             }
             done.signal()

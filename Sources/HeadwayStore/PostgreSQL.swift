@@ -78,6 +78,8 @@ final class PostgresConnection: @unchecked Sendable {
 
     /// How long a connection attempt may take when the URI does not say
     /// (`connect_timeout`; libpq's own default is to wait for ever on an unreachable host).
+    /// Per attempt: with `sslmode=prefer` (libpq's default) libpq tries with TLS and then
+    /// without, so an unreachable host fails after twice this.
     static let defaultConnectTimeoutSeconds = 10
 
     /// `location` with `connect_timeout` added unless it has one.
