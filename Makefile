@@ -100,8 +100,8 @@ fuzz: deps
 ## The Swift suite under ThreadSanitizer, then AddressSanitizer (both run even if the first
 ## fails). Each has its own build folder (.build/tsan, .build/asan), so the normal build is
 ## untouched, and the process tests start the daemon and the command built with the same
-## sanitizer (HEADWAYD, HEADWAY_BUILD_DIR); each
-## is a full build, so this is slow. docs/fuzzing.md says what they reported.
+## sanitizer (HEADWAYD, HEADWAY_BUILD_DIR), beside a private PostgreSQL server (so the tests
+## of several writers on one database run too); each is a full build, so this is slow. docs/fuzzing.md says what they reported.
 sanitize: test-deps
 	@status=0; \
 	for sanitizer in thread:tsan address:asan; do \
@@ -109,7 +109,7 @@ sanitize: test-deps
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/sanitizers/lsan.supp \
 	  HEADWAY_PYTHON=$(PYTHON) HEADWAYD=$(CURDIR)/.build/$${sanitizer##*:}/debug/headwayd \
 	  HEADWAY_BUILD_DIR=$(CURDIR)/.build/$${sanitizer##*:}/debug \
-	    $(SWIFT) test --sanitize=$${sanitizer%%:*} --scratch-path .build/$${sanitizer##*:} $(SWIFT_FLAGS) \
+	    scripts/with-postgres.sh $(SWIFT) test --sanitize=$${sanitizer%%:*} --scratch-path .build/$${sanitizer##*:} $(SWIFT_FLAGS) \
 	    || status=1; \
 	done; \
 	exit $$status
