@@ -205,16 +205,19 @@ public struct TaskStore: Sendable {
     ///
     /// An item is refused by a `TaskError` thrown before anything is written (`progress`);
     /// but a database error may still come after a write (in the roll-up to its
-    /// ancestors, say), so an item is made safe by a savepoint of its own. On SQLite it
-    /// costs nothing: every item gets one. On PostgreSQL a savepoint costs two round trips,
-    /// and a transaction with more than 64 subtransactions that wrote slows every session's
-    /// snapshots: the writer's rule (`GroupCommitWriter.runBatch`) is applied to the items.
-    /// They run inside one savepoint for the request, each without one; only if an item
-    /// throws after changing rows, or after a statement failed, is that savepoint rolled back
-    /// (with the change numbers taken) and every item run again in a savepoint of its own.
+    /// ancestors, say), so each item must be undone alone. The writer's rule
+    /// (`GroupCommitWriter.runBatch`) is applied to the items: they run inside one
+    /// savepoint for the request, each without one; only if an item throws after changing
+    /// rows, or after a statement failed, is that savepoint rolled back (with the change
+    /// numbers taken) and every item run again in a savepoint of its own. A savepoint per
+    /// item always would cost, on PostgreSQL, two round trips an item and a transaction
+    /// with more than 64 subtransactions that wrote (which slows every session's
+    /// snapshots); on SQLite, each item's savepoint copies every page the item touches into
+    /// the sub-journal again, which passes SQLite's 64 KiB in memory after a few items and
+    /// is then written to a temporary file: a quarter of the daemon's time under batches
+    /// of 50 (docs/benchmarks.md, "Batch updates").
     public func progress(each items: [ProgressItem], now: EpochMilliseconds,
                          in database: Database) throws -> [Result<Changed, any Error>] {
-        guard database.isPostgres else { return try progress(each: items, savepoints: true, now: now, in: database) }
         do {
             return try database.inSavepoint {
                 try numbered { try progress(each: items, savepoints: false, now: now, in: database) }

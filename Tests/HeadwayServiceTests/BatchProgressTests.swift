@@ -286,9 +286,9 @@ import Testing
     }
 
     /// An item that fails after it wrote (its roll-up to the parent refused by a trigger)
-    /// changes nothing, and the items around it are applied: each item is safe on its own
-    /// (a savepoint each on SQLite; on PostgreSQL the request's items run again, each in
-    /// a savepoint).
+    /// changes nothing, and the items around it are applied: the request's items run
+    /// again, each in a savepoint of its own (on PostgreSQL the failed statement aborted
+    /// the transaction; on SQLite it undid only itself, leaving the child written).
     @Test(arguments: Transport.allCases) func anItemFailingAfterItWroteChangesNothing(_ transport: Transport) throws {
         let daemon = try LiveDaemon(transport: transport)
         try daemon.register(#"{"id":"p","name":"Parent"}"#)
