@@ -3,7 +3,8 @@ import HeadwayCore
 /// The request bodies of the task routes, read from any bytes that parse as JSON. Each
 /// reader either gives a request whose every field is within its documented limits, or
 /// refuses with `TaskError.invalidRequest` naming each bad field once. An accepted
-/// request written back as JSON reads back as the same request.
+/// request written back as JSON reads back as the same request. A batch of progress
+/// reports reads each item as the item alone reads.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzRequests(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     guard let body = JSONValue.parse(fuzzInput(start, count)) else { return 0 }
@@ -11,6 +12,8 @@ public func fuzzRequests(_ start: UnsafePointer<UInt8>?, _ count: Int) -> CInt {
     check(body, required: [], ProgressUpdate.parse, checkProgressUpdate)
     check(body, required: [], Heartbeat.parse, checkHeartbeat)
     check(body, required: ["outcome"], Finish.parse, checkFinish)
+    check(body, required: ["task_id", "(item)"], ProgressItem.parse, checkProgressItem)
+    checkBatch(body)
     return 0
 }
 
@@ -74,6 +77,43 @@ private func checkProgressUpdate(_ update: ProgressUpdate) {
         "label": update.label.map(JSONValue.string), "seq": update.runnerSeq.map(JSONValue.integer),
     ])
     require((try? ProgressUpdate.parse(body)) == update, "the update reads back differently: \(body.canonicalText)")
+}
+
+private func checkProgressItem(_ item: ProgressItem) {
+    require(TaskID.isValid(item.id), "task_id \(item.id)")
+    checkProgressUpdate(item.update)
+}
+
+/// A batch is refused whole (`invalid_request`, or `too_many_items` past its bound), or
+/// gives one result per item sent, each what the item alone reads as.
+private func checkBatch(_ body: JSONValue) {
+    let maximum = 4
+    do throws(TaskError) {
+        let batch = try ProgressBatch.parse(body, maximumItems: maximum)
+        guard case .object(let members) = body, case .array(let updates)? = members["updates"] else {
+            return require(false, "a batch read from a body without an updates array")
+        }
+        require(batch.items.count == updates.count && updates.count <= maximum, "\(batch.items.count) items read")
+        for (item, sent) in zip(batch.items, updates) {
+            let alone = Result { () throws(TaskError) -> ProgressItem in try ProgressItem.parse(sent) }
+            switch (item.parsed, alone) {
+            case (.success(let read), .success(let expected)): require(read == expected, "an item read otherwise")
+            case (.failure(let read), .failure(let expected)): require(read == expected, "an item refused otherwise")
+            default: require(false, "an item read in a batch and refused alone, or the reverse")
+            }
+            if case .object(let fields) = sent, case .string(let id)? = fields["task_id"] {
+                require(item.taskID == id, "task_id \(String(describing: item.taskID)) for \(id)")
+            } else {
+                require(item.taskID == nil, "a task_id for an item that names none")
+            }
+        }
+    } catch {
+        switch error {
+        case .invalidRequest(let errors): require(!errors.isEmpty, "a refusal without a message")
+        case .tooManyItems(let count, let limit): require(count > limit && limit == maximum, "too many: \(count) of \(limit)")
+        default: require(false, "a batch refused as \(error.code)")
+        }
+    }
 }
 
 private func checkHeartbeat(_ heartbeat: Heartbeat) {

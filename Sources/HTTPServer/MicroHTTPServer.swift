@@ -73,6 +73,9 @@ public final class MicroHTTPServer: Service {
         public var maximumStreamQueryParameters = 8
         /// Larger request bodies are refused with 413.
         public var maximumBodyBytes = 64 * 1024
+        /// Paths (exactly as routed) whose request bodies may be larger than
+        /// `maximumBodyBytes`, with the most bytes each may take: a batch route's.
+        public var bodyLimitsByPath: [String: Int] = [:]
         /// Requests with more query parameters are refused with 431. Each parameter the
         /// library keeps takes about 50 bytes of the connection's memory.
         public var maximumQueryParameters = 100
@@ -353,14 +356,13 @@ public final class MicroHTTPServer: Service {
             return begin(connection, url: url, method: method, isHTTP11: isHTTP11, refusal: refusal, context: context)
         }
         if uploadSize.pointee > 0 {
-            exchange.receive(UnsafeRawBufferPointer(start: uploadData, count: uploadSize.pointee),
-                             limit: configuration.maximumBodyBytes)
+            exchange.receive(UnsafeRawBufferPointer(start: uploadData, count: uploadSize.pointee))
             uploadSize.pointee = 0
             // A client that goes on sending long after the limit is cut off.
-            return exchange.discardedBytes > 64 * configuration.maximumBodyBytes ? MHD_Result.NO : MHD_Result.YES
+            return exchange.discardedBytes > 64 * exchange.bodyLimit ? MHD_Result.NO : MHD_Result.YES
         }
         if exchange.bodyTooLarge {
-            return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: configuration.maximumBodyBytes), $0, $1) }
+            return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: exchange.bodyLimit), $0, $1) }
         }
         return exchange.dispatchOrQueue(pipeline.handle)
     }
@@ -391,7 +393,8 @@ public final class MicroHTTPServer: Service {
             return traffic.draining
         }
         let request = HTTPRequest(method: method, path: url, query: query, headers: headers)
-        let exchange = Exchange(connection: connection, request: request, server: self)
+        let exchange = Exchange(connection: connection, request: request, server: self,
+                                bodyLimit: configuration.bodyLimitsByPath[url] ?? configuration.maximumBodyBytes)
         // A stream's body is then sent in chunks, which its writer may send itself.
         exchange.isChunkedKeepAlive = isHTTP11 && request.header("connection")?.lowercased() != "close"
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
@@ -405,8 +408,8 @@ public final class MicroHTTPServer: Service {
         if let refusal {
             return exchange.dispatchOrQueue { pipeline.refuse(refusal, $0, $1) }
         }
-        if let length = request.header("content-length").flatMap(UInt64.init), length > configuration.maximumBodyBytes {
-            return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: configuration.maximumBodyBytes), $0, $1) }
+        if let length = request.header("content-length").flatMap(UInt64.init), length > exchange.bodyLimit {
+            return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: exchange.bodyLimit), $0, $1) }
         }
         return MHD_Result.YES
     }
@@ -537,15 +540,19 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     /// after this request on it is read (a head refused by `HeadCheck`).
     var closesConnection = false
     private let started = DispatchTime.now().uptimeNanoseconds
+    /// The most bytes the request's body may take (its path's limit).
+    let bodyLimit: Int
 
-    init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer) {
+    init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer, bodyLimit: Int) {
         self.connection = connection
         self.request = request
         self.server = server
+        self.bodyLimit = bodyLimit
     }
 
-    func receive(_ chunk: UnsafeRawBufferPointer, limit: Int) {
-        if bodyTooLarge || request.body.count + chunk.count > limit {
+    /// Keeps a piece of the body, or, once the body passes `bodyLimit`, counts and drops it.
+    func receive(_ chunk: UnsafeRawBufferPointer) {
+        if bodyTooLarge || request.body.count + chunk.count > bodyLimit {
             bodyTooLarge = true
             discardedBytes += chunk.count
             request.body = []

@@ -13,6 +13,9 @@ public enum CLIError: Error, Equatable {
     case unreachable(server: String, reason: String)
     /// The task's reply says `cancel_requested` (exit 3): the runner should stop.
     case cancelRequested(taskID: String)
+    /// The server refused `refused` of the `sent` updates of a batch (exit 1); each was
+    /// printed with its problem.
+    case updatesRefused(refused: Int, sent: Int)
     /// The person at the terminal did not confirm (exit 1).
     case notConfirmed(String)
     /// A task `headway watch --until-done` waits for was deleted before it finished (exit 1).
@@ -28,6 +31,7 @@ public enum CLIError: Error, Equatable {
         case .unexpectedReply(let text): text
         case .unreachable(let server, let reason): "cannot reach \(server): \(reason)"
         case .cancelRequested(let taskID): "cancel requested for task \(taskID)"
+        case .updatesRefused(let refused, let sent): "\(refused) of \(sent) updates refused"
         case .notConfirmed(let text): text
         case .watchedTaskDeleted(let taskID): "task \(taskID) was deleted before it finished"
         }

@@ -4,12 +4,12 @@ public enum HeadwayCommand {
         commandName: "headway", abstract: "Report and steer tasks on a Headway server",
         discussion: """
         Exit status: 0 ok; 1 the server refused (its problem is printed); 3 cancel requested
-        (progress, heartbeat, finish); 4 a watched task failed, 5 one was canceled (watch
-        --until-done); run exits with its command's status; 64 usage error; 69 server
-        unreachable or unavailable (429, 5xx).
+        (progress, progress-batch, heartbeat, finish); 4 a watched task failed, 5 one was
+        canceled (watch --until-done); run exits with its command's status; 64 usage error;
+        69 server unreachable or unavailable (429, 5xx).
         """,
-        subcommands: [StartCommand.self, ProgressCommand.self, HeartbeatCommand.self, FinishCommand.self,
-                      CancelCommand.self, DeleteCommand.self,
+        subcommands: [StartCommand.self, ProgressCommand.self, ProgressBatchCommand.self, HeartbeatCommand.self,
+                      FinishCommand.self, CancelCommand.self, DeleteCommand.self,
                       RunCommand.self, WatchCommand.self, TasksCommand.self, ShowCommand.self, HistoryCommand.self,
                       TokenCommand.self, DatabaseCommand.self, CompletionCommand.self])
 

@@ -43,8 +43,10 @@ public struct FieldReader {
 
     /// A task id (`[A-Za-z0-9._~:-]{1,128}`), not `.` or `..` (a URL path cannot carry
     /// those: browsers fold them away, even percent-encoded).
-    public mutating func id(_ field: String) -> String? {
-        guard let value = present(field) else { return nil }
+    public mutating func id(_ field: String, required: Bool = false) -> String? {
+        guard let value = present(field) else {
+            return required ? fail(field, "is required") : nil
+        }
         guard case .string(let text) = value else { return fail(field, "must be a string, not \(value.typeName)") }
         guard TaskID.isValid(text) else { return fail(field, "must match [A-Za-z0-9._~:-]{1,\(Limits.idLength)}") }
         guard !TaskID.isDotSegment(text) else { return fail(field, "must not be '.' or '..' (a URL cannot name it)") }
@@ -94,6 +96,15 @@ public struct FieldReader {
             return fail(field, "must be one of: \(names.joined(separator: ", "))")
         }
         return choice
+    }
+
+    /// An array, its items as they are.
+    public mutating func array(_ field: String, required: Bool = false) -> [JSONValue]? {
+        guard let value = present(field) else {
+            return required ? fail(field, "is required") : nil
+        }
+        guard case .array(let items) = value else { return fail(field, "must be an array, not \(value.typeName)") }
+        return items
     }
 
     /// A JSON object whose canonical text is at most `maxBytes` bytes; returns that text.

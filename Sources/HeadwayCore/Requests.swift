@@ -95,15 +95,82 @@ public struct ProgressUpdate: Equatable, Sendable {
         self.runnerSeq = runnerSeq
     }
 
+    /// The members of a progress body.
+    static let fields: Set<String> = ["completed", "increment", "total", "unit", "label", "seq"]
+
     /// Reads a progress body.
     public static func parse(_ body: JSONValue) throws(TaskError) -> ProgressUpdate {
-        var reader = FieldReader(body, allowed: ["completed", "increment", "total", "unit", "label", "seq"])
-        let update = ProgressUpdate(
+        var reader = FieldReader(body, allowed: fields)
+        let update = read(&reader)
+        guard reader.errors.isEmpty else { throw .invalidRequest(reader.errors) }
+        return update
+    }
+
+    /// The update's fields as `reader` finds them (its errors say what was wrong).
+    static func read(_ reader: inout FieldReader) -> ProgressUpdate {
+        ProgressUpdate(
             completed: reader.integer("completed"), increment: reader.integer("increment"),
             total: reader.integer("total"), unit: reader.string("unit", maxLength: Limits.unitLength),
             label: reader.string("label", maxLength: Limits.labelLength), runnerSeq: reader.integer("seq"))
-        guard reader.errors.isEmpty else { throw .invalidRequest(reader.errors) }
-        return update
+    }
+}
+
+/// One item of a batch of progress reports: the task's id (`task_id`) and the fields of
+/// its report.
+public struct ProgressItem: Equatable, Sendable {
+    public var id: String
+    public var update: ProgressUpdate
+
+    public init(id: String, update: ProgressUpdate) {
+        self.id = id
+        self.update = update
+    }
+
+    /// Reads an item: a JSON object with `task_id` and the members of a progress body.
+    public static func parse(_ item: JSONValue) throws(TaskError) -> ProgressItem {
+        guard case .object = item else {
+            throw .invalidRequest([FieldError(field: "(item)", message: "must be a JSON object, not \(item.typeName)")])
+        }
+        var reader = FieldReader(item, allowed: ProgressUpdate.fields.union(["task_id"]))
+        let id = reader.id("task_id", required: true)
+        let update = ProgressUpdate.read(&reader)
+        guard reader.errors.isEmpty, let id else { throw .invalidRequest(reader.errors) }
+        return ProgressItem(id: id, update: update)
+    }
+}
+
+/// Many progress reports in one request (`POST /v1/progress`): `{"updates": [item, …]}`.
+/// The batch is refused whole only when it is not one (not an object, `updates` missing
+/// or not an array, more items than allowed); an item that cannot be read is refused
+/// alone, in its place.
+public struct ProgressBatch: Sendable {
+    /// At most this many items in one request unless configured otherwise
+    /// (`--max-batch-items`; 413 `too_many_items` past it).
+    public static let defaultMaximumItems = 1_000
+
+    /// One item in the order sent: what it says, or why it cannot be read; with the
+    /// `task_id` it names, if that is a string.
+    public struct Item: Sendable {
+        public var taskID: String?
+        public var parsed: Result<ProgressItem, TaskError>
+    }
+
+    public var items: [Item]
+
+    public init(items: [Item]) { self.items = items }
+
+    /// Reads a batch body of at most `maximumItems` items.
+    public static func parse(_ body: JSONValue, maximumItems: Int = defaultMaximumItems) throws(TaskError) -> ProgressBatch {
+        var reader = FieldReader(body, allowed: ["updates"])
+        guard case .object = body else { throw .invalidRequest(reader.errors) }
+        let updates = reader.array("updates", required: true)
+        guard reader.errors.isEmpty, let updates else { throw .invalidRequest(reader.errors) }
+        guard updates.count <= maximumItems else { throw .tooManyItems(count: updates.count, maximum: maximumItems) }
+        return ProgressBatch(items: updates.map { item in
+            var taskID: String?
+            if case .object(let members) = item, case .string(let id)? = members["task_id"] { taskID = id }
+            return Item(taskID: taskID, parsed: Result { () throws(TaskError) -> ProgressItem in try ProgressItem.parse(item) })
+        })
     }
 }
 

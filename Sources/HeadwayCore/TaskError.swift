@@ -52,6 +52,8 @@ public enum TaskError: Error, Equatable, Sendable {
     case tooManyChildren(parentID: String, maximumChildren: Int)
     /// The database already holds the most tasks it may (`--max-tasks`).
     case storageFull(maximumTasks: Int64)
+    /// A batch holds `count` items, more than the `maximum` one request may carry.
+    case tooManyItems(count: Int, maximum: Int)
 
     /// The stable machine-readable code of the refusal (`progress_regression`, …).
     public var code: String {
@@ -74,6 +76,7 @@ public enum TaskError: Error, Equatable, Sendable {
         case .treeTooDeep: "tree_too_deep"
         case .tooManyChildren: "too_many_children"
         case .storageFull: "storage_full"
+        case .tooManyItems: "too_many_items"
         }
     }
 }

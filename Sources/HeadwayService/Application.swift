@@ -265,7 +265,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                   databasePath: configuration.databasePath, errors: errors)
         .register(in: &routes)
     TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors,
-            metrics: metrics)
+            metrics: metrics, maximumBatchItems: configuration.maximumBatchItems)
         .register(in: &routes)
     TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors)
         .register(in: &routes)
@@ -296,6 +296,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // daemon's memory, serves both (an HTTPS stream costs about 37 KiB).
     serverConfiguration.maximumQueryParameters = configuration.maximumQueryParameters
     serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
+    serverConfiguration.bodyLimitsByPath[TaskAPI.batchPath] = max(configuration.maximumBodyBytes, TaskAPI.batchBodyBytes)
     let bytesPerQueryParameter = 64
     serverConfiguration.connectionMemoryLimit = 16 * 1024 + configuration.maximumQueryParameters * bytesPerQueryParameter
     serverConfiguration.streamPaths = [EventsAPI.path]

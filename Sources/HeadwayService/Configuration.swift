@@ -55,6 +55,9 @@ public struct Configuration: Sendable, Equatable {
     public var maximumQueuedReads = 1000
     /// Bytes of one request body; larger bodies get 413 `body_too_large`.
     public var maximumBodyBytes = 64 * 1024
+    /// Items one batch of progress reports (`POST /v1/progress`) may hold; more get 413
+    /// `too_many_items`.
+    public var maximumBatchItems = ProgressBatch.defaultMaximumItems
     /// Query parameters one request may carry; more get 431 (60 `task=` ids fit).
     public var maximumQueryParameters = 100
     // Connection floods.
@@ -128,6 +131,9 @@ public struct Configuration: Sendable, Equatable {
                                     503 server_busy (HEADWAY_MAX_QUEUED_READS, default 1000)
           --max-body-bytes N        bytes of one request body; larger ones get 413
                                     body_too_large (HEADWAY_MAX_BODY_BYTES, default 65536)
+          --max-batch-items N       updates one POST /v1/progress may carry; more get
+                                    413 too_many_items (HEADWAY_MAX_BATCH_ITEMS, default
+                                    1000; its body may take 1 MiB, or --max-body-bytes)
           --max-query-params N      query parameters one request may carry; more get
                                     431 (HEADWAY_MAX_QUERY_PARAMS, default 100)
           --head-timeout SECONDS    time a connection has to send a whole request head,
@@ -188,7 +194,7 @@ public struct Configuration: Sendable, Equatable {
                                "max-subscribers", "retention",
                                "max-depth", "max-children", "max-tasks",
                                "read-connections", "max-queued-reads",
-                               "max-body-bytes", "max-query-params",
+                               "max-body-bytes", "max-batch-items", "max-query-params",
                                "head-timeout", "max-connections-per-address",
                                "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
                                "wal-size-limit",
@@ -305,6 +311,7 @@ public struct Configuration: Sendable, Equatable {
         try reader.wholeNumber("max-queued-reads", in: 0...1_000_000, into: &configuration.maximumQueuedReads)
         // Limits: requests and connections.
         try reader.wholeNumber("max-body-bytes", in: 1024...16_777_216, into: &configuration.maximumBodyBytes)
+        try reader.wholeNumber("max-batch-items", in: 1...10_000, into: &configuration.maximumBatchItems)
         try reader.wholeNumber("max-query-params", in: 1...1000, into: &configuration.maximumQueryParameters)
         try reader.seconds("head-timeout", in: 0.1...3600, into: &configuration.headTimeoutSeconds)
         try reader.wholeNumber("max-connections-per-address", in: 1...1_000_000,
@@ -358,6 +365,7 @@ public struct Configuration: Sendable, Equatable {
             ("read-connections", readConnections != other.readConnections),
             ("max-queued-reads", maximumQueuedReads != other.maximumQueuedReads),
             ("max-body-bytes", maximumBodyBytes != other.maximumBodyBytes),
+            ("max-batch-items", maximumBatchItems != other.maximumBatchItems),
             ("max-query-params", maximumQueryParameters != other.maximumQueryParameters),
             ("head-timeout", headTimeoutSeconds != other.headTimeoutSeconds),
             ("max-connections-per-address", maximumConnectionsPerAddress != other.maximumConnectionsPerAddress),

@@ -56,8 +56,9 @@ struct Problem: Error, Equatable, Sendable {
 extension Problem {
     /// How a refusal of the domain looks over HTTP: 400 for a request that cannot be read,
     /// 404 for a task that does not exist, 409 for a conflict with the task's state, 422 for
-    /// a rule of accurate progress or a limit of the tree that the change would break, 503
-    /// when the server stores all the tasks it may.
+    /// a rule of accurate progress or a limit of the tree that the change would break, 413
+    /// for a batch of more items than a request may carry, 503 when the server stores all
+    /// the tasks it may.
     init(_ error: TaskError) {
         let code = error.code
         switch error {
@@ -125,6 +126,10 @@ extension Problem {
             self.init(status: 503, code: code, title: "Storage full",
                       detail: "The server already stores \(maximumTasks) tasks; retry once finished ones are deleted or forgotten.",
                       headers: [HTTPField("Retry-After", "60")])
+        case .tooManyItems(let count, let maximum):
+            self.init(status: 413, code: code, title: "Too many items",
+                      detail: "A batch may hold at most \(maximum) updates (got \(count)); send the rest in another request.",
+                      errors: [FieldError(field: "updates", message: "must hold at most \(maximum) items")])
         }
     }
 }

@@ -20,6 +20,14 @@ struct TaskAPI: Sendable {
     let errors: ErrorReplies
     /// Where updates accepted and refused are counted.
     let metrics: ServiceMetrics
+    /// Items one batch may hold (`--max-batch-items`).
+    let maximumBatchItems: Int
+
+    /// The batch route: many progress reports in one request.
+    static let batchPath = "/v1/progress"
+    /// The most bytes a batch's body may take (1 MiB, or `--max-body-bytes` if larger):
+    /// room for the default 1,000 items with long ids and labels.
+    static let batchBodyBytes = 1 << 20
 
     /// The task routes with the access each needs (`report`, `read`, `control`); the OpenAPI test compares the route table with the paths of
     /// `openapi.yaml`. A token's task prefix is applied by each handler: another prefix's
@@ -46,6 +54,7 @@ struct TaskAPI: Sendable {
             }
         }
         routes.add("POST", "/v1/tasks/{id}/cancel", .scope(.control)) { request, grant, responder in cancel(request, grant, responder) }
+        routes.add("POST", Self.batchPath, .scope(.report)) { request, grant, responder in progressBatch(request, grant, responder) }
     }
 
     // MARK: - Handlers
@@ -216,6 +225,81 @@ struct TaskAPI: Sendable {
                 refuseUpdate(kind, error, request, responder)
             }
         }
+    }
+
+    /// Many progress reports in one request and one writer job (one commit): each item is
+    /// applied, in order, as `POST /v1/tasks/{id}/progress` would apply it, or refused alone
+    /// with the problem that route would give, nothing of it stored (an item that cannot be
+    /// read, or names another prefix's task, never reaches the writer). The reply lists
+    /// each item's outcome in the order sent; the events of the items applied are
+    /// published once committed, before it. A body that is no batch, or a batch the writer
+    /// could not store at all, is refused whole with nothing applied. Each item counts as a
+    /// progress update, accepted or refused by its code (all by the whole refusal's code
+    /// when the writer could not store the batch).
+    private func progressBatch(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let batch: ProgressBatch
+        do {
+            batch = try ProgressBatch.parse(try jsonBody(request, emptyAllowed: false), maximumItems: maximumBatchItems)
+        } catch {
+            return responder.respond(errors.response(for: error, request))
+        }
+        // Each item's place: refused already, or its index among those the writer applies.
+        var places: [Result<Int, any Error>] = []
+        var applied: [ProgressItem] = []
+        for item in batch.items {
+            switch item.parsed {
+            case .success(let item) where grant.covers(item.id):
+                places.append(.success(applied.count))
+                applied.append(item)
+            case .success(let item): places.append(.failure(TaskError.notFound(item.id)))
+            case .failure(let error): places.append(.failure(error))
+            }
+        }
+        let taskIDs = batch.items.map(\.taskID)
+        guard !applied.isEmpty else { return responder.respond(batchReply(taskIDs, places, results: [], request)) }
+        writer.submit({ [store, clock, applied] database in
+            try store.progress(each: applied, now: clock.now(), in: database)
+        }) { [broker, metrics, places] result in
+            switch result {
+            case .success(let results):
+                broker.publish(results.flatMap { (try? $0.get())?.events ?? [] })
+                responder.respond(batchReply(taskIDs, places, results: results, request))
+            case .failure(let error):
+                let problem = errors.problem(for: error, request)
+                metrics.updatesRefused.add([UpdateKind.progress.name, problem.code], UInt64(places.count))
+                responder.respond(problem.response)
+            }
+        }
+    }
+
+    /// The reply to a batch: `{"results": [...]}`, one object per item in the order sent,
+    /// `{"task_id": …, "status": 200, "task": {…}}` (with `"unchanged": true` for a
+    /// repeated `seq`) or `{"task_id": …, "status": 4xx, "problem": {…}}` (`task_id` as
+    /// the item gave it; null if it gave none); each counted as accepted or refused.
+    private func batchReply(_ taskIDs: [String?], _ places: [Result<Int, any Error>],
+                            results: [Result<TaskStore.Changed, any Error>], _ request: HTTPRequest) -> HTTPResponse {
+        var body = JSONText()
+        body.appendRaw(#"{"results":["#)
+        for (index, place) in places.enumerated() {
+            if index > 0 { body.appendRaw(",") }
+            var item = JSONObjectWriter()
+            item.string("task_id", taskIDs[index])
+            switch place.flatMap({ results[$0] }) {
+            case .success(let changed):
+                metrics.updatesAccepted.add(.progress)
+                item.integer("status", 200)
+                if case .unchanged = changed.outcome { item.bool("unchanged", true) }
+                item.raw("task", changed.events.first?.data ?? changed.outcome.task.json)
+            case .failure(let error):
+                let problem = errors.problem(for: error, request)
+                metrics.updatesRefused.add([UpdateKind.progress.name, problem.code])
+                item.integer("status", Int64(problem.status))
+                item.raw("problem", problem.json)
+            }
+            body.appendRaw(item.finish())
+        }
+        body.appendRaw("]}")
+        return .json(200, body.text)
     }
 
     /// Answers an update refused with `error`, counting it by its problem's code.

@@ -88,6 +88,14 @@ extension TaskStore.Changed: BatchSized {
     public var estimatedBytes: Int { events.estimatedBytes }
 }
 
+extension [Result<TaskStore.Changed, any Error>]: BatchSized {
+    public var estimatedBytes: Int {
+        reduce(0) { total, result in
+            if case .success(let changed) = result { total + changed.estimatedBytes } else { total + 96 }
+        }
+    }
+}
+
 extension [TaskEvent] {
     /// About how many bytes these events hold (their data, ids and bookkeeping).
     var estimatedBytes: Int { reduce(0) { $0 + $1.data.utf8.count + $1.taskID.utf8.count + 96 } }
@@ -188,6 +196,65 @@ public struct TaskStore: Sendable {
                 try TaskRules.progress(update, to: task, now: now)
             }
         }
+    }
+
+    /// Applies progress reports in order, in the one job of a batch request: each item's
+    /// result is its change, or the error that refused it with nothing of it stored, and
+    /// a refused item does not stop the others. Throws (nothing of the request is then
+    /// stored) only when the writer's transaction itself is gone.
+    ///
+    /// An item is refused by a `TaskError` thrown before anything is written (`progress`);
+    /// but a database error may still come after a write (in the roll-up to its
+    /// ancestors, say), so each item must be undone alone. The writer's rule
+    /// (`GroupCommitWriter.runBatch`) is applied to the items: they run inside one
+    /// savepoint for the request, each without one; only if an item throws after changing
+    /// rows, or after a statement failed, is that savepoint rolled back (with the change
+    /// numbers taken) and every item run again in a savepoint of its own. A savepoint per
+    /// item always would cost, on PostgreSQL, two round trips an item and a transaction
+    /// with more than 64 subtransactions that wrote (which slows every session's
+    /// snapshots); on SQLite, each item's savepoint copies every page the item touches into
+    /// the sub-journal again, which passes SQLite's 64 KiB in memory after a few items and
+    /// is then written to a temporary file: a quarter of the daemon's time under batches
+    /// of 50 (docs/benchmarks.md, "Batch updates").
+    public func progress(each items: [ProgressItem], now: EpochMilliseconds,
+                         in database: Database) throws -> [Result<Changed, any Error>] {
+        do {
+            return try database.inSavepoint {
+                try numbered { try progress(each: items, savepoints: false, now: now, in: database) }
+            }
+        } catch BatchItemFailure.afterWriting {
+            guard database.isInsideTransaction else { throw WriterError.transactionLost }
+            return try progress(each: items, savepoints: true, now: now, in: database)
+        }
+    }
+
+    /// Why a request's items run again, each in a savepoint: one of them threw after writing.
+    private enum BatchItemFailure: Error { case afterWriting }
+
+    /// Applies each item, in a savepoint of its own when `savepoints`; without them, an
+    /// item that throws after changing rows (or after a failed statement) throws
+    /// `BatchItemFailure.afterWriting`.
+    private func progress(each items: [ProgressItem], savepoints: Bool, now: EpochMilliseconds,
+                          in database: Database) throws -> [Result<Changed, any Error>] {
+        var results: [Result<Changed, any Error>] = []
+        results.reserveCapacity(items.count)
+        for item in items {
+            let changesBefore = database.totalChanges
+            do {
+                let changed = try savepoints
+                    ? database.inSavepoint { try progress(item.id, item.update, now: now, in: database) }
+                    : progress(item.id, item.update, now: now, in: database)
+                results.append(.success(changed))
+            } catch {
+                // SQLite ended the transaction itself (a full disk, say): the whole request is lost.
+                guard database.isInsideTransaction else { throw error }
+                if !savepoints && (database.totalChanges != changesBefore || database.transactionFailed) {
+                    throw BatchItemFailure.afterWriting
+                }
+                results.append(.failure(error))
+            }
+        }
+        return results
     }
 
     /// Applies a heartbeat.

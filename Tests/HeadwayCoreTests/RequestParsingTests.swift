@@ -113,3 +113,32 @@ private func fieldErrors(_ parse: () throws -> Void) -> [String: String] {
             == "must be one of: succeeded, failed, canceled")
     }
 }
+
+@Suite struct ProgressBatchParsingTests {
+    @Test func readsEachItemAloneInOrder() throws {
+        let batch = try ProgressBatch.parse(body("""
+            {"updates":[{"task_id":"a","completed":3,"total":10,"unit":"files","label":"Copying","seq":7},
+                        {"task_id":"b"},{"increment":1},5,{"task_id":"c","colour":"red","completed":-1},{"task_id":7}]}
+            """))
+        #expect(batch.items.map(\.taskID) == ["a", "b", nil, nil, "c", nil])
+        #expect(try batch.items[0].parsed.get() == ProgressItem(id: "a", update: ProgressUpdate(
+            completed: 3, total: 10, unit: "files", label: "Copying", runnerSeq: 7)))
+        #expect(try batch.items[1].parsed.get() == ProgressItem(id: "b", update: ProgressUpdate()))
+        #expect(fieldErrors { _ = try batch.items[2].parsed.get() } == ["task_id": "is required"])
+        #expect(fieldErrors { _ = try batch.items[3].parsed.get() } == ["(item)": "must be a JSON object, not number"])
+        #expect(fieldErrors { _ = try batch.items[4].parsed.get() }
+            == ["colour": "is not a known field", "completed": "must be between 0 and 9007199254740991"])
+        #expect(fieldErrors { _ = try batch.items[5].parsed.get() } == ["task_id": "must be a string, not number"])
+    }
+
+    @Test func refusesWhatIsNoBatch() {
+        #expect(fieldErrors { _ = try ProgressBatch.parse(body("[]")) } == ["(body)": "must be a JSON object, not array"])
+        #expect(fieldErrors { _ = try ProgressBatch.parse(body("{}")) } == ["updates": "is required"])
+        #expect(fieldErrors { _ = try ProgressBatch.parse(body(#"{"updates":{}}"#)) } == ["updates": "must be an array, not object"])
+        #expect(fieldErrors { _ = try ProgressBatch.parse(body(#"{"updates":[],"more":1}"#)) } == ["more": "is not a known field"])
+        #expect(throws: TaskError.tooManyItems(count: 3, maximum: 2)) {
+            _ = try ProgressBatch.parse(body(#"{"updates":[{},{},{}]}"#), maximumItems: 2)
+        }
+        #expect((try? ProgressBatch.parse(body(#"{"updates":[{},{}]}"#), maximumItems: 2))?.items.count == 2)
+    }
+}

@@ -59,6 +59,7 @@ import HeadwayCore
         keep("Task", try daemon.request("POST", "/v1/tasks", json: #"{"id":"c","name":"Child","parent_id":"p","total":10,"unit":"files","stall_timeout_seconds":2.5,"progress_timeout_seconds":60,"state":"pending","weight":0.5}"#))
         keep("Task", try daemon.request("POST", "/v1/tasks/c/progress", json: #"{"completed":3,"label":"Copying","seq":1}"#))
         keep("Task", try daemon.request("POST", "/v1/tasks/c/heartbeat"))
+        keep("ProgressBatchResults", try daemon.request("POST", "/v1/progress", json: #"{"updates":[{"id":"c","completed":4,"seq":2},{"id":"c","increment":1,"seq":2},{"id":"none","increment":1},7]}"#))
         keep("Task", try daemon.request("POST", "/v1/tasks/p/cancel"))
         keep("Task", try daemon.request("POST", "/v1/tasks/c/finish", json: #"{"outcome":"canceled","message":"asked to"}"#))
         keep("TaskList", try daemon.request("GET", "/v1/tasks?page_size=1"))

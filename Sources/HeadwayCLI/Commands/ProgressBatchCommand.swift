@@ -1,0 +1,116 @@
+import Foundation
+import HeadwayCore
+
+/// `headway progress-batch FILE`: reports the progress of many tasks at once, from JSON
+/// lines (one update a line), in batches of `POST /v1/progress`.
+public struct ProgressBatchCommand: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "progress-batch", abstract: "Report the progress of many tasks at once",
+        discussion: """
+        Reads one update a line: a JSON object with the task's "task_id" and the fields
+        of a progress report ("completed" or "increment", "total", "unit", "label",
+        "seq"); blank lines are skipped, and a line that is no JSON object stops
+        everything before anything is sent. Sends the updates in order, in requests of at
+        most --batch-size updates. Each update the server refuses is printed on stderr
+        after its line number; exits 1 if any was, else 3 if someone asked to cancel one
+        of the tasks. With --json, prints each line's result ({"task_id":…,"status":200,
+        "task":…} or {"task_id":…,"status":4xx,"problem":…}), one a line.
+        """)
+    static let file = Argument<String>("file", help: "The file of JSON lines (- for stdin)")
+    static let batchSize = Option<Int64>("batch-size", valueName: "n",
+                                         help: "Updates per request (default 1000, the server's --max-batch-items)")
+    public static let arguments = [file.definition, batchSize.definition]
+
+    /// A request's body stays under this many bytes (the server takes up to 1 MiB).
+    static let bytesPerRequest = 1_000_000
+
+    let values: ParsedValues
+    public init(_ values: ParsedValues) { self.values = values }
+
+    public func validate() throws {
+        if let size = values[Self.batchSize], !(1...10_000).contains(size) {
+            throw UsageError("--batch-size must be from 1 to 10000, not \(size)")
+        }
+    }
+
+    public func run(_ context: CommandContext) throws {
+        let updates = try Self.updates(in: try read(values[Self.file]))
+        var refused = 0
+        var canceled: [String] = []
+        for requestItems in Self.requests(updates, itemsPerRequest: Int(values[Self.batchSize] ?? 1_000)) {
+            let reply = try context.api.post("/v1/progress", ["updates": .array(requestItems.map(\.update))])
+            guard case .object(let body)? = reply.json, case .array(let results)? = body["results"],
+                  results.count == requestItems.count else {
+                throw CLIError.unexpectedReply("the server's reply is not a batch's results")
+            }
+            for (item, result) in zip(requestItems, results) {
+                if context.options.json { context.print(result.canonicalText) }
+                guard case .object(let fields) = result else { continue }
+                if case .object(let problem)? = fields["problem"] {
+                    refused += 1
+                    StandardStreams.error(DisplayWidth.sanitize("headway: line \(item.line): \(Self.describe(problem))") + "\n")
+                } else if case .object(let task)? = fields["task"], case .bool(true)? = task["cancel_requested"],
+                          case .string(let id)? = task["id"], !canceled.contains(id) {
+                    canceled.append(id)
+                }
+            }
+        }
+        if refused > 0 { throw CLIError.updatesRefused(refused: refused, sent: updates.count) }
+        if !canceled.isEmpty { throw CLIError.cancelRequested(taskID: canceled.joined(separator: ", ")) }
+    }
+
+    /// One update and the line it came from.
+    struct Line: Equatable {
+        let line: Int
+        let update: JSONValue
+    }
+
+    /// The updates of `text`, one JSON object a line (blank lines skipped); a line that is
+    /// no JSON object is a usage error naming it.
+    static func updates(in text: String) throws -> [Line] {
+        var lines: [Line] = []
+        for (index, line) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
+            guard !line.allSatisfy(\.isWhitespace) else { continue }
+            guard let update = JSONValue.parse(Array(line.utf8)), case .object = update else {
+                throw UsageError("line \(index + 1) is not a JSON object", commandPath: "headway progress-batch")
+            }
+            lines.append(Line(line: index + 1, update: update))
+        }
+        return lines
+    }
+
+    /// The updates cut into requests of at most `itemsPerRequest` updates and about
+    /// `bytesPerRequest` bytes, in order.
+    static func requests(_ updates: [Line], itemsPerRequest: Int) -> [[Line]] {
+        var requests: [[Line]] = []
+        var current: [Line] = []
+        var bytes = 0
+        for update in updates {
+            let size = update.update.canonicalText.utf8.count + 1
+            if !current.isEmpty && (current.count == itemsPerRequest || bytes + size > bytesPerRequest) {
+                requests.append(current)
+                (current, bytes) = ([], 0)
+            }
+            current.append(update)
+            bytes += size
+        }
+        if !current.isEmpty { requests.append(current) }
+        return requests
+    }
+
+    /// A problem as `title: detail (code)`.
+    static func describe(_ problem: [String: JSONValue]) -> String {
+        let text = { (name: String) -> String in
+            if case .string(let value)? = problem[name] { return value }
+            return ""
+        }
+        return "\(text("title")): \(text("detail")) (\(text("code")))"
+    }
+
+    /// The text of `path`, or of stdin for `-`.
+    private func read(_ path: String) throws -> String {
+        let data = path == "-" ? FileHandle.standardInput.readDataToEndOfFile() : FileManager.default.contents(atPath: path)
+        guard let data else { throw UsageError("cannot read '\(path)'", commandPath: "headway progress-batch") }
+        return String(decoding: data, as: UTF8.self)
+    }
+}
