@@ -20,16 +20,7 @@ REPEAT=${REPEAT:-3}
 BATCH=${BATCH:-50}
 TASKS=${BENCH_TASKS:-200}
 BINARY=${HEADWAYD:-.build/release/headwayd}
-[ -x "$BINARY" ] || { echo "build first: swift build -c release --product headwayd" >&2; exit 1; }
-command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
-pin_server="" pin_client=""
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_server="taskset -c 0"; pin_client="taskset -c 1"; fi
-
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+source bench/wrk-common.sh
 
 # One run: MODE single|batch, DURABILITY full|normal; prints the result line, and the
 # median's number (updates per second) last.
