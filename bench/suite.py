@@ -59,23 +59,28 @@ def throughput_rounds(keys, repeat, seconds, log):
     """Updates per second of each contender named in `keys`, `repeat` rounds of `seconds`,
     50 connections; the order turns each round, so no server always runs first on a quiet
     machine or right after another's connections closed. Returns ({key: [rate per round]},
-    [(label, p50 ms, p99 ms) per run])."""
+    [(label, p50 ms, p99 ms) per run], {key: [server CPU µs per update per round]}); the CPU
+    is the server process's over the whole measurement, setup included (a few ms)."""
     contenders = [(key, start) for key, start in CONTENDERS if key in keys]
     rates = {key: [] for key, _ in contenders}
+    cpu_per_update = {key: [] for key, _ in contenders}
     latency_rows = []
     for round_ in range(repeat):
         turn = round_ % len(contenders)
         for key, start in contenders[turn:] + contenders[:turn]:
             server, measure = start()
             try:
+                cpu_before = servers.cpu_seconds(server.pid)
                 rate, p50, p99, errors = measure(server, connections=50, seconds=seconds)
+                cpu_per_update[key].append(1e6 * (servers.cpu_seconds(server.pid) - cpu_before) / (rate * seconds))
             finally:
                 server.stop()
             assert errors == 0, f"{key}: {errors} errors"
             rates[key].append(rate)
             latency_rows.append((f"publish {key}", p50, p99))
-            log(f"round {round_ + 1} {key}: {rate:.0f}/s (p50 {p50} ms, p99 {p99} ms)")
-    return rates, latency_rows
+            log(f"round {round_ + 1} {key}: {rate:.0f}/s (p50 {p50} ms, p99 {p99} ms, "
+                f"{cpu_per_update[key][-1]:.1f} µs of CPU 0 per update)")
+    return rates, latency_rows, cpu_per_update
 
 
 def redis_rows(median):
@@ -99,36 +104,46 @@ def table_lines(rows, peer="peer"):
     return lines
 
 
-def redis_section(args, median, rates, latency_rows, redis_version):
-    """docs/benchmarks.md's section on Redis: how it ran, its rows, latencies, raw figures."""
+def redis_section(args, median, rates, latency_rows, cpu_per_update, redis_version):
+    """docs/benchmarks.md's section on Redis: how it ran, its rows, latencies, CPU, raw figures."""
     latencies = {}
     for label, p50, p99 in latency_rows:
         latencies.setdefault(label.removeprefix("publish "), []).append((p50, p99))
     latency = "; ".join(
         f"{key} {statistics.median(p for p, _ in runs):.2f} / {statistics.median(p for _, p in runs):.2f} ms"
         for key, runs in latencies.items() if key != "nchan")
+    cpu = "; ".join(f"{key} {statistics.median(values):.1f} µs" for key, values in cpu_per_update.items()
+                    if key != "nchan")
     return f"""{REDIS_SECTION}
 
 Written by `{'make bench-redis' if args.redis_only else 'make bench'}` (`bench/suite.py{' --redis-only' if args.redis_only else ''}{' --quick' if args.quick else ''}`) on
-{datetime.date.today().isoformat()}, {machine()}. What a team would run instead of headwayd for
-durable progress is a job queue's progress call: BullMQ's `job.updateProgress`, one Lua script
-on Redis that sets the job hash's `progress` field and appends a `progress` event to the
-queue's event stream (trimmed to BullMQ's default of about 10,000 entries). Redis {redis_version}
-(Debian's `redis-server`) ran pinned to CPU 0 on a loopback port with a fresh directory, an
-append-only file and Redis' defaults otherwise (RDB snapshots off): with `appendfsync
-always` a reply survives power loss (the file is synced before Redis answers), as a 2xx
-of `--durability full` does; with `appendfsync everysec` it survives a crash of Redis but
-a power loss may take the last second or two, as with `normal`. The script is BullMQ's own (`updateProgress-3.lua` from the `bullmq`
-package, loaded with `SCRIPT LOAD`), called with `EVALSHA` on 50 jobs that BullMQ's
-`Queue.add` created, by `bench/redis-progress.c` on CPU 1: 50 connections, one call in
-flight each, each updating its own job with a ~100-byte JSON progress like headwayd's body, for
-{args.seconds} s. After each run the event stream had grown (`XINFO STREAM` entries-added)
-by exactly the calls acknowledged, and each job's `progress` held its last value. The rounds
-alternate with headwayd's ({args.repeat} rounds, the order turning each round; medians).
+{datetime.date.today().isoformat()}, {machine()}. What a team would run instead of headwayd
+for durable progress is a job queue's progress call: BullMQ's `job.updateProgress`, one Lua
+script on Redis that sets the job hash's `progress` field and appends a `progress` event
+to the queue's event stream (trimmed to BullMQ's default of about 10,000 entries).
+
+Redis {redis_version} (Debian's `redis-server`) ran pinned to CPU 0 on a loopback port with a
+fresh directory, an append-only file and Redis' defaults otherwise (RDB snapshots off; its
+automatic rewrites of the append-only file on): with `appendfsync always` a reply survives
+power loss (the file is synced before Redis answers), as a 2xx of `--durability full`
+does; with `appendfsync everysec` it survives a crash of Redis, but a power loss may take
+the last second or two, as with `normal`. The script is BullMQ's own
+(`updateProgress-3.lua` from the `bullmq` package, loaded with `SCRIPT LOAD`), called with
+`EVALSHA` on 50 jobs that BullMQ's `Queue.add` created, by `bench/redis-progress.c` on
+CPU 1: 50 connections, one call in flight each, each updating its own job with a
+~100-byte JSON progress like headwayd's body, for {args.seconds} s. After each run the event
+stream had grown (`XINFO STREAM` entries-added) by exactly the calls acknowledged, and
+each job's `progress` held its last value. headwayd ran as in figures 1 and 2 (wrk, 50
+connections, 50 tasks). The rounds alternate ({args.repeat} rounds, the order turning each
+round; medians). The machine's load average (1 minute) was {args.load_before:.2f} before the
+rounds, {os.getloadavg()[0]:.2f} after them.
 
 {chr(10).join(table_lines(redis_rows(median)))}
 
 Latency p50 / p99 (medians of the rounds): {latency}.
+
+CPU time of the server process per update (its threads on CPU 0, Redis' forked rewrite
+children not counted; medians): {cpu}.
 
 Raw figures: updates/s per round {rates}.
 """
@@ -154,21 +169,21 @@ def machine():
 
 def redis_only(args, log):
     """`make bench-redis`: headwayd and Redis alternately; prints the rows, writes the section."""
-    rates, latency_rows = throughput_rounds(["full", "normal", "redis always", "redis everysec"], args.repeat,
-                                            args.seconds, log)
+    rates, latency_rows, cpu_per_update = throughput_rounds(["full", "normal", "redis always", "redis everysec"],
+                                                            args.repeat, args.seconds, log)
     median = {key: statistics.median(values) for key, values in rates.items()}
     print("\n".join(table_lines(redis_rows(median))))
-    write_redis_section(args, median, rates, latency_rows)
+    write_redis_section(args, median, rates, latency_rows, cpu_per_update)
 
 
-def write_redis_section(args, median, rates, latency_rows):
+def write_redis_section(args, median, rates, latency_rows, cpu_per_update):
     """Writes (or rewrites) the Redis section of docs/benchmarks.md, keeping every other."""
     version = re.search(r"v=(\S+)", subprocess.run([servers.REDIS_SERVER, "--version"], capture_output=True,
                                                    text=True, check=True).stdout).group(1)
     path = os.path.join(ROOT, "docs/benchmarks.md")
     document = open(path).read() if os.path.exists(path) else ""
     with open(path, "w") as doc:
-        doc.write(with_section(document, REDIS_SECTION, redis_section(args, median, rates, latency_rows, version)))
+        doc.write(with_section(document, REDIS_SECTION, redis_section(args, median, rates, latency_rows, cpu_per_update, version)))
     print(f"written: docs/benchmarks.md, \"{REDIS_SECTION.removeprefix('## ')}\"")
 
 
@@ -187,12 +202,14 @@ def main():
         args.repeat, args.seconds, args.subscribers, args.fanout_seconds, args.fanout_repeat = 1, 3, 1000, 5, 1
     servers.pin_this_process_to_cpu1()
     log = lambda text: print(text, file=sys.stderr, flush=True)
+    args.load_before = os.getloadavg()[0]  # what else the machine was doing
     if args.redis_only:
         redis_only(args, log)
         return
 
     # 1, 2, 1r, 2r: updates per second, alternating.
-    rates, latency_rows = throughput_rounds([key for key, _ in CONTENDERS], args.repeat, args.seconds, log)
+    rates, latency_rows, cpu_per_update = throughput_rounds([key for key, _ in CONTENDERS], args.repeat,
+                                                            args.seconds, log)
     median = {key: statistics.median(values) for key, values in rates.items()}
 
     # 3, 4, 5: fan-out to N subscribers, alternating, the order swapped each round.
@@ -310,7 +327,7 @@ every headwayd 2xx is a committed SQLite transaction.
 Raw figures: publishes/s per round {rates}; fan-out results {fan}.
 """ + kept)
     print(f"written: docs/benchmarks.md{' and ' + plot if plot else ''}")
-    write_redis_section(args, median, rates, latency_rows)
+    write_redis_section(args, median, rates, latency_rows, cpu_per_update)
 
     # One daemon on SQLite, one on PostgreSQL, two sharing a PostgreSQL database: its own
     # section of docs/benchmarks.md, written by the script.
