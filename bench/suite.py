@@ -136,7 +136,7 @@ stream had grown (`XINFO STREAM` entries-added) by exactly the calls acknowledge
 each job's `progress` held its last value. headwayd ran as in figures 1 and 2 (wrk, 50
 connections, 50 tasks). The rounds alternate ({args.repeat} rounds, the order turning each
 round; medians). The machine's load average (1 minute) was {args.load_before:.2f} before the
-rounds, {os.getloadavg()[0]:.2f} after them.
+rounds, {args.load_after:.2f} after them.
 
 {chr(10).join(table_lines(redis_rows(median)))}
 
@@ -171,6 +171,7 @@ def redis_only(args, log):
     """`make bench-redis`: headwayd and Redis alternately; prints the rows, writes the section."""
     rates, latency_rows, cpu_per_update = throughput_rounds(["full", "normal", "redis always", "redis everysec"],
                                                             args.repeat, args.seconds, log)
+    args.load_after = os.getloadavg()[0]
     median = {key: statistics.median(values) for key, values in rates.items()}
     print("\n".join(table_lines(redis_rows(median))))
     write_redis_section(args, median, rates, latency_rows, cpu_per_update)
@@ -210,6 +211,7 @@ def main():
     # 1, 2, 1r, 2r: updates per second, alternating.
     rates, latency_rows, cpu_per_update = throughput_rounds([key for key, _ in CONTENDERS], args.repeat,
                                                             args.seconds, log)
+    args.load_after = os.getloadavg()[0]
     median = {key: statistics.median(values) for key, values in rates.items()}
 
     # 3, 4, 5: fan-out to N subscribers, alternating, the order swapped each round.
