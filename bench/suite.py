@@ -136,7 +136,7 @@ stream had grown (`XINFO STREAM` entries-added) by exactly the calls acknowledge
 each job's `progress` held its last value. headwayd ran as in figures 1 and 2 (wrk, 50
 connections, 50 tasks). The rounds alternate ({args.repeat} rounds, the order turning each
 round; medians). The machine's load average (1 minute) was {args.load_before:.2f} before the
-rounds, {args.load_after:.2f} after them.
+rounds and {args.load_after:.2f} after them (the rounds themselves keep about 2 busy).
 
 {chr(10).join(table_lines(redis_rows(median)))}
 
