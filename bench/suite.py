@@ -308,7 +308,7 @@ def main():
     previous = open(path).read() if os.path.exists(path) else ""
     kept = previous[previous.find("\n## "):] if "\n## " in previous else ""
     with open(path, "w") as doc:
-        doc.write(f"""# Benchmarks: headwayd beside nginx + nchan
+        doc.write(f"""# Benchmarks: headwayd beside nginx + nchan and Redis
 
 Written by `make bench` (`bench/suite.py{' --quick' if args.quick else ''}`) on
 {datetime.date.today().isoformat()}, {machine()}. Each server ran alone, pinned to CPU 0, with
