@@ -14,7 +14,7 @@ SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 # daemon of a test gets a fresh database on the server scripts/with-postgres.sh starts).
 POSTGRES_SUITES := TaskAPITests|EventStreamTests|LivenessAPITests|ListingTests|CatchUpTests|TokenTests|MetricsTests|TreeLimitsAPITests|PrefixSubtreeTests|OrphanRepairTests|ErrorRepliesLiveTests|OpenAPITests|BatchProgressTests
 
-.PHONY: run test build release deps test-deps migrations dashboard bench bench-postgres bench-abuse crash-proof soak clean fuzz sanitize
+.PHONY: run test build release deps test-deps migrations dashboard bench bench-redis bench-postgres bench-abuse crash-proof soak clean fuzz sanitize
 
 ## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
 run: deps release
@@ -53,12 +53,20 @@ dashboard:
 migrations:
 	@python3 scripts/embed-migrations.py
 
-## headwayd beside nginx+nchan, then bench-postgres's figures: prints the tables and writes
-## docs/benchmarks.md (about 25 minutes).
+## headwayd beside nginx+nchan and Redis, then bench-postgres's figures: prints the tables
+## and writes docs/benchmarks.md (about 30 minutes).
 bench:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	$(PYTHON) bench/suite.py
+
+## Only headwayd's updates/s (full, normal) beside Redis running BullMQ's updateProgress
+## script (appendfsync always, everysec), alternately: prints the rows and writes their
+## section of docs/benchmarks.md (about 3 minutes).
+bench-redis:
+	@HEADWAY_BENCH=1 scripts/install-deps.sh
+	$(SWIFT) build -c release $(SWIFT_FLAGS)
+	$(PYTHON) bench/suite.py --redis-only
 
 ## One headwayd on SQLite, one on PostgreSQL, two sharing one PostgreSQL database (a private
 ## server): updates/s, fan-out latency (across daemons too), CPU per update of the daemon and

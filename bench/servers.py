@@ -1,8 +1,9 @@
 """The servers the benchmarks measure, and the measurements they share.
 
 Each server runs pinned to CPU 0 on a free loopback port with its own temporary state; the
-load generators run in this process or in wrk, pinned to CPU 1. Both servers are driven
-with the same ~100-byte JSON body and read by the same clients.
+load generators run in this process or in wrk, pinned to CPU 1. The HTTP servers are driven
+with the same ~100-byte JSON body and read by the same clients; Redis receives the same
+progress, as JSON, through BullMQ's updateProgress script (bench/redis-progress.c).
 """
 import http.client
 import os
@@ -22,6 +23,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADWAYD = os.environ.get("HEADWAYD", os.path.join(ROOT, ".build/release/headwayd"))
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 STAMP = re.compile(rb'"label":"t=(\d+)"')
 
 
@@ -363,3 +365,100 @@ def publish_while_subscribed(server, subscribers=10_000, connections=50, seconds
     line = next(l for l in output.splitlines() if l.startswith("RESULT"))
     fields = dict(part.split("=") for part in line.split()[1:])
     return float(fields["rps"]), connected, events_per_subscriber
+
+
+class Redis:
+    """redis-server with an append-only file in a fresh directory, `appendfsync` `always`
+    (every write on disk before its reply) or `everysec`; otherwise Redis' defaults, RDB
+    snapshots off. The queue `bench` holds the jobs BullMQ's progress calls update."""
+
+    queue = "bench"
+
+    def __init__(self, appendfsync="always"):
+        import redis  # the client the bullmq package installs
+        self.appendfsync = appendfsync
+        self.name = f"redis (appendfsync {appendfsync})"
+        self.work = tempfile.mkdtemp()
+        self.port = free_port()
+        with open(f"{self.work}/redis.conf", "w") as conf:
+            conf.write(f"bind 127.0.0.1\nport {self.port}\ndir {self.work}\nlogfile {self.work}/redis.log\n"
+                       f"save \"\"\nappendonly yes\nappendfsync {appendfsync}\n")
+        self.process = subprocess.Popen(["taskset", "-c", "0", REDIS_SERVER, f"{self.work}/redis.conf"],
+                                        stdout=subprocess.DEVNULL)
+        wait_for_port(self.port, self.process)
+        self.pid = self.process.pid
+        self.client = redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
+        self.client.ping()
+
+    def version(self):
+        return self.client.info("server")["redis_version"]
+
+    def prepare_jobs(self, names):
+        """Adds one job per name to the queue with BullMQ's own Queue.add (the job hash
+        bull:bench:<name> with the fields BullMQ writes, the queue's meta hash and event stream)."""
+        import asyncio
+        from bullmq import Queue
+
+        async def add():
+            queue = Queue(self.queue, {"connection": f"redis://127.0.0.1:{self.port}"})
+            for name in names:
+                await queue.add("progress", {"task": name}, {"jobId": name})
+            await queue.close()
+        asyncio.run(add())
+
+    def events_added(self):
+        """Entries ever added to the queue's event stream (trimming to BullMQ's
+        `opts.maxLenEvents` removes entries, not this count)."""
+        return self.client.xinfo_stream(f"bull:{self.queue}:events")["entries-added"]
+
+    def stop(self):
+        self.client.close()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def bullmq_update_progress_script():
+    """BullMQ's updateProgress script, verbatim as the bullmq package ships it (MIT
+    licence, Taskforce.sh Inc.; its includes already inlined) — the script Job.updateProgress runs."""
+    import bullmq
+    with open(os.path.join(os.path.dirname(bullmq.__file__), "commands", "updateProgress-3.lua")) as script:
+        return script.read()
+
+
+def redis_load_client():
+    """bench/redis-progress.c compiled (again when the source is newer) under .build/bench."""
+    source = os.path.join(ROOT, "bench/redis-progress.c")
+    binary = os.path.join(ROOT, ".build/bench/redis-progress")
+    if not os.path.exists(binary) or os.path.getmtime(binary) < os.path.getmtime(source):
+        os.makedirs(os.path.dirname(binary), exist_ok=True)
+        subprocess.run(["cc", "-O2", "-Wall", "-o", binary, source], check=True)
+    return binary
+
+
+def redis_progress(server, connections=50, seconds=10):
+    """BullMQ's progress calls per second on `server` (a Redis): `connections` connections
+    (redis-progress on CPU 1), each updating its own job, for `seconds`. Then checks what
+    Redis stored: the event stream grew by exactly the calls acknowledged, and each job's
+    `progress` holds its connection's last value. Returns (rate, p50 ms, p99 ms, errors)."""
+    import json
+    names = [f"bench-{i}" for i in range(connections)]
+    server.prepare_jobs(names)
+    sha = server.client.script_load(bullmq_update_progress_script())
+    events_before = server.events_added()
+    output = subprocess.run(
+        ["taskset", "-c", "1", redis_load_client(), str(server.port), sha, server.queue, "bench-", str(connections),
+         str(seconds)], capture_output=True, text=True, check=True).stdout
+    line = next(l for l in output.splitlines() if l.startswith("RESULT"))
+    fields = dict(part.split("=") for part in line.split()[1:])
+    acknowledged = {job: int(calls) for _, job, calls in (l.split() for l in output.splitlines() if l.startswith("JOB "))}
+    grown = server.events_added() - events_before
+    assert grown == int(fields["requests"]) - int(fields["errors"]) == sum(acknowledged.values()), \
+        f"{server.name}: the event stream grew by {grown}, {fields['requests']} replies, {fields['errors']} errors"
+    for job, calls in acknowledged.items():
+        stored = json.loads(server.client.hget(f"bull:{server.queue}:{job}", "progress"))["completed"]
+        assert stored == calls, f"{server.name}: {job} holds progress {stored}, {calls} calls were acknowledged"
+    return float(fields["rps"]), float(fields["p50_ms"]), float(fields["p99_ms"]), int(fields["errors"])

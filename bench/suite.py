@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""headwayd beside nginx+nchan, measured alternately in one run; writes docs/benchmarks.md.
+"""headwayd beside nginx+nchan and Redis, measured alternately in one run; writes docs/benchmarks.md.
 
-Each server is pinned to CPU 0, the load (wrk, the epoll subscriber client) to CPU 1.
-Throughput runs alternate nchan / headwayd (full) / headwayd (normal) for --repeat rounds
-and report medians; fan-out runs alternate nchan / headwayd; the order turns each round.
-Prints one table of figures and ratios against the targets it was built for, writes
-it to docs/benchmarks.md with a plot of latency percentiles (docs/benchmarks-latency.png),
-then runs bench/postgres-scaling.py (SQLite, PostgreSQL, two daemons on one PostgreSQL
+Each server is pinned to CPU 0, the load (wrk, the epoll subscriber client, the Redis
+client bench/redis-progress.c) to CPU 1. Throughput runs alternate nchan / headwayd (full)
+/ headwayd (normal) / Redis (appendfsync always) / Redis (appendfsync everysec) for
+--repeat rounds and report medians; Redis runs BullMQ's own updateProgress script (from
+the bullmq package) on jobs BullMQ's Queue.add created. Fan-out runs alternate nchan /
+headwayd; the order turns each round. Prints one table of figures and ratios against the
+targets it was built for, writes it to docs/benchmarks.md with a plot of latency
+percentiles (docs/benchmarks-latency.png) and the Redis comparison's own section, then
+runs bench/postgres-scaling.py (SQLite, PostgreSQL, two daemons on one PostgreSQL
 database), which prints its tables and writes its own section of docs/benchmarks.md.
 
-    bench/suite.py [--repeat 3] [--seconds 10] [--subscribers 10000] [--fanout-seconds 30] [--quick]
+--redis-only (`make bench-redis`) runs the throughput rounds of headwayd and Redis alone,
+prints their rows and writes only the Redis section.
+
+    bench/suite.py [--repeat 3] [--seconds 10] [--subscribers 10000] [--fanout-seconds 30] [--quick] [--redis-only]
 """
 import argparse
 import datetime
@@ -31,6 +37,157 @@ def run_script(arguments):
     return subprocess.run([sys.executable, *arguments], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
+def wrk_contender(make):
+    """A contender measured by wrk: `make` starts its server."""
+    return lambda: (make(), servers.wrk_publish)
+
+
+# The throughput contenders: each key with what starts its server and returns it with the
+# function that measures it.
+CONTENDERS = [
+    ("nchan", wrk_contender(servers.Nchan)),
+    ("full", wrk_contender(lambda: servers.Headway("full"))),
+    ("normal", wrk_contender(lambda: servers.Headway("normal"))),
+    ("redis always", lambda: (servers.Redis("always"), servers.redis_progress)),
+    ("redis everysec", lambda: (servers.Redis("everysec"), servers.redis_progress)),
+]
+
+REDIS_SECTION = "## Beside Redis: BullMQ's progress call"
+
+
+def throughput_rounds(keys, repeat, seconds, log):
+    """Updates per second of each contender named in `keys`, `repeat` rounds of `seconds`,
+    50 connections; the order turns each round, so no server always runs first on a quiet
+    machine or right after another's connections closed. Returns ({key: [rate per round]},
+    [(label, p50 ms, p99 ms) per run], {key: [server CPU µs per update per round]}); the CPU
+    is the server process's over the whole measurement, setup included (a few ms)."""
+    contenders = [(key, start) for key, start in CONTENDERS if key in keys]
+    rates = {key: [] for key, _ in contenders}
+    cpu_per_update = {key: [] for key, _ in contenders}
+    latency_rows = []
+    for round_ in range(repeat):
+        turn = round_ % len(contenders)
+        for key, start in contenders[turn:] + contenders[:turn]:
+            server, measure = start()
+            try:
+                cpu_before = servers.cpu_seconds(server.pid)
+                rate, p50, p99, errors = measure(server, connections=50, seconds=seconds)
+                cpu_per_update[key].append(1e6 * (servers.cpu_seconds(server.pid) - cpu_before) / (rate * seconds))
+            finally:
+                server.stop()
+            assert errors == 0, f"{key}: {errors} errors"
+            rates[key].append(rate)
+            latency_rows.append((f"publish {key}", p50, p99))
+            log(f"round {round_ + 1} {key}: {rate:.0f}/s (p50 {p50} ms, p99 {p99} ms, "
+                f"{cpu_per_update[key][-1]:.1f} µs of CPU 0 per update)")
+    return rates, latency_rows, cpu_per_update
+
+
+def redis_rows(median):
+    """The table rows of headwayd against Redis running BullMQ's updateProgress script."""
+    return [
+        ("1r", "progress updates/s, 50 connections, `--durability full` beside Redis `appendfsync always`",
+         f"{median['full']:,.0f}/s", f"Redis: {median['redis always']:,.0f}/s",
+         median["full"] / median["redis always"], "≥ 1.0 ×", median["full"] / median["redis always"] >= 1.0),
+        ("2r", "same, `--durability normal` beside Redis `appendfsync everysec`",
+         f"{median['normal']:,.0f}/s", f"Redis: {median['redis everysec']:,.0f}/s",
+         median["normal"] / median["redis everysec"], "≥ 0.7 ×", median["normal"] / median["redis everysec"] >= 0.7),
+    ]
+
+
+def table_lines(rows, peer="peer"):
+    """A Markdown table of (number, figure, headwayd, peer, ratio, target, met) rows."""
+    lines = [f"| # | figure | headwayd | {peer} | ratio | target | met |", "|---|---|---|---|---|---|---|"]
+    for number, figure, ours, theirs, ratio, target, met in rows:
+        lines.append(f"| {number} | {figure} | {ours} | {theirs} | {'' if ratio is None else f'{ratio:.2f}'} "
+                     f"| {target} | {'yes' if met else '**no**'} |")
+    return lines
+
+
+def redis_section(args, median, rates, latency_rows, cpu_per_update, redis_version):
+    """docs/benchmarks.md's section on Redis: how it ran, its rows, latencies, CPU, raw figures."""
+    latencies = {}
+    for label, p50, p99 in latency_rows:
+        latencies.setdefault(label.removeprefix("publish "), []).append((p50, p99))
+    latency = "; ".join(
+        f"{key} {statistics.median(p for p, _ in runs):.2f} / {statistics.median(p for _, p in runs):.2f} ms"
+        for key, runs in latencies.items() if key != "nchan")
+    cpu = "; ".join(f"{key} {statistics.median(values):.1f} µs" for key, values in cpu_per_update.items()
+                    if key != "nchan")
+    return f"""{REDIS_SECTION}
+
+Written by `{'make bench-redis' if args.redis_only else 'make bench'}` (`bench/suite.py{' --redis-only' if args.redis_only else ''}{' --quick' if args.quick else ''}`) on
+{datetime.date.today().isoformat()}, {machine()}. What a team would run instead of headwayd
+for durable progress is a job queue's progress call: BullMQ's `job.updateProgress`, one Lua
+script on Redis that sets the job hash's `progress` field and appends a `progress` event
+to the queue's event stream (trimmed to BullMQ's default of about 10,000 entries).
+
+Redis {redis_version} (Debian's `redis-server`) ran pinned to CPU 0 on a loopback port with a
+fresh directory, an append-only file and Redis' defaults otherwise (RDB snapshots off; its
+automatic rewrites of the append-only file on): with `appendfsync always` a reply survives
+power loss (the file is synced before Redis answers), as a 2xx of `--durability full`
+does; with `appendfsync everysec` it survives a crash of Redis, but a power loss may take
+the last second or two, as with `normal`. The script is BullMQ's own
+(`updateProgress-3.lua` from the `bullmq` package, loaded with `SCRIPT LOAD`), called with
+`EVALSHA` on 50 jobs that BullMQ's `Queue.add` created, by `bench/redis-progress.c` on
+CPU 1: 50 connections, one call in flight each, each updating its own job with a
+~100-byte JSON progress like headwayd's body, for {args.seconds} s. After each run the event
+stream had grown (`XINFO STREAM` entries-added) by exactly the calls acknowledged, and
+each job's `progress` held its last value. headwayd ran as in figures 1 and 2 (wrk, 50
+connections, 50 tasks). The rounds alternate ({args.repeat} rounds, the order turning each
+round; medians). The machine's load average (1 minute) was {args.load_before:.2f} before the
+rounds and {args.load_after:.2f} after them (the rounds themselves keep about 2 busy).
+
+{chr(10).join(table_lines(redis_rows(median)))}
+
+Latency p50 / p99 (medians of the rounds): {latency}.
+
+CPU time of the server process per update (its threads on CPU 0, Redis' forked rewrite
+children not counted; medians): {cpu}.
+
+Raw figures: updates/s per round {rates}.
+"""
+
+
+def with_section(document, title, section):
+    """`document` with its section `title` (up to the next `## `) replaced by `section`, or
+    `section` inserted before the first other section when it has none."""
+    start = document.find(f"\n{title}\n")
+    if start >= 0:
+        end = document.find("\n## ", start + 1)
+        return document[:start + 1] + section + (document[end:] if end >= 0 else "")
+    first = document.find("\n## ")
+    if first < 0:
+        return document.rstrip("\n") + "\n\n" + section
+    return document[:first + 1] + section + "\n" + document[first + 1:]
+
+
+def machine():
+    """This machine, as the documents name it."""
+    return f"{os.cpu_count()} cores, {platform.machine()}, Linux {platform.release()}"
+
+
+def redis_only(args, log):
+    """`make bench-redis`: headwayd and Redis alternately; prints the rows, writes the section."""
+    rates, latency_rows, cpu_per_update = throughput_rounds(["full", "normal", "redis always", "redis everysec"],
+                                                            args.repeat, args.seconds, log)
+    args.load_after = os.getloadavg()[0]
+    median = {key: statistics.median(values) for key, values in rates.items()}
+    print("\n".join(table_lines(redis_rows(median))))
+    write_redis_section(args, median, rates, latency_rows, cpu_per_update)
+
+
+def write_redis_section(args, median, rates, latency_rows, cpu_per_update):
+    """Writes (or rewrites) the Redis section of docs/benchmarks.md, keeping every other."""
+    version = re.search(r"v=(\S+)", subprocess.run([servers.REDIS_SERVER, "--version"], capture_output=True,
+                                                   text=True, check=True).stdout).group(1)
+    path = os.path.join(ROOT, "docs/benchmarks.md")
+    document = open(path).read() if os.path.exists(path) else ""
+    with open(path, "w") as doc:
+        doc.write(with_section(document, REDIS_SECTION, redis_section(args, median, rates, latency_rows, cpu_per_update, version)))
+    print(f"written: docs/benchmarks.md, \"{REDIS_SECTION.removeprefix('## ')}\"")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
@@ -39,29 +196,22 @@ def main():
     parser.add_argument("--fanout-seconds", type=float, default=30)
     parser.add_argument("--fanout-repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="short runs, to check the suite itself")
+    parser.add_argument("--redis-only", action="store_true",
+                        help="only headwayd's throughput rounds beside Redis; writes only their section")
     args = parser.parse_args()
     if args.quick:
         args.repeat, args.seconds, args.subscribers, args.fanout_seconds, args.fanout_repeat = 1, 3, 1000, 5, 1
     servers.pin_this_process_to_cpu1()
     log = lambda text: print(text, file=sys.stderr, flush=True)
+    args.load_before = os.getloadavg()[0]  # what else the machine was doing
+    if args.redis_only:
+        redis_only(args, log)
+        return
 
-    # 1, 2: publishes per second, alternating; the order turns each round, so no server
-    # always runs first on a quiet machine or right after another's connections closed.
-    rates = {"nchan": [], "full": [], "normal": []}
-    latency_rows = []
-    contenders = [("nchan", servers.Nchan), ("full", lambda: servers.Headway("full")),
-                  ("normal", lambda: servers.Headway("normal"))]
-    for round_ in range(args.repeat):
-        for key, make in contenders[round_ % 3:] + contenders[:round_ % 3]:
-            server = make()
-            try:
-                rate, p50, p99, errors = servers.wrk_publish(server, connections=50, seconds=args.seconds)
-            finally:
-                server.stop()
-            assert errors == 0, f"{key}: {errors} errors"
-            rates[key].append(rate)
-            latency_rows.append((f"publish {key}", p50, p99))
-            log(f"round {round_ + 1} {key}: {rate:.0f}/s (p50 {p50} ms, p99 {p99} ms)")
+    # 1, 2, 1r, 2r: updates per second, alternating.
+    rates, latency_rows, cpu_per_update = throughput_rounds([key for key, _ in CONTENDERS], args.repeat,
+                                                            args.seconds, log)
+    args.load_after = os.getloadavg()[0]
     median = {key: statistics.median(values) for key, values in rates.items()}
 
     # 3, 4, 5: fan-out to N subscribers, alternating, the order swapped each round.
@@ -107,6 +257,7 @@ def main():
          f"{median['nchan']:,.0f}/s", median["full"] / median["nchan"], "≥ 0.5 ×", median["full"] / median["nchan"] >= 0.5),
         ("2", "same with `--durability normal`", f"{median['normal']:,.0f}/s", f"{median['nchan']:,.0f}/s",
          median["normal"] / median["nchan"], "≥ 0.7 ×", median["normal"] / median["nchan"] >= 0.7),
+        *redis_rows(median),
         ("3", f"{args.subscribers:,} SSE subscribers, 5 changes/s, {args.fanout_seconds:.0f} s: delivered / expected",
          f"{100 * delivered:.2f}%", f"{100 * nchan_delivered:.2f}%", None, "100%", delivered >= 1.0),
         ("4a", "same: publish-to-receive latency p50", f"{fan_median('headway', 'p50_ms'):.1f} ms",
@@ -128,10 +279,7 @@ def main():
         ("8", f"stall flag lateness with {stall_tasks:,} running tasks, p99", f"{stall_p99:.0f} ms", "—", None, "≤ 1 s",
          stall_p99 <= 1000),
     ]
-    table = ["| # | figure | headwayd | nginx+nchan | ratio | target | met |", "|---|---|---|---|---|---|---|"]
-    for number, figure, ours, theirs, ratio, target, met in rows:
-        table.append(f"| {number} | {figure} | {ours} | {theirs} | {'' if ratio is None else f'{ratio:.2f}'} "
-                     f"| {target} | {'yes' if met else '**no**'} |")
+    table = table_lines(rows, peer="nginx+nchan (unless named)")
     print("\n".join(table))
 
     # The plot: publish-to-receive latency percentiles of both servers.
@@ -155,17 +303,17 @@ def main():
     except ImportError:
         plot = None
 
-    machine = f"{os.cpu_count()} cores, {platform.machine()}, Linux {platform.release()}"
     # Sections written by other benchmarks (`## …`, e.g. bench/tls-fanout.py's) are kept.
     path = os.path.join(ROOT, "docs/benchmarks.md")
     previous = open(path).read() if os.path.exists(path) else ""
     kept = previous[previous.find("\n## "):] if "\n## " in previous else ""
     with open(path, "w") as doc:
-        doc.write(f"""# Benchmarks: headwayd beside nginx + nchan
+        doc.write(f"""# Benchmarks: headwayd beside nginx + nchan and Redis
 
 Written by `make bench` (`bench/suite.py{' --quick' if args.quick else ''}`) on
-{datetime.date.today().isoformat()}, {machine}. Each server ran alone, pinned to CPU 0, with
-the load on CPU 1; throughput rounds alternate nchan / headwayd full / headwayd normal
+{datetime.date.today().isoformat()}, {machine()}. Each server ran alone, pinned to CPU 0, with
+the load on CPU 1; throughput rounds alternate nchan / headwayd full / headwayd normal /
+Redis (appendfsync always, then everysec: figures 1r and 2r, see "{REDIS_SECTION.removeprefix('## ')}")
 ({args.repeat} rounds, medians of {args.seconds} s wrk runs, 50 keep-alive connections, the
 same ~100-byte JSON body); fan-out rounds alternate nchan / headwayd ({args.fanout_repeat}
 rounds, {args.subscribers:,} EventSource subscribers of one channel/task read by one epoll
@@ -181,6 +329,7 @@ every headwayd 2xx is a committed SQLite transaction.
 Raw figures: publishes/s per round {rates}; fan-out results {fan}.
 """ + kept)
     print(f"written: docs/benchmarks.md{' and ' + plot if plot else ''}")
+    write_redis_section(args, median, rates, latency_rows, cpu_per_update)
 
     # One daemon on SQLite, one on PostgreSQL, two sharing a PostgreSQL database: its own
     # section of docs/benchmarks.md, written by the script.

@@ -16,7 +16,9 @@ apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcur
 # findmnt from util-linux; mkfs.ext4, e2fsck from e2fsprogs), and start a private PostgreSQL
 # server (postgresql: initdb, pg_ctl, psql; run as its postgres user through runuser).
 [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd util-linux e2fsprogs postgresql)
-[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl sqlite3 postgresql)
+# The benchmarks also run Redis beside the daemon (redis-server) with a load client in C
+# (bench/redis-progress.c, compiled by gcc).
+[ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl sqlite3 postgresql redis-server gcc libc6-dev)
 
 missing=()
 for package in "${apt_packages[@]}"; do
@@ -34,7 +36,8 @@ cd "$(dirname "$0")/.."
 venv=.build/venv
 python_tools=()
 [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium schemathesis)
-[ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib)
+# bullmq: BullMQ's own scripts and Queue.add, for the Redis comparison.
+[ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib bullmq)
 if [ ${#python_tools[@]} -gt 0 ]; then
   # A venv without a working pip (an interrupted creation) is made again.
   if ! "$venv/bin/python3" -m pip --version >/dev/null 2>&1; then
