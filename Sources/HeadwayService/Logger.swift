@@ -78,7 +78,7 @@ public struct Logger: Sendable {
                                                              threshold: LogLevel) {
         guard level >= threshold else { return }
         var line: [UInt8] = []
-        line.reserveCapacity(192)
+        line.reserveCapacity(256)
         func put(_ text: String) {
             var text = text
             text.withUTF8 { line.append(contentsOf: $0) }
@@ -93,10 +93,28 @@ public struct Logger: Sendable {
             line.append(UInt8(ascii: " "))
             put(key)
             line.append(UInt8(ascii: "="))
-            put(Self.quoted(Redaction.redact(value)))
+            if !Self.appendPlain(value, to: &line) { put(Self.quoted(Redaction.redact(value))) }
         }
         line.append(UInt8(ascii: "\n"))
         output.append(line, immediately: level >= .warn)
+    }
+
+    /// Appends `value` as it is and returns true when neither quoting nor redaction would
+    /// change it (the common case of an access log line's values): printable ASCII without
+    /// a quote or `=`, so no `access_token=`, and without the bytes a secret begins with.
+    private static func appendPlain(_ value: String, to line: inout [UInt8]) -> Bool {
+        var value = value
+        return value.withUTF8 { utf8 in
+            guard !utf8.isEmpty else { return false }
+            var previous: (UInt8, UInt8) = (0, 0)
+            for byte in utf8 {
+                if byte <= 0x20 || byte >= 0x7f || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "=") { return false }
+                if byte == Redaction.secretStart.2 && previous == (Redaction.secretStart.0, Redaction.secretStart.1) { return false }
+                previous = (previous.1, byte)
+            }
+            line.append(contentsOf: utf8)
+            return true
+        }
     }
 
     /// `value` as it is when plain, else quoted with every control character escaped: a
@@ -249,6 +267,8 @@ final class LogFlusher: Service {
 enum Redaction {
     private static let parameter = Array("access_token=".utf8)
     private static let secretPrefix = Array(TokenSecret.prefix.utf8)
+    /// The three bytes a token secret begins with (`hw_`).
+    static let secretStart = (secretPrefix[0], secretPrefix[1], secretPrefix[2])
     static let marker = Array("[REDACTED]".utf8)
 
     /// `value` with every secret it may hold replaced.

@@ -21,8 +21,9 @@ public protocol BatchSized {
 }
 
 /// The one writer of the database: a service whose thread drains a queue of jobs into
-/// `BEGIN IMMEDIATE … COMMIT` batches (group commit). Each job runs inside its own
-/// savepoint, so a job that throws changes nothing while the rest of its batch commits.
+/// `BEGIN IMMEDIATE … COMMIT` batches (group commit). A job that throws changes nothing
+/// while the rest of its batch commits (`runBatch`: one that throws after writing has its
+/// batch run again, a savepoint per job).
 /// A batch ends after `maximumBatch` jobs or once its results hold `maximumBatchBytes`
 /// (the jobs not run yet wait for the next batch). A job's completion is called only after
 /// its batch has committed; if the commit fails, or SQLite ends the transaction in the
@@ -301,15 +302,15 @@ public final class GroupCommitWriter: Service {
     /// Runs the jobs of `batch` in one transaction, in order, until their results hold
     /// `maximumBatchBytes`, and commits; returns the jobs not run (at least one job runs).
     ///
-    /// On SQLite each job runs in a savepoint (in process, it costs nothing). On PostgreSQL
-    /// a savepoint costs two round trips per job, and a transaction with more than 64
-    /// subtransactions that wrote slows every session's snapshots; jobs there run without
-    /// one: a job that throws having changed nothing (a refusal by the rules, the common
-    /// case) leaves the transaction as it was, and only when one throws after changing rows,
-    /// or after a statement failed (which aborts a PostgreSQL transaction), is the batch
-    /// rolled back and run again with a savepoint per job (`savepoints`).
-    private func runBatch(_ batch: [Job], savepoints: Bool? = nil) -> ArraySlice<Job> {
-        let savepoints = savepoints ?? !database.isPostgres
+    /// Jobs run without a savepoint each: on PostgreSQL a savepoint costs two round trips
+    /// per job, and a transaction with more than 64 subtransactions that wrote slows every
+    /// session's snapshots; on SQLite it costs two statements per job and a sub-journal of
+    /// the pages the job changes. A job that throws having changed nothing (a refusal by
+    /// the rules, the common case) leaves the transaction as it was, and only when one
+    /// throws after changing rows, or after a statement failed (which aborts a PostgreSQL
+    /// transaction), is the batch rolled back and run again with a savepoint per job
+    /// (`savepoints`).
+    private func runBatch(_ batch: [Job], savepoints: Bool = false) -> ArraySlice<Job> {
         if let coordinator, batch.allSatisfy(\.isCatchUp) {
             let delivered = (try? coordinator.catchUp(in: database)) != nil
             batch.forEach { job in delivered ? job.run(database, false).afterCommit() : job.abort(WriterError.transactionLost) }

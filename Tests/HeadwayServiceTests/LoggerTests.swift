@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayCore
 import HeadwayTestSupport
 import Testing
 @testable import HeadwayService
@@ -23,6 +24,18 @@ import Testing
         let afterTimestamp = line.drop { $0 != " " }
         #expect(afterTimestamp == #" level=info event=x.y a=plain b="two words" c="q\"uo\\te\nnext" d="" e="k=v""# + "\n")
         #expect(line.dropFirst(3).prefix(24).count == 24 && line.dropFirst(3).prefix(24).hasSuffix("Z"))
+    }
+
+    /// A secret never reaches a line, in a value that needs no quoting (a path whose
+    /// segment is a token's secret) as in one that does (an `access_token=` parameter).
+    @Test func secretsInPlainValuesAreRedactedToo() throws {
+        let lines = Lines()
+        let logger = Logger(minimumLevel: .info, sink: { lines.append($0) })
+        let secret = TokenSecret.make(randomBytes: Array(repeating: 7, count: 32))
+        logger.log(.info, "x", ["path": "/v1/tasks/\(secret)", "query": "access_token=\(secret)", "plain": "/v1/hw/a_b"])
+        let line = try #require(lines.all.first)
+        #expect(!line.contains(secret))
+        #expect(line.hasSuffix(#" path=/v1/tasks/hw_[REDACTED] query="access_token=[REDACTED]" plain=/v1/hw/a_b"# + "\n"))
     }
 
     /// A value from a client cannot forge a line or reach the terminal raw: CR, LF, tab,
