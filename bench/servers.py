@@ -6,6 +6,7 @@ with the same ~100-byte JSON body and read by the same clients; Redis receives t
 progress, as JSON, through BullMQ's updateProgress script (bench/redis-progress.c).
 """
 import http.client
+import json
 import os
 import re
 import resource
@@ -192,6 +193,29 @@ def wrk_publish(server, connections=50, seconds=10, channels=50):
     line = next(l for l in output.splitlines() if l.startswith("RESULT"))
     fields = dict(part.split("=") for part in line.split()[1:])
     return float(fields["rps"]), float(fields["p50_ms"]), float(fields["p99_ms"]), int(fields["errors"])
+
+
+def wrk_publish_batches(server, connections=50, seconds=10, tasks=200, batch=200):
+    """Progress items per second sent in batches (`POST /v1/progress`, bench/progress-batch.lua:
+    `batch` items a request over `tasks` tasks) over keep-alive with wrk; checks afterwards
+    that every item acknowledged is stored (the tasks' increments add up to at least the
+    items of the 2xx replies). Returns (items/s, p50 ms, p99 ms, errors) of the requests."""
+    names = [f"bench-{i}" for i in range(tasks)]
+    server.prepare_channels(names)
+    env = dict(os.environ, BENCH_TASKS=str(tasks), BENCH_BATCH=str(batch))
+    output = subprocess.run(
+        ["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s",
+         os.path.join(ROOT, "bench/progress-batch.lua"), f"http://127.0.0.1:{server.port}"],
+        env=env, capture_output=True, text=True, check=True).stdout
+    line = next(l for l in output.splitlines() if l.startswith("RESULT"))
+    fields = dict(part.split("=") for part in line.split()[1:])
+    api = connection(server)
+    api.request("GET", f"/v1/tasks?page_size={tasks}")
+    stored = sum(task["completed"] for task in json.loads(api.getresponse().read())["tasks"])
+    api.close()
+    acknowledged = int(fields["requests"]) * batch
+    assert stored >= acknowledged, f"{acknowledged - stored} acknowledged items are not stored"
+    return float(fields["items_per_s"]), float(fields["p50_ms"]), float(fields["p99_ms"]), int(fields["errors"])
 
 
 def connection(server):
