@@ -3,9 +3,12 @@ operation of openapi.yaml (examples, coverage, fuzzing and stateful phases) with
 seed and a few examples per operation, and finds nothing. schemathesis.toml holds the
 rules a JSON Schema cannot (openapi.yaml says each in words) and bounds the endless
 event stream."""
+import collections
 import pathlib
 import subprocess
 import sys
+
+import yaml
 
 from conftest import HEADWAYD, ROOT, run_headwayd
 
@@ -33,3 +36,18 @@ def test_schemathesis_finds_nothing_with_every_check(tmp_path):
              "--header", f"Authorization: Bearer {token}", "--request-timeout", "10"],
             cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-4000:]
+
+
+def test_no_mapping_of_the_contract_repeats_a_key():
+    """YAML keeps only the last of two equal keys, silently: a second `'403'` of an
+    operation would hide the first from every reader of the contract."""
+    repeated = []
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            keys = collections.Counter(self.construct_object(key, deep=deep) for key, _ in node.value)
+            repeated.extend((key, node.start_mark.line + 1) for key, count in keys.items() if count > 1)
+            return super().construct_mapping(node, deep)
+
+    yaml.load((ROOT / "openapi.yaml").read_text(), Loader=Loader)
+    assert repeated == [], f"keys repeated in a mapping (key, line): {repeated}"
