@@ -165,10 +165,12 @@ public struct TaskStore: Sendable {
                 return Registered(task: try TaskRules.reregister(registration, existing: existing), created: false, events: [])
             }
             var depth = 1
+            var parentCancelRequested = false
             if let parentID = registration.parentID, parentID != id {
                 guard let parent = try load(parentID, in: database) else { throw TaskError.parentNotFound(parentID) }
                 try TaskRules.checkNewChild(of: parent, limits: limits)
                 depth = parent.depth + 1
+                parentCancelRequested = parent.cancelRequested
             }
             if try TaskRepository.storedCount(in: database) >= limits.maximumTasks {
                 throw TaskError.storageFull(maximumTasks: limits.maximumTasks)
@@ -176,6 +178,9 @@ public struct TaskStore: Sendable {
             var task = try TaskRules.register(registration, id: id, now: now,
                                               defaultStallTimeoutSeconds: defaultStallTimeoutSeconds)
             task.depth = depth
+            // A cancel cascades to children: one registered under a parent whose cancellation
+            // was requested is part of work already being stopped, so it is told at once.
+            task.cancelRequested = parentCancelRequested
             task.stallDeadline = StallRule.nextDeadline(task, graceStart: graceStart)
             try History.record(&task, at: now, in: database)
             stamp(&task, .created)

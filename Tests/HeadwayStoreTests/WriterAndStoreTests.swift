@@ -347,6 +347,26 @@ final class Box<Value>: @unchecked Sendable {
         #expect(throws: TaskError.notFound("root")) { _ = try fixture.write { try store.delete("root", now: 4, in: $0) } }
     }
 
+    /// A cancel cascades to children, also to one registered after it: the runner learns it
+    /// from the registration's reply, as from every reply after a cancel.
+    @Test func aChildRegisteredUnderACancelledParentIsBornCancelRequested() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "p", name: "Parent"), now: 1, in: $0) }
+        _ = try fixture.write { try store.register(Registration(id: "before", name: "Before", parentID: "p"), now: 1, in: $0) }
+        _ = try fixture.write { try store.cancel("p", now: 2, in: $0) }
+        let late = try fixture.write { try store.register(Registration(id: "late", name: "Late", parentID: "p"), now: 3, in: $0) }
+        #expect(late.created && late.task.cancelRequested)
+        #expect(late.events.first?.kind == .created && late.events.first?.data.contains(#""cancel_requested":true"#) == true)
+        let grandchild = try fixture.write {
+            try store.register(Registration(id: "grandchild", name: "Grandchild", parentID: "late"), now: 4, in: $0)
+        }
+        #expect(grandchild.task.cancelRequested)
+        let other = try fixture.write { try store.register(Registration(id: "other", name: "Other"), now: 4, in: $0) }
+        #expect(!other.task.cancelRequested)
+        #expect(try fixture.read { try TaskRepository.find("late", in: $0)?.cancelRequested } == true)
+    }
+
     @Test func pagesWalkNewestFirstWithoutGapsOrRepeats() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
