@@ -41,16 +41,17 @@ public struct ProgressBatchCommand: ParsableCommand {
         var canceled: [String] = []
         var answeredThrough: Int?
         for requestItems in Self.requests(updates, itemsPerRequest: Int(values[Self.batchSize] ?? 1_000)) {
-            let reply: TaskAPI.Reply
+            let results: [JSONValue]
             do {
-                reply = try context.api.post("/v1/progress", ["updates": .array(requestItems.map(\.update))])
+                let reply = try context.api.post("/v1/progress", ["updates": .array(requestItems.map(\.update))])
+                guard case .object(let body)? = reply.json, case .array(let answered)? = body["results"],
+                      answered.count == requestItems.count else {
+                    throw CLIError.unexpectedReply("the server's reply is not a batch's results")
+                }
+                results = answered
             } catch {
                 StandardStreams.error(Self.unsentNote(error, request: requestItems, answeredThrough: answeredThrough))
                 throw error
-            }
-            guard case .object(let body)? = reply.json, case .array(let results)? = body["results"],
-                  results.count == requestItems.count else {
-                throw CLIError.unexpectedReply("the server's reply is not a batch's results")
             }
             for (item, result) in zip(requestItems, results) {
                 if context.options.json { context.print(result.canonicalText) }
@@ -71,19 +72,21 @@ public struct ProgressBatchCommand: ParsableCommand {
 
     /// What became of the lines when a request failed with `error`: those of the requests
     /// answered before it were applied or refused as printed; the failed request's were
-    /// not applied if the server refused it whole, and may or may not have been if no
-    /// answer came; none after it was sent. (Said so that the file is not sent again
-    /// whole, applying its increments twice.)
+    /// not applied if the server refused it whole (a problem document), and may or may
+    /// not have been otherwise (no answer, or one a proxy gave); none after it was sent.
+    /// (Said so that the file is not sent again whole, applying its increments twice.)
     static func unsentNote(_ error: any Error, request: [Line], answeredThrough: Int?) -> String {
         let first = request.first?.line ?? 0
         let last = request.last?.line ?? 0
         var note = "headway: "
         if let answeredThrough { note += "lines up to \(answeredThrough) were answered; " }
-        if case CLIError.unreachable? = error as? CLIError {
-            note += "lines \(first) to \(last) got no answer (they may or may not have been applied)"
-            note += "; nothing after line \(last) was sent\n"
-        } else {
+        switch error as? CLIError {
+        case .refused?: note += "nothing from line \(first) on was applied\n"
+        case .unavailable(_, _, _, let code)? where code != TaskAPI.noProblemCode:
             note += "nothing from line \(first) on was applied\n"
+        default:
+            note += "lines \(first) to \(last) may or may not have been applied (no answer said which)"
+            note += "; nothing after line \(last) was sent\n"
         }
         return note
     }
