@@ -55,6 +55,10 @@ public struct TaskAPI: Sendable {
         return Reply(text: text, json: json)
     }
 
+    /// The code of an `.unavailable` reply that had no problem document (a proxy's 502
+    /// or 504, say: the server behind it may have done what was asked).
+    static let noProblemCode = "unavailable"
+
     /// The error a non-2xx reply stands for: its problem document when it has one.
     static func refusal(status: Int, contentType: String?, json: JSONValue?) -> CLIError {
         if contentType == "application/problem+json", case .object(let problem)? = json,
@@ -65,7 +69,8 @@ public struct TaskAPI: Sendable {
             return .refused(title: title, detail: detail, code: code)
         }
         if status == 429 || status >= 500 {
-            return .unavailable(status: status, title: "HTTP \(status)", detail: "the server cannot answer now", code: "unavailable")
+            return .unavailable(status: status, title: "HTTP \(status)", detail: "the server cannot answer now",
+                                code: noProblemCode)
         }
         return .unexpectedReply("the server answered HTTP \(status) without a problem document")
     }

@@ -247,11 +247,16 @@ struct TaskAPI: Sendable {
         var places: [Result<Int, any Error>] = []
         var applied: [ProgressItem] = []
         for item in batch.items {
+            // As on the single route, a task outside the token's prefix does not exist for
+            // it, whatever the rest of the item says.
+            if let id = item.taskID, TaskID.isValid(id), !grant.covers(id) {
+                places.append(.failure(TaskError.notFound(id)))
+                continue
+            }
             switch item.parsed {
-            case .success(let item) where grant.covers(item.id):
+            case .success(let item):
                 places.append(.success(applied.count))
                 applied.append(item)
-            case .success(let item): places.append(.failure(TaskError.notFound(item.id)))
             case .failure(let error): places.append(.failure(error))
             }
         }

@@ -9,12 +9,14 @@ public struct ProgressBatchCommand: ParsableCommand {
         discussion: """
         Reads one update a line: a JSON object with the task's "task_id" and the fields
         of a progress report ("completed" or "increment", "total", "unit", "label",
-        "seq"); blank lines are skipped, and a line that is no JSON object stops
-        everything before anything is sent. Sends the updates in order, in requests of at
-        most --batch-size updates. Each update the server refuses is printed on stderr
-        after its line number; exits 1 if any was, else 3 if someone asked to cancel one
-        of the tasks. With --json, prints each line's result ({"task_id":…,"status":200,
-        "task":…} or {"task_id":…,"status":4xx,"problem":…}), one a line.
+        "seq"); blank lines are skipped, and a line that is no JSON object (or too big
+        for a request) stops everything before anything is sent. Sends the updates in
+        order, in requests of at most --batch-size updates. Each update the server
+        refuses is printed on stderr after its line number; exits 1 if any was, else 3
+        if someone asked to cancel one of the tasks. If a request fails, says which
+        lines were answered and which were not applied. With --json, prints each line's
+        result ({"task_id":…,"status":200,"task":…} or
+        {"task_id":…,"status":4xx,"problem":…}), one a line.
         """)
     static let file = Argument<String>("file", help: "The file of JSON lines (- for stdin)")
     static let batchSize = Option<Int64>("batch-size", valueName: "n",
@@ -34,14 +36,22 @@ public struct ProgressBatchCommand: ParsableCommand {
     }
 
     public func run(_ context: CommandContext) throws {
-        let updates = try Self.updates(in: try read(values[Self.file]))
+        let updates = try Self.updates(in: Array(try read(values[Self.file])))
         var refused = 0
         var canceled: [String] = []
+        var answeredThrough: Int?
         for requestItems in Self.requests(updates, itemsPerRequest: Int(values[Self.batchSize] ?? 1_000)) {
-            let reply = try context.api.post("/v1/progress", ["updates": .array(requestItems.map(\.update))])
-            guard case .object(let body)? = reply.json, case .array(let results)? = body["results"],
-                  results.count == requestItems.count else {
-                throw CLIError.unexpectedReply("the server's reply is not a batch's results")
+            let results: [JSONValue]
+            do {
+                let reply = try context.api.post("/v1/progress", ["updates": .array(requestItems.map(\.update))])
+                guard case .object(let body)? = reply.json, case .array(let answered)? = body["results"],
+                      answered.count == requestItems.count else {
+                    throw CLIError.unexpectedReply("the server's reply is not a batch's results")
+                }
+                results = answered
+            } catch {
+                StandardStreams.error(Self.unsentNote(error, request: requestItems, answeredThrough: answeredThrough))
+                throw error
             }
             for (item, result) in zip(requestItems, results) {
                 if context.options.json { context.print(result.canonicalText) }
@@ -54,9 +64,31 @@ public struct ProgressBatchCommand: ParsableCommand {
                     canceled.append(id)
                 }
             }
+            answeredThrough = requestItems.last?.line
         }
         if refused > 0 { throw CLIError.updatesRefused(refused: refused, sent: updates.count) }
         if !canceled.isEmpty { throw CLIError.cancelRequested(taskID: canceled.joined(separator: ", ")) }
+    }
+
+    /// What became of the lines when a request failed with `error`: those of the requests
+    /// answered before it were applied or refused as printed; the failed request's were
+    /// not applied if the server refused it whole (a problem document), and may or may
+    /// not have been otherwise (no answer, or one a proxy gave); none after it was sent.
+    /// (Said so that the file is not sent again whole, applying its increments twice.)
+    static func unsentNote(_ error: any Error, request: [Line], answeredThrough: Int?) -> String {
+        let first = request.first?.line ?? 0
+        let last = request.last?.line ?? 0
+        var note = "headway: "
+        if let answeredThrough { note += "lines up to \(answeredThrough) were answered; " }
+        switch error as? CLIError {
+        case .refused?: note += "nothing from line \(first) on was applied\n"
+        case .unavailable(_, _, _, let code)? where code != TaskAPI.noProblemCode:
+            note += "nothing from line \(first) on was applied\n"
+        default:
+            note += "lines \(first) to \(last) may or may not have been applied (no answer said which)"
+            note += "; nothing after line \(last) was sent\n"
+        }
+        return note
     }
 
     /// One update and the line it came from.
@@ -65,14 +97,23 @@ public struct ProgressBatchCommand: ParsableCommand {
         let update: JSONValue
     }
 
-    /// The updates of `text`, one JSON object a line (blank lines skipped); a line that is
-    /// no JSON object is a usage error naming it.
-    static func updates(in text: String) throws -> [Line] {
+    /// The updates of `bytes`, one JSON object a line (lines end at LF, a CR before it is
+    /// dropped; blank lines are skipped). A line that is no JSON object (or not UTF-8) is a
+    /// usage error naming it, and so is one too big for a request of its own. Only LF ends
+    /// a line: a JSON string may hold U+2028, U+2029 or U+0085 unescaped.
+    static func updates(in bytes: [UInt8]) throws -> [Line] {
         var lines: [Line] = []
-        for (index, line) in text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).enumerated() {
-            guard !line.allSatisfy(\.isWhitespace) else { continue }
-            guard let update = JSONValue.parse(Array(line.utf8)), case .object = update else {
+        let isBlank = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") || byte == UInt8(ascii: "\r") }
+        for (index, line) in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
+            guard !line.allSatisfy(isBlank) else { continue }
+            let text = line.last == UInt8(ascii: "\r") ? line.dropLast() : line
+            guard let update = JSONValue.parse(text), case .object = update else {
                 throw UsageError("line \(index + 1) is not a JSON object", commandPath: "headway progress-batch")
+            }
+            let size = update.canonicalText.utf8.count
+            guard size < bytesPerRequest else {
+                throw UsageError("line \(index + 1) is too big for a request (\(size) bytes; at most \(bytesPerRequest))",
+                                 commandPath: "headway progress-batch")
             }
             lines.append(Line(line: index + 1, update: update))
         }
@@ -107,10 +148,10 @@ public struct ProgressBatchCommand: ParsableCommand {
         return "\(text("title")): \(text("detail")) (\(text("code")))"
     }
 
-    /// The text of `path`, or of stdin for `-`.
-    private func read(_ path: String) throws -> String {
+    /// The bytes of `path`, or of stdin for `-`.
+    private func read(_ path: String) throws -> Data {
         let data = path == "-" ? FileHandle.standardInput.readDataToEndOfFile() : FileManager.default.contents(atPath: path)
         guard let data else { throw UsageError("cannot read '\(path)'", commandPath: "headway progress-batch") }
-        return String(decoding: data, as: UTF8.self)
+        return data
     }
 }
