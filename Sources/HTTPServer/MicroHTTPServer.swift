@@ -76,6 +76,10 @@ public final class MicroHTTPServer: Service {
         /// Paths (exactly as routed) whose request bodies may be larger than
         /// `maximumBodyBytes`, with the most bytes each may take: a batch route's.
         public var bodyLimitsByPath: [String: Int] = [:]
+        /// Whether a request (its head) may send the larger body of its path: one that will
+        /// be refused anyway (no token that allows the route) is held to `maximumBodyBytes`,
+        /// so it cannot make the server hold the larger body for each of its connections.
+        public var mayTakeLargerBody: @Sendable (HTTPRequest) -> Bool = { _ in true }
         /// Requests with more query parameters are refused with 431. Each parameter the
         /// library keeps takes about 50 bytes of the connection's memory.
         public var maximumQueryParameters = 100
@@ -393,8 +397,9 @@ public final class MicroHTTPServer: Service {
             return traffic.draining
         }
         let request = HTTPRequest(method: method, path: url, query: query, headers: headers)
+        let largerLimit = configuration.bodyLimitsByPath[url].flatMap { configuration.mayTakeLargerBody(request) ? $0 : nil }
         let exchange = Exchange(connection: connection, request: request, server: self,
-                                bodyLimit: configuration.bodyLimitsByPath[url] ?? configuration.maximumBodyBytes)
+                                bodyLimit: largerLimit ?? configuration.maximumBodyBytes)
         // A stream's body is then sent in chunks, which its writer may send itself.
         exchange.isChunkedKeepAlive = isHTTP11 && request.header("connection")?.lowercased() != "close"
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()

@@ -297,6 +297,13 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.maximumQueryParameters = configuration.maximumQueryParameters
     serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
     serverConfiguration.bodyLimitsByPath[TaskAPI.batchPath] = max(configuration.maximumBodyBytes, TaskAPI.batchBodyBytes)
+    // Only a request whose token may report sends the batch route's larger body: another,
+    // refused once read, is held to the usual limit before any of it is read.
+    let batchGate = AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path)
+    serverConfiguration.mayTakeLargerBody = { request in
+        if case .success = batchGate.admit(request, .scope(.report)) { return true }
+        return false
+    }
     let bytesPerQueryParameter = 64
     serverConfiguration.connectionMemoryLimit = 16 * 1024 + configuration.maximumQueryParameters * bytesPerQueryParameter
     serverConfiguration.streamPaths = [EventsAPI.path]
