@@ -239,17 +239,31 @@ public struct TaskStore: Sendable {
     /// Applies each item, in a savepoint of its own when `savepoints`; without them, an
     /// item that throws after changing rows (or after a failed statement) throws
     /// `BatchItemFailure.afterWriting`.
+    ///
+    /// Without savepoints the items' changes are carried up to their ancestors once for the
+    /// request, not once per item: the items are applied first, each parent's share of them
+    /// summed, and each parent rolled up once with the sum (the same arithmetic, so the
+    /// same fractions). So 200 shards reported at once under one parent rewrite the parent,
+    /// and each ancestor above it, once, with one event each (its latest state), not 200
+    /// times; the ancestors' events come after the items' and are returned with the last
+    /// item applied. A roll-up that throws counts as an item that threw after writing: the
+    /// items run again, each in its savepoint with its own roll-up, so the failure stays
+    /// with the items it belongs to.
     private func progress(each items: [ProgressItem], savepoints: Bool, now: EpochMilliseconds,
                           in database: Database) throws -> [Result<Changed, any Error>] {
         var results: [Result<Changed, any Error>] = []
         results.reserveCapacity(items.count)
+        var parentShares = ParentShares()
         for item in items {
             let changesBefore = database.totalChanges
             do {
-                let changed = try savepoints
-                    ? database.inSavepoint { try progress(item.id, item.update, now: now, in: database) }
-                    : progress(item.id, item.update, now: now, in: database)
-                results.append(.success(changed))
+                if savepoints {
+                    results.append(.success(try database.inSavepoint { try progress(item.id, item.update, now: now, in: database) }))
+                } else {
+                    let (changed, share) = try progressAlone(item.id, item.update, now: now, in: database)
+                    if let share { parentShares.add(share.doneDelta, to: share.parentID) }
+                    results.append(.success(changed))
+                }
             } catch {
                 // SQLite ended the transaction itself (a full disk, say): the whole request is lost.
                 guard database.isInsideTransaction else { throw error }
@@ -259,7 +273,51 @@ public struct TaskStore: Sendable {
                 results.append(.failure(error))
             }
         }
+        guard !parentShares.ordered.isEmpty else { return results }
+        let ancestorEvents: [TaskEvent]
+        do {
+            ancestorEvents = try numbered {
+                try parentShares.ordered.flatMap { parentID, doneDelta in
+                    try rollUp(from: parentID, weightDelta: 0, doneDelta: doneDelta, now: now, in: database)
+                }
+            }
+        } catch {
+            guard database.isInsideTransaction else { throw error }
+            throw BatchItemFailure.afterWriting
+        }
+        if !ancestorEvents.isEmpty, let last = results.lastIndex(where: { (try? $0.get()) != nil }),
+           case .success(var changed) = results[last] {
+            changed.events += ancestorEvents
+            results[last] = .success(changed)
+        }
         return results
+    }
+
+    /// The parents of a batch's items, in the order first met, with the sum of their
+    /// children's changes of share (weighted), to roll up once each.
+    private struct ParentShares {
+        private(set) var ordered: [(parentID: String, doneDelta: Double)] = []
+        private var index: [String: Int] = [:]
+
+        mutating func add(_ doneDelta: Double, to parentID: String) {
+            if let position = index[parentID] {
+                ordered[position].doneDelta += doneDelta
+            } else {
+                index[parentID] = ordered.count
+                ordered.append((parentID, doneDelta))
+            }
+        }
+    }
+
+    /// Applies a progress report to its task alone; returns the change and, when the task
+    /// has a parent and the change was applied, what the parent's roll-up needs.
+    private func progressAlone(_ id: String, _ update: ProgressUpdate, now: EpochMilliseconds,
+                               in database: Database) throws -> (Changed, (parentID: String, doneDelta: Double)?) {
+        try numbered {
+            try modifyAlone(id, .updated, now: now, in: database) { task throws(TaskError) in
+                try TaskRules.progress(update, to: task, now: now)
+            }
+        }
     }
 
     /// Applies a heartbeat.
@@ -455,13 +513,24 @@ public struct TaskStore: Sendable {
     /// task's ancestors.
     private func modify(_ id: String, _ kind: TaskEventKind, now: EpochMilliseconds, in database: Database,
                         _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome) throws -> Changed {
+        var (changed, share) = try modifyAlone(id, kind, now: now, in: database, rule)
+        if let share {
+            changed.events += try rollUp(from: share.parentID, weightDelta: 0, doneDelta: share.doneDelta, now: now, in: database)
+        }
+        return changed
+    }
+
+    /// Applies `rule` to the task with `id` and writes the change, without carrying it up;
+    /// returns the change and, when it was applied to a task with a parent, the parent's
+    /// id and the change of the task's weighted share, for `rollUp`.
+    private func modifyAlone(_ id: String, _ kind: TaskEventKind, now: EpochMilliseconds, in database: Database,
+                             _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome)
+        throws -> (Changed, (parentID: String, doneDelta: Double)?) {
         guard let task = try load(id, in: database) else { throw TaskError.notFound(id) }
-        guard case .applied(let next) = try rule(task) else { return Changed(outcome: .unchanged(task), events: []) }
+        guard case .applied(let next) = try rule(task) else { return (Changed(outcome: .unchanged(task), events: []), nil) }
         let written = try write(next, previous: task, kind, now: now, in: database)
-        var events = [TaskEvent(written.changeKind, written)]
-        events += try rollUp(from: task.parentID, weightDelta: 0,
-                             doneDelta: written.weight * (written.shareOfParent - task.shareOfParent), now: now, in: database)
-        return Changed(outcome: .applied(written), events: events)
+        let changed = Changed(outcome: .applied(written), events: [TaskEvent(written.changeKind, written)])
+        return (changed, task.parentID.map { ($0, written.weight * (written.shareOfParent - task.shareOfParent)) })
     }
 
     /// Writes a task's change of `kind` (a recovery when an update clears its stall flag),

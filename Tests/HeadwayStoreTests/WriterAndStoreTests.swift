@@ -367,6 +367,48 @@ final class Box<Value>: @unchecked Sendable {
         #expect(try fixture.read { try TaskRepository.find("late", in: $0)?.cancelRequested } == true)
     }
 
+    /// A batch request's items are carried up once per parent: 20 shards reported at once
+    /// under one parent, itself under a root, rewrite each ancestor once with one event
+    /// each, after the items' events, and leave the fractions the items one by one leave.
+    @Test func aBatchRollsEachAncestorUpOnce() throws {
+        func tree(_ fixture: StoreFixture) throws {
+            let store = fixture.store
+            _ = try fixture.write { try store.register(Registration(id: "root", name: "Root"), now: 1, in: $0) }
+            _ = try fixture.write { try store.register(Registration(id: "build", name: "Build", parentID: "root"), now: 1, in: $0) }
+            _ = try fixture.write { try store.register(Registration(id: "lint", name: "Lint", parentID: "root"), now: 1, in: $0) }
+            for shard in 0..<20 {
+                _ = try fixture.write {
+                    try store.register(Registration(id: "shard-\(shard)", name: "Shard", parentID: "build", total: 7), now: 1, in: $0)
+                }
+            }
+        }
+        let items = (0..<20).map { ProgressItem(id: "shard-\($0)", update: ProgressUpdate(completed: Int64($0 % 7 + 1))) }
+            + [ProgressItem(id: "shard-3", update: ProgressUpdate(increment: 2)), ProgressItem(id: "nowhere", update: ProgressUpdate(increment: 1))]
+
+        let batched = try StoreFixture()
+        try tree(batched)
+        let results = try batched.write { try batched.store.progress(each: items, now: 5, in: $0) }
+        #expect(results.count == 22)
+        #expect(throws: TaskError.notFound("nowhere")) { try results[21].get() }
+        let events = results.flatMap { (try? $0.get())?.events ?? [] }
+        #expect(events.map(\.taskID) == items.prefix(21).map(\.id) + ["build", "root"])
+        #expect(events.map(\.changeNumber) == events.map(\.changeNumber).sorted())
+        #expect(try results[20].get().events.map(\.taskID) == ["shard-3", "build", "root"])
+
+        let oneByOne = try StoreFixture()
+        try tree(oneByOne)
+        for item in items.prefix(21) {
+            _ = try oneByOne.write { try oneByOne.store.progress(item.id, item.update, now: 5, in: $0) }
+        }
+        for id in ["build", "root", "lint", "shard-3"] {
+            let (batch, single) = (try batched.read { try TaskRepository.find(id, in: $0)! },
+                                   try oneByOne.read { try TaskRepository.find(id, in: $0)! })
+            #expect(batch.fraction == single.fraction
+                    || abs((batch.fraction ?? -1) - (single.fraction ?? -2)) < 1e-12, "\(id)")
+            #expect(batch.completed == single.completed && batch.state == single.state, "\(id)")
+        }
+    }
+
     @Test func pagesWalkNewestFirstWithoutGapsOrRepeats() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
