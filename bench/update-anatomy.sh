@@ -8,8 +8,9 @@
 #     the same HTTP path, plus parsing, the suspended connection, the writer's batch and
 #     the task's JSON;
 # and prints for each the daemon's CPU time per request (user + system, from
-# /proc/PID/stat) and, with perf, its system calls per request. Then how long fdatasync
-# takes in the database's folder: what a commit with --durability full waits for.
+# /proc/PID/stat) and, with perf, its system calls per request (counted in one more run
+# of each: tracing them costs CPU time itself). Then how long fdatasync takes in the
+# database's folder (the same disk): what a commit with --durability full waits for.
 #
 #   bench/update-anatomy.sh                 # normal, 10 s a run, 3 rounds
 #   DURABILITY=full REPEAT=5 bench/update-anatomy.sh
@@ -22,11 +23,12 @@ DURABILITY=${DURABILITY:-normal}
 BINARY=${HEADWAYD:-.build/release/headwayd}
 source bench/wrk-common.sh
 
-# One run: KIND healthz|update; prints "requests/s µs-per-request syscalls-per-request".
+# One run: KIND healthz|update, TRACE yes|no; prints "requests/s µs-per-request", then the
+# system calls per request when traced.
 run() {
-  local kind=$1 port daemon before after requests line syscalls=""
+  local kind=$1 trace=$2 port daemon before after requests line syscalls=""
   port=$(free_port)
-  rm -f "$work"/bench.db*
+  rm -f "$work"/bench.db* "$work/syscalls"
   $pin_server "$BINARY" --listen "127.0.0.1:$port" --db "$work/bench.db" --durability "$DURABILITY" \
     2>"$work/daemon.log" &
   daemon=$!
@@ -36,7 +38,7 @@ run() {
       -d "{\"id\":\"bench-$id\",\"name\":\"Benchmark task $id\"}"
   done
   before=$(awk '{print $14 + $15}' "/proc/$daemon/stat")
-  if command -v perf >/dev/null; then
+  if [ "$trace" = yes ]; then
     perf stat -e 'syscalls:sys_enter_*' -p "$daemon" -o "$work/syscalls" -- sleep "$DURATION" >/dev/null 2>&1 &
   fi
   if [ "$kind" = healthz ]; then
@@ -48,8 +50,8 @@ run() {
     requests=$(sed 's/.*requests=\([0-9]*\).*/\1/' <<<"$line")
   fi
   after=$(awk '{print $14 + $15}' "/proc/$daemon/stat")
-  wait %2 2>/dev/null || true
-  if [ -s "$work/syscalls" ]; then
+  if [ "$trace" = yes ]; then wait %2 2>/dev/null || true; fi
+  if [ "$trace" = yes ] && [ -s "$work/syscalls" ]; then
     # The counts of the calls made at least once per 100 requests, per request.
     syscalls=$(awk -v n="$requests" '/syscalls:sys_enter_/ {gsub(/,/, "", $1); if ($1 > n / 100)
       printf "%s=%.2f ", substr($2, 20), $1 / n}' "$work/syscalls")
@@ -62,11 +64,16 @@ echo "headwayd, GET /healthz vs progress updates ($DURABILITY): 50 connections, 
 for kind in healthz update; do : > "$work/$kind"; done
 for _ in $(seq 1 "$REPEAT"); do
   for kind in healthz update; do
-    result=$(run "$kind")
+    result=$(run "$kind" no)
     echo "  $kind: $result"
     echo "$result" >> "$work/$kind"
   done
 done
+if command -v perf >/dev/null; then
+  for kind in healthz update; do
+    echo "  $kind, system calls per request: $(run "$kind" yes | cut -d' ' -f3-)"
+  done
+fi
 for kind in healthz update; do
   echo "  $kind median: $(awk '{print $1}' "$work/$kind" | median) requests/s," \
     "$(awk '{print $2}' "$work/$kind" | median) µs of CPU per request"
