@@ -269,6 +269,10 @@ class Subscribers:
             self.pump(0.05)
 
     def pump(self, timeout):
+        """Reads every socket that is ready, each stamped with its own arrival time, then
+        parses what came: parsing one subscriber's bytes (a bigger frame takes longer)
+        does not delay the arrival time of the next."""
+        arrived = []
         for key, _ in self.selector.select(timeout):
             state = key.data
             try:
@@ -286,7 +290,8 @@ class Subscribers:
             if not chunk:
                 self.selector.unregister(state["sock"])
                 continue
-            now = time.time_ns()
+            arrived.append((state, chunk, time.time_ns()))
+        for state, chunk, now in arrived:
             state["open"] = True  # the response head (and a first frame) came
             data = state["buffer"] + chunk
             end = data.rfind(b"\n\n")
