@@ -119,7 +119,8 @@ public struct WebhookDelivery: Sendable, Equatable {
 
 /// Reads a `POST /v1/webhooks` body: `{url, events, task_prefix?, outcomes?, format?}`.
 public struct WebhookRequest: Sendable, Equatable {
-    public var url: WebhookURL
+    /// The URL as given (a string of at most `maximumURLBytes`; `WebhookURL.parse` judges it).
+    public var url: String
     public var filter: WebhookFilter
     public var format: WebhookFormat
 
@@ -128,29 +129,25 @@ public struct WebhookRequest: Sendable, Equatable {
     /// The outcomes a `task.finished` webhook may be limited to.
     public static let outcomeStates: [TaskState] = [.succeeded, .failed, .canceled]
 
-    public init(url: WebhookURL, filter: WebhookFilter, format: WebhookFormat) {
+    public init(url: String, filter: WebhookFilter, format: WebhookFormat) {
         self.url = url
         self.filter = filter
         self.format = format
     }
 
-    /// The request in `body`, or every field error at once (400). A URL that is not an
-    /// `http` or `https` URL is a field error too; whether its host may be posted to is
-    /// judged later (`AddressPolicy`).
+    /// The request in `body`, or every field error at once (400). Whether the URL is one a
+    /// webhook may post to is judged after (`WebhookURL.parse`, then `AddressPolicy`).
     public static func parse(_ body: JSONValue) throws(TaskError) -> WebhookRequest {
         var reader = FieldReader(body, allowed: ["url", "events", "task_prefix", "outcomes", "format"])
         let format = reader.choice("format", of: WebhookFormat.allCases) ?? .json
         var errors: [FieldError] = []
-        var url: WebhookURL?
+        var url: String?
         var events: Set<TaskEventKind> = []
         var prefix: String?
         var outcomes: Set<TaskState>?
         if case .object(let members) = body {
             switch members["url"] {
-            case .string(let text)?:
-                do throws(WebhookURL.Refusal) { url = try WebhookURL.parse(text) } catch {
-                    errors.append(FieldError(field: "url", message: error.message))
-                }
+            case .string(let text)?: url = text
             case nil, .null?: errors.append(FieldError(field: "url", message: "is required"))
             default: errors.append(FieldError(field: "url", message: "must be a string"))
             }

@@ -5,9 +5,9 @@ import HeadwayStore
 
 /// `/v1/webhooks` (scope `admin`): make a webhook (its signing secret is shown in that
 /// reply only), list them without secrets, delete one (its pending deliveries with it),
-/// and read a webhook's latest deliveries. A new webhook's URL must be `http` or `https`
-/// and, unless `--webhook-allow-private`, its host must resolve to public addresses only
-/// (422 `webhook_url_refused`; the lookup runs off the request thread). Each change goes
+/// and read a webhook's latest deliveries. A new webhook's URL must be an `http` or
+/// `https` URL and, unless `--webhook-allow-private`, its host must resolve to public
+/// addresses only (else 422 `webhook_url_refused`; the lookup runs off the request thread). Each change goes
 /// through the writer, which reads the table back in the same transaction for the
 /// writer's in-memory list (`WebhookOutbox`), so the very next change is delivered to it.
 ///
@@ -41,6 +41,7 @@ struct WebhooksAPI: Sendable {
 
     private func create(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let asked: WebhookRequest
+        let url: WebhookURL
         do {
             guard !request.body.isEmpty else { throw TaskError.malformedJSON("This request needs a JSON object as its body.") }
             let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
@@ -53,6 +54,9 @@ struct WebhooksAPI: Sendable {
             case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
             }
             asked = try WebhookRequest.parse(body)
+            do throws(WebhookURL.Refusal) { url = try WebhookURL.parse(asked.url) } catch {
+                throw Problem.webhookURLRefused(error.message)
+            }
             if !grant.manages(tokenPrefix: asked.filter.taskPrefix), let prefix = grant.taskPrefix {
                 throw AccessRefusal.prefixNotAllowed(prefix: prefix, field: "task_prefix")
             }
@@ -63,10 +67,10 @@ struct WebhooksAPI: Sendable {
         DispatchQueue.global().async { [self] in
             let made: WebhookRecord
             do {
-                if let refusal = WebhookTransport.refusal(of: asked.url, allowPrivate: allowPrivate).refusal {
+                if let refusal = WebhookTransport.refusal(of: url, allowPrivate: allowPrivate).refusal {
                     throw Problem.webhookURLRefused(refusal)
                 }
-                made = WebhookRecord(id: try WebhookCrypto.newWebhookID(), url: asked.url.text, filter: asked.filter,
+                made = WebhookRecord(id: try WebhookCrypto.newWebhookID(), url: url.text, filter: asked.filter,
                                      format: asked.format, secret: try WebhookCrypto.newSecret(), createdAt: clock.now())
             } catch {
                 return responder.respond(errors.response(for: error, request))
