@@ -108,8 +108,14 @@ def verify_signature(request, secret):
     return hmac.compare_digest(fields["v1"], expected)
 
 
-def test_a_stall_is_delivered_once_and_signed(tmp_path):
-    with receiving() as receiver, run_headwayd(tmp_path, *FAST_RETRIES) as base:
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request):
+    """None (a SQLite file) or the URL of a fresh PostgreSQL database."""
+    return request.getfixturevalue("postgres_url") if request.param == "postgres" else None
+
+
+def test_a_stall_is_delivered_once_and_signed(tmp_path, database):
+    with receiving() as receiver, run_headwayd(tmp_path, *FAST_RETRIES, db=database) as base:
         reply = create_webhook(base, {"url": receiver.url, "events": ["task.stalled", "task.finished"]})
         assert reply.status_code == 201, reply.text
         webhook = reply.json()
@@ -153,8 +159,8 @@ def test_the_slack_format_is_a_line_for_a_person(tmp_path):
             [only["headers"]["Headway-Delivery"]]
 
 
-def test_a_failing_receiver_is_retried_with_growing_delays(tmp_path):
-    with receiving([500, 500, 200]) as receiver, run_headwayd(tmp_path, *FAST_RETRIES) as base:
+def test_a_failing_receiver_is_retried_with_growing_delays(tmp_path, database):
+    with receiving([500, 500, 200]) as receiver, run_headwayd(tmp_path, *FAST_RETRIES, db=database) as base:
         webhook = create_webhook(base, {"url": receiver.url, "events": ["task.created"]}).json()
         assert httpx.post(f"{base}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
         first, second, third = receiver.wait_for(3)
