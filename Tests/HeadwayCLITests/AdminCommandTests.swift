@@ -435,7 +435,8 @@ import Testing
     }
 
     /// The help of each admin command equals its golden file (`golden/help-token-create.txt`).
-    @Test(arguments: ["token", "token create", "token list", "token revoke", "db", "db status", "db check",
+    @Test(arguments: ["token", "token create", "token list", "token revoke", "webhook", "webhook create", "webhook list",
+                      "webhook delete", "webhook deliveries", "db", "db status", "db check",
                       "db backup", "completion"])
     func adminHelpMatchesItsGoldenFile(command: String) throws {
         let words = command.split(separator: " ").map(String.init)
