@@ -51,6 +51,9 @@ final class WebhookDispatcher: Service {
     private let stopping = Atomic(false)
     /// The webhooks with an attempt in flight.
     private let inFlight = Locked<Set<String>>([])
+    /// Where the next look starts in the list of webhooks: after the last one that got an
+    /// attempt, so that with more webhooks due than attempts allowed each gets its turn.
+    private let rotation = Atomic(0)
     private let reader = Locked<DatabaseReader?>(nil)
     private let workers = DispatchQueue(label: "headway.webhooks.attempts", attributes: .concurrent)
 
@@ -121,7 +124,10 @@ final class WebhookDispatcher: Service {
     private func startDueAttempts() throws -> EpochMilliseconds? {
         guard let reader = reader.withLock({ $0 }) else { return nil }
         var nextDue: EpochMilliseconds?
-        for webhook in outbox.current {
+        let webhooks = outbox.current
+        let start = webhooks.isEmpty ? 0 : rotation.load(ordering: .relaxed) % webhooks.count
+        for index in webhooks.indices {
+            let webhook = webhooks[(start + index) % webhooks.count]
             let (busy, full) = inFlight.withLock { ($0.contains(webhook.id), $0.count >= settings.concurrency) }
             if full { break }
             if busy { continue }
@@ -134,10 +140,14 @@ final class WebhookDispatcher: Service {
                 continue
             }
             inFlight.withLock { _ = $0.insert(webhook.id) }
+            rotation.store(start + index + 1, ordering: .relaxed)
             workers.async { [self] in attempt(delivery, webhook) }
         }
         return nextDue
     }
+
+    /// How long a webhook waits after an attempt whose outcome could not be stored.
+    static let pauseAfterLostOutcome = 5.0
 
     /// Posts one delivery (on a worker) and stores its outcome through the writer.
     private func attempt(_ delivery: WebhookDelivery, _ webhook: WebhookRecord) {
@@ -188,11 +198,17 @@ final class WebhookDispatcher: Service {
                                                 attemptAt: startedAt, nextAttemptAt: retryAt, status: reply.status,
                                                 error: reply.error, latencyMilliseconds: latency, in: database)
         }) { [self] result in
-            if case .failure(let error) = result, (error as? WriterError) != .stopped {
+            let done: @Sendable () -> Void = { [self] in
+                inFlight.withLock { _ = $0.remove(webhook.id) }
+                doorbell.ring()
+            }
+            guard case .failure(let error) = result else { return done() }
+            if (error as? WriterError) != .stopped {
                 logger.log(.warn, "webhook.record_failed", ["delivery_id": delivery.id, "error": "\(error)"])
             }
-            inFlight.withLock { _ = $0.remove(webhook.id) }
-            doorbell.ring()
+            // The delivery is still pending as it was: it is sent again, but not at once
+            // (a full disk would otherwise have the receiver posted to in a loop).
+            workers.asyncAfter(deadline: .now() + Self.pauseAfterLostOutcome, execute: done)
         }
     }
 }

@@ -30,7 +30,7 @@ class Receiver:
     """A loopback HTTP server that records every POST (arrival time, path, headers, body)
     and answers each with the next of `statuses` (the last one repeats)."""
 
-    def __init__(self, statuses=(200,), port=0):
+    def __init__(self, statuses=(200,), port=0, delay=0):
         self.statuses = list(statuses)
         self.requests = []
         self.changed = threading.Condition()
@@ -44,6 +44,7 @@ class Receiver:
                     receiver.requests.append({"at": time.monotonic(), "path": self.path,
                                               "headers": dict(self.headers), "body": body})
                     receiver.changed.notify_all()
+                time.sleep(delay)
                 self.send_response(status)
                 if 300 <= status < 400:
                     self.send_header("Location", "/redirected")
@@ -71,8 +72,8 @@ class Receiver:
 
 
 @contextlib.contextmanager
-def receiving(statuses=(200,), port=0):
-    receiver = Receiver(statuses, port)
+def receiving(statuses=(200,), port=0, delay=0):
+    receiver = Receiver(statuses, port, delay)
     try:
         yield receiver
     finally:
@@ -187,6 +188,21 @@ def test_a_refusal_or_a_redirect_fails_at_once(tmp_path, status, error):
         assert delivery["attempts"] == 1 and delivery["status_code"] == status and delivery["error"] == error
         # Given up: the one request was the only one (no retry, no request to the Location).
         assert [r["path"] for r in receiver.requests] == ["/hook"]
+
+
+def test_webhooks_take_turns_when_attempts_are_scarce(tmp_path):
+    # One attempt at a time for two webhooks, each with a backlog (the receiver takes
+    # 50 ms a request): they alternate, neither waits for the other's whole backlog.
+    with receiving(delay=0.05) as receiver, \
+            run_headwayd(tmp_path, *FAST_RETRIES, "--webhook-concurrency", "1") as base:
+        for name in ["a", "b"]:
+            reply = create_webhook(base, {"url": f"{receiver.url}/{name}", "events": ["task.created"]})
+            assert reply.status_code == 201, reply.text
+        for index in range(6):
+            assert httpx.post(f"{base}/v1/tasks", json={"id": f"t{index}", "name": "T"}).status_code == 201
+        paths = [r["path"] for r in receiver.wait_for(12)]
+        assert sorted(paths) == ["/hook/a"] * 6 + ["/hook/b"] * 6
+        assert {"/hook/a", "/hook/b"} <= set(paths[:4]), paths
 
 
 def start(tmp_path, port, *arguments):
