@@ -15,7 +15,8 @@ import HeadwayStore
 ///
 /// The thread wakes when a committed batch wrote deliveries (`wake`), when an attempt's
 /// outcome is stored, when the next retry falls due, and once a second regardless (on a
-/// shared PostgreSQL database other daemons write deliveries too). On such a database
+/// shared PostgreSQL database other daemons write deliveries too, and make or delete
+/// webhooks: the list is then read again, at most once a second). On such a database
 /// only the leader (`Leadership`) sends. A crash loses nothing: a delivery stays pending
 /// until its outcome is stored, and is sent again after a restart (at least once).
 final class WebhookDispatcher: Service {
@@ -78,9 +79,13 @@ final class WebhookDispatcher: Service {
     /// Looks for due deliveries until a stop is requested (attempts in flight then end on
     /// their own; an outcome the stopped writer cannot store is sent again after a restart).
     func run() {
+        var nextReload = DispatchTime.now()
         while !stopping.load(ordering: .acquiring) {
             var sleepUntil = DispatchTime.now() + settings.idleLookSeconds
-            if leadership != nil { reloadWebhooks() }
+            if leadership != nil && DispatchTime.now() >= nextReload {
+                nextReload = .now() + settings.idleLookSeconds
+                reloadWebhooks()
+            }
             if leadership?.isLeader() ?? true {
                 do {
                     if let nextDue = try startDueAttempts() {

@@ -55,11 +55,12 @@ public enum WebhookRepository {
         Int(try database.scalar("SELECT count(*) FROM webhooks") ?? 0)
     }
 
-    /// Writes a new pending delivery, due at once.
+    /// Writes a new pending delivery, due at once, unless its webhook is gone (deleted by
+    /// another daemon of a shared database, whose list this daemon has not reloaded yet).
     public static func enqueue(_ delivery: WebhookDelivery, in database: Database) throws(DatabaseError) {
         try database.run("""
             INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at)
-            VALUES (?, ?, ?, ?, 'pending', 0, ?, ?)
+            SELECT ?1, ?2, ?3, ?4, 'pending', 0, ?5, ?6 WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = ?1)
             """, [.text(delivery.webhookID), .integer(delivery.eventID), .text(delivery.eventType.rawValue),
                   .text(delivery.body), .integer(delivery.createdAt), .integer(delivery.nextAttemptAt)])
     }

@@ -63,6 +63,10 @@ import Testing
             try fixture.write { try store.progress("missing", ProgressUpdate(completed: 1), now: 2, in: $0) }
         }
         #expect(try Self.pending(fixture).isEmpty)
+        // A webhook still in the list but deleted from the table (by another daemon): none.
+        store.webhooks.load([Self.webhook("gone", [.created])])
+        _ = try fixture.write { try store.register(Registration(id: "u", name: "U"), now: 3, in: $0) }
+        #expect(try Self.pending(fixture).isEmpty)
     }
 
     @Test func theStallSweeperWritesDeliveriesToo() throws {
