@@ -128,6 +128,8 @@ public struct WebhookRequest: Sendable, Equatable {
     public static let maximumURLBytes = 2048
     /// The outcomes a `task.finished` webhook may be limited to.
     public static let outcomeStates: [TaskState] = [.succeeded, .failed, .canceled]
+    /// The most items `events` and `outcomes` may hold (repeats allowed, as in openapi.yaml).
+    static let maximumEvents = 14, maximumOutcomes = 6
 
     public init(url: String, filter: WebhookFilter, format: WebhookFormat) {
         self.url = url
@@ -153,7 +155,7 @@ public struct WebhookRequest: Sendable, Equatable {
             }
             let kinds = TaskEventKind.allCases.map(\.rawValue).joined(separator: ", ")
             switch members["events"] {
-            case .array(let items)? where !items.isEmpty && items.count <= TaskEventKind.allCases.count * 2:
+            case .array(let items)? where (1...maximumEvents).contains(items.count):
                 for item in items {
                     guard case .string(let text) = item, let kind = TaskEventKind(rawValue: text) else {
                         errors.append(FieldError(field: "events", message: "must hold only \(kinds)"))
@@ -162,17 +164,18 @@ public struct WebhookRequest: Sendable, Equatable {
                     events.insert(kind)
                 }
             default:
-                errors.append(FieldError(field: "events", message: "is required: a non-empty array of \(kinds)"))
+                errors.append(FieldError(field: "events", message: "is required: 1 to \(maximumEvents) of \(kinds)"))
             }
             switch members["task_prefix"] {
             case nil, .null?: break
             case .string(let text)? where TaskIDPrefix.isValid(text): prefix = text
-            default: errors.append(FieldError(field: "task_prefix", message: "must match [A-Za-z0-9._~:-]{1,\(Limits.idLength)}"))
+            default:
+                errors.append(FieldError(field: "task_prefix", message: "must match [A-Za-z0-9._~:-]{1,\(Limits.idLength)}"))
             }
             let names = outcomeStates.map(\.rawValue).joined(separator: ", ")
             switch members["outcomes"] {
             case nil, .null?: break
-            case .array(let items)? where !items.isEmpty && items.count <= outcomeStates.count * 2:
+            case .array(let items)? where (1...maximumOutcomes).contains(items.count):
                 var chosen: Set<TaskState> = []
                 for item in items {
                     guard case .string(let text) = item, let state = TaskState(rawValue: text), state.isFinished else {
@@ -185,7 +188,7 @@ public struct WebhookRequest: Sendable, Equatable {
                 if !events.isEmpty && !events.contains(.finished) {
                     errors.append(FieldError(field: "outcomes", message: "applies to task.finished only: add it to events"))
                 }
-            default: errors.append(FieldError(field: "outcomes", message: "must be a non-empty array of \(names)"))
+            default: errors.append(FieldError(field: "outcomes", message: "must be 1 to \(maximumOutcomes) of \(names)"))
             }
         }
         let all = reader.errors + errors
