@@ -6,8 +6,8 @@ import HeadwayStore
 
 /// Sends the outbox's deliveries: a service whose thread (`headway-webhooks`) looks, on a
 /// reader connection of its own, for the oldest pending delivery of each webhook and,
-/// when it is due, hands it to an attempt on a GCD worker (`WebhookTransport`: a blocking
-/// POST with its timeout). At most one attempt per webhook is in flight (so a webhook's
+/// when it is due, hands it to an attempt on a thread of its own (`WebhookTransport`: a
+/// blocking POST with its timeout). At most one attempt per webhook is in flight (so a webhook's
 /// deliveries arrive in the order of their events) and at most `concurrency` in all. An
 /// attempt's outcome is written back as a small writer job (delivered; pending again at a
 /// later time, `WebhookRetryPolicy`; or failed), after which the thread looks again. The
@@ -56,7 +56,6 @@ final class WebhookDispatcher: Service {
     /// attempt, so that with more webhooks due than attempts allowed each gets its turn.
     private let rotation = Atomic(0)
     private let reader = Locked<DatabaseReader?>(nil)
-    private let workers = DispatchQueue(label: "headway.webhooks.attempts", attributes: .concurrent)
 
     init(settings: Settings, location: String, writer: GroupCommitWriter, outbox: WebhookOutbox, clock: any WallClock,
          logger: Logger, leadership: Leadership?, counters: Counters, doorbell: Doorbell = Doorbell()) {
@@ -146,7 +145,11 @@ final class WebhookDispatcher: Service {
             }
             inFlight.withLock { _ = $0.insert(webhook.id) }
             rotation.store(start + index + 1, ordering: .relaxed)
-            workers.async { [self] in attempt(delivery, webhook) }
+            // A thread of its own: the attempt blocks for up to the timeout, which GCD's
+            // shared pool (the read pools run there) should not pay for.
+            let worker = Thread { [self] in attempt(delivery, webhook) }
+            worker.name = "headway-webhook"
+            worker.start()
         }
         return nextDue
     }
@@ -154,7 +157,7 @@ final class WebhookDispatcher: Service {
     /// How long a webhook waits after an attempt whose outcome could not be stored.
     static let pauseAfterLostOutcome = 5.0
 
-    /// Posts one delivery (on a worker) and stores its outcome through the writer.
+    /// Posts one delivery (on its attempt's thread) and stores its outcome through the writer.
     private func attempt(_ delivery: WebhookDelivery, _ webhook: WebhookRecord) {
         let startedAt = clock.now()
         let started = DispatchTime.now()
@@ -213,7 +216,7 @@ final class WebhookDispatcher: Service {
             }
             // The delivery is still pending as it was: it is sent again, but not at once
             // (a full disk would otherwise have the receiver posted to in a loop).
-            workers.asyncAfter(deadline: .now() + Self.pauseAfterLostOutcome, execute: done)
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.pauseAfterLostOutcome, execute: done)
         }
     }
 }
