@@ -113,27 +113,60 @@ struct WebhooksAPI: Sendable {
         responder.respond(.json(200, body.text))
     }
 
+    /// One step of a webhook's deletion.
+    struct DeletionStep: Sendable, BatchSized {
+        /// Whether the webhook existed (false: nothing was deleted).
+        var existed: Bool
+        /// Whether the webhook is gone (else another step follows).
+        var finished: Bool
+        var estimatedBytes: Int { 0 }
+    }
+
+    /// Deliveries deleted per writer job when a webhook is deleted: a long backlog does not
+    /// hold the writer for long.
+    static let deletionStepRows = 10_000
+
     private func delete(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let id = request.pathParameters["id"] ?? ""
         guard let webhook = outbox.current.first(where: { $0.id == id }), grant.manages(tokenPrefix: webhook.filter.taskPrefix)
         else { return responder.respond(errors.response(for: Problem.webhookNotFound(id), request)) }
-        writer.submit({ database in
-            (try WebhookRepository.delete(id, in: database), try WebhookRepository.all(in: database))
-        }) { [outbox, logger, errors, changed] result in
+        // From the first step on, no change writes deliveries for it; its backlog goes in
+        // steps of their own; the row last, so that until the reply the webhook exists.
+        let first: @Sendable (Database) throws -> DeletionStep = { [outbox] database in
+            outbox.forget(id)
+            return try Self.deletionStep(id, in: database)
+        }
+        let next: @Sendable (DeletionStep) -> (@Sendable (Database) throws -> DeletionStep)? = { step in
+            guard !step.finished else { return nil }
+            return { database in try Self.deletionStep(id, in: database) }
+        }
+        writer.submitSteps(first, nextStep: next, afterEachCommit: { _ in }) { [writer, outbox, logger, errors, changed] result in
             switch result {
-            case .success(let (deleted, webhooks)):
-                outbox.load(webhooks)
+            case .success(let step) where step.existed:
                 changed()
-                guard deleted else { return responder.respond(errors.response(for: Problem.webhookNotFound(id), request)) }
                 logger.log(.info, "audit.webhook_delete", [
                     "request_id": request.requestID, "token_id": grant.tokenID ?? "none",
                     "token_name": grant.tokenName ?? "none", "webhook_id": id,
                 ])
                 responder.respond(HTTPResponse(status: 204))
+            case .success:
+                responder.respond(errors.response(for: Problem.webhookNotFound(id), request))
             case .failure(let error):
+                // Not deleted (wholly): the list is read again, with the webhook if it is still there.
+                writer.submit({ database in try WebhookRepository.all(in: database) }) { reloaded in
+                    if case .success(let webhooks) = reloaded { outbox.load(webhooks) }
+                }
                 responder.respond(errors.response(for: error, request))
             }
         }
+    }
+
+    /// Deletes up to `deletionStepRows` deliveries of the webhook `id`, and the webhook
+    /// itself once fewer were left.
+    private static func deletionStep(_ id: String, in database: Database) throws -> DeletionStep {
+        let deleted = try WebhookRepository.deleteDeliveries(of: id, limit: deletionStepRows, in: database)
+        if deleted == deletionStepRows { return DeletionStep(existed: true, finished: false) }
+        return DeletionStep(existed: try WebhookRepository.delete(id, in: database), finished: true)
     }
 
     private func deliveries(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {

@@ -27,13 +27,23 @@ public enum WebhookRepository {
         ])
     }
 
-    /// Deletes the webhook `id` and every delivery of it (pending ones are dropped);
-    /// returns whether it existed.
+    /// Deletes the webhook `id` and every delivery of it left (pending ones are dropped;
+    /// delete a long backlog first with `deleteDeliveries`); returns whether it existed.
     public static func delete(_ id: String, in database: Database) throws(DatabaseError) -> Bool {
         guard try database.scalar("SELECT count(*) FROM webhooks WHERE id = ?", [.text(id)]) == 1 else { return false }
         try database.run("DELETE FROM webhook_deliveries WHERE webhook_id = ?", [.text(id)])
         try database.run("DELETE FROM webhooks WHERE id = ?", [.text(id)])
         return true
+    }
+
+    /// Deletes at most `limit` deliveries of the webhook `id`, oldest first; returns how many.
+    public static func deleteDeliveries(of id: String, limit: Int, in database: Database) throws(DatabaseError) -> Int {
+        let before = database.totalChanges
+        try database.run("""
+            DELETE FROM webhook_deliveries WHERE webhook_id = ?1 AND event_id IN (
+                SELECT event_id FROM webhook_deliveries WHERE webhook_id = ?1 ORDER BY event_id LIMIT ?2)
+            """, [.text(id), .integer(Int64(limit))])
+        return Int(database.totalChanges - before)
     }
 
     /// Every webhook, oldest first.
@@ -145,6 +155,9 @@ public final class WebhookOutbox: Sendable {
 
     /// The webhooks known now.
     public var current: [WebhookRecord] { webhooks.withLock { $0 } }
+
+    /// Stops writing deliveries for the webhook `id` (its deletion has begun).
+    public func forget(_ id: String) { webhooks.withLock { $0.removeAll { $0.id == id } } }
 
     /// Whether a change wrote deliveries since the last call (the writer's batch observer
     /// asks after each batch, then wakes the delivery thread).

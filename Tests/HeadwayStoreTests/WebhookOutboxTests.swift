@@ -110,6 +110,10 @@ import Testing
         #expect(try fixture.write { try WebhookRepository.pruneFinished(in: $0) } == 40)
         let left = try fixture.read { try WebhookRepository.recent(of: "a", limit: 1000, in: $0) }
         #expect(left.count == 110 && left.filter { $0.state == .pending }.count == 10 && left.last?.eventID == 41)
+        // A deletion in steps: the oldest first, at most as many as asked.
+        #expect(try fixture.write { try WebhookRepository.deleteDeliveries(of: "a", limit: 100, in: $0) } == 100)
+        let rest = try fixture.read { try WebhookRepository.recent(of: "a", limit: 1000, in: $0) }
+        #expect(rest.map(\.eventID) == Array(141...150).reversed().map { Int64($0) })
         #expect(try fixture.write { try WebhookRepository.delete("a", in: $0) })
         #expect(try fixture.read { try WebhookRepository.recent(of: "a", limit: 1000, in: $0) }.isEmpty)
         #expect(try !fixture.write { try WebhookRepository.delete("a", in: $0) })

@@ -241,6 +241,20 @@ def test_a_receiver_down_across_a_sigkill_gets_every_event_after_the_restart(tmp
         assert process.wait(timeout=20) == 0
 
 
+def test_a_deleted_webhook_drops_its_pending_deliveries(tmp_path):
+    # Nothing listens at the receiver's port: the deliveries wait, pending.
+    with run_headwayd(tmp_path, *FAST_RETRIES) as base:
+        webhook = create_webhook(base, {"url": f"http://127.0.0.1:{free_port()}/hook", "events": ["task.created"]}).json()
+        for index in range(3):
+            assert httpx.post(f"{base}/v1/tasks", json={"id": f"t{index}", "name": "T"}).status_code == 201
+        assert len(deliveries(base, webhook["id"])) == 3
+        assert "headway_webhook_deliveries_pending 3" in httpx.get(f"{base}/metrics").text
+        assert httpx.delete(f"{base}/v1/webhooks/{webhook['id']}").status_code == 204
+        assert "headway_webhook_deliveries_pending 0" in httpx.get(f"{base}/metrics").text
+        assert httpx.get(f"{base}/v1/webhooks/{webhook['id']}/deliveries").json()["code"] == "webhook_not_found"
+        assert httpx.get(f"{base}/v1/webhooks").json() == {"webhooks": []}
+
+
 def test_a_private_target_is_refused_at_each_attempt_too(tmp_path):
     # Made while private targets were allowed, sent after a restart without: refused
     # after resolving, never posted.
