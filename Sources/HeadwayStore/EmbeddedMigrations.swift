@@ -305,6 +305,8 @@ CREATE TABLE webhook_deliveries (
 
 -- The oldest pending delivery of each webhook, found without reading the delivered ones.
 CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (webhook_id, event_id) WHERE state = 'pending';
+-- The finished ones, which retention thins out, found without reading a backlog of pending ones.
+CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (webhook_id, event_id) WHERE state <> 'pending';
 
 """#),
     ]
@@ -505,6 +507,7 @@ CREATE TABLE webhook_deliveries (
 );
 
 CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (webhook_id, event_id) WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (webhook_id, event_id) WHERE state <> 'pending';
 
 """#),
     ]

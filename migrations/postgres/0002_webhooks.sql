@@ -29,3 +29,4 @@ CREATE TABLE webhook_deliveries (
 );
 
 CREATE INDEX webhook_deliveries_pending ON webhook_deliveries (webhook_id, event_id) WHERE state = 'pending';
+CREATE INDEX webhook_deliveries_finished ON webhook_deliveries (webhook_id, event_id) WHERE state <> 'pending';
