@@ -46,7 +46,7 @@ let package = Package(
         .target(name: "HeadwayCore"),
         .target(name: "HeadwayStore", dependencies: ["CLibPQ", "CSQLite", "HeadwayCore", "Lifecycle"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CGnuTLS", "Lifecycle"]),
-        .target(name: "HeadwayService", dependencies: ["CGnuTLS", "HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"]),
+        .target(name: "HeadwayService", dependencies: ["CCurl", "CGnuTLS", "HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"]),
         .executableTarget(name: "headwayd", dependencies: ["HeadwayService"]),
         // The `headway` command: its parser, client and commands in a library the tests use;
         // the executable only calls it.

@@ -11,7 +11,7 @@ public enum HeadwayCommand {
         subcommands: [StartCommand.self, ProgressCommand.self, ProgressBatchCommand.self, HeartbeatCommand.self,
                       FinishCommand.self, CancelCommand.self, DeleteCommand.self,
                       RunCommand.self, WatchCommand.self, TasksCommand.self, ShowCommand.self, HistoryCommand.self,
-                      TokenCommand.self, DatabaseCommand.self, CompletionCommand.self])
+                      TokenCommand.self, WebhookCommand.self, DatabaseCommand.self, CompletionCommand.self])
 
     /// The parser for `headway`'s command line.
     public static var parser: CommandLineParser { CommandLineParser(root: configuration) }

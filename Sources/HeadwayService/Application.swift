@@ -9,9 +9,10 @@ import HeadwayStore
 ///
 /// Its long-running parts are services of one group, started in this order and stopped in
 /// the reverse one: the log flusher (last to stop, so the stop's own lines are written),
-/// the event broker, the writer, maintenance (stall sweeper and retention), and the HTTP
-/// server (first to stop: no new connections, every event stream ended, requests under way
-/// answered; then maintenance stops, the writer commits what is queued, the broker ends).
+/// the event broker, the writer, maintenance (stall sweeper and retention), the webhook
+/// dispatcher, and the HTTP server (first to stop: no new connections, every event stream
+/// ended, requests under way answered; then the dispatcher and maintenance stop, the
+/// writer commits what is queued, the broker ends).
 public final class HeadwayApplication: Sendable {
     public let configuration: Configuration
     public let logger: Logger
@@ -43,12 +44,15 @@ public final class HeadwayApplication: Sendable {
     private let services = Locked<ServiceGroup?>(nil)
     /// On PostgreSQL: wakes the writer for other daemons' changes.
     let changeListener: ChangeListener?
+    /// Sends webhook deliveries.
+    let webhookDispatcher: WebhookDispatcher
 
     init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
          broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,
          recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, catchUpBudget: CatchUpBudget,
          logger: Logger, routes: [RouteEntry], tokens: TokenRegistry, tokenKeeper: TokenKeeper, metrics: ServiceMetrics,
-         changeListener: ChangeListener? = nil) {
+         webhookDispatcher: WebhookDispatcher, changeListener: ChangeListener? = nil) {
+        self.webhookDispatcher = webhookDispatcher
         self.changeListener = changeListener
         self.metrics = metrics
         self.tokens = tokens
@@ -79,6 +83,7 @@ public final class HeadwayApplication: Sendable {
             ServiceGroup.Member("headway-events", broker),
             ServiceGroup.Member("headway-writer", writer),
             ServiceGroup.Member("headway-sweeper", maintenance),
+            ServiceGroup.Member("headway-webhooks", webhookDispatcher),
         ]
         if let changeListener { members.insert(ServiceGroup.Member("headway-listen", changeListener), at: 3) }
         if listening { members.append(ServiceGroup.Member("headway-accept", server)) }
@@ -192,10 +197,13 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let tokens = TokenRegistry()
     let tokenDatabase = try Database(path: configuration.databasePath)
     defer { tokenDatabase.close() }
-    let (tokenGeneration, tokensRequired, storedTokens) = try tokenDatabase.inTransaction {
+    let (tokenGeneration, tokensRequired, storedTokens, storedWebhooks) = try tokenDatabase.inTransaction {
         (try TokenRepository.generation(in: tokenDatabase), try TokenRepository.required(in: tokenDatabase),
-         try TokenRepository.all(in: tokenDatabase))
+         try TokenRepository.all(in: tokenDatabase), try WebhookRepository.all(in: tokenDatabase))
     }
+    let webhookOutbox = WebhookOutbox()
+    webhookOutbox.load(storedWebhooks)
+    let webhookDoorbell = Doorbell()
     tokens.load(storedTokens, generation: tokenGeneration, required: tokensRequired)
     if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
     let exactCORSOrigins = configuration.corsOrigins.compactMap { origin -> String? in
@@ -225,6 +233,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                        observeBatch: { batch in
                                            metrics.observe(batch)
                                            storageAlarm.observe(batch)
+                                           if webhookOutbox.takeWritten() { webhookDoorbell.ring() }
                                        })
     let apiReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
                                 maximumWaiting: configuration.maximumQueuedReads, label: "headway.reads")
@@ -252,13 +261,23 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         }
     } : nil
     let store = TaskStore(changeCounter: changeCounter, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
-                          graceStart: clock.now(), cache: taskCache, limits: configuration.treeLimits)
+                          graceStart: clock.now(), cache: taskCache, limits: configuration.treeLimits,
+                          webhooks: webhookOutbox)
     var maintenanceSettings = Maintenance.Settings()
     maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)
     let keeper = TokenKeeper(registry: tokens, writer: writer, broker: broker, clock: clock, logger: logger)
     let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store, broker: broker,
                                   clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned,
                                   leadership: leadership)
+    var dispatcherSettings = WebhookDispatcher.Settings()
+    dispatcherSettings.concurrency = configuration.webhookConcurrency
+    dispatcherSettings.timeoutSeconds = configuration.webhookTimeoutSeconds
+    dispatcherSettings.retry = configuration.webhookRetry
+    dispatcherSettings.allowPrivate = configuration.webhookAllowPrivate
+    let webhookDispatcher = WebhookDispatcher(settings: dispatcherSettings, location: configuration.databasePath,
+                                              writer: writer, outbox: webhookOutbox, clock: clock, logger: logger,
+                                              leadership: leadership, counters: metrics.webhookAttempts,
+                                              doorbell: webhookDoorbell)
     var routes = ServiceRoutes(gate: AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path))
     let errors = ErrorReplies(logger: logger)
     OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker,
@@ -268,6 +287,9 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
             metrics: metrics, maximumBatchItems: configuration.maximumBatchItems)
         .register(in: &routes)
     TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors)
+        .register(in: &routes)
+    WebhooksAPI(writer: writer, reads: apiReads, outbox: webhookOutbox, allowPrivate: configuration.webhookAllowPrivate,
+                clock: clock, logger: logger, errors: errors, changed: { webhookDoorbell.ring() })
         .register(in: &routes)
     DashboardAPI(registry: tokens).register(in: &routes)
     let recentCatchUps = CatchUpCache()
@@ -344,7 +366,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                               pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
                               catchUpBudget: catchUpBudget,
                               logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper,
-                              metrics: metrics, changeListener: listener)
+                              metrics: metrics, webhookDispatcher: webhookDispatcher, changeListener: listener)
 }
 
 /// Why the daemon refuses to start.

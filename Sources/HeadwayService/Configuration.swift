@@ -76,6 +76,17 @@ public struct Configuration: Sendable, Equatable {
     /// both or neither). nil: plain HTTP.
     public var tlsCertificatePath: String?
     public var tlsKeyPath: String?
+    // Webhooks.
+    /// Delivery attempts in flight at once (`--webhook-concurrency`).
+    public var webhookConcurrency = 8
+    /// Seconds one delivery attempt may take (`--webhook-timeout`).
+    public var webhookTimeoutSeconds = 10.0
+    /// When failed deliveries are retried, and for how long (`--webhook-retry-base`,
+    /// `--webhook-retry-for`, `--webhook-retry-jitter`).
+    public var webhookRetry = WebhookRetryPolicy()
+    /// Whether webhooks may post to loopback, private and other non-public addresses
+    /// (`--webhook-allow-private`).
+    public var webhookAllowPrivate = false
 
     public init() {}
 
@@ -172,6 +183,26 @@ public struct Configuration: Sendable, Equatable {
                                     (HEADWAY_TLS_CERT, default: plain HTTP)
           --tls-key FILE            the PEM private key of --tls-cert, unencrypted
                                     (HEADWAY_TLS_KEY)
+          --webhook-concurrency N   webhook deliveries in flight at once, one per
+                                    webhook at most (HEADWAY_WEBHOOK_CONCURRENCY,
+                                    default 8)
+          --webhook-timeout SECONDS time one delivery attempt may take
+                                    (HEADWAY_WEBHOOK_TIMEOUT, default 10)
+          --webhook-retry-base SECONDS
+                                    bound of the first retry's delay after a failed
+                                    delivery, doubled after each (at most 10 min)
+                                    (HEADWAY_WEBHOOK_RETRY_BASE, default 1)
+          --webhook-retry-for DURATION
+                                    give a delivery up this long after its event:
+                                    seconds, or with s, m, h or d
+                                    (HEADWAY_WEBHOOK_RETRY_FOR, default 24h)
+          --webhook-retry-jitter full|none
+                                    full: each retry's delay is random below its
+                                    bound; none: the bound itself
+                                    (HEADWAY_WEBHOOK_RETRY_JITTER, default full)
+          --webhook-allow-private   let webhooks post to loopback, private, link-local
+                                    and other non-public addresses (refused by default)
+                                    (HEADWAY_WEBHOOK_ALLOW_PRIVATE=true)
           --version                 print the version and exit
           -h, --help                show this text
 
@@ -199,7 +230,12 @@ public struct Configuration: Sendable, Equatable {
                                "head-timeout", "max-connections-per-address",
                                "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
                                "wal-size-limit",
-                               "public-url", "cors-origin", "tls-cert", "tls-key", "log-file", "config"]
+                               "public-url", "cors-origin", "tls-cert", "tls-key", "log-file", "config",
+                               "webhook-concurrency", "webhook-timeout", "webhook-retry-base", "webhook-retry-for",
+                               "webhook-retry-jitter", "webhook-allow-private"]
+    /// Settings that are switches: a flag without a value turns them on (`--name=false`
+    /// turns one off); their variable and file line take true or false.
+    static let switchSettings: Set<String> = ["webhook-allow-private"]
     /// Settings that may repeat, each adding a value; their variable holds a comma-separated
     /// list, and a layer that gives them replaces the list of the layers below.
     static let repeatableSettings: Set<String> = ["public-url", "cors-origin"]
@@ -235,6 +271,7 @@ public struct Configuration: Sendable, Equatable {
             }
             if ["help", "version"].contains(name) { throw UsageError("option '--\(name)' takes no value") }
             guard settingNames.contains(name) else { throw UsageError("unknown option '--\(name)'") }
+            if value == nil && switchSettings.contains(name) { value = "true" }
             if value == nil {
                 guard index < arguments.count else { throw UsageError("option '--\(name)' needs a value") }
                 value = arguments[index]
@@ -332,6 +369,37 @@ public struct Configuration: Sendable, Equatable {
         configuration.corsOrigins = try reader.list("cors-origin") { text throws(UsageError) in
             try CORSOrigin.parse(text)
         }
+        // Webhooks.
+        try reader.wholeNumber("webhook-concurrency", in: 1...256, into: &configuration.webhookConcurrency)
+        try reader.seconds("webhook-timeout", in: 0.1...600, into: &configuration.webhookTimeoutSeconds)
+        var retryBase = Double(configuration.webhookRetry.baseMilliseconds) / 1000
+        try reader.seconds("webhook-retry-base", in: 0.01...600, into: &retryBase)
+        configuration.webhookRetry.baseMilliseconds = Int64((retryBase * 1000).rounded())
+        if let seconds = try reader.value("webhook-retry-for", { text throws(UsageError) in
+            guard let seconds = parseDuration(text), (1...2_592_000).contains(seconds) else {
+                throw UsageError("--webhook-retry-for must be a duration from 1s to 30d (e.g. 24h, 90m, 3600), not '\(text)'")
+            }
+            return seconds
+        }) {
+            configuration.webhookRetry.giveUpAfterMilliseconds = Int64((seconds * 1000).rounded())
+        }
+        if let jitter = try reader.value("webhook-retry-jitter", { text throws(UsageError) in
+            guard text == "full" || text == "none" else {
+                throw UsageError("--webhook-retry-jitter must be full or none, not '\(text)'")
+            }
+            return text == "full"
+        }) {
+            configuration.webhookRetry.jitter = jitter
+        }
+        if let allow = try reader.value("webhook-allow-private", { text throws(UsageError) in
+            switch text.lowercased() {
+            case "true", "1", "yes", "on": return true
+            case "false", "0", "no", "off": return false
+            default: throw UsageError("--webhook-allow-private takes no value, or true or false, not '\(text)'")
+            }
+        }) {
+            configuration.webhookAllowPrivate = allow
+        }
         // HTTPS: both files or neither (whether they can serve is checked at start).
         let certificate = reader.settings.values["tls-cert"], key = reader.settings.values["tls-key"]
         switch (certificate?.text, key?.text) {
@@ -378,6 +446,12 @@ public struct Configuration: Sendable, Equatable {
             ("cors-origin", corsOrigins != other.corsOrigins),
             ("tls-cert", tlsCertificatePath != other.tlsCertificatePath),
             ("tls-key", tlsKeyPath != other.tlsKeyPath),
+            ("webhook-concurrency", webhookConcurrency != other.webhookConcurrency),
+            ("webhook-timeout", webhookTimeoutSeconds != other.webhookTimeoutSeconds),
+            ("webhook-retry-base", webhookRetry.baseMilliseconds != other.webhookRetry.baseMilliseconds),
+            ("webhook-retry-for", webhookRetry.giveUpAfterMilliseconds != other.webhookRetry.giveUpAfterMilliseconds),
+            ("webhook-retry-jitter", webhookRetry.jitter != other.webhookRetry.jitter),
+            ("webhook-allow-private", webhookAllowPrivate != other.webhookAllowPrivate),
         ]
         return differences.filter(\.1).map(\.0)
     }

@@ -27,6 +27,8 @@ final class ServiceMetrics: Sendable {
     let batchesFailed = MetricCounter()
     /// Rows forgotten by retention.
     let retentionPruned = MetricCounter()
+    /// Webhook delivery attempts by result.
+    let webhookAttempts = WebhookDispatcher.Counters()
 
     /// The series whose labels are known in advance start at 0, so `rate()` and alerts see
     /// them before the first event.
@@ -53,6 +55,7 @@ final class ServiceMetrics: Sendable {
         var databaseBytes: Int64 = 0
         var walBytes: Int64 = 0
         var schemaVersion = 0
+        var webhookDeliveriesPending: Int64 = 0
     }
 
     /// The whole exposition.
@@ -121,6 +124,13 @@ final class ServiceMetrics: Sendable {
         out.sample("headway_database_wal_size_bytes", [:], Double(gauges.walBytes))
         out.family("headway_retention_pruned_rows_total", .counter, "Rows forgotten by retention.")
         out.sample("headway_retention_pruned_rows_total", [:], Double(retentionPruned.value))
+        out.family("headway_webhook_attempts_total", .counter,
+                   "Webhook delivery attempts, by result (delivered; retried later; failed: given up).")
+        out.sample("headway_webhook_attempts_total", ["result": "delivered"], Double(webhookAttempts.delivered.value))
+        out.sample("headway_webhook_attempts_total", ["result": "retried"], Double(webhookAttempts.retried.value))
+        out.sample("headway_webhook_attempts_total", ["result": "failed"], Double(webhookAttempts.failed.value))
+        out.family("headway_webhook_deliveries_pending", .gauge, "Webhook deliveries not delivered or given up yet.")
+        out.sample("headway_webhook_deliveries_pending", [:], Double(gauges.webhookDeliveriesPending))
         return out.text
     }
 
@@ -264,6 +274,7 @@ struct OperationsAPI: Sendable {
             try reader.snapshot { database in
                 gauges.tasks = try database.taskCountsByStateModeAndStall()
                 gauges.schemaVersion = try Migrator.recordedVersion(in: database)
+                gauges.webhookDeliveriesPending = try WebhookRepository.pendingCount(in: database)
                 if database.isPostgres {
                     // The server's own count of the database's files; its WAL is the server's.
                     gauges.databaseBytes = try database.scalar("SELECT pg_database_size(current_database())") ?? 0

@@ -80,6 +80,15 @@ public final class TaskCache: Sendable {
     func forgetAll() { contents.withLock { $0.tasks.removeAll(keepingCapacity: true) } }
 }
 
+/// A change's result that holds the events it caused.
+protocol CarriesTaskEvents {
+    var events: [TaskEvent] { get }
+}
+
+extension TaskStore.Registered: CarriesTaskEvents {}
+extension TaskStore.Changed: CarriesTaskEvents {}
+extension SubtreeChange: CarriesTaskEvents {}
+
 extension TaskStore.Registered: BatchSized {
     public var estimatedBytes: Int { task.json.utf8.count + events.estimatedBytes }
 }
@@ -128,10 +137,14 @@ public struct TaskStore: Sendable {
     public var stepTasks: Int
     /// A step of a subtree's walk ends once its events hold about this many bytes.
     public var stepBytes: Int
+    /// The webhooks told about changes: each change writes its deliveries here, in its
+    /// own transaction (used on the writer thread only).
+    public let webhooks: WebhookOutbox
 
     public init(changeCounter: ChangeCounter, defaultStallTimeoutSeconds: Double = 30, graceStart: EpochMilliseconds = 0,
                 cache: TaskCache = TaskCache(), limits: TreeLimits = TreeLimits(), stepTasks: Int = 1_000,
-                stepBytes: Int = 4 << 20) {
+                stepBytes: Int = 4 << 20, webhooks: WebhookOutbox = WebhookOutbox()) {
+        self.webhooks = webhooks
         self.changeCounter = changeCounter
         self.stepTasks = stepTasks
         self.stepBytes = stepBytes
@@ -159,7 +172,7 @@ public struct TaskStore: Sendable {
     /// (even past the limits, which only new tasks must respect).
     public func register(_ registration: Registration, now: EpochMilliseconds,
                          in database: Database) throws -> Registered {
-        try numbered {
+        try numbered(now: now, in: database) {
             let id = registration.id ?? UUID().uuidString.lowercased()
             if let existing = try load(id, in: database) {
                 return Registered(task: try TaskRules.reregister(registration, existing: existing), created: false, events: [])
@@ -196,7 +209,7 @@ public struct TaskStore: Sendable {
     /// Applies a progress report.
     public func progress(_ id: String, _ update: ProgressUpdate, now: EpochMilliseconds,
                          in database: Database) throws -> Changed {
-        try numbered {
+        try numbered(now: now, in: database) {
             try modify(id, .updated, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.progress(update, to: task, now: now)
             }
@@ -277,9 +290,11 @@ public struct TaskStore: Sendable {
         let ancestorEvents: [TaskEvent]
         do {
             ancestorEvents = try numbered {
-                try parentShares.ordered.flatMap { parentID, doneDelta in
+                let events = try parentShares.ordered.flatMap { parentID, doneDelta in
                     try rollUp(from: parentID, weightDelta: 0, doneDelta: doneDelta, now: now, in: database)
                 }
+                try webhooks.record(events, now: now, in: database)
+                return events
             }
         } catch {
             guard database.isInsideTransaction else { throw error }
@@ -314,16 +329,18 @@ public struct TaskStore: Sendable {
     private func progressAlone(_ id: String, _ update: ProgressUpdate, now: EpochMilliseconds,
                                in database: Database) throws -> (Changed, (parentID: String, doneDelta: Double)?) {
         try numbered {
-            try modifyAlone(id, .updated, now: now, in: database) { task throws(TaskError) in
+            let (changed, share) = try modifyAlone(id, .updated, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.progress(update, to: task, now: now)
             }
+            try webhooks.record(changed.events, now: now, in: database)
+            return (changed, share)
         }
     }
 
     /// Applies a heartbeat.
     public func heartbeat(_ id: String, _ heartbeat: Heartbeat, now: EpochMilliseconds,
                           in database: Database) throws -> Changed {
-        try numbered {
+        try numbered(now: now, in: database) {
             try modify(id, .updated, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.heartbeat(heartbeat, to: task, now: now)
             }
@@ -333,7 +350,7 @@ public struct TaskStore: Sendable {
     /// Finishes a task.
     public func finish(_ id: String, _ finish: Finish, now: EpochMilliseconds,
                        in database: Database) throws -> Changed {
-        try numbered {
+        try numbered(now: now, in: database) {
             try modify(id, .finished, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.finish(finish, task: task, now: now)
             }
@@ -350,7 +367,7 @@ public struct TaskStore: Sendable {
     /// (`SubtreeWalk`).
     public func cancel(_ id: String, taskPrefix: String? = nil, now: EpochMilliseconds,
                        in database: Database) throws -> SubtreeChange {
-        try numbered {
+        try numbered(now: now, in: database) {
             let changed = try modify(id, .cancelRequested, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.requestCancel(task, now: now)
             }
@@ -372,7 +389,7 @@ public struct TaskStore: Sendable {
     /// another token while later steps run is deleted with it, as without a prefix.
     public func delete(_ id: String, taskPrefix: String? = nil, now: EpochMilliseconds,
                        in database: Database) throws -> SubtreeChange {
-        try numbered {
+        try numbered(now: now, in: database) {
             guard let root = try load(id, in: database) else { throw TaskError.notFound(id) }
             if let taskPrefix, root.childCount > 0,
                try TaskRepository.descendantOutside(prefix: taskPrefix, below: id, in: database) != nil {
@@ -393,7 +410,7 @@ public struct TaskStore: Sendable {
     /// deleted with its tombstone. Run each step as a writer job of its own
     /// (`GroupCommitWriter.submitSteps`), so that other writes commit between them.
     public func continueWalk(_ walk: SubtreeWalk, in database: Database) throws -> SubtreeChange {
-        try numbered { try self.walk(walk, in: database) }
+        try numbered(now: walk.now, in: database) { try self.walk(walk, in: database) }
     }
 
     /// One step of `walk`.
@@ -451,13 +468,15 @@ public struct TaskStore: Sendable {
                 }
                 try save(next, previous: task, in: database)
             }
+            try webhooks.record(events, now: now, in: database)
             return (events, due.count)
         }
     }
 
     /// Forgets, quietly, at most `limit` finished tasks (with their history) whose whole
     /// family finished before `cutoff`, leaves first, and tombstones older than `cutoff`;
-    /// resuming from an id at or below what was forgotten then gets a snapshot.
+    /// resuming from an id at or below what was forgotten then gets a snapshot. Also
+    /// forgets each webhook's finished deliveries beyond its latest 100.
     public func prune(finishedBefore cutoff: EpochMilliseconds, limit: Int, in database: Database) throws -> Int {
         let tasks = try TaskRepository.prunable(finishedBefore: cutoff, limit: limit, in: database)
         var forgottenThrough: Int64 = 0
@@ -474,7 +493,21 @@ public struct TaskStore: Sendable {
         let tombstones = try ChangeFeed.pruneTombstones(deletedBefore: cutoff, limit: limit, in: database)
         forgottenThrough = max(forgottenThrough, tombstones.through)
         if forgottenThrough > 0 { try ChangeFeed.forget(through: forgottenThrough, in: database) }
-        return tasks.count + tombstones.count
+        let deliveries = try WebhookRepository.pruneFinished(in: database)
+        return tasks.count + tombstones.count + deliveries
+    }
+
+    /// Runs one change at `now` and writes the deliveries of its events to the webhooks
+    /// that want them, in the same transaction (`WebhookOutbox`); if it throws, the numbers
+    /// it took are given back (its savepoint is rolled back by the writer, so they were
+    /// never stored).
+    private func numbered<Value: CarriesTaskEvents>(now: EpochMilliseconds, in database: Database,
+                                                    _ operation: () throws -> Value) throws -> Value {
+        try numbered {
+            let value = try operation()
+            try webhooks.record(value.events, now: now, in: database)
+            return value
+        }
     }
 
     /// Runs one operation; if it throws, the numbers it took are given back (its savepoint

@@ -9,9 +9,9 @@ import Testing
 /// file read directly, completion scripts, and their help.
 @Suite(.serialized) struct AdminCommandTests {
     /// A live daemon whose first admin token was made offline before it started.
-    static func daemonWithAdminToken() throws -> (LiveDaemon, String) {
+    static func daemonWithAdminToken(arguments: [String] = []) throws -> (LiveDaemon, String) {
         var secret = ""
-        let daemon = try LiveDaemon { path in
+        let daemon = try LiveDaemon(arguments: arguments) { path in
             let made = try runBuilt("headwayd", ["token", "create", "--scope", "admin", "--db", path])
             guard made.status == 0 else { throw TestHTTPError("headwayd token create: \(made.errors)") }
             secret = made.output.trimmingCharacters(in: .newlines)
@@ -86,7 +86,64 @@ import Testing
         #expect(gone.errors.hasSuffix(" (token_revoked)\n"), "\(gone.errors)")
     }
 
+    /// create prints the signing secret alone, list shows the webhook without it,
+    /// deliveries shows the attempts at a receiver that is down, delete removes it.
+    @Test func webhooksRoundTripWithAnAdminToken() throws {
+        let (daemon, admin) = try Self.daemonWithAdminToken(arguments: ["--webhook-allow-private"])
+        defer { daemon.stop() }
+        let server = daemon.url
+        let receiver = "http://127.0.0.1:\(unusedPort())/hook"
+        let created = try headway("webhook", "create", receiver, "--event", "task.created", "--event", "task.finished",
+                                  "--prefix", "db-", "--outcome", "failed", "--format", "slack", "--server", server,
+                                  "--token", admin)
+        #expect(created.status == 0, "\(created.errors)")
+        let secret = created.output.trimmingCharacters(in: .newlines)
+        #expect(created.output == secret + "\n" && secret.hasPrefix("whsec_") && secret.count == 49, "\(secret)")
+
+        let listed = try headway("webhook", "list", "--json", "--server", server, "--token", admin)
+        guard case .object(let webhook)? = Self.lines(listed.output).first, case .string(let id)? = webhook["id"] else {
+            Issue.record("no webhook listed: \(listed.output) \(listed.errors)")
+            return
+        }
+        #expect(webhook["events"] == .array([.string("task.created"), .string("task.finished")]))
+        #expect(webhook["outcomes"] == .array([.string("failed")]) && webhook["format"] == .string("slack"))
+        let table = try headway("webhook", "list", "--server", server, "--token", admin)
+        let rows = table.output.split(separator: "\n").map(String.init)
+        #expect(rows.count == 2 && rows[0].hasPrefix("ID") && rows[0].hasSuffix("FORMAT"), "\(table.output)")
+        #expect(rows[1].contains(receiver) && rows[1].contains("task.created,task.finished") && rows[1].hasSuffix("slack"),
+                "\(rows[1])")
+        #expect(!table.output.contains("whsec_") && !listed.output.contains("whsec_"), "no secret is listed")
+
+        #expect(try headway("start", "Backup", "--id", "db-1", "--server", server, "--token", admin).status == 0)
+        // Nothing listens at the receiver: the delivery stays pending, with its refused attempts.
+        var deliveries = ""
+        for _ in 0..<400 {
+            deliveries = try headway("webhook", "deliveries", id, "--server", server, "--token", admin).output
+            if deliveries.contains("pending") && !deliveries.contains("pending  0") { break }
+            usleep(25_000)
+        }
+        let lines = deliveries.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2 && lines[0].hasPrefix("TIME") && lines[0].hasSuffix("ERROR"), "\(deliveries)")
+        #expect(lines.last?.contains("task.created  pending") == true && lines.last?.contains("onnect") == true,
+                "\(deliveries)")
+
+        let refused = try headway("webhook", "list", "--server", server)
+        #expect(refused.status == 1 && refused.errors.hasSuffix(" (token_missing)\n"), "\(refused.errors)")
+        let deleted = try headway("webhook", "delete", id, "--server", server, "--token", admin)
+        #expect(deleted.status == 0 && deleted.output == "deleted \(id)\n", "\(deleted.errors)")
+        let again = try headway("webhook", "delete", id, "--server", server, "--token", admin)
+        #expect(again.status == 1 && again.errors.hasSuffix(" (webhook_not_found)\n"), "\(again.errors)")
+        #expect(try headway("webhook", "list", "--server", server, "--token", admin).output.split(separator: "\n").count == 1)
+    }
+
     @Test(arguments: [
+        (["webhook", "create", "http://x.example/"],
+         "headway: missing --event <event>\nSee 'headway webhook create --help'.\n"),
+        (["webhook", "create", "http://x.example/", "--event", "task.stalled", "--outcome", "lost"],
+         "headway: --outcome must be succeeded, failed or canceled, not 'lost'\nSee 'headway webhook create --help'.\n"),
+        (["webhook", "create", "http://x.example/", "--event", "task.stalled", "--format", "xml"],
+         "headway: --format must be json or slack, not 'xml'\nSee 'headway webhook create --help'.\n"),
+        (["webhook", "deliveries"], "headway: missing <id>\nSee 'headway webhook deliveries --help'.\n"),
         (["token", "create"], "headway: missing --scope <scope>\nSee 'headway token create --help'.\n"),
         (["token", "create", "--scope", "root"],
          "headway: --scope must be report, read, control or admin, not 'root'\nSee 'headway token create --help'.\n"),
@@ -378,7 +435,8 @@ import Testing
     }
 
     /// The help of each admin command equals its golden file (`golden/help-token-create.txt`).
-    @Test(arguments: ["token", "token create", "token list", "token revoke", "db", "db status", "db check",
+    @Test(arguments: ["token", "token create", "token list", "token revoke", "webhook", "webhook create", "webhook list",
+                      "webhook delete", "webhook deliveries", "db", "db status", "db check",
                       "db backup", "completion"])
     func adminHelpMatchesItsGoldenFile(command: String) throws {
         let words = command.split(separator: " ").map(String.init)

@@ -23,11 +23,11 @@ final class LiveDaemon {
     var url: String { "http://127.0.0.1:\(port)" }
     var log: String { daemon.log }
 
-    /// Starts the daemon (after `prepare` has run with the database path, e.g. to make a
-    /// token) and waits until it listens.
-    init(prepare: (String) throws -> Void = { _ in }) throws {
+    /// Starts the daemon with `arguments` besides its address and database (after
+    /// `prepare` has run with the database path, e.g. to make a token) and waits until it listens.
+    init(arguments: [String] = [], prepare: (String) throws -> Void = { _ in }) throws {
         try prepare(directory.file("h.db"))
-        daemon = try DaemonProcess(["--listen", "127.0.0.1:0", "--db", directory.file("h.db")],
+        daemon = try DaemonProcess(["--listen", "127.0.0.1:0", "--db", directory.file("h.db")] + arguments,
                                    logPath: directory.file("headwayd.log"))
     }
 

@@ -1,6 +1,7 @@
 import Testing
 @testable import HeadwayService
 import HeadwayStore
+import HeadwayCore
 
 @Suite struct ConfigurationTests {
     private func parse(_ arguments: [String], _ environment: [String: String] = [:]) throws -> Configuration {
@@ -49,6 +50,36 @@ import HeadwayStore
         for flag in ["--listen", "--db", "--durability", "--stall-timeout", "HEADWAY_LISTEN", "HEADWAY_DB",
                      "HEADWAY_DURABILITY", "HEADWAY_STALL_TIMEOUT"] {
             #expect(Configuration.usage.contains(flag))
+        }
+    }
+
+    @Test func webhookSettings() throws {
+        let defaults = try parse([])
+        #expect(defaults.webhookConcurrency == 8 && defaults.webhookTimeoutSeconds == 10 && !defaults.webhookAllowPrivate)
+        #expect(defaults.webhookRetry == WebhookRetryPolicy(baseMilliseconds: 1000, capMilliseconds: 600_000,
+                                                            giveUpAfterMilliseconds: 86_400_000, jitter: true))
+        let flags = try parse(["--webhook-concurrency", "2", "--webhook-timeout", "1.5", "--webhook-retry-base", "0.1",
+                               "--webhook-retry-for", "90m", "--webhook-retry-jitter", "none", "--webhook-allow-private"])
+        #expect(flags.webhookConcurrency == 2 && flags.webhookTimeoutSeconds == 1.5 && flags.webhookAllowPrivate)
+        #expect(flags.webhookRetry == WebhookRetryPolicy(baseMilliseconds: 100, capMilliseconds: 600_000,
+                                                         giveUpAfterMilliseconds: 5_400_000, jitter: false))
+        // A switch: no value on the command line; true or false elsewhere, and a flag wins.
+        #expect(try parse(["--webhook-allow-private", "--db", "x.db"]).databasePath == "x.db")
+        #expect(try parse([], ["HEADWAY_WEBHOOK_ALLOW_PRIVATE": "true"]).webhookAllowPrivate)
+        #expect(try !parse(["--webhook-allow-private=false"], ["HEADWAY_WEBHOOK_ALLOW_PRIVATE": "true"]).webhookAllowPrivate)
+        #expect(throws: UsageError("--webhook-allow-private takes no value, or true or false, not 'maybe'")) {
+            try parse([], ["HEADWAY_WEBHOOK_ALLOW_PRIVATE": "maybe"])
+        }
+        #expect(throws: UsageError("--webhook-retry-jitter must be full or none, not 'half'")) {
+            try parse(["--webhook-retry-jitter", "half"])
+        }
+        #expect(throws: UsageError("--webhook-retry-for must be a duration from 1s to 30d (e.g. 24h, 90m, 3600), not '0'")) {
+            try parse(["--webhook-retry-for", "0"])
+        }
+        #expect(throws: UsageError.self) { try parse(["--webhook-concurrency", "0"]) }
+        for flag in ["--webhook-concurrency", "--webhook-timeout", "--webhook-retry-base", "--webhook-retry-for",
+                     "--webhook-retry-jitter", "--webhook-allow-private", "HEADWAY_WEBHOOK_ALLOW_PRIVATE"] {
+            #expect(Configuration.usage.contains(flag), "\(flag)")
         }
     }
 

@@ -48,7 +48,8 @@ private struct Probe {
         let tokens = (listed ?? []).map { token in
             token.filter { $0.key != "last_used_at" }.map { "\($0.key)=\($0.value)" }.sorted().joined(separator: ",")
         }
-        return tasks + "\n" + tokens.joined(separator: "\n")
+        let webhooks = try daemon.request("GET", "/v1/webhooks", headers: headers).text
+        return tasks + "\n" + tokens.joined(separator: "\n") + "\n" + webhooks
     }
 
     /// Without any token the daemon serves everything as before.
@@ -83,6 +84,10 @@ private struct Probe {
         let revokedID = try daemon.tokenID(named: "revoked", admin: admin)
         #expect(try daemon.request("DELETE", "/v1/tokens/\(revokedID)", headers: auth(admin)).status == 204)
         let victimID = try daemon.tokenID(named: "victim", admin: admin)
+        let webhook = try daemon.request("POST", "/v1/webhooks", json: #"{"url":"http://93.184.216.34/hook","events":["task.recovered"]}"#,
+                                         headers: auth(admin))
+        #expect(webhook.status == 201, "\(webhook.text)")
+        let webhookID = webhook.json["id"] as? String ?? "whk_missing"
         // Made an hour ago, for a second.
         let expired = try daemon.makeToken([.admin], name: "expired", expiresInSeconds: 1,
                                            clock: ManualClock(SystemClock().now() - 3_600_000))
@@ -110,6 +115,10 @@ private struct Probe {
             "POST /v1/tokens": ("POST", "/v1/tokens", #"{"name":"new","scopes":["admin"]}"#),
             "GET /v1/tokens": ("GET", "/v1/tokens", nil),
             "DELETE /v1/tokens/{id}": ("DELETE", "/v1/tokens/\(victimID)", nil),
+            "POST /v1/webhooks": ("POST", "/v1/webhooks", #"{"url":"http://93.184.216.34/new","events":["task.stalled"]}"#),
+            "GET /v1/webhooks": ("GET", "/v1/webhooks", nil),
+            "DELETE /v1/webhooks/{id}": ("DELETE", "/v1/webhooks/\(webhookID)", nil),
+            "GET /v1/webhooks/{id}/deliveries": ("GET", "/v1/webhooks/\(webhookID)/deliveries", nil),
             "GET /": ("GET", "/", nil),
             "GET /assets/{name}": ("GET", "/assets/app.js", nil),
             "GET /v1/token": ("GET", "/v1/token", nil),
@@ -132,6 +141,10 @@ private struct Probe {
             "POST /v1/tokens": Probe(method: "POST", path: "/v1/tokens", body: "{}", passStatus: 400),
             "GET /v1/tokens": Probe(method: "GET", path: "/v1/tokens", passStatus: 200),
             "DELETE /v1/tokens/{id}": Probe(method: "DELETE", path: "/v1/tokens/tok_none", passStatus: 404),
+            "POST /v1/webhooks": Probe(method: "POST", path: "/v1/webhooks", body: "{}", passStatus: 400),
+            "GET /v1/webhooks": Probe(method: "GET", path: "/v1/webhooks", passStatus: 200),
+            "DELETE /v1/webhooks/{id}": Probe(method: "DELETE", path: "/v1/webhooks/whk_none", passStatus: 404),
+            "GET /v1/webhooks/{id}/deliveries": Probe(method: "GET", path: "/v1/webhooks/whk_none/deliveries", passStatus: 404),
             "GET /": Probe(method: "GET", path: "/", passStatus: 200),
             "GET /assets/{name}": Probe(method: "GET", path: "/assets/none.js", passStatus: 404),
             "GET /v1/token": Probe(method: "GET", path: "/v1/token", passStatus: 200),

@@ -1,0 +1,533 @@
+import Foundation
+
+/// How a webhook's deliveries are written.
+public enum WebhookFormat: String, Sendable, CaseIterable {
+    /// `{"id", "type", "event_id", "occurred_at", "task"}`: the event and the task as the API shows it.
+    case json
+    /// `{"text": …}`: one short line for a person, which Slack (and tools that copy its
+    /// incoming webhooks) posts as it is.
+    case slack
+}
+
+/// What a webhook is told about: which kinds of event, of which tasks.
+public struct WebhookFilter: Sendable, Equatable {
+    /// The kinds of event delivered (`task.created` … `task.deleted`).
+    public var events: Set<TaskEventKind>
+    /// Only tasks whose id starts with this.
+    public var taskPrefix: String?
+    /// For `task.finished`: only these outcomes (nil: every one).
+    public var outcomes: Set<TaskState>?
+
+    public init(events: Set<TaskEventKind>, taskPrefix: String? = nil, outcomes: Set<TaskState>? = nil) {
+        self.events = events
+        self.taskPrefix = taskPrefix
+        self.outcomes = outcomes
+    }
+
+    /// Whether an event of `kind` about the task `taskID` may concern the webhook, before
+    /// the task's state is known (cheap: no JSON is read).
+    public func mayMatch(kind: TaskEventKind, taskID: String) -> Bool {
+        guard events.contains(kind) else { return false }
+        if let taskPrefix, !taskID.utf8.starts(with: taskPrefix.utf8) { return false }
+        return true
+    }
+
+    /// Whether an event of `kind` about a task now in `state` is delivered.
+    public func matches(kind: TaskEventKind, taskID: String, state: TaskState?) -> Bool {
+        guard mayMatch(kind: kind, taskID: taskID) else { return false }
+        if kind == .finished, let outcomes, let state { return outcomes.contains(state) }
+        return true
+    }
+}
+
+/// A webhook as stored: where events are posted, which ones, and the secret that signs them.
+public struct WebhookRecord: Sendable, Equatable {
+    /// `whk_` followed by 16 hex digits.
+    public var id: String
+    public var url: String
+    public var filter: WebhookFilter
+    public var format: WebhookFormat
+    /// The signing secret (`whsec_` and 43 base64url characters). Kept in clear: every
+    /// delivery is signed with it. Shown only in the reply that made the webhook.
+    public var secret: String
+    public var createdAt: EpochMilliseconds
+
+    public init(id: String, url: String, filter: WebhookFilter, format: WebhookFormat, secret: String,
+                createdAt: EpochMilliseconds) {
+        self.id = id
+        self.url = url
+        self.filter = filter
+        self.format = format
+        self.secret = secret
+        self.createdAt = createdAt
+    }
+}
+
+/// Where a delivery stands.
+public enum WebhookDeliveryState: String, Sendable, CaseIterable {
+    /// Not delivered yet: sent at `next_attempt_at` (again, after a failed attempt that may be retried).
+    case pending
+    /// A receiver answered 2xx.
+    case delivered
+    /// Given up: a refusal that retrying cannot change (a 4xx other than 408 or 429, a
+    /// redirect, a refused address), or retried for `--webhook-retry-for`.
+    case failed
+}
+
+/// One delivery of one event to one webhook, as stored in the outbox.
+public struct WebhookDelivery: Sendable, Equatable {
+    public var webhookID: String
+    /// The change number of the event (its id in the event stream).
+    public var eventID: Int64
+    public var eventType: TaskEventKind
+    /// The bytes posted, the same at every attempt.
+    public var body: String
+    public var state: WebhookDeliveryState
+    public var attempts: Int
+    public var createdAt: EpochMilliseconds
+    public var nextAttemptAt: EpochMilliseconds
+    public var lastAttemptAt: EpochMilliseconds?
+    public var lastStatus: Int?
+    public var lastError: String?
+    public var lastLatencyMilliseconds: Int64?
+
+    public init(webhookID: String, eventID: Int64, eventType: TaskEventKind, body: String, state: WebhookDeliveryState,
+                attempts: Int, createdAt: EpochMilliseconds, nextAttemptAt: EpochMilliseconds,
+                lastAttemptAt: EpochMilliseconds? = nil, lastStatus: Int? = nil, lastError: String? = nil,
+                lastLatencyMilliseconds: Int64? = nil) {
+        self.webhookID = webhookID
+        self.eventID = eventID
+        self.eventType = eventType
+        self.body = body
+        self.state = state
+        self.attempts = attempts
+        self.createdAt = createdAt
+        self.nextAttemptAt = nextAttemptAt
+        self.lastAttemptAt = lastAttemptAt
+        self.lastStatus = lastStatus
+        self.lastError = lastError
+        self.lastLatencyMilliseconds = lastLatencyMilliseconds
+    }
+
+    /// The delivery's id (`Headway-Delivery`): the webhook's id and the event's, unique and
+    /// the same at every attempt, so a receiver can drop a repeated delivery.
+    public var id: String { Self.id(webhookID: webhookID, eventID: eventID) }
+
+    /// The id of the delivery of event `eventID` to webhook `webhookID`.
+    public static func id(webhookID: String, eventID: Int64) -> String { "\(webhookID)-\(eventID)" }
+}
+
+/// Reads a `POST /v1/webhooks` body: `{url, events, task_prefix?, outcomes?, format?}`.
+public struct WebhookRequest: Sendable, Equatable {
+    /// The URL as given (a string of at most `maximumURLBytes`; `WebhookURL.parse` judges it).
+    public var url: String
+    public var filter: WebhookFilter
+    public var format: WebhookFormat
+
+    /// The longest URL accepted, in bytes.
+    public static let maximumURLBytes = 2048
+    /// The outcomes a `task.finished` webhook may be limited to.
+    public static let outcomeStates: [TaskState] = [.succeeded, .failed, .canceled]
+    /// The most items `events` and `outcomes` may hold (repeats allowed, as in openapi.yaml).
+    static let maximumEvents = 14, maximumOutcomes = 6
+
+    public init(url: String, filter: WebhookFilter, format: WebhookFormat) {
+        self.url = url
+        self.filter = filter
+        self.format = format
+    }
+
+    /// The request in `body`, or every field error at once (400). Whether the URL is one a
+    /// webhook may post to is judged after (`WebhookURL.parse`, then `AddressPolicy`).
+    public static func parse(_ body: JSONValue) throws(TaskError) -> WebhookRequest {
+        var reader = FieldReader(body, allowed: ["url", "events", "task_prefix", "outcomes", "format"])
+        let format = reader.choice("format", of: WebhookFormat.allCases) ?? .json
+        var errors: [FieldError] = []
+        var url: String?
+        var events: Set<TaskEventKind> = []
+        var prefix: String?
+        var outcomes: Set<TaskState>?
+        if case .object(let members) = body {
+            switch members["url"] {
+            case .string(let text)?: url = text
+            case nil, .null?: errors.append(FieldError(field: "url", message: "is required"))
+            default: errors.append(FieldError(field: "url", message: "must be a string"))
+            }
+            let kinds = TaskEventKind.allCases.map(\.rawValue).joined(separator: ", ")
+            switch members["events"] {
+            case .array(let items)? where (1...maximumEvents).contains(items.count):
+                for item in items {
+                    guard case .string(let text) = item, let kind = TaskEventKind(rawValue: text) else {
+                        errors.append(FieldError(field: "events", message: "must hold only \(kinds)"))
+                        break
+                    }
+                    events.insert(kind)
+                }
+            default:
+                errors.append(FieldError(field: "events", message: "is required: 1 to \(maximumEvents) of \(kinds)"))
+            }
+            switch members["task_prefix"] {
+            case nil, .null?: break
+            case .string(let text)? where TaskIDPrefix.isValid(text): prefix = text
+            default:
+                errors.append(FieldError(field: "task_prefix", message: "must match [A-Za-z0-9._~:-]{1,\(Limits.idLength)}"))
+            }
+            let names = outcomeStates.map(\.rawValue).joined(separator: ", ")
+            switch members["outcomes"] {
+            case nil, .null?: break
+            case .array(let items)? where (1...maximumOutcomes).contains(items.count):
+                var chosen: Set<TaskState> = []
+                for item in items {
+                    guard case .string(let text) = item, let state = TaskState(rawValue: text), state.isFinished else {
+                        errors.append(FieldError(field: "outcomes", message: "must hold only \(names)"))
+                        break
+                    }
+                    chosen.insert(state)
+                }
+                outcomes = chosen
+                if !events.isEmpty && !events.contains(.finished) {
+                    errors.append(FieldError(field: "outcomes", message: "applies to task.finished only: add it to events"))
+                }
+            default: errors.append(FieldError(field: "outcomes", message: "must be 1 to \(maximumOutcomes) of \(names)"))
+            }
+        }
+        let all = reader.errors + errors
+        guard all.isEmpty, let url else { throw .invalidRequest(all) }
+        return WebhookRequest(url: url, filter: WebhookFilter(events: events, taskPrefix: prefix, outcomes: outcomes),
+                              format: format)
+    }
+}
+
+/// An `http` or `https` URL a webhook posts to, split into what the daemon checks.
+public struct WebhookURL: Sendable, Equatable {
+    /// Why a text is not a URL a webhook may post to.
+    public struct Refusal: Error, Equatable, Sendable {
+        public var message: String
+    }
+
+    /// The URL as given.
+    public var text: String
+    /// `http` or `https`.
+    public var scheme: String
+    /// The host: a name, an IPv4 literal, or an IPv6 literal without its brackets.
+    public var host: String
+    /// The port: given, or the scheme's (80, 443).
+    public var port: Int
+
+    /// Parses `text`: `http://` or `https://` (any case), a host, an optional port, then a
+    /// path, query or nothing; no user information, no fragment, no spaces or controls.
+    public static func parse(_ text: String) throws(Refusal) -> WebhookURL {
+        let bytes = text.utf8
+        guard bytes.count <= WebhookRequest.maximumURLBytes else {
+            throw Refusal(message: "must be at most \(WebhookRequest.maximumURLBytes) bytes (got \(bytes.count))")
+        }
+        guard bytes.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw Refusal(message: "must be printable ASCII without spaces (percent-encode the rest)")
+        }
+        guard let schemeEnd = text.range(of: "://") else {
+            throw Refusal(message: "must be an absolute http:// or https:// URL")
+        }
+        let scheme = text[..<schemeEnd.lowerBound].lowercased()
+        guard scheme == "http" || scheme == "https" else {
+            throw Refusal(message: "must use http or https, not '\(scheme)'")
+        }
+        let rest = text[schemeEnd.upperBound...]
+        guard !rest.contains("#") else { throw Refusal(message: "must not have a fragment (#…)") }
+        let authority = rest.prefix { $0 != "/" && $0 != "?" }
+        guard !authority.contains("@") else { throw Refusal(message: "must not carry a user name or password") }
+        var host: Substring
+        var portText: Substring?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { throw Refusal(message: "has an unclosed [ in its host") }
+            host = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { throw Refusal(message: "has text after its IPv6 host") }
+                portText = after.dropFirst()
+            }
+            guard IPAddress.parseV6(String(host)) != nil else { throw Refusal(message: "has an invalid IPv6 address") }
+        } else {
+            if let colon = authority.firstIndex(of: ":") {
+                host = authority[..<colon]
+                portText = authority[authority.index(after: colon)...]
+            } else {
+                host = authority
+            }
+            let allowed = host.utf8.allSatisfy { byte in
+                switch byte {
+                case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                     UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "."), UInt8(ascii: "-"), UInt8(ascii: "_"):
+                    true
+                default: false
+                }
+            }
+            guard !host.isEmpty, host.utf8.count <= 253, allowed else { throw Refusal(message: "must name a host") }
+        }
+        var port = scheme == "https" ? 443 : 80
+        if let portText {
+            guard let number = Int(portText), (1...65535).contains(number), portText.allSatisfy(\.isASCII) else {
+                throw Refusal(message: "must have a port from 1 to 65535")
+            }
+            port = number
+        }
+        return WebhookURL(text: text, scheme: scheme, host: String(host).lowercased(), port: port)
+    }
+}
+
+/// An IP address as its bytes (4 or 16), with the one question the daemon asks of it.
+public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
+    /// 4 bytes (IPv4) or 16 (IPv6).
+    public var bytes: [UInt8]
+
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == 4 || bytes.count == 16 else { return nil }
+        self.bytes = bytes
+    }
+
+    /// A dotted IPv4 literal (four decimal numbers 0–255) or an IPv6 literal, or nil.
+    public static func parse(_ text: String) -> IPAddress? {
+        if let v4 = parseV4(text) { return v4 }
+        return parseV6(text)
+    }
+
+    /// Four decimal numbers 0–255 separated by dots (no other IPv4 spelling).
+    public static func parseV4(_ text: String) -> IPAddress? {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 4 else { return nil }
+        var bytes: [UInt8] = []
+        for part in parts {
+            guard !part.isEmpty, part.count <= 3, part.allSatisfy({ $0.isASCII && $0.isNumber }), let value = Int(part),
+                  value <= 255 else { return nil }
+            bytes.append(UInt8(value))
+        }
+        return IPAddress(bytes: bytes)
+    }
+
+    /// An IPv6 literal: eight groups of hex, `::` for a run of zeros, an IPv4 tail allowed.
+    public static func parseV6(_ text: String) -> IPAddress? {
+        guard text.contains(":"), text.utf8.count <= 45 else { return nil }
+        var head: [UInt16] = []
+        var tail: [UInt16] = []
+        var sawGap = false
+        let halves = text.components(separatedBy: "::")
+        guard halves.count <= 2 else { return nil }
+        func groups(_ part: String, allowV4Tail: Bool) -> [UInt16]? {
+            if part.isEmpty { return [] }
+            var result: [UInt16] = []
+            let pieces = part.split(separator: ":", omittingEmptySubsequences: false)
+            for (index, piece) in pieces.enumerated() {
+                if index == pieces.count - 1, allowV4Tail, piece.contains("."), let v4 = parseV4(String(piece)) {
+                    result.append(UInt16(v4.bytes[0]) << 8 | UInt16(v4.bytes[1]))
+                    result.append(UInt16(v4.bytes[2]) << 8 | UInt16(v4.bytes[3]))
+                    continue
+                }
+                guard (1...4).contains(piece.count), let value = UInt16(piece, radix: 16) else { return nil }
+                result.append(value)
+            }
+            return result
+        }
+        if halves.count == 2 {
+            sawGap = true
+            guard let first = groups(halves[0], allowV4Tail: false), let second = groups(halves[1], allowV4Tail: true)
+            else { return nil }
+            (head, tail) = (first, second)
+            guard head.count + tail.count <= 7 else { return nil }
+        } else {
+            guard let all = groups(text, allowV4Tail: true), all.count == 8 else { return nil }
+            head = all
+        }
+        let words = head + [UInt16](repeating: 0, count: sawGap ? 8 - head.count - tail.count : 0) + tail
+        return IPAddress(bytes: words.flatMap { [UInt8($0 >> 8), UInt8($0 & 0xFF)] })
+    }
+
+    public var description: String {
+        if bytes.count == 4 { return bytes.map(String.init).joined(separator: ".") }
+        var words: [String] = []
+        for index in stride(from: 0, to: 16, by: 2) {
+            words.append(String(UInt16(bytes[index]) << 8 | UInt16(bytes[index + 1]), radix: 16))
+        }
+        return words.joined(separator: ":")
+    }
+
+    /// Whether this is an address on the public Internet. False for loopback, private
+    /// (RFC 1918; IPv6 unique local fc00::/7), link-local, shared (CGNAT 100.64.0.0/10),
+    /// unspecified, multicast, broadcast, "this network" (0.0.0.0/8), reserved (240/4),
+    /// documentation and benchmarking ranges, and those in IPv4-mapped (::ffff:0:0/96),
+    /// IPv4-compatible, NAT64 (64:ff9b::/96) or 6to4 (2002::/16) form.
+    public var isPublic: Bool {
+        if bytes.count == 4 { return Self.isPublicV4(bytes) }
+        let b = bytes
+        if b[0..<10].allSatisfy({ $0 == 0 }) && b[10] == 0xFF && b[11] == 0xFF { return Self.isPublicV4(Array(b[12..<16])) }
+        if b[0..<12].allSatisfy({ $0 == 0 }) { return false }  // ::, ::1, IPv4-compatible
+        if b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xFF && b[3] == 0x9B { return Self.isPublicV4(Array(b[12..<16])) }
+        if b[0] == 0x20 && b[1] == 0x02 { return Self.isPublicV4(Array(b[2..<6])) }
+        if b[0] & 0xFE == 0xFC { return false }                // unique local fc00::/7
+        if b[0] == 0xFE && b[1] & 0xC0 == 0x80 { return false } // link-local fe80::/10
+        if b[0] == 0xFE && b[1] & 0xC0 == 0xC0 { return false } // site-local fec0::/10 (deprecated)
+        if b[0] == 0xFF { return false }                        // multicast
+        if b[0] == 0x20 && b[1] == 0x01 && b[2] == 0x0D && b[3] == 0xB8 { return false } // documentation
+        return true
+    }
+
+    private static func isPublicV4(_ b: [UInt8]) -> Bool {
+        switch (b[0], b[1], b[2]) {
+        case (0, _, _), (10, _, _), (127, _, _): return false
+        case (100, 64...127, _): return false               // shared address space (CGNAT)
+        case (169, 254, _): return false                    // link-local
+        case (172, 16...31, _): return false
+        case (192, 168, _): return false
+        case (192, 0, 0), (192, 0, 2), (198, 51, 100), (203, 0, 113): return false
+        case (198, 18...19, _): return false                // benchmarking
+        case (224...255, _, _): return false                // multicast, reserved, broadcast
+        default: return true
+        }
+    }
+}
+
+/// When a failed delivery is tried again: exponential backoff (the base, doubled after
+/// each failed attempt, at most `cap`) with full jitter (a uniformly random delay from 0
+/// to that bound), given up once the delivery is older than `giveUpAfter`.
+public struct WebhookRetryPolicy: Sendable, Equatable {
+    /// The bound of the first retry's delay, in milliseconds.
+    public var baseMilliseconds: Int64
+    /// The largest bound, in milliseconds.
+    public var capMilliseconds: Int64
+    /// How long after its event a delivery is still retried, in milliseconds.
+    public var giveUpAfterMilliseconds: Int64
+    /// Whether the delay is random below its bound (full jitter) or the bound itself.
+    public var jitter: Bool
+
+    public init(baseMilliseconds: Int64 = 1000, capMilliseconds: Int64 = 600_000,
+                giveUpAfterMilliseconds: Int64 = 86_400_000, jitter: Bool = true) {
+        self.baseMilliseconds = baseMilliseconds
+        self.capMilliseconds = capMilliseconds
+        self.giveUpAfterMilliseconds = giveUpAfterMilliseconds
+        self.jitter = jitter
+    }
+
+    /// The bound of the delay after the `attempts`-th failed attempt (1 for the first).
+    public func bound(afterAttempts attempts: Int) -> Int64 {
+        let doublings = min(max(attempts - 1, 0), 40)
+        let bound = baseMilliseconds.multipliedReportingOverflow(by: Int64(1) << doublings)
+        return bound.overflow ? capMilliseconds : min(bound.partialValue, capMilliseconds)
+    }
+
+    /// When to try again after the `attempts`-th failed attempt at `now`, of a delivery
+    /// made at `createdAt`; nil when it is to be given up. `random` gives a number in 0…1.
+    public func nextAttempt(afterAttempts attempts: Int, now: EpochMilliseconds, createdAt: EpochMilliseconds,
+                            random: () -> Double) -> EpochMilliseconds? {
+        let bound = self.bound(afterAttempts: attempts)
+        let delay = jitter ? Int64((Double(bound) * min(max(random(), 0), 1)).rounded()) : bound
+        let next = now + delay
+        return next - createdAt > giveUpAfterMilliseconds ? nil : next
+    }
+}
+
+/// What an attempt's outcome means for its delivery.
+public enum WebhookAttemptVerdict: Sendable, Equatable {
+    case delivered
+    /// Worth trying again later: a 5xx, 408, 429, a timeout, a connection refused or lost.
+    case retry
+    /// Never worth trying again: another 4xx, a redirect (never followed), another status,
+    /// an address the daemon refuses to post to.
+    case fail
+
+    /// The verdict on an HTTP status.
+    public static func of(status: Int) -> WebhookAttemptVerdict {
+        switch status {
+        case 200...299: .delivered
+        case 408, 429, 500...599: .retry
+        default: .fail
+        }
+    }
+}
+
+/// The body of a delivery, in the webhook's format.
+public enum WebhookBody {
+    /// The body posted for an event: `json`: `{"id", "type", "event_id", "occurred_at",
+    /// "task"}` (`task` the event's data: the task as the API shows it, or `{"id"}` for a
+    /// deletion); `slack`: `{"text"}`, a line for a person (`slackText`).
+    public static func render(_ format: WebhookFormat, deliveryID: String, event: TaskEvent,
+                              occurredAt: EpochMilliseconds) -> String {
+        var object = JSONObjectWriter(capacity: event.data.utf8.count + 160)
+        switch format {
+        case .json:
+            object.string("id", deliveryID)
+            object.string("type", event.kind.rawValue)
+            object.integer("event_id", event.changeNumber)
+            object.string("occurred_at", Timestamp.rfc3339(occurredAt))
+            object.raw("task", event.data)
+        case .slack:
+            object.string("text", slackText(event))
+        }
+        return object.finish()
+    }
+
+    /// One line about the event, as a person would say it: "Nightly backup of db-3
+    /// stalled: no signal for 42 s — 64%, 768 of 1,200 files".
+    public static func slackText(_ event: TaskEvent) -> String {
+        guard case .object(let task)? = JSONValue.parse(event.data.utf8) else { return "\(event.taskID): \(event.kind.rawValue)" }
+        func text(_ key: String) -> String? { if case .string(let value)? = task[key] { return value } else { return nil } }
+        func integer(_ key: String) -> Int64? { if case .integer(let value)? = task[key] { return value } else { return nil } }
+        func number(_ key: String) -> Double? {
+            switch task[key] {
+            case .integer(let value)?: Double(value)
+            case .number(let value)?: value
+            default: nil
+            }
+        }
+        let name = text("name") ?? event.taskID
+        var progress = ""
+        if let completed = integer("completed") {
+            let unit = text("unit").map { " \($0)" } ?? ""
+            if let total = integer("total") {
+                let percent = number("fraction").map { "\(Int(($0 * 100).rounded(.down)))%, " } ?? ""
+                progress = "\(percent)\(grouped(completed)) of \(grouped(total))\(unit)"
+            } else if completed > 0 {
+                progress = "\(grouped(completed))\(unit)"
+            } else if let fraction = number("fraction") {
+                progress = "\(Int((fraction * 100).rounded(.down)))%"
+            }
+        }
+        let tail = progress.isEmpty ? "" : " — \(progress)"
+        switch event.kind {
+        case .stalled:
+            let reason: String
+            if text("stall_reason") == StallReason.noProgress.rawValue {
+                reason = "no progress for \(seconds(number("progress_timeout_seconds")))"
+            } else {
+                reason = "no signal for \(seconds(number("stall_timeout_seconds")))"
+            }
+            return "\(name) stalled: \(reason)\(tail)"
+        case .recovered: return "\(name) is moving again\(tail)"
+        case .finished:
+            let message = text("message").map { ": \($0)" } ?? ""
+            switch text("state") {
+            case "succeeded": return "\(name) succeeded\(message)\(tail)"
+            case "canceled": return "\(name) was canceled\(message)\(tail)"
+            default: return "\(name) failed\(message)\(tail)"
+            }
+        case .cancelRequested: return "\(name): cancellation requested\(tail)"
+        case .created: return "\(name) started\(tail)"
+        case .updated: return "\(name)\(tail.isEmpty ? " updated" : ":" + tail.dropFirst(2))"
+        case .deleted: return "\(name) was deleted"
+        }
+    }
+
+    /// A count with commas between thousands (no locale: 1,200).
+    static func grouped(_ value: Int64) -> String {
+        let digits = String(value.magnitude)
+        var out = ""
+        for (index, digit) in digits.enumerated() {
+            if index > 0 && (digits.count - index) % 3 == 0 { out.append(",") }
+            out.append(digit)
+        }
+        return value < 0 ? "-" + out : out
+    }
+
+    /// Seconds as a person reads them: "42 s", "1.5 s".
+    static func seconds(_ value: Double?) -> String {
+        guard let value else { return "a while" }
+        return value == value.rounded() ? "\(Int64(value)) s" : "\(value) s"
+    }
+}

@@ -1,0 +1,222 @@
+import Foundation
+import Lifecycle
+import Synchronization
+import HeadwayCore
+import HeadwayStore
+
+/// Sends the outbox's deliveries: a service whose thread (`headway-webhooks`) looks, on a
+/// reader connection of its own, for the oldest pending delivery of each webhook and,
+/// when it is due, hands it to an attempt on a thread of its own (`WebhookTransport`: a
+/// blocking POST with its timeout). At most one attempt per webhook is in flight (so a webhook's
+/// deliveries arrive in the order of their events) and at most `concurrency` in all. An
+/// attempt's outcome is written back as a small writer job (delivered; pending again at a
+/// later time, `WebhookRetryPolicy`; or failed), after which the thread looks again. The
+/// writer and the event stream never wait for a receiver.
+///
+/// The thread wakes when a committed batch wrote deliveries (`wake`), when an attempt's
+/// outcome is stored, when the next retry falls due, and once a second regardless (on a
+/// shared PostgreSQL database other daemons write deliveries too, and make or delete
+/// webhooks: the list is then read again, at most once a second). On such a database
+/// only the leader (`Leadership`) sends. A crash loses nothing: a delivery stays pending
+/// until its outcome is stored, and is sent again after a restart (at least once).
+final class WebhookDispatcher: Service {
+    struct Settings: Sendable {
+        /// Attempts in flight at once, all webhooks together.
+        var concurrency = 8
+        /// How long one attempt may take.
+        var timeoutSeconds = 10.0
+        /// When failed attempts are retried, and for how long.
+        var retry = WebhookRetryPolicy()
+        /// Whether private and loopback targets may be posted to.
+        var allowPrivate = false
+        /// The longest the thread sleeps without being woken.
+        var idleLookSeconds = 1.0
+    }
+
+    /// Counts of attempts by result, for metrics.
+    struct Counters: Sendable {
+        let delivered = MetricCounter()
+        let retried = MetricCounter()
+        let failed = MetricCounter()
+    }
+
+    private let settings: Settings
+    private let location: String
+    private let writer: GroupCommitWriter
+    private let outbox: WebhookOutbox
+    private let clock: any WallClock
+    private let logger: Logger
+    private let leadership: Leadership?
+    private let counters: Counters
+    private let doorbell: Doorbell
+    private let stopping = Atomic(false)
+    /// The webhooks with an attempt in flight.
+    private let inFlight = Locked<Set<String>>([])
+    /// Where the next look starts in the list of webhooks: after the last one that got an
+    /// attempt, so that with more webhooks due than attempts allowed each gets its turn.
+    private let rotation = Atomic(0)
+    private let reader = Locked<DatabaseReader?>(nil)
+
+    init(settings: Settings, location: String, writer: GroupCommitWriter, outbox: WebhookOutbox, clock: any WallClock,
+         logger: Logger, leadership: Leadership?, counters: Counters, doorbell: Doorbell = Doorbell()) {
+        self.doorbell = doorbell
+        self.settings = settings
+        self.location = location
+        self.writer = writer
+        self.outbox = outbox
+        self.clock = clock
+        self.logger = logger
+        self.leadership = leadership
+        self.counters = counters
+    }
+
+    func prepare() throws {
+        let opened = try DatabaseReader(path: location)
+        reader.withLock { $0 = opened }
+    }
+
+    /// Looks for due deliveries until a stop is requested (attempts in flight then end on
+    /// their own; an outcome the stopped writer cannot store is sent again after a restart).
+    func run() {
+        var nextReload = DispatchTime.now()
+        while !stopping.load(ordering: .acquiring) {
+            var sleepUntil = DispatchTime.now() + settings.idleLookSeconds
+            if leadership != nil && DispatchTime.now() >= nextReload {
+                nextReload = .now() + settings.idleLookSeconds
+                reloadWebhooks()
+            }
+            if leadership?.isLeader() ?? true {
+                do {
+                    if let nextDue = try startDueAttempts() {
+                        let wait = max(0, Double(nextDue - clock.now()) / 1000)
+                        sleepUntil = min(sleepUntil, .now() + wait)
+                    }
+                } catch {
+                    logger.log((error as? DatabaseError)?.isUnavailable == true ? .warn : .error,
+                               "webhook.read_failed", ["error": "\(error)"])
+                }
+            }
+            _ = doorbell.wait(until: sleepUntil)
+        }
+        reader.withLock { reader in
+            reader?.close()
+            reader = nil
+        }
+    }
+
+    func requestStop() {
+        stopping.store(true, ordering: .releasing)
+        doorbell.ring()
+    }
+
+    /// On a database other daemons share: reads the webhooks again, since another daemon
+    /// may have made or deleted one (each daemon's writer then writes their deliveries).
+    private func reloadWebhooks() {
+        guard let reader = reader.withLock({ $0 }) else { return }
+        do {
+            outbox.load(try reader.read { database in try WebhookRepository.all(in: database) })
+        } catch {
+            logger.log(.warn, "webhook.read_failed", ["error": "\(error)"])
+        }
+    }
+
+    /// Makes the thread look now (deliveries were committed, an outcome was stored).
+    func wake() { doorbell.ring() }
+
+    /// Starts an attempt for each webhook whose oldest pending delivery is due, within the
+    /// bounds; returns when the earliest delivery not due yet falls due, if any.
+    private func startDueAttempts() throws -> EpochMilliseconds? {
+        guard let reader = reader.withLock({ $0 }) else { return nil }
+        var nextDue: EpochMilliseconds?
+        let webhooks = outbox.current
+        let start = webhooks.isEmpty ? 0 : rotation.load(ordering: .relaxed) % webhooks.count
+        for index in webhooks.indices {
+            let webhook = webhooks[(start + index) % webhooks.count]
+            let (busy, full) = inFlight.withLock { ($0.contains(webhook.id), $0.count >= settings.concurrency) }
+            if full { break }
+            if busy { continue }
+            guard let delivery = try reader.read({ database in
+                try WebhookRepository.oldestPending(of: webhook.id, in: database)
+            }) else { continue }
+            let now = clock.now()
+            if delivery.nextAttemptAt > now {
+                nextDue = min(nextDue ?? delivery.nextAttemptAt, delivery.nextAttemptAt)
+                continue
+            }
+            inFlight.withLock { _ = $0.insert(webhook.id) }
+            rotation.store(start + index + 1, ordering: .relaxed)
+            // A thread of its own: the attempt blocks for up to the timeout, which GCD's
+            // shared pool (the read pools run there) should not pay for.
+            let worker = Thread { [self] in attempt(delivery, webhook) }
+            worker.name = "headway-webhook"
+            worker.start()
+        }
+        return nextDue
+    }
+
+    /// How long a webhook waits after an attempt whose outcome could not be stored.
+    static let pauseAfterLostOutcome = 5.0
+
+    /// Posts one delivery (on its attempt's thread) and stores its outcome through the writer.
+    private func attempt(_ delivery: WebhookDelivery, _ webhook: WebhookRecord) {
+        let startedAt = clock.now()
+        let started = DispatchTime.now()
+        var outcome: WebhookTransport.Outcome
+        do throws(WebhookURL.Refusal) {
+            let url = try WebhookURL.parse(webhook.url)
+            let transport = WebhookTransport(timeoutSeconds: settings.timeoutSeconds, allowPrivate: settings.allowPrivate)
+            let signature = WebhookCrypto.signature(secret: webhook.secret, unixSeconds: startedAt / 1000, body: delivery.body)
+            outcome = transport.post(url, body: delivery.body, headers: [
+                "Headway-Event: \(delivery.eventType.rawValue)", "Headway-Delivery: \(delivery.id)",
+                "Headway-Signature: \(signature)",
+            ])
+        } catch {
+            outcome = WebhookTransport.Outcome(verdict: .fail, status: nil, error: "the URL cannot be posted to: \(error.message)")
+        }
+        let latency = Int64((DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000)
+        let now = clock.now()
+        var state = WebhookDeliveryState.pending
+        var nextAttemptAt = now
+        switch outcome.verdict {
+        case .delivered:
+            state = .delivered
+            counters.delivered.add()
+        case .fail:
+            state = .failed
+            counters.failed.add()
+        case .retry:
+            if let next = settings.retry.nextAttempt(afterAttempts: delivery.attempts + 1, now: now,
+                                                     createdAt: delivery.createdAt, random: { Double.random(in: 0...1) }) {
+                nextAttemptAt = next
+                counters.retried.add()
+            } else {
+                state = .failed
+                counters.failed.add()
+            }
+        }
+        if state == .failed {
+            logger.log(.warn, "webhook.failed", [
+                "webhook_id": webhook.id, "delivery_id": delivery.id, "event": delivery.eventType.rawValue,
+                "attempts": "\(delivery.attempts + 1)", "error": outcome.error ?? "",
+            ])
+        }
+        let (finalState, retryAt, reply) = (state, nextAttemptAt, outcome)
+        writer.submit({ database in
+            try WebhookRepository.recordAttempt(webhookID: delivery.webhookID, eventID: delivery.eventID, state: finalState,
+                                                attemptAt: startedAt, nextAttemptAt: retryAt, status: reply.status,
+                                                error: reply.error, latencyMilliseconds: latency, in: database)
+        }) { [self] result in
+            let done: @Sendable () -> Void = { [self] in
+                inFlight.withLock { _ = $0.remove(webhook.id) }
+                doorbell.ring()
+            }
+            guard case .failure(let error) = result else { return done() }
+            if (error as? WriterError) != .stopped {
+                logger.log(.warn, "webhook.record_failed", ["delivery_id": delivery.id, "error": "\(error)"])
+            }
+            // The delivery is still pending as it was: it is sent again, but not at once
+            // (a full disk would otherwise have the receiver posted to in a loop).
+            DispatchQueue.global().asyncAfter(deadline: .now() + Self.pauseAfterLostOutcome, execute: done)
+        }
+    }
+}

@@ -1,0 +1,130 @@
+import CCurl
+import Foundation
+import HeadwayCore
+
+/// One POST of a delivery, on libcurl (one easy handle per attempt, made and freed on the
+/// calling thread): the host is resolved first and, unless private targets are allowed,
+/// every address it gives must be public (`IPAddress.isPublic`); the address checked is
+/// then the one connected to (`CURLOPT_RESOLVE`), so a name that resolves elsewhere a
+/// moment later cannot slip a private address past the check. Redirects are not followed,
+/// only `http` and `https` are spoken, proxies from the environment are not used, and the
+/// whole attempt ends after `timeoutSeconds`. The reply's body is read and dropped.
+struct WebhookTransport: Sendable {
+    /// What one attempt came to.
+    struct Outcome: Sendable, Equatable {
+        var verdict: WebhookAttemptVerdict
+        /// The HTTP status, if a reply came.
+        var status: Int?
+        /// Why the attempt did not succeed, in a few words (nil when delivered).
+        var error: String?
+    }
+
+    /// How long an attempt may take, connection included.
+    var timeoutSeconds: Double
+    /// Whether loopback, private and other non-public addresses may be posted to.
+    var allowPrivate: Bool
+
+    private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
+
+    /// Why a URL may not be posted to now, or nil; resolves its host (a DNS lookup for a
+    /// name). Also the check of `POST /v1/webhooks`.
+    static func refusal(of url: WebhookURL, allowPrivate: Bool) -> (refusal: String?, address: IPAddress?) {
+        let addresses: [IPAddress]
+        if let literal = IPAddress.parse(url.host) {
+            addresses = [literal]
+        } else {
+            addresses = resolve(url.host)
+            guard !addresses.isEmpty else { return ("the host '\(url.host)' could not be resolved", nil) }
+        }
+        if allowPrivate { return (nil, addresses[0]) }
+        if let refused = addresses.first(where: { !$0.isPublic }) {
+            return ("the host '\(url.host)' resolves to \(refused), which is not a public address "
+                        + "(loopback, private, link-local and similar ranges are refused unless the daemon runs "
+                        + "with --webhook-allow-private)", nil)
+        }
+        return (nil, addresses[0])
+    }
+
+    /// The addresses `host` resolves to (getaddrinfo), in the resolver's order.
+    static func resolve(_ host: String) -> [IPAddress] {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, nil, &hints, &list) == 0 else { return [] }
+        defer { freeaddrinfo(list) }
+        var addresses: [IPAddress] = []
+        var entry = list
+        while let current = entry {
+            if let socketAddress = current.pointee.ai_addr {
+                if current.pointee.ai_family == AF_INET {
+                    socketAddress.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { v4 in
+                        let raw = withUnsafeBytes(of: v4.pointee.sin_addr) { Array($0) }
+                        if let address = IPAddress(bytes: raw), !addresses.contains(address) { addresses.append(address) }
+                    }
+                } else if current.pointee.ai_family == AF_INET6 {
+                    socketAddress.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
+                        let raw = withUnsafeBytes(of: v6.pointee.sin6_addr) { Array($0) }
+                        if let address = IPAddress(bytes: raw), !addresses.contains(address) { addresses.append(address) }
+                    }
+                }
+            }
+            entry = current.pointee.ai_next
+        }
+        return addresses
+    }
+
+    /// Posts `body` to `url` with `headers` (each `Name: value`); blocks until the reply,
+    /// a failure or the timeout.
+    func post(_ url: WebhookURL, body: String, headers extraHeaders: [String]) -> Outcome {
+        _ = Self.globalInit
+        let (refusal, address) = Self.refusal(of: url, allowPrivate: allowPrivate)
+        guard let address else {
+            // A name that does not resolve may resolve later; a refused address is final.
+            let unresolved = refusal?.contains("could not be resolved") ?? false
+            return Outcome(verdict: unresolved ? .retry : .fail, status: nil, error: refusal)
+        }
+        guard let handle = curl_easy_init() else { return Outcome(verdict: .retry, status: nil, error: "libcurl could not start") }
+        defer { curl_easy_cleanup(handle) }
+        var headers: UnsafeMutablePointer<curl_slist>?
+        defer { curl_slist_free_all(headers) }
+        headers = curl_slist_append(headers, "Content-Type: application/json")
+        headers = curl_slist_append(headers, "Expect:")
+        for line in extraHeaders { headers = curl_slist_append(headers, line) }
+        var pinned: UnsafeMutablePointer<curl_slist>?
+        defer { curl_slist_free_all(pinned) }
+        if IPAddress.parse(url.host) == nil {
+            // A name: connect to the address just checked, not to what a second lookup says.
+            let addressText = address.bytes.count == 16 ? "[\(address)]" : "\(address)"
+            pinned = curl_slist_append(pinned, "\(url.host):\(url.port):\(addressText)")
+            headway_curl_set_pointer(handle, CURLOPT_RESOLVE, UnsafeMutableRawPointer(pinned))
+        }
+        headway_curl_set_string(handle, CURLOPT_URL, url.text)
+        headway_curl_set_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
+        headway_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, 0)
+        headway_curl_set_string(handle, CURLOPT_PROXY, "")
+        headway_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)
+        headway_curl_set_long(handle, CURLOPT_TIMEOUT_MS, max(1, Int(timeoutSeconds * 1000)))
+        headway_curl_set_string(handle, CURLOPT_USERAGENT, "headwayd/\(HeadwayVersion.current)")
+        headway_curl_set_long(handle, CURLOPT_POST, 1)
+        headway_curl_set_long(handle, CURLOPT_POSTFIELDSIZE, body.utf8.count)
+        headway_curl_set_string(handle, CURLOPT_COPYPOSTFIELDS, body)
+        headway_curl_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headers))
+        headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION) { _, size, count, _ in size * count }
+        let result = curl_easy_perform(handle)
+        guard result == CURLE_OK else {
+            let error = String(cString: curl_easy_strerror(result))
+            let final = result == CURLE_UNSUPPORTED_PROTOCOL || result == CURLE_URL_MALFORMAT
+            return Outcome(verdict: final ? .fail : .retry, status: nil, error: error)
+        }
+        var status = 0
+        headway_curl_get_long(handle, CURLINFO_RESPONSE_CODE, &status)
+        let verdict = WebhookAttemptVerdict.of(status: status)
+        let error: String? = switch verdict {
+        case .delivered: nil
+        case _ where (300...399).contains(status): "redirect not followed (HTTP \(status))"
+        default: "HTTP \(status)"
+        }
+        return Outcome(verdict: verdict, status: status, error: error)
+    }
+}

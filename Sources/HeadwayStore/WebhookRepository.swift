@@ -1,0 +1,199 @@
+import HeadwayCore
+import Lifecycle
+import Synchronization
+
+/// SQL for the `webhooks` table and its outbox `webhook_deliveries` (migration 0007).
+/// Every function runs on the connection it is given; the caller decides about transactions.
+public enum WebhookRepository {
+    private static let webhookColumns = "id, url, events, task_prefix, outcomes, format, secret, created_at"
+    private static let deliveryColumns = """
+        webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at, last_attempt_at, \
+        last_status, last_error, last_latency_ms
+        """
+
+    /// The most webhooks stored at once.
+    public static let maximumWebhooks = 100
+    /// Finished (delivered or failed) deliveries kept per webhook by retention.
+    public static let keptFinishedDeliveries = 100
+
+    /// Stores a new webhook.
+    public static func insert(_ webhook: WebhookRecord, in database: Database) throws(DatabaseError) {
+        try database.run("INSERT INTO webhooks (\(webhookColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+            .text(webhook.id), .text(webhook.url),
+            .text(webhook.filter.events.map(\.rawValue).sorted().joined(separator: ",")),
+            webhook.filter.taskPrefix.map { .text($0) } ?? .null,
+            webhook.filter.outcomes.map { .text($0.map(\.rawValue).sorted().joined(separator: ",")) } ?? .null,
+            .text(webhook.format.rawValue), .text(webhook.secret), .integer(webhook.createdAt),
+        ])
+    }
+
+    /// Deletes the webhook `id` and every delivery of it left (pending ones are dropped;
+    /// delete a long backlog first with `deleteDeliveries`); returns whether it existed.
+    public static func delete(_ id: String, in database: Database) throws(DatabaseError) -> Bool {
+        guard try database.scalar("SELECT count(*) FROM webhooks WHERE id = ?", [.text(id)]) == 1 else { return false }
+        try database.run("DELETE FROM webhook_deliveries WHERE webhook_id = ?", [.text(id)])
+        try database.run("DELETE FROM webhooks WHERE id = ?", [.text(id)])
+        return true
+    }
+
+    /// Deletes at most `limit` deliveries of the webhook `id`, oldest first; returns how many.
+    public static func deleteDeliveries(of id: String, limit: Int, in database: Database) throws(DatabaseError) -> Int {
+        let before = database.totalChanges
+        try database.run("""
+            DELETE FROM webhook_deliveries WHERE webhook_id = ?1 AND event_id IN (
+                SELECT event_id FROM webhook_deliveries WHERE webhook_id = ?1 ORDER BY event_id LIMIT ?2)
+            """, [.text(id), .integer(Int64(limit))])
+        return Int(database.totalChanges - before)
+    }
+
+    /// Every webhook, oldest first.
+    public static func all(in database: Database) throws(DatabaseError) -> [WebhookRecord] {
+        try database.rows("SELECT \(webhookColumns) FROM webhooks ORDER BY created_at, id") { row in
+            let events = Set(row.text(2).split(separator: ",").compactMap { TaskEventKind(rawValue: String($0)) })
+            let outcomes = row.optionalText(4).map { text in
+                Set(text.split(separator: ",").compactMap { TaskState(rawValue: String($0)) })
+            }
+            return WebhookRecord(id: row.text(0), url: row.text(1),
+                                 filter: WebhookFilter(events: events, taskPrefix: row.optionalText(3), outcomes: outcomes),
+                                 format: WebhookFormat(rawValue: row.text(5)) ?? .json, secret: row.text(6),
+                                 createdAt: row.int(7))
+        }
+    }
+
+    /// How many webhooks are stored.
+    public static func count(in database: Database) throws(DatabaseError) -> Int {
+        Int(try database.scalar("SELECT count(*) FROM webhooks") ?? 0)
+    }
+
+    /// Writes a new pending delivery, due at once, unless its webhook is gone (deleted by
+    /// another daemon of a shared database, whose list this daemon has not reloaded yet).
+    public static func enqueue(_ delivery: WebhookDelivery, in database: Database) throws(DatabaseError) {
+        try database.run("""
+            INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at)
+            SELECT ?1, ?2, ?3, ?4, 'pending', 0, ?5, ?6 WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = ?1)
+            """, [.text(delivery.webhookID), .integer(delivery.eventID), .text(delivery.eventType.rawValue),
+                  .text(delivery.body), .integer(delivery.createdAt), .integer(delivery.nextAttemptAt)])
+    }
+
+    /// The oldest pending delivery of the webhook `webhookID`, due or not.
+    public static func oldestPending(of webhookID: String, in database: Database) throws(DatabaseError) -> WebhookDelivery? {
+        try database.rows("""
+            SELECT \(deliveryColumns) FROM webhook_deliveries
+            WHERE webhook_id = ? AND state = 'pending' ORDER BY event_id LIMIT 1
+            """, [.text(webhookID)], map: delivery).first
+    }
+
+    /// The webhook's latest deliveries, newest first (at most `limit`).
+    public static func recent(of webhookID: String, limit: Int, in database: Database) throws(DatabaseError) -> [WebhookDelivery] {
+        try database.rows("""
+            SELECT \(deliveryColumns) FROM webhook_deliveries WHERE webhook_id = ? ORDER BY event_id DESC LIMIT ?
+            """, [.text(webhookID), .integer(Int64(limit))], map: delivery)
+    }
+
+    /// Pending deliveries of every webhook.
+    public static func pendingCount(in database: Database) throws(DatabaseError) -> Int64 {
+        try database.scalar("SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'") ?? 0
+    }
+
+    /// Writes the outcome of an attempt at `attemptAt`: the delivery becomes `state` (still
+    /// pending: due again at `nextAttemptAt`). A delivery gone meanwhile (its webhook
+    /// deleted) is left gone.
+    public static func recordAttempt(webhookID: String, eventID: Int64, state: WebhookDeliveryState,
+                                     attemptAt: EpochMilliseconds, nextAttemptAt: EpochMilliseconds, status: Int?,
+                                     error: String?, latencyMilliseconds: Int64,
+                                     in database: Database) throws(DatabaseError) {
+        try database.run("""
+            UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, last_attempt_at = ?, next_attempt_at = ?,
+                last_status = ?, last_error = ?, last_latency_ms = ?
+            WHERE webhook_id = ? AND event_id = ? AND state = 'pending'
+            """, [.text(state.rawValue), .integer(attemptAt), .integer(nextAttemptAt),
+                  status.map { .integer(Int64($0)) } ?? .null, error.map { .text($0) } ?? .null,
+                  .integer(latencyMilliseconds), .text(webhookID), .integer(eventID)])
+    }
+
+    /// Forgets the finished deliveries of each webhook beyond its latest `keep`; returns
+    /// how many rows were deleted.
+    public static func pruneFinished(keep: Int = keptFinishedDeliveries, in database: Database) throws(DatabaseError) -> Int {
+        var deleted = 0
+        let ids = try database.rows("SELECT id FROM webhooks") { $0.text(0) }
+        for id in ids {
+            guard let oldestKept = try database.scalar("""
+                SELECT event_id FROM webhook_deliveries WHERE webhook_id = ? AND state <> 'pending'
+                ORDER BY event_id DESC LIMIT 1 OFFSET ?
+                """, [.text(id), .integer(Int64(keep - 1))]) else { continue }
+            let before = database.totalChanges
+            try database.run("DELETE FROM webhook_deliveries WHERE webhook_id = ? AND state <> 'pending' AND event_id < ?",
+                             [.text(id), .integer(oldestKept)])
+            deleted += Int(database.totalChanges - before)
+        }
+        return deleted
+    }
+
+    private static func delivery(_ row: Statement) -> WebhookDelivery {
+        WebhookDelivery(webhookID: row.text(0), eventID: row.int(1), eventType: TaskEventKind(rawValue: row.text(2)) ?? .updated,
+                        body: row.text(3), state: WebhookDeliveryState(rawValue: row.text(4)) ?? .pending,
+                        attempts: Int(row.int(5)), createdAt: row.int(6), nextAttemptAt: row.int(7),
+                        lastAttemptAt: row.optionalInt(8), lastStatus: row.optionalInt(9).map { Int($0) },
+                        lastError: row.optionalText(10), lastLatencyMilliseconds: row.optionalInt(11))
+    }
+}
+
+/// The webhooks as the writer knows them, in memory, and the outbox rows each change
+/// writes for them in its own transaction. Loaded at start and again whenever a webhook is
+/// made or deleted (on a database other daemons share, also when the maintenance thread
+/// sees the table change), so a change with no webhook to tell costs one uncontended lock.
+/// Changes that wrote deliveries raise a flag that the writer's batch observer takes
+/// after the commit, to wake the delivery thread (`takeWritten`).
+public final class WebhookOutbox: Sendable {
+    private let webhooks = Locked<[WebhookRecord]>([])
+    private let wroteDeliveries = Atomic(false)
+
+    public init() {}
+
+    /// Replaces the webhooks known (as read in the transaction of their change, or at start).
+    public func load(_ webhooks: [WebhookRecord]) { self.webhooks.withLock { $0 = webhooks } }
+
+    /// The webhooks known now.
+    public var current: [WebhookRecord] { webhooks.withLock { $0 } }
+
+    /// Stops writing deliveries for the webhook `id` (its deletion has begun).
+    public func forget(_ id: String) { webhooks.withLock { $0.removeAll { $0.id == id } } }
+
+    /// Whether a change wrote deliveries since the last call (the writer's batch observer
+    /// asks after each batch, then wakes the delivery thread).
+    public func takeWritten() -> Bool {
+        wroteDeliveries.load(ordering: .relaxed) && wroteDeliveries.exchange(false, ordering: .acquiringAndReleasing)
+    }
+
+    /// Writes one pending delivery per event and matching webhook, in the caller's
+    /// transaction; `now` is when the change happened.
+    public func record(_ events: [TaskEvent], now: EpochMilliseconds, in database: Database) throws(DatabaseError) {
+        let webhooks = self.webhooks.withLock { $0 }
+        guard !webhooks.isEmpty, !events.isEmpty else { return }
+        var wrote = false
+        for event in events {
+            var state: TaskState?? = .none
+            for webhook in webhooks where webhook.filter.mayMatch(kind: event.kind, taskID: event.taskID) {
+                if event.kind == .finished, webhook.filter.outcomes != nil {
+                    if state == nil { state = .some(Self.state(of: event)) }
+                    guard webhook.filter.matches(kind: event.kind, taskID: event.taskID, state: state!) else { continue }
+                }
+                let id = WebhookDelivery.id(webhookID: webhook.id, eventID: event.changeNumber)
+                let body = WebhookBody.render(webhook.format, deliveryID: id, event: event, occurredAt: now)
+                try WebhookRepository.enqueue(WebhookDelivery(webhookID: webhook.id, eventID: event.changeNumber,
+                                                              eventType: event.kind, body: body, state: .pending, attempts: 0,
+                                                              createdAt: now, nextAttemptAt: now), in: database)
+                wrote = true
+            }
+        }
+        if wrote { wroteDeliveries.store(true, ordering: .releasing) }
+    }
+
+    /// The state of the task in an event's data.
+    private static func state(of event: TaskEvent) -> TaskState? {
+        guard case .object(let task)? = JSONValue.parse(event.data.utf8), case .string(let state)? = task["state"] else {
+            return nil
+        }
+        return TaskState(rawValue: state)
+    }
+}

@@ -1,0 +1,140 @@
+import Foundation
+import HeadwayCore
+import Testing
+@testable import HeadwayStore
+
+/// The outbox: each change writes one pending delivery per matching webhook in its own
+/// transaction (rolled back with it), the stall sweeper's changes included; the in-memory
+/// list decides; the repository keeps order, records attempts and prunes.
+@Suite struct WebhookOutboxTests {
+    private struct Refused: Error {}
+
+    private static func webhook(_ id: String, _ events: Set<TaskEventKind>, prefix: String? = nil,
+                                outcomes: Set<TaskState>? = nil, format: WebhookFormat = .json) -> WebhookRecord {
+        WebhookRecord(id: id, url: "https://example.com/\(id)", filter: WebhookFilter(events: events, taskPrefix: prefix,
+                                                                                      outcomes: outcomes),
+                      format: format, secret: "whsec_x", createdAt: 1)
+    }
+
+    private static func pending(_ fixture: StoreFixture) throws -> [(String, String, String)] {
+        try fixture.read { database in
+            try database.rows("SELECT webhook_id, event_type, body FROM webhook_deliveries ORDER BY webhook_id, event_id") {
+                ($0.text(0), $0.text(1), $0.text(2))
+            }
+        }
+    }
+
+    @Test func eachChangeWritesTheDeliveriesOfTheWebhooksThatWantIt() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        // No webhook yet: nothing written.
+        _ = try fixture.write { try store.register(Registration(id: "before", name: "B"), now: 1, in: $0) }
+        #expect(try Self.pending(fixture).isEmpty)
+        let webhooks = [Self.webhook("a", [.created, .finished], prefix: "db-", outcomes: [.failed]),
+                        Self.webhook("b", [.created], format: .slack)]
+        try fixture.write { database in for webhook in webhooks { try WebhookRepository.insert(webhook, in: database) } }
+        store.webhooks.load(webhooks)
+        _ = try fixture.write { try store.register(Registration(id: "db-1", name: "Backup"), now: 2, in: $0) }
+        _ = try fixture.write { try store.register(Registration(id: "web-1", name: "Web"), now: 3, in: $0) }
+        _ = try fixture.write { try store.finish("db-1", Finish(outcome: .succeeded), now: 4, in: $0) }
+        _ = try fixture.write { try store.finish("web-1", Finish(outcome: .failed), now: 5, in: $0) }
+        let rows = try Self.pending(fixture)
+        #expect(rows.map { "\($0.0) \($0.1)" } == ["a task.created", "b task.created", "b task.created"])
+        #expect(rows[1].2 == #"{"text":"Backup started"}"#)
+        #expect(store.webhooks.takeWritten() && !store.webhooks.takeWritten())
+        let first = try fixture.read { try WebhookRepository.oldestPending(of: "b", in: $0) }
+        #expect(first?.body.contains("Backup") == true && first?.attempts == 0 && first?.state == .pending)
+    }
+
+    @Test func aChangeRolledBackTakesItsDeliveriesWithIt() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        let webhook = Self.webhook("a", [.created, .updated])
+        try fixture.write { try WebhookRepository.insert(webhook, in: $0) }
+        store.webhooks.load([webhook])
+        #expect(throws: Refused.self) {
+            try fixture.write { database in
+                _ = try store.register(Registration(id: "t", name: "T"), now: 1, in: database)
+                throw Refused()
+            }
+        }
+        // A change the rules refuse writes nothing either.
+        #expect(throws: TaskError.self) {
+            try fixture.write { try store.progress("missing", ProgressUpdate(completed: 1), now: 2, in: $0) }
+        }
+        #expect(try Self.pending(fixture).isEmpty)
+        // A webhook still in the list but deleted from the table (by another daemon): none.
+        store.webhooks.load([Self.webhook("gone", [.created])])
+        _ = try fixture.write { try store.register(Registration(id: "u", name: "U"), now: 3, in: $0) }
+        #expect(try Self.pending(fixture).isEmpty)
+    }
+
+    @Test func theStallSweeperWritesDeliveriesToo() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        let webhook = Self.webhook("a", [.stalled])
+        try fixture.write { try WebhookRepository.insert(webhook, in: $0) }
+        store.webhooks.load([webhook])
+        _ = try fixture.write {
+            try store.register(Registration(id: "t", name: "T", stallTimeoutSeconds: 1), now: 1_000, in: $0)
+        }
+        let swept = try fixture.write { try store.sweep(now: 60_000, limit: 10, in: $0) }
+        #expect(swept.events.map(\.kind) == [.stalled])
+        #expect(try Self.pending(fixture).map(\.1) == ["task.stalled"])
+    }
+
+    /// A batch request's items and the ancestors it moves once write their deliveries too.
+    @Test func aBatchOfProgressWritesTheDeliveriesOfItsItemsAndAncestors() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "p", name: "P"), now: 1_000, in: $0) }
+        _ = try fixture.write {
+            try store.register(Registration(id: "c", name: "C", parentID: "p", total: 10, stallTimeoutSeconds: 1), now: 1_000, in: $0)
+        }
+        _ = try fixture.write { try store.sweep(now: 60_000, limit: 10, in: $0) }
+        let webhook = Self.webhook("a", [.updated, .recovered])
+        try fixture.write { try WebhookRepository.insert(webhook, in: $0) }
+        store.webhooks.load([webhook])
+        let items = [ProgressItem(id: "c", update: ProgressUpdate(completed: 5))]
+        let results = try fixture.write { try store.progress(each: items, now: 61_000, in: $0) }
+        let events = try results[0].get().events.map { "\($0.kind.rawValue) \($0.taskID)" }
+        #expect(events == ["task.recovered c", "task.recovered p"])
+        #expect(try Self.pending(fixture).map(\.1) == ["task.recovered", "task.recovered"])
+    }
+
+    @Test func attemptsAreRecordedAndOldDeliveriesPruned() throws {
+        let fixture = try StoreFixture()
+        let webhook = Self.webhook("a", [.created])
+        try fixture.write { database in
+            try WebhookRepository.insert(webhook, in: database)
+            for event in 1...150 {
+                try WebhookRepository.enqueue(WebhookDelivery(webhookID: "a", eventID: Int64(event), eventType: .created,
+                                                              body: "{}", state: .pending, attempts: 0, createdAt: 1,
+                                                              nextAttemptAt: 1), in: database)
+            }
+        }
+        try fixture.write { database in
+            try WebhookRepository.recordAttempt(webhookID: "a", eventID: 1, state: .pending, attemptAt: 2, nextAttemptAt: 9,
+                                                status: 503, error: "HTTP 503", latencyMilliseconds: 7, in: database)
+        }
+        let retried = try fixture.read { try WebhookRepository.oldestPending(of: "a", in: $0) }
+        #expect(retried?.eventID == 1 && retried?.attempts == 1 && retried?.nextAttemptAt == 9 && retried?.lastStatus == 503)
+        try fixture.write { database in
+            for event in 1...140 {
+                try WebhookRepository.recordAttempt(webhookID: "a", eventID: Int64(event), state: .delivered, attemptAt: 3,
+                                                    nextAttemptAt: 3, status: 200, error: nil, latencyMilliseconds: 1,
+                                                    in: database)
+            }
+        }
+        #expect(try fixture.write { try WebhookRepository.pruneFinished(in: $0) } == 40)
+        let left = try fixture.read { try WebhookRepository.recent(of: "a", limit: 1000, in: $0) }
+        #expect(left.count == 110 && left.filter { $0.state == .pending }.count == 10 && left.last?.eventID == 41)
+        // A deletion in steps: the oldest first, at most as many as asked.
+        #expect(try fixture.write { try WebhookRepository.deleteDeliveries(of: "a", limit: 100, in: $0) } == 100)
+        let rest = try fixture.read { try WebhookRepository.recent(of: "a", limit: 1000, in: $0) }
+        #expect(rest.map(\.eventID) == Array(141...150).reversed().map { Int64($0) })
+        #expect(try fixture.write { try WebhookRepository.delete("a", in: $0) })
+        #expect(try fixture.read { try WebhookRepository.recent(of: "a", limit: 1000, in: $0) }.isEmpty)
+        #expect(try !fixture.write { try WebhookRepository.delete("a", in: $0) })
+    }
+}
