@@ -69,7 +69,12 @@ public struct TokenCreateCommand: ParsableCommand {
         if let lifetime = values[Self.expiresIn] {
             body["expires_at"] = .string(Timestamp.rfc3339(SystemClock().now() + lifetime.milliseconds))
         }
-        let reply = try context.api.post("/v1/tokens", body)
+        try Self.printCreated(try context.api.post("/v1/tokens", body), context)
+    }
+
+    /// What a command that makes a secret prints: the whole reply with `--json`, else the
+    /// secret alone (shown once; the server keeps only what it needs).
+    static func printCreated(_ reply: TaskAPI.Reply, _ context: CommandContext) throws {
         if context.options.json {
             context.print(reply.text)
         } else if let secret = reply.string("secret") {
@@ -89,15 +94,22 @@ public struct TokenListCommand: ParsableCommand {
 
     public init(_ values: ParsedValues) {}
 
+    /// The items under `key` of the listing at `path`; with `--json` they are printed, one
+    /// per line, and nil is returned.
+    static func listing(_ path: String, key: String, noun: String, _ context: CommandContext) throws -> [JSONValue]? {
+        let reply = try context.api.get(path)
+        guard case .object(let list)? = reply.json, case .array(let items)? = list[key] else {
+            throw CLIError.unexpectedReply("the server's reply holds no \(noun) list")
+        }
+        guard !context.options.json else {
+            for item in items { context.print(item.canonicalText) }
+            return nil
+        }
+        return items
+    }
+
     public func run(_ context: CommandContext) throws {
-        let reply = try context.api.get("/v1/tokens")
-        guard case .object(let list)? = reply.json, case .array(let tokens)? = list["tokens"] else {
-            throw CLIError.unexpectedReply("the server's reply holds no token list")
-        }
-        if context.options.json {
-            for token in tokens { context.print(token.canonicalText) }
-            return
-        }
+        guard let tokens = try Self.listing("/v1/tokens", key: "tokens", noun: "token", context) else { return }
         let header = ["ID", "NAME", "SCOPES", "PREFIX", "EXPIRES", "LAST USED"]
         let rows = tokens.map(Self.row)
         context.print(Self.table([header] + rows))

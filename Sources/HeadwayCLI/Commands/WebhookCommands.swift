@@ -71,14 +71,7 @@ public struct WebhookCreateCommand: ParsableCommand {
         if let prefix = values[Self.prefix] { body["task_prefix"] = .string(prefix) }
         let outcomes = values.all(Self.outcome)
         if !outcomes.isEmpty { body["outcomes"] = .array(outcomes.map { .string($0) }) }
-        let reply = try context.api.post("/v1/webhooks", body)
-        if context.options.json {
-            context.print(reply.text)
-        } else if let secret = reply.string("secret") {
-            context.print(secret)
-        } else {
-            throw CLIError.unexpectedReply("the server's reply holds no secret")
-        }
+        try TokenCreateCommand.printCreated(try context.api.post("/v1/webhooks", body), context)
     }
 }
 
@@ -92,14 +85,8 @@ public struct WebhookListCommand: ParsableCommand {
     public init(_ values: ParsedValues) {}
 
     public func run(_ context: CommandContext) throws {
-        let reply = try context.api.get("/v1/webhooks")
-        guard case .object(let list)? = reply.json, case .array(let webhooks)? = list["webhooks"] else {
-            throw CLIError.unexpectedReply("the server's reply holds no webhook list")
-        }
-        if context.options.json {
-            for webhook in webhooks { context.print(webhook.canonicalText) }
-            return
-        }
+        guard let webhooks = try TokenListCommand.listing("/v1/webhooks", key: "webhooks", noun: "webhook", context)
+        else { return }
         let header = ["ID", "URL", "EVENTS", "PREFIX", "OUTCOMES", "FORMAT"]
         let rows = webhooks.map { webhook -> [String] in
             let cells = Cells(webhook)
