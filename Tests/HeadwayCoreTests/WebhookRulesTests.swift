@@ -125,6 +125,12 @@ struct WebhookRulesTests {
         #expect(WebhookBody.grouped(1_234_567) == "1,234,567" && WebhookBody.grouped(999) == "999")
     }
 
+    @Test func theSlackLineShowsMarkupAsWritten() {
+        #expect(WebhookBody.slackEscaped("<!channel> a & b <https://x.example|y>")
+                    == "&lt;!channel&gt; a &amp; b &lt;https://x.example|y&gt;")
+        #expect(WebhookBody.slackEscaped("Nightly backup — 64%") == "Nightly backup — 64%")
+    }
+
     @Test func theJSONBodyCarriesTheEventAndTheTask() throws {
         let task = TaskRecord(id: "t", name: "T", createdAt: 0, updatedAt: 0, lastSignalAt: 0)
         var event = TaskEvent(.stalled, task)
