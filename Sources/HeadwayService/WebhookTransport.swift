@@ -8,7 +8,8 @@ import HeadwayCore
 /// then the one connected to (`CURLOPT_RESOLVE`), so a name that resolves elsewhere a
 /// moment later cannot slip a private address past the check. Redirects are not followed,
 /// only `http` and `https` are spoken, proxies from the environment are not used, and the
-/// whole attempt ends after `timeoutSeconds`. The reply's body is read and dropped.
+/// whole attempt ends after `timeoutSeconds`. The reply's body is not read: the
+/// attempt ends when it begins.
 struct WebhookTransport: Sendable {
     /// What one attempt came to.
     struct Outcome: Sendable, Equatable {
@@ -110,9 +111,12 @@ struct WebhookTransport: Sendable {
         headway_curl_set_long(handle, CURLOPT_POSTFIELDSIZE, body.utf8.count)
         headway_curl_set_string(handle, CURLOPT_COPYPOSTFIELDS, body)
         headway_curl_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headers))
-        headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION) { _, size, count, _ in size * count }
+        // The answer is the status: the first piece of a body ends the attempt (returning
+        // 0 stops the transfer), so a receiver that says yes and then sends an endless or
+        // slow body has its delivery delivered, not timed out and sent again.
+        headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION) { _, _, _, _ in 0 }
         let result = curl_easy_perform(handle)
-        guard result == CURLE_OK else {
+        guard result == CURLE_OK || result == CURLE_WRITE_ERROR else {
             let error = String(cString: curl_easy_strerror(result))
             let final = result == CURLE_UNSUPPORTED_PROTOCOL || result == CURLE_URL_MALFORMAT
             return Outcome(verdict: final ? .fail : .retry, status: nil, error: error)
