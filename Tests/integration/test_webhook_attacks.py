@@ -64,3 +64,14 @@ def test_a_yes_followed_by_an_endless_body_is_a_delivery(tmp_path):
             assert delivery["state"] == "delivered" and delivery["status_code"] == 200, delivery
             assert delivery["attempts"] == 1 and len(accepted) == 1
         sender.join(timeout=PATIENCE)
+
+
+def test_a_port_with_a_sign_is_refused_at_creation(tmp_path):
+    # `:+8080` is not a port libcurl takes: accepted, the webhook would fail every
+    # delivery. Refused at creation instead, with nothing made.
+    with receiving() as receiver, run_headwayd(tmp_path, *FAST_RETRIES) as base:
+        for url in [f"http://127.0.0.1:+{receiver.port}/hook", f"http://[::1]:+{receiver.port}/hook"]:
+            reply = create_webhook(base, {"url": url, "events": ["task.created"]})
+            assert reply.status_code == 422, reply.text
+            assert reply.json()["code"] == "webhook_url_refused"
+        assert httpx.get(f"{base}/v1/webhooks").json()["webhooks"] == []
