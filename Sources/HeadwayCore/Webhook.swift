@@ -265,7 +265,9 @@ public struct WebhookURL: Sendable, Equatable {
         }
         var port = scheme == "https" ? 443 : 80
         if let portText {
-            guard let number = Int(portText), (1...65535).contains(number), portText.allSatisfy(\.isASCII) else {
+            // Digits only: `Int` would take a sign ("+80"), which libcurl does not.
+            guard portText.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+                  let number = Int(portText), (1...65535).contains(number) else {
                 throw Refusal(message: "must have a port from 1 to 65535")
             }
             port = number

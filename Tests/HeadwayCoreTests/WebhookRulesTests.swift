@@ -45,6 +45,7 @@ struct WebhookRulesTests {
     @Test(arguments: ["ftp://example.com/", "file:///etc/passwd", "gopher://x/", "example.com/hook", "http://",
                       "http://user:pw@example.com/", "http://example.com/#frag", "http://exa mple.com/",
                       "http://example.com:0/", "http://example.com:65536/", "http://example.com:8o/",
+                      "http://example.com:+80/", "http://[::1]:+80/",
                       "http://[::1/", "http://[zz::1]/", "http://ex%61mple.com/", "http://héllo.com/"])
     func otherURLsAreRefused(_ text: String) {
         #expect(throws: WebhookURL.Refusal.self, "\(text)") { try WebhookURL.parse(text) }
