@@ -4,8 +4,8 @@ import HeadwayCore
 
 /// One POST of a delivery, on libcurl (one easy handle per attempt, made and freed on the
 /// calling thread): the host is resolved first and, unless private targets are allowed,
-/// every address it gives must be public (`IPAddress.isPublic`); the address checked is
-/// then the one connected to (`CURLOPT_RESOLVE`), so a name that resolves elsewhere a
+/// every address it gives must be public (`IPAddress.isPublic`); the addresses checked are
+/// then the ones connected to (`CURLOPT_RESOLVE`), so a name that resolves elsewhere a
 /// moment later cannot slip a private address past the check. Redirects are not followed,
 /// only `http` and `https` are spoken, proxies from the environment are not used, and the
 /// whole attempt ends after `timeoutSeconds`. The reply's body is not read: the
@@ -27,23 +27,31 @@ struct WebhookTransport: Sendable {
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
-    /// Why a URL may not be posted to now, or nil; resolves its host (a DNS lookup for a
-    /// name). Also the check of `POST /v1/webhooks`.
-    static func refusal(of url: WebhookURL, allowPrivate: Bool) -> (refusal: String?, address: IPAddress?) {
+    /// Why a URL may not be posted to now, or nil and the addresses checked (all its host
+    /// resolves to); resolves its host (a DNS lookup for a name). Also the check of
+    /// `POST /v1/webhooks`.
+    static func refusal(of url: WebhookURL, allowPrivate: Bool) -> (refusal: String?, addresses: [IPAddress]) {
         let addresses: [IPAddress]
         if let literal = IPAddress.parse(url.host) {
             addresses = [literal]
         } else {
             addresses = resolve(url.host)
-            guard !addresses.isEmpty else { return ("the host '\(url.host)' could not be resolved", nil) }
+            guard !addresses.isEmpty else { return ("the host '\(url.host)' could not be resolved", []) }
         }
-        if allowPrivate { return (nil, addresses[0]) }
+        if allowPrivate { return (nil, addresses) }
         if let refused = addresses.first(where: { !$0.isPublic }) {
             return ("the host '\(url.host)' resolves to \(refused), which is not a public address "
                         + "(loopback, private, link-local and similar ranges are refused unless the daemon runs "
-                        + "with --webhook-allow-private)", nil)
+                        + "with --webhook-allow-private)", [])
         }
-        return (nil, addresses[0])
+        return (nil, addresses)
+    }
+
+    /// The `CURLOPT_RESOLVE` entry that has libcurl connect to `addresses` (in their
+    /// order) for `url`'s host and port: `host:port:addr,[v6addr]`.
+    static func pinning(_ url: WebhookURL, to addresses: [IPAddress]) -> String {
+        let texts = addresses.map { $0.bytes.count == 16 ? "[\($0)]" : "\($0)" }
+        return "\(url.host):\(url.port):\(texts.joined(separator: ","))"
     }
 
     /// The addresses `host` resolves to (getaddrinfo), in the resolver's order.
@@ -79,8 +87,8 @@ struct WebhookTransport: Sendable {
     /// a failure or the timeout.
     func post(_ url: WebhookURL, body: String, headers extraHeaders: [String]) -> Outcome {
         _ = Self.globalInit
-        let (refusal, address) = Self.refusal(of: url, allowPrivate: allowPrivate)
-        guard let address else {
+        let (refusal, addresses) = Self.refusal(of: url, allowPrivate: allowPrivate)
+        guard !addresses.isEmpty else {
             // A name that does not resolve may resolve later; a refused address is final.
             let unresolved = refusal?.contains("could not be resolved") ?? false
             return Outcome(verdict: unresolved ? .retry : .fail, status: nil, error: refusal)
@@ -95,9 +103,10 @@ struct WebhookTransport: Sendable {
         var pinned: UnsafeMutablePointer<curl_slist>?
         defer { curl_slist_free_all(pinned) }
         if IPAddress.parse(url.host) == nil {
-            // A name: connect to the address just checked, not to what a second lookup says.
-            let addressText = address.bytes.count == 16 ? "[\(address)]" : "\(address)"
-            pinned = curl_slist_append(pinned, "\(url.host):\(url.port):\(addressText)")
+            // A name: connect to the addresses just checked, not to what a second lookup
+            // says; all of them, so that libcurl still falls back from one it cannot reach
+            // (::1 when the receiver listens on 127.0.0.1 only) to the next.
+            pinned = curl_slist_append(pinned, Self.pinning(url, to: addresses))
             headway_curl_set_pointer(handle, CURLOPT_RESOLVE, UnsafeMutableRawPointer(pinned))
         }
         headway_curl_set_string(handle, CURLOPT_URL, url.text)
