@@ -265,7 +265,9 @@ public struct WebhookURL: Sendable, Equatable {
         }
         var port = scheme == "https" ? 443 : 80
         if let portText {
-            guard let number = Int(portText), (1...65535).contains(number), portText.allSatisfy(\.isASCII) else {
+            // Digits only: `Int` would take a sign ("+80"), which libcurl does not.
+            guard portText.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+                  let number = Int(portText), (1...65535).contains(number) else {
                 throw Refusal(message: "must have a port from 1 to 65535")
             }
             port = number
@@ -458,7 +460,7 @@ public enum WebhookBody {
             object.string("occurred_at", Timestamp.rfc3339(occurredAt))
             object.raw("task", event.data)
         case .slack:
-            object.string("text", slackText(event))
+            object.string("text", slackEscaped(slackText(event)))
         }
         return object.finish()
     }
@@ -512,6 +514,23 @@ public enum WebhookBody {
         case .updated: return "\(name)\(tail.isEmpty ? " updated" : ":" + tail.dropFirst(2))"
         case .deleted: return "\(name) was deleted"
         }
+    }
+
+    /// `text` with Slack's three control characters escaped (`&` `<` `>` as `&amp;` `&lt;`
+    /// `&gt;`), so that a task's name or message is shown as written: a reporter cannot
+    /// make a mention (`<!channel>`) or a link with a text of its choosing (`<url|text>`).
+    public static func slackEscaped(_ text: String) -> String {
+        var out = ""
+        out.reserveCapacity(text.utf8.count)
+        for character in text {
+            switch character {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            default: out.append(character)
+            }
+        }
+        return out
     }
 
     /// A count with commas between thousands (no locale: 1,200).

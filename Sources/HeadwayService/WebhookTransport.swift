@@ -4,11 +4,12 @@ import HeadwayCore
 
 /// One POST of a delivery, on libcurl (one easy handle per attempt, made and freed on the
 /// calling thread): the host is resolved first and, unless private targets are allowed,
-/// every address it gives must be public (`IPAddress.isPublic`); the address checked is
-/// then the one connected to (`CURLOPT_RESOLVE`), so a name that resolves elsewhere a
+/// every address it gives must be public (`IPAddress.isPublic`); the addresses checked are
+/// then the ones connected to (`CURLOPT_RESOLVE`), so a name that resolves elsewhere a
 /// moment later cannot slip a private address past the check. Redirects are not followed,
 /// only `http` and `https` are spoken, proxies from the environment are not used, and the
-/// whole attempt ends after `timeoutSeconds`. The reply's body is read and dropped.
+/// whole attempt ends after `timeoutSeconds`. The reply's body is not read: the
+/// attempt ends when it begins.
 struct WebhookTransport: Sendable {
     /// What one attempt came to.
     struct Outcome: Sendable, Equatable {
@@ -26,23 +27,31 @@ struct WebhookTransport: Sendable {
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
-    /// Why a URL may not be posted to now, or nil; resolves its host (a DNS lookup for a
-    /// name). Also the check of `POST /v1/webhooks`.
-    static func refusal(of url: WebhookURL, allowPrivate: Bool) -> (refusal: String?, address: IPAddress?) {
+    /// Why a URL may not be posted to now, or nil and the addresses checked (all its host
+    /// resolves to); resolves its host (a DNS lookup for a name). Also the check of
+    /// `POST /v1/webhooks`.
+    static func refusal(of url: WebhookURL, allowPrivate: Bool) -> (refusal: String?, addresses: [IPAddress]) {
         let addresses: [IPAddress]
         if let literal = IPAddress.parse(url.host) {
             addresses = [literal]
         } else {
             addresses = resolve(url.host)
-            guard !addresses.isEmpty else { return ("the host '\(url.host)' could not be resolved", nil) }
+            guard !addresses.isEmpty else { return ("the host '\(url.host)' could not be resolved", []) }
         }
-        if allowPrivate { return (nil, addresses[0]) }
+        if allowPrivate { return (nil, addresses) }
         if let refused = addresses.first(where: { !$0.isPublic }) {
             return ("the host '\(url.host)' resolves to \(refused), which is not a public address "
                         + "(loopback, private, link-local and similar ranges are refused unless the daemon runs "
-                        + "with --webhook-allow-private)", nil)
+                        + "with --webhook-allow-private)", [])
         }
-        return (nil, addresses[0])
+        return (nil, addresses)
+    }
+
+    /// The `CURLOPT_RESOLVE` entry that has libcurl connect to `addresses` (in their
+    /// order) for `url`'s host and port: `host:port:addr,[v6addr]`.
+    static func pinning(_ url: WebhookURL, to addresses: [IPAddress]) -> String {
+        let texts = addresses.map { $0.bytes.count == 16 ? "[\($0)]" : "\($0)" }
+        return "\(url.host):\(url.port):\(texts.joined(separator: ","))"
     }
 
     /// The addresses `host` resolves to (getaddrinfo), in the resolver's order.
@@ -78,8 +87,8 @@ struct WebhookTransport: Sendable {
     /// a failure or the timeout.
     func post(_ url: WebhookURL, body: String, headers extraHeaders: [String]) -> Outcome {
         _ = Self.globalInit
-        let (refusal, address) = Self.refusal(of: url, allowPrivate: allowPrivate)
-        guard let address else {
+        let (refusal, addresses) = Self.refusal(of: url, allowPrivate: allowPrivate)
+        guard !addresses.isEmpty else {
             // A name that does not resolve may resolve later; a refused address is final.
             let unresolved = refusal?.contains("could not be resolved") ?? false
             return Outcome(verdict: unresolved ? .retry : .fail, status: nil, error: refusal)
@@ -94,9 +103,10 @@ struct WebhookTransport: Sendable {
         var pinned: UnsafeMutablePointer<curl_slist>?
         defer { curl_slist_free_all(pinned) }
         if IPAddress.parse(url.host) == nil {
-            // A name: connect to the address just checked, not to what a second lookup says.
-            let addressText = address.bytes.count == 16 ? "[\(address)]" : "\(address)"
-            pinned = curl_slist_append(pinned, "\(url.host):\(url.port):\(addressText)")
+            // A name: connect to the addresses just checked, not to what a second lookup
+            // says; all of them, so that libcurl still falls back from one it cannot reach
+            // (::1 when the receiver listens on 127.0.0.1 only) to the next.
+            pinned = curl_slist_append(pinned, Self.pinning(url, to: addresses))
             headway_curl_set_pointer(handle, CURLOPT_RESOLVE, UnsafeMutableRawPointer(pinned))
         }
         headway_curl_set_string(handle, CURLOPT_URL, url.text)
@@ -110,9 +120,12 @@ struct WebhookTransport: Sendable {
         headway_curl_set_long(handle, CURLOPT_POSTFIELDSIZE, body.utf8.count)
         headway_curl_set_string(handle, CURLOPT_COPYPOSTFIELDS, body)
         headway_curl_set_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headers))
-        headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION) { _, size, count, _ in size * count }
+        // The answer is the status: the first piece of a body ends the attempt (returning
+        // 0 stops the transfer), so a receiver that says yes and then sends an endless or
+        // slow body has its delivery delivered, not timed out and sent again.
+        headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION) { _, _, _, _ in 0 }
         let result = curl_easy_perform(handle)
-        guard result == CURLE_OK else {
+        guard result == CURLE_OK || result == CURLE_WRITE_ERROR else {
             let error = String(cString: curl_easy_strerror(result))
             let final = result == CURLE_UNSUPPORTED_PROTOCOL || result == CURLE_URL_MALFORMAT
             return Outcome(verdict: final ? .fail : .retry, status: nil, error: error)

@@ -45,6 +45,7 @@ struct WebhookRulesTests {
     @Test(arguments: ["ftp://example.com/", "file:///etc/passwd", "gopher://x/", "example.com/hook", "http://",
                       "http://user:pw@example.com/", "http://example.com/#frag", "http://exa mple.com/",
                       "http://example.com:0/", "http://example.com:65536/", "http://example.com:8o/",
+                      "http://example.com:+80/", "http://[::1]:+80/",
                       "http://[::1/", "http://[zz::1]/", "http://ex%61mple.com/", "http://héllo.com/"])
     func otherURLsAreRefused(_ text: String) {
         #expect(throws: WebhookURL.Refusal.self, "\(text)") { try WebhookURL.parse(text) }
@@ -123,6 +124,12 @@ struct WebhookRulesTests {
         let bare = TaskRecord(id: "x", name: "Reindex", state: .succeeded, createdAt: 0, updatedAt: 0, lastSignalAt: 0)
         #expect(WebhookBody.slackText(TaskEvent(.finished, bare)) == "Reindex succeeded")
         #expect(WebhookBody.grouped(1_234_567) == "1,234,567" && WebhookBody.grouped(999) == "999")
+    }
+
+    @Test func theSlackLineShowsMarkupAsWritten() {
+        #expect(WebhookBody.slackEscaped("<!channel> a & b <https://x.example|y>")
+                    == "&lt;!channel&gt; a &amp; b &lt;https://x.example|y&gt;")
+        #expect(WebhookBody.slackEscaped("Nightly backup — 64%") == "Nightly backup — 64%")
     }
 
     @Test func theJSONBodyCarriesTheEventAndTheTask() throws {
