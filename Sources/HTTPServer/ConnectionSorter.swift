@@ -101,7 +101,7 @@ public enum ConnectionRefusal: String, CaseIterable, Sendable {
     /// The set of connections waiting to be sorted was full: the oldest gave way.
     case waitingFull = "waiting_full"
     /// It had not sent a whole request head when its time was up (its first, while being
-    /// sorted), or a whole request, body included, in a daemon (`HeadDeadlines`).
+    /// sorted, or a later one, in a daemon: `HeadDeadlines`).
     case headTimeout = "head_timeout"
     /// It sent plain HTTP (or anything but a TLS handshake) to an HTTPS server; it got a
     /// plain-text 400 saying so.

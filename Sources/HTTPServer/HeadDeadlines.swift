@@ -2,17 +2,15 @@ import CMicroHTTPD
 import Foundation
 import Lifecycle
 
-/// The request deadline of the connections the daemons serve: from the moment a
+/// The request-head deadline of the connections the daemons serve: from the moment a
 /// connection is handed to a daemon, or its last request has completed (a kept-alive
-/// connection, idle), its next request — head and body — must be whole within
-/// `timeoutNanoseconds`; past it, the connection is closed. A connection whose request is
-/// under way (its answer awaited, its response or event stream being sent) waits for no
-/// bytes and has no deadline.
+/// connection, idle), its next request head must be whole within `timeoutNanoseconds`;
+/// past it, the connection is closed. A connection whose request is under way (its answer
+/// awaited, its response or event stream being sent) waits for no head and has no deadline.
 ///
-/// Without it a kept-alive connection could send a later head, or a body, one byte every
-/// few seconds for ever (libmicrohttpd's idle timeout restarts with every byte), holding
-/// its slot and its buffered body. The daemons' threads start and stop the waits; the
-/// accept loop closes the late (`closeLate`).
+/// Without it a kept-alive connection could send a later head one line every few seconds
+/// for ever (libmicrohttpd's idle timeout restarts with every byte). The daemons' threads
+/// start and stop the waits; the accept loop closes the late (`closeLate`).
 final class HeadDeadlines: Sendable {
     /// Time from the start of a wait to a whole head.
     let timeoutNanoseconds: UInt64
@@ -27,14 +25,14 @@ final class HeadDeadlines: Sendable {
         self.now = now
     }
 
-    /// The connection of `fd` waits for a request from now on.
+    /// The connection of `fd` waits for a request head from now on.
     func startWaiting(_ fd: Int32) {
         guard fd >= 0 else { return }
         let deadline = now() &+ timeoutNanoseconds
         waiting.withLock { $0.insert(fd, (), deadline: deadline) }
     }
 
-    /// The connection of `fd` has a whole request, or is closing.
+    /// The connection of `fd` has a whole head, or is closing.
     func stopWaiting(_ fd: Int32) {
         guard fd >= 0 else { return }
         waiting.withLock { _ = $0.remove(fd) }

@@ -92,8 +92,8 @@ public final class MicroHTTPServer: Service {
         /// them (a connection the stop closes loses its answer).
         public var answerSendingGraceSeconds = 5.0
         // Connection floods (`ConnectionSorter`).
-        /// A connection that has not sent a whole request (head and body) this long after its
-        /// opening or its previous response is closed.
+        /// A connection that has not sent a whole request head this long after its opening or
+        /// its previous response is closed.
         public var headTimeoutNanoseconds: UInt64 = 10_000_000_000
         /// Connections waiting for their first head at once; past it the oldest is closed.
         public var maximumWaitingConnections = 1024
@@ -386,7 +386,7 @@ public final class MicroHTTPServer: Service {
 
     private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, refusal: HTTPRefusal?,
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
-        // The deadline goes on until the body is whole too (`Exchange.dispatchOrQueue`).
+        headDeadlines.stopWaiting(headway_connection_fd(connection))
         // Checked first, before the body is read or anything answered: a head a proxy in
         // front could read otherwise is refused, and its connection closed.
         let headRefusal = HeadCheck.refusal(for: Self.headFields(connection), isHTTP11: isHTTP11)
@@ -581,8 +581,6 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             server.configuration.beforeQueueingAResumedAnswer()
             return queue(response)
         case .dispatch:
-            // The request is whole, body included: its connection waits for no more bytes.
-            server.headDeadlines.stopWaiting(headway_connection_fd(connection))
             if server.handingOver() {
                 handler(request, self)
             } else {

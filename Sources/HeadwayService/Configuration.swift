@@ -61,8 +61,8 @@ public struct Configuration: Sendable, Equatable {
     /// Query parameters one request may carry; more get 431 (60 `task=` ids fit).
     public var maximumQueryParameters = 100
     // Connection floods.
-    /// Seconds a connection has to send a whole request (head and body), from its opening
-    /// or its previous response; then it is closed.
+    /// Seconds a connection has to send a whole request head, from its opening or its
+    /// previous response; then it is closed.
     public var headTimeoutSeconds = 10.0
     /// Connections open at once from one client address; more are closed at once.
     public var maximumConnectionsPerAddress = 1000
@@ -147,10 +147,9 @@ public struct Configuration: Sendable, Equatable {
                                     1000; its body may take 1 MiB, or --max-body-bytes)
           --max-query-params N      query parameters one request may carry; more get
                                     431 (HEADWAY_MAX_QUERY_PARAMS, default 100)
-          --head-timeout SECONDS    time a connection has to send a whole request (head
-                                    and body), from its opening or its previous
-                                    response, then it is closed (HEADWAY_HEAD_TIMEOUT,
-                                    default 10)
+          --head-timeout SECONDS    time a connection has to send a whole request head,
+                                    from its opening or its previous response, then it
+                                    is closed (HEADWAY_HEAD_TIMEOUT, default 10)
           --max-connections-per-address N
                                     connections open at once from one client address;
                                     more are closed at once

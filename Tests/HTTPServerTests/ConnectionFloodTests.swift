@@ -119,34 +119,4 @@ private func requestFrom(_ source: String, port: Int, path: String = "/x") throw
         }
         #expect(try inTime.request("GET", "/c").text == "GET /c")
     }
-
-    /// The deadline goes on until the body is whole: a body sent a byte at a time is cut
-    /// off at the deadline counted from the previous response, while a request whose body
-    /// comes in time is served.
-    @Test func aBodySentAByteAtATimeIsCutOffAtTheDeadline() throws {
-        let clock = ManualMonotonicClock()
-        let running = try server {
-            $0.sortingClock = { clock.read() }
-            $0.headTimeoutNanoseconds = 10_000_000_000
-        }
-        defer { running.shutdown() }
-        let dribbling = try TestHTTPClient(port: running.port), inTime = try TestHTTPClient(port: running.port)
-        #expect(try dribbling.request("GET", "/a").text == "GET /a")
-        #expect(try inTime.request("GET", "/a").text == "GET /a")
-        try dribbling.send("POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n1")
-        #expect(eventually { running.server.headDeadlines.count == 2 }, "a whole head with its body to come still waits")
-        clock.advance(by: 9_000_000_000)
-        try dribbling.send("2")
-        #expect(try inTime.request("POST", "/b", json: "{}").text == "POST /b", "a whole request in time is served")
-        clock.advance(by: 1_000_000_001)
-        #expect(eventually {
-            running.server.sorter?.wake()
-            return running.server.headDeadlines.count == 1
-        }, "the dribbling body's time is up")
-        guard case .closed = try dribbling.exchange(Array("34".utf8)) else {
-            Issue.record("a body sent a byte at a time was served past the deadline")
-            return
-        }
-        #expect(try inTime.request("GET", "/c").text == "GET /c")
-    }
 }
