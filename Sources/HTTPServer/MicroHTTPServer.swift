@@ -389,9 +389,10 @@ public final class MicroHTTPServer: Service {
         headDeadlines.stopWaiting(headway_connection_fd(connection))
         // Checked first, before the body is read or anything answered: a head a proxy in
         // front could read otherwise is refused, and its connection closed.
-        let headRefusal = HeadCheck.refusal(for: Self.headFields(connection), isHTTP11: isHTTP11)
-        let headers = Self.values(connection, kind: .HEADER_KIND, lowercase: true)
-        let query = Self.values(connection, kind: .GET_ARGUMENT_KIND, lowercase: false)
+        let fields = Self.headFields(connection)
+        let headRefusal = HeadCheck.refusal(for: fields, isHTTP11: isHTTP11)
+        let headers = fields.map(Self.header)
+        let query = Self.queryArguments(connection)
         let isDraining = traffic.withLock { traffic in
             traffic.requestsInFlight += 1
             return traffic.draining
@@ -498,22 +499,26 @@ public final class MicroHTTPServer: Service {
         return box.fields
     }
 
-    private static func values(_ connection: OpaquePointer, kind: MHD_ValueKind, lowercase: Bool) -> [HTTPField] {
-        final class Box { var fields: [HTTPField] = []; var lowercase = false; var trims = false }
+    /// A header line as handlers see it: the name in lower case, the value without the
+    /// spaces and tabs around it (RFC 9110 §5.5; the library drops those before it only).
+    private static func header(_ field: HeadCheck.Field) -> HTTPField {
+        let name = field.name.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }
+            ? field.name.lowercased() : field.name
+        var value = field.value
+        if let last = value.utf8.last, last == 0x20 || last == 0x09 {
+            value = String(decoding: value.utf8.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed(), as: UTF8.self)
+        }
+        return HTTPField(name, value)
+    }
+
+    /// The request's query arguments, names and values as the library decoded them.
+    private static func queryArguments(_ connection: OpaquePointer) -> [HTTPField] {
+        final class Box { var fields: [HTTPField] = [] }
         let box = Box()
-        box.lowercase = lowercase
-        box.trims = kind == .HEADER_KIND
-        _ = MHD_get_connection_values(connection, kind, { cls, _, key, value in
+        _ = MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, { cls, _, key, value in
             guard let cls, let key else { return MHD_Result.YES }
             let box = Unmanaged<Box>.fromOpaque(cls).takeUnretainedValue()
-            let name = String(cString: key)
-            var text = value.map { String(cString: $0) } ?? ""
-            // A header's value excludes the spaces and tabs around it (RFC 9110 §5.5); the
-            // library drops those before it only.
-            if box.trims, let last = text.utf8.last, last == 0x20 || last == 0x09 {
-                text = String(decoding: text.utf8.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed(), as: UTF8.self)
-            }
-            box.fields.append(HTTPField(box.lowercase ? name.lowercased() : name, text))
+            box.fields.append(HTTPField(String(cString: key), value.map { String(cString: $0) } ?? ""))
             return MHD_Result.YES
         }, Unmanaged.passUnretained(box).toOpaque())
         return box.fields

@@ -13,6 +13,8 @@ public struct FieldReader {
             return
         }
         self.members = members
+        // Sorted (for a stable order of the messages) only when there is something to say.
+        guard !members.keys.allSatisfy(allowed.contains) else { return }
         for key in members.keys.sorted() where !allowed.contains(key) {
             errors.append(FieldError(field: key, message: "is not a known field"))
         }
@@ -34,10 +36,14 @@ public struct FieldReader {
             return required ? fail(field, "is required") : nil
         }
         guard case .string(let text) = value else { return fail(field, "must be a string, not \(value.typeName)") }
-        let length = text.unicodeScalars.count
-        if length > maxLength { return fail(field, "must be at most \(maxLength) characters (got \(length))") }
+        // A scalar takes one to four bytes: a text of at most `maxLength` bytes is short enough.
+        if text.utf8.count > maxLength {
+            let length = text.unicodeScalars.count
+            if length > maxLength { return fail(field, "must be at most \(maxLength) characters (got \(length))") }
+        }
         if text.allSatisfy(\.isWhitespace) { return fail(field, "must not be empty or blank") }
-        if text.unicodeScalars.contains(where: { $0.value == 0 }) { return fail(field, "must not contain NUL") }
+        // U+0000 is the only scalar whose UTF-8 holds a zero byte.
+        if text.utf8.contains(0) { return fail(field, "must not contain NUL") }
         return text
     }
 

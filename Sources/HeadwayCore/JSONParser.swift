@@ -39,7 +39,12 @@ public struct JSONParser {
     private func failure(_ reason: String) -> Failure { Failure(offset: position, reason: reason) }
 
     private mutating func skipWhitespace() {
-        while position < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[position]) { position += 1 }
+        while position < bytes.count {
+            switch bytes[position] {
+            case 0x20, 0x09, 0x0A, 0x0D: position += 1
+            default: return
+            }
+        }
     }
 
     private mutating func value(depth: Int) throws(Failure) -> JSONValue {
@@ -190,7 +195,12 @@ public struct JSONParser {
     }
 
     private func utf8(_ slice: ArraySlice<UInt8>) throws(Failure) -> String {
-        guard let text = String(validating: slice, as: UTF8.self) else { throw failure("invalid UTF-8") }
+        // Validated as one contiguous buffer (the generic path goes byte by byte); ASCII,
+        // the common case, needs no validation at all.
+        let text = slice.withUnsafeBufferPointer { buffer in
+            buffer.allSatisfy { $0 < 0x80 } ? String(decoding: buffer, as: UTF8.self) : String(validating: buffer, as: UTF8.self)
+        }
+        guard let text else { throw failure("invalid UTF-8") }
         return text
     }
 

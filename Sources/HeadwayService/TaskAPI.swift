@@ -378,6 +378,8 @@ struct TaskAPI: Sendable {
     /// The media type of a `Content-Type` value: before any `;`, without surrounding
     /// spaces or tabs, lower-cased.
     static func mediaType(_ contentType: String) -> String {
+        // What clients send almost always, and then its own media type.
+        if contentType == "application/json" { return contentType }
         let isBlank = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
         let type = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }.drop(while: isBlank)
         let end = type.lastIndex { !isBlank($0) }.map { type.index(after: $0) } ?? type.startIndex

@@ -64,32 +64,41 @@ struct Authority: Equatable, Sendable {
     /// Parses `text`; nil when the host is empty, an IPv6 literal in brackets is not one,
     /// or the port is not a number from 1 to 65535.
     init?(_ text: Substring) {
-        let hostText: Substring
-        let portText: Substring?
-        if text.hasPrefix("[") {
-            guard let close = text.firstIndex(of: "]") else { return nil }
-            hostText = text[text.index(after: text.startIndex)..<close]
-            let rest = text[text.index(after: close)...]
-            guard rest.isEmpty || rest.hasPrefix(":") else { return nil }
-            portText = rest.isEmpty ? nil : rest.dropFirst()
-            guard Self.isIPv6Literal(String(hostText)) else { return nil }
-        } else if let colon = text.firstIndex(of: ":") {
-            hostText = text[..<colon]
-            portText = text[text.index(after: colon)...]
+        // Read byte by byte: every byte the rules look at (brackets, colon, digits) is
+        // ASCII, and a Host header is parsed on every request.
+        let bytes = text.utf8
+        let hostBytes: Substring.UTF8View.SubSequence
+        let portBytes: Substring.UTF8View.SubSequence?
+        if bytes.first == UInt8(ascii: "[") {
+            guard let close = bytes.firstIndex(of: UInt8(ascii: "]")) else { return nil }
+            hostBytes = bytes[bytes.index(after: bytes.startIndex)..<close]
+            let rest = bytes[bytes.index(after: close)...]
+            guard rest.isEmpty || rest.first == UInt8(ascii: ":") else { return nil }
+            portBytes = rest.isEmpty ? nil : rest.dropFirst()
+            guard Self.isIPv6Literal(String(decoding: hostBytes, as: UTF8.self)) else { return nil }
+        } else if let colon = bytes.firstIndex(of: UInt8(ascii: ":")) {
+            hostBytes = bytes[..<colon]
+            portBytes = bytes[bytes.index(after: colon)...]
         } else {
-            hostText = text
-            portText = nil
+            hostBytes = bytes[...]
+            portBytes = nil
         }
-        guard !hostText.isEmpty else { return nil }
-        if let portText {
-            guard (1...5).contains(portText.utf8.count),
-                  portText.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
-                  let port = Int(portText), (1...65535).contains(port) else { return nil }
+        guard !hostBytes.isEmpty else { return nil }
+        if let portBytes {
+            guard (1...5).contains(portBytes.count) else { return nil }
+            var port = 0
+            for byte in portBytes {
+                guard byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") else { return nil }
+                port = port * 10 + Int(byte - UInt8(ascii: "0"))
+            }
+            guard (1...65535).contains(port) else { return nil }
             self.port = port
         } else {
             port = nil
         }
-        host = hostText.lowercased()
+        let hostText = String(decoding: hostBytes, as: UTF8.self)
+        host = hostBytes.allSatisfy({ $0 < 0x80 && !($0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z")) })
+            ? hostText : hostText.lowercased()
     }
 
     /// Whether `host` is an IPv4 or IPv6 address written out (which no DNS answer can

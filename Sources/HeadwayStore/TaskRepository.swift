@@ -1,4 +1,5 @@
 import HeadwayCore
+import Synchronization
 
 /// Which tasks a listing wants.
 public struct TaskFilter: Equatable, Sendable {
@@ -67,29 +68,95 @@ public enum TaskRepository {
         try database.run(insertSQL, values(task))
     }
 
-    /// The columns a task's life can change; the rest are fixed at registration.
-    /// `state` and `stalled` are indexed, and naming them in an UPDATE runs the trigger that
-    /// keeps `task_counts`, so they are written only when a counted value changes.
-    static let mutableColumns = [
-        "label", "completed", "total", "unit", "stall_reason", "stalled_since", "cancel_requested", "last_seq",
-        "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "change_seq", "change_kind",
-        "started_at", "stall_deadline", "rate_units", "rate_seconds", "sample_at", "sample_value", "children_weight",
-        "children_done", "history_points", "history_bucket", "child_count",
-    ]
+    /// A column a task's life can change (the rest are fixed at registration): whether it
+    /// differs between two versions of a task, and its value in one.
+    private struct MutableColumn {
+        let name: String
+        let differs: @Sendable (TaskRecord, TaskRecord) -> Bool
+        let value: @Sendable (TaskRecord) -> SQLValue
 
-    /// The UPDATE statement for `columns`, with the positions of their values in `values(_:)`.
-    private static func updateStatement(_ columns: [String]) -> (sql: String, positions: [Int]) {
-        let sql = "UPDATE tasks SET " + columns.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?"
-        return (sql, columns.map { columnNames.firstIndex(of: $0)! })
+        init<Value: Equatable & SendableMetatype>(_ name: String, _ field: @escaping @Sendable (TaskRecord) -> Value,
+                               _ value: @escaping @Sendable (TaskRecord) -> SQLValue) {
+            self.name = name
+            differs = { field($0) != field($1) }
+            self.value = value
+        }
     }
-    private static let updateMutable = updateStatement(mutableColumns)
-    private static let updateMutableAndIndexed = updateStatement(mutableColumns + ["state", "stalled"])
 
-    /// Writes the changes from `previous` to `task` (the same task).
+    /// The columns an UPDATE may write, `state` and `stalled` last. Those two are indexed,
+    /// and naming them in an UPDATE runs the trigger that keeps `task_counts`, so they are
+    /// written only when a counted value changes (`countedValuesDiffer`).
+    private static let mutableColumns: [MutableColumn] = [
+        MutableColumn("label", \.label) { text($0.label) },
+        MutableColumn("completed", \.completed) { .integer($0.completed) },
+        MutableColumn("total", \.total) { integer($0.total) },
+        MutableColumn("unit", \.unit) { text($0.unit) },
+        MutableColumn("stall_reason", \.stallReason) { text($0.stallReason?.rawValue) },
+        MutableColumn("stalled_since", \.stalledSince) { integer($0.stalledSince) },
+        MutableColumn("cancel_requested", \.cancelRequested) { .integer($0.cancelRequested ? 1 : 0) },
+        MutableColumn("last_seq", \.lastRunnerSeq) { integer($0.lastRunnerSeq) },
+        MutableColumn("updated_at", \.updatedAt) { .integer($0.updatedAt) },
+        MutableColumn("last_signal_at", \.lastSignalAt) { .integer($0.lastSignalAt) },
+        MutableColumn("last_progress_at", \.lastProgressAt) { integer($0.lastProgressAt) },
+        MutableColumn("finished_at", \.finishedAt) { integer($0.finishedAt) },
+        MutableColumn("message", \.message) { text($0.message) },
+        MutableColumn("change_seq", \.changeNumber) { .integer($0.changeNumber) },
+        MutableColumn("change_kind", \.changeKind) { .text($0.changeKind.rawValue) },
+        MutableColumn("started_at", \.startedAt) { integer($0.startedAt) },
+        MutableColumn("stall_deadline", \.stallDeadline) { integer($0.stallDeadline) },
+        MutableColumn("rate_units", \.rate.weightedUnits) { .real($0.rate.weightedUnits) },
+        MutableColumn("rate_seconds", \.rate.weightedSeconds) { .real($0.rate.weightedSeconds) },
+        MutableColumn("sample_at", \.rate.sampleAt) { integer($0.rate.sampleAt) },
+        MutableColumn("sample_value", \.rate.sampleValue) { .real($0.rate.sampleValue) },
+        MutableColumn("children_weight", \.childrenWeight) { .real($0.childrenWeight) },
+        MutableColumn("children_done", \.childrenDone) { .real($0.childrenDone) },
+        MutableColumn("history_points", \.historyPoints) { .integer(Int64($0.historyPoints)) },
+        MutableColumn("history_bucket", \.historyBucket) { integer($0.historyBucket) },
+        MutableColumn("child_count", \.childCount) { .integer(Int64($0.childCount)) },
+        MutableColumn("state", \.state) { .text($0.state.rawValue) },
+        MutableColumn("stalled", \.stalled) { .integer($0.stalled ? 1 : 0) },
+    ]
+    /// The bits of `state` and `stalled` in a set of columns.
+    private static let countedColumns: UInt32 = 0b11 << UInt32(mutableColumns.count - 2)
+
+    /// The UPDATE statement of each set of columns written so far (a bit per column of
+    /// `mutableColumns`), built once: an update writes only the columns that changed, so
+    /// SQLite neither binds nor copies the others, and the few sets the operations produce
+    /// each get their prepared statement. Past `maximumUpdateStatements` sets (never under
+    /// the operations as they are), an update writes every column.
+    private static let updateStatements = Mutex<[UInt32: String]>([:])
+    private static let maximumUpdateStatements = 256
+
+    /// The UPDATE statement that writes the columns of `columns`.
+    private static func updateSQL(_ columns: UInt32) -> String {
+        if let sql = updateStatements.withLock({ $0[columns] }) { return sql }
+        // Built outside the lock; two threads building the same set store the same text.
+        let names = mutableColumns.indices.filter { columns & (1 << UInt32($0)) != 0 }.map { mutableColumns[$0].name }
+        let sql = "UPDATE tasks SET " + names.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?"
+        updateStatements.withLock { statements in
+            if statements.count < maximumUpdateStatements { statements[columns] = sql }
+        }
+        return sql
+    }
+
+    /// Writes the changes from `previous` to `task` (the same task, `previous` as stored):
+    /// only the columns whose values differ.
     public static func update(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(DatabaseError) {
-        let statement = countedValuesDiffer(task, previous) ? updateMutableAndIndexed : updateMutable
-        let all = values(task)
-        try database.run(statement.sql, statement.positions.map { all[$0] } + [.text(task.id)])
+        var columns: UInt32 = countedValuesDiffer(task, previous) ? countedColumns : 0
+        for (index, column) in mutableColumns.dropLast(2).enumerated() where column.differs(task, previous) {
+            columns |= 1 << UInt32(index)
+        }
+        guard columns != 0 else { return }
+        if updateStatements.withLock({ $0[columns] == nil && $0.count >= maximumUpdateStatements }) {
+            columns = ~countedColumns & (1 << UInt32(mutableColumns.count - 2) - 1) | columns & countedColumns
+        }
+        var arguments: [SQLValue] = []
+        arguments.reserveCapacity(columns.nonzeroBitCount + 1)
+        for (index, column) in mutableColumns.enumerated() where columns & (1 << UInt32(index)) != 0 {
+            arguments.append(column.value(task))
+        }
+        arguments.append(.text(task.id))
+        try database.run(updateSQL(columns), arguments)
     }
 
     /// Whether `task` is counted under other values than `previous` in `task_counts`

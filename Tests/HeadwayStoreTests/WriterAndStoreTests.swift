@@ -409,6 +409,37 @@ final class Box<Value>: @unchecked Sendable {
         }
     }
 
+    /// An update writes only the columns that changed: after each kind of change, the row
+    /// as another connection reads it is the task the writer returned, field for field.
+    @Test func everyChangeIsStoredAsTheWriterReturnedIt() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try fixture.write { try store.register(Registration(id: "job", name: "Job"), now: 1_000, in: $0) }
+        _ = try fixture.write {
+            try store.register(Registration(id: "step", name: "Step", parentID: "job", weight: 2, total: 10), now: 1_000, in: $0)
+        }
+        let changes: [(Int64, @Sendable (Database) throws -> TaskStore.Changed)] = [
+            (2_000, { try store.progress("step", ProgressUpdate(completed: 3, unit: "files", label: "Copying"), now: 2_000, in: $0) }),
+            (3_000, { try store.progress("step", ProgressUpdate(increment: 2, total: 12, runnerSeq: 7), now: 3_000, in: $0) }),
+            (4_000, { try store.heartbeat("step", Heartbeat(label: "Still copying"), now: 4_000, in: $0) }),
+            (5_000, { try store.progress("step", ProgressUpdate(increment: 1, label: "Copying the last files"), now: 5_000, in: $0) }),
+            (6_000, { try store.finish("step", Finish(outcome: .failed, message: "Disk full"), now: 6_000, in: $0) }),
+        ]
+        for (now, change) in changes {
+            let changed = try fixture.write(change)
+            for id in ["step", "job"] {
+                let written = changed.events.first { $0.taskID == id }
+                let stored = try #require(try fixture.read { try TaskRepository.find(id, in: $0) })
+                if id == "step" { #expect(stored == changed.outcome.task, "at \(now)") }
+                if let written { #expect(stored.json == written.data, "\(id) at \(now)") }
+            }
+        }
+        let cancelled = try fixture.write { try store.cancel("job", now: 7_000, in: $0) }
+        for event in cancelled.events {
+            #expect(try fixture.read { try TaskRepository.find(event.taskID, in: $0)?.json } == event.data)
+        }
+    }
+
     @Test func pagesWalkNewestFirstWithoutGapsOrRepeats() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
