@@ -95,6 +95,16 @@ public struct JSONText: Sendable {
         bytes.append(UInt8(ascii: "\""))
     }
 
+    /// Appends a time as a JSON string (`Timestamp.rfc3339`), without building the string.
+    public mutating func appendTimestamp(_ milliseconds: EpochMilliseconds) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Timestamp.length + 2) { buffer in
+            buffer[0] = UInt8(ascii: "\"")
+            Timestamp.write(milliseconds, into: UnsafeMutableBufferPointer(rebasing: buffer[1...]))
+            buffer[Timestamp.length + 1] = UInt8(ascii: "\"")
+            bytes.append(contentsOf: buffer)
+        }
+    }
+
     /// Appends an integer, digit by digit.
     public mutating func appendInteger(_ value: Int64) {
         if value < 0 {
@@ -126,7 +136,7 @@ public struct JSONText: Sendable {
         if value == value.rounded(), abs(value) < 1e15 {
             appendInteger(Int64(value))
         } else {
-            appendRaw("\(value)")
+            appendRaw(value.description)  // the shortest text that reads back as `value`
         }
     }
 
@@ -193,6 +203,12 @@ public struct JSONObjectWriter: Sendable {
     public mutating func number(_ name: StaticString, _ value: Double?) {
         key(name)
         if let value { output.appendNumber(value) } else { output.appendRaw("null") }
+    }
+
+    /// A time as RFC 3339 text (`Timestamp.rfc3339`), or `null`.
+    public mutating func timestamp(_ name: StaticString, _ value: EpochMilliseconds?) {
+        key(name)
+        if let value { output.appendTimestamp(value) } else { output.appendRaw("null") }
     }
 
     public mutating func bool(_ name: StaticString, _ value: Bool) {

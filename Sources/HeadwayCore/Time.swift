@@ -41,6 +41,18 @@ public enum Timestamp {
     /// Always RFC 3339 with a 4-digit year: a time beyond years 0–9999 (none the daemon
     /// makes; a row written by hand) is written as the nearest one that can be.
     public static func rfc3339(_ milliseconds: EpochMilliseconds) -> String {
+        String(unsafeUninitializedCapacity: length) { buffer in
+            write(milliseconds, into: buffer)
+            return length
+        }
+    }
+
+    /// The length of every timestamp `rfc3339` writes.
+    public static let length = 24
+
+    /// Writes the timestamp of `rfc3339` into the first `length` bytes of `buffer`, digit
+    /// by digit (it runs several times per task reply).
+    public static func write(_ milliseconds: EpochMilliseconds, into buffer: UnsafeMutableBufferPointer<UInt8>) {
         let milliseconds = min(max(milliseconds, writableRange.lowerBound), writableRange.upperBound)
         let (days, dayMilliseconds) = milliseconds.floorDivided(by: 86_400_000)
         let z = days + 719_468
@@ -56,27 +68,23 @@ public enum Timestamp {
         let minute = dayMilliseconds / 60_000 % 60
         let second = dayMilliseconds / 1000 % 60
         let millisecond = dayMilliseconds % 1000
-        // Written digit by digit into a fixed buffer: this runs four times per task reply.
-        return String(unsafeUninitializedCapacity: 24) { buffer in
-            func put(_ value: Int64, _ width: Int, at offset: Int) {
-                var rest = value
-                for index in stride(from: offset + width - 1, through: offset, by: -1) {
-                    buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-                    rest /= 10
-                }
+        func put(_ value: Int64, _ width: Int, at offset: Int) {
+            var rest = value
+            for index in stride(from: offset + width - 1, through: offset, by: -1) {
+                buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
             }
-            put(year, 4, at: 0)
-            put(month, 2, at: 5)
-            put(day, 2, at: 8)
-            put(hour, 2, at: 11)
-            put(minute, 2, at: 14)
-            put(second, 2, at: 17)
-            put(millisecond, 3, at: 20)
-            (buffer[4], buffer[7], buffer[10]) = (UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"))
-            (buffer[13], buffer[16], buffer[19]) = (UInt8(ascii: ":"), UInt8(ascii: ":"), UInt8(ascii: "."))
-            buffer[23] = UInt8(ascii: "Z")
-            return 24
         }
+        put(year, 4, at: 0)
+        put(month, 2, at: 5)
+        put(day, 2, at: 8)
+        put(hour, 2, at: 11)
+        put(minute, 2, at: 14)
+        put(second, 2, at: 17)
+        put(millisecond, 3, at: 20)
+        (buffer[4], buffer[7], buffer[10]) = (UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"))
+        (buffer[13], buffer[16], buffer[19]) = (UInt8(ascii: ":"), UInt8(ascii: ":"), UInt8(ascii: "."))
+        buffer[23] = UInt8(ascii: "Z")
     }
 }
 

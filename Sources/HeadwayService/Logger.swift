@@ -84,7 +84,11 @@ public struct Logger: Sendable {
             text.withUTF8 { line.append(contentsOf: $0) }
         }
         put("ts=")
-        put(Timestamp.rfc3339(SystemClock().now()))
+        let timestampStart = line.count
+        line.append(contentsOf: repeatElement(0, count: Timestamp.length))
+        line.withUnsafeMutableBufferPointer { buffer in
+            Timestamp.write(SystemClock().now(), into: UnsafeMutableBufferPointer(rebasing: buffer[timestampStart...]))
+        }
         put(" level=")
         put(level.name)
         put(" event=")
@@ -104,12 +108,13 @@ public struct Logger: Sendable {
     /// a quote or `=`, so no `access_token=`, and without the bytes a secret begins with.
     private static func appendPlain(_ value: String, to line: inout [UInt8]) -> Bool {
         var value = value
+        let secretStart = Redaction.secretStart  // read once: a global is checked for initialization at each read
         return value.withUTF8 { utf8 in
             guard !utf8.isEmpty else { return false }
             var previous: (UInt8, UInt8) = (0, 0)
             for byte in utf8 {
                 if byte <= 0x20 || byte >= 0x7f || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "=") { return false }
-                if byte == Redaction.secretStart.2 && previous == (Redaction.secretStart.0, Redaction.secretStart.1) { return false }
+                if byte == secretStart.2 && previous == (secretStart.0, secretStart.1) { return false }
                 previous = (previous.1, byte)
             }
             line.append(contentsOf: utf8)

@@ -70,7 +70,7 @@ struct AccessLogMiddleware: HTTPMiddleware {
             if logs {
                 logger.log(.info, "http.request", [
                     "request_id": id, "method": method, "path": path, "route": matched.route?.text ?? "-",
-                    "status": "\(completion.status ?? 0)", "duration_us": "\(completion.durationMicroseconds)",
+                    "status": String(completion.status ?? 0), "duration_us": String(completion.durationMicroseconds),
                 ])
             }
         }
