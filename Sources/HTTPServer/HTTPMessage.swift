@@ -82,6 +82,11 @@ public struct HTTPResponse: Sendable {
         HTTPResponse(status: status, headers: [HTTPField("Content-Type", contentType)] + headers,
                      body: Array(text.utf8))
     }
+
+    /// A JSON response whose text is already UTF-8 bytes.
+    public static func json(_ status: Int, bytes: [UInt8]) -> HTTPResponse {
+        HTTPResponse(status: status, headers: [HTTPField("Content-Type", "application/json")], body: bytes)
+    }
 }
 
 /// What the HTTP layer refuses by itself, before or instead of a handler: the application

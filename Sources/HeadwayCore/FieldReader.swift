@@ -1,21 +1,24 @@
 /// Reads typed fields out of a JSON object and collects one message per bad field, so a
 /// client learns everything wrong with a request at once. A `null` member counts as absent.
 public struct FieldReader {
-    private let members: [String: JSONValue]
+    /// The object's members. The objects read are small (a body's dozen fields at most,
+    /// once unknown ones are refused) with short names, which a scan compares for less
+    /// than hashing them would cost.
+    private let members: [(name: String, value: JSONValue)]
     /// The messages collected so far.
     public private(set) var errors: [FieldError] = []
 
     /// Starts reading `value`, which must be an object whose keys are all in `allowed`.
-    public init(_ value: JSONValue, allowed: Set<String>) {
-        guard case .object(let members) = value else {
-            self.members = [:]
+    public init(_ value: JSONValue, allowed: [String]) {
+        guard case .object(let object) = value else {
+            members = []
             errors.append(FieldError(field: "(body)", message: "must be a JSON object, not \(value.typeName)"))
             return
         }
-        self.members = members
+        members = object.map { ($0.key, $0.value) }
         // Sorted (for a stable order of the messages) only when there is something to say.
-        guard !members.keys.allSatisfy(allowed.contains) else { return }
-        for key in members.keys.sorted() where !allowed.contains(key) {
+        guard !members.allSatisfy({ allowed.contains($0.name) }) else { return }
+        for key in object.keys.sorted() where !allowed.contains(key) {
             errors.append(FieldError(field: key, message: "is not a known field"))
         }
     }
@@ -26,7 +29,7 @@ public struct FieldReader {
     }
 
     private func present(_ field: String) -> JSONValue? {
-        guard let value = members[field], value != .null else { return nil }
+        guard let value = members.first(where: { $0.name == field })?.value, value != .null else { return nil }
         return value
     }
 

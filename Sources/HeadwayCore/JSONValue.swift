@@ -179,6 +179,14 @@ public struct JSONObjectWriter: Sendable {
         output.appendByte(UInt8(ascii: "{"))
     }
 
+    /// Starts an object at the end of `text`, taking its buffer over (so that a list of
+    /// objects is written into one buffer, neither copied nor shared while it grows);
+    /// `finishAppending(into:)` closes the object and gives the buffer back.
+    public init(continuing text: inout JSONText) {
+        swap(&output, &text)
+        output.appendByte(UInt8(ascii: "{"))
+    }
+
     /// Member names are literals written in the source, which need no escaping: their
     /// bytes are copied as they are.
     private mutating func key(_ name: StaticString) {
@@ -220,6 +228,13 @@ public struct JSONObjectWriter: Sendable {
     public mutating func raw(_ name: StaticString, _ json: String?) {
         key(name)
         output.appendRaw(json ?? "null")
+    }
+
+    /// Closes the object and gives the buffer back to `text`, the text it continued
+    /// (`init(continuing:)`).
+    public mutating func finishAppending(into text: inout JSONText) {
+        output.appendByte(UInt8(ascii: "}"))
+        swap(&output, &text)
     }
 
     /// The finished object.

@@ -96,7 +96,7 @@ public struct ProgressUpdate: Equatable, Sendable {
     }
 
     /// The members of a progress body.
-    static let fields: Set<String> = ["completed", "increment", "total", "unit", "label", "seq"]
+    static let fields = ["completed", "increment", "total", "unit", "label", "seq"]
 
     /// Reads a progress body.
     public static func parse(_ body: JSONValue) throws(TaskError) -> ProgressUpdate {
@@ -126,12 +126,15 @@ public struct ProgressItem: Equatable, Sendable {
         self.update = update
     }
 
+    /// The members an item may have.
+    static let fields = ProgressUpdate.fields + ["task_id"]
+
     /// Reads an item: a JSON object with `task_id` and the members of a progress body.
     public static func parse(_ item: JSONValue) throws(TaskError) -> ProgressItem {
         guard case .object = item else {
             throw .invalidRequest([FieldError(field: "(item)", message: "must be a JSON object, not \(item.typeName)")])
         }
-        var reader = FieldReader(item, allowed: ProgressUpdate.fields.union(["task_id"]))
+        var reader = FieldReader(item, allowed: Self.fields)
         let id = reader.id("task_id", required: true)
         let update = ProgressUpdate.read(&reader)
         guard reader.errors.isEmpty, let id else { throw .invalidRequest(reader.errors) }

@@ -285,13 +285,15 @@ struct TaskAPI: Sendable {
                             results: [Result<TaskStore.Changed, any Error>], _ request: HTTPRequest) -> HTTPResponse {
         var body = JSONText()
         body.appendRaw(#"{"results":["#)
+        var accepted: UInt64 = 0
         for (index, place) in places.enumerated() {
-            if index > 0 { body.appendRaw(",") }
-            var item = JSONObjectWriter()
+            if index > 0 { body.appendByte(UInt8(ascii: ",")) }
+            // Written at the end of the body itself: no buffer and no copy per item.
+            var item = JSONObjectWriter(continuing: &body)
             item.string("task_id", taskIDs[index])
             switch place.flatMap({ results[$0] }) {
             case .success(let changed):
-                metrics.updatesAccepted.add(.progress)
+                accepted += 1
                 item.integer("status", 200)
                 if case .unchanged = changed.outcome { item.bool("unchanged", true) }
                 item.raw("task", changed.events.first?.data ?? changed.outcome.task.json)
@@ -301,10 +303,11 @@ struct TaskAPI: Sendable {
                 item.integer("status", Int64(problem.status))
                 item.raw("problem", problem.json)
             }
-            body.appendRaw(item.finish())
+            item.finishAppending(into: &body)
         }
+        if accepted > 0 { metrics.updatesAccepted.add(.progress, accepted) }
         body.appendRaw("]}")
-        return .json(200, body.text)
+        return .json(200, bytes: body.bytes)
     }
 
     /// Answers an update refused with `error`, counting it by its problem's code.
