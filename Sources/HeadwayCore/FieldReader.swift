@@ -44,7 +44,10 @@ public struct FieldReader {
             let length = text.unicodeScalars.count
             if length > maxLength { return fail(field, "must be at most \(maxLength) characters (got \(length))") }
         }
-        if text.allSatisfy(\.isWhitespace) { return fail(field, "must not be empty or blank") }
+        // A text that begins with a visible ASCII character is not blank, and needs no look
+        // at Unicode's properties.
+        let startsVisible = text.utf8.first.map { $0 > 0x20 && $0 < 0x7F } ?? false
+        if !startsVisible && text.allSatisfy(\.isWhitespace) { return fail(field, "must not be empty or blank") }
         // U+0000 is the only scalar whose UTF-8 holds a zero byte.
         if text.utf8.contains(0) { return fail(field, "must not contain NUL") }
         return text
