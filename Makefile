@@ -77,7 +77,7 @@ bench-postgres:
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	$(PYTHON) bench/postgres-scaling.py --write-doc
 
-## Hostile clients (issue 10) against honest runners and subscribers, one fresh daemon per
+## Hostile clients against honest runners and subscribers, one fresh daemon per
 ## attack: prints a table with PASS/FAIL per attack (about 5 minutes). ABUSE_ARGS="--json out.json"
 bench-abuse:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh

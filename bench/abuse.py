@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hostile clients against a daemon serving honest runners and subscribers (issue 10).
+"""Hostile clients against a daemon serving honest runners and subscribers.
 
 Each phase runs on its own fresh release headwayd (pinned to CPU 0, a temporary database,
 `--durability normal` unless told otherwise), so nothing one attack leaves behind (8,000
