@@ -27,6 +27,24 @@ public enum StallRule {
         }
     }
 
+    /// The deadline to store when `task`'s next deadline (`nextDeadline`) replaces the
+    /// stored one: the stored one when it falls due no later and less than a slack earlier
+    /// (a tenth of the task's shortest timeout, at most a second). A stored deadline may so
+    /// be early, never late: the sweeper, reaching an early one, finds the task not stalled
+    /// and stores its exact deadline. A task reporting many times a second thus moves its
+    /// entry in the deadline index about once a second, not at every report.
+    public static func deadlineToStore(_ task: TaskRecord, stored: EpochMilliseconds?) -> EpochMilliseconds? {
+        guard let next = task.stallDeadline, let stored, stored <= next, next - stored < storageSlack(task) else {
+            return task.stallDeadline
+        }
+        return stored
+    }
+
+    /// How much earlier than the exact deadline a stored one may stay.
+    static func storageSlack(_ task: TaskRecord) -> EpochMilliseconds {
+        min(1_000, min(task.stallTimeoutMilliseconds, task.progressTimeoutMilliseconds ?? .max) / 10)
+    }
+
     /// When the task falls silent: its last signal plus the stall timeout.
     static func silentDeadline(_ task: TaskRecord, graceStart: EpochMilliseconds) -> EpochMilliseconds {
         max(task.lastSignalAt, graceStart) + task.stallTimeoutMilliseconds

@@ -91,7 +91,8 @@ public struct TaskRecord: Equatable, Sendable {
     public var definition: String
     /// When the task became running (nil while pending).
     public var startedAt: EpochMilliseconds?
-    /// The next time the stall flag may change without a signal (see `StallRule`).
+    /// The next time the stall flag may change without a signal (see `StallRule`); as
+    /// stored, it may be a little earlier (`StallRule.deadlineToStore`).
     public var stallDeadline: EpochMilliseconds?
     /// The rate estimator's state.
     public var rate = RateEstimator()

@@ -166,13 +166,6 @@ public enum TaskRepository {
             || task.mode != previous.mode
     }
 
-    /// Writes only a task's signal time and stall deadline: all that an ancestor's roll-up
-    /// changes when the change below it moved nothing a client sees.
-    public static func updateSignal(_ task: TaskRecord, in database: Database) throws(DatabaseError) {
-        try database.run("UPDATE tasks SET last_signal_at = ?, stall_deadline = ? WHERE id = ?",
-                         [.integer(task.lastSignalAt), integer(task.stallDeadline), .text(task.id)])
-    }
-
     /// Changes the stored count of children of `id` by `delta` (a child forgotten by retention).
     public static func adjustChildCount(of id: String, by delta: Int, in database: Database) throws(DatabaseError) {
         try database.run("UPDATE tasks SET child_count = child_count + ? WHERE id = ?", [.integer(Int64(delta)), .text(id)])

@@ -466,7 +466,9 @@ public struct TaskStore: Sendable {
                     stamp(&next, kind)
                     events.append(TaskEvent(kind, next))
                 }
-                try save(next, previous: task, in: database)
+                // A deadline found early is moved to the exact one, or the sweeper would
+                // find the task due again at once.
+                try save(next, previous: task, exactDeadline: true, in: database)
             }
             try webhooks.record(events, now: now, in: database)
             return (events, due.count)
@@ -530,8 +532,13 @@ public struct TaskStore: Sendable {
         return task
     }
 
-    /// Writes a changed task and remembers it.
-    private func save(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws {
+    /// Writes a changed task over `previous` (as stored) and remembers it as stored: its
+    /// stall deadline is kept when the new one is only a little later
+    /// (`StallRule.deadlineToStore`), unless `exactDeadline`.
+    private func save(_ task: TaskRecord, previous: TaskRecord, exactDeadline: Bool = false,
+                      in database: Database) throws {
+        var task = task
+        if !exactDeadline { task.stallDeadline = StallRule.deadlineToStore(task, stored: previous.stallDeadline) }
         try TaskRepository.update(task, previous: previous, in: database)
         cache.remember(task, in: database)
     }
@@ -615,8 +622,7 @@ public struct TaskStore: Sendable {
                 try save(next, previous: stored, in: database)
                 events.append(TaskEvent(next.changeKind, next))
             } else {
-                try TaskRepository.updateSignal(next, in: database)
-                cache.remember(next, in: database)
+                try save(next, previous: stored, in: database)
             }
             (childDelta, weightDelta, doneDelta) = (0, 0, next.weight * (next.shareOfParent - stored.shareOfParent))
             currentID = stored.parentID

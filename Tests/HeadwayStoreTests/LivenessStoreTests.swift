@@ -46,6 +46,37 @@ import Testing
         #expect(plan.contains { $0.contains("USING INDEX tasks_by_deadline") }, "\(plan)")
     }
 
+    /// A task reporting often moves its stored deadline only once the exact one is a slack
+    /// later (a tenth of its 2 s timeout): the stored deadline may be early, never late,
+    /// and the sweeper, reaching an early one, stores the exact one and flags nothing
+    /// before it.
+    @Test func aStoredDeadlineMayBeEarlyNeverLate() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        _ = try register(fixture, store, Registration(id: "busy", name: "Busy", stallTimeoutSeconds: 2), at: 0)
+        func stored() throws -> EpochMilliseconds? {
+            try fixture.read { try TaskRepository.find("busy", in: $0)?.stallDeadline }
+        }
+        func beat(_ now: EpochMilliseconds) throws {
+            _ = try fixture.write { try store.heartbeat("busy", Heartbeat(), now: now, in: $0) }
+        }
+        #expect(try stored() == 2_000)
+        for now: EpochMilliseconds in [50, 100, 150, 199] { try beat(now) }
+        #expect(try stored() == 2_000, "199 ms later: within the slack of 200 ms")
+        try beat(200)
+        #expect(try stored() == 2_200, "a slack later: moved to the exact deadline")
+        try beat(300)
+        #expect(try stored() == 2_200, "kept, 100 ms early")
+
+        let early = try fixture.write { try store.sweep(now: 2_250, limit: 10, in: $0) }
+        #expect(early.examined == 1 && early.events.isEmpty, "due as stored, not stalled")
+        #expect(try stored() == 2_300, "the sweeper stored the exact deadline")
+        #expect(try fixture.write { try store.sweep(now: 2_299, limit: 10, in: $0) }.examined == 0)
+        let due = try fixture.write { try store.sweep(now: 2_300, limit: 10, in: $0) }
+        #expect(due.events.map(\.kind) == [.stalled])
+        #expect(try fixture.read { try TaskRepository.find("busy", in: $0)?.stalledSince } == 2_300)
+    }
+
     @Test func afterARestartDeadlinesCountFromTheRestart() throws {
         let fixture = try StoreFixture()
         _ = try register(fixture, fixture.store, Registration(id: "old", name: "Old", stallTimeoutSeconds: 30), at: 0)
