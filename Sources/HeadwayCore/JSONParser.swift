@@ -79,6 +79,8 @@ public struct JSONParser {
             position += 1
             return .object(members)
         }
+        // Room for a request's members at once, rather than growing at 1, 2, 4 and 8.
+        members.reserveCapacity(12)
         while true {
             skipWhitespace()
             guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw failure("expected a member name") }

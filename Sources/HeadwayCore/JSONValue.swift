@@ -35,44 +35,82 @@ public enum JSONValue: Equatable, Sendable {
 }
 
 /// Appends JSON text piece by piece into a byte buffer; used for replies so that field
-/// order is fixed and no intermediate objects or strings are built.
+/// order is fixed and no intermediate objects or strings are built. A task is some thirty
+/// members of two or three pieces each, so each piece is copied through the buffer's
+/// pointer (`JSONBytes`) rather than by Array's generic append.
 public struct JSONText: Sendable {
-    /// The UTF-8 bytes written so far.
-    public private(set) var bytes: [UInt8] = []
+    private var storage = JSONBytes(capacity: 64)
 
     public init() {}
 
+    /// The UTF-8 bytes written so far.
+    public var bytes: [UInt8] { storage.withBytes { Array($0) } }
+
+    /// How many bytes were written so far.
+    public var count: Int { storage.count }
+
     /// The text written so far.
-    public var text: String { String(decoding: bytes, as: UTF8.self) }
+    public var text: String { storage.withBytes { String(decoding: $0, as: UTF8.self) } }
 
     /// Reserves room for `count` bytes of text.
-    public mutating func reserveCapacity(_ count: Int) { bytes.reserveCapacity(count) }
+    public mutating func reserveCapacity(_ count: Int) { writable(count - storage.count) }
+
+    /// The storage, made this text's own and with room for `extra` more bytes.
+    @discardableResult
+    private mutating func writable(_ extra: Int) -> JSONBytes {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.copy() }
+        storage.reserve(extra)
+        return storage
+    }
 
     /// Appends `raw` as it is (it must already be valid JSON).
     public mutating func appendRaw(_ raw: String) {
         var raw = raw
-        raw.withUTF8 { bytes.append(contentsOf: $0) }
+        raw.withUTF8 { appendBytes($0) }
+    }
+
+    /// Appends a literal of the source that is JSON text (`null`, `true`), without the
+    /// String machinery.
+    public mutating func appendLiteral(_ literal: StaticString) {
+        literal.withUTF8Buffer { appendBytes($0) }
     }
 
     /// Appends one byte of JSON punctuation (`,`, `:`, brackets).
-    public mutating func appendByte(_ byte: UInt8) { bytes.append(byte) }
+    public mutating func appendByte(_ byte: UInt8) { writable(1).append(byte) }
 
     /// Appends bytes that are already valid JSON text.
-    public mutating func appendBytes(_ raw: UnsafeBufferPointer<UInt8>) { bytes.append(contentsOf: raw) }
+    public mutating func appendBytes(_ raw: UnsafeBufferPointer<UInt8>) { writable(raw.count).append(raw) }
+
+    /// Appends `"name":` (after a `,` if `afterComma`) for a member name that needs no
+    /// escaping.
+    mutating func appendKey(_ name: StaticString, afterComma: Bool) {
+        name.withUTF8Buffer { name in
+            let storage = writable(name.count + 4)
+            if afterComma { storage.append(UInt8(ascii: ",")) }
+            storage.append(UInt8(ascii: "\""))
+            storage.append(name)
+            storage.append(UInt8(ascii: "\""))
+            storage.append(UInt8(ascii: ":"))
+        }
+    }
 
     /// Appends a JSON string literal with the escapes RFC 8259 requires.
     public mutating func appendString(_ value: String) {
-        bytes.append(UInt8(ascii: "\""))
         // Fast path: most strings need no escape (no control characters, quotes,
         // backslashes, nor U+2028/U+2029, whose UTF-8 starts with 0xE2); scanned and
         // copied as one contiguous buffer.
         var value = value
         let plain = value.withUTF8 { utf8 in
             for byte in utf8 where byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0xE2 { return false }
-            bytes.append(contentsOf: utf8)
+            let storage = writable(utf8.count + 2)
+            storage.append(UInt8(ascii: "\""))
+            storage.append(utf8)
+            storage.append(UInt8(ascii: "\""))
             return true
         }
-        if !plain {
+        guard !plain else { return }
+        appendByte(UInt8(ascii: "\""))
+        do {
             for scalar in value.unicodeScalars {
                 switch scalar {
                 case "\"": appendRaw("\\\"")
@@ -87,28 +125,27 @@ public struct JSONText: Sendable {
                         let hex = String(scalar.value, radix: 16)
                         appendRaw("\\u" + String(repeating: "0", count: 4 - hex.count) + hex)
                     } else {
-                        bytes.append(contentsOf: String(scalar).utf8)
+                        var text = String(scalar)
+                        text.withUTF8 { appendBytes($0) }
                     }
                 }
             }
         }
-        bytes.append(UInt8(ascii: "\""))
+        appendByte(UInt8(ascii: "\""))
     }
 
     /// Appends a time as a JSON string (`Timestamp.rfc3339`), without building the string.
     public mutating func appendTimestamp(_ milliseconds: EpochMilliseconds) {
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Timestamp.length + 2) { buffer in
-            buffer[0] = UInt8(ascii: "\"")
-            Timestamp.write(milliseconds, into: UnsafeMutableBufferPointer(rebasing: buffer[1...]))
-            buffer[Timestamp.length + 1] = UInt8(ascii: "\"")
-            bytes.append(contentsOf: buffer)
-        }
+        let storage = writable(Timestamp.length + 2)
+        storage.append(UInt8(ascii: "\""))
+        storage.appendWritten(upTo: Timestamp.length) { Timestamp.write(milliseconds, into: $0); return Timestamp.length }
+        storage.append(UInt8(ascii: "\""))
     }
 
     /// Appends an integer, digit by digit.
     public mutating func appendInteger(_ value: Int64) {
         if value < 0 {
-            bytes.append(UInt8(ascii: "-"))
+            appendByte(UInt8(ascii: "-"))
             // The magnitude of Int64.min does not fit in Int64.
             appendDigits(value.magnitude)
         } else {
@@ -117,22 +154,22 @@ public struct JSONText: Sendable {
     }
 
     private mutating func appendDigits(_ value: UInt64) {
-        var digits: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)  // 40 bytes: room for 20 digits
-        var count = 0
-        var rest = value
-        withUnsafeMutableBytes(of: &digits) { buffer in
+        writable(20).appendWritten(upTo: 20) { buffer in  // 20 digits: UInt64.max
+            var count = 0
+            var rest = value
             repeat {
-                buffer[39 - count] = UInt8(ascii: "0") + UInt8(rest % 10)
+                buffer[count] = UInt8(ascii: "0") + UInt8(rest % 10)
                 rest /= 10
                 count += 1
             } while rest > 0
-            bytes.append(contentsOf: buffer[(40 - count)...])
+            for index in 0..<count / 2 { buffer.swapAt(index, count - 1 - index) }  // most significant first
+            return count
         }
     }
 
     /// Appends a finite number, or `null` for NaN and infinities (which JSON cannot carry).
     public mutating func appendNumber(_ value: Double) {
-        guard value.isFinite else { return appendRaw("null") }
+        guard value.isFinite else { return appendLiteral("null") }
         if value == value.rounded(), abs(value) < 1e15 {
             appendInteger(Int64(value))
         } else {
@@ -143,27 +180,27 @@ public struct JSONText: Sendable {
     /// Appends any parsed value; object keys come out sorted.
     public mutating func append(_ value: JSONValue) {
         switch value {
-        case .null: appendRaw("null")
-        case .bool(let flag): appendRaw(flag ? "true" : "false")
+        case .null: appendLiteral("null")
+        case .bool(let flag): appendLiteral(flag ? "true" : "false")
         case .integer(let number): appendInteger(number)
         case .number(let number): appendNumber(number)
         case .string(let string): appendString(string)
         case .array(let items):
-            bytes.append(UInt8(ascii: "["))
+            appendByte(UInt8(ascii: "["))
             for (index, item) in items.enumerated() {
-                if index > 0 { bytes.append(UInt8(ascii: ",")) }
+                if index > 0 { appendByte(UInt8(ascii: ",")) }
                 append(item)
             }
-            bytes.append(UInt8(ascii: "]"))
+            appendByte(UInt8(ascii: "]"))
         case .object(let members):
-            bytes.append(UInt8(ascii: "{"))
+            appendByte(UInt8(ascii: "{"))
             for (index, key) in members.keys.sorted().enumerated() {
-                if index > 0 { bytes.append(UInt8(ascii: ",")) }
+                if index > 0 { appendByte(UInt8(ascii: ",")) }
                 appendString(key)
-                bytes.append(UInt8(ascii: ":"))
+                appendByte(UInt8(ascii: ":"))
                 append(members[key]!)
             }
-            bytes.append(UInt8(ascii: "}"))
+            appendByte(UInt8(ascii: "}"))
         }
     }
 }
@@ -187,47 +224,47 @@ public struct JSONObjectWriter: Sendable {
         output.appendByte(UInt8(ascii: "{"))
     }
 
-    /// Member names are literals written in the source, which need no escaping: their
-    /// bytes are copied as they are.
+    /// Member names are literals written in the source, which need no escaping: `,"name":`
+    /// is copied in one go.
     private mutating func key(_ name: StaticString) {
-        if !isFirst { output.appendByte(UInt8(ascii: ",")) }
+        let comma = !isFirst
         isFirst = false
-        output.appendByte(UInt8(ascii: "\""))
-        name.withUTF8Buffer { output.appendBytes($0) }
-        output.appendByte(UInt8(ascii: "\""))
-        output.appendByte(UInt8(ascii: ":"))
+        output.appendKey(name, afterComma: comma)
     }
+
+    /// Writes `null`.
+    private mutating func null() { output.appendLiteral("null") }
 
     public mutating func string(_ name: StaticString, _ value: String?) {
         key(name)
-        if let value { output.appendString(value) } else { output.appendRaw("null") }
+        if let value { output.appendString(value) } else { null() }
     }
 
     public mutating func integer(_ name: StaticString, _ value: Int64?) {
         key(name)
-        if let value { output.appendInteger(value) } else { output.appendRaw("null") }
+        if let value { output.appendInteger(value) } else { null() }
     }
 
     public mutating func number(_ name: StaticString, _ value: Double?) {
         key(name)
-        if let value { output.appendNumber(value) } else { output.appendRaw("null") }
+        if let value { output.appendNumber(value) } else { null() }
     }
 
     /// A time as RFC 3339 text (`Timestamp.rfc3339`), or `null`.
     public mutating func timestamp(_ name: StaticString, _ value: EpochMilliseconds?) {
         key(name)
-        if let value { output.appendTimestamp(value) } else { output.appendRaw("null") }
+        if let value { output.appendTimestamp(value) } else { null() }
     }
 
     public mutating func bool(_ name: StaticString, _ value: Bool) {
         key(name)
-        output.appendRaw(value ? "true" : "false")
+        output.appendLiteral(value ? "true" : "false")
     }
 
     /// Appends a member whose value is already JSON text (or `null` when nil).
     public mutating func raw(_ name: StaticString, _ json: String?) {
         key(name)
-        output.appendRaw(json ?? "null")
+        if let json { output.appendRaw(json) } else { null() }
     }
 
     /// Closes the object and gives the buffer back to `text`, the text it continued
@@ -238,9 +275,70 @@ public struct JSONObjectWriter: Sendable {
     }
 
     /// The finished object.
-    public func finish() -> String {
-        var output = output
-        output.appendByte(UInt8(ascii: "}"))
+    public consuming func finish() -> String {
+        output.appendByte(UInt8(ascii: "}"))  // the buffer is this writer's alone: no copy
         return output.text
+    }
+}
+
+/// The bytes of a `JSONText`: a buffer written through its pointer. Callers reserve room
+/// first (`reserve`), then append without further checks. A `JSONText` copies it before
+/// writing to one it shares, so texts keep value semantics.
+private final class JSONBytes: @unchecked Sendable {
+    private var base: UnsafeMutablePointer<UInt8>
+    private var capacity: Int
+    private(set) var count = 0
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        base = .allocate(capacity: capacity)
+    }
+
+    deinit { base.deallocate() }
+
+    func copy() -> JSONBytes {
+        let copy = JSONBytes(capacity: Swift.max(capacity, 1))
+        copy.base.update(from: base, count: count)
+        copy.count = count
+        return copy
+    }
+
+    /// Makes room for `extra` more bytes, doubling the buffer when it grows.
+    @inline(__always)
+    func reserve(_ extra: Int) {
+        if count + extra > capacity { grow(toAtLeast: count + extra) }
+    }
+
+    private func grow(toAtLeast needed: Int) {
+        let larger = Swift.max(needed, capacity * 2)
+        let moved = UnsafeMutablePointer<UInt8>.allocate(capacity: larger)
+        moved.moveInitialize(from: base, count: count)
+        base.deallocate()
+        (base, capacity) = (moved, larger)
+    }
+
+    /// Appends one byte; room for it was reserved.
+    @inline(__always)
+    func append(_ byte: UInt8) {
+        (base + count).initialize(to: byte)
+        count += 1
+    }
+
+    /// Appends `bytes`; room for them was reserved.
+    @inline(__always)
+    func append(_ bytes: UnsafeBufferPointer<UInt8>) {
+        guard let source = bytes.baseAddress else { return }
+        (base + count).initialize(from: source, count: bytes.count)
+        count += bytes.count
+    }
+
+    /// Lets `write` fill at most `limit` bytes (reserved) and keeps the count it returns.
+    @inline(__always)
+    func appendWritten(upTo limit: Int, _ write: (UnsafeMutableBufferPointer<UInt8>) -> Int) {
+        count += write(UnsafeMutableBufferPointer(start: base + count, count: limit))
+    }
+
+    func withBytes<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        body(UnsafeBufferPointer(start: base, count: count))
     }
 }

@@ -32,6 +32,26 @@ import Testing
         #expect(text.text == "0,7,-7,1000000,9223372036854775807,-9223372036854775808")
     }
 
+    /// A copy of a text is a value of its own: writing to either leaves the other as it
+    /// was, however far the buffers grow.
+    @Test func aCopiedTextIsItsOwnValue() {
+        var first = JSONText()
+        first.appendRaw("[")
+        var second = first
+        for index in 0..<1_000 { first.appendInteger(Int64(index)); first.appendByte(UInt8(ascii: ",")) }
+        second.appendString(String(repeating: "é", count: 300))
+        let third = first
+        first.appendByte(UInt8(ascii: "]"))
+        #expect(first.text == "[" + (0..<1_000).map { "\($0)," }.joined() + "]")
+        #expect(third.count == first.count - 1)
+        #expect(second.text == "[\"" + String(repeating: "é", count: 300) + "\"")
+        var object = JSONObjectWriter(continuing: &second)
+        object.bool("b", true)
+        object.raw("r", nil)
+        object.finishAppending(into: &second)
+        #expect(second.text.hasSuffix(#"{"b":true,"r":null}"#))
+    }
+
     @Test func stringsKeepNonASCIIAndEscapeSeparators() {
         var text = JSONText()
         text.appendString("Größe \u{2028}ok\u{2029} 🚀\t")
