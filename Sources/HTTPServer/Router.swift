@@ -21,6 +21,9 @@ public struct Router: Sendable {
 
     /// The routes, in the order added.
     public private(set) var routes: [Route] = []
+    /// For each number of path segments, the indices in `routes` of the routes with that
+    /// many, in order: a request is compared only with routes of its own length.
+    private var routesBySegmentCount: [[Int]] = []
 
     public init() {}
 
@@ -31,6 +34,13 @@ public struct Router: Sendable {
                 ? .parameter(String(segment.dropFirst().dropLast())) : .literal(Array(segment.utf8))
         }
         routes.append(Route(method: method, identity: RoutePattern(pattern), segments: segments, handler: handler))
+        while routesBySegmentCount.count <= segments.count { routesBySegmentCount.append([]) }
+        routesBySegmentCount[segments.count].append(routes.count - 1)
+    }
+
+    /// The routes whose patterns have `count` segments, in the order added.
+    private func routes(withSegments count: Int) -> some Sequence<Route> {
+        (count < routesBySegmentCount.count ? routesBySegmentCount[count] : []).lazy.map { routes[$0] }
     }
 
     /// What a request leads to: its route's handler (with the request's path parameters
@@ -44,7 +54,7 @@ public struct Router: Sendable {
     public func match(_ request: HTTPRequest) -> Match {
         let (path, bounds) = Self.segments(of: request.path)
         var allowed: [String] = []
-        for route in routes where matches(route.segments, path, bounds) {
+        for route in routes(withSegments: bounds.count) where matches(route.segments, path, bounds) {
             if route.method == request.method || (request.method == "HEAD" && route.method == "GET") {
                 request.matchedRoute?.note(route.identity)
                 var routed = request
@@ -73,7 +83,7 @@ public struct Router: Sendable {
     /// Whether a route takes `request` (its method on its path), without routing it.
     public func takes(_ request: HTTPRequest) -> Bool {
         let (path, bounds) = Self.segments(of: request.path)
-        return routes.contains { route in
+        return routes(withSegments: bounds.count).contains { route in
             (route.method == request.method || (request.method == "HEAD" && route.method == "GET"))
                 && matches(route.segments, path, bounds)
         }
