@@ -83,15 +83,23 @@ public struct Logger: Sendable {
             var text = text
             text.withUTF8 { line.append(contentsOf: $0) }
         }
-        put("ts=")
-        let timestampStart = line.count
-        line.append(contentsOf: repeatElement(0, count: Timestamp.length))
-        line.withUnsafeMutableBufferPointer { buffer in
-            Timestamp.write(SystemClock().now(), into: UnsafeMutableBufferPointer(rebasing: buffer[timestampStart...]))
+        // `ts=<time> level=<level> event=` written in one piece.
+        let levelText: StaticString = switch level {
+        case .debug: " level=debug event="
+        case .info: " level=info event="
+        case .warn: " level=warn event="
+        case .error: " level=error event="
         }
-        put(" level=")
-        put(level.name)
-        put(" event=")
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 3 + Timestamp.length + levelText.utf8CodeUnitCount) { head in
+            head[0] = UInt8(ascii: "t")
+            head[1] = UInt8(ascii: "s")
+            head[2] = UInt8(ascii: "=")
+            Timestamp.write(SystemClock().now(), into: UnsafeMutableBufferPointer(rebasing: head[3...]))
+            levelText.withUTF8Buffer { text in
+                _ = UnsafeMutableBufferPointer(rebasing: head[(3 + Timestamp.length)...]).initialize(fromContentsOf: text)
+            }
+            line.append(contentsOf: head)
+        }
         put(event)
         for (key, value) in fields {
             line.append(UInt8(ascii: " "))
@@ -197,7 +205,8 @@ final class LogOutput: Sendable {
 
     private func takePending() -> [UInt8] {
         pending.withLock { pending in
-            defer { pending = [] }
+            // The next lines go into a buffer as large, not one grown again from nothing.
+            defer { pending.removeAll(keepingCapacity: true) }
             return pending
         }
     }
