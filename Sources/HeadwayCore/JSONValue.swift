@@ -39,9 +39,16 @@ public enum JSONValue: Equatable, Sendable {
 /// members of two or three pieces each, so each piece is copied through the buffer's
 /// pointer (`JSONBytes`) rather than by Array's generic append.
 public struct JSONText: Sendable {
-    private var storage = JSONBytes(capacity: 64)
+    private var storage: JSONBytes
 
-    public init() {}
+    /// An empty text with room for `capacity` bytes before it grows.
+    public init(capacity: Int = 64) { storage = JSONBytes(capacity: Swift.max(capacity, 1)) }
+
+    /// An empty text sharing one buffer with every other such text, so that it costs no
+    /// allocation: the first write gives it a buffer of its own.
+    static var shared: JSONText { JSONText(storage: sharedStorage) }
+    private static let sharedStorage = JSONBytes(capacity: 1)
+    private init(storage: JSONBytes) { self.storage = storage }
 
     /// The UTF-8 bytes written so far.
     public var bytes: [UInt8] { storage.withBytes { Array($0) } }
@@ -207,12 +214,12 @@ public struct JSONText: Sendable {
 
 /// Writes one JSON object member by member, in the order they are given.
 public struct JSONObjectWriter: Sendable {
-    private var output = JSONText()
+    private var output: JSONText
     private var isFirst = true
 
     /// Starts an object; `capacity` is the expected size in bytes (a task is about 700).
     public init(capacity: Int = 64) {
-        output.reserveCapacity(capacity)
+        output = JSONText(capacity: capacity)
         output.appendByte(UInt8(ascii: "{"))
     }
 
@@ -220,6 +227,7 @@ public struct JSONObjectWriter: Sendable {
     /// objects is written into one buffer, neither copied nor shared while it grows);
     /// `finishAppending(into:)` closes the object and gives the buffer back.
     public init(continuing text: inout JSONText) {
+        output = JSONText.shared
         swap(&output, &text)
         output.appendByte(UInt8(ascii: "{"))
     }

@@ -497,9 +497,10 @@ public final class Statement {
         }
     }
 
-    /// Binds `values`, runs the statement to its end and resets it.
+    /// Binds `values`, runs the statement to its end and resets it (which ends its read;
+    /// its bindings are cleared when it is taken again).
     public func run(_ values: [SQLValue] = []) throws(DatabaseError) {
-        defer { reset() }
+        defer { sqlite3_reset(handle) }
         try bind(values)
         while try step() {}
     }
