@@ -52,6 +52,47 @@ import Testing
         #expect(second.text.hasSuffix(#"{"b":true,"r":null}"#))
     }
 
+    /// Random runs of appends, copies and writes through the copies give the bytes that
+    /// plain arrays written alongside give: the buffer grows, copies and ends right.
+    @Test func randomWritesMatchPlainArrays() {
+        var random = SeededGenerator(seed: 0x5EED)
+        for _ in 0..<300 {
+            var texts = [JSONText(capacity: Int(random.next() % 8))]
+            var expected: [[UInt8]] = [[]]
+            for _ in 0..<60 {
+                let which = Int(random.next() % UInt64(texts.count))
+                switch random.next() % 6 {
+                case 0:
+                    let byte = UInt8(truncatingIfNeeded: random.next() % 26) + UInt8(ascii: "a")
+                    texts[which].appendByte(byte)
+                    expected[which].append(byte)
+                case 1:
+                    let number = Int64(bitPattern: random.next()) >> (random.next() % 64)
+                    texts[which].appendInteger(number)
+                    expected[which] += Array(String(number).utf8)
+                case 2:
+                    let raw = String(repeating: "x", count: Int(random.next() % 300))
+                    texts[which].appendRaw(raw)
+                    expected[which] += Array(raw.utf8)
+                case 3:
+                    let count = Int(random.next() % 40)
+                    texts[which].appendString(String(repeating: "é\"", count: count))
+                    expected[which] += Array(("\"" + String(repeating: "é\\\"", count: count) + "\"").utf8)
+                case 4 where texts.count < 4:
+                    texts.append(texts[which])
+                    expected.append(expected[which])
+                default:
+                    texts[which].appendLiteral("null")
+                    expected[which] += Array("null".utf8)
+                }
+            }
+            for (text, bytes) in zip(texts, expected) {
+                #expect(text.bytes == bytes)
+                #expect(text.count == bytes.count)
+            }
+        }
+    }
+
     @Test func stringsKeepNonASCIIAndEscapeSeparators() {
         var text = JSONText()
         text.appendString("Größe \u{2028}ok\u{2029} 🚀\t")
@@ -80,5 +121,19 @@ import Testing
     @Test(arguments: ["", "has space", "slash/inside", "ünï", String(repeating: "x", count: 129), "a%20b"])
     func refusesEverythingElse(_ id: String) {
         #expect(!TaskID.isValid(id))
+    }
+}
+
+/// A small seeded generator (xorshift64*), so a random test runs the same way every time.
+struct SeededGenerator: RandomNumberGenerator {
+    private var state: UInt64
+
+    init(seed: UInt64) { state = seed == 0 ? 1 : seed }
+
+    mutating func next() -> UInt64 {
+        state ^= state >> 12
+        state ^= state << 25
+        state ^= state >> 27
+        return state &* 0x2545_F491_4F6C_DD1D
     }
 }
