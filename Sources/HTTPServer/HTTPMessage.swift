@@ -48,7 +48,7 @@ public struct HTTPRequest: Sendable {
     /// The first value of header `name` (case-insensitive).
     public func header(_ name: String) -> String? {
         // Callers mostly ask in lower case already: no new string then.
-        let lowered = name.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") } ? name.lowercased() : name
+        let lowered = name.hasASCIICapital ? name.lowercased() : name
         return headers.first { $0.name == lowered }?.value
     }
 
@@ -142,7 +142,7 @@ struct HeadCheck: Sendable {
             if field.folded {
                 return .malformedHeader("a header line continued on the next one (obs-fold)")
             }
-            if field.name.isEmpty || !field.name.utf8.allSatisfy(isTokenByte) {
+            if field.name.isEmpty || !field.name.utf8Satisfies(isTokenByte) {
                 return .malformedHeader("a header name that is not a token (whitespace or another character not "
                     + "allowed before the colon)")
             }
@@ -269,3 +269,15 @@ public protocol Responder: Sendable {
 
 /// Handles one request; calls `responder` now or later, from any thread.
 public typealias HTTPHandler = @Sendable (HTTPRequest, any Responder) -> Void
+
+extension String {
+    /// Whether every UTF-8 byte of the string satisfies `predicate`, checked on the bytes in
+    /// place when the string is native (as received text is): a loop over `utf8` steps
+    /// String's index at each byte and costs several times more.
+    func utf8Satisfies(_ predicate: (UInt8) -> Bool) -> Bool {
+        utf8.withContiguousStorageIfAvailable { $0.allSatisfy(predicate) } ?? utf8.allSatisfy(predicate)
+    }
+
+    /// Whether the string holds an ASCII capital letter.
+    var hasASCIICapital: Bool { !utf8Satisfies { $0 &- UInt8(ascii: "A") >= 26 } }
+}

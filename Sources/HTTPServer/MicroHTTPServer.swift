@@ -502,8 +502,7 @@ public final class MicroHTTPServer: Service {
     /// A header line as handlers see it: the name in lower case, the value without the
     /// spaces and tabs around it (RFC 9110 §5.5; the library drops those before it only).
     private static func header(_ field: HeadCheck.Field) -> HTTPField {
-        let name = field.name.utf8.contains { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") }
-            ? field.name.lowercased() : field.name
+        let name = field.name.hasASCIICapital ? field.name.lowercased() : field.name
         var value = field.value
         if let last = value.utf8.last, last == 0x20 || last == 0x09 {
             value = String(decoding: value.utf8.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed(), as: UTF8.self)

@@ -49,7 +49,7 @@ public struct FieldReader {
         let startsVisible = text.utf8.first.map { $0 > 0x20 && $0 < 0x7F } ?? false
         if !startsVisible && text.allSatisfy(\.isWhitespace) { return fail(field, "must not be empty or blank") }
         // U+0000 is the only scalar whose UTF-8 holds a zero byte.
-        if text.utf8.contains(0) { return fail(field, "must not contain NUL") }
+        if text.withUTF8Bytes({ $0.contains(0) }) { return fail(field, "must not contain NUL") }
         return text
     }
 
