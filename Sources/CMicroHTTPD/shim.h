@@ -123,6 +123,13 @@ static inline int headway_connection_fd(struct MHD_Connection *connection) {
     return info == NULL ? -1 : info->connect_fd;
 }
 
+/// The epoll set of a daemon whose thread waits in epoll, or -1 (one that waits in
+/// poll(2); `MHD_get_daemon_info` is variadic).
+static inline int headway_mhd_epoll_fd(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_EPOLL_FD);
+    return info == NULL ? -1 : info->epoll_fd;
+}
+
 /// The socket context of a connection (what its `MHD_NotifyConnectionCallback` stored),
 /// or NULL (`MHD_get_connection_info` is variadic).
 static inline void *headway_connection_socket_context(struct MHD_Connection *connection) {

@@ -154,6 +154,10 @@ final class ConnectionSorter: Service {
         /// Connections begin with a TLS handshake: waited for until its first record is
         /// whole, then handed to the request daemon (the only one).
         var expectsTLS = false
+        /// While connections are open, the daemons are nudged this often (real time, not
+        /// the injected clock): the longest a connection can wait on libmicrohttpd's
+        /// second `epoll_wait` (`EpollDaemonNudge`).
+        var nudgeIntervalNanoseconds: UInt64 = 50_000_000
     }
 
     /// Accepted connections still waiting for their whole first head.
@@ -171,6 +175,8 @@ final class ConnectionSorter: Service {
         /// Refusals not yet reported, and when the last report was made.
         var refused: [ConnectionRefusal: Int] = [:]
         var lastReport: UInt64?
+        /// When the daemons were last nudged (real monotonic nanoseconds).
+        var lastNudge: UInt64 = 0
 
         init(peekBytes: Int) { peekBuffer = [UInt8](repeating: 0, count: peekBytes) }
     }
@@ -185,6 +191,7 @@ final class ConnectionSorter: Service {
     private let monotonicNow: @Sendable () -> UInt64
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
     private let reportRefusals: @Sendable ([ConnectionRefusal: Int]) -> Void
+    private let nudgeDaemons: @Sendable () -> Void
     /// Used by the accept loop only; in a mutex so that nothing but the type system's
     /// word is needed for it (the lock is never contended).
     private let waiting: Locked<Waiting>
@@ -195,11 +202,14 @@ final class ConnectionSorter: Service {
     /// the sorter closes when its loop ends) once `run()` is called. Each connection is
     /// admitted by `connectionsPerAddress`; the sorter releases those it closes, the
     /// receiver of `handOff` those it is handed. The loop also closes the daemons'
-    /// connections late for a head (`headDeadlines`), counted as `headTimeout` refusals.
+    /// connections late for a head (`headDeadlines`), counted as `headTimeout` refusals,
+    /// and, while any connection is open, calls `nudgeDaemons` every
+    /// `limits.nudgeIntervalNanoseconds` (`EpollDaemonNudge`).
     init(listenFD: Int32, limits: Limits, connectionsPerAddress: ConnectionsPerAddress,
          headDeadlines: HeadDeadlines? = nil,
          monotonicNow: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds },
          reportRefusals: @escaping @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in },
+         nudgeDaemons: @escaping @Sendable () -> Void = {},
          handOff: @escaping @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void) throws {
         self.listenFD = listenFD
         self.limits = limits
@@ -207,6 +217,7 @@ final class ConnectionSorter: Service {
         self.headDeadlines = headDeadlines
         self.monotonicNow = monotonicNow
         self.reportRefusals = reportRefusals
+        self.nudgeDaemons = nudgeDaemons
         self.handOff = handOff
         waiting = Locked(Waiting(peekBytes: max(limits.maximumHead, limits.maximumStreamHead) + 1))
         loop = try EpollLoop()
@@ -227,6 +238,7 @@ final class ConnectionSorter: Service {
                 closeLate(&waiting)
                 if let closed = headDeadlines?.closeLate(), closed > 0 { waiting.refused[.headTimeout, default: 0] += closed }
                 reportIfDue(&waiting)
+                nudgeIfDue(&waiting)
             }
             passes.add(1, ordering: .releasing)
         })
@@ -266,13 +278,45 @@ final class ConnectionSorter: Service {
             let daemons = headDeadlines.nextDeadline ?? now &+ max(headDeadlines.timeoutNanoseconds / 10, 1_000_000)
             next = min(next ?? daemons, daemons)
         }
-        guard let next else { return -1 }
-        guard next > now else { return 0 }
-        return Int32(clamping: (next - now + 999_999) / 1_000_000)
+        var milliseconds: Int32 = -1
+        if let next { milliseconds = next > now ? Int32(clamping: (next - now + 999_999) / 1_000_000) : 0 }
+        if let nudge = millisecondsToNextNudge(waiting) {
+            milliseconds = milliseconds < 0 ? nudge : min(milliseconds, nudge)
+        }
+        return milliseconds
     }
 
+    /// The time to the daemons' next nudge, while any connection is open.
+    private func millisecondsToNextNudge(_ waiting: Waiting) -> Int32? {
+        guard connectionsPerAddress.openCount > 0 else { return nil }
+        let due = waiting.lastNudge &+ limits.nudgeIntervalNanoseconds
+        let now = DispatchTime.now().uptimeNanoseconds
+        return due > now ? Int32(clamping: (due - now + 999_999) / 1_000_000) : 0
+    }
+
+    private func nudgeIfDue(_ waiting: inout Waiting) {
+        guard millisecondsToNextNudge(waiting) == 0 else { return }
+        waiting.lastNudge = DispatchTime.now().uptimeNanoseconds
+        nudgeDaemons()
+    }
+
+    /// Accepts what the backlog holds while the waiting set has room. When it is full, its
+    /// oldest connection is looked at first (its head may be whole, its wake-up not yet
+    /// read: it is handed over rather than closed); if the set is still full, one newcomer
+    /// replaces the oldest, and the rest stay in the backlog until the loop has read what
+    /// the waiting connections sent (the listening socket is level-triggered). A burst of
+    /// honest connections larger than the set so loses none of them, while half-sent heads
+    /// still give way to new connections.
     private func acceptAll(_ waiting: inout Waiting) {
+        var replacedOldest = false
         while true {
+            if waiting.connections.count >= limits.maximumWaiting, let oldest = waiting.connections.first() {
+                sort(oldest.fd, events: 0, &waiting)
+                if waiting.connections.count >= limits.maximumWaiting {
+                    if replacedOldest { return }
+                    replacedOldest = true
+                }
+            }
             var address = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let fd = withUnsafeMutablePointer(to: &address) {

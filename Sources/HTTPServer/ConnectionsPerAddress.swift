@@ -71,6 +71,6 @@ final class ConnectionsPerAddress: Sendable {
         state.perAddress[key] = remaining > 0 ? remaining : nil
     }
 
-    /// Open connections counted, all addresses (for tests).
+    /// Open connections counted, all addresses.
     var openCount: Int { state.withLock { $0.addressOfSocket.count } }
 }

@@ -119,6 +119,8 @@ public final class MicroHTTPServer: Service {
         var stream: OpaquePointer?
         var logTargets: [UnsafeMutableRawPointer] = []
         var sorter: ConnectionSorter?
+        /// How the accept loop wakes the epoll daemons (`EpollDaemonNudge`).
+        var nudges: [EpollDaemonNudge] = []
     }
 
     /// What requests and streams share between libmicrohttpd's threads and the stop.
@@ -235,7 +237,10 @@ public final class MicroHTTPServer: Service {
                 : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit,
                                   // A stream not yet direct stalls on the library's timeout.
                                   timeoutSeconds: sendStallSeconds)
-            daemons.withLock { $0.stream = streamDaemon }
+            daemons.withLock { daemons in
+                daemons.stream = streamDaemon
+                daemons.nudges = Set([requestDaemon, streamDaemon]).compactMap(EpollDaemonNudge.init(daemon:))
+            }
             var limits = ConnectionSorter.Limits()
             limits.streamPaths = configuration.streamPaths
             limits.maximumStreamHead = configuration.maximumStreamHeadBytes
@@ -246,7 +251,8 @@ public final class MicroHTTPServer: Service {
             limits.expectsTLS = certificates != nil
             let sorter = try ConnectionSorter(
                 listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress, headDeadlines: headDeadlines,
-                monotonicNow: configuration.sortingClock, reportRefusals: configuration.connectionsRefused
+                monotonicNow: configuration.sortingClock, reportRefusals: configuration.connectionsRefused,
+                nudgeDaemons: { [unowned self] in daemons.withLock { $0.nudges }.forEach { $0.nudge() } }
             ) { [unowned self] fd, route, address, length in
                 let daemon = daemons.withLock { route == .stream ? $0.stream : $0.request }
                 // libmicrohttpd closes the socket if it cannot take it (at its connection limit).

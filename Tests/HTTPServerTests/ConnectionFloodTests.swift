@@ -120,3 +120,40 @@ private func requestFrom(_ source: String, port: Int, path: String = "/x") throw
         #expect(try inTime.request("GET", "/c").text == "GET /c")
     }
 }
+
+/// libmicrohttpd 0.9.75's epoll loop takes at most 128 ready connections from one
+/// `epoll_wait`; when it gets exactly 128 it waits again, with the timeout it computed
+/// before the first wait, before serving any of them. If nothing else happens, those 128
+/// wait until some other connection stirs; edge-triggered, they never report again.
+@Suite(.serialized) struct EpollBatchTests {
+    /// A stream daemon kept busy (its thread held in a handler) while exactly 128
+    /// connections are handed to it: once it is free, every one of them is answered.
+    /// The sorting clock never moves, so no head timeout can be what ends their wait.
+    @Test(arguments: [128, 256]) func connectionsHandedOverInMultiplesOf128AreServed(count: Int) throws {
+        let clock = ManualMonotonicClock()
+        let held = DispatchSemaphore(value: 0), gate = DispatchSemaphore(value: 0)
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.streamPaths = ["/stream"]
+        configuration.sortingClock = { clock.read() }
+        let running = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline { request, responder in
+            if request.query.contains(where: { $0.name == "hold" }) {  // on the stream daemon's thread
+                held.signal()
+                gate.wait()
+            }
+            responder.respond(HTTPResponse(status: 200, body: Array("\(request.method) \(request.path)".utf8)))
+        }))
+        defer { running.shutdown() }
+        let holder = try TestHTTPClient(port: running.port)
+        try holder.send("GET /stream?hold=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        #expect(held.wait(timeout: .now() + 5) == .success, "the stream daemon is held")
+        let clients = try (0..<count).map { _ in try TestHTTPClient(port: running.port, timeoutSeconds: 5) }
+        for client in clients { try client.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n") }
+        #expect(eventually { running.server.connectionsBeingSorted == 0 }, "all handed over while the daemon is held")
+        gate.signal()
+        #expect(try holder.readResponse().text == "GET /stream")
+        var answered = 0
+        for client in clients where (try? client.readResponse().text) == "GET /stream" { answered += 1 }
+        #expect(answered == count)
+    }
+}

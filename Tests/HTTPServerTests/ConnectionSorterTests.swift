@@ -31,6 +31,8 @@ final class SortingHarness: Sendable {
     /// Later heads' deadlines, as a server's daemons would start and stop them.
     let headDeadlines: HeadDeadlines
     private let record = Record()
+    /// While set, a hand-over waits for it (the loop is held): connections pile up in the backlog.
+    let handOffGate = Locked<DispatchSemaphore?>(nil)
     private let group: ServiceGroup
 
     /// What the sorter handed over and reported.
@@ -46,13 +48,14 @@ final class SortingHarness: Sendable {
         let listenFD = try SocketAddress.listen(host: "127.0.0.1", port: 0)
         port = SocketAddress.boundPort(fd: listenFD) ?? 0
         perAddress = ConnectionsPerAddress(limit: perAddressLimit)
-        let (clock, record) = (clock, record)
+        let (clock, record, handOffGate) = (clock, record, handOffGate)
         headDeadlines = HeadDeadlines(timeoutNanoseconds: limits.headTimeoutNanoseconds, now: { clock.read() })
         sorter = try ConnectionSorter(listenFD: listenFD, limits: limits, connectionsPerAddress: perAddress,
                                       headDeadlines: headDeadlines,
                                       monotonicNow: { clock.read() },
                                       reportRefusals: { counts in record.reports.withLock { $0.append(counts) } }) { fd, route, _, _ in
             record.handed.withLock { $0.append((fd, route)) }
+            handOffGate.withLock { $0 }?.wait()
         }
         group = ServiceGroup([ServiceGroup.Member("test-sorter", sorter)])
         try group.start()
@@ -116,6 +119,28 @@ final class SortingHarness: Sendable {
         }
         #expect(harness.refusals == [.headTimeout: 1])
         #expect(harness.perAddress.openCount == 0, "its address is released")
+    }
+
+    /// Connections that arrived while the loop was busy, more than the waiting set holds,
+    /// each with its whole head: all are handed over, none closed to make room.
+    @Test func aBurstLargerThanTheWaitingSetIsSortedWhole() throws {
+        let harness = try SortingHarness { $0.maximumWaiting = 8 }
+        defer { harness.stop() }
+        let gate = DispatchSemaphore(value: 0)
+        harness.handOffGate.withLock { $0 = gate }
+        let first = try TestHTTPClient(port: harness.port)
+        try first.send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(eventually { harness.handedRoutes.count == 1 }, "the loop is held in its hand-over")
+        let burst = try (0..<40).map { _ in try TestHTTPClient(port: harness.port) }
+        for (index, client) in burst.enumerated() {
+            try client.send("GET \(index % 2 == 0 ? "/x" : "/stream") HTTP/1.1\r\nHost: x\r\n\r\n")
+        }
+        harness.handOffGate.withLock { $0 = nil }
+        gate.signal()
+        #expect(eventually { harness.handedRoutes.count == 41 })
+        #expect(harness.passTwice())
+        #expect(harness.refusals.isEmpty, "none was closed to make room")
+        #expect(harness.handedRoutes.filter { "\($0)" == "stream" }.count == 20)
     }
 
     @Test func aFullWaitingSetClosesItsOldestForTheNewest() throws {
