@@ -317,6 +317,43 @@ def connection_flood(port, options, stop, done, notes):
     hold_connections(port, options["flood"], b"", stop, done, notes, options["timebox"])
 
 
+def slow_bodies(port, options, stop, done, notes):
+    """Connections that announce a 64 KiB body and send it a byte a second each, until the
+    server closes them (or the time box is nearly over)."""
+    head = (b"POST /v1/tasks HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 65536\r\n\r\n{")
+    socks, failures = [], {}
+    try:
+        for _ in range(options["slow_bodies"]):
+            try:
+                sock = connect(port)
+                sock.sendall(head)
+                socks.append(sock)
+            except OSError as failure:
+                failures[type(failure).__name__] = failures.get(type(failure).__name__, 0) + 1
+        opened, still_open, last_closed = time.monotonic(), list(socks), None
+        while still_open and not stop.is_set() and time.monotonic() - opened < options["timebox"] - 5:
+            stop.wait(1.0)
+            remaining = []
+            for sock in still_open:
+                if closed_by_server([sock]):
+                    last_closed = time.monotonic() - opened
+                    continue
+                try:
+                    sock.send(b" ")
+                    remaining.append(sock)
+                except OSError:
+                    last_closed = time.monotonic() - opened
+            still_open = remaining
+        done.set()
+        closed = len(socks) - len(still_open)
+        notes.put(f"opened {len(socks)} of {options['slow_bodies']} (failed: {failures or 'none'}), a byte a second each; "
+                  f"closed by the server: {closed}" + (f", the last after {last_closed:.0f} s" if last_closed else ""))
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def deep_tree(port, options, stop, done, notes):
     """A parent chain as deep as allowed, updates of its leaf, then a cancel of its root."""
     api = http.client.HTTPConnection("127.0.0.1", port, timeout=options["timebox"])
@@ -469,6 +506,7 @@ PHASES = {  # name: (attack, setup)
     "slow-readers": (slow_readers, big_tasks),
     "half-heads": (half_sent_heads, None),
     "flood": (connection_flood, None),
+    "slow-bodies": (slow_bodies, None),
     "deep-tree": (deep_tree, None),
     "catch-up-storm": (catch_up_storm, big_tasks),
     "huge-heads": (huge_heads, None),
@@ -609,6 +647,7 @@ def main():
     parser.add_argument("--slow-readers", type=int, default=20)
     parser.add_argument("--half-heads", type=int, default=3000)
     parser.add_argument("--flood", type=int, default=11000)
+    parser.add_argument("--slow-bodies", type=int, default=500)
     parser.add_argument("--depth-cap", type=int, default=1000)
     parser.add_argument("--leaf-updates", type=int, default=20)
     parser.add_argument("--storm", type=int, default=100, help="subscriptions opened and closed per round")

@@ -101,8 +101,10 @@ public enum ConnectionRefusal: String, CaseIterable, Sendable {
     /// The set of connections waiting to be sorted was full: the oldest gave way.
     case waitingFull = "waiting_full"
     /// It had not sent a whole request head when its time was up (its first, while being
-    /// sorted, or a later one, in a daemon: `HeadDeadlines`).
+    /// sorted, or a later one, in a daemon: `RequestDeadlines`).
     case headTimeout = "head_timeout"
+    /// Its request body was not whole when its time was up (`RequestDeadlines`).
+    case bodyTimeout = "body_timeout"
     /// It sent plain HTTP (or anything but a TLS handshake) to an HTTPS server; it got a
     /// plain-text 400 saying so.
     case notTLS = "not_tls"
@@ -126,14 +128,14 @@ public enum ConnectionRefusal: String, CaseIterable, Sendable {
 /// client address are capped for their whole life. Refusals are reported as counts at
 /// most once per `reportIntervalNanoseconds`. The head deadline here covers a
 /// connection's first request; later heads (on a kept-alive connection) have the same
-/// deadline (`HeadDeadlines`), which this loop checks too.
+/// deadline (`RequestDeadlines`), which this loop checks too.
 ///
 /// Under TLS (`Limits.expectsTLS`) the first bytes are a ClientHello, encrypted requests
 /// follow: the sorter cannot tell streams apart and hands every connection to the one
 /// daemon once its whole first TLS record has arrived (with the same deadline, waiting
 /// set and cap per address); bytes that begin no TLS handshake get a plain-text 400 and
 /// are closed. The handshake and the first request head then have the daemon's head
-/// deadline (`HeadDeadlines`, from the connection's start).
+/// deadline (`RequestDeadlines`, from the connection's start).
 final class ConnectionSorter: Service {
     /// The bounds of the sorting.
     struct Limits: Sendable {
@@ -186,7 +188,7 @@ final class ConnectionSorter: Service {
     private let limits: Limits
     private let connectionsPerAddress: ConnectionsPerAddress
     /// The head deadlines of the connections the daemons serve, checked by this loop.
-    private let headDeadlines: HeadDeadlines?
+    private let requestDeadlines: RequestDeadlines?
     /// Monotonic nanoseconds (injected by tests).
     private let monotonicNow: @Sendable () -> UInt64
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
@@ -202,11 +204,12 @@ final class ConnectionSorter: Service {
     /// the sorter closes when its loop ends) once `run()` is called. Each connection is
     /// admitted by `connectionsPerAddress`; the sorter releases those it closes, the
     /// receiver of `handOff` those it is handed. The loop also closes the daemons'
-    /// connections late for a head (`headDeadlines`), counted as `headTimeout` refusals,
+    /// connections late for a head or a body (`requestDeadlines`), counted as `headTimeout`
+    /// and `bodyTimeout` refusals,
     /// and, while any connection is open, calls `nudgeDaemons` every
     /// `limits.nudgeIntervalNanoseconds` (`EpollDaemonNudge`).
     init(listenFD: Int32, limits: Limits, connectionsPerAddress: ConnectionsPerAddress,
-         headDeadlines: HeadDeadlines? = nil,
+         requestDeadlines: RequestDeadlines? = nil,
          monotonicNow: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds },
          reportRefusals: @escaping @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in },
          nudgeDaemons: @escaping @Sendable () -> Void = {},
@@ -214,7 +217,7 @@ final class ConnectionSorter: Service {
         self.listenFD = listenFD
         self.limits = limits
         self.connectionsPerAddress = connectionsPerAddress
-        self.headDeadlines = headDeadlines
+        self.requestDeadlines = requestDeadlines
         self.monotonicNow = monotonicNow
         self.reportRefusals = reportRefusals
         self.nudgeDaemons = nudgeDaemons
@@ -236,7 +239,10 @@ final class ConnectionSorter: Service {
         }, tick: {
             waiting.withLock { waiting in
                 closeLate(&waiting)
-                if let closed = headDeadlines?.closeLate(), closed > 0 { waiting.refused[.headTimeout, default: 0] += closed }
+                if let closed = requestDeadlines?.closeLate() {
+                    if closed.heads > 0 { waiting.refused[.headTimeout, default: 0] += closed.heads }
+                    if closed.bodies > 0 { waiting.refused[.bodyTimeout, default: 0] += closed.bodies }
+                }
                 reportIfDue(&waiting)
                 nudgeIfDue(&waiting)
             }
@@ -265,8 +271,9 @@ final class ConnectionSorter: Service {
     var loopPasses: Int { passes.load(ordering: .acquiring) }
 
     /// The loop's wait: until the oldest head's deadline or the next report, if any. With
-    /// daemons' head deadlines, at most a tenth of the head timeout while none is held:
-    /// one may begin at any time, and its daemon's thread does not wake this loop.
+    /// daemons' request deadlines, at most a tenth of the shorter timeout: a wait may begin
+    /// at any time (a body's before a head's due later), and its daemon's thread does not
+    /// wake this loop.
     private func millisecondsToNextDuty(_ waiting: inout Waiting) -> Int32 {
         let now = monotonicNow()
         var next = waiting.connections.first()?.entry.deadline
@@ -274,8 +281,10 @@ final class ConnectionSorter: Service {
             let report = (waiting.lastReport ?? 0) &+ limits.reportIntervalNanoseconds
             next = min(next ?? report, report)
         }
-        if let headDeadlines {
-            let daemons = headDeadlines.nextDeadline ?? now &+ max(headDeadlines.timeoutNanoseconds / 10, 1_000_000)
+        if let requestDeadlines {
+            let shortest = min(requestDeadlines.headTimeoutNanoseconds, requestDeadlines.bodyTimeoutNanoseconds)
+            let soon = now &+ max(shortest / 10, 1_000_000)
+            let daemons = min(requestDeadlines.nextDeadline ?? soon, soon)
             next = min(next ?? daemons, daemons)
         }
         var milliseconds: Int32 = -1

@@ -95,6 +95,8 @@ public final class MicroHTTPServer: Service {
         /// A connection that has not sent a whole request head this long after its opening or
         /// its previous response is closed.
         public var headTimeoutNanoseconds: UInt64 = 10_000_000_000
+        /// A request whose announced body is not whole this long after its head is closed.
+        public var bodyTimeoutNanoseconds: UInt64 = 30_000_000_000
         /// Connections waiting for their first head at once; past it the oldest is closed.
         public var maximumWaitingConnections = 1024
         /// Connections open at once from one client address; more are closed at once.
@@ -161,7 +163,7 @@ public final class MicroHTTPServer: Service {
     /// Open connections per client address, from acceptance to close.
     let connectionsPerAddress: ConnectionsPerAddress
     /// The deadline of every request head after a connection's first (checked by the sorter).
-    let headDeadlines: HeadDeadlines
+    let requestDeadlines: RequestDeadlines
     /// The certificate handed out under TLS (nil: plain HTTP).
     let certificates: TLSCertificates?
 
@@ -172,7 +174,8 @@ public final class MicroHTTPServer: Service {
         self.pipeline = pipeline
         self.libraryLog = libraryLog
         connectionsPerAddress = ConnectionsPerAddress(limit: configuration.maximumConnectionsPerAddress)
-        headDeadlines = HeadDeadlines(timeoutNanoseconds: configuration.headTimeoutNanoseconds,
+        requestDeadlines = RequestDeadlines(headTimeoutNanoseconds: configuration.headTimeoutNanoseconds,
+                                            bodyTimeoutNanoseconds: configuration.bodyTimeoutNanoseconds,
                                       now: configuration.sortingClock)
         writableWatcher = try WritableWatcher(
             stallTimeoutNanoseconds: UInt64(configuration.streamStallTimeoutSeconds * 1_000_000_000))
@@ -250,7 +253,7 @@ public final class MicroHTTPServer: Service {
             limits.headTimeoutNanoseconds = configuration.headTimeoutNanoseconds
             limits.expectsTLS = certificates != nil
             let sorter = try ConnectionSorter(
-                listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress, headDeadlines: headDeadlines,
+                listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress, requestDeadlines: requestDeadlines,
                 monotonicNow: configuration.sortingClock, reportRefusals: configuration.connectionsRefused,
                 nudgeDaemons: { [unowned self] in daemons.withLock { $0.nudges }.forEach { $0.nudge() } }
             ) { [unowned self] fd, route, address, length in
@@ -392,7 +395,6 @@ public final class MicroHTTPServer: Service {
 
     private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, refusal: HTTPRefusal?,
                        context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
-        headDeadlines.stopWaiting(headway_connection_fd(connection))
         // Checked first, before the body is read or anything answered: a head a proxy in
         // front could read otherwise is refused, and its connection closed.
         let fields = Self.headFields(connection)
@@ -410,6 +412,14 @@ public final class MicroHTTPServer: Service {
         // A stream's body is then sent in chunks, which its writer may send itself.
         exchange.isChunkedKeepAlive = isHTTP11 && request.header("connection")?.lowercased() != "close"
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
+        // The head is whole: a body announced now has its own deadline, until dispatched.
+        let contentLength = request.header("content-length").flatMap(UInt64.init)
+        exchange.awaitsBody = (contentLength ?? 0) > 0 || request.header("transfer-encoding") != nil
+        if exchange.awaitsBody {
+            requestDeadlines.startWaitingForBody(headway_connection_fd(connection))
+        } else {
+            requestDeadlines.stopWaiting(headway_connection_fd(connection))
+        }
         if let headRefusal {
             exchange.closesConnection = true
             return exchange.dispatchOrQueue { pipeline.refuse(headRefusal, $0, $1) }
@@ -420,7 +430,7 @@ public final class MicroHTTPServer: Service {
         if let refusal {
             return exchange.dispatchOrQueue { pipeline.refuse(refusal, $0, $1) }
         }
-        if let length = request.header("content-length").flatMap(UInt64.init), length > exchange.bodyLimit {
+        if let length = contentLength, length > exchange.bodyLimit {
             return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: exchange.bodyLimit), $0, $1) }
         }
         return MHD_Result.YES
@@ -463,7 +473,7 @@ public final class MicroHTTPServer: Service {
     func completed(_ connection: OpaquePointer?, _ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
                    _ termination: MHD_RequestTerminationCode) {
         if let connection, termination == .REQUEST_TERMINATED_COMPLETED_OK {
-            headDeadlines.startWaiting(headway_connection_fd(connection))
+            requestDeadlines.startWaiting(headway_connection_fd(connection))
         }
         guard let context, let pointer = context.pointee else { return }
         context.pointee = nil
@@ -554,6 +564,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     /// The answer closes the connection (`Connection: close`), whatever it says: nothing
     /// after this request on it is read (a head refused by `HeadCheck`).
     var closesConnection = false
+    /// Its head announced a body: the connection has the body deadline until the request is
+    /// dispatched (`RequestDeadlines`).
+    var awaitsBody = false
     private let started = DispatchTime.now().uptimeNanoseconds
     /// The most bytes the request's body may take (its path's limit).
     let bodyLimit: Int
@@ -591,6 +604,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             server.configuration.beforeQueueingAResumedAnswer()
             return queue(response)
         case .dispatch:
+            if awaitsBody { server.requestDeadlines.stopWaiting(headway_connection_fd(connection)) }
             if server.handingOver() {
                 handler(request, self)
             } else {
@@ -722,13 +736,13 @@ private let connectionNotifyCallback: MHD_NotifyConnectionCallback = { cls, conn
     let fd = headway_connection_fd(connection)
     switch event {
     case .CONNECTION_NOTIFY_STARTED:
-        server.headDeadlines.startWaiting(fd)
+        server.requestDeadlines.startWaiting(fd)
         // Before its handshake: where `tlsCertificateCallback` finds the certificate.
         if let certificates = server.certificates {
             socketContext?.pointee = Unmanaged.passUnretained(certificates).toOpaque()
         }
     case .CONNECTION_NOTIFY_CLOSED:
-        server.headDeadlines.stopWaiting(fd)
+        server.requestDeadlines.stopWaiting(fd)
         server.connectionsPerAddress.release(fd)
     default: break
     }

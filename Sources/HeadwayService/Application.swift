@@ -333,14 +333,16 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.maximumStreamQueryParameters = 8
     serverConfiguration.streamConnectionMemoryLimit = 4 * 1024 + serverConfiguration.maximumStreamQueryParameters
         * bytesPerQueryParameter
-    // Connection floods: a deadline for the first head, a bounded waiting set, a cap per
-    // address; what is refused is logged as counts, at most once a second.
+    // Connection floods: a deadline for each head and for each body, a bounded waiting set,
+    // a cap per address; what is refused is logged as counts, at most once a second.
     serverConfiguration.headTimeoutNanoseconds = UInt64(configuration.headTimeoutSeconds * 1e9)
+    serverConfiguration.bodyTimeoutNanoseconds = UInt64(configuration.bodyTimeoutSeconds * 1e9)
     serverConfiguration.maximumWaitingConnections = max(16, min(1024, connectionLimit / 8))
     serverConfiguration.maximumConnectionsPerAddress = configuration.maximumConnectionsPerAddress
     serverConfiguration.connectionsRefused = { counts in
         logger.log(.warn, "http.connections_refused", [
             ConnectionRefusal.headTimeout.rawValue: "\(counts[.headTimeout] ?? 0)",
+            ConnectionRefusal.bodyTimeout.rawValue: "\(counts[.bodyTimeout] ?? 0)",
             ConnectionRefusal.waitingFull.rawValue: "\(counts[.waitingFull] ?? 0)",
             ConnectionRefusal.tooManyFromAddress.rawValue: "\(counts[.tooManyFromAddress] ?? 0)",
             ConnectionRefusal.notTLS.rawValue: "\(counts[.notTLS] ?? 0)",

@@ -64,6 +64,9 @@ public struct Configuration: Sendable, Equatable {
     /// Seconds a connection has to send a whole request head, from its opening or its
     /// previous response; then it is closed.
     public var headTimeoutSeconds = 10.0
+    /// Seconds a request has, from its whole head, to send the whole body it announced;
+    /// then its connection is closed.
+    public var bodyTimeoutSeconds = 30.0
     /// Connections open at once from one client address; more are closed at once.
     public var maximumConnectionsPerAddress = 1000
     // Browsers.
@@ -150,6 +153,9 @@ public struct Configuration: Sendable, Equatable {
           --head-timeout SECONDS    time a connection has to send a whole request head,
                                     from its opening or its previous response, then it
                                     is closed (HEADWAY_HEAD_TIMEOUT, default 10)
+          --body-timeout SECONDS    time a request has, from its whole head, to send the
+                                    whole body it announced, then its connection is
+                                    closed (HEADWAY_BODY_TIMEOUT, default 30)
           --max-connections-per-address N
                                     connections open at once from one client address;
                                     more are closed at once
@@ -226,7 +232,7 @@ public struct Configuration: Sendable, Equatable {
                                "max-depth", "max-children", "max-tasks",
                                "read-connections", "max-queued-reads",
                                "max-body-bytes", "max-batch-items", "max-query-params",
-                               "head-timeout", "max-connections-per-address",
+                               "head-timeout", "body-timeout", "max-connections-per-address",
                                "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
                                "wal-size-limit",
                                "public-url", "cors-origin", "tls-cert", "tls-key", "log-file", "config",
@@ -351,6 +357,7 @@ public struct Configuration: Sendable, Equatable {
         try reader.wholeNumber("max-batch-items", in: 1...10_000, into: &configuration.maximumBatchItems)
         try reader.wholeNumber("max-query-params", in: 1...1000, into: &configuration.maximumQueryParameters)
         try reader.seconds("head-timeout", in: 0.1...3600, into: &configuration.headTimeoutSeconds)
+        try reader.seconds("body-timeout", in: 0.1...3600, into: &configuration.bodyTimeoutSeconds)
         try reader.wholeNumber("max-connections-per-address", in: 1...1_000_000,
                                into: &configuration.maximumConnectionsPerAddress)
         // Limits: event streams.
@@ -436,6 +443,7 @@ public struct Configuration: Sendable, Equatable {
             ("max-batch-items", maximumBatchItems != other.maximumBatchItems),
             ("max-query-params", maximumQueryParameters != other.maximumQueryParameters),
             ("head-timeout", headTimeoutSeconds != other.headTimeoutSeconds),
+            ("body-timeout", bodyTimeoutSeconds != other.bodyTimeoutSeconds),
             ("max-connections-per-address", maximumConnectionsPerAddress != other.maximumConnectionsPerAddress),
             ("stream-buffer-bytes", streamBufferBytes != other.streamBufferBytes),
             ("stream-stall-timeout", streamStallTimeoutSeconds != other.streamStallTimeoutSeconds),

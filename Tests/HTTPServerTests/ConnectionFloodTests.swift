@@ -1,5 +1,6 @@
 import Foundation
 import HeadwayTestSupport
+import Lifecycle
 import Testing
 @testable import HTTPServer
 
@@ -102,22 +103,60 @@ private func requestFrom(_ source: String, port: Int, path: String = "/x") throw
         let dribbling = try TestHTTPClient(port: running.port), inTime = try TestHTTPClient(port: running.port)
         #expect(try dribbling.request("GET", "/a").text == "GET /a")
         #expect(try inTime.request("GET", "/a").text == "GET /a")
-        #expect(eventually { running.server.headDeadlines.count == 2 }, "both wait for their next head")
+        #expect(eventually { running.server.requestDeadlines.count == 2 }, "both wait for their next head")
         try dribbling.send("GET /b HTTP/1.1\r\nHost: x\r\n")
         clock.advance(by: 9_000_000_000)
         try dribbling.send("X-More: 1\r\n")
         #expect(try inTime.request("GET", "/b").text == "GET /b", "a next request in time is served")
-        #expect(eventually { running.server.headDeadlines.count == 2 }, "and waits for its next head again")
+        #expect(eventually { running.server.requestDeadlines.count == 2 }, "and waits for its next head again")
         clock.advance(by: 1_000_000_001)
         #expect(eventually {
             running.server.sorter?.wake()
-            return running.server.headDeadlines.count == 1
+            return running.server.requestDeadlines.count == 1
         }, "the dribbling connection's time is up")
         guard case .closed = try dribbling.exchange(Array("X-Last: 1\r\n\r\n".utf8)) else {
             Issue.record("a kept-alive connection dribbling its next head was served past the head timeout")
             return
         }
         #expect(try inTime.request("GET", "/c").text == "GET /c")
+    }
+
+    /// A body must be whole within the body timeout of its head (not the head timeout): one
+    /// dribbled is closed at its deadline and counted as `body_timeout`, one whole in time
+    /// is served.
+    @Test func aBodyDribbledPastItsDeadlineIsClosedWhileOneInTimeIsServed() throws {
+        let clock = ManualMonotonicClock()
+        let refused = Locked<[ConnectionRefusal: Int]>([:])
+        let running = try server {
+            $0.sortingClock = { clock.read() }
+            $0.headTimeoutNanoseconds = 10_000_000_000
+            $0.bodyTimeoutNanoseconds = 30_000_000_000
+            $0.connectionsRefused = { counts in refused.withLock { $0.merge(counts, uniquingKeysWith: +) } }
+        }
+        defer { running.shutdown() }
+        let dribbling = try TestHTTPClient(port: running.port), inTime = try TestHTTPClient(port: running.port)
+        try dribbling.send("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345")
+        try inTime.send("POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n12")
+        #expect(eventually { running.server.requestDeadlines.bodiesAwaited == 2 }, "both heads read, both bodies awaited")
+        clock.advance(by: 29_000_000_000)  // long past the head timeout
+        let passes = running.server.sorter?.loopPasses ?? 0
+        #expect(eventually {
+            running.server.sorter?.wake()
+            return (running.server.sorter?.loopPasses ?? 0) >= passes + 2
+        })
+        try inTime.send("34")
+        #expect(try inTime.readResponse().text == "POST /b", "a body whole in time is served")
+        clock.advance(by: 1_000_000_001)
+        #expect(eventually {
+            running.server.sorter?.wake()
+            return running.server.requestDeadlines.bodiesAwaited == 0
+        }, "the dribbling body's time is up")
+        guard case .closed = try dribbling.exchange(Array("67890".utf8)) else {
+            Issue.record("a body dribbled past the body timeout was served")
+            return
+        }
+        #expect(eventually { refused.withLock { $0 } == [.bodyTimeout: 1] })
+        #expect(try inTime.request("GET", "/c").text == "GET /c", "the other connection is kept")
     }
 }
 

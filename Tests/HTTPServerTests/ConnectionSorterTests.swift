@@ -29,7 +29,7 @@ final class SortingHarness: Sendable {
     let clock = ManualMonotonicClock()
     let perAddress: ConnectionsPerAddress
     /// Later heads' deadlines, as a server's daemons would start and stop them.
-    let headDeadlines: HeadDeadlines
+    let requestDeadlines: RequestDeadlines
     private let record = Record()
     /// While set, a hand-over waits for it (the loop is held): connections pile up in the backlog.
     let handOffGate = Locked<DispatchSemaphore?>(nil)
@@ -49,9 +49,10 @@ final class SortingHarness: Sendable {
         port = SocketAddress.boundPort(fd: listenFD) ?? 0
         perAddress = ConnectionsPerAddress(limit: perAddressLimit)
         let (clock, record, handOffGate) = (clock, record, handOffGate)
-        headDeadlines = HeadDeadlines(timeoutNanoseconds: limits.headTimeoutNanoseconds, now: { clock.read() })
+        requestDeadlines = RequestDeadlines(headTimeoutNanoseconds: limits.headTimeoutNanoseconds,
+                                            bodyTimeoutNanoseconds: 30_000_000_000, now: { clock.read() })
         sorter = try ConnectionSorter(listenFD: listenFD, limits: limits, connectionsPerAddress: perAddress,
-                                      headDeadlines: headDeadlines,
+                                      requestDeadlines: requestDeadlines,
                                       monotonicNow: { clock.read() },
                                       reportRefusals: { counts in record.reports.withLock { $0.append(counts) } }) { fd, route, _, _ in
             record.handed.withLock { $0.append((fd, route)) }
@@ -192,15 +193,15 @@ final class SortingHarness: Sendable {
         try inTime.send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(eventually { harness.handedSockets.count == 2 })
         // As the daemons do: each waits for a head once handed over; one's head comes.
-        harness.handedSockets.forEach(harness.headDeadlines.startWaiting)
+        harness.handedSockets.forEach(harness.requestDeadlines.startWaiting)
         harness.clock.advance(by: 5_000_000_000)
-        harness.headDeadlines.stopWaiting(harness.handedSockets[1])
+        harness.requestDeadlines.stopWaiting(harness.handedSockets[1])
         harness.clock.advance(by: 4_999_999_999)
         #expect(harness.passTwice())
-        #expect(harness.headDeadlines.count == 1, "at its deadline, not past it: still waiting")
+        #expect(harness.requestDeadlines.count == 1, "at its deadline, not past it: still waiting")
         harness.clock.advance(by: 2)
         #expect(harness.passTwice())
-        #expect(harness.headDeadlines.count == 0)
+        #expect(harness.requestDeadlines.count == 0)
         #expect(eventually { harness.refusals == [.headTimeout: 1] })
         guard case .closed = try late.exchange(Array("GET /y HTTP/1.1\r\nHost: x\r\n\r\n".utf8)) else {
             Issue.record("a connection late for its next head was kept")

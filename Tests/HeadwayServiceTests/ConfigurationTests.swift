@@ -163,24 +163,30 @@ import HeadwayCore
     }
 }
 
-// Connection floods: the head deadline and the cap per address, at their limits and past them.
+// Connection floods: the head and body deadlines and the cap per address, at their limits and past them.
 extension ConfigurationTests {
     @Test func connectionFloodLimits() throws {
         let defaults = try parse([])
         #expect(defaults.headTimeoutSeconds == 10)
+        #expect(defaults.bodyTimeoutSeconds == 30)
         #expect(defaults.maximumConnectionsPerAddress == 1000)
-        let set = try parse(["--head-timeout", "2.5"], ["HEADWAY_MAX_CONNECTIONS_PER_ADDRESS": "20"])
+        let set = try parse(["--head-timeout", "2.5", "--body-timeout", "4"], ["HEADWAY_MAX_CONNECTIONS_PER_ADDRESS": "20"])
         #expect(set.headTimeoutSeconds == 2.5)
+        #expect(set.bodyTimeoutSeconds == 4)
+        #expect(try parse([], ["HEADWAY_BODY_TIMEOUT": "0.5"]).bodyTimeoutSeconds == 0.5)
         #expect(set.maximumConnectionsPerAddress == 20)
         #expect(try parse(["--head-timeout=3600", "--max-connections-per-address=1000000"]).headTimeoutSeconds == 3600)
         #expect(try parse(["--head-timeout=0.1", "--max-connections-per-address=1"]).maximumConnectionsPerAddress == 1)
         #expect(throws: UsageError("--head-timeout must be a number of seconds from 0.1 to 3600, not '3601'")) {
             _ = try Configuration.parse(arguments: ["--head-timeout", "3601"], environment: [:])
         }
+        #expect(throws: UsageError("--body-timeout must be a number of seconds from 0.1 to 3600, not '0'")) {
+            _ = try Configuration.parse(arguments: ["--body-timeout", "0"], environment: [:])
+        }
         #expect(throws: UsageError("--max-connections-per-address must be a whole number from 1 to 1000000, not '0'")) {
             _ = try Configuration.parse(arguments: ["--max-connections-per-address", "0"], environment: [:])
         }
-        for text in ["--head-timeout", "HEADWAY_HEAD_TIMEOUT", "--max-connections-per-address",
+        for text in ["--head-timeout", "HEADWAY_HEAD_TIMEOUT", "--body-timeout", "HEADWAY_BODY_TIMEOUT", "--max-connections-per-address",
                      "HEADWAY_MAX_CONNECTIONS_PER_ADDRESS"] {
             #expect(Configuration.usage.contains(text))
         }
