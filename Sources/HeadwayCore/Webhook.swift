@@ -90,11 +90,16 @@ public struct WebhookDelivery: Sendable, Equatable {
     public var lastStatus: Int?
     public var lastError: String?
     public var lastLatencyMilliseconds: Int64?
+    /// The task of the event (nil in rows written before deliveries coalesced).
+    public var taskID: String?
+    /// How many times a newer `task.updated` of the task replaced the body while it waited
+    /// unsent (it is then the newest one's): deliveries of a task's updates coalesce.
+    public var revision: Int
 
     public init(webhookID: String, eventID: Int64, eventType: TaskEventKind, body: String, state: WebhookDeliveryState,
                 attempts: Int, createdAt: EpochMilliseconds, nextAttemptAt: EpochMilliseconds,
                 lastAttemptAt: EpochMilliseconds? = nil, lastStatus: Int? = nil, lastError: String? = nil,
-                lastLatencyMilliseconds: Int64? = nil) {
+                lastLatencyMilliseconds: Int64? = nil, taskID: String? = nil, revision: Int = 0) {
         self.webhookID = webhookID
         self.eventID = eventID
         self.eventType = eventType
@@ -107,14 +112,19 @@ public struct WebhookDelivery: Sendable, Equatable {
         self.lastStatus = lastStatus
         self.lastError = lastError
         self.lastLatencyMilliseconds = lastLatencyMilliseconds
+        self.taskID = taskID
+        self.revision = revision
     }
 
-    /// The delivery's id (`Headway-Delivery`): the webhook's id and the event's, unique and
-    /// the same at every attempt, so a receiver can drop a repeated delivery.
-    public var id: String { Self.id(webhookID: webhookID, eventID: eventID) }
+    /// The delivery's id (`Headway-Delivery`): the webhook's id and the event's, and the
+    /// revision once a newer update replaced the body: unique, and the same at every attempt
+    /// of the same body, so a receiver can drop a repeated delivery.
+    public var id: String { Self.id(webhookID: webhookID, eventID: eventID, revision: revision) }
 
-    /// The id of the delivery of event `eventID` to webhook `webhookID`.
-    public static func id(webhookID: String, eventID: Int64) -> String { "\(webhookID)-\(eventID)" }
+    /// The id of the delivery of event `eventID` to webhook `webhookID`, at `revision`.
+    public static func id(webhookID: String, eventID: Int64, revision: Int = 0) -> String {
+        revision == 0 ? "\(webhookID)-\(eventID)" : "\(webhookID)-\(eventID)-\(revision)"
+    }
 }
 
 /// Reads a `POST /v1/webhooks` body: `{url, events, task_prefix?, outcomes?, format?}`.

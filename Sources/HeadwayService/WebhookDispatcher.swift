@@ -202,7 +202,8 @@ final class WebhookDispatcher: Service {
         }
         let (finalState, retryAt, reply) = (state, nextAttemptAt, outcome)
         writer.submit({ database in
-            try WebhookRepository.recordAttempt(webhookID: delivery.webhookID, eventID: delivery.eventID, state: finalState,
+            try WebhookRepository.recordAttempt(webhookID: delivery.webhookID, eventID: delivery.eventID,
+                                                revision: delivery.revision, state: finalState,
                                                 attemptAt: startedAt, nextAttemptAt: retryAt, status: reply.status,
                                                 error: reply.error, latencyMilliseconds: latency, in: database)
         }) { [self] result in

@@ -2,13 +2,13 @@ import HeadwayCore
 import Lifecycle
 import Synchronization
 
-/// SQL for the `webhooks` table and its outbox `webhook_deliveries` (migration 0007).
+/// SQL for the `webhooks` table and its outbox `webhook_deliveries` (migrations 0007, 0008).
 /// Every function runs on the connection it is given; the caller decides about transactions.
 public enum WebhookRepository {
     private static let webhookColumns = "id, url, events, task_prefix, outcomes, format, secret, created_at"
     private static let deliveryColumns = """
         webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at, last_attempt_at, \
-        last_status, last_error, last_latency_ms
+        last_status, last_error, last_latency_ms, task_id, revision
         """
 
     /// The most webhooks stored at once.
@@ -69,10 +69,30 @@ public enum WebhookRepository {
     /// another daemon of a shared database, whose list this daemon has not reloaded yet).
     public static func enqueue(_ delivery: WebhookDelivery, in database: Database) throws(DatabaseError) {
         try database.run("""
-            INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at)
-            SELECT ?1, ?2, ?3, ?4, 'pending', 0, ?5, ?6 WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = ?1)
+            INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at,
+                                            task_id)
+            SELECT ?1, ?2, ?3, ?4, 'pending', 0, ?5, ?6, ?7 WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = ?1)
             """, [.text(delivery.webhookID), .integer(delivery.eventID), .text(delivery.eventType.rawValue),
-                  .text(delivery.body), .integer(delivery.createdAt), .integer(delivery.nextAttemptAt)])
+                  .text(delivery.body), .integer(delivery.createdAt), .integer(delivery.nextAttemptAt),
+                  delivery.taskID.map { .text($0) } ?? .null])
+    }
+
+    /// The `task.updated` delivery of task `taskID` waiting unsent (pending, never
+    /// attempted) for the webhook `webhookID`, if any: its event id and revision.
+    public static func unsentUpdate(of taskID: String, for webhookID: String,
+                                    in database: Database) throws(DatabaseError) -> (eventID: Int64, revision: Int)? {
+        try database.rows("""
+            SELECT event_id, revision FROM webhook_deliveries
+            WHERE webhook_id = ? AND task_id = ? AND state = 'pending' AND attempts = 0 AND event_type = 'task.updated'
+            LIMIT 1
+            """, [.text(webhookID), .text(taskID)]) { ($0.int(0), Int($0.int(1))) }.first
+    }
+
+    /// Replaces the body of a delivery waiting unsent with a newer update's, at `revision`.
+    public static func revise(webhookID: String, eventID: Int64, revision: Int, body: String,
+                              in database: Database) throws(DatabaseError) {
+        try database.run("UPDATE webhook_deliveries SET body = ?, revision = ? WHERE webhook_id = ? AND event_id = ?",
+                         [.text(body), .integer(Int64(revision)), .text(webhookID), .integer(eventID)])
     }
 
     /// The oldest pending delivery of the webhook `webhookID`, due or not.
@@ -95,18 +115,21 @@ public enum WebhookRepository {
         try database.scalar("SELECT count(*) FROM webhook_deliveries WHERE state = 'pending'") ?? 0
     }
 
-    /// Writes the outcome of an attempt at `attemptAt`: the delivery becomes `state` (still
-    /// pending: due again at `nextAttemptAt`). A delivery gone meanwhile (its webhook
-    /// deleted) is left gone.
-    public static func recordAttempt(webhookID: String, eventID: Int64, state: WebhookDeliveryState,
+    /// Writes the outcome of an attempt at `attemptAt` of the delivery's body at `revision`:
+    /// the delivery becomes `state` (still pending: due again at `nextAttemptAt`). If a
+    /// newer update replaced the body during the attempt, the newer body has not been sent:
+    /// the delivery stays pending, due at `nextAttemptAt`, whatever the outcome. A delivery
+    /// gone meanwhile (its webhook deleted) is left gone.
+    public static func recordAttempt(webhookID: String, eventID: Int64, revision: Int = 0, state: WebhookDeliveryState,
                                      attemptAt: EpochMilliseconds, nextAttemptAt: EpochMilliseconds, status: Int?,
                                      error: String?, latencyMilliseconds: Int64,
                                      in database: Database) throws(DatabaseError) {
         try database.run("""
-            UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1, last_attempt_at = ?, next_attempt_at = ?,
-                last_status = ?, last_error = ?, last_latency_ms = ?
-            WHERE webhook_id = ? AND event_id = ? AND state = 'pending'
-            """, [.text(state.rawValue), .integer(attemptAt), .integer(nextAttemptAt),
+            UPDATE webhook_deliveries SET state = CASE WHEN revision = ?1 THEN ?2 ELSE 'pending' END,
+                attempts = attempts + 1, last_attempt_at = ?3, next_attempt_at = ?4,
+                last_status = ?5, last_error = ?6, last_latency_ms = ?7
+            WHERE webhook_id = ?8 AND event_id = ?9 AND state = 'pending'
+            """, [.integer(Int64(revision)), .text(state.rawValue), .integer(attemptAt), .integer(nextAttemptAt),
                   status.map { .integer(Int64($0)) } ?? .null, error.map { .text($0) } ?? .null,
                   .integer(latencyMilliseconds), .text(webhookID), .integer(eventID)])
     }
@@ -134,7 +157,8 @@ public enum WebhookRepository {
                         body: row.text(3), state: WebhookDeliveryState(rawValue: row.text(4)) ?? .pending,
                         attempts: Int(row.int(5)), createdAt: row.int(6), nextAttemptAt: row.int(7),
                         lastAttemptAt: row.optionalInt(8), lastStatus: row.optionalInt(9).map { Int($0) },
-                        lastError: row.optionalText(10), lastLatencyMilliseconds: row.optionalInt(11))
+                        lastError: row.optionalText(10), lastLatencyMilliseconds: row.optionalInt(11),
+                        taskID: row.optionalText(12), revision: Int(row.int(13)))
     }
 }
 
@@ -166,7 +190,10 @@ public final class WebhookOutbox: Sendable {
     }
 
     /// Writes one pending delivery per event and matching webhook, in the caller's
-    /// transaction; `now` is when the change happened.
+    /// transaction; `now` is when the change happened. A `task.updated` whose task already
+    /// has one waiting unsent for the webhook replaces that one's body instead
+    /// (`WebhookRepository.unsentUpdate`): updates coalesce, so a receiver slower than them
+    /// does not grow the outbox without bound.
     public func record(_ events: [TaskEvent], now: EpochMilliseconds, in database: Database) throws(DatabaseError) {
         let webhooks = self.webhooks.withLock { $0 }
         guard !webhooks.isEmpty, !events.isEmpty else { return }
@@ -178,11 +205,21 @@ public final class WebhookOutbox: Sendable {
                     if state == nil { state = .some(Self.state(of: event)) }
                     guard webhook.filter.matches(kind: event.kind, taskID: event.taskID, state: state!) else { continue }
                 }
-                let id = WebhookDelivery.id(webhookID: webhook.id, eventID: event.changeNumber)
-                let body = WebhookBody.render(webhook.format, deliveryID: id, event: event, occurredAt: now)
-                try WebhookRepository.enqueue(WebhookDelivery(webhookID: webhook.id, eventID: event.changeNumber,
-                                                              eventType: event.kind, body: body, state: .pending, attempts: 0,
-                                                              createdAt: now, nextAttemptAt: now), in: database)
+                if event.kind == .updated,
+                   let unsent = try WebhookRepository.unsentUpdate(of: event.taskID, for: webhook.id, in: database) {
+                    let revision = unsent.revision + 1
+                    let id = WebhookDelivery.id(webhookID: webhook.id, eventID: unsent.eventID, revision: revision)
+                    let body = WebhookBody.render(webhook.format, deliveryID: id, event: event, occurredAt: now)
+                    try WebhookRepository.revise(webhookID: webhook.id, eventID: unsent.eventID, revision: revision,
+                                                 body: body, in: database)
+                } else {
+                    let id = WebhookDelivery.id(webhookID: webhook.id, eventID: event.changeNumber)
+                    let body = WebhookBody.render(webhook.format, deliveryID: id, event: event, occurredAt: now)
+                    try WebhookRepository.enqueue(WebhookDelivery(webhookID: webhook.id, eventID: event.changeNumber,
+                                                                  eventType: event.kind, body: body, state: .pending,
+                                                                  attempts: 0, createdAt: now, nextAttemptAt: now,
+                                                                  taskID: event.taskID), in: database)
+                }
                 wrote = true
             }
         }

@@ -102,6 +102,53 @@ import Testing
         #expect(try Self.pending(fixture).map(\.1) == ["task.recovered", "task.recovered"])
     }
 
+    /// A task's updates coalesce while one of them waits unsent: the row keeps its place and
+    /// takes the newest body, its revision in the delivery id; an update whose delivery was
+    /// attempted, or an event of another kind, adds a row. An attempt during which the body
+    /// was replaced leaves the delivery pending, due again: the newer body was not sent.
+    @Test func aTasksUpdatesCoalesceWhileOneWaitsUnsent() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        let webhook = Self.webhook("a", [.created, .updated])
+        try fixture.write { try WebhookRepository.insert(webhook, in: $0) }
+        store.webhooks.load([webhook])
+        for id in ["t", "u"] {
+            _ = try fixture.write { try store.register(Registration(id: id, name: id.uppercased(), total: 10), now: 1, in: $0) }
+        }
+        for (id, completed) in [("t", 1), ("u", 1), ("t", 2), ("t", 3)] {
+            _ = try fixture.write { try store.progress(id, ProgressUpdate(completed: Int64(completed)), now: 2, in: $0) }
+        }
+        func queue() throws -> [WebhookDelivery] {
+            try fixture.read { try WebhookRepository.recent(of: "a", limit: 100, in: $0) }.reversed()
+        }
+        var rows = try queue()
+        #expect(rows.map { "\($0.eventType.rawValue) \($0.taskID ?? "-") \($0.revision)" }
+                == ["task.created t 0", "task.created u 0", "task.updated t 2", "task.updated u 0"])
+        let update = rows[2]
+        #expect(update.body.contains(#""completed":3"#) && update.body.contains(#""id":"\#(update.id)""#))
+        #expect(update.id == "a-\(update.eventID)-2")
+        // Its attempt starts; meanwhile a newer update replaces the body.
+        _ = try fixture.write { try store.progress("t", ProgressUpdate(completed: 4), now: 3, in: $0) }
+        try fixture.write { database in
+            try WebhookRepository.recordAttempt(webhookID: "a", eventID: update.eventID, revision: update.revision,
+                                                state: .delivered, attemptAt: 3, nextAttemptAt: 4, status: 200, error: nil,
+                                                latencyMilliseconds: 1, in: database)
+        }
+        rows = try queue()
+        #expect(rows[2].state == .pending && rows[2].revision == 3 && rows[2].attempts == 1 && rows[2].nextAttemptAt == 4)
+        #expect(rows[2].body.contains(#""completed":4"#))
+        // Attempted once, it no longer takes newer updates: the next one is a row of its own.
+        _ = try fixture.write { try store.progress("t", ProgressUpdate(completed: 5), now: 5, in: $0) }
+        rows = try queue()
+        #expect(rows.count == 5 && rows[4].taskID == "t" && rows[4].revision == 0 && rows[4].body.contains(#""completed":5"#))
+        try fixture.write { database in
+            try WebhookRepository.recordAttempt(webhookID: "a", eventID: update.eventID, revision: 3, state: .delivered,
+                                                attemptAt: 6, nextAttemptAt: 6, status: 200, error: nil,
+                                                latencyMilliseconds: 1, in: database)
+        }
+        #expect(try queue()[2].state == .delivered)
+    }
+
     @Test func attemptsAreRecordedAndOldDeliveriesPruned() throws {
         let fixture = try StoreFixture()
         let webhook = Self.webhook("a", [.created])

@@ -241,6 +241,44 @@ def test_a_receiver_down_across_a_sigkill_gets_every_event_after_the_restart(tmp
         assert process.wait(timeout=20) == 0
 
 
+def test_a_slow_receiver_gets_each_tasks_latest_update_not_every_one(tmp_path, database):
+    # A receiver that takes 300 ms a request; two tasks updated 40 times each as fast as
+    # the daemon answers. A task's updates coalesce while one of them waits unsent, so the
+    # outbox holds at most two per task (one in flight, one waiting), the receiver gets far
+    # fewer than the 80 updates, and the last delivery of each task carries its last progress.
+    with receiving(delay=0.3) as receiver, run_headwayd(tmp_path, *FAST_RETRIES, db=database) as base:
+        webhook = create_webhook(base, {"url": receiver.url, "events": ["task.updated"]}).json()
+        for name in ["a", "b"]:
+            assert httpx.post(f"{base}/v1/tasks", json={"id": name, "name": name, "total": 40}).status_code == 201
+        most_pending = 0
+        with httpx.Client(base_url=base) as client:
+            for completed in range(1, 41):
+                for name in ["a", "b"]:
+                    reply = client.post(f"/v1/tasks/{name}/progress", json={"completed": completed})
+                    assert reply.status_code == 200, reply.text
+                pending = sum(1 for delivery in deliveries(base, webhook["id"]) if delivery["state"] == "pending")
+                most_pending = max(most_pending, pending)
+        assert most_pending <= 4
+
+        def latest():
+            seen = {}
+            for request in receiver.requests:
+                task = json.loads(request["body"])["task"]
+                seen[task["id"]] = task["completed"]
+            return seen
+
+        for _ in range(PATIENCE * 20):
+            if latest() == {"a": 40, "b": 40}:
+                break
+            time.sleep(0.05)
+        assert latest() == {"a": 40, "b": 40}
+        ids = [request["headers"]["Headway-Delivery"] for request in receiver.requests]
+        assert len(ids) == len(set(ids)), ids
+        assert len(receiver.requests) < 40
+        for request in receiver.requests:
+            assert json.loads(request["body"])["id"] == request["headers"]["Headway-Delivery"]
+
+
 def test_a_deleted_webhook_drops_its_pending_deliveries(tmp_path):
     # Nothing listens at the receiver's port: the deliveries wait, pending.
     with run_headwayd(tmp_path, *FAST_RETRIES) as base:
