@@ -38,6 +38,15 @@ private func requestFrom(_ source: String, port: Int, path: String = "/x") throw
     return String(decoding: reply[end.upperBound...], as: UTF8.self)
 }
 
+/// `eventually`, waking the server's accept loop before each look: with a manual clock it
+/// checks its deadlines only when woken.
+private func eventuallyWakingTheLoop(_ running: RunningServer, _ condition: () -> Bool) -> Bool {
+    eventually {
+        running.server.sorter?.wake()
+        return condition()
+    }
+}
+
 /// Floods through a real server: the cap per client address holds for the whole life of a
 /// connection, and established clients are served while half-sent heads fill the waiting set.
 @Suite(.serialized) struct ConnectionFloodTests {
@@ -110,10 +119,8 @@ private func requestFrom(_ source: String, port: Int, path: String = "/x") throw
         #expect(try inTime.request("GET", "/b").text == "GET /b", "a next request in time is served")
         #expect(eventually { running.server.requestDeadlines.count == 2 }, "and waits for its next head again")
         clock.advance(by: 1_000_000_001)
-        #expect(eventually {
-            running.server.sorter?.wake()
-            return running.server.requestDeadlines.count == 1
-        }, "the dribbling connection's time is up")
+        #expect(eventuallyWakingTheLoop(running) { running.server.requestDeadlines.count == 1 },
+                "the dribbling connection's time is up")
         guard case .closed = try dribbling.exchange(Array("X-Last: 1\r\n\r\n".utf8)) else {
             Issue.record("a kept-alive connection dribbling its next head was served past the head timeout")
             return
@@ -140,17 +147,12 @@ private func requestFrom(_ source: String, port: Int, path: String = "/x") throw
         #expect(eventually { running.server.requestDeadlines.bodiesAwaited == 2 }, "both heads read, both bodies awaited")
         clock.advance(by: 29_000_000_000)  // long past the head timeout
         let passes = running.server.sorter?.loopPasses ?? 0
-        #expect(eventually {
-            running.server.sorter?.wake()
-            return (running.server.sorter?.loopPasses ?? 0) >= passes + 2
-        })
+        #expect(eventuallyWakingTheLoop(running) { (running.server.sorter?.loopPasses ?? 0) >= passes + 2 })
         try inTime.send("34")
         #expect(try inTime.readResponse().text == "POST /b", "a body whole in time is served")
         clock.advance(by: 1_000_000_001)
-        #expect(eventually {
-            running.server.sorter?.wake()
-            return running.server.requestDeadlines.bodiesAwaited == 0
-        }, "the dribbling body's time is up")
+        #expect(eventuallyWakingTheLoop(running) { running.server.requestDeadlines.bodiesAwaited == 0 },
+                "the dribbling body's time is up")
         guard case .closed = try dribbling.exchange(Array("67890".utf8)) else {
             Issue.record("a body dribbled past the body timeout was served")
             return
