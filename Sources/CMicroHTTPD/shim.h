@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/epoll.h>   // the connection sorter's own loop
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -121,6 +122,12 @@ static inline int headway_accept(int fd, struct sockaddr *address, socklen_t *le
 static inline int headway_connection_fd(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
     return info == NULL ? -1 : info->connect_fd;
+}
+
+/// The bytes received on socket `fd` and not read yet (`FIONREAD`), or -1.
+static inline int headway_unread_bytes(int fd) {
+    int count = 0;
+    return ioctl(fd, FIONREAD, &count) == 0 ? count : -1;
 }
 
 /// The epoll set of a daemon whose thread waits in epoll, or -1 (one that waits in

@@ -19,7 +19,23 @@ enum ConnectionRoute: Equatable, Sendable {
     /// `nil` while the head is incomplete.
     static func classify(_ bytes: some Collection<UInt8>, streamPaths: [String], maximumStreamHead: Int = 1024,
                          maximumStreamQueryParameters: Int = 8, maximumHead: Int = 8 * 1024) -> ConnectionRoute? {
-        let bytes = Array(bytes)
+        let classified = bytes.withContiguousStorageIfAvailable {
+            classify(buffer: $0, streamPaths: streamPaths, maximumStreamHead: maximumStreamHead,
+                     maximumStreamQueryParameters: maximumStreamQueryParameters, maximumHead: maximumHead)
+        }
+        if let classified { return classified }
+        return Array(bytes).withUnsafeBufferPointer {
+            classify(buffer: $0, streamPaths: streamPaths, maximumStreamHead: maximumStreamHead,
+                     maximumStreamQueryParameters: maximumStreamQueryParameters, maximumHead: maximumHead)
+        }
+    }
+
+    /// `classify` on the bytes in place. A waiting connection's bytes are looked at again
+    /// at each arrival (up to the largest head), so the scans use `memchr` rather than a
+    /// loop over every byte: a flood of large half-sent heads costs a copy and a few
+    /// `memchr`s each.
+    private static func classify(buffer bytes: UnsafeBufferPointer<UInt8>, streamPaths: [String], maximumStreamHead: Int,
+                                 maximumStreamQueryParameters: Int, maximumHead: Int) -> ConnectionRoute? {
         guard let headEnd = endOfHead(bytes) else {
             return bytes.count > maximumHead || beginsWithMalformedRequestLine(bytes) ? .request : nil
         }
@@ -37,7 +53,11 @@ enum ConnectionRoute: Equatable, Sendable {
     /// How many query parameters the first line's target carries (`?a=1&b=2` is 2): the
     /// library keeps each in the connection's memory, which is small on the stream daemon.
     static func queryParameterCount(_ bytes: [UInt8]) -> Int {
-        let lineEnd = bytes.firstIndex(of: UInt8(ascii: "\n")) ?? bytes.endIndex
+        bytes.withUnsafeBufferPointer(queryParameterCount)
+    }
+
+    private static func queryParameterCount(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
+        let lineEnd = index(of: UInt8(ascii: "\n"), in: bytes, from: 0) ?? bytes.count
         let line = bytes[..<lineEnd]
         guard let question = line.firstIndex(of: UInt8(ascii: "?")) else { return 0 }
         let query = line[(question + 1)...].prefix { $0 != UInt8(ascii: " ") }
@@ -47,15 +67,43 @@ enum ConnectionRoute: Equatable, Sendable {
     /// Whether the first line is whole and is not `METHOD SP target SP HTTP/…` (an empty
     /// first line may precede a request: RFC 9112 §2.2).
     static func beginsWithMalformedRequestLine(_ bytes: [UInt8]) -> Bool {
-        guard var lineEnd = bytes.firstIndex(of: UInt8(ascii: "\n")) else { return false }
+        bytes.withUnsafeBufferPointer(beginsWithMalformedRequestLine)
+    }
+
+    private static func beginsWithMalformedRequestLine(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard var lineEnd = index(of: UInt8(ascii: "\n"), in: bytes, from: 0) else { return false }
         if lineEnd > 0 && bytes[lineEnd - 1] == UInt8(ascii: "\r") { lineEnd -= 1 }
         guard lineEnd > 0 else { return false }
-        let parts = bytes[..<lineEnd].split(separator: UInt8(ascii: " "), omittingEmptySubsequences: false)
-        let isToken = { (byte: UInt8) in
-            (0x21...0x7e).contains(byte) && !Array("\"(),/:;<=>?@[\\]{}".utf8).contains(byte)
+        let line = UnsafeBufferPointer(rebasing: bytes[..<lineEnd])
+        let space = UInt8(ascii: " ")
+        // Exactly two spaces: a method of token characters, a target, a version.
+        guard let first = index(of: space, in: line, from: 0), let second = index(of: space, in: line, from: first + 1),
+              index(of: space, in: line, from: second + 1) == nil
+        else { return true }
+        let version = Array("HTTP/".utf8)
+        return first == 0 || !line[..<first].allSatisfy(isTokenCharacter) || second == first + 1
+            || !line[(second + 1)...].starts(with: version)
+    }
+
+    /// Whether `byte` may be part of a token (RFC 9110 §5.6.2: a method, a header name).
+    private static func isTokenCharacter(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "("), UInt8(ascii: ")"), UInt8(ascii: ","), UInt8(ascii: "/"),
+             UInt8(ascii: ":"), UInt8(ascii: ";"), UInt8(ascii: "<"), UInt8(ascii: "="), UInt8(ascii: ">"),
+             UInt8(ascii: "?"), UInt8(ascii: "@"), UInt8(ascii: "["), UInt8(ascii: "\\"), UInt8(ascii: "]"),
+             UInt8(ascii: "{"), UInt8(ascii: "}"):
+            false
+        default:
+            (0x21...0x7e).contains(byte)
         }
-        return parts.count != 3 || parts[0].isEmpty || !parts[0].allSatisfy(isToken) || parts[1].isEmpty
-            || !parts[2].starts(with: Array("HTTP/".utf8))
+    }
+
+    /// The index of the first `byte` in `bytes` at `start` or after (`memchr`).
+    private static func index(of byte: UInt8, in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int? {
+        guard let base = bytes.baseAddress, start < bytes.count,
+              let found = memchr(base + start, Int32(byte), bytes.count - start)
+        else { return nil }
+        return UnsafeRawPointer(base).distance(to: UnsafeRawPointer(found))
     }
 
     /// What the first bytes of a connection to an HTTPS server are: `nil` while the first
@@ -75,11 +123,16 @@ enum ConnectionRoute: Equatable, Sendable {
     /// Where the request head ends (just after its empty line), if `bytes` hold all of it.
     /// Lines end with CRLF or a bare LF (RFC 9112 §2.2 lets a server accept either).
     static func endOfHead(_ bytes: [UInt8]) -> Int? {
+        bytes.withUnsafeBufferPointer(endOfHead)
+    }
+
+    private static func endOfHead(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
         let lineFeed = UInt8(ascii: "\n"), carriageReturn = UInt8(ascii: "\r")
-        guard bytes.count >= 2 else { return nil }
-        for index in 1..<bytes.count where bytes[index] == lineFeed {
+        var from = 1
+        while let index = index(of: lineFeed, in: bytes, from: from) {
             if bytes[index - 1] == lineFeed { return index + 1 }
             if index >= 2 && bytes[index - 1] == carriageReturn && bytes[index - 2] == lineFeed { return index + 1 }
+            from = index + 1
         }
         return nil
     }
@@ -168,6 +221,8 @@ final class ConnectionSorter: Service {
         struct Peer {
             var address: sockaddr_storage
             var length: socklen_t
+            /// The bytes it had sent when last peeked at (0: never).
+            var peekedBytes = 0
         }
 
         /// By deadline, so by order of arrival.
@@ -309,23 +364,10 @@ final class ConnectionSorter: Service {
         nudgeDaemons()
     }
 
-    /// Accepts what the backlog holds while the waiting set has room. When it is full, its
-    /// oldest connection is looked at first (its head may be whole, its wake-up not yet
-    /// read: it is handed over rather than closed); if the set is still full, one newcomer
-    /// replaces the oldest, and the rest stay in the backlog until the loop has read what
-    /// the waiting connections sent (the listening socket is level-triggered). A burst of
-    /// honest connections larger than the set so loses none of them, while half-sent heads
-    /// still give way to new connections.
+    /// Accepts everything the backlog holds; each newcomer finding the waiting set full
+    /// makes room (`makeRoom`).
     private func acceptAll(_ waiting: inout Waiting) {
-        var replacedOldest = false
         while true {
-            if waiting.connections.count >= limits.maximumWaiting, let oldest = waiting.connections.first() {
-                sort(oldest.fd, events: 0, &waiting)
-                if waiting.connections.count >= limits.maximumWaiting {
-                    if replacedOldest { return }
-                    replacedOldest = true
-                }
-            }
             var address = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let fd = withUnsafeMutablePointer(to: &address) {
@@ -346,14 +388,24 @@ final class ConnectionSorter: Service {
                 waiting.refused[.tooManyFromAddress, default: 0] += 1
                 continue
             }
-            if waiting.connections.count >= limits.maximumWaiting, let oldest = waiting.connections.first() {
-                drop(oldest.fd, .waitingFull, &waiting)
-            }
+            if waiting.connections.count >= limits.maximumWaiting { makeRoom(&waiting) }
             waiting.connections.insert(fd, Waiting.Peer(address: address, length: length),
                                        deadline: monotonicNow() &+ limits.headTimeoutNanoseconds)
             // Edge-triggered: woken once now if bytes are already there, then once per arrival of more.
             loop.watch(fd, events: EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLET.rawValue, operation: EPOLL_CTL_ADD)
         }
+    }
+
+    /// Makes room in the full waiting set: its oldest connection gives way. If it has sent
+    /// bytes since it was last peeked at (in a burst, the wake-up of a whole head may not
+    /// have been read yet), it is sorted first, and handed over if its head is whole; a
+    /// half-sent head that has sent nothing new costs only the `FIONREAD` that says so. A
+    /// burst of honest connections larger than the set so loses none of them, and a flood
+    /// of half-sent heads is evicted as fast as it arrives.
+    private func makeRoom(_ waiting: inout Waiting) {
+        guard let oldest = waiting.connections.first() else { return }
+        if headway_unread_bytes(oldest.fd) != oldest.entry.value.peekedBytes { sort(oldest.fd, events: 0, &waiting) }
+        if waiting.connections.contains(oldest.fd) { drop(oldest.fd, .waitingFull, &waiting) }
     }
 
     /// Peeks at what `fd` sent so far and hands it over once its whole head is there.
@@ -366,6 +418,7 @@ final class ConnectionSorter: Service {
             return
         }
         guard count > 0 else { return }  // nothing yet: the next arrival wakes the loop again
+        waiting.connections.modifyValue(of: fd) { $0.peekedBytes = count }
         if limits.expectsTLS {
             switch ConnectionRoute.classifyTLSOpening(waiting.peekBuffer.prefix(count), maximumBytes: waiting.peekBuffer.count) {
             case .clientHello: hand(fd, .request, &waiting)

@@ -34,6 +34,11 @@ struct DeadlineQueue<Value> {
         }
     }
 
+    /// Changes the value held for `fd`, if it is held (its deadline stays).
+    mutating func modifyValue(of fd: Int32, _ change: (inout Value) -> Void) {
+        if let index = entries.index(forKey: fd) { change(&entries.values[index].value) }
+    }
+
     /// Removes `fd`; its entry, if it was held.
     @discardableResult
     mutating func remove(_ fd: Int32) -> Entry? { entries.removeValue(forKey: fd) }

@@ -1,3 +1,4 @@
+import HeadwayTestSupport
 import Testing
 @testable import HTTPServer
 
@@ -88,5 +89,35 @@ import Testing
         #expect(ConnectionRoute.classifyTLSOpening(Array("GET / HTTP/1.1\r\n\r\n".utf8), maximumBytes: 1024) == .notTLS)
         #expect(ConnectionRoute.classifyTLSOpening([22, 71], maximumBytes: 1024) == .notTLS, "not protocol version 3")
         #expect(ConnectionRoute.classifyTLSOpening([23, 3, 3, 0, 1, 0], maximumBytes: 1024) == .notTLS, "not a handshake")
+    }
+
+    /// The head scans (`memchr` over the bytes in place) agree with plain loops over every
+    /// byte, on random heads built of the bytes that matter: line ends, spaces, separators.
+    @Test func theScansAgreeWithPlainLoopsOnRandomHeads() {
+        func plainEndOfHead(_ bytes: [UInt8]) -> Int? {
+            guard bytes.count >= 2 else { return nil }
+            for index in 1..<bytes.count where bytes[index] == 10 {
+                if bytes[index - 1] == 10 { return index + 1 }
+                if index >= 2 && bytes[index - 1] == 13 && bytes[index - 2] == 10 { return index + 1 }
+            }
+            return nil
+        }
+        func plainMalformed(_ bytes: [UInt8]) -> Bool {
+            guard var lineEnd = bytes.firstIndex(of: 10) else { return false }
+            if lineEnd > 0 && bytes[lineEnd - 1] == 13 { lineEnd -= 1 }
+            guard lineEnd > 0 else { return false }
+            let parts = bytes[..<lineEnd].split(separator: 32, omittingEmptySubsequences: false)
+            let isToken = { (byte: UInt8) in (0x21...0x7e).contains(byte) && !Array("\"(),/:;<=>?@[\\]{}".utf8).contains(byte) }
+            return parts.count != 3 || parts[0].isEmpty || !parts[0].allSatisfy(isToken) || parts[1].isEmpty
+                || !parts[2].starts(with: Array("HTTP/".utf8))
+        }
+        var random = SeededGenerator(seed: 16)
+        let alphabet = Array("\r\n GET/HTTP/1.1?a=b&:(@\u{7f}\t".utf8)
+        for _ in 0..<20_000 {
+            var bytes = (0..<Int.random(in: 0...40, using: &random)).map { _ in alphabet.randomElement(using: &random)! }
+            if Bool.random(using: &random) { bytes = Array("GET / HTTP/1.1".utf8) + bytes }
+            #expect(ConnectionRoute.endOfHead(bytes) == plainEndOfHead(bytes), "\(bytes)")
+            #expect(ConnectionRoute.beginsWithMalformedRequestLine(bytes) == plainMalformed(bytes), "\(bytes)")
+        }
     }
 }

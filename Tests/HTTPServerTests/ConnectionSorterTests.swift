@@ -144,6 +144,23 @@ final class SortingHarness: Sendable {
         #expect(harness.handedRoutes.filter { "\($0)" == "stream" }.count == 20)
     }
 
+    /// A half-sent head that has sent nothing since it was peeked at gives way without being
+    /// read again: a flood of them is evicted at the cost of a `FIONREAD` each.
+    @Test func aStaleHalfHeadGivesWayWithoutBeingReadAgain() throws {
+        let harness = try SortingHarness { $0.maximumWaiting = 2 }
+        defer { harness.stop() }
+        let halves = try (0..<2).map { _ in try TestHTTPClient(port: harness.port) }
+        for (index, half) in halves.enumerated() {
+            try half.send("GET /x HTTP/1.1\r\n")
+            #expect(eventually { harness.sorter.peekCount == index + 1 })
+        }
+        let newcomer = try TestHTTPClient(port: harness.port)
+        #expect(eventually { harness.refusals == [.waitingFull: 1] })
+        #expect(harness.sorter.peekCount == 2, "the oldest was closed without being read again")
+        try newcomer.send("GET /y HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(eventually { harness.handedRoutes.count == 1 })
+    }
+
     @Test func aFullWaitingSetClosesItsOldestForTheNewest() throws {
         let harness = try SortingHarness { $0.maximumWaiting = 3 }
         defer { harness.stop() }
