@@ -17,26 +17,32 @@ enum ConnectionRoute: Equatable, Sendable {
     /// bytes without the head's end go to the request daemon, which refuses a head too
     /// large for it, and so does a first line that is no request line (refused at once).
     /// `nil` while the head is incomplete.
-    static func classify(_ bytes: some Collection<UInt8>, streamPaths: [String], maximumStreamHead: Int = 1024,
-                         maximumStreamQueryParameters: Int = 8, maximumHead: Int = 8 * 1024) -> ConnectionRoute? {
+    ///
+    /// `searchedBefore`: how many of the first bytes an earlier call already found no end
+    /// of head in (the bytes of a waiting connection only grow), so that a head sent a
+    /// byte at a time is searched once in all, not once per byte.
+    static func classify(_ bytes: some Collection<UInt8>, searchedBefore: Int = 0, streamPaths: [String],
+                         maximumStreamHead: Int = 1024, maximumStreamQueryParameters: Int = 8,
+                         maximumHead: Int = 8 * 1024) -> ConnectionRoute? {
         let classified = bytes.withContiguousStorageIfAvailable {
-            classify(buffer: $0, streamPaths: streamPaths, maximumStreamHead: maximumStreamHead,
-                     maximumStreamQueryParameters: maximumStreamQueryParameters, maximumHead: maximumHead)
+            classify(buffer: $0, searchedBefore: searchedBefore, streamPaths: streamPaths,
+                     maximumStreamHead: maximumStreamHead, maximumStreamQueryParameters: maximumStreamQueryParameters,
+                     maximumHead: maximumHead)
         }
         if let classified { return classified }
         return Array(bytes).withUnsafeBufferPointer {
-            classify(buffer: $0, streamPaths: streamPaths, maximumStreamHead: maximumStreamHead,
-                     maximumStreamQueryParameters: maximumStreamQueryParameters, maximumHead: maximumHead)
+            classify(buffer: $0, searchedBefore: searchedBefore, streamPaths: streamPaths,
+                     maximumStreamHead: maximumStreamHead, maximumStreamQueryParameters: maximumStreamQueryParameters,
+                     maximumHead: maximumHead)
         }
     }
 
-    /// `classify` on the bytes in place. A waiting connection's bytes are looked at again
-    /// at each arrival (up to the largest head), so the scans use `memchr` rather than a
-    /// loop over every byte: a flood of large half-sent heads costs a copy and a few
-    /// `memchr`s each.
-    private static func classify(buffer bytes: UnsafeBufferPointer<UInt8>, streamPaths: [String], maximumStreamHead: Int,
-                                 maximumStreamQueryParameters: Int, maximumHead: Int) -> ConnectionRoute? {
-        guard let headEnd = endOfHead(bytes) else {
+    /// `classify` on the bytes in place, without bounds checks or copies: a waiting
+    /// connection's bytes are looked at again at each arrival (up to the largest head).
+    private static func classify(buffer bytes: UnsafeBufferPointer<UInt8>, searchedBefore: Int, streamPaths: [String],
+                                 maximumStreamHead: Int, maximumStreamQueryParameters: Int,
+                                 maximumHead: Int) -> ConnectionRoute? {
+        guard let headEnd = endOfHead(bytes, searchedBefore: searchedBefore) else {
             return bytes.count > maximumHead || beginsWithMalformedRequestLine(bytes) ? .request : nil
         }
         guard headEnd <= maximumStreamHead, queryParameterCount(bytes) <= maximumStreamQueryParameters else {
@@ -122,17 +128,24 @@ enum ConnectionRoute: Equatable, Sendable {
 
     /// Where the request head ends (just after its empty line), if `bytes` hold all of it.
     /// Lines end with CRLF or a bare LF (RFC 9112 §2.2 lets a server accept either).
-    static func endOfHead(_ bytes: [UInt8]) -> Int? {
-        bytes.withUnsafeBufferPointer(endOfHead)
+    /// `searchedBefore`: the first bytes hold no end (an earlier call said so).
+    static func endOfHead(_ bytes: [UInt8], searchedBefore: Int = 0) -> Int? {
+        bytes.withUnsafeBufferPointer { endOfHead($0, searchedBefore: searchedBefore) }
     }
 
-    private static func endOfHead(_ bytes: UnsafeBufferPointer<UInt8>) -> Int? {
+    /// A plain loop over the bytes not searched yet (an end found now may begin up to two
+    /// bytes before them): one pass costs about a cycle a byte whatever the bytes are, where
+    /// a `memchr` per line end would cost a call per short line.
+    private static func endOfHead(_ bytes: UnsafeBufferPointer<UInt8>, searchedBefore: Int) -> Int? {
         let lineFeed = UInt8(ascii: "\n"), carriageReturn = UInt8(ascii: "\r")
-        var from = 1
-        while let index = index(of: lineFeed, in: bytes, from: from) {
-            if bytes[index - 1] == lineFeed { return index + 1 }
-            if index >= 2 && bytes[index - 1] == carriageReturn && bytes[index - 2] == lineFeed { return index + 1 }
-            from = index + 1
+        guard let base = bytes.baseAddress, bytes.count >= 2 else { return nil }
+        var index = max(1, min(searchedBefore, bytes.count) - 2)
+        while index < bytes.count {
+            if base[index] == lineFeed {
+                if base[index - 1] == lineFeed { return index + 1 }
+                if index >= 2 && base[index - 1] == carriageReturn && base[index - 2] == lineFeed { return index + 1 }
+            }
+            index += 1
         }
         return nil
     }
@@ -364,10 +377,16 @@ final class ConnectionSorter: Service {
         nudgeDaemons()
     }
 
-    /// Accepts everything the backlog holds; each newcomer finding the waiting set full
-    /// makes room (`makeRoom`).
+    /// Connections accepted in one pass of the loop at most: the rest wait in the backlog
+    /// (the listening socket is level-triggered) while the loop reads what the waiting
+    /// connections sent and does its duties — under a flood the backlog never empties, and
+    /// without a bound deadlines, reports, nudges and the stop would wait for it.
+    static let acceptsPerPass = 64
+
+    /// Accepts up to `acceptsPerPass` of what the backlog holds; each newcomer finding the
+    /// waiting set full makes room (`makeRoom`).
     private func acceptAll(_ waiting: inout Waiting) {
-        while true {
+        for _ in 0..<Self.acceptsPerPass {
             var address = sockaddr_storage()
             var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
             let fd = withUnsafeMutablePointer(to: &address) {
@@ -418,7 +437,11 @@ final class ConnectionSorter: Service {
             return
         }
         guard count > 0 else { return }  // nothing yet: the next arrival wakes the loop again
-        waiting.connections.modifyValue(of: fd) { $0.peekedBytes = count }
+        var searchedBefore = 0
+        waiting.connections.modifyValue(of: fd) { peer in
+            searchedBefore = peer.peekedBytes
+            peer.peekedBytes = count
+        }
         if limits.expectsTLS {
             switch ConnectionRoute.classifyTLSOpening(waiting.peekBuffer.prefix(count), maximumBytes: waiting.peekBuffer.count) {
             case .clientHello: hand(fd, .request, &waiting)
@@ -428,7 +451,8 @@ final class ConnectionSorter: Service {
             }
             return
         }
-        if let route = ConnectionRoute.classify(waiting.peekBuffer.prefix(count), streamPaths: limits.streamPaths,
+        if let route = ConnectionRoute.classify(waiting.peekBuffer.prefix(count), searchedBefore: searchedBefore,
+                                                streamPaths: limits.streamPaths,
                                                 maximumStreamHead: limits.maximumStreamHead,
                                                 maximumStreamQueryParameters: limits.maximumStreamQueryParameters,
                                                 maximumHead: limits.maximumHead) {

@@ -91,8 +91,9 @@ import Testing
         #expect(ConnectionRoute.classifyTLSOpening([23, 3, 3, 0, 1, 0], maximumBytes: 1024) == .notTLS, "not a handshake")
     }
 
-    /// The head scans (`memchr` over the bytes in place) agree with plain loops over every
-    /// byte, on random heads built of the bytes that matter: line ends, spaces, separators.
+    /// The head scans (over the bytes in place; the end of head resumed where an earlier
+    /// search stopped) agree with plain loops over every byte, on random heads built of the
+    /// bytes that matter: line ends, spaces, separators.
     @Test func theScansAgreeWithPlainLoopsOnRandomHeads() {
         func plainEndOfHead(_ bytes: [UInt8]) -> Int? {
             guard bytes.count >= 2 else { return nil }
@@ -117,6 +118,11 @@ import Testing
             var bytes = (0..<Int.random(in: 0...40, using: &random)).map { _ in alphabet.randomElement(using: &random)! }
             if Bool.random(using: &random) { bytes = Array("GET / HTTP/1.1".utf8) + bytes }
             #expect(ConnectionRoute.endOfHead(bytes) == plainEndOfHead(bytes), "\(bytes)")
+            // Searched again after more bytes came: only past a prefix that held no end.
+            let searched = Int.random(in: 0...bytes.count, using: &random)
+            if plainEndOfHead(Array(bytes[..<searched])) == nil {
+                #expect(ConnectionRoute.endOfHead(bytes, searchedBefore: searched) == plainEndOfHead(bytes), "\(bytes) \(searched)")
+            }
             #expect(ConnectionRoute.beginsWithMalformedRequestLine(bytes) == plainMalformed(bytes), "\(bytes)")
         }
     }
