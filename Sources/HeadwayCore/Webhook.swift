@@ -90,8 +90,10 @@ public struct WebhookDelivery: Sendable, Equatable {
     public var lastStatus: Int?
     public var lastError: String?
     public var lastLatencyMilliseconds: Int64?
-    /// The task of the event (nil in rows written before deliveries coalesced).
-    public var taskID: String?
+    /// For a `task.updated` delivery that newer updates of its task may still replace (it
+    /// waits unsent and is the task's newest delivery for the webhook): the task. Nil
+    /// otherwise.
+    public var openTaskID: String?
     /// How many times a newer `task.updated` of the task replaced the body while it waited
     /// unsent (it is then the newest one's): deliveries of a task's updates coalesce.
     public var revision: Int
@@ -99,7 +101,7 @@ public struct WebhookDelivery: Sendable, Equatable {
     public init(webhookID: String, eventID: Int64, eventType: TaskEventKind, body: String, state: WebhookDeliveryState,
                 attempts: Int, createdAt: EpochMilliseconds, nextAttemptAt: EpochMilliseconds,
                 lastAttemptAt: EpochMilliseconds? = nil, lastStatus: Int? = nil, lastError: String? = nil,
-                lastLatencyMilliseconds: Int64? = nil, taskID: String? = nil, revision: Int = 0) {
+                lastLatencyMilliseconds: Int64? = nil, openTaskID: String? = nil, revision: Int = 0) {
         self.webhookID = webhookID
         self.eventID = eventID
         self.eventType = eventType
@@ -112,7 +114,7 @@ public struct WebhookDelivery: Sendable, Equatable {
         self.lastStatus = lastStatus
         self.lastError = lastError
         self.lastLatencyMilliseconds = lastLatencyMilliseconds
-        self.taskID = taskID
+        self.openTaskID = openTaskID
         self.revision = revision
     }
 

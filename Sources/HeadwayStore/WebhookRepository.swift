@@ -8,7 +8,7 @@ public enum WebhookRepository {
     private static let webhookColumns = "id, url, events, task_prefix, outcomes, format, secret, created_at"
     private static let deliveryColumns = """
         webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at, last_attempt_at, \
-        last_status, last_error, last_latency_ms, task_id, revision
+        last_status, last_error, last_latency_ms, open_task_id, revision
         """
 
     /// The most webhooks stored at once.
@@ -70,29 +70,43 @@ public enum WebhookRepository {
     public static func enqueue(_ delivery: WebhookDelivery, in database: Database) throws(DatabaseError) {
         try database.run("""
             INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at,
-                                            task_id)
+                                            open_task_id)
             SELECT ?1, ?2, ?3, ?4, 'pending', 0, ?5, ?6, ?7 WHERE EXISTS (SELECT 1 FROM webhooks WHERE id = ?1)
             """, [.text(delivery.webhookID), .integer(delivery.eventID), .text(delivery.eventType.rawValue),
                   .text(delivery.body), .integer(delivery.createdAt), .integer(delivery.nextAttemptAt),
-                  delivery.taskID.map { .text($0) } ?? .null])
+                  delivery.openTaskID.map { .text($0) } ?? .null])
     }
 
-    /// The `task.updated` delivery of task `taskID` waiting unsent (pending, never
-    /// attempted) for the webhook `webhookID`, if any: its event id and revision.
-    public static func unsentUpdate(of taskID: String, for webhookID: String,
-                                    in database: Database) throws(DatabaseError) -> (eventID: Int64, revision: Int)? {
+    /// The open `task.updated` delivery of task `taskID` for the webhook `webhookID` — waiting
+    /// unsent (pending, no attempt recorded) and the task's newest delivery for the webhook —
+    /// if any: its event id and revision.
+    public static func openUpdate(of taskID: String, for webhookID: String,
+                                  in database: Database) throws(DatabaseError) -> (eventID: Int64, revision: Int)? {
         try database.rows("""
             SELECT event_id, revision FROM webhook_deliveries
-            WHERE webhook_id = ? AND task_id = ? AND state = 'pending' AND attempts = 0 AND event_type = 'task.updated'
+            WHERE webhook_id = ? AND open_task_id = ? AND state = 'pending' AND attempts = 0
             LIMIT 1
             """, [.text(webhookID), .text(taskID)]) { ($0.int(0), Int($0.int(1))) }.first
     }
 
-    /// Replaces the body of a delivery waiting unsent with a newer update's, at `revision`.
-    public static func revise(webhookID: String, eventID: Int64, revision: Int, body: String,
+    /// Replaces the body of an open delivery with a newer update's, at `revision`, made at
+    /// `createdAt` (the retry window counts from the newest update).
+    public static func revise(webhookID: String, eventID: Int64, revision: Int, body: String, createdAt: EpochMilliseconds,
                               in database: Database) throws(DatabaseError) {
-        try database.run("UPDATE webhook_deliveries SET body = ?, revision = ? WHERE webhook_id = ? AND event_id = ?",
-                         [.text(body), .integer(Int64(revision)), .text(webhookID), .integer(eventID)])
+        try database.run("""
+            UPDATE webhook_deliveries SET body = ?, revision = ?, created_at = ? WHERE webhook_id = ? AND event_id = ?
+            """, [.text(body), .integer(Int64(revision)), .integer(createdAt), .text(webhookID), .integer(eventID)])
+    }
+
+    /// Closes the open `task.updated` delivery of task `taskID` for the webhook, if any: a
+    /// later delivery of the task is being queued behind it, and a newer update written
+    /// into it would overtake that one.
+    public static func closeOpenUpdate(of taskID: String, for webhookID: String,
+                                       in database: Database) throws(DatabaseError) {
+        try database.run("""
+            UPDATE webhook_deliveries SET open_task_id = NULL
+            WHERE webhook_id = ? AND open_task_id = ? AND state = 'pending' AND attempts = 0
+            """, [.text(webhookID), .text(taskID)])
     }
 
     /// The oldest pending delivery of the webhook `webhookID`, due or not.
@@ -158,7 +172,7 @@ public enum WebhookRepository {
                         attempts: Int(row.int(5)), createdAt: row.int(6), nextAttemptAt: row.int(7),
                         lastAttemptAt: row.optionalInt(8), lastStatus: row.optionalInt(9).map { Int($0) },
                         lastError: row.optionalText(10), lastLatencyMilliseconds: row.optionalInt(11),
-                        taskID: row.optionalText(12), revision: Int(row.int(13)))
+                        openTaskID: row.optionalText(12), revision: Int(row.int(13)))
     }
 }
 
@@ -190,10 +204,11 @@ public final class WebhookOutbox: Sendable {
     }
 
     /// Writes one pending delivery per event and matching webhook, in the caller's
-    /// transaction; `now` is when the change happened. A `task.updated` whose task already
-    /// has one waiting unsent for the webhook replaces that one's body instead
-    /// (`WebhookRepository.unsentUpdate`): updates coalesce, so a receiver slower than them
-    /// does not grow the outbox without bound.
+    /// transaction; `now` is when the change happened. A `task.updated` whose task's newest
+    /// delivery for the webhook is a `task.updated` waiting unsent replaces that one's body
+    /// instead (`WebhookRepository.openUpdate`): updates coalesce, so a receiver slower than
+    /// them does not grow the outbox without bound. Any other delivery of the task closes
+    /// that open one first, so that no later update overtakes it.
     public func record(_ events: [TaskEvent], now: EpochMilliseconds, in database: Database) throws(DatabaseError) {
         let webhooks = self.webhooks.withLock { $0 }
         guard !webhooks.isEmpty, !events.isEmpty else { return }
@@ -206,19 +221,23 @@ public final class WebhookOutbox: Sendable {
                     guard webhook.filter.matches(kind: event.kind, taskID: event.taskID, state: state!) else { continue }
                 }
                 if event.kind == .updated,
-                   let unsent = try WebhookRepository.unsentUpdate(of: event.taskID, for: webhook.id, in: database) {
-                    let revision = unsent.revision + 1
-                    let id = WebhookDelivery.id(webhookID: webhook.id, eventID: unsent.eventID, revision: revision)
+                   let open = try WebhookRepository.openUpdate(of: event.taskID, for: webhook.id, in: database) {
+                    let revision = open.revision + 1
+                    let id = WebhookDelivery.id(webhookID: webhook.id, eventID: open.eventID, revision: revision)
                     let body = WebhookBody.render(webhook.format, deliveryID: id, event: event, occurredAt: now)
-                    try WebhookRepository.revise(webhookID: webhook.id, eventID: unsent.eventID, revision: revision,
-                                                 body: body, in: database)
+                    try WebhookRepository.revise(webhookID: webhook.id, eventID: open.eventID, revision: revision,
+                                                 body: body, createdAt: now, in: database)
                 } else {
+                    if event.kind != .updated {
+                        try WebhookRepository.closeOpenUpdate(of: event.taskID, for: webhook.id, in: database)
+                    }
                     let id = WebhookDelivery.id(webhookID: webhook.id, eventID: event.changeNumber)
                     let body = WebhookBody.render(webhook.format, deliveryID: id, event: event, occurredAt: now)
                     try WebhookRepository.enqueue(WebhookDelivery(webhookID: webhook.id, eventID: event.changeNumber,
                                                                   eventType: event.kind, body: body, state: .pending,
                                                                   attempts: 0, createdAt: now, nextAttemptAt: now,
-                                                                  taskID: event.taskID), in: database)
+                                                                  openTaskID: event.kind == .updated ? event.taskID : nil),
+                                                  in: database)
                 }
                 wrote = true
             }

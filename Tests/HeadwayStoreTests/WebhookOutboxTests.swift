@@ -122,8 +122,8 @@ import Testing
             try fixture.read { try WebhookRepository.recent(of: "a", limit: 100, in: $0) }.reversed()
         }
         var rows = try queue()
-        #expect(rows.map { "\($0.eventType.rawValue) \($0.taskID ?? "-") \($0.revision)" }
-                == ["task.created t 0", "task.created u 0", "task.updated t 2", "task.updated u 0"])
+        #expect(rows.map { "\($0.eventType.rawValue) \($0.openTaskID ?? "-") \($0.revision)" }
+                == ["task.created - 0", "task.created - 0", "task.updated t 2", "task.updated u 0"])
         let update = rows[2]
         #expect(update.body.contains(#""completed":3"#) && update.body.contains(#""id":"\#(update.id)""#))
         #expect(update.id == "a-\(update.eventID)-2")
@@ -140,13 +140,35 @@ import Testing
         // Attempted once, it no longer takes newer updates: the next one is a row of its own.
         _ = try fixture.write { try store.progress("t", ProgressUpdate(completed: 5), now: 5, in: $0) }
         rows = try queue()
-        #expect(rows.count == 5 && rows[4].taskID == "t" && rows[4].revision == 0 && rows[4].body.contains(#""completed":5"#))
+        #expect(rows.count == 5 && rows[4].openTaskID == "t" && rows[4].revision == 0 && rows[4].body.contains(#""completed":5"#))
         try fixture.write { database in
             try WebhookRepository.recordAttempt(webhookID: "a", eventID: update.eventID, revision: 3, state: .delivered,
                                                 attemptAt: 6, nextAttemptAt: 6, status: 200, error: nil,
                                                 latencyMilliseconds: 1, in: database)
         }
         #expect(try queue()[2].state == .delivered)
+    }
+
+    /// Another event of the task closes its open update: a later update is a row of its own,
+    /// behind that event, and never overtakes it. A replaced body takes the newest update's
+    /// time (the retry window counts from it).
+    @Test func anUpdateAfterAnotherEventOfItsTaskDoesNotOvertakeIt() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        let webhook = Self.webhook("a", [.updated, .cancelRequested])
+        try fixture.write { try WebhookRepository.insert(webhook, in: $0) }
+        store.webhooks.load([webhook])
+        _ = try fixture.write { try store.register(Registration(id: "t", name: "T", total: 10), now: 1, in: $0) }
+        _ = try fixture.write { try store.progress("t", ProgressUpdate(completed: 1), now: 2, in: $0) }
+        _ = try fixture.write { try store.progress("t", ProgressUpdate(completed: 2), now: 9, in: $0) }
+        _ = try fixture.write { try store.cancel("t", now: 10, in: $0) }
+        _ = try fixture.write { try store.progress("t", ProgressUpdate(completed: 3), now: 11, in: $0) }
+        _ = try fixture.write { try store.progress("t", ProgressUpdate(completed: 4), now: 12, in: $0) }
+        let rows = Array(try fixture.read { try WebhookRepository.recent(of: "a", limit: 100, in: $0) }.reversed())
+        #expect(rows.map { "\($0.eventType.rawValue) \($0.revision)" }
+                == ["task.updated 1", "task.cancel_requested 0", "task.updated 1"])
+        #expect(rows[0].body.contains(#""completed":2"#) && rows[0].createdAt == 9 && rows[0].openTaskID == nil)
+        #expect(rows[2].body.contains(#""completed":4"#) && rows[2].openTaskID == "t")
     }
 
     @Test func attemptsAreRecordedAndOldDeliveriesPruned() throws {
