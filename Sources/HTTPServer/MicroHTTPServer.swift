@@ -680,7 +680,11 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             stream.attach(connection, directSocket: writesDirectly ? headway_connection_fd(connection) : -1,
                           watcher: server.writableWatcher)
             stream.onClose { [server] in server.streamClosed(stream) }
-            mhdResponse = MHD_create_response_from_callback(UInt64.max, 2048, streamReaderCallback,
+            // The block is the library's buffer for a body sent without chunks (HTTP/1.0, or a
+            // client closing after it): a chunked body is read into the connection's own
+            // memory instead, so a chunked stream keeps only a token block, not 2 KiB each.
+            let readerBlock = isChunkedKeepAlive ? 256 : 2048
+            mhdResponse = MHD_create_response_from_callback(UInt64.max, readerBlock, streamReaderCallback,
                                                             Unmanaged.passRetained(stream).toOpaque(), streamFreeCallback)
         } else {
             mhdResponse = response.body.withUnsafeBytes { raw in
