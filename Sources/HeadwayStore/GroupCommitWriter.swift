@@ -287,7 +287,10 @@ public final class GroupCommitWriter: Service {
     private func limitWAL() {
         guard !database.isPostgres else { return }
         let walPath = database.path + "-wal"
-        let walBytes = (try? FileManager.default.attributesOfItem(atPath: walPath))?[.size] as? Int ?? 0
+        // stat(2) alone: FileManager's attributes would also read /etc/passwd and /etc/group
+        // each time, for the owner's names.
+        var status = stat()
+        let walBytes = stat(walPath, &status) == 0 ? Int(status.st_size) : 0
         let diskWasFull = diskFullSinceCheckpoint.load(ordering: .relaxed)
         guard walBytes >= walSizeLimit || (diskWasFull && walBytes > 0) else { return }
         if (try? database.checkpointTruncatingWAL()) == true { diskFullSinceCheckpoint.store(false, ordering: .relaxed) }
