@@ -56,16 +56,7 @@ let package = Package(
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CGnuTLS", "Lifecycle"], swiftSettings: daemonSettings),
         .target(name: "HeadwayService", dependencies: ["CCurl", "CGnuTLS", "HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"],
                 swiftSettings: daemonSettings),
-        // The daemon allocates with gperftools' tcmalloc (Debian's libtcmalloc-minimal4) rather
-        // than glibc's malloc: a request's objects are made on the HTTP thread and freed on the
-        // writer's, and back, which glibc serves from its locked arenas once a thread's cache
-        // of 7 blocks a size is spent (about 6 % of an update's instructions). Linked by its
-        // file name, as the package ships no unversioned name, and kept although no symbol
-        // names it: it takes malloc and free over by coming before libc.
-        .executableTarget(name: "headwayd", dependencies: ["HeadwayService"], swiftSettings: daemonSettings,
-                          linkerSettings: [.unsafeFlags(["-Xlinker", "--no-as-needed",
-                                                         "-Xlinker", "-l:libtcmalloc_minimal.so.4",
-                                                         "-Xlinker", "--as-needed"])]),
+        .executableTarget(name: "headwayd", dependencies: ["HeadwayService"], swiftSettings: daemonSettings),
         // The `headway` command: its parser, client and commands in a library the tests use;
         // the executable only calls it.
         .target(name: "HeadwayCLI", dependencies: ["CCurl", "HeadwayCore", "HeadwayStore"]),

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing Headway need on a fresh Debian machine:
-# the C libraries (libmicrohttpd, SQLite, GnuTLS, libcurl, libpq, tcmalloc), and the Python tools the tests and benchmarks
+# the C libraries (libmicrohttpd, SQLite, GnuTLS, libcurl, libpq), and the Python tools the tests and benchmarks
 # call, in a virtual environment under .build/venv (Debian 12 and Ubuntu 24.04 refuse pip
 # installs into the system Python, PEP 668). Only what is missing is installed; run as
 # root (or with sudo available).
 set -euo pipefail
 
-apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcurl4-openssl-dev libpq-dev libtcmalloc-minimal4)
+apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcurl4-openssl-dev libpq-dev)
 # The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf), drive
 # a real headless Chromium at it (Selenium uses Debian's chromedriver, no download), and
 # make certificates (openssl) and HTTPS requests (curl) for the TLS tests, and drive the
