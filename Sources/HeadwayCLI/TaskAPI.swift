@@ -16,7 +16,7 @@ public struct TaskAPI: Sendable {
     }
 
     /// POSTs `body` (a JSON object) to `path`.
-    public func post(_ path: String, _ body: [String: JSONValue] = [:]) throws(CLIError) -> Reply {
+    public func post(_ path: String, _ body: JSONObject = [:]) throws(CLIError) -> Reply {
         try send(HTTPRequest(method: "POST", path: path, jsonBody: JSONValue.object(body).canonicalText))
     }
 

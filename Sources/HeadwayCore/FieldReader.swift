@@ -4,20 +4,20 @@ public struct FieldReader {
     /// The object's members. The objects read are small (a body's dozen fields at most,
     /// once unknown ones are refused) with short names, which a scan compares for less
     /// than hashing them would cost.
-    private let members: [(name: String, value: JSONValue)]
+    private let members: JSONObject
     /// The messages collected so far.
     public private(set) var errors: [FieldError] = []
 
     /// Starts reading `value`, which must be an object whose keys are all in `allowed`.
     public init(_ value: JSONValue, allowed: [String]) {
         guard case .object(let object) = value else {
-            members = []
+            members = JSONObject()
             errors.append(FieldError(field: "(body)", message: "must be a JSON object, not \(value.typeName)"))
             return
         }
-        members = object.map { ($0.key, $0.value) }
+        members = object
         // Sorted (for a stable order of the messages) only when there is something to say.
-        guard !members.allSatisfy({ allowed.contains($0.name) }) else { return }
+        guard !object.members.allSatisfy({ allowed.contains($0.key) }) else { return }
         for key in object.keys.sorted() where !allowed.contains(key) {
             errors.append(FieldError(field: key, message: "is not a known field"))
         }
@@ -29,7 +29,8 @@ public struct FieldReader {
     }
 
     private func present(_ field: String) -> JSONValue? {
-        guard let value = members.first(where: { $0.name == field })?.value, value != .null else { return nil }
+        guard let value = members[field] else { return nil }
+        if case .null = value { return nil }
         return value
     }
 

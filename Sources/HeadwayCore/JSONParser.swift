@@ -17,15 +17,22 @@ public struct JSONParser {
     /// Deeper nesting is refused (request bodies are small objects).
     public static let maximumDepth = 64
 
-    private let bytes: [UInt8]
+    /// The text, borrowed for the parse: reads go through the pointer, each after a
+    /// check of `position` against `bytes.count`.
+    private let bytes: UnsafeBufferPointer<UInt8>
     private var position = 0
 
-    private init(_ bytes: [UInt8]) { self.bytes = bytes }
+    private init(_ bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
     /// Parses one JSON text (an optional UTF-8 byte-order mark is skipped).
     public static func parse<Bytes: Collection<UInt8>>(_ input: Bytes) -> Result<JSONValue, Failure> {
-        var parser = JSONParser(Array(input))
-        if parser.bytes.starts(with: [0xEF, 0xBB, 0xBF]) { parser.position = 3 }
+        if let result = input.withContiguousStorageIfAvailable({ parse(text: $0) }) { return result }
+        return Array(input).withUnsafeBufferPointer { parse(text: $0) }
+    }
+
+    private static func parse(text: UnsafeBufferPointer<UInt8>) -> Result<JSONValue, Failure> {
+        var parser = JSONParser(text)
+        if text.starts(with: [0xEF, 0xBB, 0xBF]) { parser.position = 3 }
         do throws(Failure) {
             let value = try parser.value(depth: 0)
             parser.skipWhitespace()
@@ -70,33 +77,43 @@ public struct JSONParser {
         position += count
     }
 
+    /// Objects with more members than this find a repeated name through a set of the
+    /// names; smaller ones by a scan of the members read so far.
+    private static let scannedMembers = 16
+
     private mutating func object(depth: Int) throws(Failure) -> JSONValue {
         guard depth <= Self.maximumDepth else { throw failure("nested too deeply") }
         position += 1
-        var members: [String: JSONValue] = [:]
+        var members: [JSONObject.Element] = []
         skipWhitespace()
         if position < bytes.count, bytes[position] == UInt8(ascii: "}") {
             position += 1
-            return .object(members)
+            return .object(JSONObject())
         }
         // Room for a request's members at once, rather than growing at 1, 2, 4 and 8.
-        members.reserveCapacity(12)
+        members.reserveCapacity(8)
+        var names: Set<String> = []
         while true {
             skipWhitespace()
             guard position < bytes.count, bytes[position] == UInt8(ascii: "\"") else { throw failure("expected a member name") }
             let nameOffset = position
             let name = try string()
+            let repeated: Bool
+            if members.count < Self.scannedMembers {
+                repeated = members.contains { $0.key == name }
+            } else {
+                if names.isEmpty { names = Set(members.lazy.map(\.key)) }
+                repeated = !names.insert(name).inserted
+            }
+            guard !repeated else { throw Failure(offset: nameOffset, reason: "duplicate member name \"\(name)\"") }
             skipWhitespace()
             guard position < bytes.count, bytes[position] == UInt8(ascii: ":") else { throw failure("expected ':'") }
             position += 1
-            let member = try value(depth: depth)
-            guard members.updateValue(member, forKey: name) == nil else {
-                throw Failure(offset: nameOffset, reason: "duplicate member name \"\(name)\"")
-            }
+            members.append((name, try value(depth: depth)))
             skipWhitespace()
             guard position < bytes.count else { throw failure("unexpected end of text") }
             if bytes[position] == UInt8(ascii: ",") { position += 1; continue }
-            if bytes[position] == UInt8(ascii: "}") { position += 1; return .object(members) }
+            if bytes[position] == UInt8(ascii: "}") { position += 1; return .object(JSONObject(distinctMembers: members)) }
             throw failure("expected ',' or '}'")
         }
     }
@@ -123,25 +140,30 @@ public struct JSONParser {
     private mutating func string() throws(Failure) -> String {
         position += 1
         let start = position
-        // Fast path: no escapes.
-        while position < bytes.count {
-            let byte = bytes[position]
-            if byte == UInt8(ascii: "\"") {
-                let text = try utf8(bytes[start..<position])
-                position += 1
-                return text
-            }
-            if byte == UInt8(ascii: "\\") { break }
-            if byte < 0x20 { throw failure("control character in a string") }
-            position += 1
+        // Fast path: no escapes, and ASCII (which needs no validation) unless a byte says
+        // otherwise. A local index, and the bytes' high bits gathered in one mask.
+        var index = position
+        var highBits: UInt8 = 0
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            highBits |= byte
+            index += 1
         }
+        position = index
+        if position < bytes.count, bytes[position] == UInt8(ascii: "\"") {
+            let text = try utf8(UnsafeBufferPointer(rebasing: bytes[start..<position]), isASCII: highBits < 0x80)
+            position += 1
+            return text
+        }
+        if position < bytes.count, bytes[position] < 0x20 { throw failure("control character in a string") }
         var decoded = Array(bytes[start..<position])
         while position < bytes.count {
             let byte = bytes[position]
             switch byte {
             case UInt8(ascii: "\""):
                 position += 1
-                return try utf8(decoded[...])
+                return try decoded.withUnsafeBufferPointer { decoded throws(Failure) in try utf8(decoded, isASCII: false) }
             case UInt8(ascii: "\\"):
                 position += 1
                 guard position < bytes.count else { throw failure("unexpected end of text") }
@@ -196,26 +218,27 @@ public struct JSONParser {
         return value
     }
 
-    private func utf8(_ slice: ArraySlice<UInt8>) throws(Failure) -> String {
+    private func utf8(_ text: UnsafeBufferPointer<UInt8>, isASCII: Bool) throws(Failure) -> String {
         // Validated as one contiguous buffer (the generic path goes byte by byte); ASCII,
         // the common case, needs no validation at all.
-        let text = slice.withUnsafeBufferPointer { buffer in
-            buffer.allSatisfy { $0 < 0x80 } ? String(decoding: buffer, as: UTF8.self) : String(validating: buffer, as: UTF8.self)
-        }
-        guard let text else { throw failure("invalid UTF-8") }
+        if isASCII { return String(decoding: text, as: UTF8.self) }
+        guard let text = String(validating: text, as: UTF8.self) else { throw failure("invalid UTF-8") }
         return text
     }
 
     private mutating func number() throws(Failure) -> JSONValue {
         let start = position
         var isWhole = true
-        if bytes[position] == UInt8(ascii: "-") { position += 1 }
+        let isNegative = bytes[position] == UInt8(ascii: "-")
+        if isNegative { position += 1 }
         guard position < bytes.count, isDigit(bytes[position]) else { throw failure("invalid number") }
+        let digitsStart = position
         if bytes[position] == UInt8(ascii: "0") {
             position += 1
         } else {
             while position < bytes.count, isDigit(bytes[position]) { position += 1 }
         }
+        let digitsEnd = position
         if position < bytes.count, bytes[position] == UInt8(ascii: ".") {
             isWhole = false
             position += 1
@@ -231,7 +254,13 @@ public struct JSONParser {
             guard position < bytes.count, isDigit(bytes[position]) else { throw failure("invalid number") }
             while position < bytes.count, isDigit(bytes[position]) { position += 1 }
         }
-        let text = String(decoding: bytes[start..<position], as: UTF8.self)
+        // Up to 18 digits always fit in Int64: summed here, without a String.
+        if isWhole, digitsEnd - digitsStart <= 18 {
+            var magnitude: Int64 = 0
+            for index in digitsStart..<digitsEnd { magnitude = magnitude * 10 + Int64(bytes[index] &- UInt8(ascii: "0")) }
+            return .integer(isNegative ? -magnitude : magnitude)
+        }
+        let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<position]), as: UTF8.self)
         if isWhole, let integer = Int64(text) { return .integer(integer) }
         guard let real = Double(text), real.isFinite else { throw Failure(offset: start, reason: "number out of range") }
         // An integral value written with a fraction or exponent (1.0, 1e3) is still a whole number.

@@ -7,7 +7,7 @@ public enum JSONValue: Equatable, Sendable {
     case number(Double)
     case string(String)
     case array([JSONValue])
-    case object([String: JSONValue])
+    case object(JSONObject)
 
     /// Parses UTF-8 JSON text strictly (see `JSONParser`); nil when it is not acceptable.
     public static func parse<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> JSONValue? {
@@ -199,13 +199,13 @@ public struct JSONText: Sendable {
                 append(item)
             }
             appendByte(UInt8(ascii: "]"))
-        case .object(let members):
+        case .object(let object):
             appendByte(UInt8(ascii: "{"))
-            for (index, key) in members.keys.sorted().enumerated() {
+            for (index, member) in object.members.sorted(by: { $0.key < $1.key }).enumerated() {
                 if index > 0 { appendByte(UInt8(ascii: ",")) }
-                appendString(key)
+                appendString(member.key)
                 appendByte(UInt8(ascii: ":"))
-                append(members[key]!)
+                append(member.value)
             }
             appendByte(UInt8(ascii: "}"))
         }

@@ -59,7 +59,7 @@ public struct Registration: Equatable, Sendable {
     /// The registration without its id, defaults filled in, as canonical JSON: two bodies
     /// that mean the same give the same text.
     public var definition: String {
-        var members: [String: JSONValue] = [
+        var members: JSONObject = [
             "name": .string(name), "weight": .number(weight), "state": .string(state.rawValue),
             "completed": .integer(completed),
         ]

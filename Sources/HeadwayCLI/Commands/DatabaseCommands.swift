@@ -81,8 +81,8 @@ public struct DatabaseStatusCommand: ParsableCommand {
         let size = Self.fileSize(path)
         let walSize = Self.fileSize(path + "-wal")
         if context.options.json {
-            let tasks = Dictionary(uniqueKeysWithValues: counts.map { ($0.state, JSONValue.integer($0.count)) })
-            let object: [String: JSONValue] = [
+            let tasks = JSONObject(Dictionary(uniqueKeysWithValues: counts.map { ($0.state, JSONValue.integer($0.count)) }))
+            let object: JSONObject = [
                 "path": .string(path), "schema_version": .integer(Int64(version)),
                 "latest_schema_version": .integer(Int64(latest)), "file_bytes": .integer(Int64(size)),
                 "wal_bytes": .integer(Int64(walSize)), "tasks": .object(tasks),

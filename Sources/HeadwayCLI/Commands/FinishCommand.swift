@@ -21,7 +21,7 @@ public struct FinishCommand: ParsableCommand {
     }
 
     public func run(_ context: CommandContext) throws {
-        var body: [String: JSONValue] = ["outcome": .string(values[Self.outcome] ?? "")]
+        var body: JSONObject = ["outcome": .string(values[Self.outcome] ?? "")]
         if let message = values[Self.message] { body["message"] = .string(message) }
         let id = values[Self.id]
         try context.finishRunnerCommand(try context.api.post(TaskAPI.taskPath(id, "finish"), body), taskID: id)

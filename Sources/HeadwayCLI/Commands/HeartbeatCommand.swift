@@ -13,7 +13,7 @@ public struct HeartbeatCommand: ParsableCommand {
     public init(_ values: ParsedValues) { self.values = values }
 
     public func run(_ context: CommandContext) throws {
-        var body: [String: JSONValue] = [:]
+        var body: JSONObject = [:]
         if let label = values[Self.label] { body["label"] = .string(label) }
         let id = values[Self.id]
         try context.finishRunnerCommand(try context.api.post(TaskAPI.taskPath(id, "heartbeat"), body), taskID: id)

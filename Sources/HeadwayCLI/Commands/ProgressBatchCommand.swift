@@ -140,7 +140,7 @@ public struct ProgressBatchCommand: ParsableCommand {
     }
 
     /// A problem as `title: detail (code)`.
-    static func describe(_ problem: [String: JSONValue]) -> String {
+    static func describe(_ problem: JSONObject) -> String {
         let text = { (name: String) -> String in
             if case .string(let value)? = problem[name] { return value }
             return ""

@@ -27,7 +27,7 @@ public struct ProgressCommand: ParsableCommand {
     }
 
     public func run(_ context: CommandContext) throws {
-        var body: [String: JSONValue] = [:]
+        var body: JSONObject = [:]
         if let completed = values[Self.completed] { body["completed"] = .integer(completed) }
         if let increment = values[Self.increment] { body["increment"] = .integer(increment) }
         if let total = values[Self.total] { body["total"] = .integer(total) }

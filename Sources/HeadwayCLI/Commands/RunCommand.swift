@@ -76,9 +76,9 @@ public struct RunCommand: ParsableCommand {
     }
 
     /// The registration body: the name (the command line unless --name), id and parent.
-    func registration() -> [String: JSONValue] {
+    func registration() -> JSONObject {
         let name = values[Self.name] ?? LineSplitter.label(commandLine.joined(separator: " "), limit: 200) ?? "command"
-        var body: [String: JSONValue] = ["name": .string(name)]
+        var body: JSONObject = ["name": .string(name)]
         if let id = values[Self.id] { body["id"] = .string(id) }
         if let parent = values[Self.parent] { body["parent_id"] = .string(parent) }
         return body

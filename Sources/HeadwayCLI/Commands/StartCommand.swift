@@ -24,7 +24,7 @@ public struct StartCommand: ParsableCommand {
     }
 
     public func run(_ context: CommandContext) throws {
-        var body: [String: JSONValue] = ["name": .string(values[Self.name])]
+        var body: JSONObject = ["name": .string(values[Self.name])]
         if let id = values[Self.id] { body["id"] = .string(id) }
         if let total = values[Self.total] { body["total"] = .integer(total) }
         if let unit = values[Self.unit] { body["unit"] = .string(unit) }

@@ -61,7 +61,7 @@ public struct TokenCreateCommand: ParsableCommand {
 
     public func run(_ context: CommandContext) throws {
         let scopes = Set(values.all(Self.scope)).sorted()
-        var body: [String: JSONValue] = [
+        var body: JSONObject = [
             "name": .string(values[Self.name] ?? "cli"),
             "scopes": .array(scopes.map { .string($0.rawValue) }),
         ]

@@ -188,7 +188,7 @@ final class WatchSession: @unchecked Sendable {
                 case .json:
                     // Re-encoded from the parsed data: one line of JSON whatever the server sent.
                     guard let data = JSONValue.parse(Array(event.data.utf8)) else { continue }
-                    var line: [String: JSONValue] = ["event": .string(event.name), "data": data]
+                    var line: JSONObject = ["event": .string(event.name), "data": data]
                     if !event.lastEventID.isEmpty { line["id"] = .string(event.lastEventID) }
                     write(JSONValue.object(line).canonicalText + "\n")
                 case .plain:

@@ -63,7 +63,7 @@ public struct WebhookCreateCommand: ParsableCommand {
     public func run(_ context: CommandContext) throws {
         var seen = Set<TaskEventKind>()
         let events = values.all(Self.event).filter { seen.insert($0).inserted }
-        var body: [String: JSONValue] = [
+        var body: JSONObject = [
             "url": .string(values[Self.url]),
             "events": .array(events.map { .string($0.rawValue) }),
             "format": .string((values[Self.format] ?? .json).rawValue),
@@ -160,7 +160,7 @@ public struct WebhookDeliveriesCommand: ParsableCommand {
 
 /// The members of a listed object as table cells, texts sanitized for the terminal.
 private struct Cells {
-    let object: [String: JSONValue]
+    let object: JSONObject
 
     init(_ value: JSONValue) {
         if case .object(let object) = value { self.object = object } else { object = [:] }

@@ -17,7 +17,7 @@ final class RunReporter: @unchecked Sendable {
     /// The API with shorter timeouts for the last reports, sent after the command ended:
     /// a slow server delays the exit by seconds, not by minutes.
     private let finalAPI: TaskAPI
-    private let registration: [String: JSONValue]
+    private let registration: JSONObject
     private let onCancel: @Sendable () -> Void
     private let condition = NSCondition()
     private let finished = DispatchSemaphore(value: 0)
@@ -36,7 +36,7 @@ final class RunReporter: @unchecked Sendable {
     private var disabled = false
     private var cancelSeen = false
 
-    init(api: TaskAPI, finalAPI: TaskAPI, registration: [String: JSONValue], onCancel: @escaping @Sendable () -> Void) {
+    init(api: TaskAPI, finalAPI: TaskAPI, registration: JSONObject, onCancel: @escaping @Sendable () -> Void) {
         self.api = api
         self.finalAPI = finalAPI
         self.registration = registration
@@ -85,7 +85,7 @@ final class RunReporter: @unchecked Sendable {
         if unsent && !disabled {
             guard report(through: finalAPI) || unreachableSince == nil else { return }
         }
-        var body: [String: JSONValue] = ["outcome": .string(outcome)]
+        var body: JSONObject = ["outcome": .string(outcome)]
         if let message { body["message"] = .string(message) }
         do {
             _ = try finalAPI.post(TaskAPI.taskPath(taskID, "finish"), body)
@@ -152,7 +152,7 @@ final class RunReporter: @unchecked Sendable {
         let api = api ?? self.api
         guard let taskID else { return false }
         condition.lock()
-        var body: [String: JSONValue] = [:]
+        var body: JSONObject = [:]
         if let label { body["label"] = .string(label) }
         let pending = readingSent ? nil : reading
         if let pending {
