@@ -695,7 +695,11 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         guard let mhdResponse else { return MHD_Result.NO }
         defer { MHD_destroy_response(mhdResponse) }
         for field in response.headers where !(closesConnection && field.name.lowercased() == "connection") {
-            MHD_add_response_header(mhdResponse, field.name, field.value)
+            // `withCString` lends the text's own bytes; a String passed as a C pointer would
+            // be copied into a new array first, twice a header.
+            field.name.withCString { name in
+                _ = field.value.withCString { value in MHD_add_response_header(mhdResponse, name, value) }
+            }
         }
         if closesConnection { MHD_add_response_header(mhdResponse, "Connection", "close") }
         answer.sentStatus = response.status

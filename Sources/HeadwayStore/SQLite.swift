@@ -477,7 +477,17 @@ public final class Statement {
             case .null: code = sqlite3_bind_null(handle, index)
             case .integer(let number): code = sqlite3_bind_int64(handle, index, number)
             case .real(let number): code = sqlite3_bind_double(handle, index, number)
-            case .text(let text): code = sqlite3_bind_text(handle, index, text, -1, headway_sqlite_transient())
+            case .text(var text):
+                // Through the text's own bytes (a String passed as a C pointer is first
+                // copied into a new array); an empty text's buffer may have no address,
+                // which SQLite would bind as NULL.
+                code = text.withUTF8 { utf8 in
+                    guard let start = utf8.baseAddress, !utf8.isEmpty else {
+                        return sqlite3_bind_text(handle, index, "", 0, headway_sqlite_transient())
+                    }
+                    return sqlite3_bind_text(handle, index, UnsafeRawPointer(start).assumingMemoryBound(to: CChar.self),
+                                             Int32(utf8.count), headway_sqlite_transient())
+                }
             }
             guard code == SQLITE_OK else { throw DatabaseError(code: code, message: database!.lastErrorMessage, sql: sql) }
         }

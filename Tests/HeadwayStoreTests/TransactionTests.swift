@@ -33,6 +33,24 @@ private final class ScratchDatabase {
 private struct Refused: Error, Equatable {}
 
 @Suite struct TransactionTests {
+    /// Texts are bound through their own bytes with their length: an empty text stays an
+    /// empty text (not NULL), and short, long and non-ASCII texts come back as they went.
+    @Test func boundTextsComeBackAsTheyWent() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let database = try Database(path: directory.file("texts.db"))
+        defer { database.close() }
+        try database.execute("CREATE TABLE texts (n INTEGER, x TEXT) STRICT")
+        let texts = ["", "a", "fifteen bytes!!", "sixteen bytes!!!", "héllo 😀", String(repeating: "long ", count: 400),
+                     String(Substring("a slice of a longer text").dropFirst(2))]
+        for (index, text) in texts.enumerated() {
+            try database.run("INSERT INTO texts (n, x) VALUES (?, ?)", [.integer(Int64(index)), .text(text)])
+        }
+        #expect(try database.rows("SELECT x FROM texts ORDER BY n") { $0.text(0) } == texts)
+        #expect(try database.scalar("SELECT count(*) FROM texts WHERE x IS NULL") == 0)
+        #expect(try database.scalar("SELECT length(CAST(x AS BLOB)) FROM texts WHERE n = 4") == Int64("héllo 😀".utf8.count))
+    }
+
     @Test func aTransactionCommitsWhenItsBodyReturns() throws {
         let scratch = try ScratchDatabase()
         let database = scratch.database
