@@ -201,7 +201,11 @@ public struct JSONText: Sendable {
             appendByte(UInt8(ascii: "]"))
         case .object(let object):
             appendByte(UInt8(ascii: "{"))
-            for (index, member) in object.members.sorted(by: { $0.key < $1.key }).enumerated() {
+            // By UTF-8 bytes, a total order: String's `<` is not one between a name written
+            // with a combining mark and one with the composed letter (`e\u{301}` against
+            // `\u{e9}x`), so the order written would change the text.
+            for (index, member) in object.members.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) })
+                .enumerated() {
                 if index > 0 { appendByte(UInt8(ascii: ",")) }
                 appendString(member.key)
                 appendByte(UInt8(ascii: ":"))

@@ -69,6 +69,16 @@ import Testing
         #expect(parsed.canonicalText == #"{"a":[true,null],"b":1,"c":"x"}"#)
     }
 
+    /// The same members in any order give the same canonical text, also when one name has
+    /// a combining mark and another the composed letter (which String's `<` cannot order).
+    @Test func canonicalTextDoesNotDependOnTheOrderWritten() {
+        let one = JSONValue.parse(Array(#"{"e\u0301":1,"\u00e9x":2,"z":3}"#.utf8))
+        let other = JSONValue.parse(Array(#"{"z":3,"\u00e9x":2,"e\u0301":1}"#.utf8))
+        #expect(one != nil && one == other)
+        #expect(one?.canonicalText == other?.canonicalText)
+        #expect(one?.canonicalText == "{\"e\u{301}\":1,\"z\":3,\"\u{e9}x\":2}")
+    }
+
     /// A repeated name is found by a scan in a small object and through a set of names in
     /// a larger one: both are refused, at the repeated name.
     @Test(arguments: [3, 15, 16, 17, 40, 300])
