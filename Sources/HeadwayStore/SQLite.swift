@@ -130,6 +130,7 @@ public final class Database: @unchecked Sendable {
             return
         }
         postgres = nil
+        _ = Self.sqliteConfigured
         var pointer: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let code = sqlite3_open_v2(path, &pointer, flags, nil)
@@ -142,6 +143,11 @@ public final class Database: @unchecked Sendable {
         sqlite3_extended_result_codes(handle, 1)
         sqlite3_busy_timeout(handle, Self.busyTimeoutMilliseconds)
     }
+
+    /// SQLite's process-wide settings, made once before the first connection opens.
+    /// Nothing here reads SQLite's memory counts (`sqlite3_memory_used`, a soft heap
+    /// limit), so they are not kept: that saves a global mutex at every allocation.
+    private static let sqliteConfigured: Bool = headway_sqlite_stop_counting_memory() == SQLITE_OK
 
     /// How long a statement waits for a lock another connection holds (another process's
     /// write transaction, say) before it fails with `SQLITE_BUSY`.
