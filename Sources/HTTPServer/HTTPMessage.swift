@@ -146,7 +146,7 @@ struct HeadCheck: Sendable {
                 return .malformedHeader("a header name that is not a token (whitespace or another character not "
                     + "allowed before the colon)")
             }
-            switch field.name.lowercased() {
+            switch field.name.hasASCIICapital ? field.name.lowercased() : field.name {
             case "content-length": lengths += 1
             case "transfer-encoding": encodings.append(field.value)
             case "host": hosts += 1
