@@ -132,7 +132,7 @@ private func checkFinish(_ finish: Finish) {
 
 /// A JSON object of the members that are present.
 private func object(_ members: [String: JSONValue?]) -> JSONValue {
-    .object(members.compactMapValues(\.self))
+    .object(JSONObject(members.compactMapValues(\.self)))
 }
 
 /// A text field: at most `maxLength` Unicode scalars, not blank, no NUL.
