@@ -68,24 +68,36 @@ public enum Timestamp {
         let minute = dayMilliseconds / 60_000 % 60
         let second = dayMilliseconds / 1000 % 60
         let millisecond = dayMilliseconds % 1000
-        func put(_ value: Int64, _ width: Int, at offset: Int) {
-            var rest = value
-            for index in stride(from: offset + width - 1, through: offset, by: -1) {
-                buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-                rest /= 10
+        // Two digits at a time from a table of the pairs 00…99: a time is written several
+        // times per task reply, and a division per digit was most of its cost.
+        DecimalPairs.table.withUTF8Buffer { pairs in
+            func put2(_ value: Int64, at offset: Int) {
+                let index = Int(value) &* 2
+                buffer[offset] = pairs[index]
+                buffer[offset + 1] = pairs[index + 1]
             }
+            put2(year / 100, at: 0)
+            put2(year % 100, at: 2)
+            put2(month, at: 5)
+            put2(day, at: 8)
+            put2(hour, at: 11)
+            put2(minute, at: 14)
+            put2(second, at: 17)
+            buffer[20] = UInt8(ascii: "0") + UInt8(millisecond / 100)
+            put2(millisecond % 100, at: 21)
         }
-        put(year, 4, at: 0)
-        put(month, 2, at: 5)
-        put(day, 2, at: 8)
-        put(hour, 2, at: 11)
-        put(minute, 2, at: 14)
-        put(second, 2, at: 17)
-        put(millisecond, 3, at: 20)
         (buffer[4], buffer[7], buffer[10]) = (UInt8(ascii: "-"), UInt8(ascii: "-"), UInt8(ascii: "T"))
         (buffer[13], buffer[16], buffer[19]) = (UInt8(ascii: ":"), UInt8(ascii: ":"), UInt8(ascii: "."))
         buffer[23] = UInt8(ascii: "Z")
     }
+}
+
+/// The decimal digits of 0 to 99, two bytes each ("00", "01", … "99").
+enum DecimalPairs {
+    static let table: StaticString = """
+        0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
+        5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899
+        """
 }
 
 extension Int64 {

@@ -449,6 +449,8 @@ public final class Statement {
     /// On PostgreSQL: the result, and the row the column accessors read.
     private let postgresResult: OpaquePointer?
     var row: Int32 = 0
+    /// How many parameters the SQL has (SQLite only).
+    private let parameterCount: Int
 
     private var handle: OpaquePointer { sqliteHandle! }
 
@@ -457,6 +459,7 @@ public final class Statement {
         self.database = database
         self.sql = sql
         postgresResult = nil
+        parameterCount = Int(sqlite3_bind_parameter_count(handle))
     }
 
     /// Rows of `result` (a PostgreSQL result, cleared by its owner).
@@ -465,17 +468,21 @@ public final class Statement {
         database = nil
         sql = ""
         postgresResult = result
+        parameterCount = 0
     }
 
     deinit { if let sqliteHandle { sqlite3_finalize(sqliteHandle) } }
 
+    /// Ends the statement's last run; its bindings stay until `bind` replaces them.
     func reset() {
         sqlite3_reset(handle)
-        sqlite3_clear_bindings(handle)
     }
 
-    /// Binds `values` to parameters 1, 2, ….
+    /// Binds `values` to parameters 1, 2, …; parameters past them are NULL. Clearing the
+    /// last run's bindings costs a pass over every parameter, so it is done only when some
+    /// would not be bound again.
     public func bind(_ values: [SQLValue]) throws(DatabaseError) {
+        if values.count < parameterCount { sqlite3_clear_bindings(handle) }
         for (offset, value) in values.enumerated() {
             let index = Int32(offset + 1)
             let code: Int32
@@ -513,8 +520,7 @@ public final class Statement {
         }
     }
 
-    /// Binds `values`, runs the statement to its end and resets it (which ends its read;
-    /// its bindings are cleared when it is taken again).
+    /// Binds `values`, runs the statement to its end and resets it (which ends its read).
     public func run(_ values: [SQLValue] = []) throws(DatabaseError) {
         defer { sqlite3_reset(handle) }
         try bind(values)

@@ -1,4 +1,5 @@
 import Testing
+import Foundation
 @testable import HeadwayCore
 
 @Suite struct JSONValueTests {
@@ -98,6 +99,31 @@ import Testing
         text.appendString("Größe \u{2028}ok\u{2029} 🚀\t")
         #expect(text.text == #""Größe \u2028ok\u2029 🚀\t""#)
     }
+
+    /// The eight-bytes-at-a-time scan for bytes to escape agrees with a byte-by-byte one, at
+    /// every length and alignment, with the special bytes at every position.
+    @Test func theWordScanFindsEveryByteToEscape() {
+        let special: [UInt8] = [0x00, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x80, 0xE1, 0xE2, 0xE3, 0xFF, 0x01]
+        var generator = SeededGenerator(seed: 2026)
+        let reference = { (bytes: ArraySlice<UInt8>) in
+            !bytes.contains { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0xE2 }
+        }
+        var flagged = 0
+        for _ in 0..<20_000 {
+            let length = Int.random(in: 0...40, using: &generator)
+            var bytes = (0..<length + 3).map { _ in UInt8.random(in: 0x23...0x5B, using: &generator) }
+            // Mostly plain text, with a few special bytes anywhere (borrows across lanes).
+            for _ in 0..<Int.random(in: 0...2, using: &generator) where length > 0 {
+                bytes[Int.random(in: 0..<bytes.count, using: &generator)] = special.randomElement(using: &generator)!
+            }
+            let start = Int.random(in: 0...3, using: &generator)  // every alignment
+            let slice = bytes[start..<min(bytes.count, start + length)]
+            let scanned = slice.withUnsafeBufferPointer { JSONText.needsNoEscape($0) }
+            #expect(scanned == reference(slice), "\(Array(slice))")
+            if !scanned { flagged += 1 }
+        }
+        #expect(flagged > 1_000)  // both answers were exercised
+    }
 }
 
 @Suite struct TimestampTests {
@@ -109,6 +135,21 @@ import Testing
     ])
     func formatsRFC3339WithMilliseconds(_ milliseconds: Int64, _ expected: String) {
         #expect(Timestamp.rfc3339(milliseconds) == expected)
+    }
+
+    /// Random times from 1601 to 9999 read the same as the calendar's own fields say.
+    @Test func formatsEveryTimeAsTheCalendarDoes() {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        var generator = SeededGenerator(seed: 3339)
+        for _ in 0..<5_000 {
+            let milliseconds = Int64.random(in: -11_644_473_600_000...Timestamp.writableRange.upperBound, using: &generator)
+            let date = Date(timeIntervalSince1970: Double(milliseconds.floorDividing(1000)))
+            let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+            let expected = String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", parts.year!, parts.month!, parts.day!,
+                                  parts.hour!, parts.minute!, parts.second!, Int(milliseconds.flooredRemainder(1000)))
+            #expect(Timestamp.rfc3339(milliseconds) == expected, "\(milliseconds)")
+        }
     }
 }
 
@@ -122,6 +163,11 @@ import Testing
     func refusesEverythingElse(_ id: String) {
         #expect(!TaskID.isValid(id))
     }
+}
+
+extension Int64 {
+    fileprivate func floorDividing(_ divisor: Int64) -> Int64 { (self - flooredRemainder(divisor)) / divisor }
+    fileprivate func flooredRemainder(_ divisor: Int64) -> Int64 { (self % divisor + divisor) % divisor }
 }
 
 /// A small seeded generator (xorshift64*), so a random test runs the same way every time.

@@ -51,6 +51,28 @@ private struct Refused: Error, Equatable {}
         #expect(try database.scalar("SELECT length(CAST(x AS BLOB)) FROM texts WHERE n = 4") == Int64("héllo 😀".utf8.count))
     }
 
+    /// A statement taken again keeps no binding of its last run: parameters bound again
+    /// take their new values, and those left out are NULL.
+    @Test func aStatementForgetsItsLastBindings() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let database = try Database(path: directory.file("bindings.db"))
+        defer { database.close() }
+        let sql = "SELECT ?1, ?2, ?3"
+        let read = { (arguments: [SQLValue]) in
+            try database.rows(sql, arguments) { [$0.isNull(0) ? nil : $0.text(0), $0.isNull(1) ? nil : $0.text(1),
+                                                 $0.isNull(2) ? nil : $0.text(2)] }.first
+        }
+        #expect(try read([.text("a"), .text("b"), .text("c")]) == ["a", "b", "c"])
+        #expect(try read([.text("d")]) == ["d", nil, nil])
+        #expect(try read([.text("e"), .text("f"), .text("g")]) == ["e", "f", "g"])
+        #expect(try read([]) == [nil, nil, nil])
+        try database.execute("CREATE TABLE kept (a TEXT, b TEXT) STRICT")
+        try database.run("INSERT INTO kept VALUES (?, ?)", [.text("one"), .text("two")])
+        try database.run("INSERT INTO kept VALUES (?, ?)", [.text("three")])
+        #expect(try database.scalar("SELECT count(*) FROM kept WHERE b IS NULL") == 1)
+    }
+
     @Test func aTransactionCommitsWhenItsBodyReturns() throws {
         let scratch = try ScratchDatabase()
         let database = scratch.database
