@@ -28,6 +28,9 @@ struct ServedNames: Sendable {
     private let listensEverywhere: Bool
     /// The origins of `--public-url`.
     private let publicOrigins: [WebOrigin]
+    /// The `Host` text last found served, with the port it was served on: a client names
+    /// the daemon the same way in every request, which then costs one comparison.
+    private let lastServed = Locked<(host: String, port: Int)?>(nil)
 
     init(listenHost: String, publicOrigins: [WebOrigin]) {
         let host = listenHost.lowercased()
@@ -39,6 +42,14 @@ struct ServedNames: Sendable {
         listenNames = names
         ownNames = listensEverywhere ? loopbackNames : names
         self.publicOrigins = publicOrigins
+    }
+
+    /// Whether a request whose `Host` says `host` is for this daemon, served on `port`.
+    func serves(host: String, port: Int) -> Bool {
+        if lastServed.withLock({ $0.map { $0.host == host && $0.port == port } ?? false }) { return true }
+        guard let authority = Authority(Substring(host)), serves(authority, port: port) else { return false }
+        lastServed.withLock { $0 = (host, port) }
+        return true
     }
 
     /// Whether a request naming `authority` (its `Host`) is for this daemon, served on `port`.
@@ -189,7 +200,7 @@ struct BrowserChecks: HTTPMiddleware {
         let responder = corsOrigins.isEmpty && !anyCORSOrigin
             ? responder : AddingHeaders([HTTPField("Vary", "Origin")], to: responder)
         if let host = request.header("host") {
-            guard let authority = Authority(Substring(host)), names.serves(authority, port: port) else {
+            guard names.serves(host: host, port: port) else {
                 return responder.respond(errors.response(for: Problem.hostNotAllowed(host), request))
             }
         }

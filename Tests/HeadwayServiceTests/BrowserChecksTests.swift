@@ -205,6 +205,21 @@ import Testing
         #expect(loopback.serves(try authority("[::1]:8080"), port: 8080))
     }
 
+    /// The `Host` text last served is remembered with its port: another text, or the same
+    /// one on another port, is judged afresh.
+    @Test func aRememberedHostIsServedOnlyAsItWasWrittenAndOnItsPort() {
+        let names = ServedNames(listenHost: "127.0.0.1", publicOrigins: [])
+        for _ in 0..<2 {
+            #expect(names.serves(host: "127.0.0.1:8080", port: 8080))
+            #expect(!names.serves(host: "127.0.0.1:8080", port: 9090))
+            #expect(!names.serves(host: "127.0.0.1:9090", port: 8080))
+            #expect(!names.serves(host: "evil.example:8080", port: 8080))
+            #expect(!names.serves(host: "127.0.0.1:8080x", port: 8080))
+            #expect(names.serves(host: "LOCALHOST:8080", port: 8080))
+            #expect(!names.serves(host: "127.0.0.1:8080", port: 9090))
+        }
+    }
+
     // MARK: - Origin
 
     @Test func aForeignOriginMayChangeNothing() throws {
