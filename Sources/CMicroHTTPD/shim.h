@@ -51,13 +51,16 @@ static inline void headway_mhd_log(void *cls, const char *format, va_list argume
 /// socket itself during a handshake, so the library never sees the EAGAIN that would clear
 /// its read-ready flag), and so spins, `epoll_wait(…, 0)` after `epoll_wait(…, 0)`, until
 /// the handshake ends. Its poll loop asks the kernel about every connection not suspended,
-/// each pass, so a handshake waiting for the client costs nothing.
+/// each pass, so a handshake waiting for the client costs nothing. Without TLS and with
+/// `external_loop` the daemon has no thread of its own: its caller runs `MHD_run`
+/// (`RequestDaemonLoop`); otherwise it waits in epoll on a thread of its own.
 static inline struct MHD_Daemon *headway_mhd_start(
     MHD_AccessHandlerCallback handler, void *handler_context,
     MHD_RequestCompletedCallback completed, void *completed_context,
     headway_log_sink sink, void *sink_context, void **log_target,
     void *(*target_check)(void *context, const char *target, struct MHD_Connection *connection), void *check_context,
     MHD_NotifyConnectionCallback closed, void *closed_context,
+    int external_loop,
     unsigned int connection_limit,
     unsigned int connection_timeout_seconds,
     size_t connection_memory_limit,
@@ -70,7 +73,8 @@ static inline struct MHD_Daemon *headway_mhd_start(
     target->context = sink_context;
     *log_target = target;
     unsigned int flags = MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
-    flags |= tls_certificate_callback != NULL ? MHD_USE_TLS | MHD_USE_POLL_INTERNAL_THREAD : MHD_USE_EPOLL_INTERNAL_THREAD;
+    flags |= tls_certificate_callback != NULL ? MHD_USE_TLS | MHD_USE_POLL_INTERNAL_THREAD
+        : external_loop ? MHD_USE_EPOLL : MHD_USE_EPOLL_INTERNAL_THREAD;
     struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, handler, handler_context,
         MHD_OPTION_EXTERNAL_LOGGER, headway_mhd_log, (void *)target,
         MHD_OPTION_NOTIFY_COMPLETED, completed, completed_context,
@@ -116,6 +120,12 @@ static inline int headway_accept(int fd, struct sockaddr *address, socklen_t *le
         fcntl(client, F_SETFD, FD_CLOEXEC);
     }
     return client;
+}
+
+/// The daemon serving a connection (`MHD_get_connection_info` is variadic), or NULL.
+static inline struct MHD_Daemon *headway_connection_daemon(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_DAEMON);
+    return info == NULL ? NULL : info->daemon;
 }
 
 /// The socket of a connection (`MHD_get_connection_info` is variadic), or -1.

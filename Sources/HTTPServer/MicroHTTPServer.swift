@@ -9,12 +9,14 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 }
 
 /// An HTTP/1.1 server on libmicrohttpd: request bodies collected up to a limit, and
-/// handlers that may answer later from any thread (the connection is suspended meanwhile
-/// and resumed by the answer).
+/// handlers that may answer later from any thread (on plain HTTP the request waits and the
+/// answer wakes the loop that drives its daemon, `RequestDaemonLoop`; under TLS the
+/// connection is suspended meanwhile and resumed by the answer).
 ///
-/// Two daemons, each one epoll thread of libmicrohttpd's, share the work: connections that
-/// open with a request for one of `streamPaths` (long-lived event streams) go to one, all
-/// others to the other (`ConnectionSorter` explains why). As a `Service`, `prepare()` binds
+/// Two daemons share the work: connections that open with a request for one of
+/// `streamPaths` (long-lived event streams) go to one, an epoll thread of libmicrohttpd's,
+/// all others to the other, driven by `RequestDaemonLoop` on a thread of ours
+/// (`ConnectionSorter` explains the split). As a `Service`, `prepare()` binds
 /// and starts the daemons, `run()` is the accept loop, and a requested stop drains: no new
 /// connections, new requests on open ones get 503, streams are ended, requests still
 /// arriving are waited for (up to `shutdownTimeoutSeconds`), every answer under way is
@@ -34,7 +36,7 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 ///
 /// libmicrohttpd aborts the process if a daemon is stopped while one of its connections is
 /// suspended (`MHD_stop_daemon`). A connection is suspended while its request waits for
-/// its handler's answer, and while a stream has nothing to send; so the stop counts the
+/// its handler's answer (under TLS), and while a stream has nothing to send; so the stop counts the
 /// requests handed to a handler and not yet answered, refuses at once (503) any request
 /// that would reach a handler after it has given up waiting, and stops the daemons only
 /// when none is left. Streams are ended first, which resumes their connections for good.
@@ -111,6 +113,9 @@ public final class MicroHTTPServer: Service {
         /// Runs on the daemon's thread just before a request resumed by its answer queues
         /// it (tests hold the thread there).
         var beforeQueueingAResumedAnswer: @Sendable () -> Void = {}
+        /// The longest the request daemon's loop sleeps when the library names no sooner
+        /// time (tests make it long, so that only a wake-up can move it).
+        var requestLoopLongestSleepMilliseconds: Int32 = 1000
 
         public init() {}
     }
@@ -166,6 +171,10 @@ public final class MicroHTTPServer: Service {
     let requestDeadlines: RequestDeadlines
     /// The certificate handed out under TLS (nil: plain HTTP).
     let certificates: TLSCertificates?
+    /// Plain HTTP: the loop that drives the request daemon (`RequestDaemonLoop`), and the
+    /// group that runs it on a thread of its own (nil under TLS).
+    let requestLoop: RequestDaemonLoop?
+    private let requestLoopGroup: ServiceGroup?
 
     /// A server for `configuration`, not yet listening.
     public init(configuration: Configuration, pipeline: HTTPPipeline,
@@ -185,6 +194,12 @@ public final class MicroHTTPServer: Service {
             try TLSCertificates(files: $0, retentionNanoseconds: max(60_000_000_000, 2 * configuration.headTimeoutNanoseconds),
                                 now: configuration.sortingClock)
         }
+        let connectionsPerAddress = connectionsPerAddress
+        requestLoop = configuration.tls == nil
+            ? try RequestDaemonLoop(longestSleepMilliseconds: configuration.requestLoopLongestSleepMilliseconds,
+                                    refused: { connectionsPerAddress.release($0) })
+            : nil
+        requestLoopGroup = requestLoop.map { ServiceGroup([ServiceGroup.Member("headway-http", $0)]) }
     }
 
     /// Whether the server speaks HTTPS.
@@ -209,12 +224,13 @@ public final class MicroHTTPServer: Service {
     /// Binds, and starts the daemons and the writable watcher.
     public func prepare() throws {
         let context = Unmanaged.passUnretained(self).toOpaque()
-        func startDaemon(memoryLimit: Int, timeoutSeconds: Int) throws -> OpaquePointer {
+        func startDaemon(memoryLimit: Int, timeoutSeconds: Int, externalLoop: Bool) throws -> OpaquePointer {
             var logTarget: UnsafeMutableRawPointer?
             guard let daemon = headway_mhd_start(
                 accessHandlerCallback, context, requestCompletedCallback, context, libraryLogCallback, context, &logTarget,
                 targetCheckCallback, context,
                 connectionNotifyCallback, context,
+                externalLoop ? 1 : 0,
                 UInt32(configuration.connectionLimit), UInt32(timeoutSeconds), memoryLimit,
                 certificates == nil ? nil : unsafeBitCast(tlsCertificateCallback, to: UnsafeMutableRawPointer.self),
                 TLSCertificates.priorities)
@@ -231,18 +247,25 @@ public final class MicroHTTPServer: Service {
         do {
             try helpers.start()
             let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit,
-                                                timeoutSeconds: min(configuration.connectionTimeoutSeconds, sendStallSeconds))
+                                                timeoutSeconds: min(configuration.connectionTimeoutSeconds, sendStallSeconds),
+                                                externalLoop: requestLoop != nil)
             daemons.withLock { $0.request = requestDaemon }
+            if let requestLoop, let requestLoopGroup {
+                try requestLoop.attach(requestDaemon)
+                try requestLoopGroup.start()
+            }
             // Under TLS the first bytes are a ClientHello: nothing tells a stream apart before
             // the library has decrypted its request, so one daemon serves all.
             let streamDaemon = configuration.streamPaths.isEmpty || certificates != nil
                 ? requestDaemon
                 : try startDaemon(memoryLimit: configuration.streamConnectionMemoryLimit,
                                   // A stream not yet direct stalls on the library's timeout.
-                                  timeoutSeconds: sendStallSeconds)
+                                  timeoutSeconds: sendStallSeconds, externalLoop: false)
             daemons.withLock { daemons in
                 daemons.stream = streamDaemon
-                daemons.nudges = Set([requestDaemon, streamDaemon]).compactMap(EpollDaemonNudge.init(daemon:))
+                // The loop's daemon waits in no epoll_wait of its own: only a threaded one needs nudges.
+                daemons.nudges = Set([requestDaemon, streamDaemon]).subtracting([requestLoop?.daemon].compactMap { $0 })
+                    .compactMap(EpollDaemonNudge.init(daemon:))
             }
             var limits = ConnectionSorter.Limits()
             limits.streamPaths = configuration.streamPaths
@@ -258,8 +281,13 @@ public final class MicroHTTPServer: Service {
                 nudgeDaemons: { [unowned self] in daemons.withLock { $0.nudges }.forEach { $0.nudge() } }
             ) { [unowned self] fd, route, address, length in
                 let daemon = daemons.withLock { route == .stream ? $0.stream : $0.request }
+                if let requestLoop, daemon == requestLoop.daemon {
+                    // Only the loop's thread may add a connection to its daemon.
+                    requestLoop.add(fd, address: address, length: length)
                 // libmicrohttpd closes the socket if it cannot take it (at its connection limit).
-                if MHD_add_connection(daemon, fd, address, length) != MHD_Result.YES { connectionsPerAddress.release(fd) }
+                } else if MHD_add_connection(daemon, fd, address, length) != MHD_Result.YES {
+                    connectionsPerAddress.release(fd)
+                }
             }
             daemons.withLock { $0.sorter = sorter }
         } catch {
@@ -345,6 +373,8 @@ public final class MicroHTTPServer: Service {
             return daemons
         }
         if let stream = stopped.stream, stream != stopped.request { MHD_stop_daemon(stream) }
+        // The loop must have left MHD_run before its daemon stops.
+        requestLoopGroup?.stop()
         if let request = stopped.request { MHD_stop_daemon(request) }
         // No handshake runs any more.
         if stopped.request != nil { certificates?.releaseSuperseded() }
@@ -369,6 +399,7 @@ public final class MicroHTTPServer: Service {
             return begin(connection, url: url, method: method, isHTTP11: isHTTP11, refusal: refusal, context: context)
         }
         if uploadSize.pointee > 0 {
+            exchange.loop?.noteProgress()
             exchange.receive(UnsafeRawBufferPointer(start: uploadData, count: uploadSize.pointee))
             uploadSize.pointee = 0
             // A client that goes on sending long after the limit is cut off.
@@ -407,8 +438,10 @@ public final class MicroHTTPServer: Service {
         }
         let request = HTTPRequest(method: method, path: url, query: query, headers: headers)
         let largerLimit = configuration.bodyLimitsByPath[url].flatMap { configuration.mayTakeLargerBody(request) ? $0 : nil }
+        let loop = requestLoop.flatMap { headway_connection_daemon(connection) == $0.daemon ? $0 : nil }
+        loop?.noteProgress()
         let exchange = Exchange(connection: connection, request: request, server: self,
-                                bodyLimit: largerLimit ?? configuration.maximumBodyBytes)
+                                bodyLimit: largerLimit ?? configuration.maximumBodyBytes, loop: loop)
         // A stream's body is then sent in chunks, which its writer may send itself.
         exchange.isChunkedKeepAlive = isHTTP11 && request.header("connection")?.lowercased() != "close"
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
@@ -479,6 +512,7 @@ public final class MicroHTTPServer: Service {
         context.pointee = nil
         // A refused target whose request never began (the connection closed first) is only released.
         guard let exchange = Unmanaged<AnyObject>.fromOpaque(pointer).takeRetainedValue() as? Exchange else { return }
+        exchange.loop?.noteProgress()
         let wasHandedOver = exchange.wasHandedOver  // read first: an exchange's lock is never taken under `traffic`
         let drainedNow = traffic.withLock { traffic in
             traffic.requestsInFlight -= 1
@@ -542,12 +576,16 @@ public final class MicroHTTPServer: Service {
 
 /// One request on one connection, from its headers to its completion. Its mutex orders the
 /// handler's answer (any thread) against suspension (libmicrohttpd's thread), so a
-/// connection is resumed only when it is really suspended.
+/// connection is resumed only when it is really suspended; on a loop's daemon, against
+/// the wait, so an answer that comes after the request began to wait wakes the loop.
 final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's connection handle; `request` and the body counts are used on the daemon's thread only
     /// What the answer (any thread) and the daemon's thread share.
     private struct Answer {
         var dispatched = false
         var suspended = false
+        /// Waiting for the answer without being suspended (a `RequestDaemonLoop`'s daemon
+        /// calls the handler again at each run).
+        var waiting = false
         var pending: HTTPResponse?
         var sentStatus: Int?
         var completionHandlers: [@Sendable (HTTPCompletion) -> Void] = []
@@ -570,12 +608,17 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     private let started = DispatchTime.now().uptimeNanoseconds
     /// The most bytes the request's body may take (its path's limit).
     let bodyLimit: Int
+    /// The loop that drives the connection's daemon, if one does: the request then waits for
+    /// its answer without being suspended, and the answer wakes the loop.
+    let loop: RequestDaemonLoop?
 
-    init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer, bodyLimit: Int) {
+    init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer, bodyLimit: Int,
+         loop: RequestDaemonLoop? = nil) {
         self.connection = connection
         self.request = request
         self.server = server
         self.bodyLimit = bodyLimit
+        self.loop = loop
     }
 
     /// Keeps a piece of the body, or, once the body passes `bodyLimit`, counts and drops it.
@@ -590,7 +633,8 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     }
 
     /// First time: hands the request to `handler`; queues its answer if it came at once,
-    /// else suspends. After a resume: queues the answer that resumed it.
+    /// else suspends (or, on a loop's daemon, waits to be called again). After a resume, or
+    /// when called again: queues the answer that came.
     func dispatchOrQueue(_ handler: HTTPHandler) -> MHD_Result {
         enum Step { case queue(HTTPResponse), dispatch, wait }
         let step = answer.withLock { answer -> Step in
@@ -601,6 +645,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         }
         switch step {
         case .queue(let response):
+            loop?.noteProgress()
             server.configuration.beforeQueueingAResumedAnswer()
             return queue(response)
         case .dispatch:
@@ -615,12 +660,19 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             request.headers = []
             request.query = []
             request.body = []
-        case .wait: break
+        case .wait:
+            // Called again by the loop's daemon, still without an answer: nothing moved.
+            if loop != nil { return MHD_Result.YES }
         }
+        loop?.noteProgress()
         return answer.withLock { answer in
             if let response = answer.pending { return queue(response, &answer) }
-            answer.suspended = true
-            MHD_suspend_connection(connection)
+            if loop != nil {
+                answer.waiting = true
+            } else {
+                answer.suspended = true
+                MHD_suspend_connection(connection)
+            }
             return MHD_Result.YES
         }
     }
@@ -628,15 +680,16 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     /// Takes the first answer (later ones are ignored) and resumes the connection if it
     /// waits for it.
     func respond(_ response: HTTPResponse) {
-        let first = answer.withLock { answer in
-            guard answer.pending == nil else { return false }
+        let (first, wakeLoop) = answer.withLock { answer in
+            guard answer.pending == nil else { return (false, false) }
             answer.pending = response
             if answer.suspended {
                 answer.suspended = false
                 MHD_resume_connection(connection)
             }
-            return true
+            return (true, answer.waiting)
         }
+        if wakeLoop { loop?.wake() }
         if first { server.answered() }
     }
 
@@ -678,7 +731,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             // stream stays library-driven.
             let writesDirectly = isChunkedKeepAlive && !server.isTLS
             stream.attach(connection, directSocket: writesDirectly ? headway_connection_fd(connection) : -1,
-                          watcher: server.writableWatcher)
+                          watcher: server.writableWatcher, loop: loop)
             stream.onClose { [server] in server.streamClosed(stream) }
             // The block is the library's buffer for a body sent without chunks (HTTP/1.0, or a
             // client closing after it): a chunked body is read into the connection's own

@@ -39,6 +39,9 @@ public final class ResponseStream: Sendable {
         /// The connection's socket, when the body goes out chunked (else -1).
         var directSocket: Int32 = -1
         var watcher: WritableWatcher?
+        /// The loop that drives the connection's daemon, if one does: a resume must wake it
+        /// (in libmicrohttpd's external-loop mode a resume alone wakes no one).
+        var loop: RequestDaemonLoop?
         /// Whether writes go straight to the socket.
         var isDirect = false
         /// The socket refused a write (the peer is gone), or the stream was aborted.
@@ -55,6 +58,7 @@ public final class ResponseStream: Sendable {
             if suspended, let connection {
                 suspended = false
                 MHD_resume_connection(connection)
+                loop?.wake()
             }
         }
 
@@ -233,11 +237,13 @@ public final class ResponseStream: Sendable {
 
     /// Binds the stream to its connection (nil in tests without a library); with a
     /// socket, writes go to it directly once the library has sent everything before them.
-    func attach(_ connection: OpaquePointer?, directSocket: Int32 = -1, watcher: WritableWatcher? = nil) {
+    func attach(_ connection: OpaquePointer?, directSocket: Int32 = -1, watcher: WritableWatcher? = nil,
+                loop: RequestDaemonLoop? = nil) {
         state.withLock { state in
             state.connection = connection
             state.directSocket = directSocket
             state.watcher = watcher
+            state.loop = loop
         }
     }
 

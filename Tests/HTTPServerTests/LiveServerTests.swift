@@ -76,6 +76,34 @@ struct RunningServer {
         }
     }
 
+    /// While a request waits for its answer the request daemon's loop sleeps (the library
+    /// says it has work at once, for the request would be handed over again): it runs the
+    /// library a few times a tenth of a second, not thousands; the answer, when it comes,
+    /// wakes it.
+    @Test func aRequestWaitingForItsAnswerLeavesTheLoopAsleep() throws {
+        let received = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        let server = try Self.startEchoServer(received: received, hold: hold)
+        defer { server.shutdown() }
+        let loop = try #require(server.server.requestLoop)
+        let answered = DispatchSemaphore(value: 0)
+        let reply = Locked<TestResponse?>(nil)
+        DispatchQueue.global().async {
+            let response = try? TestHTTPClient(port: server.port).request("POST", "/later", json: "{\"waited\":true}")
+            reply.withLock { $0 = response }
+            answered.signal()
+        }
+        #expect(received.wait(timeout: .now() + 10) == .success)
+        let before = loop.runs.load(ordering: .relaxed)
+        // A tenth of a second of watching: the loop's idle bound is 20 ms.
+        Thread.sleep(forTimeInterval: 0.1)
+        let during = loop.runs.load(ordering: .relaxed) - before
+        #expect(during <= 20, "the loop ran the library \(during) times while the request waited")
+        hold.signal()
+        #expect(answered.wait(timeout: .now() + 10) == .success)
+        #expect(reply.withLock { $0?.status } == 200)
+        #expect(reply.withLock { $0?.text } == "{\"waited\":true}")
+    }
+
     /// A head that could be framed two ways is refused at its first call, before its body
     /// or its handler, and the server closes the connection even though the renderer's
     /// reply does not ask to: the bytes after it never run as a request.
@@ -140,6 +168,42 @@ struct RunningServer {
         let ordinaryClient = try TestHTTPClient(port: server.port)
         #expect(try ordinaryClient.request("GET", "/other").text == "GET /other")
         #expect(try ordinaryClient.request("GET", "/stream").text == "GET /stream")
+    }
+
+    /// An event stream served by the request daemon (its connection's first request was
+    /// an ordinary one) ends when it is finished from another thread, though the daemon's
+    /// loop would otherwise sleep for a minute: the resume wakes it.
+    @Test func aStreamOnTheRequestDaemonEndsWhenFinishedFromAnotherThread() throws {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.streamPaths = ["/stream"]
+        configuration.connectionTimeoutSeconds = 120
+        configuration.streamStallTimeoutSeconds = 120
+        configuration.requestLoopLongestSleepMilliseconds = 60_000
+        let opened = DispatchSemaphore(value: 0)
+        let streams = Locked<[ResponseStream]>([])
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline {
+            request, responder in
+            guard request.path == "/stream" else { return responder.respond(HTTPResponse(status: 204)) }
+            let stream = ResponseStream()
+            streams.withLock { $0.append(stream) }
+            responder.respond(HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain")], stream: stream))
+            opened.signal()
+        }))
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port, timeoutSeconds: 10)
+        #expect(try client.request("GET", "/first").status == 204)
+        try client.send("GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(opened.wait(timeout: .now() + 10) == .success)
+        let stream = try #require(streams.withLock { $0.first })
+        DispatchQueue.global().async {
+            _ = stream.write(Array("hello, ".utf8))
+            _ = stream.write(Array("world".utf8))
+            stream.finish()
+        }
+        let response = try client.readResponse()
+        #expect(response.status == 200)
+        #expect(response.text == "hello, world")
     }
 
     /// libmicrohttpd's own messages reach the server's owner (not stderr), and say
