@@ -592,6 +592,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     }
 
     private let answer = Locked(Answer())
+    /// `Answer.waiting` while no answer has come, readable without the lock (the loop's
+    /// daemon asks at every run).
+    private let waitsWithoutAnswer = Atomic<Bool>(false)
     private let connection: OpaquePointer
     private unowned let server: MicroHTTPServer
     private(set) var request: HTTPRequest
@@ -669,6 +672,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             if let response = answer.pending { return queue(response, &answer) }
             if loop != nil {
                 answer.waiting = true
+                waitsWithoutAnswer.store(true, ordering: .releasing)
             } else {
                 answer.suspended = true
                 MHD_suspend_connection(connection)
@@ -683,6 +687,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         let (first, wakeLoop) = answer.withLock { answer in
             guard answer.pending == nil else { return (false, false) }
             answer.pending = response
+            if answer.waiting { waitsWithoutAnswer.store(false, ordering: .releasing) }
             if answer.suspended {
                 answer.suspended = false
                 MHD_resume_connection(connection)
@@ -692,6 +697,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         if wakeLoop { loop?.wake() }
         if first { server.answered() }
     }
+
+    /// Whether the request, on a loop's daemon, waits for an answer that has not come.
+    var isWaitingForAnswer: Bool { waitsWithoutAnswer.load(ordering: .acquiring) }
 
     /// Whether the request was handed to its handler (or refused at that point): counted
     /// by `MicroHTTPServer.handingOver`.
@@ -770,6 +778,13 @@ final class RefusedTarget {
 /// libmicrohttpd may call them from its own threads.
 private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection, url, method, version, uploadData, uploadSize, context in
     guard let cls, let connection, let url, let method, let uploadSize, let context else { return MHD_Result.NO }
+    // A loop's daemon calls again, at every run, a request that waits for its answer: answered
+    // here while none has come, before any text is copied.
+    if uploadSize.pointee == 0, let existing = context.pointee,
+       let exchange = Unmanaged<AnyObject>.fromOpaque(existing).takeUnretainedValue() as? Exchange,
+       exchange.isWaitingForAnswer {
+        return MHD_Result.YES
+    }
     let server = Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue()
     return server.access(connection, url: String(cString: url), method: String(cString: method),
                          isHTTP11: version.map { strcmp($0, MHD_HTTP_VERSION_1_1) == 0 } ?? false,
