@@ -122,6 +122,12 @@ static inline int headway_accept(int fd, struct sockaddr *address, socklen_t *le
     return client;
 }
 
+/// Sets a connection's idle timeout in seconds, 0 for none (`MHD_set_connection_option`
+/// is variadic); on the daemon's thread, from the access handler.
+static inline void headway_connection_set_timeout(struct MHD_Connection *connection, unsigned int seconds) {
+    MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
+}
+
 /// The daemon serving a connection (`MHD_get_connection_info` is variadic), or NULL.
 static inline struct MHD_Daemon *headway_connection_daemon(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_DAEMON);

@@ -114,8 +114,10 @@ public final class MicroHTTPServer: Service {
         /// it (tests hold the thread there).
         var beforeQueueingAResumedAnswer: @Sendable () -> Void = {}
         /// The longest the request daemon's loop sleeps when the library names no sooner
-        /// time (tests make it long, so that only a wake-up can move it).
+        /// time, and while requests only wait for answers (tests make them long, so that
+        /// only a wake-up can move the loop).
         var requestLoopLongestSleepMilliseconds: Int32 = 1000
+        var requestLoopIdleSleepMilliseconds: Int32 = 20
 
         public init() {}
     }
@@ -175,6 +177,13 @@ public final class MicroHTTPServer: Service {
     /// group that runs it on a thread of its own (nil under TLS).
     let requestLoop: RequestDaemonLoop?
     private let requestLoopGroup: ServiceGroup?
+    /// The idle timeout of the request daemon's connections, in seconds: a request waiting
+    /// for its answer on the loop's daemon is exempt meanwhile (`Exchange`).
+    private(set) var requestTimeoutSeconds: UInt32 {
+        get { UInt32(requestTimeout.load(ordering: .relaxed)) }
+        set { requestTimeout.store(Int(newValue), ordering: .relaxed) }
+    }
+    private let requestTimeout = Atomic<Int>(0)
 
     /// A server for `configuration`, not yet listening.
     public init(configuration: Configuration, pipeline: HTTPPipeline,
@@ -197,6 +206,7 @@ public final class MicroHTTPServer: Service {
         let connectionsPerAddress = connectionsPerAddress
         requestLoop = configuration.tls == nil
             ? try RequestDaemonLoop(longestSleepMilliseconds: configuration.requestLoopLongestSleepMilliseconds,
+                                    idleSleepMilliseconds: configuration.requestLoopIdleSleepMilliseconds,
                                     refused: { connectionsPerAddress.release($0) })
             : nil
         requestLoopGroup = requestLoop.map { ServiceGroup([ServiceGroup.Member("headway-http", $0)]) }
@@ -246,8 +256,9 @@ public final class MicroHTTPServer: Service {
         boundPort.store(SocketAddress.boundPort(fd: listenFD) ?? configuration.port, ordering: .releasing)
         do {
             try helpers.start()
+            requestTimeoutSeconds = UInt32(min(configuration.connectionTimeoutSeconds, sendStallSeconds))
             let requestDaemon = try startDaemon(memoryLimit: configuration.connectionMemoryLimit,
-                                                timeoutSeconds: min(configuration.connectionTimeoutSeconds, sendStallSeconds),
+                                                timeoutSeconds: Int(requestTimeoutSeconds),
                                                 externalLoop: requestLoop != nil)
             daemons.withLock { $0.request = requestDaemon }
             if let requestLoop, let requestLoopGroup {
@@ -673,6 +684,10 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             if loop != nil {
                 answer.waiting = true
                 waitsWithoutAnswer.store(true, ordering: .releasing)
+                // Not suspended, the connection would count as idle since its last byte and
+                // be closed by the library's timeout while its request waits (a commit behind
+                // a slow disk or a locked database): no timeout until the answer is queued.
+                headway_connection_set_timeout(connection, 0)
             } else {
                 answer.suspended = true
                 MHD_suspend_connection(connection)
@@ -723,6 +738,10 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
 
     private func queue(_ response: HTTPResponse, _ answer: inout Answer) -> MHD_Result {
         guard answer.sentStatus == nil else { return MHD_Result.YES }
+        if answer.waiting {
+            // The library's timeout again: it is now the time the client may take to read.
+            headway_connection_set_timeout(connection, server.requestTimeoutSeconds)
+        }
         let mhdResponse: OpaquePointer?
         if let stream = response.stream {
             guard server.streamOpened(stream) else {

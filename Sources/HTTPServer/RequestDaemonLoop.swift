@@ -22,8 +22,10 @@ import Synchronization
 ///   the handler again at once), so a loop that trusted it would spin. After a run in which
 ///   nothing moved — no request began, read, was answered or completed
 ///   (`noteProgress()`, called by the server for each) — the loop sleeps in epoll anyway
-///   until a socket stirs, an answer or a connection comes (`wake()`), or
-///   `idleTimeoutMilliseconds` pass.
+///   until a socket stirs, an answer or a connection comes (`wake()`), or 20 ms pass. The
+///   library takes some steps without calling us (it sends an answer, then reads a
+///   pipelined request already in its buffer at the next run), so the loop sleeps only
+///   after two such runs in a row.
 final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is set before the loop's thread starts, then only read
     /// A socket the accept loop handed over, with its peer's address.
     private struct Handover {
@@ -48,15 +50,20 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
     let runs = Atomic<Int>(0)
     /// The longest sleep while requests only wait for their answers: a bound, should the
     /// library have work that shows in none of the signs above.
-    static let idleTimeoutMilliseconds: Int32 = 20
+    private let idleSleepMilliseconds: Int32
+    /// How many runs in a row must move nothing before the loop sleeps while the library
+    /// says it has work.
+    static let runsBeforeSleeping = 2
 
     /// The longest sleep when the library names no sooner time: a bound on what a missed
     /// wake-up could cost.
     private let longestSleepMilliseconds: Int32
 
     /// A loop with nothing to drive yet.
-    init(longestSleepMilliseconds: Int32 = 1000, refused: @escaping @Sendable (Int32) -> Void) throws {
+    init(longestSleepMilliseconds: Int32 = 1000, idleSleepMilliseconds: Int32 = 20,
+         refused: @escaping @Sendable (Int32) -> Void) throws {
         self.longestSleepMilliseconds = longestSleepMilliseconds
+        self.idleSleepMilliseconds = idleSleepMilliseconds
         self.refused = refused
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
         wakeFD = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
@@ -114,6 +121,8 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
     func run() {
         guard let daemon else { return }
         var ready = [epoll_event](repeating: epoll_event(), count: 4)
+        // Runs in a row in which nothing moved while the library said it had work.
+        var stillRuns = 0
         while !stopping.load(ordering: .acquiring) {
             // Cleared before the run: an answer set after the run looked at its request
             // writes the eventfd, so the sleep below ends at once.
@@ -128,7 +137,13 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
                 timeout = Int32(min(libraryTimeout, UInt64(longestSleepMilliseconds)))
             }
             if timeout == 0 && progress.load(ordering: .relaxed) == before {
-                timeout = Self.idleTimeoutMilliseconds  // only requests waiting for answers
+                // The library takes some steps without calling us (it sends an answer, then
+                // reads a pipelined request already in its buffer at the next run): it gets
+                // one more run at once before the loop believes only waiting requests remain.
+                stillRuns += 1
+                if stillRuns >= Self.runsBeforeSleeping { timeout = min(idleSleepMilliseconds, longestSleepMilliseconds) }
+            } else {
+                stillRuns = 0
             }
             let count = epoll_wait(epollFD, &ready, Int32(ready.count), timeout)
             if count > 0, ready[0..<Int(count)].contains(where: { $0.data.fd == wakeFD }) {

@@ -170,6 +170,63 @@ struct RunningServer {
         #expect(try ordinaryClient.request("GET", "/stream").text == "GET /stream")
     }
 
+    /// Requests sent in one write behind one answered later are all answered, though the
+    /// loop would sleep a minute whenever it believed only waiting requests were left: the
+    /// library reads a pipelined request at a run that calls no handler, and the loop runs
+    /// it again before it sleeps.
+    @Test func pipelinedRequestsBehindALaterAnswerAreAnsweredWithoutASleep() throws {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.requestLoopLongestSleepMilliseconds = 60_000
+        configuration.requestLoopIdleSleepMilliseconds = 60_000
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline {
+            request, responder in
+            let response = HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain")],
+                                        body: Array(request.path.utf8))
+            if request.path.hasPrefix("/now") { return responder.respond(response) }
+            DispatchQueue.global().async { responder.respond(response) }
+        }))
+        defer { server.shutdown() }
+        // An idle keep-alive connection beside it (the library then names no timeout of its own).
+        let idle = try TestHTTPClient(port: server.port, timeoutSeconds: 10)
+        #expect(try idle.request("GET", "/now").status == 200)
+        let client = try TestHTTPClient(port: server.port, timeoutSeconds: 10)
+        for round in 0..<3 {
+            let paths = ["/later\(round)", "/now1", "/later", "/now2", "/now3"]
+            try client.send(paths.map { "GET \($0) HTTP/1.1\r\nHost: x\r\n\r\n" }.joined())
+            for path in paths { #expect(try client.readResponse().text == path) }
+        }
+    }
+
+    /// A request waiting for its answer longer than the connection timeout keeps its
+    /// connection: the library's timeout counts idleness, and a waiting request is not idle
+    /// (the timeout is off until its answer is queued, then on again for its reading).
+    @Test func aRequestWaitingPastTheConnectionTimeoutIsStillAnswered() throws {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.connectionTimeoutSeconds = 1
+        configuration.streamStallTimeoutSeconds = 1
+        let received = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline {
+            request, responder in
+            received.signal()
+            DispatchQueue.global().async {
+                hold.wait()
+                responder.respond(HTTPResponse(status: 200, body: Array("late".utf8)))
+            }
+        }))
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port, timeoutSeconds: 10)
+        try client.send("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(received.wait(timeout: .now() + 10) == .success)
+        // Past the library's one-second timeout, counted from the request's last byte.
+        Thread.sleep(forTimeInterval: 2.5)
+        hold.signal()
+        let response = try client.readResponse()
+        #expect(response.status == 200)
+        #expect(response.text == "late")
+    }
+
     /// An event stream served by the request daemon (its connection's first request was
     /// an ordinary one) ends when it is finished from another thread, though the daemon's
     /// loop would otherwise sleep for a minute: the resume wakes it.
