@@ -128,6 +128,12 @@ static inline void headway_connection_set_timeout(struct MHD_Connection *connect
     MHD_set_connection_option(connection, MHD_CONNECTION_OPTION_TIMEOUT, seconds);
 }
 
+/// How many connections a daemon has open (`MHD_get_daemon_info` is variadic).
+static inline long headway_mhd_connection_count(struct MHD_Daemon *daemon) {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return info == NULL ? 0 : (long)info->num_connections;
+}
+
 /// The daemon serving a connection (`MHD_get_connection_info` is variadic), or NULL.
 static inline struct MHD_Daemon *headway_connection_daemon(struct MHD_Connection *connection) {
     const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_DAEMON);

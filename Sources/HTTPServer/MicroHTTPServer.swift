@@ -138,7 +138,7 @@ public final class MicroHTTPServer: Service {
         var draining = false
         var openStreams: [ObjectIdentifier: ResponseStream] = [:]
         /// Requests handed to their handler and not yet answered: each keeps its connection
-        /// suspended until its answer comes.
+        /// waiting (suspended under TLS) until its answer comes.
         var answersUnderWay = 0
         /// Requests handed to their handler (or refused at that point) whose exchange has
         /// not completed: their answer is still to come or to be sent.
@@ -207,6 +207,7 @@ public final class MicroHTTPServer: Service {
         requestLoop = configuration.tls == nil
             ? try RequestDaemonLoop(longestSleepMilliseconds: configuration.requestLoopLongestSleepMilliseconds,
                                     idleSleepMilliseconds: configuration.requestLoopIdleSleepMilliseconds,
+                                    connectionLimit: configuration.connectionLimit,
                                     refused: { connectionsPerAddress.release($0) })
             : nil
         requestLoopGroup = requestLoop.map { ServiceGroup([ServiceGroup.Member("headway-http", $0)]) }
@@ -681,9 +682,10 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         loop?.noteProgress()
         return answer.withLock { answer in
             if let response = answer.pending { return queue(response, &answer) }
-            if loop != nil {
+            if let loop {
                 answer.waiting = true
-                waitsWithoutAnswer.store(true, ordering: .releasing)
+                loop.requestWaits(true)
+                waitsWithoutAnswer.store(true, ordering: .sequentiallyConsistent)
                 // Not suspended, the connection would count as idle since its last byte and
                 // be closed by the library's timeout while its request waits (a commit behind
                 // a slow disk or a locked database): no timeout until the answer is queued.
@@ -702,7 +704,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         let (first, wakeLoop) = answer.withLock { answer in
             guard answer.pending == nil else { return (false, false) }
             answer.pending = response
-            if answer.waiting { waitsWithoutAnswer.store(false, ordering: .releasing) }
+            if answer.waiting { waitsWithoutAnswer.store(false, ordering: .sequentiallyConsistent) }
             if answer.suspended {
                 answer.suspended = false
                 MHD_resume_connection(connection)
@@ -714,7 +716,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     }
 
     /// Whether the request, on a loop's daemon, waits for an answer that has not come.
-    var isWaitingForAnswer: Bool { waitsWithoutAnswer.load(ordering: .acquiring) }
+    var isWaitingForAnswer: Bool { waitsWithoutAnswer.load(ordering: .sequentiallyConsistent) }
 
     /// Whether the request was handed to its handler (or refused at that point): counted
     /// by `MicroHTTPServer.handingOver`.
@@ -726,7 +728,13 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
 
     /// The exchange is over: tells those who asked what was sent.
     func complete() {
-        let (status, handlers) = answer.withLock { ($0.sentStatus, $0.completionHandlers) }
+        let (status, handlers) = answer.withLock { answer in
+            if answer.waiting {  // the connection closed while its request waited
+                answer.waiting = false
+                loop?.requestWaits(false)
+            }
+            return (answer.sentStatus, answer.completionHandlers)
+        }
         let completion = HTTPCompletion(status: status,
                                         durationMicroseconds: Int64((DispatchTime.now().uptimeNanoseconds - started) / 1000))
         handlers.forEach { $0(completion) }
@@ -739,6 +747,8 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     private func queue(_ response: HTTPResponse, _ answer: inout Answer) -> MHD_Result {
         guard answer.sentStatus == nil else { return MHD_Result.YES }
         if answer.waiting {
+            answer.waiting = false
+            loop?.requestWaits(false)
             // The library's timeout again: it is now the time the client may take to read.
             headway_connection_set_timeout(connection, server.requestTimeoutSeconds)
         }

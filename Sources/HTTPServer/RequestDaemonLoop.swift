@@ -40,7 +40,16 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
     private let refused: @Sendable (Int32) -> Void
     private let epollFD: Int32
     private let wakeFD: Int32
-    private let handovers = Locked<[Handover]>([])
+    /// Sockets handed over and not yet added; `closed` once the loop has ended (a socket
+    /// handed over then is closed at once).
+    private let handovers = Locked<(sockets: [Handover], closed: Bool)>(([], false))
+    /// The library's limit of connections at once: a socket past it is refused here, its
+    /// count released before it is closed (`ConnectionsPerAddress`), rather than closed by
+    /// `MHD_add_connection` on this thread while the accept loop may take its number again.
+    private let connectionLimit: Int
+    /// Requests of this daemon waiting for their answers (`Exchange`): while there are none,
+    /// the library's "work now" is always believed.
+    private let waitingRequests = Atomic<Int>(0)
     /// Set by the first `wake()` since the loop last looked: later ones write nothing.
     private let wakeRequested = Atomic<Bool>(false)
     private let stopping = Atomic<Bool>(false)
@@ -60,8 +69,9 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
     private let longestSleepMilliseconds: Int32
 
     /// A loop with nothing to drive yet.
-    init(longestSleepMilliseconds: Int32 = 1000, idleSleepMilliseconds: Int32 = 20,
+    init(longestSleepMilliseconds: Int32 = 1000, idleSleepMilliseconds: Int32 = 20, connectionLimit: Int,
          refused: @escaping @Sendable (Int32) -> Void) throws {
+        self.connectionLimit = connectionLimit
         self.longestSleepMilliseconds = longestSleepMilliseconds
         self.idleSleepMilliseconds = idleSleepMilliseconds
         self.refused = refused
@@ -102,13 +112,21 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
         withUnsafeMutableBytes(of: &handover.address) { storage in
             storage.copyMemory(from: UnsafeRawBufferPointer(start: address, count: min(Int(length), storage.count)))
         }
-        handovers.withLock { $0.append(handover) }
+        let accepted = handovers.withLock { handovers in
+            if !handovers.closed { handovers.sockets.append(handover) }
+            return !handovers.closed
+        }
+        guard accepted else {
+            refused(fd)
+            close(fd)
+            return
+        }
         wake()
     }
 
     /// Makes the loop run the library again soon (any thread): an answer came.
     func wake() {
-        guard !wakeRequested.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard !wakeRequested.exchange(true, ordering: .sequentiallyConsistent) else { return }
         var one: UInt64 = 1
         _ = write(wakeFD, &one, 8)
     }
@@ -116,6 +134,11 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
     /// Something moved in the library: the loop runs it again before it sleeps.
     func noteProgress() {
         progress.add(1, ordering: .relaxed)
+    }
+
+    /// A request of this daemon began (`true`) or stopped (`false`) waiting for its answer.
+    func requestWaits(_ waits: Bool) {
+        waitingRequests.add(waits ? 1 : -1, ordering: .relaxed)
     }
 
     func run() {
@@ -136,7 +159,8 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
             if MHD_get_timeout(daemon, &libraryTimeout) == MHD_Result.YES {
                 timeout = Int32(min(libraryTimeout, UInt64(longestSleepMilliseconds)))
             }
-            if timeout == 0 && progress.load(ordering: .relaxed) == before {
+            if timeout == 0 && progress.load(ordering: .relaxed) == before
+                && waitingRequests.load(ordering: .relaxed) > 0 {
                 // The library takes some steps without calling us (it sends an answer, then
                 // reads a pipelined request already in its buffer at the next run): it gets
                 // one more run at once before the loop believes only waiting requests remain.
@@ -146,11 +170,16 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
                 stillRuns = 0
             }
             let count = epoll_wait(epollFD, &ready, Int32(ready.count), timeout)
+            // Whatever woke the loop gets its two runs before the next sleep.
+            if count > 0 { stillRuns = 0 }
             if count > 0, ready[0..<Int(count)].contains(where: { $0.data.fd == wakeFD }) {
                 var value: UInt64 = 0
                 _ = read(wakeFD, &value, 8)
             }
         }
+        // A socket handed over meanwhile is added, so that stopping the daemon closes it.
+        handovers.withLock { $0.closed = true }
+        addHandedOverConnections(to: daemon)
     }
 
     func requestStop() {
@@ -161,18 +190,25 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
 
     private func addHandedOverConnections(to daemon: OpaquePointer) {
         let waiting = handovers.withLock { handovers -> [Handover] in
-            defer { handovers.removeAll(keepingCapacity: true) }
-            return handovers
+            defer { handovers.sockets.removeAll(keepingCapacity: true) }
+            return handovers.sockets
         }
         for var handover in waiting {
+            noteProgress()
+            guard headway_mhd_connection_count(daemon) < connectionLimit else {
+                refused(handover.fd)
+                close(handover.fd)
+                continue
+            }
             let added = withUnsafePointer(to: &handover.address) { storage in
                 storage.withMemoryRebound(to: sockaddr.self, capacity: 1) { address in
                     MHD_add_connection(daemon, handover.fd, address, handover.length)
                 }
             }
-            // libmicrohttpd closes the socket if it cannot take it (at its connection limit).
+            // libmicrohttpd closed the socket (out of memory): released after the close, so
+            // in the meantime the accept loop may have counted another socket under its number
+            // (the count of that one connection is then lost; ConnectionsPerAddress).
             if added != MHD_Result.YES { refused(handover.fd) }
-            noteProgress()
         }
     }
 }

@@ -250,26 +250,29 @@ public final class ResponseStream: Sendable {
     /// Copies up to `capacity` queued bytes to `buffer`; returns the count, 0 after
     /// suspending the connection, or -1 at the end of the stream.
     func read(into buffer: UnsafeMutableRawPointer, capacity: Int) -> Int {
-        let (result, drained) = state.withLock { state -> (Int, (@Sendable () -> Void)?) in
+        let (result, drained, loop) = state.withLock { state -> (Int, (@Sendable () -> Void)?, RequestDaemonLoop?) in
             if state.isDirect {
                 // Resumed to end: cleanly if everything went out, else by closing.
-                if state.broken || !state.unsent.isEmpty { return (-2, nil) }
-                if state.finished { return (-1, nil) }
+                if state.broken || !state.unsent.isEmpty { return (-2, nil, state.loop) }
+                if state.finished { return (-1, nil, state.loop) }
                 state.suspended = true
                 if let connection = state.connection { MHD_suspend_connection(connection) }
-                return (0, nil)
+                return (0, nil, state.loop)
             }
-            if state.broken { return (-2, nil) }
+            if state.broken { return (-2, nil, state.loop) }
             let copied = state.unsent.copy(into: buffer, capacity: capacity)
             let drained = state.dueDrainHandler()
-            if copied > 0 { return (copied, drained) }
-            if state.finished { return (-1, drained) }
+            if copied > 0 { return (copied, drained, state.loop) }
+            if state.finished { return (-1, drained, state.loop) }
             // Everything handed over so far has been sent: later writes may go direct.
             if state.directSocket >= 0 { state.isDirect = true }
             state.suspended = true
             if let connection = state.connection { MHD_suspend_connection(connection) }
-            return (0, drained)
+            return (0, drained, state.loop)
         }
+        // A block handed to the library, or the end: the library has sending to do, which
+        // the loop driving its daemon must not sleep through.
+        if result != 0 { loop?.noteProgress() }
         drained?()
         return result
     }

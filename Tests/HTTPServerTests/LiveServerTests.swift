@@ -198,6 +198,51 @@ struct RunningServer {
         }
     }
 
+    /// A stream the library sends block by block (its client closes after it, so it is
+    /// never written directly), written whole before it starts, on the request daemon goes
+    /// out whole while another request waits for its answer, with the loop's sleeps a minute
+    /// long: nothing but the library's own work moves it (each block handed to the library
+    /// also counts as work for the loop, a guard this libmicrohttpd does not need here).
+    @Test func aLibraryDrivenStreamGoesOutWhileARequestWaits() throws {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.streamPaths = ["/stream"]
+        configuration.requestLoopLongestSleepMilliseconds = 60_000
+        configuration.requestLoopIdleSleepMilliseconds = 60_000
+        let received = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
+        let pieces = (0..<16).map { index in Array(repeating: UInt8(ascii: "a") + UInt8(index), count: 2_000) }
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline {
+            request, responder in
+            switch request.path {
+            case "/hold":
+                received.signal()
+                DispatchQueue.global().async {
+                    hold.wait()
+                    responder.respond(HTTPResponse(status: 200, body: Array("held".utf8)))
+                }
+            case "/stream":
+                let stream = ResponseStream()
+                for piece in pieces { _ = stream.write(piece) }
+                stream.finish()
+                responder.respond(HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain")], stream: stream))
+            default:
+                responder.respond(HTTPResponse(status: 204))
+            }
+        }))
+        defer { server.shutdown() }
+        let waiting = try TestHTTPClient(port: server.port, timeoutSeconds: 10)
+        try waiting.send("GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+        #expect(received.wait(timeout: .now() + 10) == .success)
+        let client = try TestHTTPClient(port: server.port, timeoutSeconds: 10)
+        #expect(try client.request("GET", "/first").status == 204)  // so the request daemon serves the stream
+        try client.send("GET /stream HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        let response = try client.readResponse()
+        #expect(response.status == 200)
+        #expect(response.body == pieces.flatMap { $0 })
+        hold.signal()
+        #expect(try waiting.readResponse().text == "held")
+    }
+
     /// A request waiting for its answer longer than the connection timeout keeps its
     /// connection: the library's timeout counts idleness, and a waiting request is not idle
     /// (the timeout is off until its answer is queued, then on again for its reading).
