@@ -54,8 +54,9 @@ public struct Migrator: Sendable {
         self.init(isPostgresLocation(location) ? EmbeddedMigrations.postgres : EmbeddedMigrations.all)
     }
 
-    /// On PostgreSQL, the advisory lock every migrating daemon takes first, so that daemons
-    /// started together migrate one after the other (the later ones find nothing to do).
+    /// On PostgreSQL, the advisory lock every migrating daemon holds for its whole run, so
+    /// that daemons started together migrate one after the other (the later ones find
+    /// nothing to do).
     static let migrationLockKey: Int64 = 0x4865_6164_7761_7901
 
     /// The highest version this build knows (0 when it knows none).
@@ -66,6 +67,20 @@ public struct Migrator: Sendable {
     /// version above `latestVersion`.
     @discardableResult
     public func migrate(_ database: Database) throws -> [Int] {
+        // On PostgreSQL the lock is held from the first check to the last migration, so a
+        // daemon started beside another waits until the schema is whole and applies nothing
+        // (each migration's own transaction takes it again, which a holder always gets).
+        if database.isPostgres {
+            try database.inTransaction(.immediate) {
+                try database.execute("SET LOCAL lock_timeout = 0")
+                _ = try database.rows("SELECT pg_advisory_lock(\(Self.migrationLockKey))") { _ in () }
+            }
+        }
+        defer {
+            if database.isPostgres {
+                _ = try? database.rows("SELECT pg_advisory_unlock(\(Self.migrationLockKey))") { _ in () }
+            }
+        }
         try database.inTransaction(.immediate) {
             try lockOut(database)
             try refuseForeignTables(database)
