@@ -15,17 +15,21 @@ import Synchronization
 /// answers that come while it runs; it queues them all in its next `MHD_run`.
 /// `bench/mhd-floor.sh` measures what that saves on this machine.
 ///
-/// Two facts of libmicrohttpd 0.9.75 shape the loop:
+/// Facts of libmicrohttpd 0.9.75 that shape the loop:
 /// - `MHD_add_connection` may only be called from the thread that runs `MHD_run`: the accept
 ///   loop hands sockets over through `add(_:address:length:)`.
+/// - A resume (`MHD_resume_connection`, a stream's) wakes no one in this mode: whoever
+///   resumes also calls `wake()`.
+/// - A request waiting unsuspended counts as idle: its connection's timeout is off until
+///   its answer is queued (`Exchange`).
 /// - `MHD_get_timeout` says 0 while a request waits for its answer (the library would call
-///   the handler again at once), so a loop that trusted it would spin. After a run in which
-///   nothing moved — no request began, read, was answered or completed
-///   (`noteProgress()`, called by the server for each) — the loop sleeps in epoll anyway
-///   until a socket stirs, an answer or a connection comes (`wake()`), or 20 ms pass. The
-///   library takes some steps without calling us (it sends an answer, then reads a
-///   pipelined request already in its buffer at the next run), so the loop sleeps only
-///   after two such runs in a row.
+///   the handler again at once), so a loop that trusted it would spin. While some request
+///   waits (`requestWaits`), after two runs in a row in which nothing moved — no request
+///   began, read, was answered or completed, no stream block was handed over
+///   (`noteProgress()`) — the loop sleeps in epoll anyway until a socket stirs, an answer or
+///   a connection comes (`wake()`), or 20 ms pass. Two, because the library takes some
+///   steps without calling us (it sends an answer, then reads a pipelined request already
+///   in its buffer at the next run).
 final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is set before the loop's thread starts, then only read
     /// A socket the accept loop handed over, with its peer's address.
     private struct Handover {
