@@ -76,6 +76,17 @@ struct RunningServer {
         }
     }
 
+    /// A server on a free port whose request loop sleeps a minute at a time: only a wake-up,
+    /// or work the library does, moves it.
+    private static func sleepyLoop(streamPaths: [String] = []) -> MicroHTTPServer.Configuration {
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        configuration.streamPaths = streamPaths
+        configuration.requestLoopLongestSleepMilliseconds = 60_000
+        configuration.requestLoopIdleSleepMilliseconds = 60_000
+        return configuration
+    }
+
     /// While a request waits for its answer the request daemon's loop sleeps (the library
     /// says it has work at once, for the request would be handed over again): it runs the
     /// library a few times a tenth of a second, not thousands; the answer, when it comes,
@@ -175,11 +186,7 @@ struct RunningServer {
     /// library reads a pipelined request at a run that calls no handler, and the loop runs
     /// it again before it sleeps.
     @Test func pipelinedRequestsBehindALaterAnswerAreAnsweredWithoutASleep() throws {
-        var configuration = MicroHTTPServer.Configuration()
-        configuration.port = 0
-        configuration.requestLoopLongestSleepMilliseconds = 60_000
-        configuration.requestLoopIdleSleepMilliseconds = 60_000
-        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline {
+        let server = try RunningServer(try MicroHTTPServer(configuration: Self.sleepyLoop(), pipeline: HTTPPipeline {
             request, responder in
             let response = HTTPResponse(status: 200, headers: [HTTPField("Content-Type", "text/plain")],
                                         body: Array(request.path.utf8))
@@ -204,11 +211,7 @@ struct RunningServer {
     /// long: nothing but the library's own work moves it (each block handed to the library
     /// also counts as work for the loop, a guard this libmicrohttpd does not need here).
     @Test func aLibraryDrivenStreamGoesOutWhileARequestWaits() throws {
-        var configuration = MicroHTTPServer.Configuration()
-        configuration.port = 0
-        configuration.streamPaths = ["/stream"]
-        configuration.requestLoopLongestSleepMilliseconds = 60_000
-        configuration.requestLoopIdleSleepMilliseconds = 60_000
+        let configuration = Self.sleepyLoop(streamPaths: ["/stream"])
         let received = DispatchSemaphore(value: 0), hold = DispatchSemaphore(value: 0)
         let pieces = (0..<16).map { index in Array(repeating: UInt8(ascii: "a") + UInt8(index), count: 2_000) }
         let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline {
@@ -276,12 +279,9 @@ struct RunningServer {
     /// an ordinary one) ends when it is finished from another thread, though the daemon's
     /// loop would otherwise sleep for a minute: the resume wakes it.
     @Test func aStreamOnTheRequestDaemonEndsWhenFinishedFromAnotherThread() throws {
-        var configuration = MicroHTTPServer.Configuration()
-        configuration.port = 0
-        configuration.streamPaths = ["/stream"]
+        var configuration = Self.sleepyLoop(streamPaths: ["/stream"])
         configuration.connectionTimeoutSeconds = 120
         configuration.streamStallTimeoutSeconds = 120
-        configuration.requestLoopLongestSleepMilliseconds = 60_000
         let opened = DispatchSemaphore(value: 0)
         let streams = Locked<[ResponseStream]>([])
         let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline {
