@@ -5,7 +5,7 @@
 #   - GET /healthz (the whole HTTP path: libmicrohttpd, the middleware, the access log and
 #     the metrics; no database, no hand-off to the writer), and
 #   - POST /v1/tasks/{id}/progress (bench/progress.lua, 32 tasks, --durability DURABILITY):
-#     the same HTTP path, plus parsing, the suspended connection, the writer's batch and
+#     the same HTTP path, plus parsing, the wait for the writer's batch (not suspended), and
 #     the task's JSON;
 # and prints for each the daemon's CPU time per request (user + system, from
 # /proc/PID/stat) and, with perf, its system calls per request (counted in one more run
