@@ -79,13 +79,22 @@ public struct HTTPResponse: Sendable {
     /// A JSON reply (`application/json`, or another JSON media type).
     public static func json(_ status: Int, _ text: String, contentType: String = "application/json",
                             headers: [HTTPField] = []) -> HTTPResponse {
-        HTTPResponse(status: status, headers: [HTTPField("Content-Type", contentType)] + headers,
-                     body: Array(text.utf8))
+        HTTPResponse(status: status, headers: fields(contentType: contentType, headers), body: Array(text.utf8))
     }
 
     /// A JSON response whose text is already UTF-8 bytes.
     public static func json(_ status: Int, bytes: [UInt8]) -> HTTPResponse {
-        HTTPResponse(status: status, headers: [HTTPField("Content-Type", "application/json")], body: bytes)
+        HTTPResponse(status: status, headers: fields(contentType: "application/json", []), body: bytes)
+    }
+
+    /// `Content-Type` then `headers`, in an array with room for the few that middlewares
+    /// add on the way out (the request id, say): one allocation a response.
+    private static func fields(contentType: String, _ headers: [HTTPField]) -> [HTTPField] {
+        var fields: [HTTPField] = []
+        fields.reserveCapacity(headers.count + 3)
+        fields.append(HTTPField("Content-Type", contentType))
+        fields.append(contentsOf: headers)
+        return fields
     }
 }
 

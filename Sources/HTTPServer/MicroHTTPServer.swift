@@ -540,25 +540,28 @@ public final class MicroHTTPServer: Service {
     /// 0.9.75 parses a line in place (`name\0` then optional whitespace then the value), but
     /// appends a line folded onto it (obs-fold: a line that begins with a space or a tab)
     /// to its *name*, in a copy elsewhere in the connection's memory: a field whose value
-    /// does not follow its name, its NUL and only spaces or tabs, was folded.
+    /// does not follow its name, its NUL and only spaces or tabs, was folded. The lines are
+    /// gathered into an array reserved at their count (the library counts them when given
+    /// no callback): one allocation a request.
     private static func headFields(_ connection: OpaquePointer) -> [HeadCheck.Field] {
-        final class Box { var fields: [HeadCheck.Field] = [] }
-        let box = Box()
-        _ = MHD_get_connection_values(connection, .HEADER_KIND, { cls, _, key, value in
-            guard let cls, let key else { return MHD_Result.YES }
-            let box = Unmanaged<Box>.fromOpaque(cls).takeUnretainedValue()
-            var field = HeadCheck.Field(name: String(cString: key), value: value.map { String(cString: $0) } ?? "")
-            if let value {
-                let afterName = key + strlen(key) + 1
-                let gap = afterName.distance(to: value)
-                // Both lie in the connection's memory; a gap beyond it is no gap of one line.
-                field.folded = !(0...16 * 1024).contains(gap)
-                    || !(0..<gap).allSatisfy { afterName[$0] == 0x20 || afterName[$0] == 0x09 }
-            }
-            box.fields.append(field)
-            return MHD_Result.YES
-        }, Unmanaged.passUnretained(box).toOpaque())
-        return box.fields
+        var fields: [HeadCheck.Field] = []
+        fields.reserveCapacity(Int(MHD_get_connection_values(connection, .HEADER_KIND, nil, nil)))
+        _ = withUnsafeMutablePointer(to: &fields) { fields in
+            MHD_get_connection_values(connection, .HEADER_KIND, { cls, _, key, value in
+                guard let cls, let key else { return MHD_Result.YES }
+                var field = HeadCheck.Field(name: String(cString: key), value: value.map { String(cString: $0) } ?? "")
+                if let value {
+                    let afterName = key + strlen(key) + 1
+                    let gap = afterName.distance(to: value)
+                    // Both lie in the connection's memory; a gap beyond it is no gap of one line.
+                    field.folded = !(0...16 * 1024).contains(gap)
+                        || !(0..<gap).allSatisfy { afterName[$0] == 0x20 || afterName[$0] == 0x09 }
+                }
+                cls.assumingMemoryBound(to: [HeadCheck.Field].self).pointee.append(field)
+                return MHD_Result.YES
+            }, fields)
+        }
+        return fields
     }
 
     /// A header line as handlers see it: the name in lower case, the value without the
@@ -572,17 +575,22 @@ public final class MicroHTTPServer: Service {
         return HTTPField(name, value)
     }
 
-    /// The request's query arguments, names and values as the library decoded them.
+    /// The request's query arguments, names and values as the library decoded them (none
+    /// allocates nothing; like `headFields`, one array reserved at their count).
     private static func queryArguments(_ connection: OpaquePointer) -> [HTTPField] {
-        final class Box { var fields: [HTTPField] = [] }
-        let box = Box()
-        _ = MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, { cls, _, key, value in
-            guard let cls, let key else { return MHD_Result.YES }
-            let box = Unmanaged<Box>.fromOpaque(cls).takeUnretainedValue()
-            box.fields.append(HTTPField(String(cString: key), value.map { String(cString: $0) } ?? ""))
-            return MHD_Result.YES
-        }, Unmanaged.passUnretained(box).toOpaque())
-        return box.fields
+        let count = Int(MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, nil, nil))
+        guard count > 0 else { return [] }
+        var fields: [HTTPField] = []
+        fields.reserveCapacity(count)
+        _ = withUnsafeMutablePointer(to: &fields) { fields in
+            MHD_get_connection_values(connection, .GET_ARGUMENT_KIND, { cls, _, key, value in
+                guard let cls, let key else { return MHD_Result.YES }
+                cls.assumingMemoryBound(to: [HTTPField].self).pointee
+                    .append(HTTPField(String(cString: key), value.map { String(cString: $0) } ?? ""))
+                return MHD_Result.YES
+            }, fields)
+        }
+        return fields
     }
 }
 

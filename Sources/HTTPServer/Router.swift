@@ -71,6 +71,7 @@ public struct Router: Sendable {
     static func segments(of path: String) -> (bytes: [UInt8], bounds: [Range<Int>]) {
         let bytes = Array(path.utf8)
         var bounds: [Range<Int>] = []
+        bounds.reserveCapacity(bytes.reduce(1) { $1 == UInt8(ascii: "/") ? $0 + 1 : $0 })
         var start = bytes.first == UInt8(ascii: "/") ? 1 : 0
         for index in start..<bytes.count where bytes[index] == UInt8(ascii: "/") {
             bounds.append(start..<index)
