@@ -88,4 +88,15 @@ import Testing
         #expect(pacing.pauseEnd(waiting: 5000, now: 169 * ms) == 170 * ms)
         #expect(pacing.pauseEnd(waiting: 5000, now: 170 * ms) == nil, "the pause is over")
     }
+
+    @Test func byDefaultFanOutTakesAtMostAnEighthOfTheTimeUnderPressure() {
+        var pacing = FanOutPacing()
+        pacing.roundRan(from: 0, to: 4 * ms)
+        #expect(pacing.pauseEnd(waiting: 10_000, now: 4 * ms) == nil, "rounds up to 5 ms need no pause")
+        pacing.roundRan(from: 100 * ms, to: 120 * ms)
+        #expect(pacing.pauseEnd(waiting: 63, now: 120 * ms) == nil, "fewer than 64 events waiting need no pause")
+        // 20 ms of fan-out: the next round starts 8 × 20 ms after the last began.
+        #expect(pacing.pauseEnd(waiting: 64, now: 120 * ms) == 260 * ms)
+        #expect(pacing.pauseEnd(waiting: 64, now: 260 * ms) == nil)
+    }
 }
