@@ -318,8 +318,9 @@ public struct JSONObjectWriter: Sendable {
         swap(&output, &text)
     }
 
-    /// The finished object. Mutating, not consuming: a consuming call left the caller's
-    /// copy holding the buffer too, so closing the object copied it whole first.
+    /// The finished object; the writer is done with it (a second call would close the
+    /// object again). Mutating, not consuming: a consuming call left the caller's copy
+    /// holding the buffer too, so closing the object copied it whole first.
     public mutating func finish() -> String {
         output.appendByte(UInt8(ascii: "}"))  // the buffer is this writer's alone: no copy
         return output.text
