@@ -230,6 +230,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let sharedWriting = isShared ? SharedWriting(changeCounter: changeCounter, cache: taskCache) : nil
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
                                        walSizeLimit: configuration.walSizeLimitBytes, coordinator: sharedWriting,
+                                       heldWrites: taskCache,
                                        observeBatch: { batch in
                                            metrics.observe(batch)
                                            storageAlarm.observe(batch)

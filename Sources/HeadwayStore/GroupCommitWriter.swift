@@ -99,6 +99,8 @@ public final class GroupCommitWriter: Service {
     private let observeBatch: (@Sendable (BatchReport) -> Void)?
     /// What each batch does besides its jobs when other daemons write too (PostgreSQL).
     private let coordinator: (any BatchCoordinator)?
+    /// What holds a batch's changes of rows back until it commits, if anything.
+    private let heldWrites: (any HeldWrites)?
 
     /// The size the `-wal` file is brought back under once nothing holds it (32 MiB): well
     /// above what it reaches under steady load, when SQLite's automatic checkpoint resets it
@@ -109,12 +111,15 @@ public final class GroupCommitWriter: Service {
     /// `observeBatch`, if given, is called on the writer thread after each batch (before
     /// its jobs' completions): keep it cheap. `walSizeLimit` and `walCheckInterval` (in
     /// seconds): see `limitWAL()`. `coordinator`: what each batch does first and last when
-    /// other daemons write the same database (`SharedWriting`).
+    /// other daemons write the same database (`SharedWriting`). `heldWrites`: what holds
+    /// the batches' changes of rows back until they commit (the store's `TaskCache`).
     public init(path: String, durability: Durability, maximumBatch: Int = 2048,
                 maximumBatchBytes: Int = 16 << 20, walSizeLimit: Int = defaultWALSizeLimit,
                 walCheckInterval: Double = 1, coordinator: (any BatchCoordinator)? = nil,
+                heldWrites: (any HeldWrites)? = nil,
                 observeBatch: (@Sendable (BatchReport) -> Void)? = nil) throws(DatabaseError) {
         database = try Database(path: path)
+        self.heldWrites = heldWrites
         if database.isPostgres {
             try database.postgres!.addSessionSetting("SET synchronous_commit = \(durability == .full ? "on" : "off")")
             // A batch never waits between its statements; a writer that does (its daemon
@@ -313,7 +318,13 @@ public final class GroupCommitWriter: Service {
     /// throws after changing rows, or after a statement failed (which aborts a PostgreSQL
     /// transaction), is the batch rolled back and run again with a savepoint per job
     /// (`savepoints`).
+    ///
+    /// The batch's changes of rows are held back (`heldWrites`) and written before the
+    /// commit; if writing them fails (a row refused by a trigger, say), the batch is run
+    /// again with a savepoint per job and nothing held, so that the job whose row it was
+    /// fails alone.
     private func runBatch(_ batch: [Job], savepoints: Bool = false) -> ArraySlice<Job> {
+        database.heldWrites = savepoints ? nil : heldWrites
         if let coordinator, batch.allSatisfy(\.isCatchUp) {
             let delivered = (try? coordinator.catchUp(in: database)) != nil
             batch.forEach { job in delivered ? job.run(database, false).afterCommit() : job.abort(WriterError.transactionLost) }
@@ -338,6 +349,12 @@ public final class GroupCommitWriter: Service {
                     guard database.isInsideTransaction else { throw error ?? WriterError.transactionLost }
                     afterCommit.append(completion)
                     bytes += size
+                }
+                do {
+                    try database.heldWrites?.writeHeld(in: database)
+                } catch {
+                    guard database.isInsideTransaction else { throw error }
+                    throw WriterError.needsSavepoints
                 }
                 try coordinator?.batchEnds(in: database, changedRows: database.totalChanges != changesAtStart)
             }
@@ -374,7 +391,8 @@ public enum WriterError: Error, Equatable {
     case stopped
     /// SQLite ended the batch's transaction in the middle of it: nothing of the batch was stored.
     case transactionLost
-    /// A job run without a savepoint threw after changing rows: the batch is run again, a
-    /// savepoint per job (never reaches a job's completion).
+    /// A job run without a savepoint threw after changing rows, or a held change of a row
+    /// could not be written: the batch is run again, a savepoint per job (never reaches a
+    /// job's completion).
     case needsSavepoints
 }

@@ -112,6 +112,13 @@ public final class Database: @unchecked Sendable {
     /// Rows returned by this connection's queries (`rows(_:_:map:)`), for tests and
     /// measurements of how much a read touches.
     public private(set) var rowsRead = 0
+    /// What holds row writes back until this connection's transaction commits (the task
+    /// cache's held writes, `TaskCache`): told as savepoints and transactions begin and end,
+    /// and asked to write what it holds before each commit.
+    public var heldWrites: (any HeldWrites)?
+    /// Changes held back by `heldWrites`, counted in `totalChanges` as if written, so that
+    /// "did this change anything" means the same whether a write is held or made.
+    private var heldChanges: Int64 = 0
 
     /// Opens (creating if needed) the database at `path`, or connects to the PostgreSQL
     /// server `path` names (`postgresql://…`). A read-only PostgreSQL connection refuses
@@ -319,7 +326,28 @@ public final class Database: @unchecked Sendable {
     }
 
     /// Rows inserted, updated or deleted on this connection since it opened (triggers included).
-    var totalChanges: Int64 { postgres?.changedRows ?? sqlite3_total_changes64(handle) }
+    /// Writes held back (`HeldWrites`) count as changes.
+    var totalChanges: Int64 { (postgres?.changedRows ?? sqlite3_total_changes64(handle)) + heldChanges }
+
+    /// Counts a change that `heldWrites` holds back until the commit.
+    public func countHeldChange() { heldChanges += 1 }
+}
+
+/// Row writes a connection holds back until its transaction commits, so that a row changed
+/// many times in one transaction is written once, with its latest values. What holds them
+/// must write them (`writeHeld`) before any statement of the transaction reads those rows,
+/// and forget them as savepoints roll back and transactions end; the connection calls it
+/// for its own transactions and savepoints (`inTransaction`, `inSavepoint`).
+public protocol HeldWrites: AnyObject, Sendable {
+    /// Writes what is held; after a failure the transaction is rolled back.
+    func writeHeld(in database: Database) throws
+    /// A savepoint began (nested in the transaction).
+    func savepointBegan()
+    /// The innermost savepoint was released, or rolled back (what it held is forgotten,
+    /// what was held before it is held again).
+    func savepointEnded(rolledBack: Bool)
+    /// The transaction committed or rolled back: nothing is held any more.
+    func transactionEnded()
 }
 
 // MARK: - Transactions
@@ -366,11 +394,13 @@ extension Database {
         let value: Value
         do {
             value = try body()
+            try heldWrites?.writeHeld(in: self)
             try control("COMMIT")
         } catch {
             rollBackTransaction(changedSince: changesAtStart)
             throw error
         }
+        heldWrites?.transactionEnded()
         return value
     }
 
@@ -380,16 +410,24 @@ extension Database {
     /// rollback after changes is counted in `rollbacks`. Savepoints nest.
     @discardableResult
     public func inSavepoint<Value>(_ body: () throws -> Value) throws -> Value {
+        // Outside a transaction the savepoint is one, and its release commits.
+        let isTransaction = !isInsideTransaction
         try control("SAVEPOINT nested")
+        heldWrites?.savepointBegan()
         let changesAtStart = totalChanges
         let value: Value
         do {
             value = try body()
+            if isTransaction { try heldWrites?.writeHeld(in: self) }
             try control("RELEASE nested")
         } catch {
             rollBackSavepoint(changedSince: changesAtStart)
+            heldWrites?.savepointEnded(rolledBack: true)
+            if isTransaction || !isInsideTransaction { heldWrites?.transactionEnded() }
             throw error
         }
+        heldWrites?.savepointEnded(rolledBack: false)
+        if isTransaction { heldWrites?.transactionEnded() }
         return value
     }
 
@@ -401,6 +439,7 @@ extension Database {
             do { try control("ROLLBACK") } catch {}
         }
         noteRollback(changedSince: changesAtStart)
+        heldWrites?.transactionEnded()
     }
 
     /// Undoes and ends the innermost savepoint.

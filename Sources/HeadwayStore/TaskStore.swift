@@ -37,27 +37,62 @@ public final class ChangeCounter: Sendable {
 /// is forgotten. On a PostgreSQL database other daemons write too: `SharedWriting` forgets
 /// everything when a batch finds that another wrote since this one's last batch. Used by
 /// the writer thread (its mutex is never contended).
-public final class TaskCache: Sendable {
+///
+/// It also holds the writer's changes of tasks back until the batch commits (`HeldWrites`,
+/// once the writer's connection is given it, `GroupCommitWriter`'s `heldWrites`): a task
+/// changed by many updates of one batch (dozens, under load) has its row written once, with
+/// its latest values, so a batch costs one `UPDATE` per task it changed, not per change.
+/// A held task is read from here (it is the task as the batch left it). Statements that
+/// read tasks' rows on the writer's connection must come after `writeHeld`: `TaskStore`
+/// writes what is held before the walks of a cancel or delete, the stall sweep and
+/// retention, and the connection before each commit. Each savepoint keeps what it changed
+/// in an undo log, so a savepoint rolled back gives back what was held before it.
+public final class TaskCache: Sendable, HeldWrites {
+    /// A task changed since the batch began, not written yet.
+    private struct HeldWrite {
+        /// The task as its row stores it.
+        var stored: TaskRecord
+        /// The task as the batch left it.
+        var latest: TaskRecord
+    }
+
     private struct Contents {
         var tasks: [String: TaskRecord] = [:]
         var rollbacksSeen = 0
+        var held: [String: HeldWrite] = [:]
+        /// For each open savepoint (innermost last), what `held` had for each task before
+        /// the savepoint changed it, in order.
+        var undo: [[(id: String, before: HeldWrite?)]] = []
 
         mutating func forgetIfRolledBack(_ database: Database) {
             guard database.rollbacks != rollbacksSeen else { return }
             rollbacksSeen = database.rollbacks
             tasks.removeAll(keepingCapacity: true)
         }
+
+        mutating func remember(_ task: TaskRecord, in database: Database, capacity: Int) {
+            forgetIfRolledBack(database)
+            if tasks.count >= capacity && tasks[task.id] == nil { tasks.removeAll(keepingCapacity: true) }
+            tasks[task.id] = task
+        }
+
+        /// Notes, for the innermost savepoint if any, what `held` had for `id` before a change.
+        mutating func logForUndo(_ id: String) {
+            guard !undo.isEmpty else { return }
+            undo[undo.count - 1].append((id, held[id]))
+        }
     }
 
     private let contents = Locked(Contents())
-    /// At most this many tasks are kept (then the cache starts afresh).
+    /// At most this many tasks are kept (then the cache starts afresh; held writes stay).
     public let capacity: Int
 
     public init(capacity: Int = 10_000) { self.capacity = capacity }
 
-    /// The task as stored, if known.
+    /// The task as stored, or as the batch left it when its write is held; nil if unknown.
     fileprivate func task(_ id: String, in database: Database) -> TaskRecord? {
         contents.withLock { contents in
+            if let held = contents.held[id] { return held.latest }
             contents.forgetIfRolledBack(database)
             return contents.tasks[id]
         }
@@ -65,12 +100,55 @@ public final class TaskCache: Sendable {
 
     /// Remembers a task as read from or written to `database`.
     fileprivate func remember(_ task: TaskRecord, in database: Database) {
+        contents.withLock { contents in contents.remember(task, in: database, capacity: capacity) }
+    }
+
+    /// Writes `task` over `previous` (the task as `task(_:in:)` gave it): held until the
+    /// commit when `database` holds its writes here and a transaction is open, else at once.
+    fileprivate func write(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(DatabaseError) {
+        guard database.heldWrites === self, database.isInsideTransaction else {
+            try TaskRepository.update(task, previous: previous, in: database)
+            return remember(task, in: database)
+        }
         contents.withLock { contents in
-            contents.forgetIfRolledBack(database)
-            if contents.tasks.count >= capacity && contents.tasks[task.id] == nil {
-                contents.tasks.removeAll(keepingCapacity: true)
+            contents.logForUndo(task.id)
+            contents.held[task.id] = HeldWrite(stored: contents.held[task.id]?.stored ?? previous, latest: task)
+            contents.remember(task, in: database, capacity: capacity)
+        }
+        database.countHeldChange()
+    }
+
+    /// Writes every held change to its row (only the columns that differ from the row).
+    public func writeHeld(in database: Database) throws {
+        let writes = contents.withLock { contents in contents.held.isEmpty ? [] : Array(contents.held) }
+        for (id, write) in writes {
+            try TaskRepository.update(write.latest, previous: write.stored, in: database)
+            // Written one by one: after a failure what is left is still held.
+            contents.withLock { contents in
+                contents.logForUndo(id)
+                contents.held[id] = nil
             }
-            contents.tasks[task.id] = task
+        }
+    }
+
+    public func savepointBegan() { contents.withLock { $0.undo.append([]) } }
+
+    public func savepointEnded(rolledBack: Bool) {
+        contents.withLock { contents in
+            guard let log = contents.undo.popLast() else { return }
+            if rolledBack {
+                for (id, before) in log.reversed() { contents.held[id] = before }
+            } else if !contents.undo.isEmpty {
+                contents.undo[contents.undo.count - 1] += log
+            }
+        }
+    }
+
+    public func transactionEnded() {
+        contents.withLock { contents in
+            guard !contents.held.isEmpty || !contents.undo.isEmpty else { return }
+            contents.held.removeAll(keepingCapacity: true)
+            contents.undo.removeAll()
         }
     }
 
@@ -391,6 +469,7 @@ public struct TaskStore: Sendable {
                        in database: Database) throws -> SubtreeChange {
         try numbered(now: now, in: database) {
             guard let root = try load(id, in: database) else { throw TaskError.notFound(id) }
+            try cache.writeHeld(in: database)
             if let taskPrefix, root.childCount > 0,
                try TaskRepository.descendantOutside(prefix: taskPrefix, below: id, in: database) != nil {
                 throw AccessRefusal.subtreeOutsidePrefix(prefix: taskPrefix, taskID: id)
@@ -415,6 +494,8 @@ public struct TaskStore: Sendable {
 
     /// One step of `walk`.
     private func walk(_ walk: SubtreeWalk, in database: Database) throws -> SubtreeChange {
+        // The walk reads tasks' rows.
+        try cache.writeHeld(in: database)
         var walk = walk
         var step = SubtreeChange(count: 0, events: [])
         var bytes = 0
@@ -457,7 +538,8 @@ public struct TaskStore: Sendable {
     /// Raises (or changes) the stall flag of every task whose deadline has passed, at most
     /// `limit` of them, in deadline order; returns the events and how many were looked at.
     public func sweep(now: EpochMilliseconds, limit: Int, in database: Database) throws -> (events: [TaskEvent], examined: Int) {
-        try numbered {
+        try cache.writeHeld(in: database)
+        return try numbered {
             let due = try TaskRepository.dueForStallCheck(at: now, limit: limit, in: database)
             var events: [TaskEvent] = []
             for task in due {
@@ -480,6 +562,7 @@ public struct TaskStore: Sendable {
     /// resuming from an id at or below what was forgotten then gets a snapshot. Also
     /// forgets each webhook's finished deliveries beyond its latest 100.
     public func prune(finishedBefore cutoff: EpochMilliseconds, limit: Int, in database: Database) throws -> Int {
+        try cache.writeHeld(in: database)
         let tasks = try TaskRepository.prunable(finishedBefore: cutoff, limit: limit, in: database)
         var forgottenThrough: Int64 = 0
         for task in tasks {
@@ -539,8 +622,7 @@ public struct TaskStore: Sendable {
                       in database: Database) throws {
         var task = task
         if !exactDeadline { task.stallDeadline = StallRule.deadlineToStore(task, stored: previous.stallDeadline) }
-        try TaskRepository.update(task, previous: previous, in: database)
-        cache.remember(task, in: database)
+        try cache.write(task, previous: previous, in: database)
     }
 
     /// Gives a change its number.

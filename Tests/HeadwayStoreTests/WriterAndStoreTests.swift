@@ -19,8 +19,10 @@ final class StoreFixture: @unchecked Sendable {
         path = directory.file("headway.db")
         store = TaskStore(changeCounter: try DatabaseSetup.open(path: path).changeCounter, limits: limits,
                           stepTasks: stepTasks)
+        // As the daemon's: the store's cache holds the batches' changes of tasks until they commit.
         writer = try GroupCommitWriter(path: path, durability: durability, maximumBatchBytes: maximumBatchBytes,
-                                       walSizeLimit: walSizeLimit, walCheckInterval: walCheckInterval)
+                                       walSizeLimit: walSizeLimit, walCheckInterval: walCheckInterval,
+                                       heldWrites: store.cache)
         writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try writerThread.start()
     }
@@ -35,7 +37,7 @@ final class StoreFixture: @unchecked Sendable {
 
     /// Starts a new writer on the same file (after `stopWriter()`).
     func restartWriter(durability: Durability = .full) throws {
-        writer = try GroupCommitWriter(path: path, durability: durability)
+        writer = try GroupCommitWriter(path: path, durability: durability, heldWrites: store.cache)
         writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try writerThread.start()
     }
