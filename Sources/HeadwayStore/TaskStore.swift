@@ -112,22 +112,37 @@ public final class TaskCache: Sendable, HeldWrites {
         }
         contents.withLock { contents in
             contents.logForUndo(task.id)
-            contents.held[task.id] = HeldWrite(stored: contents.held[task.id]?.stored ?? previous, latest: task)
-            contents.remember(task, in: database, capacity: capacity)
+            // In place: the row as stored stays the one met first.
+            if let index = contents.held.index(forKey: task.id) {
+                contents.held.values[index].latest = task
+            } else {
+                contents.held[task.id] = HeldWrite(stored: previous, latest: task)
+            }
         }
         database.countHeldChange()
     }
 
-    /// Writes every held change to its row (only the columns that differ from the row).
+    /// Writes every held change to its row (only the columns that differ from the row),
+    /// then remembers the tasks as stored. If a write fails, everything stays held.
     public func writeHeld(in database: Database) throws {
-        let writes = contents.withLock { contents in contents.held.isEmpty ? [] : Array(contents.held) }
-        for (id, write) in writes {
-            try TaskRepository.update(write.latest, previous: write.stored, in: database)
-            // Written one by one: after a failure what is left is still held.
-            contents.withLock { contents in
-                contents.logForUndo(id)
-                contents.held[id] = nil
+        let writes = contents.withLock { contents -> [String: HeldWrite] in
+            guard !contents.held.isEmpty else { return [:] }
+            // A savepoint rolled back gives them back, as the rows' writes are undone.
+            if !contents.undo.isEmpty {
+                for (id, write) in contents.held { contents.undo[contents.undo.count - 1].append((id, write)) }
             }
+            defer { contents.held = [:] }
+            return contents.held
+        }
+        guard !writes.isEmpty else { return }
+        do {
+            for write in writes.values { try TaskRepository.update(write.latest, previous: write.stored, in: database) }
+        } catch {
+            contents.withLock { contents in contents.held = writes }
+            throw error
+        }
+        contents.withLock { contents in
+            for write in writes.values { contents.remember(write.latest, in: database, capacity: capacity) }
         }
     }
 
@@ -152,6 +167,8 @@ public final class TaskCache: Sendable, HeldWrites {
         }
     }
 
+    /// Forgets a task deleted from the database (after `writeHeld`: a write still held for it
+    /// would outlive it).
     fileprivate func forget(_ id: String) { contents.withLock { _ = $0.tasks.removeValue(forKey: id) } }
 
     /// Forgets every task: another daemon wrote to the database since they were read.
@@ -469,11 +486,12 @@ public struct TaskStore: Sendable {
                        in database: Database) throws -> SubtreeChange {
         try numbered(now: now, in: database) {
             guard let root = try load(id, in: database) else { throw TaskError.notFound(id) }
-            try cache.writeHeld(in: database)
+            // Reads only ids and parents, which no held write changes: a refusal writes nothing.
             if let taskPrefix, root.childCount > 0,
                try TaskRepository.descendantOutside(prefix: taskPrefix, below: id, in: database) != nil {
                 throw AccessRefusal.subtreeOutsidePrefix(prefix: taskPrefix, taskID: id)
             }
+            try cache.writeHeld(in: database)
             var events = [try remove(root, now: now, in: database)]
             events += try rollUp(from: root.parentID, childDelta: -1, weightDelta: -root.weight,
                                  doneDelta: -root.weight * root.shareOfParent, now: now, in: database)
