@@ -48,21 +48,41 @@ public final class ChangeCounter: Sendable {
 /// retention, and the connection before each commit. Each savepoint keeps what it changed
 /// in an undo log, so a savepoint rolled back gives back what was held before it.
 public final class TaskCache: Sendable, HeldWrites {
-    /// A task changed since the batch began, not written yet.
-    private struct HeldWrite {
+    /// A task changed since the batch began, not written yet. Changed in place only by
+    /// changes made in the savepoint that made it (`savepoint`): a savepoint's undo log
+    /// keeps the one it replaced, as it was.
+    private final class HeldWrite: @unchecked Sendable {  // touched only under the cache's lock
         /// The task as its row stores it.
-        var stored: TaskRecord
+        let stored: TaskRecord
         /// The task as the batch left it.
         var latest: TaskRecord
+        /// The savepoint it was made in (`Contents.savepoints`), 0 outside any.
+        let savepoint: Int
+
+        init(stored: TaskRecord, latest: TaskRecord, savepoint: Int) {
+            self.stored = stored
+            self.latest = latest
+            self.savepoint = savepoint
+        }
+    }
+
+    /// An open savepoint: its number, and what `held` had for each task before the
+    /// savepoint changed it, in order.
+    private struct Savepoint {
+        let number: Int
+        var undo: [(id: String, before: HeldWrite?)] = []
     }
 
     private struct Contents {
         var tasks: [String: TaskRecord] = [:]
         var rollbacksSeen = 0
         var held: [String: HeldWrite] = [:]
-        /// For each open savepoint (innermost last), what `held` had for each task before
-        /// the savepoint changed it, in order.
-        var undo: [[(id: String, before: HeldWrite?)]] = []
+        /// The open savepoints, innermost last.
+        var savepoints: [Savepoint] = []
+        var savepointsBegun = 0
+
+        /// The innermost open savepoint's number, 0 outside any.
+        var savepoint: Int { savepoints.last?.number ?? 0 }
 
         mutating func forgetIfRolledBack(_ database: Database) {
             guard database.rollbacks != rollbacksSeen else { return }
@@ -76,10 +96,15 @@ public final class TaskCache: Sendable, HeldWrites {
             tasks[task.id] = task
         }
 
-        /// Notes, for the innermost savepoint if any, what `held` had for `id` before a change.
-        mutating func logForUndo(_ id: String) {
-            guard !undo.isEmpty else { return }
-            undo[undo.count - 1].append((id, held[id]))
+        /// Holds `task`'s change over `previous` (as stored, when nothing is held for it yet).
+        mutating func hold(_ task: TaskRecord, previous: TaskRecord) {
+            let current = held[task.id]
+            if let current, current.savepoint == savepoint {
+                current.latest = task
+                return
+            }
+            if !savepoints.isEmpty { savepoints[savepoints.count - 1].undo.append((task.id, current)) }
+            held[task.id] = HeldWrite(stored: current?.stored ?? previous, latest: task, savepoint: savepoint)
         }
     }
 
@@ -110,15 +135,7 @@ public final class TaskCache: Sendable, HeldWrites {
             try TaskRepository.update(task, previous: previous, in: database)
             return remember(task, in: database)
         }
-        contents.withLock { contents in
-            contents.logForUndo(task.id)
-            // In place: the row as stored stays the one met first.
-            if let index = contents.held.index(forKey: task.id) {
-                contents.held.values[index].latest = task
-            } else {
-                contents.held[task.id] = HeldWrite(stored: previous, latest: task)
-            }
-        }
+        contents.withLock { contents in contents.hold(task, previous: previous) }
         database.countHeldChange()
     }
 
@@ -128,8 +145,8 @@ public final class TaskCache: Sendable, HeldWrites {
         let writes = contents.withLock { contents -> [String: HeldWrite] in
             guard !contents.held.isEmpty else { return [:] }
             // A savepoint rolled back gives them back, as the rows' writes are undone.
-            if !contents.undo.isEmpty {
-                for (id, write) in contents.held { contents.undo[contents.undo.count - 1].append((id, write)) }
+            if !contents.savepoints.isEmpty {
+                contents.savepoints[contents.savepoints.count - 1].undo += contents.held.map { ($0.key, $0.value) }
             }
             defer { contents.held = [:] }
             return contents.held
@@ -146,24 +163,29 @@ public final class TaskCache: Sendable, HeldWrites {
         }
     }
 
-    public func savepointBegan() { contents.withLock { $0.undo.append([]) } }
+    public func savepointBegan() {
+        contents.withLock { contents in
+            contents.savepointsBegun += 1
+            contents.savepoints.append(Savepoint(number: contents.savepointsBegun))
+        }
+    }
 
     public func savepointEnded(rolledBack: Bool) {
         contents.withLock { contents in
-            guard let log = contents.undo.popLast() else { return }
+            guard let ended = contents.savepoints.popLast() else { return }
             if rolledBack {
-                for (id, before) in log.reversed() { contents.held[id] = before }
-            } else if !contents.undo.isEmpty {
-                contents.undo[contents.undo.count - 1] += log
+                for (id, before) in ended.undo.reversed() { contents.held[id] = before }
+            } else if !contents.savepoints.isEmpty {
+                contents.savepoints[contents.savepoints.count - 1].undo += ended.undo
             }
         }
     }
 
     public func transactionEnded() {
         contents.withLock { contents in
-            guard !contents.held.isEmpty || !contents.undo.isEmpty else { return }
+            guard !contents.held.isEmpty || !contents.savepoints.isEmpty else { return }
             contents.held.removeAll(keepingCapacity: true)
-            contents.undo.removeAll()
+            contents.savepoints.removeAll()
         }
     }
 

@@ -70,30 +70,37 @@ import Testing
         let fixture = try StoreFixture()
         let store = fixture.store
         for id in ["kept", "untouched"] {
-            _ = try fixture.write { try store.register(Registration(id: id, name: id, total: 100), now: 1, in: $0) }
+            _ = try fixture.write { try store.register(Registration(id: id, name: id, total: 100_000), now: 1, in: $0) }
         }
-        let (undone, completed) = try fixture.write { database -> (Bool, Int64) in
-            _ = try store.progress("kept", ProgressUpdate(increment: 1), now: 2, in: database)
-            var undone = false
+        let (inside, completed) = try fixture.write { database -> ([Int64], Int64) in
+            var inside: [Int64] = []
+            func increment(_ id: String, _ by: Int64) throws -> Int64 {
+                try store.progress(id, ProgressUpdate(increment: by), now: 2, in: database).outcome.task.completed
+            }
+            _ = try increment("kept", 1)
             do {
                 try database.inSavepoint {
-                    _ = try store.progress("kept", ProgressUpdate(increment: 5), now: 3, in: database)
-                    _ = try store.progress("untouched", ProgressUpdate(increment: 1), now: 3, in: database)
-                    try database.inSavepoint {
-                        _ = try store.progress("kept", ProgressUpdate(increment: 10), now: 3, in: database)
-                    }
+                    _ = try increment("kept", 5)
+                    _ = try increment("untouched", 1)
+                    try database.inSavepoint { _ = try increment("kept", 10) }
+                    _ = try increment("kept", 100)
+                    do {
+                        try database.inSavepoint {
+                            _ = try increment("kept", 1000)
+                            throw Undo()
+                        }
+                    } catch is Undo {}
+                    inside.append(try increment("kept", 20_000))
                     throw Undo()
                 }
             } catch is Undo {
-                undone = true
+                inside.append(try increment("kept", 0))
             }
-            try database.inSavepoint {
-                _ = try store.progress("untouched", ProgressUpdate(increment: 2), now: 4, in: database)
-            }
-            return (undone, try store.progress("kept", ProgressUpdate(increment: 1), now: 4, in: database).outcome.task.completed)
+            try database.inSavepoint { _ = try increment("untouched", 2) }
+            return (inside, try increment("kept", 1))
         }
-        #expect(undone)
-        #expect(completed == 2, "1 + 1: the savepoint's 5 and 10 were undone")
+        #expect(inside == [20_116, 1], "the inner rollback undid 1,000; the outer one everything in it")
+        #expect(completed == 2, "1 + 1: what the rolled-back savepoints held was given back")
         let stored = try fixture.read { database in
             try ["kept", "untouched"].map { try TaskRepository.find($0, in: database)?.completed }
         }
