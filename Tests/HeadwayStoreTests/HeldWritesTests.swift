@@ -7,6 +7,11 @@ import Testing
 /// `HeldWrites`): one row write per task changed, the latest values stored, savepoints and
 /// rollbacks honoured, and statements that read tasks' rows seeing every change before them.
 @Suite struct HeldWritesTests {
+    /// Adds `by` to the task's progress; its completed count after.
+    private static func increment(_ id: String, by: Int64, store: TaskStore, in database: Database) throws -> Int64 {
+        try store.progress(id, ProgressUpdate(increment: by), now: 2, in: database).outcome.task.completed
+    }
+
     /// Counts the row writes of `tasks` from now on (a trigger of the test's own).
     private func countRowWrites(_ fixture: StoreFixture) throws {
         try fixture.read { database in
@@ -74,8 +79,8 @@ import Testing
         }
         let (inside, completed) = try fixture.write { database -> ([Int64], Int64) in
             var inside: [Int64] = []
-            func increment(_ id: String, _ by: Int64) throws -> Int64 {
-                try store.progress(id, ProgressUpdate(increment: by), now: 2, in: database).outcome.task.completed
+            let increment = { (id: String, by: Int64) throws -> Int64 in
+                try Self.increment(id, by: by, store: store, in: database)
             }
             _ = try increment("kept", 1)
             do {
