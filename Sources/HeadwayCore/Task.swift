@@ -59,57 +59,223 @@ public struct TreeLimits: Sendable, Equatable {
 }
 
 /// One task as stored: what the runner said and what the server derived.
+///
+/// A value, kept copy-on-write in one box: a task is copied many times between the cache,
+/// the rules, its event and its reply, and changed once, so a copy costs a reference,
+/// not its ~500 bytes and a retain of each of its strings.
 public struct TaskRecord: Equatable, Sendable {
-    public var id: String
-    public var name: String
-    public var label: String?
-    public var parentID: String?
-    public var weight: Double
-    public var state: TaskState
-    public var completed: Int64
-    public var total: Int64?
-    public var unit: String?
-    public var stalled: Bool
-    public var stallReason: StallReason?
-    public var stalledSince: EpochMilliseconds?
-    public var stallTimeoutMilliseconds: Int64
-    public var progressTimeoutMilliseconds: Int64?
-    public var cancelRequested: Bool
+    /// The stored fields.
+    fileprivate struct Fields: Equatable, Sendable {
+        var id: String
+        var name: String
+        var label: String?
+        var parentID: String?
+        var weight: Double
+        var state: TaskState
+        var completed: Int64
+        var total: Int64?
+        var unit: String?
+        var stalled: Bool
+        var stallReason: StallReason?
+        var stalledSince: EpochMilliseconds?
+        var stallTimeoutMilliseconds: Int64
+        var progressTimeoutMilliseconds: Int64?
+        var cancelRequested: Bool
+        var lastRunnerSeq: Int64?
+        var createdAt: EpochMilliseconds
+        var updatedAt: EpochMilliseconds
+        var lastSignalAt: EpochMilliseconds
+        var lastProgressAt: EpochMilliseconds?
+        var finishedAt: EpochMilliseconds?
+        var message: String?
+        var metadata: String?
+        var definition: String
+        var startedAt: EpochMilliseconds?
+        var stallDeadline: EpochMilliseconds?
+        var rate: RateEstimator = RateEstimator()
+        var childrenWeight: Double = 0.0
+        var childrenDone: Double = 0.0
+        var depth: Int = 1
+        var childCount: Int = 0
+        var historyPoints: Int = 0
+        var historyBucket: Int64?
+        var changeNumber: Int64 = 0
+        var changeKind: TaskEventKind = .created
+    }
+
+    /// The fields, shared by copies until one of them changes.
+    fileprivate final class Box: @unchecked Sendable {  // changed only through `ownBox()`, when not shared
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    private var box: Box
+
+    /// The box, this value's alone (copied first when shared), to change.
+    private mutating func ownBox() -> Box {
+        if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
+        return box
+    }
+
+    public static func == (lhs: TaskRecord, rhs: TaskRecord) -> Bool {
+        lhs.box === rhs.box || lhs.box.fields == rhs.box.fields
+    }
+
+    public var id: String {
+        get { box.fields.id }
+        set { ownBox().fields.id = newValue }
+    }
+    public var name: String {
+        get { box.fields.name }
+        set { ownBox().fields.name = newValue }
+    }
+    public var label: String? {
+        get { box.fields.label }
+        set { ownBox().fields.label = newValue }
+    }
+    public var parentID: String? {
+        get { box.fields.parentID }
+        set { ownBox().fields.parentID = newValue }
+    }
+    public var weight: Double {
+        get { box.fields.weight }
+        set { ownBox().fields.weight = newValue }
+    }
+    public var state: TaskState {
+        get { box.fields.state }
+        set { ownBox().fields.state = newValue }
+    }
+    public var completed: Int64 {
+        get { box.fields.completed }
+        set { ownBox().fields.completed = newValue }
+    }
+    public var total: Int64? {
+        get { box.fields.total }
+        set { ownBox().fields.total = newValue }
+    }
+    public var unit: String? {
+        get { box.fields.unit }
+        set { ownBox().fields.unit = newValue }
+    }
+    public var stalled: Bool {
+        get { box.fields.stalled }
+        set { ownBox().fields.stalled = newValue }
+    }
+    public var stallReason: StallReason? {
+        get { box.fields.stallReason }
+        set { ownBox().fields.stallReason = newValue }
+    }
+    public var stalledSince: EpochMilliseconds? {
+        get { box.fields.stalledSince }
+        set { ownBox().fields.stalledSince = newValue }
+    }
+    public var stallTimeoutMilliseconds: Int64 {
+        get { box.fields.stallTimeoutMilliseconds }
+        set { ownBox().fields.stallTimeoutMilliseconds = newValue }
+    }
+    public var progressTimeoutMilliseconds: Int64? {
+        get { box.fields.progressTimeoutMilliseconds }
+        set { ownBox().fields.progressTimeoutMilliseconds = newValue }
+    }
+    public var cancelRequested: Bool {
+        get { box.fields.cancelRequested }
+        set { ownBox().fields.cancelRequested = newValue }
+    }
     /// The highest runner `seq` applied so far, if the runner sends them (not a change number).
-    public var lastRunnerSeq: Int64?
-    public var createdAt: EpochMilliseconds
-    public var updatedAt: EpochMilliseconds
+    public var lastRunnerSeq: Int64? {
+        get { box.fields.lastRunnerSeq }
+        set { ownBox().fields.lastRunnerSeq = newValue }
+    }
+    public var createdAt: EpochMilliseconds {
+        get { box.fields.createdAt }
+        set { ownBox().fields.createdAt = newValue }
+    }
+    public var updatedAt: EpochMilliseconds {
+        get { box.fields.updatedAt }
+        set { ownBox().fields.updatedAt = newValue }
+    }
     /// The last create, progress or heartbeat.
-    public var lastSignalAt: EpochMilliseconds
+    public var lastSignalAt: EpochMilliseconds {
+        get { box.fields.lastSignalAt }
+        set { ownBox().fields.lastSignalAt = newValue }
+    }
     /// When `completed` last grew.
-    public var lastProgressAt: EpochMilliseconds?
-    public var finishedAt: EpochMilliseconds?
-    public var message: String?
+    public var lastProgressAt: EpochMilliseconds? {
+        get { box.fields.lastProgressAt }
+        set { ownBox().fields.lastProgressAt = newValue }
+    }
+    public var finishedAt: EpochMilliseconds? {
+        get { box.fields.finishedAt }
+        set { ownBox().fields.finishedAt = newValue }
+    }
+    public var message: String? {
+        get { box.fields.message }
+        set { ownBox().fields.message = newValue }
+    }
     /// The metadata object as canonical JSON text.
-    public var metadata: String?
+    public var metadata: String? {
+        get { box.fields.metadata }
+        set { ownBox().fields.metadata = newValue }
+    }
     /// The canonical registration body, compared when the same id is registered again.
-    public var definition: String
+    public var definition: String {
+        get { box.fields.definition }
+        set { ownBox().fields.definition = newValue }
+    }
     /// When the task became running (nil while pending).
-    public var startedAt: EpochMilliseconds?
+    public var startedAt: EpochMilliseconds? {
+        get { box.fields.startedAt }
+        set { ownBox().fields.startedAt = newValue }
+    }
     /// The next time the stall flag may change without a signal (see `StallRule`); as
     /// stored, it may be a little earlier (`StallRule.deadlineToStore`).
-    public var stallDeadline: EpochMilliseconds?
+    public var stallDeadline: EpochMilliseconds? {
+        get { box.fields.stallDeadline }
+        set { ownBox().fields.stallDeadline = newValue }
+    }
     /// The rate estimator's state.
-    public var rate = RateEstimator()
+    public var rate: RateEstimator {
+        get { box.fields.rate }
+        set { ownBox().fields.rate = newValue }
+    }
     /// For a parent: the sum of its children's weights, and of weight × child fraction.
-    public var childrenWeight = 0.0
-    public var childrenDone = 0.0
+    public var childrenWeight: Double {
+        get { box.fields.childrenWeight }
+        set { ownBox().fields.childrenWeight = newValue }
+    }
+    public var childrenDone: Double {
+        get { box.fields.childrenDone }
+        set { ownBox().fields.childrenDone = newValue }
+    }
     /// How deep the task is in its tree: 1 for a root, its parent's depth + 1 for a child.
-    public var depth = 1
+    public var depth: Int {
+        get { box.fields.depth }
+        set { ownBox().fields.depth = newValue }
+    }
     /// How many children the task has (stored ones: a deleted or forgotten child no longer counts).
-    public var childCount = 0
+    public var childCount: Int {
+        get { box.fields.childCount }
+        set { ownBox().fields.childCount = newValue }
+    }
     /// History samples stored for this task, and the second of the latest.
-    public var historyPoints = 0
-    public var historyBucket: Int64?
+    public var historyPoints: Int {
+        get { box.fields.historyPoints }
+        set { ownBox().fields.historyPoints = newValue }
+    }
+    public var historyBucket: Int64? {
+        get { box.fields.historyBucket }
+        set { ownBox().fields.historyBucket = newValue }
+    }
     /// The number of the task's latest change in the global change sequence (0 until stored).
-    public var changeNumber: Int64 = 0
+    public var changeNumber: Int64 {
+        get { box.fields.changeNumber }
+        set { ownBox().fields.changeNumber = newValue }
+    }
     /// What that change was (replayed as the event name when a subscriber resumes).
-    public var changeKind: TaskEventKind = .created
+    public var changeKind: TaskEventKind {
+        get { box.fields.changeKind }
+        set { ownBox().fields.changeKind = newValue }
+    }
 
     public init(id: String, name: String, label: String? = nil, parentID: String? = nil, weight: Double = 1,
                 state: TaskState = .running, completed: Int64 = 0, total: Int64? = nil, unit: String? = nil,
@@ -119,30 +285,14 @@ public struct TaskRecord: Equatable, Sendable {
                 updatedAt: EpochMilliseconds, lastSignalAt: EpochMilliseconds, lastProgressAt: EpochMilliseconds? = nil,
                 finishedAt: EpochMilliseconds? = nil, message: String? = nil, metadata: String? = nil,
                 definition: String = "{}") {
-        self.id = id
-        self.name = name
-        self.label = label
-        self.parentID = parentID
-        self.weight = weight
-        self.state = state
-        self.completed = completed
-        self.total = total
-        self.unit = unit
-        self.stalled = stalled
-        self.stallReason = stallReason
-        self.stalledSince = stalledSince
-        self.stallTimeoutMilliseconds = stallTimeoutMilliseconds
-        self.progressTimeoutMilliseconds = progressTimeoutMilliseconds
-        self.cancelRequested = cancelRequested
-        self.lastRunnerSeq = lastRunnerSeq
-        self.createdAt = createdAt
-        self.updatedAt = updatedAt
-        self.lastSignalAt = lastSignalAt
-        self.lastProgressAt = lastProgressAt
-        self.finishedAt = finishedAt
-        self.message = message
-        self.metadata = metadata
-        self.definition = definition
+        box = Box(Fields(
+            id: id, name: name, label: label, parentID: parentID, weight: weight, state: state,
+            completed: completed, total: total, unit: unit, stalled: stalled, stallReason: stallReason,
+            stalledSince: stalledSince, stallTimeoutMilliseconds: stallTimeoutMilliseconds,
+            progressTimeoutMilliseconds: progressTimeoutMilliseconds, cancelRequested: cancelRequested,
+            lastRunnerSeq: lastRunnerSeq, createdAt: createdAt, updatedAt: updatedAt,
+            lastSignalAt: lastSignalAt, lastProgressAt: lastProgressAt, finishedAt: finishedAt,
+            message: message, metadata: metadata, definition: definition))
     }
 
     /// Whether the task has children (its progress is theirs, weighted).
