@@ -29,7 +29,13 @@ struct DeadlineQueue<Value> {
         entries[fd] = Entry(value: value, deadline: deadline, serial: serial)
         insertions.append((fd, serial))
         if insertions.count - insertionsStart > 2 * entries.count + 64 {
-            insertions = insertions[insertionsStart...].filter { entries[$0.fd]?.serial == $0.serial }
+            // Compacted in place: the array keeps its room for the insertions to come.
+            var kept = 0
+            for index in insertionsStart..<insertions.count where entries[insertions[index].fd]?.serial == insertions[index].serial {
+                insertions[kept] = insertions[index]
+                kept += 1
+            }
+            insertions.removeSubrange(kept...)
             insertionsStart = 0
         }
     }

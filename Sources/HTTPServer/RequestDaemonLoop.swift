@@ -193,8 +193,10 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
     }
 
     private func addHandedOverConnections(to daemon: OpaquePointer) {
+        // Taken only when there are some: emptying a shared array allocates a new one.
         let waiting = handovers.withLock { handovers -> [Handover] in
-            defer { handovers.sockets.removeAll(keepingCapacity: true) }
+            guard !handovers.sockets.isEmpty else { return [] }
+            defer { handovers.sockets = [] }
             return handovers.sockets
         }
         for var handover in waiting {

@@ -252,6 +252,7 @@ public final class GroupCommitWriter: Service {
     public func run() {
         database.confine(to: .currentThread)
         var nextWALCheck = DispatchTime.now() + walCheckInterval
+        var batch: [Job] = []
         while true {
             if DispatchTime.now() >= nextWALCheck {
                 limitWAL()
@@ -266,12 +267,18 @@ public final class GroupCommitWriter: Service {
             // Woken by the first job of a burst, the writer would preempt the threads still
             // queueing the rest and commit them one by one: let them run first.
             sched_yield()
-            let batch = queue.withLock { queue in
-                let batch = Array(queue.jobs.prefix(maximumBatch))
-                queue.jobs.removeFirst(batch.count)
-                return batch
+            // The whole queue is taken by swapping it with the emptied array of the last
+            // batch, so that neither side allocates again while batches keep their size.
+            queue.withLock { queue in
+                if queue.jobs.count <= maximumBatch {
+                    swap(&queue.jobs, &batch)
+                } else {
+                    batch.append(contentsOf: queue.jobs.prefix(maximumBatch))
+                    queue.jobs.removeFirst(maximumBatch)
+                }
             }
-            let notRun = runBatch(batch)
+            let notRun = Array(runBatch(batch))
+            batch.removeAll(keepingCapacity: true)
             if !notRun.isEmpty { queue.withLock { $0.jobs.insert(contentsOf: notRun, at: 0) } }
         }
         database.close()
