@@ -39,17 +39,17 @@ struct TaskAPI: Sendable {
         routes.add("DELETE", "/v1/tasks/{id}", .scope(.control)) { request, grant, responder in delete(request, grant, responder) }
         routes.add("GET", "/v1/tasks/{id}/history", .scope(.read)) { request, grant, responder in history(request, grant, responder) }
         routes.add("POST", "/v1/tasks/{id}/progress", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, kind: .progress, parse: ProgressUpdate.parse) { id, update, now, database in
+            update(request, grant, responder, kind: .progress, parse: ProgressUpdate.parse) { [store] id, update, now, database in
                 try store.progress(id, update, now: now, in: database)
             }
         }
         routes.add("POST", "/v1/tasks/{id}/heartbeat", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, kind: .heartbeat, parse: Heartbeat.parse) { id, heartbeat, now, database in
+            update(request, grant, responder, kind: .heartbeat, parse: Heartbeat.parse) { [store] id, heartbeat, now, database in
                 try store.heartbeat(id, heartbeat, now: now, in: database)
             }
         }
         routes.add("POST", "/v1/tasks/{id}/finish", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, kind: .finish, emptyBodyAllowed: false, parse: Finish.parse) { id, finish, now, database in
+            update(request, grant, responder, kind: .finish, emptyBodyAllowed: false, parse: Finish.parse) { [store] id, finish, now, database in
                 try store.finish(id, finish, now: now, in: database)
             }
         }
@@ -195,7 +195,7 @@ struct TaskAPI: Sendable {
             if case .success = result { audit("audit.task_cancel", grant, request, id) }
             responder.respond(reply(result, request) { step in
                 // A cancel's first step always has its task's outcome.
-                step.outcome.map { taskReply(202, $0, events: step.events) } ?? HTTPResponse(status: 202)
+                step.outcome.map { Self.taskReply(202, $0, events: step.events) } ?? HTTPResponse(status: 202)
             })
         }
     }
@@ -213,16 +213,17 @@ struct TaskAPI: Sendable {
         do {
             (id, body) = (try taskID(request, grant), try parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed)))
         } catch {
-            return refuseUpdate(kind, error, request, responder)
+            return Self.refuseUpdate(kind, error, request, responder, errors: errors, metrics: metrics)
         }
-        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker, metrics] result in
+        // The closures capture what they use, not `self`: capturing a struct copies it.
+        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker, metrics, errors] result in
             switch result {
             case .success(let changed):
                 broker.publish(changed.events)
                 metrics.updatesAccepted.add(kind)
-                responder.respond(taskReply(200, changed.outcome, events: changed.events))
+                responder.respond(Self.taskReply(200, changed.outcome, events: changed.events))
             case .failure(let error):
-                refuseUpdate(kind, error, request, responder)
+                Self.refuseUpdate(kind, error, request, responder, errors: errors, metrics: metrics)
             }
         }
     }
@@ -314,7 +315,8 @@ struct TaskAPI: Sendable {
     }
 
     /// Answers an update refused with `error`, counting it by its problem's code.
-    private func refuseUpdate(_ kind: UpdateKind, _ error: any Error, _ request: HTTPRequest, _ responder: any Responder) {
+    private static func refuseUpdate(_ kind: UpdateKind, _ error: any Error, _ request: HTTPRequest, _ responder: any Responder,
+                                     errors: ErrorReplies, metrics: ServiceMetrics) {
         let problem = errors.problem(for: error, request)
         metrics.updatesRefused.add([kind.name, problem.code])
         responder.respond(problem.response)
@@ -335,7 +337,7 @@ struct TaskAPI: Sendable {
 
     /// The reply to a change of one task: the task as written (`Headway-Unchanged` when
     /// nothing changed). The task's own event, first of `events`, already carries its JSON.
-    private func taskReply(_ status: Int, _ outcome: TaskRules.Outcome, events: [TaskEvent]) -> HTTPResponse {
+    private static func taskReply(_ status: Int, _ outcome: TaskRules.Outcome, events: [TaskEvent]) -> HTTPResponse {
         var headers: [HTTPField] = []
         if case .unchanged = outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
         return .json(status, events.first?.data ?? outcome.task.json, headers: headers)
