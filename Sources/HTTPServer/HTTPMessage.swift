@@ -137,6 +137,7 @@ struct HeadCheck: Sendable {
     /// One header line as the library gave it: its name as sent, and whether the library
     /// folded a continuation line into it.
     struct Field: Sendable {
+        /// The name, its ASCII letters in lower case.
         var name: String
         var value: String
         var folded = false
@@ -155,7 +156,7 @@ struct HeadCheck: Sendable {
                 return .malformedHeader("a header name that is not a token (whitespace or another character not "
                     + "allowed before the colon)")
             }
-            switch field.name.hasASCIICapital ? field.name.lowercased() : field.name {
+            switch field.name {
             case "content-length": lengths += 1
             case "transfer-encoding": encodings.append(field.value)
             case "host": hosts += 1
@@ -289,4 +290,19 @@ extension String {
 
     /// Whether the string holds an ASCII capital letter.
     var hasASCIICapital: Bool { !utf8Satisfies { $0 &- UInt8(ascii: "A") >= 26 } }
+
+    /// The NUL-terminated `cString` with its ASCII capitals in lower case, made in one pass
+    /// (a header name: `String(cString:)` then `lowercased()` would make two strings, the
+    /// second by Unicode's rules, which change nothing more in a name that is a token).
+    /// Bytes that are not UTF-8 are repaired as `String(cString:)` repairs them.
+    init(lowercasingASCII cString: UnsafePointer<CChar>) {
+        let count = strlen(cString)
+        self.init(unsafeUninitializedCapacity: count) { buffer in
+            for index in 0..<count {
+                let byte = UInt8(bitPattern: cString[index])
+                buffer[index] = byte &- UInt8(ascii: "A") < 26 ? byte | 0x20 : byte
+            }
+            return count
+        }
+    }
 }

@@ -536,7 +536,7 @@ public final class MicroHTTPServer: Service {
         exchange.complete()
     }
 
-    /// The request's header lines as the library gave them, names as sent. libmicrohttpd
+    /// The request's header lines as the library gave them, names in lower case. libmicrohttpd
     /// 0.9.75 parses a line in place (`name\0` then optional whitespace then the value), but
     /// appends a line folded onto it (obs-fold: a line that begins with a space or a tab)
     /// to its *name*, in a copy elsewhere in the connection's memory: a field whose value
@@ -549,7 +549,7 @@ public final class MicroHTTPServer: Service {
         _ = withUnsafeMutablePointer(to: &fields) { fields in
             MHD_get_connection_values(connection, .HEADER_KIND, { cls, _, key, value in
                 guard let cls, let key else { return MHD_Result.YES }
-                var field = HeadCheck.Field(name: String(cString: key), value: value.map { String(cString: $0) } ?? "")
+                var field = HeadCheck.Field(name: String(lowercasingASCII: key), value: value.map { String(cString: $0) } ?? "")
                 if let value {
                     let afterName = key + strlen(key) + 1
                     let gap = afterName.distance(to: value)
@@ -567,12 +567,11 @@ public final class MicroHTTPServer: Service {
     /// A header line as handlers see it: the name in lower case, the value without the
     /// spaces and tabs around it (RFC 9110 §5.5; the library drops those before it only).
     private static func header(_ field: HeadCheck.Field) -> HTTPField {
-        let name = field.name.hasASCIICapital ? field.name.lowercased() : field.name
         var value = field.value
         if let last = value.utf8.last, last == 0x20 || last == 0x09 {
             value = String(decoding: value.utf8.reversed().drop { $0 == 0x20 || $0 == 0x09 }.reversed(), as: UTF8.self)
         }
-        return HTTPField(name, value)
+        return HTTPField(field.name, value)
     }
 
     /// The request's query arguments, names and values as the library decoded them (none
