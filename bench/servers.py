@@ -230,12 +230,15 @@ class Subscribers:
     """N event-stream subscribers on one epoll loop; counts stamped events and their latency.
     With `ssl_context` each opens with a (blocking) TLS handshake. `add` opens more, to
     another server too: each subscriber's state names its server's `port`. With
-    `keep_arrivals` each state also keeps (stamp, arrival) in ns of every stamped event."""
+    `keep_arrivals` each state also keeps (stamp, arrival) in ns of every stamped event;
+    `spread` maps each stamp to its earliest and latest arrival over all subscribers."""
 
     def __init__(self, port, count, request, ssl_context=None, keep_arrivals=False):
         self.selector = selectors.EpollSelector()
         self.states = []
         self.keep_arrivals = keep_arrivals
+        # Each stamp's earliest and latest arrival (ns) over all subscribers.
+        self.spread = {}
         self.connect_seconds = 0.0
         self.add(port, count, request, ssl_context)
 
@@ -302,10 +305,13 @@ class Subscribers:
             state["ready"] = True
             state["frames"] += complete.count(b"\n\n")
             for match in STAMP.finditer(complete):
+                stamp = int(match.group(1))
                 state["events"] += 1
-                state["latencies"].append((now - int(match.group(1))) / 1e6)
+                state["latencies"].append((now - stamp) / 1e6)
+                first, last = self.spread.get(stamp, (now, now))
+                self.spread[stamp] = (min(first, now), max(last, now))
                 if self.keep_arrivals:
-                    state["arrivals"].append((int(match.group(1)), now))
+                    state["arrivals"].append((stamp, now))
 
     def close(self):
         for state in self.states:
@@ -353,6 +359,11 @@ def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout")
         clients.pump(0.05)
     connected = clients.connected
     latencies = sorted(l for s in clients.states for l in s["latencies"])
+    # Each update's first and last arrival among the subscribers: the first is the server's
+    # path from request to the first write (for headwayd the commit too), the spread from
+    # first to last how long one round of writes (or the client's reads) takes.
+    firsts = [(first - stamp) / 1e6 for stamp, (first, _) in clients.spread.items()]
+    lasts = [(last - stamp) / 1e6 for stamp, (_, last) in clients.spread.items()]
     result = {
         "requested": subscribers, "connected": connected, "connect_seconds": clients.connect_seconds,
         "acknowledged": len(acknowledged), "expected": len(acknowledged) * connected,
@@ -360,6 +371,8 @@ def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout")
         "p50_ms": statistics.median(latencies) if latencies else float("nan"),
         "p90_ms": latencies[int(len(latencies) * 0.90) - 1] if latencies else float("nan"),
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] if latencies else float("nan"),
+        "first_arrival_ms": statistics.median(firsts) if firsts else float("nan"),
+        "last_arrival_ms": statistics.median(lasts) if lasts else float("nan"),
         "rss_before_kib": rss_before, "rss_after_kib": rss_after,
         "rss_per_subscriber_kib": (rss_after - rss_before) / max(1, connected),
         "idle_cpu_percent": idle_cpu, "busy_cpu_percent": busy_cpu,

@@ -37,6 +37,8 @@ def main():
     print(f"events delivered/expected {r['delivered']}/{r['expected']} "
           f"({100.0 * r['delivered'] / max(1, r['expected']):.2f}%)")
     print(f"latency p50 / p90 / p99   {r['p50_ms']:.2f} / {r['p90_ms']:.2f} / {r['p99_ms']:.2f} ms")
+    print(f"first / last arrival      {r['first_arrival_ms']:.2f} / {r['last_arrival_ms']:.2f} ms "
+          "(medians over the updates of the earliest and the latest subscriber to receive each)")
     print(f"server CPU                {r['idle_cpu_percent']:.2f}% of a core idle, "
           f"{r['busy_cpu_percent']:.1f}% while delivering")
     print(f"server RSS                {r['rss_before_kib'] / 1024:.1f} MiB -> {r['rss_after_kib'] / 1024:.1f} MiB "
