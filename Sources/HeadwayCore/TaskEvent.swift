@@ -54,7 +54,11 @@ public struct TaskEvent: Equatable, Sendable {
 /// should not be bothered.
 public struct StreamFilter: Equatable, Sendable {
     /// These tasks (with `parentID`: these tasks and those children).
-    public var taskIDs: Set<String>
+    public var taskIDs: Set<String> { didSet { onlyTaskID = taskIDs.count == 1 ? taskIDs.first : nil } }
+    /// The one task of `taskIDs` when it names one (what most dashboards' task pages ask):
+    /// `matches`, run for every subscriber at every event, then compares two strings
+    /// instead of hashing the event's id.
+    private var onlyTaskID: String?
     /// Children of this task.
     public var parentID: String?
     /// Tasks younger than this are held back; those that finish sooner are never sent.
@@ -66,6 +70,7 @@ public struct StreamFilter: Equatable, Sendable {
     public init(taskIDs: Set<String> = [], parentID: String? = nil, minDurationMilliseconds: Int64 = 0,
                 taskPrefix: String? = nil) {
         self.taskIDs = taskIDs
+        onlyTaskID = taskIDs.count == 1 ? taskIDs.first : nil
         self.parentID = parentID
         self.minDurationMilliseconds = minDurationMilliseconds
         self.taskPrefix = taskPrefix
@@ -76,8 +81,9 @@ public struct StreamFilter: Equatable, Sendable {
     /// named parent.
     public func matches(taskID: String, parentID: String?) -> Bool {
         if let taskPrefix, !taskID.utf8.starts(with: taskPrefix.utf8) { return false }
+        if let onlyTaskID, onlyTaskID == taskID { return true }
         if taskIDs.isEmpty && self.parentID == nil { return true }
-        return taskIDs.contains(taskID) || (self.parentID != nil && parentID == self.parentID)
+        return (onlyTaskID == nil && taskIDs.contains(taskID)) || (self.parentID != nil && parentID == self.parentID)
     }
 
     /// Whether a task that ran from `createdAt` to `finishedAt` lived too short to be shown.

@@ -16,6 +16,20 @@ import Testing
         #expect(StreamFilter(parentID: "p").matches(taskID: "c", parentID: "p"))
         #expect(!StreamFilter(parentID: "p").matches(taskID: "c", parentID: nil))
     }
+
+    @Test func oneNamedTaskAsTheTasksChange() {
+        var filter = StreamFilter(taskIDs: ["x"], taskPrefix: "x")
+        #expect(filter.matches(taskID: "x", parentID: nil))
+        #expect(!filter.matches(taskID: "xy", parentID: nil) && !filter.matches(taskID: "y", parentID: "x"))
+        filter.taskIDs.insert("xy")
+        #expect(filter.matches(taskID: "x", parentID: nil) && filter.matches(taskID: "xy", parentID: nil))
+        filter.taskIDs = ["xz"]
+        #expect(!filter.matches(taskID: "x", parentID: nil) && filter.matches(taskID: "xz", parentID: nil))
+        filter.parentID = "p"
+        #expect(filter.matches(taskID: "xc", parentID: "p") && !filter.matches(taskID: "c", parentID: "p"))
+        filter.taskIDs = []
+        #expect(!filter.matches(taskID: "xz", parentID: nil) && filter.matches(taskID: "xc", parentID: "p"))
+    }
 }
 
 /// `min_duration`: driven by explicit times, no clock needed.
