@@ -134,10 +134,9 @@ public enum HTTPRefusal: Equatable, Sendable {
 /// What the server checks of a request's head before anything reads its body or routes
 /// it: a head a proxy in front could read otherwise is refused, and its connection closed.
 struct HeadCheck: Sendable {
-    /// One header line as the library gave it: its name as sent, and whether the library
-    /// folded a continuation line into it.
+    /// One header line as the library gave it: its name (ASCII letters in lower case), its
+    /// value, and whether the library folded a continuation line into it.
     struct Field: Sendable {
-        /// The name, its ASCII letters in lower case.
         var name: String
         var value: String
         var folded = false

@@ -396,7 +396,8 @@ public final class MicroHTTPServer: Service {
 
     // MARK: - Called on the libmicrohttpd thread
 
-    func access(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, uploadData: UnsafePointer<CChar>?,
+    func access(_ connection: OpaquePointer, url: UnsafePointer<CChar>, method: UnsafePointer<CChar>,
+                version: UnsafePointer<CChar>?, uploadData: UnsafePointer<CChar>?,
                 uploadSize: UnsafeMutablePointer<Int>, context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         // Woken by a resume, a daemon thread should not preempt the writer that is resuming
         // a whole committed batch: it answers the batch in one pass once the writer is done,
@@ -408,7 +409,11 @@ public final class MicroHTTPServer: Service {
         else {
             let refusal = context.pointee.map { Unmanaged<RefusedTarget>.fromOpaque($0).takeRetainedValue().refusal }
             context.pointee = nil
-            return begin(connection, url: url, method: method, isHTTP11: isHTTP11, refusal: refusal, context: context)
+            // The target and method become strings here only: later calls of the same
+            // request (its body, its dispatch, its answer) do not need them.
+            return begin(connection, url: String(cString: url), method: String(cString: method),
+                         isHTTP11: version.map { strcmp($0, MHD_HTTP_VERSION_1_1) == 0 } ?? false,
+                         refusal: refusal, context: context)
         }
         if uploadSize.pointee > 0 {
             exchange.loop?.noteProgress()
@@ -822,8 +827,7 @@ private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection
         return MHD_Result.YES
     }
     let server = Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue()
-    return server.access(connection, url: String(cString: url), method: String(cString: method),
-                         isHTTP11: version.map { strcmp($0, MHD_HTTP_VERSION_1_1) == 0 } ?? false,
+    return server.access(connection, url: url, method: method, version: version,
                          uploadData: uploadData, uploadSize: uploadSize, context: context)
 }
 
