@@ -8,7 +8,6 @@ progress, as JSON, through BullMQ's updateProgress script (bench/redis-progress.
 import http.client
 import json
 import os
-import re
 import resource
 import selectors
 import shutil
@@ -25,7 +24,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADWAYD = os.environ.get("HEADWAYD", os.path.join(ROOT, ".build/release/headwayd"))
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-STAMP = re.compile(rb'"label":"t=(\d+)"')
+STAMP_PREFIX = b'"label":"t='
+
+
+def stamps(frames):
+    """The send times (ns) stamped in the labels of `frames`, in order: found with
+    `bytes.find`, which costs a subscriber loop about half what a regular expression
+    costs, and more so on a server's larger frames (headwayd sends the whole task)."""
+    found = []
+    start = frames.find(STAMP_PREFIX)
+    while start >= 0:
+        first = start + len(STAMP_PREFIX)
+        end = frames.find(b'"', first)
+        digits = frames[first:end] if end > first else b""
+        if digits.isdigit():
+            found.append(int(digits))
+        start = frames.find(STAMP_PREFIX, first)
+    return found
 
 
 def body(stamp_ns=None, counter=0):
@@ -296,7 +311,7 @@ class Subscribers:
             arrived.append((state, chunk, time.time_ns()))
         for state, chunk, now in arrived:
             state["open"] = True  # the response head (and a first frame) came
-            data = state["buffer"] + chunk
+            data = state["buffer"] + chunk if state["buffer"] else chunk
             end = data.rfind(b"\n\n")
             if end < 0:
                 state["buffer"] = data[-4096:]
@@ -304,8 +319,7 @@ class Subscribers:
             complete, state["buffer"] = data[:end + 2], data[end + 2:]
             state["ready"] = True
             state["frames"] += complete.count(b"\n\n")
-            for match in STAMP.finditer(complete):
-                stamp = int(match.group(1))
+            for stamp in stamps(complete):
                 state["events"] += 1
                 state["latencies"].append((now - stamp) / 1e6)
                 first, last = self.spread.get(stamp, (now, now))
