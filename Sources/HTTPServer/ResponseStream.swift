@@ -107,6 +107,36 @@ public final class ResponseStream: Sendable {
             return dueDrainHandler()
         }
 
+        /// Direct mode with nothing waiting: sends `pieces` as one chunk straight from their
+        /// arrays, and only what the socket does not take waits (`sendUnsent`). A socket
+        /// with room, the common case, so costs one `sendmsg` and no allocation.
+        mutating func sendChunk(_ pieces: [[UInt8]], shared: Bool, owner: ResponseStream) -> (@Sendable () -> Void)? {
+            let size = pieces.reduce(0) { $0 + $1.count }
+            guard size > 0 else { return nil }
+            var sent = -1
+            if pieces.count <= UnsentBytes.maximumVectors - 2 {
+                var chunkBytes = 0
+                var failure: Int32 = 0
+                sent = UnsentBytes.withChunkVectors(pieces, size: size) { vectors in
+                    chunkBytes = vectors.reduce(0) { $0 + $1.iov_len }
+                    var message = msghdr()
+                    message.msg_iov = vectors.baseAddress
+                    message.msg_iovlen = vectors.count
+                    let sent = sendmsg(directSocket, &message, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                    if sent < 0 { failure = errno }
+                    return sent
+                }
+                if sent == chunkBytes { return dueDrainHandler() }
+                if sent < 0 && failure != EINTR && failure != EAGAIN && failure != EWOULDBLOCK {
+                    breakOff()
+                    return nil
+                }
+            }
+            unsent.appendChunk(pieces, shared: shared)
+            if sent > 0 { unsent.removeFirst(sent) }
+            return sendUnsent(owner: owner)
+        }
+
         /// The drain handler, when it is due: unsent bytes fell to the low water after
         /// being above it, or the last shared byte has been sent.
         mutating func dueDrainHandler() -> (@Sendable () -> Void)? {
@@ -187,6 +217,7 @@ public final class ResponseStream: Sendable {
             }
             if shared && pieces.contains(where: { !$0.isEmpty }) { state.holdsShared = true }
             if state.isDirect {
+                if state.unsent.isEmpty { return (true, state.sendChunk(pieces, shared: shared, owner: self)) }
                 state.unsent.appendChunk(pieces, shared: shared)
                 return (true, state.sendUnsent(owner: self))
             }

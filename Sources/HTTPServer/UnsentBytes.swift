@@ -54,33 +54,75 @@ struct UnsentBytes {
 
     /// `size` in lower-case hexadecimal, then CRLF.
     static func chunkSizeLine(_ size: Int) -> [UInt8] {
-        var line: [UInt8] = []
+        var line = [UInt8](repeating: 0, count: maximumChunkSizeLine)
+        let length = line.withUnsafeMutableBytes { writeChunkSizeLine(size, into: $0) }
+        return Array(line.prefix(length))
+    }
+
+    /// The longest chunk-size line: 16 hexadecimal digits and CRLF.
+    static let maximumChunkSizeLine = 18
+
+    /// Writes `size` in lower-case hexadecimal, then CRLF, at the start of `buffer` (at
+    /// least `maximumChunkSizeLine` bytes); returns how many bytes it wrote.
+    static func writeChunkSizeLine(_ size: Int, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        var length = 0
         var shift = (Int.bitWidth - size.leadingZeroBitCount + 3) / 4 * 4
         repeat {
             shift -= 4
-            line.append(hexDigits[(size >> shift) & 0xF])
+            buffer[length] = hexDigits[(size >> shift) & 0xF]
+            length += 1
         } while shift > 0
-        return line + lineEnd
+        buffer[length] = 13
+        buffer[length + 1] = 10
+        return length + 2
     }
 
     /// Calls `body` with the unsent bytes of the first segments (at most
     /// `maximumVectors`), in order, as vectors for `sendmsg`; valid only during the call.
     func withIOVectors<Result>(_ body: (UnsafeMutableBufferPointer<iovec>) -> Result) -> Result {
-        var vectors: [iovec] = []
-        vectors.reserveCapacity(min(Self.maximumVectors, segments.count - head))
-        // Each segment's storage stays pinned while the calls nest.
-        func gather(_ index: Int) -> Result {
-            guard index < segments.count, vectors.count < Self.maximumVectors else {
-                return vectors.withUnsafeMutableBufferPointer { body($0) }
+        let count = min(Self.maximumVectors, segments.count - head)
+        return withUnsafeTemporaryAllocation(of: iovec.self, capacity: max(count, 1)) { vectors in
+            // Each segment's storage stays pinned while the calls nest.
+            func gather(_ filled: Int) -> Result {
+                guard filled < count else { return body(UnsafeMutableBufferPointer(rebasing: vectors[..<count])) }
+                return segments[head + filled].bytes.withUnsafeBytes { raw in
+                    let skip = filled == 0 ? offsetInHead : 0
+                    vectors[filled] = iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress! + skip),
+                                            iov_len: raw.count - skip)
+                    return gather(filled + 1)
+                }
             }
-            return segments[index].bytes.withUnsafeBytes { raw in
-                let skip = index == head ? offsetInHead : 0
-                vectors.append(iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress! + skip),
-                                     iov_len: raw.count - skip))
-                return gather(index + 1)
+            return gather(0)
+        }
+    }
+
+    /// Calls `body` with `pieces` framed as one HTTP/1.1 chunk (its size line, the pieces,
+    /// CRLF) as vectors for `sendmsg`, straight from the pieces' arrays and with nothing
+    /// allocated; valid only during the call. `pieces` holds at most `maximumVectors - 2`
+    /// pieces and `size` bytes in all, more than zero.
+    static func withChunkVectors<Result>(_ pieces: [[UInt8]], size: Int,
+                                         _ body: (UnsafeMutableBufferPointer<iovec>) -> Result) -> Result {
+        precondition(size > 0 && pieces.count <= maximumVectors - 2, "not a chunk to send in one call")
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: maximumChunkSizeLine) { line in
+            let lineLength = writeChunkSizeLine(size, into: UnsafeMutableRawBufferPointer(line))
+            return withUnsafeTemporaryAllocation(of: iovec.self, capacity: pieces.count + 2) { vectors in
+                vectors[0] = iovec(iov_base: UnsafeMutableRawPointer(line.baseAddress!), iov_len: lineLength)
+                return lineEnd.withUnsafeBytes { end in
+                    vectors[pieces.count + 1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: end.baseAddress!),
+                                                      iov_len: end.count)
+                    // Each piece's storage stays pinned while the calls nest.
+                    func gather(_ index: Int) -> Result {
+                        guard index < pieces.count else { return body(vectors) }
+                        return pieces[index].withUnsafeBytes { raw in
+                            vectors[index + 1] = iovec(iov_base: UnsafeMutableRawPointer(mutating: raw.baseAddress),
+                                                       iov_len: raw.count)
+                            return gather(index + 1)
+                        }
+                    }
+                    return gather(0)
+                }
             }
         }
-        return gather(head)
     }
 
     /// Copies up to `capacity` unsent bytes to `buffer` and counts them as sent; returns

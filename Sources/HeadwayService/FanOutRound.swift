@@ -88,6 +88,9 @@ final class RoundEvents {
         filter.matches(taskID: taskIDs[index], parentID: parentIDs[index])
     }
 
+    /// Every event's frame, in order: what a subscriber that sends the whole round writes.
+    private(set) lazy var allFrames: [[UInt8]] = indices.map { frame($0) }
+
     /// The frame of an event, with its id.
     func frame(_ index: Int) -> [UInt8] {
         if let frame = frames[index] { return frame }

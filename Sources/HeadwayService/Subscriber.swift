@@ -139,18 +139,31 @@ final class Subscriber {
             }
             return .nothing
         }
+        // While every event so far is sent, the round's own arrays stand for them (most
+        // subscribers of a round send all of it): nothing is gathered until one is not.
+        var sendsAll = true
         var frames: [[UInt8]] = []
         var tasks: [String] = []
         let holding = holdsBack
         let now = holding ? clock.now() : 0
-        for index in round.indices where merge.isNew(round.changeNumbers[index]) && round.matches(index, filter) {
-            if holding {
-                guard case .send = holdBack.offer(round.events[index], now: now) else { continue }
+        for index in round.indices {
+            var sends = merge.isNew(round.changeNumbers[index]) && round.matches(index, filter)
+            if sends && holding {
+                switch holdBack.offer(round.events[index], now: now) {
+                case .send: break
+                case .hold, .drop: sends = false
+                }
             }
-            frames.append(round.frame(index))
-            tasks.append(round.taskIDs[index])
+            if sends && !sendsAll {
+                frames.append(round.frame(index))
+                tasks.append(round.taskIDs[index])
+            } else if !sends && sendsAll {
+                sendsAll = false
+                frames = round.indices.prefix(index).map { round.frame($0) }
+                tasks = Array(round.taskIDs.prefix(index))
+            }
         }
-        return enqueue(frames, tasks: tasks)
+        return sendsAll ? enqueue(round.allFrames, tasks: round.taskIDs) : enqueue(frames, tasks: tasks)
     }
 
     /// Takes the catch-up: its frames go out first, then the live events that arrived

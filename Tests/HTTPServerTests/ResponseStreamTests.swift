@@ -184,6 +184,39 @@ import Testing
         stream.connectionClosed()
     }
 
+    /// Writes of several pieces, each sent straight from its arrays while the socket has
+    /// room, and cut anywhere (the size line, a piece, the CRLF) when it has not: the peer
+    /// still receives every chunk whole and in order.
+    @Test func writesCutAnywhereBySendsArriveWholeAndInOrder() throws {
+        let pair = try SocketPair(sendBuffer: 4096)
+        let (stream, _) = try directStream(pair)
+        var random = SystemRandomNumberGenerator()
+        var expected: [UInt8] = []
+        var received: [UInt8] = []
+        for write in 0..<400 {
+            let pieces = (0..<Int.random(in: 1...3, using: &random)).map { piece in
+                [UInt8](repeating: UInt8(truncatingIfNeeded: write * 3 + piece), count: Int.random(in: 0...700, using: &random))
+            }
+            let size = pieces.reduce(0) { $0 + $1.count }
+            if size > 0 { expected += UnsentBytes.chunkSizeLine(size) + pieces.joined() + Array("\r\n".utf8) }
+            #expect(stream.write(contentsOf: pieces))
+            if write % 7 == 0 {
+                received += pair.peerReads(upTo: Int.random(in: 1...3000, using: &random))
+                stream.sendWhenWritable()
+            }
+        }
+        var rounds = 0
+        while stream.bufferedBytes > 0 && rounds < 100_000 {
+            rounds += 1
+            received += pair.peerReads()
+            stream.sendWhenWritable()
+        }
+        received += pair.peerReads()
+        #expect(received.count == expected.count)
+        #expect(received == expected)
+        stream.connectionClosed()
+    }
+
     /// Bytes that wait with the socket taking none for the stall timeout close the
     /// stream; any byte taken starts the count again.
     @Test func aStreamWhosePeerTakesNothingForTheStallTimeoutIsClosed() throws {
