@@ -327,24 +327,48 @@ class Subscribers:
                 if self.keep_arrivals:
                     state["arrivals"].append((stamp, now))
 
+    def summary(self):
+        """What the subscribers received: as `SubscriberProcess.finish` returns it."""
+        latencies = sorted(l for s in self.states for l in s["latencies"])
+        firsts = [(first - stamp) / 1e6 for stamp, (first, _) in self.spread.items()]
+        lasts = [(last - stamp) / 1e6 for stamp, (_, last) in self.spread.items()]
+        nan = float("nan")
+        return {
+            "connected": self.connected, "delivered": sum(s["events"] for s in self.states),
+            "p50_ms": statistics.median(latencies) if latencies else nan,
+            "p90_ms": latencies[int(len(latencies) * 0.90) - 1] if latencies else nan,
+            "p99_ms": latencies[int(len(latencies) * 0.99) - 1] if latencies else nan,
+            "first_arrival_ms": statistics.median(firsts) if firsts else nan,
+            "last_arrival_ms": statistics.median(lasts) if lasts else nan,
+        }
+
     def close(self):
         for state in self.states:
             state["sock"].close()
 
 
 def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout"):
-    """N subscribers of one channel, `rate` stamped updates per second: delivery, latency, RSS, CPU."""
+    """N subscribers of one channel, `rate` stamped updates per second: delivery, latency, RSS, CPU.
+    Over plain HTTP the subscribers are bench/sse-subscribers.c (`SubscriberProcess`), which
+    measures the server's delivery; over TLS they are the Python `Subscribers`."""
     server.prepare_channels([channel])
     time.sleep(0.5)
     rss_before = rss_kib(server.pid)
-    clients = Subscribers(server.port, subscribers, server.subscribe_request(channel),
-                          ssl_context=getattr(server, "ssl_context", None))
-    for _ in range(20):
-        clients.pump(0.05)
+    ssl_context = getattr(server, "ssl_context", None)
+    if ssl_context is None:
+        clients = SubscriberProcess(server.port, subscribers, server.subscribe_request(channel))
+        wait = time.sleep
+    else:
+        clients = Subscribers(server.port, subscribers, server.subscribe_request(channel), ssl_context=ssl_context)
+
+        def wait(seconds):
+            until = time.monotonic() + seconds
+            while time.monotonic() < until:
+                clients.pump(0.05)
+    wait(1)
     rss_after = rss_kib(server.pid)
     cpu_start, idle_start = cpu_seconds(server.pid), time.monotonic()
-    while time.monotonic() - idle_start < 3:
-        clients.pump(0.1)
+    wait(3)
     idle_cpu = 100 * (cpu_seconds(server.pid) - cpu_start) / (time.monotonic() - idle_start)
 
     acknowledged = []
@@ -365,34 +389,62 @@ def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout")
     driver = threading.Thread(target=drive)
     cpu_start, drive_start = cpu_seconds(server.pid), time.monotonic()
     driver.start()
-    while driver.is_alive():
-        clients.pump(0.05)
+    if ssl_context is None:
+        driver.join()
+    else:
+        while driver.is_alive():
+            clients.pump(0.05)
     busy_cpu = 100 * (cpu_seconds(server.pid) - cpu_start) / (time.monotonic() - drive_start)
-    drain_until = time.monotonic() + 3
-    while time.monotonic() < drain_until:
-        clients.pump(0.05)
-    connected = clients.connected
-    latencies = sorted(l for s in clients.states for l in s["latencies"])
-    # Each update's first and last arrival among the subscribers: the first is the server's
-    # path from request to the first write (for headwayd the commit too), the spread from
-    # first to last how long one round of writes (or the client's reads) takes.
-    firsts = [(first - stamp) / 1e6 for stamp, (first, _) in clients.spread.items()]
-    lasts = [(last - stamp) / 1e6 for stamp, (_, last) in clients.spread.items()]
+    wait(3)
+    if ssl_context is None:
+        received = clients.finish()
+    else:
+        received = clients.summary()
+        clients.close()
     result = {
-        "requested": subscribers, "connected": connected, "connect_seconds": clients.connect_seconds,
-        "acknowledged": len(acknowledged), "expected": len(acknowledged) * connected,
-        "delivered": sum(s["events"] for s in clients.states),
-        "p50_ms": statistics.median(latencies) if latencies else float("nan"),
-        "p90_ms": latencies[int(len(latencies) * 0.90) - 1] if latencies else float("nan"),
-        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] if latencies else float("nan"),
-        "first_arrival_ms": statistics.median(firsts) if firsts else float("nan"),
-        "last_arrival_ms": statistics.median(lasts) if lasts else float("nan"),
+        "requested": subscribers, "connected": received["connected"], "connect_seconds": clients.connect_seconds,
+        "acknowledged": len(acknowledged), "expected": len(acknowledged) * received["connected"],
+        "delivered": received["delivered"],
+        "p50_ms": received["p50_ms"], "p90_ms": received["p90_ms"], "p99_ms": received["p99_ms"],
+        # Each update's first and last arrival among the subscribers (medians over the
+        # updates): the first is the server's path from request to the first write (for
+        # headwayd the commit too), the spread from first to last one round of writes.
+        "first_arrival_ms": received["first_arrival_ms"], "last_arrival_ms": received["last_arrival_ms"],
         "rss_before_kib": rss_before, "rss_after_kib": rss_after,
-        "rss_per_subscriber_kib": (rss_after - rss_before) / max(1, connected),
+        "rss_per_subscriber_kib": (rss_after - rss_before) / max(1, received["connected"]),
         "idle_cpu_percent": idle_cpu, "busy_cpu_percent": busy_cpu,
     }
-    clients.close()
     return result
+
+
+class SubscriberProcess:
+    """`count` event-stream subscribers of `port` in bench/sse-subscribers.c (on this
+    process's CPU), reading from the start; `finish` ends them and returns what
+    `Subscribers.summary` returns."""
+
+    def __init__(self, port, count, request):
+        self.process = subprocess.Popen([subscriber_client(), str(port), str(count), request.decode()],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        words = self.process.stdout.readline().split()
+        if not words or words[0] != "connected":
+            raise RuntimeError(f"sse-subscribers did not connect: {words}")
+        self.connected, self.connect_seconds = int(words[1]), float(words[2])
+
+    def finish(self):
+        self.process.stdin.close()
+        summary = json.loads(self.process.stdout.readline())
+        self.process.wait()
+        return {key: (float("nan") if value == -1 else value) for key, value in summary.items()}
+
+
+def subscriber_client():
+    """bench/sse-subscribers.c compiled (again when the source is newer) under .build/bench."""
+    source = os.path.join(ROOT, "bench/sse-subscribers.c")
+    binary = os.path.join(ROOT, ".build/bench/sse-subscribers")
+    if not os.path.exists(binary) or os.path.getmtime(binary) < os.path.getmtime(source):
+        os.makedirs(os.path.dirname(binary), exist_ok=True)
+        subprocess.run(["cc", "-O2", "-Wall", "-o", binary, source], check=True)
+    return binary
 
 
 def publish_while_subscribed(server, subscribers=10_000, connections=50, seconds=10):

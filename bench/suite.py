@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """headwayd beside nginx+nchan and Redis, measured alternately in one run; writes docs/benchmarks.md.
 
-Each server is pinned to CPU 0, the load (wrk, the epoll subscriber client, the Redis
-client bench/redis-progress.c) to CPU 1. Throughput runs alternate nchan / headwayd (full)
+Each server is pinned to CPU 0, the load (wrk, the event-stream subscribers of
+bench/sse-subscribers.c, the Redis client bench/redis-progress.c) to CPU 1. Throughput runs alternate nchan / headwayd (full)
 / headwayd (normal) / Redis (appendfsync always) / Redis (appendfsync everysec) for
 --repeat rounds and report medians; Redis runs BullMQ's own updateProgress script (from
 the bullmq package) on jobs BullMQ's Queue.add created. Fan-out runs alternate nchan /
