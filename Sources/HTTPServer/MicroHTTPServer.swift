@@ -826,9 +826,11 @@ private let accessHandlerCallback: MHD_AccessHandlerCallback = { cls, connection
        exchange.isWaitingForAnswer {
         return MHD_Result.YES
     }
-    let server = Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue()
-    return server.access(connection, url: url, method: method, version: version,
-                         uploadData: uploadData, uploadSize: uploadSize, context: context)
+    // The server outlives its daemons: lent without a retain and a release per call.
+    return Unmanaged<MicroHTTPServer>.fromOpaque(cls)._withUnsafeGuaranteedRef { server in
+        server.access(connection, url: url, method: method, version: version,
+                      uploadData: uploadData, uploadSize: uploadSize, context: context)
+    }
 }
 
 private let libraryLogCallback: headway_log_sink = { context, message in
@@ -841,7 +843,7 @@ private let libraryLogCallback: headway_log_sink = { context, message in
 private let targetCheckCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?)
     -> UnsafeMutableRawPointer? = { cls, target, _ in
     guard let cls, let target else { return nil }
-    return Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().checkTarget(target)
+    return Unmanaged<MicroHTTPServer>.fromOpaque(cls)._withUnsafeGuaranteedRef { $0.checkTarget(target) }
 }
 
 /// A connection opens in a daemon: it waits for its first head. It closes: it waits no
@@ -866,7 +868,7 @@ private let connectionNotifyCallback: MHD_NotifyConnectionCallback = { cls, conn
 
 private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, connection, context, termination in
     guard let cls else { return }
-    Unmanaged<MicroHTTPServer>.fromOpaque(cls).takeUnretainedValue().completed(connection, context, termination)
+    Unmanaged<MicroHTTPServer>.fromOpaque(cls)._withUnsafeGuaranteedRef { $0.completed(connection, context, termination) }
 }
 
 /// Turning `host:port` into a socket address.
