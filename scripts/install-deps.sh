@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what building, running and testing Headway need on a fresh Debian machine:
-# the C libraries (libmicrohttpd, SQLite, GnuTLS, libcurl, libpq), and the Python tools the tests and benchmarks
+# the C libraries (libmicrohttpd, SQLite, GnuTLS, libcurl, libpq; jemalloc, which release builds
+# of the daemon allocate with), and the Python tools the tests and benchmarks
 # call, in a virtual environment under .build/venv (Debian 12 and Ubuntu 24.04 refuse pip
 # installs into the system Python, PEP 668). Only what is missing is installed; run as
 # root (or with sudo available).
 set -euo pipefail
 
-apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcurl4-openssl-dev libpq-dev)
+apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcurl4-openssl-dev libpq-dev libjemalloc-dev)
 # The tests put a real nginx in front of the daemon (deploy/nginx/headway.conf), drive
 # a real headless Chromium at it (Selenium uses Debian's chromedriver, no download), and
 # make certificates (openssl) and HTTPS requests (curl) for the TLS tests, and drive the
@@ -17,7 +18,7 @@ apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcur
 # server (postgresql: initdb, pg_ctl, psql; run as its postgres user through runuser).
 [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd util-linux e2fsprogs postgresql)
 # The benchmarks also run Redis beside the daemon (redis-server) with a load client in C
-# (bench/redis-progress.c, compiled by gcc).
+# (bench/redis-progress.c) and event-stream subscribers in C (bench/sse-subscribers.c), compiled by gcc.
 [ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl sqlite3 postgresql redis-server gcc libc6-dev)
 
 missing=()
