@@ -2,9 +2,9 @@
 """headwayd beside nginx+nchan and Redis, measured alternately in one run; writes docs/benchmarks.md.
 
 Each server is pinned to CPU 0, the load (wrk, the event-stream subscribers of
-bench/sse-subscribers.c, the Redis client bench/redis-progress.c) to CPU 1. Throughput runs alternate nchan / headwayd (full)
-/ headwayd (normal) / Redis (appendfsync always) / Redis (appendfsync everysec) for
---repeat rounds and report medians; Redis runs BullMQ's own updateProgress script (from
+bench/sse-subscribers.c, the Redis client bench/redis-progress.c) to CPU 1. Throughput
+runs alternate nchan / headwayd (full) / headwayd (normal) / Redis (appendfsync always) /
+Redis (appendfsync everysec) for --repeat rounds and report medians; Redis runs BullMQ's own updateProgress script (from
 the bullmq package) on jobs BullMQ's Queue.add created. Fan-out runs alternate nchan /
 headwayd; the order turns each round. Prints one table of figures and ratios against the
 targets it was built for, writes it to docs/benchmarks.md with a plot of latency
@@ -349,7 +349,7 @@ Redis (appendfsync always, then everysec: figures 1r and 2r, see "{REDIS_SECTION
 ({args.repeat} rounds, medians of {args.seconds} s wrk runs, 50 keep-alive connections, the
 same ~100-byte JSON body); fan-out rounds alternate nchan / headwayd ({args.fanout_repeat}
 rounds, {args.subscribers:,} EventSource subscribers of one channel/task read by one epoll
-client, 5 stamped updates/s for {args.fanout_seconds:.0f} s; the same with
+client in C, bench/sse-subscribers.c, 5 stamped updates/s for {args.fanout_seconds:.0f} s; the same with
 {args.small_subscribers:,} subscribers for figures 4c and 4d); the order of the servers turns
 each round. Figure 6: {args.subscribers:,} subscribers of every task, each with its snapshot,
 then wrk updating 50 tasks for {args.seconds} s. nchan keeps messages in shared memory;
