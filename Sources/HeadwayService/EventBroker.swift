@@ -187,7 +187,7 @@ private final class BrokerThread {
     private let settings: EventBroker.Settings
     private let clock: any WallClock
     private let logger: Logger
-    private var subscribers: [SubscriberID: Subscriber] = [:]
+    private var subscribers = SubscriberList()
     /// The token each stream was opened with, if any.
     private var tokens: [SubscriberID: String] = [:]
     /// Tokens revoked or expired: their streams are closed, even those attached later.
@@ -215,7 +215,7 @@ private final class BrokerThread {
         case .publish(let events):
             queue.append(events)
         case .attach(let id, let sink, let filter, let tokenID):
-            subscribers[id] = Subscriber(id: id, sink: sink, filter: filter, limits: settings.subscriberLimits)
+            subscribers.add(Subscriber(id: id, sink: sink, filter: filter, limits: settings.subscriberLimits))
             if let tokenID {
                 tokens[id] = tokenID
                 // Its place is given back when the closed sink reports it (`detach`).
@@ -234,7 +234,7 @@ private final class BrokerThread {
         case .detach(let id):
             holding[id] = nil
             tokens[id] = nil
-            guard let subscriber = subscribers.removeValue(forKey: id) else { return false }
+            guard let subscriber = subscribers.remove(id) else { return false }
             if subscriber.sink.hasStalled { report(.cutOff(.stalled), subscriber) }
             return true
         case .wake:
@@ -252,7 +252,7 @@ private final class BrokerThread {
             if queue.coalescedCount > coalescedBefore { counters.coalesced.add(UInt64(queue.coalescedCount - coalescedBefore)) }
             let round = RoundEvents(events)
             // Each frame is encoded once, for all subscribers.
-            for subscriber in subscribers.values {
+            for subscriber in subscribers.inOrder {
                 report(subscriber.deliver(round, clock: clock), subscriber)
                 if subscriber.holdsBack && subscriber.isLive { noteHolds(subscriber) }
             }
@@ -275,13 +275,13 @@ private final class BrokerThread {
     func sendHeartbeatIfDue() {
         guard schedule.heartbeatIsDue(now: Self.monotonicNow()) else { return }
         let pieces = [EventFrames.heartbeat]
-        for subscriber in subscribers.values { subscriber.heartbeat(pieces) }
+        for subscriber in subscribers.inOrder { subscriber.heartbeat(pieces) }
     }
 
     /// Ends every stream (the broker stops).
     func finishAll() {
-        for subscriber in subscribers.values { subscriber.finish() }
-        subscribers = [:]
+        for subscriber in subscribers.inOrder { subscriber.finish() }
+        subscribers = SubscriberList()
         holding = [:]
     }
 
@@ -313,4 +313,38 @@ private final class BrokerThread {
 
     /// The monotonic clock, in nanoseconds.
     private static func monotonicNow() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+}
+
+/// The broker's subscribers: found by id, visited in the order they came, so that a round
+/// writes their sockets in that order rather than a hash table's (made one after another,
+/// their objects and sockets lie near one another in memory). Removing one moves the last
+/// into its place.
+struct SubscriberList {
+    private var positions: [SubscriberID: Int] = [:]
+    /// Every subscriber, mostly in the order they came.
+    private(set) var inOrder: [Subscriber] = []
+
+    subscript(id: SubscriberID) -> Subscriber? { positions[id].map { inOrder[$0] } }
+
+    /// Adds `subscriber` at the end, or in the place of the one with its id.
+    mutating func add(_ subscriber: Subscriber) {
+        if let position = positions[subscriber.id] {
+            inOrder[position] = subscriber
+        } else {
+            positions[subscriber.id] = inOrder.count
+            inOrder.append(subscriber)
+        }
+    }
+
+    /// Removes and returns the subscriber with `id`, if there is one.
+    mutating func remove(_ id: SubscriberID) -> Subscriber? {
+        guard let position = positions.removeValue(forKey: id) else { return nil }
+        let removed = inOrder[position]
+        let last = inOrder.removeLast()
+        if position < inOrder.count {
+            inOrder[position] = last
+            positions[last.id] = position
+        }
+        return removed
+    }
 }

@@ -317,3 +317,34 @@ import Testing
         #expect(budget.usedBytes == 0)
     }
 }
+
+/// The broker's list of subscribers: each found by its id after any mix of arrivals and
+/// departures, every one visited once, and those that never left in the order they came
+/// except where a departure moved the last into its place.
+@Suite struct SubscriberListTests {
+    @Test func findsEachByIDAndVisitsEachOnceThroughArrivalsAndDepartures() {
+        var list = SubscriberList()
+        var model: [Int] = []  // ids in the list's order, moved as the list moves them
+        var random = SystemRandomNumberGenerator()
+        var nextID = 0
+        for _ in 0..<2000 {
+            if model.isEmpty || Int.random(in: 0..<3, using: &random) > 0 {
+                nextID += 1
+                list.add(Subscriber(id: SubscriberID(rawValue: nextID), sink: FakeEventSink(), filter: StreamFilter(),
+                                    limits: Subscriber.Limits(unsentBytes: 4000, maximumPendingTasks: 3)))
+                model.append(nextID)
+            } else {
+                let position = Int.random(in: 0..<model.count, using: &random)
+                let id = model[position]
+                #expect(list.remove(SubscriberID(rawValue: id))?.id.rawValue == id)
+                #expect(list.remove(SubscriberID(rawValue: id)) == nil, "gone once removed")
+                let last = model.removeLast()
+                if position < model.count { model[position] = last }
+            }
+        }
+        #expect(list.inOrder.map(\.id.rawValue) == model)
+        for id in 1...nextID {
+            #expect(list[SubscriberID(rawValue: id)]?.id.rawValue == (model.contains(id) ? id : nil))
+        }
+    }
+}
