@@ -78,18 +78,21 @@ public final class ResponseStream: Sendable {
         mutating func sendUnsent(owner: ResponseStream) -> (@Sendable () -> Void)? {
             var progressed = false
             while !unsent.isEmpty {
+                var failure: Int32 = 0
                 let sent = unsent.withIOVectors { vectors in
                     var message = msghdr()
                     message.msg_iov = vectors.baseAddress
                     message.msg_iovlen = vectors.count
-                    return sendmsg(directSocket, &message, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                    let sent = sendmsg(directSocket, &message, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                    if sent < 0 { failure = errno }
+                    return sent
                 }
                 if sent > 0 {
                     unsent.removeFirst(sent)
                     progressed = true
-                } else if sent < 0 && errno == EINTR {
+                } else if sent < 0 && failure == EINTR {
                     continue
-                } else if sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                } else if sent < 0 && (failure == EAGAIN || failure == EWOULDBLOCK) {
                     if unsent.count > lowWaterBytes { aboveLowWater = true }
                     if progressed || !isWaiting, let watcher {
                         lastProgress = watcher.now()

@@ -184,9 +184,10 @@ import Testing
         stream.connectionClosed()
     }
 
-    /// Writes of several pieces, each sent straight from its arrays while the socket has
-    /// room, and cut anywhere (the size line, a piece, the CRLF) when it has not: the peer
-    /// still receives every chunk whole and in order.
+    /// Writes of several pieces (now and then more than one `sendmsg` takes, or shared),
+    /// each sent straight from its arrays while the socket has room, and cut anywhere (the
+    /// size line, a piece, the CRLF) when it has not: the peer still receives every chunk
+    /// whole and in order.
     @Test func writesCutAnywhereBySendsArriveWholeAndInOrder() throws {
         let pair = try SocketPair(sendBuffer: 4096)
         let (stream, _) = try directStream(pair)
@@ -194,12 +195,13 @@ import Testing
         var expected: [UInt8] = []
         var received: [UInt8] = []
         for write in 0..<400 {
-            let pieces = (0..<Int.random(in: 1...3, using: &random)).map { piece in
+            let pieceCount = write % 50 == 0 ? UnsentBytes.maximumVectors + 6 : Int.random(in: 1...3, using: &random)
+            let pieces = (0..<pieceCount).map { piece in
                 [UInt8](repeating: UInt8(truncatingIfNeeded: write * 3 + piece), count: Int.random(in: 0...700, using: &random))
             }
             let size = pieces.reduce(0) { $0 + $1.count }
             if size > 0 { expected += UnsentBytes.chunkSizeLine(size) + pieces.joined() + Array("\r\n".utf8) }
-            #expect(stream.write(contentsOf: pieces))
+            #expect(write % 9 == 0 ? stream.writeShared(contentsOf: pieces) : stream.write(contentsOf: pieces))
             if write % 7 == 0 {
                 received += pair.peerReads(upTo: Int.random(in: 1...3000, using: &random))
                 stream.sendWhenWritable()
