@@ -347,24 +347,35 @@ class Subscribers:
             state["sock"].close()
 
 
-def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout"):
+def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout", python_client=False):
     """N subscribers of one channel, `rate` stamped updates per second: delivery, latency, RSS, CPU.
     Over plain HTTP the subscribers are bench/sse-subscribers.c (`SubscriberProcess`), which
-    measures the server's delivery; over TLS they are the Python `Subscribers`."""
+    measures the server's delivery; over TLS, or with `python_client` (to compare with TLS
+    through the same client), they are the Python `Subscribers`."""
     server.prepare_channels([channel])
     time.sleep(0.5)
     rss_before = rss_kib(server.pid)
     ssl_context = getattr(server, "ssl_context", None)
-    if ssl_context is None:
+    in_c = ssl_context is None and not python_client
+    if in_c:
         clients = SubscriberProcess(server.port, subscribers, server.subscribe_request(channel))
-        wait = time.sleep
     else:
         clients = Subscribers(server.port, subscribers, server.subscribe_request(channel), ssl_context=ssl_context)
+    try:
+        return measure_fanout(server, clients, in_c, rss_before, subscribers, rate, seconds, channel)
+    finally:
+        clients.close()
 
-        def wait(seconds):
-            until = time.monotonic() + seconds
-            while time.monotonic() < until:
-                clients.pump(0.05)
+
+def measure_fanout(server, clients, in_c, rss_before, subscribers, rate, seconds, channel):
+    """`fanout`'s measurement, with its subscribers connected."""
+    def wait(seconds):
+        if in_c:
+            return time.sleep(seconds)
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            clients.pump(0.05)
+
     wait(1)
     rss_after = rss_kib(server.pid)
     cpu_start, idle_start = cpu_seconds(server.pid), time.monotonic()
@@ -389,18 +400,14 @@ def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout")
     driver = threading.Thread(target=drive)
     cpu_start, drive_start = cpu_seconds(server.pid), time.monotonic()
     driver.start()
-    if ssl_context is None:
+    if in_c:
         driver.join()
     else:
         while driver.is_alive():
             clients.pump(0.05)
     busy_cpu = 100 * (cpu_seconds(server.pid) - cpu_start) / (time.monotonic() - drive_start)
     wait(3)
-    if ssl_context is None:
-        received = clients.finish()
-    else:
-        received = clients.summary()
-        clients.close()
+    received = clients.finish() if in_c else clients.summary()
     result = {
         "requested": subscribers, "connected": received["connected"], "connect_seconds": clients.connect_seconds,
         "acknowledged": len(acknowledged), "expected": len(acknowledged) * received["connected"],
@@ -420,13 +427,14 @@ def fanout(server, subscribers=10_000, rate=5.0, seconds=30.0, channel="fanout")
 class SubscriberProcess:
     """`count` event-stream subscribers of `port` in bench/sse-subscribers.c (on this
     process's CPU), reading from the start; `finish` ends them and returns what
-    `Subscribers.summary` returns."""
+    `Subscribers.summary` returns; `close` ends them at once."""
 
     def __init__(self, port, count, request):
         self.process = subprocess.Popen([subscriber_client(), str(port), str(count), request.decode()],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         words = self.process.stdout.readline().split()
         if not words or words[0] != "connected":
+            self.close()
             raise RuntimeError(f"sse-subscribers did not connect: {words}")
         self.connected, self.connect_seconds = int(words[1]), float(words[2])
 
@@ -435,6 +443,12 @@ class SubscriberProcess:
         summary = json.loads(self.process.stdout.readline())
         self.process.wait()
         return {key: (float("nan") if value == -1 else value) for key, value in summary.items()}
+
+    def close(self):
+        """Ends the subscribers at once if `finish` did not."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
 
 
 def subscriber_client():
