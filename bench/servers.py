@@ -452,9 +452,14 @@ class SubscriberProcess:
 
 
 def subscriber_client():
-    """bench/sse-subscribers.c compiled (again when the source is newer) under .build/bench."""
-    source = os.path.join(ROOT, "bench/sse-subscribers.c")
-    binary = os.path.join(ROOT, ".build/bench/sse-subscribers")
+    """bench/sse-subscribers.c, compiled."""
+    return compiled_client("sse-subscribers")
+
+
+def compiled_client(name):
+    """bench/NAME.c compiled (again when the source is newer) under .build/bench."""
+    source = os.path.join(ROOT, f"bench/{name}.c")
+    binary = os.path.join(ROOT, f".build/bench/{name}")
     if not os.path.exists(binary) or os.path.getmtime(binary) < os.path.getmtime(source):
         os.makedirs(os.path.dirname(binary), exist_ok=True)
         subprocess.run(["cc", "-O2", "-Wall", "-o", binary, source], check=True)
@@ -552,13 +557,8 @@ def bullmq_update_progress_script():
 
 
 def redis_load_client():
-    """bench/redis-progress.c compiled (again when the source is newer) under .build/bench."""
-    source = os.path.join(ROOT, "bench/redis-progress.c")
-    binary = os.path.join(ROOT, ".build/bench/redis-progress")
-    if not os.path.exists(binary) or os.path.getmtime(binary) < os.path.getmtime(source):
-        os.makedirs(os.path.dirname(binary), exist_ok=True)
-        subprocess.run(["cc", "-O2", "-Wall", "-o", binary, source], check=True)
-    return binary
+    """bench/redis-progress.c, compiled."""
+    return compiled_client("redis-progress")
 
 
 def redis_progress(server, connections=50, seconds=10):

@@ -78,15 +78,7 @@ public final class ResponseStream: Sendable {
         mutating func sendUnsent(owner: ResponseStream) -> (@Sendable () -> Void)? {
             var progressed = false
             while !unsent.isEmpty {
-                var failure: Int32 = 0
-                let sent = unsent.withIOVectors { vectors in
-                    var message = msghdr()
-                    message.msg_iov = vectors.baseAddress
-                    message.msg_iovlen = vectors.count
-                    let sent = sendmsg(directSocket, &message, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
-                    if sent < 0 { failure = errno }
-                    return sent
-                }
+                let (sent, failure) = unsent.withIOVectors { send($0) }
                 if sent > 0 {
                     unsent.removeFirst(sent)
                     progressed = true
@@ -119,15 +111,10 @@ public final class ResponseStream: Sendable {
             var sent = -1
             if pieces.count <= UnsentBytes.maximumVectors - 2 {
                 var chunkBytes = 0
-                var failure: Int32 = 0
-                sent = UnsentBytes.withChunkVectors(pieces, size: size) { vectors in
+                let failure: Int32
+                (sent, failure) = UnsentBytes.withChunkVectors(pieces, size: size) { vectors in
                     chunkBytes = vectors.reduce(0) { $0 + $1.iov_len }
-                    var message = msghdr()
-                    message.msg_iov = vectors.baseAddress
-                    message.msg_iovlen = vectors.count
-                    let sent = sendmsg(directSocket, &message, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
-                    if sent < 0 { failure = errno }
-                    return sent
+                    return send(vectors)
                 }
                 if sent == chunkBytes { return dueDrainHandler() }
                 if sent < 0 && failure != EINTR && failure != EAGAIN && failure != EWOULDBLOCK {
@@ -138,6 +125,16 @@ public final class ResponseStream: Sendable {
             unsent.appendChunk(pieces, shared: shared)
             if sent > 0 { unsent.removeFirst(sent) }
             return sendUnsent(owner: owner)
+        }
+
+        /// One `sendmsg` of `vectors` to the socket, without blocking: the bytes it took, or
+        /// -1 and its `errno` (read at once, before anything else may change it).
+        func send(_ vectors: UnsafeMutableBufferPointer<iovec>) -> (sent: Int, failure: Int32) {
+            var message = msghdr()
+            message.msg_iov = vectors.baseAddress
+            message.msg_iovlen = vectors.count
+            let sent = sendmsg(directSocket, &message, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+            return (sent, sent < 0 ? errno : 0)
         }
 
         /// The drain handler, when it is due: unsent bytes fell to the low water after
