@@ -80,10 +80,8 @@ final class Histograms<Labels: MetricLabels>: Sendable {
 
     /// Counts `value` in the histogram of `labels`.
     func observe(_ value: Double, _ labels: Labels) {
-        values.withLock { histograms in
-            if histograms[labels] == nil { histograms[labels] = HistogramValues(bounds: bounds) }
-            histograms[labels]!.observe(value)
-        }
+        // One lookup, the values changed in place (the default is made only the first time).
+        values.withLock { $0[labels, default: HistogramValues(bounds: bounds)].observe(value) }
     }
 
     /// Every histogram, by its label values.
