@@ -29,7 +29,7 @@ public struct HTTPRequest: Sendable {
     /// until one does).
     public var requestID: String
     /// Values taken from `{name}` segments of the matched route.
-    public var pathParameters: [String: String] = [:]
+    public var pathParameters = PathParameters()
     /// Where the router notes the pattern of the route it matched, for a middleware that
     /// wants it once the exchange is over (metrics, logs): set by the middleware that asks,
     /// nil otherwise (the router then notes nothing).
@@ -49,7 +49,10 @@ public struct HTTPRequest: Sendable {
     public func header(_ name: String) -> String? {
         // Callers mostly ask in lower case already: no new string then.
         let lowered = name.hasASCIICapital ? name.lowercased() : name
-        return headers.first { $0.name == lowered }?.value
+        // Lengths first: most names differ in length, and comparing the lengths of two
+        // native strings is two loads, where `==` on unequal strings is a call.
+        let length = lowered.utf8.count
+        return headers.first { $0.name.utf8.count == length && $0.name == lowered }?.value
     }
 
     /// The query arguments as (name, value) pairs, in the order sent.
@@ -59,6 +62,25 @@ public struct HTTPRequest: Sendable {
     public func queryValues(_ name: String) -> [String] {
         query.filter { $0.name == name }.map(\.value)
     }
+}
+
+/// The values of a matched route's `{name}` segments, found by name. A route has one or
+/// two, so they are kept in order in a small array and found by a scan: a dictionary cost
+/// a table and two hashes of the name on every routed request.
+public struct PathParameters: Sendable, ExpressibleByDictionaryLiteral {
+    private var pairs: [(name: String, value: String)] = []
+
+    public init() {}
+
+    public init(dictionaryLiteral elements: (String, String)...) {
+        for (name, value) in elements { append(name, value) }
+    }
+
+    /// The value of parameter `name`, if the route has one.
+    public subscript(name: String) -> String? { pairs.first { $0.name == name }?.value }
+
+    /// Adds parameter `name` (a pattern names each parameter once).
+    mutating func append(_ name: String, _ value: String) { pairs.append((name, value)) }
 }
 
 /// An HTTP response: a complete body, or a stream written over time.

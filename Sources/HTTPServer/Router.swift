@@ -52,45 +52,48 @@ public struct Router: Sendable {
 
     /// Finds the route of `request`.
     public func match(_ request: HTTPRequest) -> Match {
-        let (path, bounds) = Self.segments(of: request.path)
-        var allowed: [String] = []
-        for route in routes(withSegments: bounds.count) where matches(route.segments, path, bounds) {
-            if route.method == request.method || (request.method == "HEAD" && route.method == "GET") {
-                request.matchedRoute?.note(route.identity)
-                var routed = request
-                routed.pathParameters = parameters(route.segments, path, bounds)
-                return .handler(route.handler, routed)
+        request.path.utf8.withContiguousBytes { path in
+            let bounds = Self.segmentBounds(of: path)
+            var allowed: [String] = []
+            for route in routes(withSegments: bounds.count) where matches(route.segments, path, bounds) {
+                if route.method == request.method || (request.method == "HEAD" && route.method == "GET") {
+                    request.matchedRoute?.note(route.identity)
+                    var routed = request
+                    routed.pathParameters = parameters(route.segments, path, bounds)
+                    return .handler(route.handler, routed)
+                }
+                allowed.append(route.method)
+                if route.method == "GET" { allowed.append("HEAD") }
             }
-            allowed.append(route.method)
-            if route.method == "GET" { allowed.append("HEAD") }
+            return .refused(allowed.isEmpty ? .routeNotFound : .methodNotAllowed(allowed: allowed))
         }
-        return .refused(allowed.isEmpty ? .routeNotFound : .methodNotAllowed(allowed: allowed))
     }
 
-    /// `path`'s bytes and where each segment after the leading slash starts and ends.
-    static func segments(of path: String) -> (bytes: [UInt8], bounds: [Range<Int>]) {
-        let bytes = Array(path.utf8)
+    /// Where each segment of `path` after the leading slash starts and ends.
+    static func segmentBounds(of path: UnsafeRawBufferPointer) -> [Range<Int>] {
         var bounds: [Range<Int>] = []
-        bounds.reserveCapacity(bytes.reduce(1) { $1 == UInt8(ascii: "/") ? $0 + 1 : $0 })
-        var start = bytes.first == UInt8(ascii: "/") ? 1 : 0
-        for index in start..<bytes.count where bytes[index] == UInt8(ascii: "/") {
+        bounds.reserveCapacity(path.reduce(1) { $1 == UInt8(ascii: "/") ? $0 + 1 : $0 })
+        var start = path.first == UInt8(ascii: "/") ? 1 : 0
+        for index in start..<path.count where path[index] == UInt8(ascii: "/") {
             bounds.append(start..<index)
             start = index + 1
         }
-        bounds.append(start..<bytes.count)
-        return (bytes, bounds)
+        bounds.append(start..<path.count)
+        return bounds
     }
 
     /// Whether a route takes `request` (its method on its path), without routing it.
     public func takes(_ request: HTTPRequest) -> Bool {
-        let (path, bounds) = Self.segments(of: request.path)
-        return routes(withSegments: bounds.count).contains { route in
-            (route.method == request.method || (request.method == "HEAD" && route.method == "GET"))
-                && matches(route.segments, path, bounds)
+        request.path.utf8.withContiguousBytes { path in
+            let bounds = Self.segmentBounds(of: path)
+            return routes(withSegments: bounds.count).contains { route in
+                (route.method == request.method || (request.method == "HEAD" && route.method == "GET"))
+                    && matches(route.segments, path, bounds)
+            }
         }
     }
 
-    private func matches(_ pattern: [Segment], _ path: [UInt8], _ bounds: [Range<Int>]) -> Bool {
+    private func matches(_ pattern: [Segment], _ path: UnsafeRawBufferPointer, _ bounds: [Range<Int>]) -> Bool {
         guard pattern.count == bounds.count else { return false }
         for (segment, range) in zip(pattern, bounds) {
             switch segment {
@@ -101,11 +104,20 @@ public struct Router: Sendable {
         return true
     }
 
-    private func parameters(_ pattern: [Segment], _ path: [UInt8], _ bounds: [Range<Int>]) -> [String: String] {
-        var parameters: [String: String] = [:]
+    private func parameters(_ pattern: [Segment], _ path: UnsafeRawBufferPointer, _ bounds: [Range<Int>]) -> PathParameters {
+        var parameters = PathParameters()
         for (segment, range) in zip(pattern, bounds) {
-            if case .parameter(let name) = segment { parameters[name] = String(decoding: path[range], as: UTF8.self) }
+            if case .parameter(let name) = segment { parameters.append(name, String(decoding: path[range], as: UTF8.self)) }
         }
         return parameters
+    }
+}
+
+extension String.UTF8View {
+    /// Runs `body` on the bytes in place when the string is native and contiguous (text
+    /// received is), else on a copy.
+    func withContiguousBytes<Result>(_ body: (UnsafeRawBufferPointer) throws -> Result) rethrows -> Result {
+        if let result = try withContiguousStorageIfAvailable({ try body(UnsafeRawBufferPointer($0)) }) { return result }
+        return try Array(self).withUnsafeBytes(body)
     }
 }

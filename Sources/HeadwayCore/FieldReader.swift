@@ -17,7 +17,7 @@ public struct FieldReader {
         }
         members = object
         // Sorted (for a stable order of the messages) only when there is something to say.
-        guard !object.members.allSatisfy({ allowed.contains($0.key) }) else { return }
+        guard !object.members.allSatisfy({ member in allowed.contains { $0.isSameText(as: member.key) } }) else { return }
         for key in object.keys.sorted() where !allowed.contains(key) {
             errors.append(FieldError(field: key, message: "is not a known field"))
         }

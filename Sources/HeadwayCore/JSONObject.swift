@@ -27,7 +27,7 @@ public struct JSONObject: Equatable, Sendable, Sequence, ExpressibleByDictionary
 
     /// The value of the member named `key`; setting nil removes the member.
     public subscript(key: String) -> JSONValue? {
-        get { members.first { $0.key == key }?.value }
+        get { members.first { $0.key.isSameText(as: key) }?.value }
         set {
             let index = members.firstIndex { $0.key == key }
             switch (index, newValue) {
@@ -54,4 +54,13 @@ public struct JSONObject: Equatable, Sendable, Sequence, ExpressibleByDictionary
         let other = Dictionary(rhs.members, uniquingKeysWith: { first, _ in first })
         return lhs.members.allSatisfy { other[$0.key] == $0.value }
     }
+}
+
+extension String {
+    /// `self == other`, the lengths compared first. A request's fields are looked up by
+    /// name among names that mostly differ in length, and comparing the lengths of two
+    /// native strings is two loads, where `==` on two unequal strings is a call into the
+    /// standard library.
+    @inline(__always)
+    func isSameText(as other: String) -> Bool { utf8.count == other.utf8.count && self == other }
 }

@@ -61,6 +61,36 @@ final class RecordingResponder: Responder {
         #expect(routed.matchedRoute == nil)
     }
 
+    /// Every parameter of a pattern is found by its own name, also names of one length;
+    /// a name the pattern lacks has no value. Paths with non-ASCII text and escapes
+    /// already decoded are matched on their bytes.
+    @Test func parametersAreFoundByName() {
+        var router = Router()
+        router.add("GET", "/v1/{ab}/x/{cd}/{abc}") { request, responder in
+            let values = ["ab", "cd", "abc", "ac", "a"].map { request.pathParameters[$0] ?? "-" }
+            responder.respond(HTTPResponse(status: 200, body: Array(values.joined(separator: " ").utf8)))
+        }
+        guard case .handler(let handler, let routed) = router.match(HTTPRequest(method: "GET", path: "/v1/é/x/2/three"))
+        else { Issue.record("not routed"); return }
+        let responder = RecordingResponder()
+        handler(routed, responder)
+        #expect(responder.response.map { String(decoding: $0.body, as: UTF8.self) } == "é 2 three - -")
+        #expect(router.takes(HTTPRequest(method: "HEAD", path: "/v1/a/x/b/c")))
+        #expect(!router.takes(HTTPRequest(method: "GET", path: "/v1/a/y/b/c")))
+        let literal: PathParameters = ["id": "abc"]
+        #expect(literal["id"] == "abc" && literal["ic"] == nil && literal["i"] == nil)
+    }
+
+    /// A header is found whatever the case asked, among names of the same length.
+    @Test func headersAreFoundByNameInAnyCase() {
+        let request = HTTPRequest(method: "GET", path: "/", headers: [
+            HTTPField("x-a", "1"), HTTPField("x-b", "2"), HTTPField("x-bb", "3"), HTTPField("x-b", "4"),
+        ])
+        #expect(request.header("x-b") == "2")
+        #expect(request.header("X-BB") == "3")
+        #expect(request.header("x-c") == nil && request.header("x-") == nil && request.header("") == nil)
+    }
+
     @Test func unknownPathsAreRefusedAsNotFound() {
         for path in ["/v1", "/v1/tasks/", "/v1/tasks/a/b", "/v1/tasks//progress", "/nope"] {
             #expect(refusal("GET", path) == .routeNotFound, "\(path)")

@@ -62,7 +62,8 @@ import Testing
         let parsed = try #require(JSONValue.parse(Array(#"{"b":1,"a":[true,null],"c":"x"}"#.utf8)))
         guard case .object(let object) = parsed else { Issue.record("not an object"); return }
         #expect(object.keys == ["b", "a", "c"])
-        #expect(object["a"] == .array([.bool(true), .null]) && object["z"] == nil)
+        #expect(object["a"] == .array([.bool(true), .null]) && object["z"] == nil && object["ab"] == nil)
+        #expect(object["c"] == .string("x") && object["b"] == .integer(1) && object[""] == nil)
         #expect(parsed == .object(["c": .string("x"), "b": .integer(1), "a": .array([.bool(true), .null])]))
         #expect(parsed != .object(["c": .string("x"), "b": .integer(2), "a": .array([.bool(true), .null])]))
         #expect(parsed != .object(["c": .string("x"), "b": .integer(1)]))
