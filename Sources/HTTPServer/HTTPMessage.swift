@@ -292,7 +292,9 @@ public final class MatchedRoute: Sendable {
 
 /// Sends the response to one request, exactly once, from any thread.
 public protocol Responder: Sendable {
-    func respond(_ response: HTTPResponse)
+    /// Sends `response`, which is taken rather than borrowed: a responder that changes it
+    /// on its way (adds a header) and passes it on makes no copy of its own first.
+    func respond(_ response: consuming HTTPResponse)
     /// Runs `handler` once the exchange is over (a stream: when it ends), with what was sent.
     func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void)
 }

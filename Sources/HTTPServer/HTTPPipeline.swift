@@ -86,7 +86,7 @@ public struct HTTPPipeline: Sendable {
 private struct HeadResponder: Responder {
     let base: any Responder
 
-    func respond(_ response: HTTPResponse) {
+    func respond(_ response: consuming HTTPResponse) {
         var response = response
         if let stream = response.stream {
             stream.connectionClosed()

@@ -712,7 +712,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
 
     /// Takes the first answer (later ones are ignored) and resumes the connection if it
     /// waits for it.
-    func respond(_ response: HTTPResponse) {
+    func respond(_ response: consuming HTTPResponse) {
         let (first, wakeLoop) = answer.withLock { answer in
             guard answer.pending == nil else { return (false, false) }
             answer.pending = response

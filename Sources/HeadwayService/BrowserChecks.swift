@@ -268,7 +268,7 @@ struct BrowserChecks: HTTPMiddleware {
             self.base = base
         }
 
-        func respond(_ response: HTTPResponse) {
+        func respond(_ response: consuming HTTPResponse) {
             var response = response
             response.headers.append(contentsOf: fields)
             base.respond(response)

@@ -35,7 +35,7 @@ struct RequestIDMiddleware: HTTPMiddleware {
             self.base = base
         }
 
-        func respond(_ response: HTTPResponse) {
+        func respond(_ response: consuming HTTPResponse) {
             var response = response
             response.headers.append(field)
             base.respond(response)

@@ -6,7 +6,7 @@ import Testing
 final class RecordingResponder: Responder {
     private let state = Locked<(response: HTTPResponse?, completions: [@Sendable (HTTPCompletion) -> Void])>((nil, []))
     var response: HTTPResponse? { state.withLock { $0.response } }
-    func respond(_ response: HTTPResponse) { state.withLock { $0.response = response } }
+    func respond(_ response: consuming HTTPResponse) { state.withLock { $0.response = response } }
     func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) { state.withLock { $0.completions.append(handler) } }
     /// Ends the exchange as the server would.
     func complete(status: Int?) {

@@ -339,7 +339,7 @@ private final class StatisticsAtReply: Responder, @unchecked Sendable {  // `ans
 
     init(writer: GroupCommitWriter) { self.writer = writer }
 
-    func respond(_ response: HTTPResponse) {
+    func respond(_ response: consuming HTTPResponse) {
         let statistics = writer.statistics
         answer.withLock { $0 = (response, statistics) }
         answered.signal()

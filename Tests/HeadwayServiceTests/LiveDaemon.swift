@@ -122,7 +122,7 @@ struct InProcessClient {
         private let answer = Locked<HTTPResponse?>(nil)
         private let answered = DispatchSemaphore(value: 0)
 
-        func respond(_ response: HTTPResponse) {
+        func respond(_ response: consuming HTTPResponse) {
             answer.withLock { $0 = response }
             answered.signal()
         }
