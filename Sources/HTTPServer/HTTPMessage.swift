@@ -232,20 +232,27 @@ struct TargetCheck: Sendable {
 
     /// Whether `path` holds `%2F` or `%2f`.
     private static func containsEncodedSlash(_ path: some Collection<UInt8>) -> Bool {
-        let bytes = Array(path)
-        guard bytes.count >= 3 else { return false }
-        return (0..<bytes.count - 2).contains {
-            bytes[$0] == UInt8(ascii: "%") && bytes[$0 + 1] == UInt8(ascii: "2") && bytes[$0 + 2] | 0x20 == UInt8(ascii: "f")
-        }
+        containsEscape(in: path) { $0 == UInt8(ascii: "2") && $1 | 0x20 == UInt8(ascii: "f") }
     }
 
     /// Whether `target` holds `%00`.
     private static func containsEncodedNUL(_ target: some Collection<UInt8>) -> Bool {
-        let bytes = Array(target)
-        guard bytes.count >= 3 else { return false }
-        return (0..<bytes.count - 2).contains {
-            bytes[$0] == UInt8(ascii: "%") && bytes[$0 + 1] == UInt8(ascii: "0") && bytes[$0 + 2] == UInt8(ascii: "0")
+        containsEscape(in: target) { $0 == UInt8(ascii: "0") && $1 == UInt8(ascii: "0") }
+    }
+
+    /// Whether `bytes` holds a `%` whose next two bytes `matches` accepts: a scan from `%`
+    /// to `%` in place (most targets have none), without a copy of the bytes.
+    private static func containsEscape(in bytes: some Collection<UInt8>, _ matches: (UInt8, UInt8) -> Bool) -> Bool {
+        var rest = bytes[...]
+        while let percent = rest.firstIndex(of: UInt8(ascii: "%")) {
+            let first = bytes.index(after: percent)
+            guard first != bytes.endIndex else { return false }
+            let second = bytes.index(after: first)
+            guard second != bytes.endIndex else { return false }
+            if matches(bytes[first], bytes[second]) { return true }
+            rest = bytes[first...]
         }
+        return false
     }
 }
 

@@ -1,4 +1,5 @@
 import Lifecycle
+import HeadwayTestSupport
 import Testing
 @testable import HTTPServer
 
@@ -169,5 +170,37 @@ private final class Notes: Sendable {
         pipeline(ended).refuse(.shuttingDown, HTTPRequest(method: "GET", path: "/steps"), refused)
         #expect(refused.response.map { String(decoding: $0.body, as: UTF8.self) } == "shuttingDown first,second")
         #expect(refused.response?.status == 499)
+    }
+}
+
+/// The target checks scan for escapes in place; they must judge every target as a plain
+/// scan of its bytes does.
+@Suite struct TargetCheckTests {
+    /// The answer by the plain definition: some `%` followed by the two bytes.
+    private static func reference(_ target: [UInt8]) -> HTTPRefusal? {
+        func holds(_ bytes: ArraySlice<UInt8>, _ matches: (UInt8, UInt8) -> Bool) -> Bool {
+            let bytes = Array(bytes)
+            return bytes.count >= 3 && (0..<bytes.count - 2).contains { bytes[$0] == UInt8(ascii: "%") && matches(bytes[$0 + 1], bytes[$0 + 2]) }
+        }
+        if holds(target[...], { $0 == UInt8(ascii: "0") && $1 == UInt8(ascii: "0") }) { return .nulInTarget }
+        let path = target.prefix { $0 != UInt8(ascii: "?") }
+        if holds(path, { $0 == UInt8(ascii: "2") && $1 | 0x20 == UInt8(ascii: "f") }) { return .encodedSlashInPath }
+        return nil
+    }
+
+    @Test func escapesAreFoundWhereverTheyStand() {
+        let check = TargetCheck(maximumQueryParameters: 1_000, maximumTargetBytes: 1_000)
+        var generator = SeededGenerator(seed: 16)
+        let alphabet = Array("%02fF/a?".utf8)
+        for length in 0..<12 {
+            for _ in 0..<400 {
+                let target = (0..<length).map { _ in alphabet.randomElement(using: &generator)! }
+                #expect(check.refusal(for: target) == Self.reference(target), "\(String(decoding: target, as: UTF8.self))")
+            }
+        }
+        for target in ["%", "%2", "%0", "%%2F", "%0%00", "/a%2f", "/a?%2f", "%2F?x"] {
+            let bytes = Array(target.utf8)
+            #expect(check.refusal(for: bytes) == Self.reference(bytes), "\(target)")
+        }
     }
 }
