@@ -68,59 +68,97 @@ public enum TaskRepository {
         try database.run(insertSQL, values(task))
     }
 
-    /// A column a task's life can change (the rest are fixed at registration): whether it
-    /// differs between two versions of a task, and its value in one.
-    private struct MutableColumn {
-        let name: String
-        let differs: @Sendable (TaskRecord, TaskRecord) -> Bool
-        let value: @Sendable (TaskRecord) -> SQLValue
+    /// A column a task's life can change (the rest are fixed at registration), named by
+    /// its raw value. `state` and `stalled` come last: they are indexed, and naming them in
+    /// an UPDATE runs the trigger that keeps `task_counts`, so they are written only when a
+    /// counted value changes (`countedValuesDiffer`).
+    ///
+    /// A switch, not a table of closures: walking an array of closures retains and releases
+    /// each one's context per column per update, about 200 reference-count operations an
+    /// update on the writer.
+    private enum MutableColumn: String, CaseIterable {
+        case label, completed, total, unit, stallReason = "stall_reason", stalledSince = "stalled_since"
+        case cancelRequested = "cancel_requested", lastSeq = "last_seq", updatedAt = "updated_at"
+        case lastSignalAt = "last_signal_at", lastProgressAt = "last_progress_at", finishedAt = "finished_at"
+        case message, changeSeq = "change_seq", changeKind = "change_kind", startedAt = "started_at"
+        case stallDeadline = "stall_deadline", rateUnits = "rate_units", rateSeconds = "rate_seconds"
+        case sampleAt = "sample_at", sampleValue = "sample_value", childrenWeight = "children_weight"
+        case childrenDone = "children_done", historyPoints = "history_points", historyBucket = "history_bucket"
+        case childCount = "child_count", state, stalled
 
-        init<Value: Equatable & SendableMetatype>(_ name: String, _ field: @escaping @Sendable (TaskRecord) -> Value,
-                               _ value: @escaping @Sendable (TaskRecord) -> SQLValue) {
-            self.name = name
-            differs = { field($0) != field($1) }
-            self.value = value
+        /// Whether the column's value differs between `task` and `previous`.
+        func differs(_ task: TaskRecord, _ previous: TaskRecord) -> Bool {
+            switch self {
+            case .label: task.label != previous.label
+            case .completed: task.completed != previous.completed
+            case .total: task.total != previous.total
+            case .unit: task.unit != previous.unit
+            case .stallReason: task.stallReason != previous.stallReason
+            case .stalledSince: task.stalledSince != previous.stalledSince
+            case .cancelRequested: task.cancelRequested != previous.cancelRequested
+            case .lastSeq: task.lastRunnerSeq != previous.lastRunnerSeq
+            case .updatedAt: task.updatedAt != previous.updatedAt
+            case .lastSignalAt: task.lastSignalAt != previous.lastSignalAt
+            case .lastProgressAt: task.lastProgressAt != previous.lastProgressAt
+            case .finishedAt: task.finishedAt != previous.finishedAt
+            case .message: task.message != previous.message
+            case .changeSeq: task.changeNumber != previous.changeNumber
+            case .changeKind: task.changeKind != previous.changeKind
+            case .startedAt: task.startedAt != previous.startedAt
+            case .stallDeadline: task.stallDeadline != previous.stallDeadline
+            case .rateUnits: task.rate.weightedUnits != previous.rate.weightedUnits
+            case .rateSeconds: task.rate.weightedSeconds != previous.rate.weightedSeconds
+            case .sampleAt: task.rate.sampleAt != previous.rate.sampleAt
+            case .sampleValue: task.rate.sampleValue != previous.rate.sampleValue
+            case .childrenWeight: task.childrenWeight != previous.childrenWeight
+            case .childrenDone: task.childrenDone != previous.childrenDone
+            case .historyPoints: task.historyPoints != previous.historyPoints
+            case .historyBucket: task.historyBucket != previous.historyBucket
+            case .childCount: task.childCount != previous.childCount
+            case .state: task.state != previous.state
+            case .stalled: task.stalled != previous.stalled
+            }
+        }
+
+        /// The column's value in `task`.
+        func value(_ task: TaskRecord) -> SQLValue {
+            switch self {
+            case .label: text(task.label)
+            case .completed: .integer(task.completed)
+            case .total: integer(task.total)
+            case .unit: text(task.unit)
+            case .stallReason: text(task.stallReason?.rawValue)
+            case .stalledSince: integer(task.stalledSince)
+            case .cancelRequested: .integer(task.cancelRequested ? 1 : 0)
+            case .lastSeq: integer(task.lastRunnerSeq)
+            case .updatedAt: .integer(task.updatedAt)
+            case .lastSignalAt: .integer(task.lastSignalAt)
+            case .lastProgressAt: integer(task.lastProgressAt)
+            case .finishedAt: integer(task.finishedAt)
+            case .message: text(task.message)
+            case .changeSeq: .integer(task.changeNumber)
+            case .changeKind: .text(task.changeKind.rawValue)
+            case .startedAt: integer(task.startedAt)
+            case .stallDeadline: integer(task.stallDeadline)
+            case .rateUnits: .real(task.rate.weightedUnits)
+            case .rateSeconds: .real(task.rate.weightedSeconds)
+            case .sampleAt: integer(task.rate.sampleAt)
+            case .sampleValue: .real(task.rate.sampleValue)
+            case .childrenWeight: .real(task.childrenWeight)
+            case .childrenDone: .real(task.childrenDone)
+            case .historyPoints: .integer(Int64(task.historyPoints))
+            case .historyBucket: integer(task.historyBucket)
+            case .childCount: .integer(Int64(task.childCount))
+            case .state: .text(task.state.rawValue)
+            case .stalled: .integer(task.stalled ? 1 : 0)
+            }
         }
     }
-
-    /// The columns an UPDATE may write, `state` and `stalled` last. Those two are indexed,
-    /// and naming them in an UPDATE runs the trigger that keeps `task_counts`, so they are
-    /// written only when a counted value changes (`countedValuesDiffer`).
-    private static let mutableColumns: [MutableColumn] = [
-        MutableColumn("label", \.label) { text($0.label) },
-        MutableColumn("completed", \.completed) { .integer($0.completed) },
-        MutableColumn("total", \.total) { integer($0.total) },
-        MutableColumn("unit", \.unit) { text($0.unit) },
-        MutableColumn("stall_reason", \.stallReason) { text($0.stallReason?.rawValue) },
-        MutableColumn("stalled_since", \.stalledSince) { integer($0.stalledSince) },
-        MutableColumn("cancel_requested", \.cancelRequested) { .integer($0.cancelRequested ? 1 : 0) },
-        MutableColumn("last_seq", \.lastRunnerSeq) { integer($0.lastRunnerSeq) },
-        MutableColumn("updated_at", \.updatedAt) { .integer($0.updatedAt) },
-        MutableColumn("last_signal_at", \.lastSignalAt) { .integer($0.lastSignalAt) },
-        MutableColumn("last_progress_at", \.lastProgressAt) { integer($0.lastProgressAt) },
-        MutableColumn("finished_at", \.finishedAt) { integer($0.finishedAt) },
-        MutableColumn("message", \.message) { text($0.message) },
-        MutableColumn("change_seq", \.changeNumber) { .integer($0.changeNumber) },
-        MutableColumn("change_kind", \.changeKind) { .text($0.changeKind.rawValue) },
-        MutableColumn("started_at", \.startedAt) { integer($0.startedAt) },
-        MutableColumn("stall_deadline", \.stallDeadline) { integer($0.stallDeadline) },
-        MutableColumn("rate_units", \.rate.weightedUnits) { .real($0.rate.weightedUnits) },
-        MutableColumn("rate_seconds", \.rate.weightedSeconds) { .real($0.rate.weightedSeconds) },
-        MutableColumn("sample_at", \.rate.sampleAt) { integer($0.rate.sampleAt) },
-        MutableColumn("sample_value", \.rate.sampleValue) { .real($0.rate.sampleValue) },
-        MutableColumn("children_weight", \.childrenWeight) { .real($0.childrenWeight) },
-        MutableColumn("children_done", \.childrenDone) { .real($0.childrenDone) },
-        MutableColumn("history_points", \.historyPoints) { .integer(Int64($0.historyPoints)) },
-        MutableColumn("history_bucket", \.historyBucket) { integer($0.historyBucket) },
-        MutableColumn("child_count", \.childCount) { .integer(Int64($0.childCount)) },
-        MutableColumn("state", \.state) { .text($0.state.rawValue) },
-        MutableColumn("stalled", \.stalled) { .integer($0.stalled ? 1 : 0) },
-    ]
     /// The bits of `state` and `stalled` in a set of columns.
-    private static let countedColumns: UInt32 = 0b11 << UInt32(mutableColumns.count - 2)
+    private static let countedColumns: UInt32 = 0b11 << UInt32(MutableColumn.allCases.count - 2)
 
     /// The UPDATE statement of each set of columns written so far (a bit per column of
-    /// `mutableColumns`), built once: an update writes only the columns that changed, so
+    /// `MutableColumn.allCases`), built once: an update writes only the columns that changed, so
     /// SQLite neither binds nor copies the others, and the few sets the operations produce
     /// each get their prepared statement. Past `maximumUpdateStatements` sets (never under
     /// the operations as they are), an update writes every column.
@@ -131,7 +169,7 @@ public enum TaskRepository {
     private static func updateSQL(_ columns: UInt32) -> String {
         if let sql = updateStatements.withLock({ $0[columns] }) { return sql }
         // Built outside the lock; two threads building the same set store the same text.
-        let names = mutableColumns.indices.filter { columns & (1 << UInt32($0)) != 0 }.map { mutableColumns[$0].name }
+        let names = MutableColumn.allCases.enumerated().filter { columns & (1 << UInt32($0.offset)) != 0 }.map(\.element.rawValue)
         let sql = "UPDATE tasks SET " + names.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?"
         updateStatements.withLock { statements in
             if statements.count < maximumUpdateStatements { statements[columns] = sql }
@@ -143,16 +181,16 @@ public enum TaskRepository {
     /// only the columns whose values differ.
     public static func update(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(DatabaseError) {
         var columns: UInt32 = countedValuesDiffer(task, previous) ? countedColumns : 0
-        for (index, column) in mutableColumns.dropLast(2).enumerated() where column.differs(task, previous) {
+        for (index, column) in MutableColumn.allCases.dropLast(2).enumerated() where column.differs(task, previous) {
             columns |= 1 << UInt32(index)
         }
         guard columns != 0 else { return }
         if updateStatements.withLock({ $0[columns] == nil && $0.count >= maximumUpdateStatements }) {
-            columns = ~countedColumns & (1 << UInt32(mutableColumns.count - 2) - 1) | columns & countedColumns
+            columns = ~countedColumns & (1 << UInt32(MutableColumn.allCases.count) - 1) | columns & countedColumns
         }
         var arguments: [SQLValue] = []
         arguments.reserveCapacity(columns.nonzeroBitCount + 1)
-        for (index, column) in mutableColumns.enumerated() where columns & (1 << UInt32(index)) != 0 {
+        for (index, column) in MutableColumn.allCases.enumerated() where columns & (1 << UInt32(index)) != 0 {
             arguments.append(column.value(task))
         }
         arguments.append(.text(task.id))
