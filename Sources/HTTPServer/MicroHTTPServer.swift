@@ -677,16 +677,16 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             return queue(response)
         case .dispatch:
             if awaitsBody { server.requestDeadlines.stopWaiting(headway_connection_fd(connection)) }
+            // Only the request line is kept from now on (a long-lived stream should not keep
+            // its headers and body): the whole request is swapped out into a local the
+            // handler borrows, where lending the stored property would copy it.
+            var handed = HTTPRequest(method: request.method, path: request.path)
+            swap(&handed, &request)
             if server.handingOver() {
-                handler(request, self)
+                handler(handed, self)
             } else {
-                server.pipeline.refuse(.shuttingDown, request, self)
+                server.pipeline.refuse(.shuttingDown, handed, self)
             }
-            // Only the request line is needed from now on; a long-lived stream should not
-            // keep its headers and body.
-            request.headers = []
-            request.query = []
-            request.body = []
         case .wait:
             // Called again by the loop's daemon, still without an answer: nothing moved.
             if loop != nil { return MHD_Result.YES }
