@@ -590,7 +590,7 @@ public struct TaskStore: Sendable {
                 }
                 // A deadline found early is moved to the exact one, or the sweeper would
                 // find the task due again at once.
-                try save(next, previous: task, exactDeadline: true, in: database)
+                try save(&next, previous: task, exactDeadline: true, in: database)
             }
             try webhooks.record(events, now: now, in: database)
             return (events, due.count)
@@ -657,10 +657,10 @@ public struct TaskStore: Sendable {
 
     /// Writes a changed task over `previous` (as stored) and remembers it as stored: its
     /// stall deadline is kept when the new one is only a little later
-    /// (`StallRule.deadlineToStore`), unless `exactDeadline`.
-    private func save(_ task: TaskRecord, previous: TaskRecord, exactDeadline: Bool = false,
+    /// (`StallRule.deadlineToStore`), unless `exactDeadline`. `task` becomes the task as
+    /// stored (changed in place: a copy of its fields to change would cost more).
+    private func save(_ task: inout TaskRecord, previous: TaskRecord, exactDeadline: Bool = false,
                       in database: Database) throws {
-        var task = task
         if !exactDeadline { task.stallDeadline = StallRule.deadlineToStore(task, stored: previous.stallDeadline) }
         try cache.write(task, previous: previous, in: database)
     }
@@ -705,7 +705,7 @@ public struct TaskStore: Sendable {
             try History.record(&next, at: now, in: database)
         }
         stamp(&next, stallChange == .recovered && kind == .updated ? .recovered : kind)
-        try save(next, previous: previous, in: database)
+        try save(&next, previous: previous, in: database)
         return next
     }
 
@@ -731,7 +731,7 @@ public struct TaskStore: Sendable {
             switch TaskRules.rollUpStep(parent, weightDelta: weightDelta, doneDelta: doneDelta, now: now) {
             case .unchanged:
                 // A finished parent still counts its children.
-                if parent != stored { try save(parent, previous: stored, in: database) }
+                if parent != stored { try save(&parent, previous: stored, in: database) }
                 return events
             case .signalled(let signalled): (next, isVisible) = (signalled, false)
             case .changed(let changed): (next, isVisible) = (changed, true)
@@ -741,10 +741,10 @@ public struct TaskStore: Sendable {
                 if !isVisible { next.updatedAt = now }
                 if next.fraction != stored.fraction { try History.record(&next, at: now, in: database) }
                 stamp(&next, stallChange == .recovered ? .recovered : .updated)
-                try save(next, previous: stored, in: database)
+                try save(&next, previous: stored, in: database)
                 events.append(TaskEvent(next.changeKind, next))
             } else {
-                try save(next, previous: stored, in: database)
+                try save(&next, previous: stored, in: database)
             }
             (childDelta, weightDelta, doneDelta) = (0, 0, next.weight * (next.shareOfParent - stored.shareOfParent))
             currentID = stored.parentID
