@@ -549,10 +549,10 @@ public struct TaskStore: Sendable {
                 let event: TaskEvent
                 switch walk.operation {
                 case .cancel:
-                    guard !task.state.isFinished, case .applied(let next) = try TaskRules.requestCancel(task, now: walk.now)
+                    guard !task.state.isFinished, case .applied(var next) = try TaskRules.requestCancel(task, now: walk.now)
                     else { continue }
-                    event = TaskEvent(.cancelRequested, try write(next, previous: task, .cancelRequested, now: walk.now,
-                                                                  in: database))
+                    try write(&next, previous: task, .cancelRequested, now: walk.now, in: database)
+                    event = TaskEvent(.cancelRequested, next)
                 case .delete:
                     event = try remove(task, now: walk.now, in: database)
                 }
@@ -689,24 +689,23 @@ public struct TaskStore: Sendable {
                              _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome)
         throws -> (Changed, (parentID: String, doneDelta: Double)?) {
         guard let task = try load(id, in: database) else { throw TaskError.notFound(id) }
-        guard case .applied(let next) = try rule(task) else { return (Changed(outcome: .unchanged(task), events: []), nil) }
-        let written = try write(next, previous: task, kind, now: now, in: database)
+        guard case .applied(var written) = try rule(task) else { return (Changed(outcome: .unchanged(task), events: []), nil) }
+        try write(&written, previous: task, kind, now: now, in: database)
         let changed = Changed(outcome: .applied(written), events: [TaskEvent(written.changeKind, written)])
         return (changed, task.parentID.map { ($0, written.weight * (written.shareOfParent - task.shareOfParent)) })
     }
 
     /// Writes a task's change of `kind` (a recovery when an update clears its stall flag),
-    /// with its history sample and change number; returns the task as written.
-    private func write(_ changed: TaskRecord, previous: TaskRecord, _ kind: TaskEventKind, now: EpochMilliseconds,
-                       in database: Database) throws -> TaskRecord {
-        var next = changed
+    /// with its history sample and change number; `next` becomes the task as written
+    /// (changed in place: a copy of its fields to change would cost more).
+    private func write(_ next: inout TaskRecord, previous: TaskRecord, _ kind: TaskEventKind, now: EpochMilliseconds,
+                       in database: Database) throws {
         let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
         if next.completed != previous.completed || next.total != previous.total || next.state != previous.state {
             try History.record(&next, at: now, in: database)
         }
         stamp(&next, stallChange == .recovered && kind == .updated ? .recovered : kind)
         try save(&next, previous: previous, in: database)
-        return next
     }
 
     /// Carries a change up through the task's ancestors, from its parent `parentID`. The
