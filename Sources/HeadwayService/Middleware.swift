@@ -16,8 +16,32 @@ struct RequestIDMiddleware: HTTPMiddleware {
     func handle(_ request: HTTPRequest, _ responder: any Responder, next: HTTPHandler) {
         var request = request
         request.requestID = request.header("x-request-id").flatMap(Self.acceptable)
-            ?? "\(prefix)-\(String(counter.value.add(1, ordering: .relaxed).newValue, radix: 36))"
+            ?? Self.requestID(prefix: prefix, number: counter.value.add(1, ordering: .relaxed).newValue)
         next(request, AddingHeader(HTTPField("X-Request-Id", request.requestID), to: responder))
+    }
+
+    /// `prefix-number`, the number in base 36 (lower case): written into one buffer, where
+    /// interpolation builds the number's text and then appends twice, and up to 15 bytes
+    /// in all (the usual case) stay a small string, without an allocation.
+    static func requestID(prefix: String, number: UInt64) -> String {
+        var digitCount = 1
+        var scale = number
+        while scale >= 36 {
+            scale /= 36
+            digitCount += 1
+        }
+        let prefixLength = prefix.utf8.count
+        return String(unsafeUninitializedCapacity: prefixLength + 1 + digitCount) { buffer in
+            _ = buffer.initialize(fromContentsOf: prefix.utf8)
+            buffer[prefixLength] = UInt8(ascii: "-")
+            var rest = number
+            for index in stride(from: prefixLength + digitCount, to: prefixLength, by: -1) {  // the last digit first
+                let digit = UInt8(rest % 36)
+                buffer[index] = digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10
+                rest /= 36
+            }
+            return prefixLength + 1 + digitCount
+        }
     }
 
     /// A client's id, if it is plain enough to log and send back as it is.
