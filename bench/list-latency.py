@@ -3,7 +3,9 @@
 
 Creates each database by letting headwayd migrate it, then filling `tasks` directly with
 Python's sqlite3 (90% finished, 10% running, a tenth of those children of a parent),
-restarts the release daemon on it and times pages over one keep-alive connection.
+starts one release daemon on each (both pinned to CPU 0, this client on CPU 1) and times
+pages over one keep-alive connection to each. The sizes take turns, a round of pages
+each, so that a slower minute of the machine falls on all of them alike.
 
     bench/list-latency.py [--sizes 1000,1000000] [--requests 300]
 """
@@ -37,7 +39,8 @@ def free_port():
 
 
 def start(db, port):
-    process = subprocess.Popen([BINARY, "--listen", f"127.0.0.1:{port}", "--db", db, "--log-level", "warn"])
+    pin = ["taskset", "-c", "0"] if (os.cpu_count() or 1) >= 2 else []
+    process = subprocess.Popen([*pin, BINARY, "--listen", f"127.0.0.1:{port}", "--db", db, "--log-level", "warn"])
     for _ in range(400):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -72,22 +75,33 @@ def fill(db, count):
     connection.close()
 
 
-def measure(port, path, requests):
-    connection = http.client.HTTPConnection("127.0.0.1", port)
-    times = []
-    token = None
-    for _ in range(requests):
-        query = path + (("&" if "?" in path else "?") + "page_token=" + token if token else "")
-        started = time.perf_counter()
-        connection.request("GET", query)
-        response = connection.getresponse()
-        body = response.read()
-        times.append((time.perf_counter() - started) * 1000)
-        assert response.status == 200, body
-        token = json.loads(body)["next_page_token"]  # walk forward through the pages
-    connection.close()
-    times.sort()
-    return statistics.median(times), times[int(len(times) * 0.99) - 1]
+class Pages:
+    """Pages of one query from one daemon over one keep-alive connection, walking forward
+    through the listing (back to the first page after the last)."""
+
+    def __init__(self, port, path):
+        self.connection = http.client.HTTPConnection("127.0.0.1", port)
+        self.path = path
+        self.token = None
+        self.times = []
+
+    def fetch(self, count, keep=True):
+        for _ in range(count):
+            query = self.path + (("&" if "?" in self.path else "?") + "page_token=" + self.token if self.token else "")
+            started = time.perf_counter()
+            self.connection.request("GET", query)
+            response = self.connection.getresponse()
+            body = response.read()
+            elapsed = (time.perf_counter() - started) * 1000
+            assert response.status == 200, body
+            if keep:
+                self.times.append(elapsed)
+            self.token = json.loads(body)["next_page_token"]
+
+    def summary(self):
+        self.connection.close()
+        times = sorted(self.times)
+        return statistics.median(times), times[int(len(times) * 0.99) - 1]
 
 
 def main():
@@ -95,19 +109,31 @@ def main():
     parser.add_argument("--sizes", default="1000,1000000")
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
+    if (os.cpu_count() or 1) >= 2:
+        os.sched_setaffinity(0, {1})
+    sizes = [int(s) for s in args.sizes.split(",")]
     results = {}
     with tempfile.TemporaryDirectory() as work:
-        for size in [int(s) for s in args.sizes.split(",")]:
-            db = os.path.join(work, f"list-{size}.db")
-            stop(start(db, free_port()))
-            fill(db, size)
-            port = free_port()
-            process = start(db, port)
-            try:
-                for path in QUERIES:
-                    measure(port, path, 20)  # warm up
-                    results[(size, path)] = measure(port, path, args.requests)
-            finally:
+        ports, processes = {}, []
+        try:
+            for size in sizes:
+                db = os.path.join(work, f"list-{size}.db")
+                stop(start(db, free_port()))
+                fill(db, size)
+                ports[size] = free_port()
+                processes.append(start(db, ports[size]))
+            turn = 20
+            for path in QUERIES:
+                pages = {size: Pages(ports[size], path) for size in sizes}
+                for size in sizes:
+                    pages[size].fetch(20, keep=False)  # warm up
+                for _ in range(0, args.requests, turn):
+                    for size in sizes:
+                        pages[size].fetch(turn)
+                for size in sizes:
+                    results[(size, path)] = pages[size].summary()
+        finally:
+            for process in processes:
                 stop(process)
     sizes = sorted({size for size, _ in results})
     print(f"GET /v1/tasks page latency, ms (p50 / p99), {args.requests} pages each")
