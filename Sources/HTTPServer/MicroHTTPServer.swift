@@ -166,7 +166,11 @@ public final class MicroHTTPServer: Service {
     let writableWatcher: WritableWatcher
     /// Runs the writable watcher's thread while the server runs.
     private let helpers: ServiceGroup
-    private let boundPort = Atomic<Int>(0)
+    /// The port bound, 0 before `prepare()`: a part of its own that others may hold (a
+    /// middleware that needs the port) instead of holding the server weakly. A weak
+    /// reference gives an object a side table, and every count of its references then goes
+    /// through that table.
+    public let boundPort = BoundPort()
     /// Open connections per client address, from acceptance to close.
     let connectionsPerAddress: ConnectionsPerAddress
     /// The deadline of every request head after a connection's first (checked by the sorter).
@@ -230,7 +234,7 @@ public final class MicroHTTPServer: Service {
     }
 
     /// The port the server listens on (known after `prepare()`).
-    public var port: Int { boundPort.load(ordering: .acquiring) }
+    public var port: Int { boundPort.value }
 
     /// Binds, and starts the daemons and the writable watcher.
     public func prepare() throws {
@@ -254,7 +258,7 @@ public final class MicroHTTPServer: Service {
         let sendStallSeconds = max(1, Int(configuration.streamStallTimeoutSeconds.rounded(.up)))
         let listenFD = try configuration.inheritedListenFD.map(SocketAddress.adopt)
             ?? SocketAddress.listen(host: configuration.host, port: configuration.port)
-        boundPort.store(SocketAddress.boundPort(fd: listenFD) ?? configuration.port, ordering: .releasing)
+        boundPort.value = SocketAddress.boundPort(fd: listenFD) ?? configuration.port
         do {
             try helpers.start()
             requestTimeoutSeconds = UInt32(min(configuration.connectionTimeoutSeconds, sendStallSeconds))
@@ -620,7 +624,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     /// daemon asks at every run).
     private let waitsWithoutAnswer = Atomic<Bool>(false)
     private let connection: OpaquePointer
-    private unowned let server: MicroHTTPServer
+    /// Held strongly (one count at the start and one at the end of the exchange): an
+    /// `unowned` reference costs an atomic check that the server lives at every use.
+    private let server: MicroHTTPServer
     private(set) var request: HTTPRequest
     private(set) var bodyTooLarge = false
     private(set) var discardedBytes = 0
@@ -869,6 +875,16 @@ private let connectionNotifyCallback: MHD_NotifyConnectionCallback = { cls, conn
 private let requestCompletedCallback: MHD_RequestCompletedCallback = { cls, connection, context, termination in
     guard let cls else { return }
     Unmanaged<MicroHTTPServer>.fromOpaque(cls)._withUnsafeGuaranteedRef { $0.completed(connection, context, termination) }
+}
+
+/// The port a server has bound (0 until it has).
+public final class BoundPort: Sendable {
+    private let port = Atomic<Int>(0)
+
+    public var value: Int {
+        get { port.load(ordering: .acquiring) }
+        set { port.store(newValue, ordering: .releasing) }
+    }
 }
 
 /// Turning `host:port` into a socket address.

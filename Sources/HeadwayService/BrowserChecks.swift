@@ -71,25 +71,22 @@ struct ServedNames: Sendable {
 /// The port the daemon serves, known once its server listens (`--listen` port 0 picks one
 /// then); read without a lock once known.
 final class ServedPort: Sendable {
-    /// The server, held weakly: it holds the pipeline, whose browser checks hold this.
-    private struct WeakServer {
-        weak var server: MicroHTTPServer?
-    }
-
     private let known = Atomic<Int>(0)
-    private let server = Locked(WeakServer())
+    /// The port of the server followed (it holds the pipeline, whose browser checks hold
+    /// this: only its port is held, not the server).
+    private let bound = Locked<BoundPort?>(nil)
     private let configured: Int
 
     init(configured: Int) { self.configured = configured }
 
     /// Takes the port from `server` from now on.
-    func follow(_ server: MicroHTTPServer) { self.server.withLock { $0.server = server } }
+    func follow(_ server: MicroHTTPServer) { bound.withLock { $0 = server.boundPort } }
 
     /// The port bound, or the configured one while nothing listens.
     var current: Int {
         let port = known.load(ordering: .relaxed)
         if port != 0 { return port }
-        guard let bound = server.withLock({ $0.server })?.port, bound != 0 else { return configured }
+        guard let bound = bound.withLock({ $0 })?.value, bound != 0 else { return configured }
         known.store(bound, ordering: .relaxed)
         return bound
     }
