@@ -106,6 +106,11 @@ def redis_rows(median):
     ]
 
 
+def round_ratios(rates, ours, theirs):
+    """The ratios of `ours` to `theirs` round by round, as text."""
+    return " / ".join(f"{a / b:.2f}" for a, b in zip(rates[ours], rates[theirs]))
+
+
 def table_lines(rows, peer="peer"):
     """A Markdown table of (number, figure, headwayd, peer, ratio, target, met) rows."""
     lines = [f"| # | figure | headwayd | {peer} | ratio | target | met |", "|---|---|---|---|---|---|---|"]
@@ -125,6 +130,8 @@ def redis_section(args, median, rates, latency_rows, cpu_per_update, redis_versi
         for key, runs in latencies.items() if key != "nchan")
     cpu = "; ".join(f"{key} {statistics.median(values):.1f} µs" for key, values in cpu_per_update.items()
                     if key != "nchan")
+    cpu_rounds = "; ".join(f"{key} {' / '.join(f'{v:.1f}' for v in values)} µs" for key, values in cpu_per_update.items()
+                           if key != "nchan")
     return f"""{REDIS_SECTION}
 
 Written by `{'make bench-redis' if args.redis_only else 'make bench'}` (`bench/suite.py{' --redis-only' if args.redis_only else ''}{' --quick' if args.quick else ''}`) on
@@ -153,6 +160,11 @@ round; medians). The machine's load average (1 minute) was {args.load_before:.2f
 rounds and {args.load_after:.2f} after them (the rounds themselves keep about 2 busy).
 
 {chr(10).join(table_lines(redis_rows(median)))}
+
+Round by round, each headwayd run beside the peer's run of the same round: 1r
+{round_ratios(rates, "full", "redis always")}; 2r {round_ratios(rates, "normal", "redis everysec")}; 3r
+{round_ratios(rates, "full batched", "redis always")}. The spread is the machine's: a shared host whose
+speed moves from one 10 s run to the next (CPU per update below, round by round: {cpu_rounds}).
 
 Latency p50 / p99 (medians of the rounds): {latency}.
 
