@@ -4,6 +4,7 @@ secret an EventSource must put in the query never reaches nginx's access log."""
 import json
 import ssl
 import subprocess
+import time
 
 import httpx
 
@@ -71,8 +72,15 @@ def test_headwayd_behind_nginx_with_tls(tmp_path):
                             break
                 assert data is not None and [(t["id"], t["completed"]) for t in data["tasks"]] == [("backup", 4)]
 
-    access_log = (tmp_path / "nginx/logs/headway.access.log").read_text()
-    assert "GET /v1/events " in access_log
+            # nginx writes a request's line once it sees the client gone, some time after
+            # the stream above closed; stopped first, it would end the request unlogged.
+            access_log_path = tmp_path / "nginx/logs/headway.access.log"
+            deadline = time.monotonic() + 10
+            while "GET /v1/events " not in access_log_path.read_text() and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    access_log = access_log_path.read_text()
+    assert "GET /v1/events " in access_log, access_log
     assert secret not in access_log and secret[3:] not in access_log
     daemon_log = (daemon_directory / "headwayd.log").read_text()
     assert "path=/v1/events" in daemon_log
