@@ -101,11 +101,23 @@ function render() {
     if (views.size === 0) rendered.delete(id);
     if (id === state.detailID && task) renderDetailFields(task);
   }
+  const reconciling = listDirty || childrenDirty.size > 0;
   if (listDirty) { listDirty = false; reconcileList(); }
   for (const parentID of childrenDirty) {
     if (state.expanded.has(parentID) || parentID === state.detailID) reconcileChildren(parentID);
   }
   childrenDirty.clear();
+  // Rows the reconciliation took out of the document are forgotten now, not at the next
+  // event or page: a list left alone keeps no row it no longer shows.
+  if (reconciling) forgetDetachedRows();
+}
+
+/// Forgets the rendered rows no longer in the document.
+function forgetDetachedRows() {
+  for (const [id, views] of rendered) {
+    for (const row of views) if (!row.isConnected) views.delete(row);
+    if (views.size === 0) rendered.delete(id);
+  }
 }
 
 function register(row, id) {
@@ -628,10 +640,7 @@ function prune() {
   model.prune((task) => keep.has(task.id) || (task.parent_id !== null && parents.has(task.parent_id)));
   for (const id of state.expanded) if (!model.get(id)) state.expanded.delete(id);
   for (const id of state.confirming) if (!model.get(id)) state.confirming.delete(id);
-  for (const [id, views] of rendered) {
-    for (const row of views) if (!row.isConnected) views.delete(row);
-    if (views.size === 0) rendered.delete(id);
-  }
+  forgetDetachedRows();
   if (state.held.size > 10_000) state.held = new Set([...state.held].slice(-10_000));
 }
 
