@@ -458,7 +458,9 @@ public final class MicroHTTPServer: Service {
             return traffic.draining
         }
         let request = HTTPRequest(method: method, path: url, query: query, headers: headers)
-        let largerLimit = configuration.bodyLimitsByPath[url].flatMap { configuration.mayTakeLargerBody(request) ? $0 : nil }
+        // A handful of paths at most: compared (lengths first), not hashed, for each request.
+        let largerLimit = configuration.bodyLimitsByPath.first { $0.key == url }
+            .flatMap { configuration.mayTakeLargerBody(request) ? $0.value : nil }
         let loop = requestLoop.flatMap { headway_connection_daemon(connection) == $0.daemon ? $0 : nil }
         loop?.noteProgress()
         let exchange = Exchange(connection: connection, request: request, server: self,

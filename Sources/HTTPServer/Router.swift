@@ -1,3 +1,5 @@
+import Glibc
+
 /// Maps method and path to a handler. Patterns are literal segments and `{name}`
 /// segments, e.g. `/v1/tasks/{id}/progress`. An unknown path is refused as
 /// `.routeNotFound`; a known path with another method as `.methodNotAllowed`. `HEAD` is
@@ -38,9 +40,10 @@ public struct Router: Sendable {
         routesBySegmentCount[segments.count].append(routes.count - 1)
     }
 
-    /// The routes whose patterns have `count` segments, in the order added.
-    private func routes(withSegments count: Int) -> some Sequence<Route> {
-        (count < routesBySegmentCount.count ? routesBySegmentCount[count] : []).lazy.map { routes[$0] }
+    /// The indices in `routes` of the routes whose patterns have `count` segments, in the
+    /// order added (read in place: a route is not copied to be compared).
+    private func routeIndices(withSegments count: Int) -> [Int] {
+        count < routesBySegmentCount.count ? routesBySegmentCount[count] : []
     }
 
     /// What a request leads to: its route's handler (with the request's path parameters
@@ -55,15 +58,16 @@ public struct Router: Sendable {
         request.path.utf8.withContiguousBytes { path in
             let bounds = Self.segmentBounds(of: path)
             var allowed: [String] = []
-            for route in routes(withSegments: bounds.count) where matches(route.segments, path, bounds) {
-                if route.method == request.method || (request.method == "HEAD" && route.method == "GET") {
-                    request.matchedRoute?.note(route.identity)
+            for index in routeIndices(withSegments: bounds.count) where matches(routes[index].segments, path, bounds) {
+                let method = routes[index].method
+                if method == request.method || (request.method == "HEAD" && method == "GET") {
+                    request.matchedRoute?.note(routes[index].identity)
                     var routed = request
-                    routed.pathParameters = parameters(route.segments, path, bounds)
-                    return .handler(route.handler, routed)
+                    routed.pathParameters = parameters(routes[index].segments, path, bounds)
+                    return .handler(routes[index].handler, routed)
                 }
-                allowed.append(route.method)
-                if route.method == "GET" { allowed.append("HEAD") }
+                allowed.append(method)
+                if method == "GET" { allowed.append("HEAD") }
             }
             return .refused(allowed.isEmpty ? .routeNotFound : .methodNotAllowed(allowed: allowed))
         }
@@ -86,9 +90,10 @@ public struct Router: Sendable {
     public func takes(_ request: HTTPRequest) -> Bool {
         request.path.utf8.withContiguousBytes { path in
             let bounds = Self.segmentBounds(of: path)
-            return routes(withSegments: bounds.count).contains { route in
-                (route.method == request.method || (request.method == "HEAD" && route.method == "GET"))
-                    && matches(route.segments, path, bounds)
+            return routeIndices(withSegments: bounds.count).contains { index in
+                let method = routes[index].method
+                return (method == request.method || (request.method == "HEAD" && method == "GET"))
+                    && matches(routes[index].segments, path, bounds)
             }
         }
     }
@@ -98,7 +103,12 @@ public struct Router: Sendable {
         for (segment, range) in zip(pattern, bounds) {
             switch segment {
             case .parameter: if range.isEmpty { return false }
-            case .literal(let bytes): if !path[range].elementsEqual(bytes) { return false }
+            case .literal(let bytes):
+                guard range.count == bytes.count else { return false }
+                let equal = bytes.withUnsafeBytes { literal in
+                    literal.isEmpty || memcmp(literal.baseAddress!, path.baseAddress! + range.lowerBound, range.count) == 0
+                }
+                if !equal { return false }
             }
         }
         return true

@@ -139,8 +139,18 @@ struct BrowserChecks: HTTPMiddleware {
     /// The headers a request may carry once at most.
     static let singleHeaders = ["host", "origin", "content-type", "authorization"]
 
+    /// Whether a request of `method` changes nothing (GET, HEAD, OPTIONS): another origin
+    /// may send it (the reply is what CORS guards).
+    static func isSafeMethod(_ method: String) -> Bool {
+        switch method {
+        case "GET", "HEAD", "OPTIONS": true
+        default: false
+        }
+    }
+
     /// The methods that must declare a JSON body: those routes take, but GET, HEAD, OPTIONS and DELETE.
-    let jsonMethods: Set<String>
+    /// A handful: compared in turn, cheaper than hashing the method.
+    let jsonMethods: [String]
     /// Whether a route takes the request: one that none takes is left to routing (404, or
     /// 405 with Allow) rather than refused for its Content-Type.
     let isRouted: @Sendable (HTTPRequest) -> Bool
@@ -159,7 +169,7 @@ struct BrowserChecks: HTTPMiddleware {
         self.tokensRequired = tokensRequired
         let routedMethods = Set(router.routes.map(\.method))
         isRouted = { router.takes($0) }
-        jsonMethods = routedMethods.subtracting(["GET", "HEAD", "OPTIONS", "DELETE"])
+        jsonMethods = routedMethods.subtracting(["GET", "HEAD", "OPTIONS", "DELETE"]).sorted()
         let methods = routedMethods.union(routedMethods.contains("GET") ? ["HEAD"] : [])
         allowedMethods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"].filter(methods.contains).joined(separator: ", ")
         names = ServedNames(listenHost: configuration.host, publicOrigins: configuration.publicOrigins)
@@ -189,7 +199,7 @@ struct BrowserChecks: HTTPMiddleware {
     }
 
     func handle(_ request: HTTPRequest, _ responder: any Responder, next: HTTPHandler) {
-        for name in Self.singleHeaders where request.headers.lazy.filter({ $0.name == name }).count > 1 {
+        for name in Self.singleHeaders where request.headerCount(name) > 1 {
             return responder.respond(errors.response(for: Problem.duplicateHeader(name), request))
         }
         let port = servedPort.current
@@ -206,7 +216,7 @@ struct BrowserChecks: HTTPMiddleware {
            request.header("access-control-request-method") != nil {
             return preflightResponder.respond(preflightResponse(access, origin: origin, request))
         }
-        if !["GET", "HEAD", "OPTIONS"].contains(request.method), case .refused(let origin) = access {
+        if !Self.isSafeMethod(request.method), case .refused(let origin) = access {
             return responder.respond(errors.response(for: Problem.originNotAllowed(origin), request))
         }
         let corsResponder: any Responder = switch access {

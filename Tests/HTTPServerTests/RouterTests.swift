@@ -62,6 +62,31 @@ final class RecordingResponder: Responder {
         #expect(routed.matchedRoute == nil)
     }
 
+    /// A literal segment matches only its own bytes: not a segment of the same length
+    /// that differs in one byte, nor a longer or shorter one, nor an empty one.
+    @Test func literalSegmentsMatchTheirBytesOnly() {
+        #expect(route("POST", "/v1/tasks/abc/progress")?.status == 202)
+        for path in ["/v1/tasks/abc/progresz", "/v1/tasks/abc/Progress", "/v1/tasks/abc/progres", "/v1/tasks/abc/progresss",
+                     "/v2/tasks/abc/progress", "/v1/taskz/abc/progress", "/v1/tasks/abc/", "//tasks/abc/progress"] {
+            #expect(refusal("POST", path) == .routeNotFound, "\(path)")
+        }
+        // An empty parameter segment matches nothing either.
+        #expect(refusal("POST", "/v1/tasks//progress") == .routeNotFound)
+    }
+
+    /// The first route noted is the one kept (a request is routed once), and it stays
+    /// readable after the router is gone.
+    @Test func theFirstRouteNotedStays() {
+        let matched = MatchedRoute()
+        do {
+            let first = RoutePattern("/a"), second = RoutePattern("/b")
+            matched.note(first)
+            matched.note(second)
+        }
+        #expect(matched.pattern == "/a")
+        #expect(MatchedRoute().route == nil)
+    }
+
     /// Every parameter of a pattern is found by its own name, also names of one length;
     /// a name the pattern lacks has no value. Paths with non-ASCII text and escapes
     /// already decoded are matched on their bytes.
