@@ -317,7 +317,7 @@ final class ConnectionSorter: Service {
             passes.add(1, ordering: .releasing)
         })
         waiting.withLock { waiting in
-            for fd in Array(waiting.connections.entries.keys) { drop(fd, nil, &waiting) }
+            for fd in waiting.connections.sockets { drop(fd, nil, &waiting) }
             if !waiting.refused.isEmpty { reportRefusals(waiting.refused) }
         }
         close(listenFD)

@@ -39,4 +39,20 @@ import Testing
         }
         #expect(expiredCount > 300, "\(expiredCount) expired")
     }
+
+    /// Socket numbers far apart, the highest first: each is held and found by its own
+    /// number, `sockets` lists them in order, and a removed one is gone for good.
+    @Test func socketsFarApartAreHeldAndListedByNumber() {
+        var queue = DeadlineQueue<String>()
+        queue.insert(5_000, "far", deadline: 10)
+        queue.insert(0, "zero", deadline: 11)
+        queue.insert(70, "near", deadline: 12)
+        #expect(queue.count == 3 && queue.sockets == [0, 70, 5_000])
+        #expect(queue.contains(70) && !queue.contains(71) && !queue.contains(9_999))
+        queue.modifyValue(of: 70) { $0 += "!" }
+        #expect(queue.remove(5_000)?.value == "far" && queue.remove(5_000) == nil && queue.remove(9_999) == nil)
+        #expect(queue.first()?.fd == 0)
+        #expect(queue.removeExpired(now: 12).map(\.value) == ["zero", "near!"])
+        #expect(queue.isEmpty && queue.sockets.isEmpty)
+    }
 }
