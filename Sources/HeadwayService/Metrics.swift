@@ -38,14 +38,37 @@ struct NoLabels: MetricLabels {
 }
 
 /// Counters told apart by their label values.
+///
+/// The series bumped last is kept apart, with what was added to it since: a run of adds to
+/// one series (a load on one route) compares labels instead of hashing them.
 final class LabeledCounters<Labels: MetricLabels>: Sendable {
-    private let counts = Locked<[Labels: UInt64]>([:])
+    private struct State {
+        var counts: [Labels: UInt64] = [:]
+        /// The series bumped last and what was added to it since, not in `counts` yet.
+        var recent: (labels: Labels, amount: UInt64)?
+    }
+
+    private let state = Locked(State())
 
     /// Adds `amount` to the counter of `labels`.
-    func add(_ labels: Labels, _ amount: UInt64 = 1) { counts.withLock { $0[labels, default: 0] += amount } }
+    func add(_ labels: Labels, _ amount: UInt64 = 1) {
+        state.withLock { state in
+            if let recent = state.recent {
+                if recent.labels == labels { return state.recent!.amount += amount }
+                state.counts[recent.labels, default: 0] += recent.amount
+            }
+            state.recent = (labels, amount)
+        }
+    }
 
     /// Every counter, by its label values.
-    var values: [Labels: UInt64] { counts.withLock { $0 } }
+    var values: [Labels: UInt64] {
+        state.withLock { state in
+            var counts = state.counts
+            if let recent = state.recent { counts[recent.labels, default: 0] += recent.amount }
+            return counts
+        }
+    }
 }
 
 /// Observations counted in buckets (a Prometheus histogram): cumulative when shown.
@@ -72,20 +95,45 @@ struct HistogramValues: Sendable, Equatable {
 }
 
 /// A histogram, or one per label values, under one lock.
+///
+/// As with `LabeledCounters`, the histogram observed last is kept apart (out of the
+/// dictionary), so that a run of observations of one series hashes nothing.
 final class Histograms<Labels: MetricLabels>: Sendable {
     let bounds: [Double]
-    private let values = Locked<[Labels: HistogramValues]>([:])
+
+    private struct State {
+        var histograms: [Labels: HistogramValues] = [:]
+        /// The series observed last, not in `histograms` meanwhile.
+        var recent: (labels: Labels, values: HistogramValues)?
+    }
+
+    private let state = Locked(State())
 
     init(bounds: [Double]) { self.bounds = bounds }
 
     /// Counts `value` in the histogram of `labels`.
     func observe(_ value: Double, _ labels: Labels) {
-        // One lookup, the values changed in place (the default is made only the first time).
-        values.withLock { $0[labels, default: HistogramValues(bounds: bounds)].observe(value) }
+        state.withLock { state in
+            if let recentLabels = state.recent?.labels {
+                if recentLabels == labels { return state.recent!.values.observe(value) }
+                // Put back whole, then the new series taken out: its arrays are moved, not copied.
+                let previous = state.recent.take()!
+                state.histograms[previous.labels] = previous.values
+            }
+            var values = state.histograms.removeValue(forKey: labels) ?? HistogramValues(bounds: bounds)
+            values.observe(value)
+            state.recent = (labels, values)
+        }
     }
 
     /// Every histogram, by its label values.
-    var snapshot: [Labels: HistogramValues] { values.withLock { $0 } }
+    var snapshot: [Labels: HistogramValues] {
+        state.withLock { state in
+            var histograms = state.histograms
+            if let recent = state.recent { histograms[recent.labels] = recent.values }
+            return histograms
+        }
+    }
 }
 
 extension Histograms where Labels == NoLabels {

@@ -41,6 +41,39 @@ import Testing
             """)
     }
 
+    /// Adds and observations that switch between series, read in between: every series
+    /// holds all that was given to it, whether it was the one kept apart (the last one
+    /// touched) or back in the dictionary, and reading changes nothing.
+    @Test func seriesTouchedInTurnKeepEverythingGivenThem() {
+        var random = SeededGenerator(seed: 37)
+        let counters = LabeledCounters<[String]>()
+        let histograms = Histograms<[String]>(bounds: [1, 10])
+        var counted: [[String]: UInt64] = [:]
+        var observed: [[String]: [Double]] = [:]
+        for step in 0..<2_000 {
+            // Runs of one series, then a switch, the way traffic on one route looks.
+            let labels = [["a"], ["b"], ["c"]][(step / Int.random(in: 1...5, using: &random)) % 3]
+            let amount = UInt64.random(in: 1...3, using: &random)
+            counters.add(labels, amount)
+            counted[labels, default: 0] += amount
+            let value = Double.random(in: 0...20, using: &random).rounded()
+            histograms.observe(value, labels)
+            observed[labels, default: []].append(value)
+            if step % 97 == 0 {
+                #expect(counters.values == counted)
+                #expect(histograms.snapshot.mapValues(\.count) == observed.mapValues { UInt64($0.count) })
+            }
+        }
+        #expect(counters.values == counted)
+        for (labels, values) in observed {
+            let histogram = histograms.snapshot[labels]
+            #expect(histogram?.sum == values.reduce(0, +))
+            let low = values.filter { $0 <= 1 }.count, middle = values.filter { $0 > 1 && $0 <= 10 }.count
+            let expected: [UInt64] = [UInt64(low), UInt64(middle), UInt64(values.count - low - middle)]
+            #expect(histogram?.counts == expected)
+        }
+    }
+
     @Test func valuesAreWrittenAsPrometheusReadsThem() {
         #expect(PrometheusText.format(3) == "3")
         #expect(PrometheusText.format(0.25) == "0.25")
