@@ -77,6 +77,10 @@ public final class TaskCache: Sendable, HeldWrites {
         var tasks: [String: TaskRecord] = [:]
         var rollbacksSeen = 0
         var held: [String: HeldWrite] = [:]
+        /// An empty dictionary with the room of an earlier batch's held writes, swapped in
+        /// for `held` when they are written, so that a batch does not grow `held` again
+        /// from nothing.
+        var spareHeld: [String: HeldWrite] = [:]
         /// The open savepoints, innermost last.
         var savepoints: [Savepoint] = []
         var savepointsBegun = 0
@@ -142,24 +146,28 @@ public final class TaskCache: Sendable, HeldWrites {
     /// Writes every held change to its row (only the columns that differ from the row),
     /// then remembers the tasks as stored. If a write fails, everything stays held.
     public func writeHeld(in database: Database) throws {
-        let writes = contents.withLock { contents -> [String: HeldWrite] in
+        var writes = contents.withLock { contents -> [String: HeldWrite] in
             guard !contents.held.isEmpty else { return [:] }
             // A savepoint rolled back gives them back, as the rows' writes are undone.
             if !contents.savepoints.isEmpty {
                 contents.savepoints[contents.savepoints.count - 1].undo += contents.held.map { ($0.key, $0.value) }
             }
-            defer { contents.held = [:] }
-            return contents.held
+            var taken = [String: HeldWrite]()
+            swap(&taken, &contents.spareHeld)
+            swap(&taken, &contents.held)
+            return taken
         }
         guard !writes.isEmpty else { return }
         do {
             for write in writes.values { try TaskRepository.update(write.latest, previous: write.stored, in: database) }
         } catch {
-            contents.withLock { contents in contents.held = writes }
+            contents.withLock { contents in swap(&contents.held, &writes) }
             throw error
         }
         contents.withLock { contents in
             for write in writes.values { contents.remember(write.latest, in: database, capacity: capacity) }
+            writes.removeAll(keepingCapacity: true)
+            swap(&contents.spareHeld, &writes)
         }
     }
 
