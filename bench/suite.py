@@ -18,7 +18,7 @@ calls; figures 4c and 4d repeat the fan-out with fewer subscribers (--small-subs
 --redis-only (`make bench-redis`) runs the throughput rounds of headwayd (single updates,
 then batches) and Redis alone, prints their rows and writes only the Redis section.
 
-    bench/suite.py [--repeat 3] [--seconds 10] [--subscribers 10000] [--small-subscribers 1000]
+    bench/suite.py [--repeat 5] [--seconds 10] [--subscribers 10000] [--small-subscribers 1000]
                    [--fanout-seconds 30] [--quick] [--redis-only]
 """
 import argparse
@@ -267,7 +267,9 @@ def busy_rounds(args, log):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3)
+    # Five rounds: this machine's speed moves by up to a fifth from one minute to the next,
+    # and a median of five is not moved by one slow round (one of three often is).
+    parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--subscribers", type=int, default=10_000)
     parser.add_argument("--small-subscribers", type=int, default=1_000,
