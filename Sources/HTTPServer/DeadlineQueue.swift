@@ -7,7 +7,11 @@
 /// nothing; the slots grow to the highest number held and stay. Insertions are kept in a
 /// queue; one whose socket was removed (or inserted again, with another serial: its number
 /// was reused) is skipped when it reaches the front, and the skipped ones are dropped once
-/// they outnumber the sockets held. Socket numbers must not be negative.
+/// they outnumber the sockets held. Socket numbers must not be negative (none is held).
+///
+/// The slots are as many as the highest socket number held so far: at most the process's
+/// limit on open files (the lowest free number is always reused), a few hundred bytes each
+/// at the most (the accept loop's entries hold a socket address), kept after a peak.
 struct DeadlineQueue<Value> {
     struct Entry {
         var value: Value
@@ -30,7 +34,7 @@ struct DeadlineQueue<Value> {
     func contains(_ fd: Int32) -> Bool { entry(fd) != nil }
 
     /// The entry held for `fd`, if any.
-    private func entry(_ fd: Int32) -> Entry? { Int(fd) < slots.count ? slots[Int(fd)] : nil }
+    private func entry(_ fd: Int32) -> Entry? { fd >= 0 && Int(fd) < slots.count ? slots[Int(fd)] : nil }
 
     /// Adds `fd` (replacing its entry, if any) with a deadline no earlier than any held.
     mutating func insert(_ fd: Int32, _ value: Value, deadline: UInt64) {

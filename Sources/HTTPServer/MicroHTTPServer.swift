@@ -459,7 +459,8 @@ public final class MicroHTTPServer: Service {
         }
         let request = HTTPRequest(method: method, path: url, query: query, headers: headers)
         // A handful of paths at most: compared (lengths first), not hashed, for each request.
-        let largerLimit = configuration.bodyLimitsByPath.first { $0.key == url }
+        let urlLength = url.utf8.count
+        let largerLimit = configuration.bodyLimitsByPath.first { $0.key.utf8.count == urlLength && $0.key == url }
             .flatMap { configuration.mayTakeLargerBody(request) ? $0.value : nil }
         let loop = requestLoop.flatMap { headway_connection_daemon(connection) == $0.daemon ? $0 : nil }
         loop?.noteProgress()

@@ -92,45 +92,65 @@ struct HistogramValues: Sendable, Equatable {
         sum += value
         count += 1
     }
+
+    /// Adds the observations of `other`, a histogram with the same bounds.
+    mutating func add(_ other: HistogramValues) {
+        for index in counts.indices { counts[index] += other.counts[index] }
+        sum += other.sum
+        count += other.count
+    }
+
+    /// Forgets every observation (the buckets keep their room).
+    mutating func reset() {
+        for index in counts.indices { counts[index] = 0 }
+        sum = 0
+        count = 0
+    }
 }
 
 /// A histogram, or one per label values, under one lock.
 ///
-/// As with `LabeledCounters`, the histogram observed last is kept apart (out of the
-/// dictionary), so that a run of observations of one series hashes nothing.
+/// As with `LabeledCounters`, the series observed last is kept apart with what it was
+/// given since (`recent`), merged into the dictionary when another series is observed: a
+/// run of observations of one series hashes nothing, and a switch hashes once, as an
+/// observation did before.
 final class Histograms<Labels: MetricLabels>: Sendable {
     let bounds: [Double]
 
     private struct State {
         var histograms: [Labels: HistogramValues] = [:]
-        /// The series observed last, not in `histograms` meanwhile.
-        var recent: (labels: Labels, values: HistogramValues)?
+        /// The series observed last, if any.
+        var recentLabels: Labels?
+        /// What that series was given since it became the last, not in `histograms` yet.
+        var recent: HistogramValues
     }
 
-    private let state = Locked(State())
+    private let state: Locked<State>
 
-    init(bounds: [Double]) { self.bounds = bounds }
+    init(bounds: [Double]) {
+        self.bounds = bounds
+        state = Locked(State(recent: HistogramValues(bounds: bounds)))
+    }
 
     /// Counts `value` in the histogram of `labels`.
     func observe(_ value: Double, _ labels: Labels) {
-        state.withLock { state in
-            if let recentLabels = state.recent?.labels {
-                if recentLabels == labels { return state.recent!.values.observe(value) }
-                // Put back whole, then the new series taken out: its arrays are moved, not copied.
-                let previous = state.recent.take()!
-                state.histograms[previous.labels] = previous.values
+        state.withLock { [bounds] state in
+            if state.recentLabels != labels {
+                if let previous = state.recentLabels {
+                    state.histograms[previous, default: HistogramValues(bounds: bounds)].add(state.recent)
+                    state.recent.reset()
+                }
+                state.recentLabels = labels
             }
-            var values = state.histograms.removeValue(forKey: labels) ?? HistogramValues(bounds: bounds)
-            values.observe(value)
-            state.recent = (labels, values)
+            state.recent.observe(value)
         }
     }
 
     /// Every histogram, by its label values.
     var snapshot: [Labels: HistogramValues] {
-        state.withLock { state in
+        state.withLock { [bounds] state in
             var histograms = state.histograms
-            if let recent = state.recent { histograms[recent.labels] = recent.values }
+            if let labels = state.recentLabels { histograms[labels, default: HistogramValues(bounds: bounds)].add(state.recent) }
             return histograms
         }
     }

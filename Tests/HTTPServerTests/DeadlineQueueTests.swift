@@ -54,5 +54,7 @@ import Testing
         #expect(queue.first()?.fd == 0)
         #expect(queue.removeExpired(now: 12).map(\.value) == ["zero", "near!"])
         #expect(queue.isEmpty && queue.sockets.isEmpty)
+        // A negative number is never held: asking about one finds nothing.
+        #expect(!queue.contains(-1) && queue.remove(-1) == nil)
     }
 }
