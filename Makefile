@@ -62,7 +62,7 @@ bench:
 
 ## Only headwayd's updates/s (full, normal; full in batches of 200) beside Redis running
 ## BullMQ's updateProgress script (appendfsync always, everysec), alternately: prints the
-## rows and writes their section of docs/benchmarks.md (about 6 minutes).
+## rows and writes their section of docs/benchmarks.md (about 5 minutes).
 bench-redis:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
