@@ -229,6 +229,8 @@ struct TargetCheck: Sendable {
     /// The refusal `target` (raw, as sent) calls for, if any.
     func refusal(for target: some Collection<UInt8>) -> HTTPRefusal? {
         if target.count > maximumTargetBytes { return .targetTooLong(limit: maximumTargetBytes) }
+        // Most targets hold neither `%` nor `?`: one pass finds that, and nothing is refused.
+        guard target.contains(where: { $0 == UInt8(ascii: "%") || $0 == UInt8(ascii: "?") }) else { return nil }
         if Self.containsEncodedNUL(target) { return .nulInTarget }
         let question = target.firstIndex(of: UInt8(ascii: "?"))
         if Self.containsEncodedSlash(target[..<(question ?? target.endIndex)]) { return .encodedSlashInPath }

@@ -39,7 +39,8 @@ struct TaskAPI: Sendable {
         routes.add("DELETE", "/v1/tasks/{id}", .scope(.control)) { request, grant, responder in delete(request, grant, responder) }
         routes.add("GET", "/v1/tasks/{id}/history", .scope(.read)) { request, grant, responder in history(request, grant, responder) }
         routes.add("POST", "/v1/tasks/{id}/progress", .scope(.report)) { request, grant, responder in
-            update(request, grant, responder, kind: .progress, parse: ProgressUpdate.parse) { [store] id, update, now, database in
+            update(request, grant, responder, kind: .progress, readPlain: ProgressUpdate.readPlain,
+                   parse: ProgressUpdate.parse) { [store] id, update, now, database in
                 try store.progress(id, update, now: now, in: database)
             }
         }
@@ -205,13 +206,14 @@ struct TaskAPI: Sendable {
     /// as accepted, or refused with its problem's code.
     private func update<Body: Sendable>(
         _ request: HTTPRequest, _ grant: Grant, _ responder: any Responder, kind: UpdateKind, emptyBodyAllowed: Bool = true,
-        parse: (JSONValue) throws(TaskError) -> Body,
+        readPlain: ((UnsafeBufferPointer<UInt8>) -> Body?)? = nil, parse: (JSONValue) throws(TaskError) -> Body,
         apply: @escaping @Sendable (String, Body, EpochMilliseconds, Database) throws -> TaskStore.Changed
     ) {
         let id: String
         let body: Body
         do {
-            (id, body) = (try taskID(request, grant), try parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed)))
+            (id, body) = (try taskID(request, grant),
+                          try Self.plainBody(request, readPlain) ?? parse(try jsonBody(request, emptyAllowed: emptyBodyAllowed)))
         } catch {
             return Self.refuseUpdate(kind, error, request, responder, errors: errors, metrics: metrics)
         }
@@ -374,13 +376,23 @@ struct TaskAPI: Sendable {
             return .object([:])
         }
         let mediaType = Self.mediaType(request.header("content-type") ?? "")
-        guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
-            throw Problem.unsupportedMediaType(mediaType)
-        }
+        guard Self.isJSON(mediaType) else { throw Problem.unsupportedMediaType(mediaType) }
         switch JSONParser.parse(request.body) {
         case .success(let value): return value
         case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
         }
+    }
+
+    /// The body as `readPlain` reads it (a body of the plain shape it knows, declared JSON),
+    /// or nil: `jsonBody` and the route's parser then read it, and judge what is wrong.
+    private static func plainBody<Body>(_ request: HTTPRequest, _ readPlain: ((UnsafeBufferPointer<UInt8>) -> Body?)?) -> Body? {
+        guard let readPlain, !request.body.isEmpty, isJSON(mediaType(request.header("content-type") ?? "")) else { return nil }
+        return request.body.withUnsafeBufferPointer(readPlain)
+    }
+
+    /// Whether a media type is JSON's (`application/json`, or `application/…+json`).
+    private static func isJSON(_ mediaType: String) -> Bool {
+        mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json"))
     }
 
     /// The media type of a `Content-Type` value: before any `;`, without surrounding
