@@ -72,7 +72,7 @@ private struct PlainBodyScanner {
         if !take(UInt8(ascii: "}")) {
             while true {
                 skipWhitespace()
-                guard let name = quotedName(), let member = Member(name), read & member.rawValue == 0 else { return nil }
+                guard let name = quotedASCII(), let member = Member(name), read & member.rawValue == 0 else { return nil }
                 read |= member.rawValue
                 skipWhitespace()
                 guard take(UInt8(ascii: ":")) else { return nil }
@@ -118,8 +118,9 @@ private struct PlainBodyScanner {
         return true
     }
 
-    /// The bytes of a quoted run of printable ASCII without escapes, after its closing quote.
-    private mutating func quotedName() -> UnsafeBufferPointer<UInt8>? {
+    /// The bytes between the quotes of a member name or a string value made of printable
+    /// ASCII without escapes; the position is then after its closing quote.
+    private mutating func quotedASCII() -> UnsafeBufferPointer<UInt8>? {
         guard take(UInt8(ascii: "\"")) else { return nil }
         // A local index over the base address: the loop keeps it in a register.
         let start = position
@@ -147,7 +148,7 @@ private struct PlainBodyScanner {
             return .absent
         }
         if let maximumLength = member.maximumLength {
-            guard let text = quotedName(), let first = text.first, first > 0x20, text.count <= maximumLength else { return nil }
+            guard let text = quotedASCII(), let first = text.first, first > 0x20, text.count <= maximumLength else { return nil }
             return .string(String(decoding: text, as: UTF8.self))
         }
         return wholeNumber().map(Value.integer)

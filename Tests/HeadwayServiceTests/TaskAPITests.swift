@@ -190,6 +190,13 @@ import Testing
         #expect(badID.problemCode == "invalid_id")
         let longID = try daemon.request("GET", "/v1/tasks/" + String(repeating: "a", count: 129))
         #expect(longID.problemCode == "invalid_id")
+        // The id is judged before the body, whichever way the body is read (a plain one, or
+        // one the general parser reads and refuses).
+        for body in [#"{"increment":1,"label":"plain"}"#, #"{"increment":-1}"#] {
+            let refused = try daemon.request("POST", "/v1/tasks/bad%20id/progress", json: body)
+            #expect(refused.status == 400, "\(body)")
+            #expect(refused.problemCode == "invalid_id", "\(body)")
+        }
         #expect(try daemon.request("POST", "/v1/tasks", json: #"{"id":"a/b","name":"x"}"#).problemCode == "invalid_request")
     }
 
