@@ -203,7 +203,9 @@ struct TaskAPI: Sendable {
 
     /// The shape shared by progress, heartbeat and finish: validate the id and body, run
     /// the change in the writer, answer with the task once committed; counted by `kind`
-    /// as accepted, or refused with its problem's code.
+    /// as accepted, or refused with its problem's code. `readPlain`, where given, reads a
+    /// body of the common plain shape without the JSON tree (`ProgressUpdate.readPlain`);
+    /// `parse` reads every other body.
     private func update<Body: Sendable>(
         _ request: HTTPRequest, _ grant: Grant, _ responder: any Responder, kind: UpdateKind, emptyBodyAllowed: Bool = true,
         readPlain: ((UnsafeBufferPointer<UInt8>) -> Body?)? = nil, parse: (JSONValue) throws(TaskError) -> Body,
