@@ -30,10 +30,11 @@ public struct HTTPRequest: Sendable {
     public var requestID: String
     /// Values taken from `{name}` segments of the matched route.
     public var pathParameters = PathParameters()
-    /// Where the router notes the pattern of the route it matched, for a middleware that
-    /// wants it once the exchange is over (metrics, logs): set by the middleware that asks,
-    /// nil otherwise (the router then notes nothing).
-    public var matchedRoute: MatchedRoute?
+    /// Where the router notes the pattern of the route it matched, for whoever wants it once
+    /// the exchange is over (`HTTPPipeline.observeExchange`: metrics, logs): the server's
+    /// exchange when the pipeline observes exchanges, nil otherwise (the router then notes
+    /// nothing).
+    public var routeNote: (any RouteNote)?
 
     public init(method: String, path: String, query: [HTTPField] = [], headers: [HTTPField] = [],
                 body: [UInt8] = [], requestID: String = "") {
@@ -290,18 +291,24 @@ public final class RoutePattern: Sendable, Hashable {
     public func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }
 
+/// Where the router notes the pattern of the route a request matched (`HTTPRequest.routeNote`):
+/// the exchange itself, when the pipeline observes exchanges, or a `MatchedRoute`.
+public protocol RouteNote: AnyObject, Sendable {
+    /// Notes `route`; the first route noted stays.
+    func note(_ route: RoutePattern)
+}
+
 /// The route a request matched, noted by the router on the server's thread and read when
 /// the exchange is over: nil while no route matched (an unknown path, a wrong method, a
-/// refusal before routing). One allocation per request that asks; no lock. The first
-/// route noted stays.
+/// refusal before routing). No lock. The first route noted stays.
 ///
 /// The route is kept as the address of a retained `RoutePattern` in an `Atomic<UInt>`
 /// (0 for none), not in an `AtomicLazyReference`, whose generic code looked up the type
 /// metadata of `Unmanaged` at every load and store (a tenth of the router's cost).
-public final class MatchedRoute: Sendable {
+struct NotedRoute: ~Copyable, Sendable {
     private let matched = Atomic<UInt>(0)
 
-    public init() {}
+    init() {}
 
     deinit {
         let address = matched.load(ordering: .acquiring)
@@ -309,14 +316,11 @@ public final class MatchedRoute: Sendable {
     }
 
     /// The route matched, if any.
-    public var route: RoutePattern? {
+    var route: RoutePattern? {
         let address = matched.load(ordering: .acquiring)
         guard address != 0 else { return nil }
         return Unmanaged<RoutePattern>.fromOpaque(UnsafeRawPointer(bitPattern: address)!).takeUnretainedValue()
     }
-
-    /// The pattern matched, if any.
-    public var pattern: String? { route?.text }
 
     func note(_ route: RoutePattern) {
         let retained = Unmanaged.passRetained(route)
@@ -325,6 +329,22 @@ public final class MatchedRoute: Sendable {
             retained.release()
         }
     }
+}
+
+/// A `RouteNote` of its own (one allocation), for a request that is not an exchange of the
+/// server's: tests, a pipeline driven by hand.
+public final class MatchedRoute: RouteNote {
+    private let noted = NotedRoute()
+
+    public init() {}
+
+    /// The route matched, if any.
+    public var route: RoutePattern? { noted.route }
+
+    /// The pattern matched, if any.
+    public var pattern: String? { route?.text }
+
+    public func note(_ route: RoutePattern) { noted.note(route) }
 }
 
 /// Sends the response to one request, exactly once, from any thread.

@@ -7,22 +7,58 @@ public protocol HTTPMiddleware: Sendable {
     func handle(_ request: HTTPRequest, _ responder: any Responder, next: HTTPHandler)
 }
 
+/// One exchange, as the server tells it once it is over (`HTTPPipeline.observeExchange`):
+/// the request's id, method and path, the pattern of the route it matched, the status sent
+/// (nil when the connection went away first) and the time from its head to its end.
+public struct ExchangeRecord: Sendable {
+    public var requestID: String
+    public var method: String
+    public var path: String
+    /// Nil when no route matched (an unknown path, a wrong method, a refusal before routing).
+    public var route: RoutePattern?
+    public var status: Int?
+    public var durationMicroseconds: Int64
+
+    public init(requestID: String, method: String, path: String, route: RoutePattern?, status: Int?,
+                durationMicroseconds: Int64) {
+        self.requestID = requestID
+        self.method = method
+        self.path = path
+        self.route = route
+        self.status = status
+        self.durationMicroseconds = durationMicroseconds
+    }
+}
+
 /// What the server does with every request: the middleware in order, then the router. What
 /// the HTTP layer or the router refuses (`HTTPRefusal`) passes through the same middleware
 /// and is shown by `renderRefusal`, which the application provides, so every reply has one
-/// look and every request one log line.
+/// look.
+///
+/// Two things every exchange gets from the server itself, not from middleware, so that they
+/// cost no wrapper and no closure per request: an id (`requestIDs`: set on the request
+/// before the middleware sees it, sent back as `X-Request-Id`), and, once it is over, a
+/// record (`observeExchange`: one log line, metrics), refusals included.
 public struct HTTPPipeline: Sendable {
     /// Turns a refusal into a response.
     public typealias RefusalRenderer = @Sendable (HTTPRefusal, HTTPRequest) -> HTTPResponse
 
+    /// What gives every exchange its id, if anything.
+    public let requestIDs: RequestIDs?
+    /// Called on the server's thread once each exchange is over (an event stream: when it
+    /// ends); keep it cheap.
+    public let observeExchange: (@Sendable (ExchangeRecord) -> Void)?
     private let renderRefusal: RefusalRenderer
     /// The middleware composed around the router, built once.
     private let routed: HTTPHandler
     private let middleware: [any HTTPMiddleware]
 
-    /// A pipeline through `middleware` (the first sees the request first) to `router`.
-    public init(middleware: [any HTTPMiddleware] = [], router: Router, renderRefusal: @escaping RefusalRenderer) {
-        self.init(middleware: middleware, renderRefusal: renderRefusal) { request, responder in
+    /// A pipeline through `middleware` (the first sees the request first) to `router`, whose
+    /// exchanges get ids from `requestIDs` and are told to `observeExchange`, if given.
+    public init(middleware: [any HTTPMiddleware] = [], router: Router, renderRefusal: @escaping RefusalRenderer,
+                requestIDs: RequestIDs? = nil, observeExchange: (@Sendable (ExchangeRecord) -> Void)? = nil) {
+        self.init(middleware: middleware, renderRefusal: renderRefusal, requestIDs: requestIDs,
+                  observeExchange: observeExchange) { request, responder in
             switch router.match(request) {
             case .handler(let handler, let routedRequest):
                 handler(routedRequest, request.method == "HEAD" ? HeadResponder(base: responder) : responder)
@@ -34,7 +70,10 @@ public struct HTTPPipeline: Sendable {
     /// A pipeline that hands every request through `middleware` to `handler` (no routes),
     /// showing refusals as plain text unless told otherwise.
     public init(middleware: [any HTTPMiddleware] = [], renderRefusal: @escaping RefusalRenderer = Self.plainText,
+                requestIDs: RequestIDs? = nil, observeExchange: (@Sendable (ExchangeRecord) -> Void)? = nil,
                 handler: @escaping HTTPHandler) {
+        self.requestIDs = requestIDs
+        self.observeExchange = observeExchange
         self.renderRefusal = renderRefusal
         self.middleware = middleware
         routed = Self.compose(middleware, around: handler)

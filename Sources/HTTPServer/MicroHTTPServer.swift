@@ -609,7 +609,7 @@ public final class MicroHTTPServer: Service {
 /// handler's answer (any thread) against suspension (libmicrohttpd's thread), so a
 /// connection is resumed only when it is really suspended; on a loop's daemon, against
 /// the wait, so an answer that comes after the request began to wait wakes the loop.
-final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's connection handle; `request` and the body counts are used on the daemon's thread only
+final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicrohttpd's connection handle; `request` and the body counts are used on the daemon's thread only
     /// What the answer (any thread) and the daemon's thread share.
     private struct Answer {
         var dispatched = false
@@ -642,6 +642,8 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
     /// dispatched (`RequestDeadlines`).
     var awaitsBody = false
     private let started = DispatchTime.now().uptimeNanoseconds
+    /// The route the request matched, noted by the router when the pipeline observes exchanges.
+    private let matchedRoute = NotedRoute()
     /// The most bytes the request's body may take (its path's limit).
     let bodyLimit: Int
     /// The loop that drives the connection's daemon, if one does: the request then waits for
@@ -652,6 +654,7 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
          loop: RequestDaemonLoop? = nil) {
         self.connection = connection
         self.request = request
+        if let requestIDs = server.pipeline.requestIDs { self.request.requestID = requestIDs.id(for: request) }
         self.server = server
         self.bodyLimit = bodyLimit
         self.loop = loop
@@ -689,8 +692,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             // Only the request line is kept from now on (a long-lived stream should not keep
             // its headers and body): the whole request is swapped out into a local the
             // handler borrows, where lending the stored property would copy it.
-            var handed = HTTPRequest(method: request.method, path: request.path)
+            var handed = HTTPRequest(method: request.method, path: request.path, requestID: request.requestID)
             swap(&handed, &request)
+            if server.pipeline.observeExchange != nil { handed.routeNote = self }
             if server.handingOver() {
                 handler(handed, self)
             } else {
@@ -747,7 +751,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         answer.withLock { $0.completionHandlers.append(handler) }
     }
 
-    /// The exchange is over: tells those who asked what was sent.
+    func note(_ route: RoutePattern) { matchedRoute.note(route) }
+
+    /// The exchange is over: tells the pipeline's observer and those who asked what was sent.
     func complete() {
         let (status, handlers) = answer.withLock { answer in
             if answer.waiting {  // the connection closed while its request waited
@@ -758,6 +764,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
         }
         let completion = HTTPCompletion(status: status,
                                         durationMicroseconds: Int64((DispatchTime.now().uptimeNanoseconds - started) / 1000))
+        server.pipeline.observeExchange?(ExchangeRecord(
+            requestID: request.requestID, method: request.method, path: request.path, route: matchedRoute.route,
+            status: status, durationMicroseconds: completion.durationMicroseconds))
         handlers.forEach { $0(completion) }
     }
 
@@ -813,6 +822,9 @@ final class Exchange: Responder, @unchecked Sendable {  // libmicrohttpd's conne
             }
         }
         if closesConnection { MHD_add_response_header(mhdResponse, "Connection", "close") }
+        if server.pipeline.requestIDs != nil {
+            request.requestID.withCString { _ = MHD_add_response_header(mhdResponse, "X-Request-Id", $0) }
+        }
         answer.sentStatus = response.status
         return MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     }

@@ -61,7 +61,7 @@ public struct Router: Sendable {
             for index in routeIndices(withSegments: bounds.count) where matches(routes[index].segments, path, bounds) {
                 let method = routes[index].method
                 if method == request.method || (request.method == "HEAD" && method == "GET") {
-                    request.matchedRoute?.note(routes[index].identity)
+                    request.routeNote?.note(routes[index].identity)
                     var routed = request
                     routed.pathParameters = parameters(routes[index].segments, path, bounds)
                     return .handler(routes[index].handler, routed)

@@ -349,15 +349,17 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
             ConnectionRefusal.notTLS.rawValue: "\(counts[.notTLS] ?? 0)",
         ])
     }
-    // Every request passes the middleware in this order; the HTTP layer's refusals look
-    // like every other problem. What browsers may do (Host, Origin, Content-Type, CORS) is
-    // checked before anything else, with the port the server binds.
+    // Every request gets an id and, once over, a log line and its count from the HTTP layer
+    // (`AccessLog`); it passes the middleware, and the HTTP layer's refusals look like every
+    // other problem. What browsers may do (Host, Origin, Content-Type, CORS) is checked
+    // before anything else, with the port the server binds.
     let servedPort = ServedPort(configured: configuration.port)
-    let pipeline = HTTPPipeline(middleware: [RequestIDMiddleware(), AccessLogMiddleware(logger: logger, metrics: metrics),
-                                             BrowserChecks(configuration: configuration, router: router,
+    let accessLog = AccessLog(logger: logger, metrics: metrics)
+    let pipeline = HTTPPipeline(middleware: [BrowserChecks(configuration: configuration, router: router,
                                                            servedPort: servedPort, errors: errors,
                                                            tokensRequired: { tokens.authenticationRequired })],
-                                router: router, renderRefusal: errors.response(for:_:))
+                                router: router, renderRefusal: errors.response(for:_:),
+                                requestIDs: RequestIDs(), observeExchange: accessLog.record)
     let server = try MicroHTTPServer(configuration: serverConfiguration, pipeline: pipeline, libraryLog: { message, clientGone in
         // The library's messages may quote a request target: `access_token=` is redacted
         // (the logger redacts it in every value too).

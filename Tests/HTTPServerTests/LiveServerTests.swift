@@ -134,6 +134,54 @@ struct RunningServer {
         }
     }
 
+    /// Every exchange gets an id from the pipeline, sent back as `X-Request-Id` (the client's
+    /// own when plain, else one made up), and once over a record with its route pattern
+    /// (never the raw path), its status and its id: answered at once or later from another
+    /// thread, a `HEAD` (noted as its `GET` route), an unknown path, a wrong method, and a
+    /// head refused before any route (its connection closed).
+    @Test func everyExchangeHasAnIDAndARecord() throws {
+        var router = Router()
+        router.add("GET", "/tasks/{id}") { request, responder in
+            if request.pathParameters["id"] == "now" { return responder.respond(HTTPResponse(status: 200)) }
+            DispatchQueue.global().async { responder.respond(HTTPResponse(status: 202)) }
+        }
+        let records = Locked<[ExchangeRecord]>([])
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline(
+            router: router, renderRefusal: Self.namingRenderer, requestIDs: RequestIDs(prefix: "p"),
+            observeExchange: { record in records.withLock { $0.append(record) } })))
+        defer { server.shutdown() }
+        let client = try TestHTTPClient(port: server.port)
+        let sent: [(method: String, path: String, id: String?, status: Int, route: String?, expectedID: String)] = [
+            ("GET", "/tasks/now", "mine-1", 200, "/tasks/{id}", "mine-1"),
+            ("GET", "/tasks/later", nil, 202, "/tasks/{id}", "p-1"),
+            ("HEAD", "/tasks/now", "a\"quote", 200, "/tasks/{id}", "p-2"),
+            ("GET", "/nowhere", String(repeating: "x", count: 65), 404, nil, "p-3"),
+            ("DELETE", "/tasks/now", String(repeating: "y", count: 64), 405, nil, String(repeating: "y", count: 64)),
+        ]
+        for (method, path, id, status, _, expectedID) in sent {
+            let response = try client.request(method, path, headers: id.map { [("X-Request-Id", $0)] } ?? [])
+            #expect(response.status == status, "\(method) \(path)")
+            #expect(response.headers["x-request-id"] == expectedID, "\(method) \(path)")
+        }
+        let refused = try TestHTTPClient(port: server.port)
+        try refused.send("POST /tasks/now HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab")
+        let refusal = try refused.readResponse()
+        #expect(refusal.status == 400 && refusal.headers["x-request-id"] == "p-4")
+        // Records come once each exchange is over, just after its reply went out.
+        for _ in 0..<2000 where records.withLock({ $0.count }) < sent.count + 1 { usleep(1000) }
+        let seen = records.withLock { $0 }.sorted { $0.requestID < $1.requestID }
+        let expected = (sent.map { ($0.expectedID, $0.method, $0.path, $0.status, $0.route) }
+            + [("p-4", "POST", "/tasks/now", 400, nil)]).sorted { $0.0 < $1.0 }
+        #expect(seen.count == expected.count)
+        for (record, want) in zip(seen, expected) {
+            #expect(record.requestID == want.0 && record.method == want.1 && record.path == want.2, "\(record)")
+            #expect(record.status == want.3 && record.route?.text == want.4, "\(record)")
+            #expect(record.durationMicroseconds >= 0)
+        }
+    }
+
     @Test func headCheckRefusals() {
         typealias Field = HeadCheck.Field
         // Names reach the check as the server reads them: ASCII capitals in lower case.

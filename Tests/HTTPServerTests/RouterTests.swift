@@ -45,13 +45,13 @@ final class RecordingResponder: Responder {
         #expect(route("POST", "/v1/tasks/abc/progress")?.status == 202)
     }
 
-    /// The pattern matched is noted where a middleware asked for it, never the raw path.
+    /// The pattern matched is noted where asked for, never the raw path.
     @Test func notesTheMatchedPatternWhereAsked() {
         func noted(_ method: String, _ path: String) -> String? {
             var request = HTTPRequest(method: method, path: path)
-            request.matchedRoute = MatchedRoute()
+            request.routeNote = MatchedRoute()
             _ = router.match(request)
-            return request.matchedRoute?.pattern
+            return (request.routeNote as? MatchedRoute)?.pattern
         }
         #expect(noted("POST", "/v1/tasks/abc/progress") == "/v1/tasks/{id}/progress")
         #expect(noted("HEAD", "/v1/tasks/abc") == "/v1/tasks/{id}")
@@ -59,7 +59,7 @@ final class RecordingResponder: Responder {
         #expect(noted("PUT", "/v1/tasks/abc") == nil)
         // Nobody asked: nothing noted, nothing allocated.
         guard case .handler(_, let routed) = router.match(HTTPRequest(method: "GET", path: "/")) else { return }
-        #expect(routed.matchedRoute == nil)
+        #expect(routed.routeNote == nil)
     }
 
     /// A literal segment matches only its own bytes: not a segment of the same length

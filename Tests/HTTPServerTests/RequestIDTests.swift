@@ -1,6 +1,6 @@
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import HTTPServer
 
 /// The ids the daemon makes up for requests that bring none of their own.
 @Suite struct RequestIDTests {
@@ -21,7 +21,7 @@ import Testing
         numbers += (0..<2_000).map { _ in UInt64.random(in: 0...UInt64.max, using: &generator) >> UInt64.random(in: 0...63, using: &generator) }
         for prefix in ["", "a", "nane6b", "1z141z3", String(repeating: "p", count: 20), "ünï"] {
             for number in numbers {
-                let id = RequestIDMiddleware.requestID(prefix: prefix, number: number)
+                let id = RequestIDs.requestID(prefix: prefix, number: number)
                 #expect(id == "\(prefix)-\(String(number, radix: 36))", "\(prefix) \(number)")
             }
         }
