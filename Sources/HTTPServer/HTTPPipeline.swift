@@ -45,8 +45,9 @@ public struct HTTPPipeline: Sendable {
 
     /// What gives every exchange its id, if anything.
     public let requestIDs: RequestIDs?
-    /// Called on the server's thread once each exchange is over (an event stream: when it
-    /// ends); keep it cheap.
+    /// Called once each exchange the pipeline handled is over (an event stream: when it
+    /// ends), on the thread that ends it (a daemon's, or the stop's); keep it cheap. A
+    /// request cut off before it reached the pipeline (its body never whole) has no record.
     public let observeExchange: (@Sendable (ExchangeRecord) -> Void)?
     private let renderRefusal: RefusalRenderer
     /// The middleware composed around the router, built once.

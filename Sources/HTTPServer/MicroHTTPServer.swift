@@ -493,6 +493,9 @@ public final class MicroHTTPServer: Service {
         return MHD_Result.YES
     }
 
+    /// Requests whose head was read and whose exchange is not over (for tests).
+    var requestsUnderWay: Int { traffic.withLock { $0.requestsInFlight } }
+
     func streamOpened(_ stream: ResponseStream) -> Bool {
         traffic.withLock { traffic in
             guard !traffic.draining else { return false }
@@ -753,20 +756,24 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
 
     func note(_ route: RoutePattern) { matchedRoute.note(route) }
 
-    /// The exchange is over: tells the pipeline's observer and those who asked what was sent.
+    /// The exchange is over: tells the pipeline's observer (if the request was handed to the
+    /// pipeline: one cut off before, by its client, a deadline or the library, is not an
+    /// exchange the pipeline saw) and those who asked what was sent.
     func complete() {
-        let (status, handlers) = answer.withLock { answer in
+        let (status, handlers, dispatched) = answer.withLock { answer in
             if answer.waiting {  // the connection closed while its request waited
                 answer.waiting = false
                 loop?.requestWaits(false)
             }
-            return (answer.sentStatus, answer.completionHandlers)
+            return (answer.sentStatus, answer.completionHandlers, answer.dispatched)
         }
         let completion = HTTPCompletion(status: status,
                                         durationMicroseconds: Int64((DispatchTime.now().uptimeNanoseconds - started) / 1000))
-        server.pipeline.observeExchange?(ExchangeRecord(
-            requestID: request.requestID, method: request.method, path: request.path, route: matchedRoute.route,
-            status: status, durationMicroseconds: completion.durationMicroseconds))
+        if dispatched, let observe = server.pipeline.observeExchange {
+            observe(ExchangeRecord(requestID: request.requestID, method: request.method, path: request.path,
+                                   route: matchedRoute.route, status: status,
+                                   durationMicroseconds: completion.durationMicroseconds))
+        }
         handlers.forEach { $0(completion) }
     }
 

@@ -11,6 +11,8 @@ public final class RequestIDs: Sendable {
 
     /// Ids made up as `prefix-number`; the prefix is random unless given.
     public init(prefix: String = String(UInt32.random(in: 0...UInt32.max), radix: 36)) {
+        precondition(prefix.utf8.count <= 32 && Self.acceptable(prefix + "-") != nil,
+                     "a request id prefix is at most 32 printable ASCII characters without a quote")
         self.prefix = prefix
     }
 

@@ -138,7 +138,8 @@ struct RunningServer {
     /// own when plain, else one made up), and once over a record with its route pattern
     /// (never the raw path), its status and its id: answered at once or later from another
     /// thread, a `HEAD` (noted as its `GET` route), an unknown path, a wrong method, and a
-    /// head refused before any route (its connection closed).
+    /// head refused before any route (its connection closed); a request whose body never
+    /// came whole has none.
     @Test func everyExchangeHasAnIDAndARecord() throws {
         var router = Router()
         router.add("GET", "/tasks/{id}") { request, responder in
@@ -180,6 +181,17 @@ struct RunningServer {
             #expect(record.status == want.3 && record.route?.text == want.4, "\(record)")
             #expect(record.durationMicroseconds >= 0)
         }
+        // A request cut off before its body was whole never reached the pipeline: no record.
+        // The request after it is served by the same thread once the cut one has ended.
+        var cut: TestHTTPClient? = try TestHTTPClient(port: server.port)
+        try cut?.send("POST /tasks/now HTTP/1.1\r\nHost: x\r\nX-Request-Id: cut-1\r\nContent-Length: 10\r\n\r\nab")
+        for _ in 0..<2000 where server.server.requestsUnderWay == 0 { usleep(1000) }
+        #expect(server.server.requestsUnderWay == 1, "the cut request's head was never read")
+        cut = nil
+        for _ in 0..<2000 where server.server.requestsUnderWay > 0 { usleep(1000) }
+        #expect(try TestHTTPClient(port: server.port).request("GET", "/tasks/now", headers: [("X-Request-Id", "after-1")]).status == 200)
+        for _ in 0..<2000 where records.withLock({ $0.count }) < expected.count + 1 { usleep(1000) }
+        #expect(records.withLock { $0.dropFirst(expected.count).map(\.requestID) } == ["after-1"])
     }
 
     @Test func headCheckRefusals() {
