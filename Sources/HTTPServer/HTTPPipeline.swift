@@ -86,6 +86,8 @@ public struct HTTPPipeline: Sendable {
     /// Passes `request` through the middleware to the answer of `refusal` (what the server
     /// refuses before any route: a body too large, a stop under way).
     public func refuse(_ refusal: HTTPRefusal, _ request: HTTPRequest, _ responder: any Responder) {
+        var request = request
+        request.refusal = refusal
         Self.compose(middleware) { request, responder in responder.respond(renderRefusal(refusal, request)) }(request, responder)
     }
 

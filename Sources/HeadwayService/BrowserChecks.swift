@@ -225,7 +225,9 @@ struct BrowserChecks: HTTPMiddleware {
                            HTTPField("Access-Control-Expose-Headers", Self.exposedHeaders)], to: responder)
         case .sameOrigin, .refused: responder
         }
-        if jsonMethods.contains(request.method) {
+        // A request the HTTP layer refuses (ambiguous framing, a body too large, a stop) is
+        // answered with that refusal: no route takes it, so its media type does not matter.
+        if jsonMethods.contains(request.method) && request.refusal == nil {
             let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
             // A JSON body passes at once (the hot path matches no route here); another is
             // refused only where a route takes the request, else routing answers 404/405.

@@ -108,6 +108,24 @@ import Testing
         #expect(try send(daemon, "POST", "/v1/tasks/t/cancel", host: own(daemon)).status == 415)
     }
 
+    /// What the HTTP layer refuses before any route is answered as such, not as a missing
+    /// JSON media type: ambiguous framing is 400 `bad_framing` (and the connection closed),
+    /// a body announced over the limit 413 `body_too_large`, with or without a Content-Type.
+    @Test func theHTTPLayersRefusalsAreNotMaskedByTheMediaType() throws {
+        let daemon = try daemonWithTask()
+        let before = try daemon.snapshot("t")
+        for contentType in [[], [("Content-Type", "text/plain")], [json]] {
+            let twoLengths = try send(daemon, "POST", "/v1/tasks/t/cancel", host: own(daemon),
+                                      contentType + [("Content-Length", "2"), ("Content-Length", "2")], body: nil)
+            #expect(twoLengths.status == 400 && twoLengths.problemCode == "bad_framing", "\(contentType): \(twoLengths.text)")
+            #expect(twoLengths.headers["connection"]?.lowercased() == "close")
+            let tooLarge = try send(daemon, "POST", "/v1/tasks/t/cancel", host: own(daemon),
+                                    contentType + [("Content-Length", "99999999")], body: nil)
+            #expect(tooLarge.status == 413 && tooLarge.problemCode == "body_too_large", "\(contentType): \(tooLarge.text)")
+        }
+        try expectUnchanged(daemon, before)
+    }
+
     // MARK: - Host
 
     @Test func aHostNotServedIsRefusedAndChangesNothing() throws {
