@@ -35,9 +35,9 @@ public struct HTTPRequest: Sendable {
     /// exchange when the pipeline observes exchanges, nil otherwise (the router then notes
     /// nothing).
     public var routeNote: (any RouteNote)?
-    /// What the HTTP layer refuses the request for, when it does (`HTTPPipeline.refuse`):
-    /// the middleware sees a request that no route will take, and whose answer is decided.
-    public var refusal: HTTPRefusal?
+    /// Whether the HTTP layer refuses the request (`HTTPPipeline.refuse`): the middleware
+    /// then sees a request that no route will take, and whose answer is decided.
+    public var isRefused = false
 
     public init(method: String, path: String, query: [HTTPField] = [], headers: [HTTPField] = [],
                 body: [UInt8] = [], requestID: String = "") {

@@ -87,7 +87,7 @@ public struct HTTPPipeline: Sendable {
     /// refuses before any route: a body too large, a stop under way).
     public func refuse(_ refusal: HTTPRefusal, _ request: HTTPRequest, _ responder: any Responder) {
         var request = request
-        request.refusal = refusal
+        request.isRefused = true
         Self.compose(middleware) { request, responder in responder.respond(renderRefusal(refusal, request)) }(request, responder)
     }
 

@@ -227,7 +227,7 @@ struct BrowserChecks: HTTPMiddleware {
         }
         // A request the HTTP layer refuses (ambiguous framing, a body too large, a stop) is
         // answered with that refusal: no route takes it, so its media type does not matter.
-        if jsonMethods.contains(request.method) && request.refusal == nil {
+        if jsonMethods.contains(request.method) && !request.isRefused {
             let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
             // A JSON body passes at once (the hot path matches no route here); another is
             // refused only where a route takes the request, else routing answers 404/405.
