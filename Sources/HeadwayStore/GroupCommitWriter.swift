@@ -32,7 +32,9 @@ public protocol BatchSized {
 /// (`submitSteps`), each a job of its own. The connection is confined to the writer
 /// thread. A requested stop commits what is queued (with every remaining step of work
 /// done in steps), then `run()` closes the connection and returns; later submissions fail
-/// with `.stopped`. Between batches, about once per `walCheckInterval`, it keeps the `-wal`
+/// with `.stopped`. On SQLite, the checkpoint a commit makes due (the WAL at 1,000 pages)
+/// runs after that batch's completions, not inside its commit (`Database.deferCheckpoints`);
+/// and between batches, about once per `walCheckInterval`, the writer keeps the `-wal`
 /// file's size bounded (`limitWAL()`).
 public final class GroupCommitWriter: Service {
     /// Counts of what the writer has done, for metrics and benchmarks.
@@ -132,6 +134,8 @@ public final class GroupCommitWriter: Service {
             try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
             // After the WAL has been reset, its first commit cuts the file back to this size.
             try database.execute("PRAGMA journal_size_limit = \(walSizeLimit)")
+            // A batch's replies do not wait for a checkpoint: it runs after them (`run()`).
+            database.deferCheckpoints()
         }
         self.coordinator = coordinator
         self.maximumBatch = maximumBatch
@@ -278,6 +282,9 @@ public final class GroupCommitWriter: Service {
                 }
             }
             let notRun = Array(runBatch(batch))
+            // The batch's replies and events are out: the checkpoint its commit made due
+            // (the WAL at 1,000 pages) runs now, not inside the commit.
+            database.checkpointIfDue()
             batch.removeAll(keepingCapacity: true)
             if !notRun.isEmpty { queue.withLock { $0.jobs.insert(contentsOf: notRun, at: 0) } }
         }
@@ -286,7 +293,7 @@ public final class GroupCommitWriter: Service {
 
     /// Brings the `-wal` file back under `walSizeLimit` when it is over it: a checkpoint
     /// that waits for no one (`Database.checkpointTruncatingWAL`), so a batch is never held
-    /// up by another process. Under load SQLite's automatic checkpoints reset the WAL and
+    /// up by another process. Under load the checkpoints after batches reset the WAL and
     /// `journal_size_limit` cuts the file back; but a reader that keeps an old snapshot (a
     /// `sqlite3` shell in a transaction, a backup) keeps the WAL from being reset, so it
     /// grows while the reader holds, and this check empties it once the reader has let go,

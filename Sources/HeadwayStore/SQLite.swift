@@ -119,6 +119,12 @@ public final class Database: @unchecked Sendable {
     /// Changes held back by `heldWrites`, counted in `totalChanges` as if written, so that
     /// "did this change anything" means the same whether a write is held or made.
     private var heldChanges: Int64 = 0
+    /// Pages in the WAL as this connection's last commit left them (SQLite's WAL hook),
+    /// while checkpoints are deferred (`deferCheckpoints`).
+    private var walPagesAfterCommit: Int32 = 0
+    /// The WAL's size in pages from which `checkpointIfDue` checkpoints; 0 while SQLite's
+    /// automatic checkpoint runs instead.
+    private var deferredCheckpointPages: Int32 = 0
 
     /// Opens (creating if needed) the database at `path`, or connects to the PostgreSQL
     /// server `path` names (`postgresql://…`). A read-only PostgreSQL connection refuses
@@ -323,6 +329,35 @@ public final class Database: @unchecked Sendable {
             throw DatabaseError(code: code, message: lastErrorMessage, sql: "PRAGMA wal_checkpoint(TRUNCATE)",
                               systemError: lastSystemError)
         }
+    }
+
+    /// Takes SQLite's automatic checkpoint out of the commit. By default the `COMMIT` that
+    /// leaves 1,000 pages or more in the WAL also copies them into the database file (and,
+    /// with `synchronous = FULL`, syncs that file) before it returns, so every reply of
+    /// that commit waits for the checkpoint too. Deferred, a commit only notes how many
+    /// pages the WAL holds, and `checkpointIfDue()`, called once the replies are out, runs
+    /// the same passive checkpoint. No-op on PostgreSQL. (A later `PRAGMA wal_autocheckpoint`
+    /// would bring the automatic checkpoint back: SQLite keeps one WAL hook per connection.)
+    public func deferCheckpoints(fromPages pages: Int32 = 1000) {
+        guard !isPostgres, pages > 0 else { return }
+        deferredCheckpointPages = pages
+        sqlite3_wal_hook(handle, { context, _, _, pages in
+            Unmanaged<Database>.fromOpaque(context!).takeUnretainedValue().walPagesAfterCommit = pages
+            return SQLITE_OK
+        }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    /// With checkpoints deferred, runs a passive checkpoint (SQLite's automatic one: it
+    /// copies what no reader still needs and waits for no one) if the last commit left the
+    /// WAL at the threshold or over it; returns whether it ran and succeeded. A checkpoint
+    /// that fails changes nothing stored: the pages stay in the WAL and the next commit
+    /// makes it due again. Not inside a transaction of this connection.
+    @discardableResult
+    public func checkpointIfDue() -> Bool {
+        guard deferredCheckpointPages > 0, walPagesAfterCommit >= deferredCheckpointPages,
+              (try? checkOpen("PRAGMA wal_checkpoint(PASSIVE)")) != nil else { return false }
+        walPagesAfterCommit = 0
+        return sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil) == SQLITE_OK
     }
 
     /// Rows inserted, updated or deleted on this connection since it opened (triggers included).

@@ -250,6 +250,34 @@ final class Box<Value>: @unchecked Sendable {
         #expect(bytes <= limit, "the WAL is back under its limit after the reader let go")
         #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM tasks") } == 2_000)
     }
+
+    /// The checkpoint a commit makes due (1,000 pages in the WAL) runs after that batch's
+    /// completions, not inside its commit: a completion finds the pages only in the WAL,
+    /// and the database file takes them once the writer has checkpointed.
+    @Test func theCheckpointACommitMakesDueRunsAfterItsCompletions() throws {
+        let fixture = try StoreFixture(durability: .normal)
+        let path = fixture.path
+        @Sendable func databaseBytes() -> Int { (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int ?? 0 }
+        let pages = 1_100, pageBytes = 4_000
+        let before = databaseBytes()
+        let bytesAtCompletion = Box<Int>()
+        let done = DispatchSemaphore(value: 0)
+        fixture.writer.submit({ database in
+            try database.execute("CREATE TABLE filler(bytes BLOB)")
+            for _ in 0..<pages { try database.execute("INSERT INTO filler VALUES (zeroblob(\(pageBytes)))") }
+        }) { _ in
+            bytesAtCompletion.value = databaseBytes()
+            done.signal()
+        }
+        done.wait()
+        #expect(bytesAtCompletion.value == before, "the completion came before any checkpoint")
+        var bytes = databaseBytes()
+        for _ in 0..<500 where bytes < before + pages * pageBytes {
+            Thread.sleep(forTimeInterval: 0.01)
+            bytes = databaseBytes()
+        }
+        #expect(bytes >= before + pages * pageBytes, "the checkpoint ran after it")
+    }
 }
 
 @Suite struct TaskStoreTests {
