@@ -235,7 +235,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                            metrics.observe(batch)
                                            storageAlarm.observe(batch)
                                            if webhookOutbox.takeWritten() { webhookDoorbell.ring() }
-                                       })
+                                       },
+                                       observeCheckpoint: { metrics.observeCheckpoint(seconds: $0) })
     let apiReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
                                 maximumWaiting: configuration.maximumQueuedReads, label: "headway.reads")
     // Every waiting catch-up holds a subscriber's place, so the subscriber limit bounds them.

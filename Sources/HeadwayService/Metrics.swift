@@ -159,6 +159,13 @@ final class Histograms<Labels: MetricLabels>: Sendable {
 extension Histograms where Labels == NoLabels {
     /// Counts `value` in the one histogram of an unlabeled family.
     func observe(_ value: Double) { observe(value, NoLabels()) }
+
+    /// The one histogram, at zero before its first observation: a family observed rarely
+    /// (the writer's checkpoints) is then in every scrape, as counters are from the start.
+    var snapshotFromZero: [NoLabels: HistogramValues] {
+        let histograms = snapshot
+        return histograms.isEmpty ? [NoLabels(): HistogramValues(bounds: bounds)] : histograms
+    }
 }
 
 /// Bounds for durations in seconds, from 100 µs to 10 s.

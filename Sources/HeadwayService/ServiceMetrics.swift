@@ -23,6 +23,8 @@ final class ServiceMetrics: Sendable {
     let batchSize = Histograms<NoLabels>(bounds: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
     /// From `BEGIN IMMEDIATE` to the end of `COMMIT`, per batch.
     let commitDuration = Histograms<NoLabels>(bounds: secondsBuckets)
+    /// Each WAL checkpoint the writer ran after a batch (SQLite).
+    let checkpointDuration = Histograms<NoLabels>(bounds: secondsBuckets)
     /// Batches that could not be stored.
     let batchesFailed = MetricCounter()
     /// Rows forgotten by retention.
@@ -45,6 +47,11 @@ final class ServiceMetrics: Sendable {
         } else {
             batchesFailed.add()
         }
+    }
+
+    /// The writer's observer: one checkpoint over, which took `seconds`.
+    func observeCheckpoint(seconds: Double) {
+        checkpointDuration.observe(seconds)
     }
 
     /// What is read at scrape time, beside the counters.
@@ -113,6 +120,10 @@ final class ServiceMetrics: Sendable {
         out.histograms("headway_writer_commit_duration_seconds",
                        "Time from BEGIN IMMEDIATE to the end of COMMIT, per committed batch.",
                        labels: [], commitDuration.snapshot)
+        out.histograms("headway_writer_checkpoint_duration_seconds",
+                       "Time of each WAL checkpoint the writer runs after a batch whose commit left 1,000 pages in the WAL "
+                       + "(SQLite; the next batch waits for it).",
+                       labels: [], checkpointDuration.snapshotFromZero)
         out.family("headway_writer_batches_failed_total", .counter, "Batches that could not be stored.")
         out.sample("headway_writer_batches_failed_total", [:], Double(batchesFailed.value))
         out.family("headway_writer_queue_depth", .gauge, "Jobs waiting for the writer now.")

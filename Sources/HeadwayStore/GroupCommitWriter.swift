@@ -99,19 +99,21 @@ public final class GroupCommitWriter: Service {
     /// empties the WAL (touched by the writer thread only; see `limitWAL()`).
     private let diskFullSinceCheckpoint = Atomic(false)
     private let observeBatch: (@Sendable (BatchReport) -> Void)?
+    private let observeCheckpoint: (@Sendable (_ seconds: Double) -> Void)?
     /// What each batch does besides its jobs when other daemons write too (PostgreSQL).
     private let coordinator: (any BatchCoordinator)?
     /// What holds a batch's changes of rows back until it commits, if anything.
     private let heldWrites: (any HeldWrites)?
 
     /// The size the `-wal` file is brought back under once nothing holds it (32 MiB): well
-    /// above what it reaches under steady load, when SQLite's automatic checkpoint resets it
+    /// above what it reaches under steady load, when the checkpoint after a batch resets it
     /// after each 1,000 pages (about 4 MiB) plus the batch that crossed them.
     public static let defaultWALSizeLimit = 32 << 20
 
     /// Opens the writer connection (WAL, the given durability); `run()` then writes.
     /// `observeBatch`, if given, is called on the writer thread after each batch (before
-    /// its jobs' completions): keep it cheap. `walSizeLimit` and `walCheckInterval` (in
+    /// its jobs' completions): keep it cheap. `observeCheckpoint`, likewise, after each
+    /// checkpoint a batch made due (SQLite), with its duration. `walSizeLimit` and `walCheckInterval` (in
     /// seconds): see `limitWAL()`. `coordinator`: what each batch does first and last when
     /// other daemons write the same database (`SharedWriting`). `heldWrites`: what holds
     /// the batches' changes of rows back until they commit (the store's `TaskCache`).
@@ -119,7 +121,8 @@ public final class GroupCommitWriter: Service {
                 maximumBatchBytes: Int = 16 << 20, walSizeLimit: Int = defaultWALSizeLimit,
                 walCheckInterval: Double = 1, coordinator: (any BatchCoordinator)? = nil,
                 heldWrites: (any HeldWrites)? = nil,
-                observeBatch: (@Sendable (BatchReport) -> Void)? = nil) throws(DatabaseError) {
+                observeBatch: (@Sendable (BatchReport) -> Void)? = nil,
+                observeCheckpoint: (@Sendable (_ seconds: Double) -> Void)? = nil) throws(DatabaseError) {
         database = try Database(path: path)
         self.heldWrites = heldWrites
         if database.isPostgres {
@@ -143,6 +146,7 @@ public final class GroupCommitWriter: Service {
         self.walSizeLimit = walSizeLimit
         self.walCheckInterval = walCheckInterval
         self.observeBatch = observeBatch
+        self.observeCheckpoint = observeCheckpoint
     }
 
     /// The work done so far.
@@ -282,9 +286,11 @@ public final class GroupCommitWriter: Service {
                 }
             }
             let notRun = Array(runBatch(batch))
-            // The batch's replies and events are out: the checkpoint its commit made due
-            // (the WAL at 1,000 pages) runs now, not inside the commit.
-            database.checkpointIfDue()
+            // The batch's completions have run (its replies and events are handed on): the
+            // checkpoint its commit made due (the WAL at 1,000 pages) runs now, not inside
+            // the commit. The next batch waits for it, so its time is observed too.
+            let checkpointStart = DispatchTime.now().uptimeNanoseconds
+            if database.checkpointIfDue() { observeCheckpoint?(Self.seconds(since: checkpointStart)) }
             batch.removeAll(keepingCapacity: true)
             if !notRun.isEmpty { queue.withLock { $0.jobs.insert(contentsOf: notRun, at: 0) } }
         }
@@ -299,7 +305,7 @@ public final class GroupCommitWriter: Service {
     /// grows while the reader holds, and this check empties it once the reader has let go,
     /// even if no write comes after. (`journal_size_limit` cuts the file back to exactly the
     /// limit, so a file at the limit is emptied too.) After a batch failed for want of
-    /// space it checkpoints whatever the size: SQLite's automatic checkpoint runs only after
+    /// space it checkpoints whatever the size: the checkpoint after a batch runs only after
     /// a commit, and on a full disk no commit succeeds, so the committed frames in the WAL
     /// would otherwise hold the space that the next commit needs, for good. A check that
     /// fails or finds a reader in the way changes nothing and the next one tries again.

@@ -122,8 +122,8 @@ public final class Database: @unchecked Sendable {
     /// Pages in the WAL as this connection's last commit left them (SQLite's WAL hook),
     /// while checkpoints are deferred (`deferCheckpoints`).
     private var walPagesAfterCommit: Int32 = 0
-    /// The WAL's size in pages from which `checkpointIfDue` checkpoints; 0 while SQLite's
-    /// automatic checkpoint runs instead.
+    /// The WAL's size in pages from which `checkpointIfDue` checkpoints; 0 until
+    /// `deferCheckpoints` (SQLite's automatic checkpoint then runs inside the commit).
     private var deferredCheckpointPages: Int32 = 0
 
     /// Opens (creating if needed) the database at `path`, or connects to the PostgreSQL
@@ -332,9 +332,9 @@ public final class Database: @unchecked Sendable {
     }
 
     /// Takes SQLite's automatic checkpoint out of the commit. By default the `COMMIT` that
-    /// leaves 1,000 pages or more in the WAL also copies them into the database file (and,
-    /// with `synchronous = FULL`, syncs that file) before it returns, so every reply of
-    /// that commit waits for the checkpoint too. Deferred, a commit only notes how many
+    /// leaves 1,000 pages or more in the WAL also copies them into the database file and
+    /// syncs both files (in WAL mode with `synchronous` `FULL` or `NORMAL` alike) before it
+    /// returns, so every reply of that commit waits for the checkpoint too. Deferred, a commit only notes how many
     /// pages the WAL holds, and `checkpointIfDue()`, called once the replies are out, runs
     /// the same passive checkpoint. No-op on PostgreSQL. (A later `PRAGMA wal_autocheckpoint`
     /// would bring the automatic checkpoint back: SQLite keeps one WAL hook per connection.)
@@ -351,13 +351,15 @@ public final class Database: @unchecked Sendable {
     /// copies what no reader still needs and waits for no one) if the last commit left the
     /// WAL at the threshold or over it; returns whether it ran and succeeded. A checkpoint
     /// that fails changes nothing stored: the pages stay in the WAL and the next commit
-    /// makes it due again. Not inside a transaction of this connection.
+    /// makes it due again. Returns whether it ran (even if it failed). Not inside a
+    /// transaction of this connection.
     @discardableResult
     public func checkpointIfDue() -> Bool {
         guard deferredCheckpointPages > 0, walPagesAfterCommit >= deferredCheckpointPages,
               (try? checkOpen("PRAGMA wal_checkpoint(PASSIVE)")) != nil else { return false }
         walPagesAfterCommit = 0
-        return sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil) == SQLITE_OK
+        _ = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+        return true
     }
 
     /// Rows inserted, updated or deleted on this connection since it opened (triggers included).

@@ -15,14 +15,14 @@ final class StoreFixture: @unchecked Sendable {
 
     init(durability: Durability = .full, limits: TreeLimits = TreeLimits(), maximumBatchBytes: Int = 16 << 20,
          stepTasks: Int = 1_000, walSizeLimit: Int = GroupCommitWriter.defaultWALSizeLimit,
-         walCheckInterval: Double = 1) throws {
+         walCheckInterval: Double = 1, observeCheckpoint: (@Sendable (Double) -> Void)? = nil) throws {
         path = directory.file("headway.db")
         store = TaskStore(changeCounter: try DatabaseSetup.open(path: path).changeCounter, limits: limits,
                           stepTasks: stepTasks)
         // As the daemon's: the store's cache holds the batches' changes of tasks until they commit.
         writer = try GroupCommitWriter(path: path, durability: durability, maximumBatchBytes: maximumBatchBytes,
                                        walSizeLimit: walSizeLimit, walCheckInterval: walCheckInterval,
-                                       heldWrites: store.cache)
+                                       heldWrites: store.cache, observeCheckpoint: observeCheckpoint)
         writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try writerThread.start()
     }
@@ -255,7 +255,13 @@ final class Box<Value>: @unchecked Sendable {
     /// completions, not inside its commit: a completion finds the pages only in the WAL,
     /// and the database file takes them once the writer has checkpointed.
     @Test func theCheckpointACommitMakesDueRunsAfterItsCompletions() throws {
-        let fixture = try StoreFixture(durability: .normal)
+        let checkpointTimes = Box<[Double]>()
+        checkpointTimes.value = []
+        let checkpointed = DispatchSemaphore(value: 0)
+        let fixture = try StoreFixture(durability: .normal, observeCheckpoint: { seconds in
+            checkpointTimes.value!.append(seconds)
+            checkpointed.signal()
+        })
         let path = fixture.path
         @Sendable func databaseBytes() -> Int { (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int ?? 0 }
         let pages = 1_100, pageBytes = 4_000
@@ -271,12 +277,10 @@ final class Box<Value>: @unchecked Sendable {
         }
         done.wait()
         #expect(bytesAtCompletion.value == before, "the completion came before any checkpoint")
-        var bytes = databaseBytes()
-        for _ in 0..<500 where bytes < before + pages * pageBytes {
-            Thread.sleep(forTimeInterval: 0.01)
-            bytes = databaseBytes()
-        }
-        #expect(bytes >= before + pages * pageBytes, "the checkpoint ran after it")
+        #expect(checkpointed.wait(timeout: .now() + 10) == .success, "a checkpoint ran after it")
+        #expect(databaseBytes() >= before + pages * pageBytes, "and copied the pages into the database file")
+        #expect(checkpointTimes.value?.count == 1, "the checkpoint was observed, once")
+        #expect(checkpointTimes.value?.allSatisfy { $0 > 0 } == true)
     }
 }
 

@@ -13,7 +13,7 @@ import urllib.request
 from conftest import ROOT, run_headwayd
 
 HEADWAY = os.environ.get("HEADWAY_CLI", str(ROOT / ".build/debug/headway"))
-# Above what the WAL reaches under steady load (SQLite's automatic checkpoint resets it
+# Above what the WAL reaches under steady load (the checkpoint after a batch resets it
 # after 1,000 pages, about 4 MiB), so only a held reader takes it past.
 WAL_LIMIT = 8 << 20
 HOLD_SECONDS = 15

@@ -264,8 +264,8 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_streams_and_recovers_without
 
 
 def test_a_disk_filled_by_the_wal_itself_takes_writes_again_without_freeing_anything(tmp_path):
-    """On a disk smaller than SQLite's automatic checkpoint needs (about 4 MiB of WAL), the
-    WAL of committed changes fills it; no commit succeeds, so no automatic checkpoint runs:
+    """On a disk smaller than the writer's checkpoints need (about 4 MiB of WAL), the WAL
+    of committed changes fills it; no commit succeeds, so no checkpoint after a batch runs:
     the daemon must checkpoint by itself to win back the space its own WAL holds."""
     log_path = tmp_path / "headwayd.log"
     with mounted(tmp_path / "small", "-t", "tmpfs", "-o", "size=2m", "tmpfs") as small:
