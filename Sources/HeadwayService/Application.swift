@@ -291,7 +291,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors)
         .register(in: &routes)
     WebhooksAPI(writer: writer, reads: apiReads, outbox: webhookOutbox, allowPrivate: configuration.webhookAllowPrivate,
-                clock: clock, logger: logger, errors: errors, changed: { webhookDoorbell.ring() })
+                lookupSeconds: configuration.webhookTimeoutSeconds, clock: clock, logger: logger, errors: errors,
+                changed: { webhookDoorbell.ring() })
         .register(in: &routes)
     DashboardAPI(registry: tokens).register(in: &routes)
     let recentCatchUps = CatchUpCache()

@@ -82,7 +82,8 @@ public struct Configuration: Sendable, Equatable {
     // Webhooks.
     /// Delivery attempts in flight at once (`--webhook-concurrency`).
     public var webhookConcurrency = 8
-    /// Seconds one delivery attempt may take (`--webhook-timeout`).
+    /// Seconds one delivery attempt may take, its host's lookup included; also the
+    /// longest a new webhook's check waits for that lookup (`--webhook-timeout`).
     public var webhookTimeoutSeconds = 10.0
     /// When failed deliveries are retried, and for how long (`--webhook-retry-base`,
     /// `--webhook-retry-for`, `--webhook-retry-jitter`).
@@ -191,8 +192,9 @@ public struct Configuration: Sendable, Equatable {
           --webhook-concurrency N   webhook deliveries in flight at once, one per
                                     webhook at most (HEADWAY_WEBHOOK_CONCURRENCY,
                                     default 8)
-          --webhook-timeout SECONDS time one delivery attempt may take
-                                    (HEADWAY_WEBHOOK_TIMEOUT, default 10)
+          --webhook-timeout SECONDS time one delivery attempt may take, its host's
+                                    lookup included (HEADWAY_WEBHOOK_TIMEOUT,
+                                    default 10)
           --webhook-retry-base SECONDS
                                     bound of the first retry's delay after a failed
                                     delivery, doubled after each (at most 10 min)

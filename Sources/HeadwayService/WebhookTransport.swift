@@ -1,4 +1,5 @@
 import CCurl
+import Dispatch
 import Foundation
 import HeadwayCore
 
@@ -8,8 +9,8 @@ import HeadwayCore
 /// then the ones connected to (`CURLOPT_RESOLVE`), so a name that resolves elsewhere a
 /// moment later cannot slip a private address past the check. Redirects are not followed,
 /// only `http` and `https` are spoken, proxies from the environment are not used, and the
-/// whole attempt ends after `timeoutSeconds`. The reply's body is not read: the
-/// attempt ends when it begins.
+/// whole attempt, the lookup included (`HostLookup`), ends after `timeoutSeconds`. The
+/// reply's body is not read: the attempt ends when it begins.
 struct WebhookTransport: Sendable {
     /// What one attempt came to.
     struct Outcome: Sendable, Equatable {
@@ -24,27 +25,51 @@ struct WebhookTransport: Sendable {
     var timeoutSeconds: Double
     /// Whether loopback, private and other non-public addresses may be posted to.
     var allowPrivate: Bool
+    /// Where host names are looked up.
+    var lookups: HostLookup = .shared
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
-    /// Why a URL may not be posted to now, or nil and the addresses checked (all its host
-    /// resolves to); resolves its host (a DNS lookup for a name). Also the check of
-    /// `POST /v1/webhooks`.
-    static func refusal(of url: WebhookURL, allowPrivate: Bool) -> (refusal: String?, addresses: [IPAddress]) {
+    /// Whether a URL may be posted to now: the addresses checked (all its host resolves
+    /// to), or why not.
+    enum Check: Sendable, Equatable {
+        case allowed([IPAddress])
+        /// `final`: the same URL will be refused again (an address that is not public);
+        /// otherwise a later lookup may pass (a name that does not resolve yet, a resolver
+        /// that did not answer in time).
+        case refused(String, final: Bool)
+    }
+
+    /// Checks `url`, looking its host up (a DNS lookup for a name) and waiting at most
+    /// `seconds` for the answer. Also the check of `POST /v1/webhooks`.
+    static func check(_ url: WebhookURL, allowPrivate: Bool, within seconds: Double,
+                      lookups: HostLookup = .shared) -> Check {
         let addresses: [IPAddress]
         if let literal = IPAddress.parse(url.host) {
             addresses = [literal]
         } else {
-            addresses = resolve(url.host)
-            guard !addresses.isEmpty else { return ("the host '\(url.host)' could not be resolved", []) }
+            switch lookups.addresses(of: url.host, within: seconds) {
+            case .addresses(let found): addresses = found
+            case .unresolved: return .refused("the host '\(url.host)' could not be resolved", final: false)
+            case .timedOut:
+                return .refused("the host '\(url.host)' was not resolved within \(Self.seconds(seconds))", final: false)
+            case .busy:
+                return .refused("the host '\(url.host)' was not looked up: \(lookups.maximumUnfinished) lookups "
+                                    + "are still waiting for the name server", final: false)
+            }
         }
-        if allowPrivate { return (nil, addresses) }
+        if allowPrivate { return .allowed(addresses) }
         if let refused = addresses.first(where: { !$0.isPublic }) {
-            return ("the host '\(url.host)' resolves to \(refused), which is not a public address "
-                        + "(loopback, private, link-local and similar ranges are refused unless the daemon runs "
-                        + "with --webhook-allow-private)", [])
+            return .refused("the host '\(url.host)' resolves to \(refused), which is not a public address "
+                                + "(loopback, private, link-local and similar ranges are refused unless the daemon runs "
+                                + "with --webhook-allow-private)", final: true)
         }
-        return (nil, addresses)
+        return .allowed(addresses)
+    }
+
+    /// `seconds` as the flag was given: `10 s`, `0.5 s`.
+    private static func seconds(_ seconds: Double) -> String {
+        seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
     }
 
     /// The `CURLOPT_RESOLVE` entry that has libcurl connect to `addresses` (in their
@@ -54,45 +79,19 @@ struct WebhookTransport: Sendable {
         return "\(url.host):\(url.port):\(texts.joined(separator: ","))"
     }
 
-    /// The addresses `host` resolves to (getaddrinfo), in the resolver's order.
-    static func resolve(_ host: String) -> [IPAddress] {
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        var list: UnsafeMutablePointer<addrinfo>?
-        guard getaddrinfo(host, nil, &hints, &list) == 0 else { return [] }
-        defer { freeaddrinfo(list) }
-        var addresses: [IPAddress] = []
-        var entry = list
-        while let current = entry {
-            if let socketAddress = current.pointee.ai_addr {
-                if current.pointee.ai_family == AF_INET {
-                    socketAddress.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { v4 in
-                        let raw = withUnsafeBytes(of: v4.pointee.sin_addr) { Array($0) }
-                        if let address = IPAddress(bytes: raw), !addresses.contains(address) { addresses.append(address) }
-                    }
-                } else if current.pointee.ai_family == AF_INET6 {
-                    socketAddress.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
-                        let raw = withUnsafeBytes(of: v6.pointee.sin6_addr) { Array($0) }
-                        if let address = IPAddress(bytes: raw), !addresses.contains(address) { addresses.append(address) }
-                    }
-                }
-            }
-            entry = current.pointee.ai_next
-        }
-        return addresses
-    }
-
     /// Posts `body` to `url` with `headers` (each `Name: value`); blocks until the reply,
     /// a failure or the timeout.
     func post(_ url: WebhookURL, body: String, headers extraHeaders: [String]) -> Outcome {
         _ = Self.globalInit
-        let (refusal, addresses) = Self.refusal(of: url, allowPrivate: allowPrivate)
-        guard !addresses.isEmpty else {
-            // A name that does not resolve may resolve later; a refused address is final.
-            let unresolved = refusal?.contains("could not be resolved") ?? false
-            return Outcome(verdict: unresolved ? .retry : .fail, status: nil, error: refusal)
+        let started = DispatchTime.now()
+        let addresses: [IPAddress]
+        switch Self.check(url, allowPrivate: allowPrivate, within: timeoutSeconds, lookups: lookups) {
+        case .allowed(let checked): addresses = checked
+        case .refused(let reason, let final): return Outcome(verdict: final ? .fail : .retry, status: nil, error: reason)
         }
+        // The lookup's time counts: the attempt as a whole ends after `timeoutSeconds`.
+        let lookupSeconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        let remainingMilliseconds = max(1, Int((timeoutSeconds - lookupSeconds) * 1000))
         guard let handle = curl_easy_init() else { return Outcome(verdict: .retry, status: nil, error: "libcurl could not start") }
         defer { curl_easy_cleanup(handle) }
         var headers: UnsafeMutablePointer<curl_slist>?
@@ -114,7 +113,7 @@ struct WebhookTransport: Sendable {
         headway_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, 0)
         headway_curl_set_string(handle, CURLOPT_PROXY, "")
         headway_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)
-        headway_curl_set_long(handle, CURLOPT_TIMEOUT_MS, max(1, Int(timeoutSeconds * 1000)))
+        headway_curl_set_long(handle, CURLOPT_TIMEOUT_MS, remainingMilliseconds)
         headway_curl_set_string(handle, CURLOPT_USERAGENT, "headwayd/\(HeadwayVersion.current)")
         headway_curl_set_long(handle, CURLOPT_POST, 1)
         headway_curl_set_long(handle, CURLOPT_POSTFIELDSIZE, body.utf8.count)

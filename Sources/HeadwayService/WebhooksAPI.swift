@@ -7,9 +7,10 @@ import HeadwayStore
 /// reply only), list them without secrets, delete one (its pending deliveries with it),
 /// and read a webhook's latest deliveries. A new webhook's URL must be an `http` or
 /// `https` URL and, unless `--webhook-allow-private`, its host must resolve to public
-/// addresses only (else 422 `webhook_url_refused`; the lookup runs off the request thread). Each change goes
-/// through the writer, which reads the table back in the same transaction for the
-/// writer's in-memory list (`WebhookOutbox`), so the very next change is delivered to it.
+/// addresses only (else 422 `webhook_url_refused`, as when its lookup takes longer than
+/// `--webhook-timeout`; the lookup runs off the request thread). Each change goes through
+/// the writer, which reads the table back in the same transaction for the writer's
+/// in-memory list (`WebhookOutbox`), so the very next change is delivered to it.
 ///
 /// A token with a task prefix manages only the webhooks inside it: a webhook it makes
 /// must have a task prefix that starts with its own (403 `prefix_not_allowed`), and any
@@ -19,6 +20,8 @@ struct WebhooksAPI: Sendable {
     let reads: ReadPool
     let outbox: WebhookOutbox
     let allowPrivate: Bool
+    /// How long the check of a new webhook's host waits for its lookup (`--webhook-timeout`).
+    let lookupSeconds: Double
     let clock: any WallClock
     let logger: Logger
     let errors: ErrorReplies
@@ -67,8 +70,9 @@ struct WebhooksAPI: Sendable {
         DispatchQueue.global().async { [self] in
             let made: WebhookRecord
             do {
-                if let refusal = WebhookTransport.refusal(of: url, allowPrivate: allowPrivate).refusal {
-                    throw Problem.webhookURLRefused(refusal)
+                if case .refused(let reason, _) = WebhookTransport.check(url, allowPrivate: allowPrivate,
+                                                                         within: lookupSeconds) {
+                    throw Problem.webhookURLRefused(reason)
                 }
                 made = WebhookRecord(id: try WebhookCrypto.newWebhookID(), url: url.text, filter: asked.filter,
                                      format: asked.format, secret: try WebhookCrypto.newSecret(), createdAt: clock.now())
