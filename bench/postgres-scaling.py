@@ -238,6 +238,8 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
     for output in outputs:
         line = next(l for l in output.splitlines() if l.startswith("RESULT"))
         results.append({key: float(value) for key, value in (part.split("=") for part in line.split()[1:])})
+        if results[-1]["errors"]:
+            print(f"wrk saw errors: {line}", file=sys.stderr, flush=True)
     requests = sum(r["requests"] for r in results)
     jobs, batches, committing = (sum(after[i] - before[i] for before, after in zip(batches_before, batches_after))
                                  for i in range(3))

@@ -19,8 +19,11 @@ request = function()
 end
 
 done = function(summary, latency, requests)
-  io.write(string.format("RESULT requests=%d duration_s=%.2f rps=%.0f p50_ms=%.2f p99_ms=%.2f errors=%d\n",
+  local errors = summary.errors
+  io.write(string.format("RESULT requests=%d duration_s=%.2f rps=%.0f p50_ms=%.2f p99_ms=%.2f errors=%d "
+                         .. "status_4xx_5xx=%d connect_errors=%d read_errors=%d write_errors=%d timeouts=%d max_ms=%.2f\n",
     summary.requests, summary.duration / 1e6, summary.requests / (summary.duration / 1e6),
     latency:percentile(50) / 1000, latency:percentile(99) / 1000,
-    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+    errors.status + errors.connect + errors.read + errors.write + errors.timeout,
+    errors.status, errors.connect, errors.read, errors.write, errors.timeout, latency.max / 1000))
 end

@@ -16,6 +16,7 @@ import socket
 import ssl
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -207,6 +208,8 @@ def wrk_publish(server, connections=50, seconds=10, channels=50):
         env=env, capture_output=True, text=True, check=True).stdout
     line = next(l for l in output.splitlines() if l.startswith("RESULT"))
     fields = dict(part.split("=") for part in line.split()[1:])
+    if int(fields["errors"]):
+        print(f"wrk saw errors: {line}", file=sys.stderr, flush=True)
     return float(fields["rps"]), float(fields["p50_ms"]), float(fields["p99_ms"]), int(fields["errors"])
 
 
