@@ -1,15 +1,21 @@
 import Dispatch
 import Foundation
 import HeadwayCore
+import HeadwayStore
 import Lifecycle
 
-/// Looks a host name up (getaddrinfo) within a time limit. glibc's resolver has no limit
-/// of its own to give: an unanswering name server costs up to its timeout times its
-/// attempts times the servers listed (30 s with the defaults), which would stretch a
-/// webhook attempt far past `--webhook-timeout`. So each lookup runs on a thread of its
-/// own and the caller waits for it only as long as it may; a lookup given up on runs on to
-/// its end and frees what it holds. Lookups not yet finished are bounded in number, so
-/// a resolver that never answers costs a few parked threads, not a thread per attempt.
+/// Looks host names up (getaddrinfo) within a time limit. glibc's resolver has no limit of
+/// its own to give: an unanswering name server costs up to its timeout times its attempts
+/// times the servers listed (10 s with one, 28 s with three, measured), which would
+/// stretch a webhook attempt far past `--webhook-timeout`. So each lookup runs on a thread
+/// of its own, and whoever asked hears within the time given: the answer, or that it
+/// timed out. A lookup given up on runs on to its end and frees what it holds.
+///
+/// A name already being looked up is not looked up again: whoever asks for it joins the
+/// lookup running (each with a time limit of their own). Names being looked up are
+/// bounded in number (`maximumUnfinished`); past that, a lookup is refused at once
+/// (`busy`). Deliveries and the checks of new webhooks each have a `HostLookup` of their
+/// own, so that whoever makes webhooks cannot use up the lookups deliveries need.
 final class HostLookup: Sendable {
     /// What a lookup came to.
     enum Outcome: Sendable, Equatable {
@@ -19,17 +25,23 @@ final class HostLookup: Sendable {
         case unresolved
         /// No answer within the time given.
         case timedOut
-        /// As many lookups as allowed are still running (a resolver that does not answer).
+        /// As many names as allowed are being looked up (a resolver that does not answer).
         case busy
+        /// No thread could be started for the lookup (the process's or its cgroup's limit).
+        case noThread
     }
 
-    /// The lookups of the process: webhook deliveries and `POST /v1/webhooks` checks.
-    static let shared = HostLookup(maximumUnfinished: 8, lookup: HostLookup.system)
+    /// The lookups of webhook deliveries: at most one per webhook's host, so the bound
+    /// (the most webhooks there may be) is never what refuses one.
+    static let deliveries = HostLookup(maximumUnfinished: WebhookRepository.maximumWebhooks, lookup: HostLookup.system)
+    /// The lookups of `POST /v1/webhooks`'s checks.
+    static let checks = HostLookup(maximumUnfinished: 8, lookup: HostLookup.system)
 
-    /// How many lookups may be running at once, those given up on included.
+    /// How many names may be being looked up at once, those given up on included.
     let maximumUnfinished: Int
     private let lookup: @Sendable (String) -> [IPAddress]
-    private let unfinished = Locked(0)
+    /// The names being looked up, each with whoever waits for its answer.
+    private let unfinished = Locked<[String: [Answer]]>([:])
 
     /// `lookup` resolves a name (blocking); tests give one that waits on their signal.
     init(maximumUnfinished: Int, lookup: @escaping @Sendable (String) -> [IPAddress]) {
@@ -37,42 +49,87 @@ final class HostLookup: Sendable {
         self.lookup = lookup
     }
 
-    /// Lookups still running, those given up on included.
-    var running: Int { unfinished.withLock { $0 } }
+    /// How many names are being looked up, those given up on included.
+    var running: Int { unfinished.withLock { $0.count } }
 
-    /// The addresses of `host`, waiting at most `seconds` for them.
-    func addresses(of host: String, within seconds: Double) -> Outcome {
-        let admitted = unfinished.withLock { count in
-            guard count < maximumUnfinished else { return false }
-            count += 1
-            return true
+    /// Looks `host` up and calls `then` once: with its answer, or with `timedOut` after
+    /// `seconds`, or at once with `busy` or `noThread`. `then` runs on the lookup's thread or a
+    /// Dispatch worker, and must not block.
+    func lookUp(_ host: String, within seconds: Double, then: @escaping @Sendable (Outcome) -> Void) {
+        let answer = Answer(then)
+        enum Step { case joined, start, busy }
+        let step: Step = unfinished.withLock { running in
+            if running[host] != nil {
+                running[host]!.append(answer)
+                return .joined
+            }
+            guard running.count < maximumUnfinished else { return .busy }
+            running[host] = [answer]
+            return .start
         }
-        guard admitted else { return .busy }
-        let answer = Answer()
-        let thread = Thread { [lookup, unfinished] in
-            let addresses = lookup(host)
-            // Its place is free before its caller hears: the caller's next lookup has it.
-            unfinished.withLock { $0 -= 1 }
-            answer.give(addresses)
+        switch step {
+        case .busy: return answer.give(.busy)
+        case .joined: break
+        case .start:
+            let started = Self.startThread { [lookup, unfinished] in
+                nameCurrentThread("headway-lookup")
+                let addresses = lookup(host)
+                // The name is free again before anyone hears: their next lookup of it is a new one.
+                let waiting = unfinished.withLock { $0.removeValue(forKey: host) } ?? []
+                for answer in waiting { answer.give(addresses.isEmpty ? .unresolved : .addresses(addresses)) }
+            }
+            guard started else {
+                let waiting = unfinished.withLock { $0.removeValue(forKey: host) } ?? []
+                for answer in waiting { answer.give(.noThread) }
+                return
+            }
         }
-        thread.name = "headway-lookup"
-        thread.start()
-        guard answer.arrived.wait(timeout: .now() + max(0, seconds)) == .success else { return .timedOut }
-        let addresses = answer.addresses
-        return addresses.isEmpty ? .unresolved : .addresses(addresses)
+        DispatchQueue.global().asyncAfter(deadline: .now() + max(0, seconds)) { answer.give(.timedOut) }
     }
 
-    /// One lookup's answer, handed from its thread to the waiting caller.
-    private final class Answer: Sendable {
-        let arrived = DispatchSemaphore(value: 0)
-        private let given = Locked<[IPAddress]>([])
-
-        func give(_ addresses: [IPAddress]) {
-            given.withLock { $0 = addresses }
-            arrived.signal()
+    /// The addresses of `host`, waiting at most `seconds` for them (blocks the caller).
+    func addresses(of host: String, within seconds: Double) -> Outcome {
+        let heard = DispatchSemaphore(value: 0)
+        let outcome = Locked<Outcome>(.busy)
+        lookUp(host, within: seconds) { answer in
+            outcome.withLock { $0 = answer }
+            heard.signal()
         }
+        heard.wait()
+        return outcome.withLock { $0 }
+    }
 
-        var addresses: [IPAddress] { given.withLock { $0 } }
+    /// Whoever waits for one lookup: told once, by the first of the answer and the timer.
+    private final class Answer: Sendable {
+        private let then: Locked<(@Sendable (Outcome) -> Void)?>
+
+        init(_ then: @escaping @Sendable (Outcome) -> Void) { self.then = Locked(then) }
+
+        func give(_ outcome: Outcome) {
+            guard let then = then.withLock({ callback in defer { callback = nil }; return callback }) else { return }
+            then(outcome)
+        }
+    }
+
+    /// Runs `body` on a new detached thread; false when none could be made (the process's
+    /// or its cgroup's thread limit), which Foundation's `Thread.start()` would not say.
+    private static func startThread(_ body: @escaping @Sendable () -> Void) -> Bool {
+        final class Body { let run: @Sendable () -> Void; init(_ run: @escaping @Sendable () -> Void) { self.run = run } }
+        let context = Unmanaged.passRetained(Body(body)).toOpaque()
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        var thread = pthread_t()
+        let result = pthread_create(&thread, &attributes, { context in
+            Unmanaged<Body>.fromOpaque(context!).takeRetainedValue().run()
+            return nil
+        }, context)
+        guard result == 0 else {
+            Unmanaged<Body>.fromOpaque(context).release()
+            return false
+        }
+        return true
     }
 
     /// The addresses `host` resolves to (getaddrinfo, any family), in the resolver's order

@@ -147,9 +147,10 @@ final class WebhookDispatcher: Service {
             rotation.store(start + index + 1, ordering: .relaxed)
             // A thread of its own: the attempt blocks for up to the timeout, which GCD's
             // shared pool (the read pools run there) should not pay for.
-            let worker = Thread { [self] in attempt(delivery, webhook) }
-            worker.name = "headway-webhook"
-            worker.start()
+            Thread { [self] in
+                nameCurrentThread("headway-webhook")  // `Thread.name` set before `start()` is lost on Linux
+                attempt(delivery, webhook)
+            }.start()
         }
         return nextDue
     }

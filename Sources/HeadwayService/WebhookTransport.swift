@@ -26,7 +26,7 @@ struct WebhookTransport: Sendable {
     /// Whether loopback, private and other non-public addresses may be posted to.
     var allowPrivate: Bool
     /// Where host names are looked up.
-    var lookups: HostLookup = .shared
+    var lookups: HostLookup = .deliveries
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
@@ -41,22 +41,39 @@ struct WebhookTransport: Sendable {
     }
 
     /// Checks `url`, looking its host up (a DNS lookup for a name) and waiting at most
-    /// `seconds` for the answer. Also the check of `POST /v1/webhooks`.
-    static func check(_ url: WebhookURL, allowPrivate: Bool, within seconds: Double,
-                      lookups: HostLookup = .shared) -> Check {
-        let addresses: [IPAddress]
+    /// `seconds` for the answer; calls `then` once with the verdict, on the lookup's
+    /// thread or a Dispatch worker (at once for an address written out). The check of
+    /// `POST /v1/webhooks`, with the lookups of checks.
+    static func check(_ url: WebhookURL, allowPrivate: Bool, within seconds: Double, lookups: HostLookup,
+                      then: @escaping @Sendable (Check) -> Void) {
         if let literal = IPAddress.parse(url.host) {
-            addresses = [literal]
-        } else {
-            switch lookups.addresses(of: url.host, within: seconds) {
-            case .addresses(let found): addresses = found
-            case .unresolved: return .refused("the host '\(url.host)' could not be resolved", final: false)
-            case .timedOut:
-                return .refused("the host '\(url.host)' was not resolved within \(Self.seconds(seconds))", final: false)
-            case .busy:
-                return .refused("the host '\(url.host)' was not looked up: \(lookups.maximumUnfinished) lookups "
-                                    + "are still waiting for the name server", final: false)
-            }
+            return then(verdict(url, .addresses([literal]), within: seconds, lookups: lookups, allowPrivate: allowPrivate))
+        }
+        lookups.lookUp(url.host, within: seconds) { outcome in
+            then(verdict(url, outcome, within: seconds, lookups: lookups, allowPrivate: allowPrivate))
+        }
+    }
+
+    /// `check` for a caller that may wait: an attempt, on its own thread.
+    static func check(_ url: WebhookURL, allowPrivate: Bool, within seconds: Double, lookups: HostLookup) -> Check {
+        let outcome = IPAddress.parse(url.host).map { HostLookup.Outcome.addresses([$0]) }
+            ?? lookups.addresses(of: url.host, within: seconds)
+        return verdict(url, outcome, within: seconds, lookups: lookups, allowPrivate: allowPrivate)
+    }
+
+    /// What the lookup of `url`'s host coming to `outcome` means for posting to it.
+    private static func verdict(_ url: WebhookURL, _ outcome: HostLookup.Outcome, within seconds: Double,
+                                lookups: HostLookup, allowPrivate: Bool) -> Check {
+        let addresses: [IPAddress]
+        switch outcome {
+        case .addresses(let found): addresses = found
+        case .unresolved: return .refused("the host '\(url.host)' could not be resolved", final: false)
+        case .timedOut: return .refused("the host '\(url.host)' was not resolved within \(Self.seconds(seconds))", final: false)
+        case .busy:
+            return .refused("the host '\(url.host)' was not looked up: \(lookups.maximumUnfinished) names are being "
+                                + "looked up already (the name server does not answer)", final: false)
+        case .noThread:
+            return .refused("the host '\(url.host)' was not looked up: no thread could be started for it", final: false)
         }
         if allowPrivate { return .allowed(addresses) }
         if let refused = addresses.first(where: { !$0.isPublic }) {

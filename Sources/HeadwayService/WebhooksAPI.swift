@@ -8,9 +8,10 @@ import HeadwayStore
 /// and read a webhook's latest deliveries. A new webhook's URL must be an `http` or
 /// `https` URL and, unless `--webhook-allow-private`, its host must resolve to public
 /// addresses only (else 422 `webhook_url_refused`, as when its lookup takes longer than
-/// `--webhook-timeout`; the lookup runs off the request thread). Each change goes through
-/// the writer, which reads the table back in the same transaction for the writer's
-/// in-memory list (`WebhookOutbox`), so the very next change is delivered to it.
+/// `--webhook-timeout` or eight others are still running: `HostLookup.checks`; no thread
+/// waits for the lookup). Each change goes through the writer, which reads the table back
+/// in the same transaction for the writer's in-memory list (`WebhookOutbox`), so the very
+/// next change is delivered to it.
 ///
 /// A token with a task prefix manages only the webhooks inside it: a webhook it makes
 /// must have a task prefix that starts with its own (403 `prefix_not_allowed`), and any
@@ -66,14 +67,12 @@ struct WebhooksAPI: Sendable {
         } catch {
             return responder.respond(errors.response(for: error, request))
         }
-        // The host's lookup may take a while: not on the request daemon's thread.
-        DispatchQueue.global().async { [self] in
+        // The host's lookup may take a while: the reply follows its answer, and no thread
+        // waits for it.
+        WebhookTransport.check(url, allowPrivate: allowPrivate, within: lookupSeconds, lookups: .checks) { [self] check in
             let made: WebhookRecord
             do {
-                if case .refused(let reason, _) = WebhookTransport.check(url, allowPrivate: allowPrivate,
-                                                                         within: lookupSeconds) {
-                    throw Problem.webhookURLRefused(reason)
-                }
+                if case .refused(let reason, _) = check { throw Problem.webhookURLRefused(reason) }
                 made = WebhookRecord(id: try WebhookCrypto.newWebhookID(), url: url.text, filter: asked.filter,
                                      format: asked.format, secret: try WebhookCrypto.newSecret(), createdAt: clock.now())
             } catch {

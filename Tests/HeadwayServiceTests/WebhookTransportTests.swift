@@ -1,6 +1,7 @@
 import Dispatch
 import Testing
 import HeadwayCore
+import HeadwayStore
 import Lifecycle
 @testable import HeadwayService
 
@@ -17,12 +18,12 @@ import Lifecycle
 
     @Test func aNameIsCheckedForEachOfItsAddresses() throws {
         let url = try WebhookURL.parse("http://localhost:9/")
-        guard case .allowed(let addresses) = WebhookTransport.check(url, allowPrivate: true, within: 10) else {
+        guard case .allowed(let addresses) = WebhookTransport.check(url, allowPrivate: true, within: 10, lookups: .deliveries) else {
             Issue.record("localhost was not allowed with private targets allowed")
             return
         }
         #expect(addresses.contains(IPAddress.parse("127.0.0.1")!))
-        guard case .refused(let reason, let final) = WebhookTransport.check(url, allowPrivate: false, within: 10) else {
+        guard case .refused(let reason, let final) = WebhookTransport.check(url, allowPrivate: false, within: 10, lookups: .deliveries) else {
             Issue.record("localhost was allowed without private targets")
             return
         }
@@ -63,7 +64,7 @@ import Lifecycle
     }
 
     @Test func theSystemResolverAnswersForLocalhost() {
-        let outcome = HostLookup.shared.addresses(of: "localhost", within: 10)
+        let outcome = HostLookup.deliveries.addresses(of: "localhost", within: 10)
         guard case .addresses(let addresses) = outcome else {
             Issue.record("localhost did not resolve: \(outcome)")
             return
@@ -92,5 +93,37 @@ import Lifecycle
         #expect(lookups.running == 0)
         #expect(lookups.addresses(of: "c.example.com", within: 0.05) == .timedOut)
         resolverAnswers.signal()
+    }
+
+    @Test func aNameBeingLookedUpIsJoinedNotLookedUpAgain() {
+        let resolverAnswers = DispatchSemaphore(value: 0)
+        let called = Locked(0)
+        let lookups = HostLookup(maximumUnfinished: 1, lookup: { _ in
+            called.withLock { $0 += 1 }
+            resolverAnswers.wait()
+            return [IPAddress.parse("192.0.2.9")!]
+        })
+        let heard = DispatchSemaphore(value: 0)
+        let outcomes = Locked<[HostLookup.Outcome]>([])
+        for _ in 0..<3 {
+            lookups.lookUp("hooks.example.com", within: 10) { outcome in
+                outcomes.withLock { $0.append(outcome) }
+                heard.signal()
+            }
+        }
+        // One name is being looked up: the bound of one does not refuse the two who joined.
+        #expect(lookups.running == 1)
+        resolverAnswers.signal()
+        for _ in 0..<3 { heard.wait() }
+        #expect(called.withLock { $0 } == 1)
+        #expect(outcomes.withLock { $0 } == Array(repeating: .addresses([IPAddress.parse("192.0.2.9")!]), count: 3))
+        #expect(lookups.running == 0)
+    }
+
+    /// Whoever makes webhooks cannot use up the lookups of deliveries, and deliveries, at
+    /// most one lookup per webhook's host, are never refused for want of one.
+    @Test func checksAndDeliveriesLookUpApart() {
+        #expect(HostLookup.checks !== HostLookup.deliveries)
+        #expect(HostLookup.deliveries.maximumUnfinished >= WebhookRepository.maximumWebhooks)
     }
 }
