@@ -38,12 +38,9 @@ import Lifecycle
     }
 
     @Test func anAttemptWhoseLookupDoesNotAnswerIsRetriedNotWaitedFor() throws {
-        let resolverAnswers = DispatchSemaphore(value: 0)
-        let lookups = HostLookup(maximumUnfinished: 4, lookup: { _ in
-            resolverAnswers.wait()
-            return [IPAddress.parse("192.0.2.1")!]
-        })
-        defer { resolverAnswers.signal() }
+        let resolver = HeldResolver(answer: "192.0.2.1")
+        let lookups = resolver.lookups(maximumUnfinished: 4)
+        defer { resolver.answers.signal() }
         let transport = WebhookTransport(timeoutSeconds: 0.2, allowPrivate: false, lookups: lookups)
         let outcome = transport.post(try WebhookURL.parse("https://hooks.example.com/"), body: "{}", headers: [])
         #expect(outcome == WebhookTransport.Outcome(verdict: .retry, status: nil,
@@ -73,13 +70,9 @@ import Lifecycle
     }
 
     @Test func lookupsNotAnsweringAreGivenUpOnAndBounded() async throws {
-        let resolverAnswers = DispatchSemaphore(value: 0)
-        let called = Locked(0)
-        let lookups = HostLookup(maximumUnfinished: 2, lookup: { _ in
-            called.withLock { $0 += 1 }
-            resolverAnswers.wait()
-            return [IPAddress.parse("192.0.2.1")!]
-        })
+        let resolver = HeldResolver(answer: "192.0.2.1")
+        let (resolverAnswers, called) = (resolver.answers, resolver.called)
+        let lookups = resolver.lookups(maximumUnfinished: 2)
         #expect(lookups.addresses(of: "a.example.com", within: 0.05) == .timedOut)
         #expect(lookups.addresses(of: "b.example.com", within: 0.05) == .timedOut)
         // Two lookups still wait for the resolver: a third is not started.
@@ -96,13 +89,9 @@ import Lifecycle
     }
 
     @Test func aNameBeingLookedUpIsJoinedNotLookedUpAgain() {
-        let resolverAnswers = DispatchSemaphore(value: 0)
-        let called = Locked(0)
-        let lookups = HostLookup(maximumUnfinished: 1, lookup: { _ in
-            called.withLock { $0 += 1 }
-            resolverAnswers.wait()
-            return [IPAddress.parse("192.0.2.9")!]
-        })
+        let resolver = HeldResolver(answer: "192.0.2.9")
+        let (resolverAnswers, called) = (resolver.answers, resolver.called)
+        let lookups = resolver.lookups(maximumUnfinished: 1)
         let heard = DispatchSemaphore(value: 0)
         let outcomes = Locked<[HostLookup.Outcome]>([])
         for _ in 0..<3 {
@@ -125,5 +114,20 @@ import Lifecycle
     @Test func checksAndDeliveriesLookUpApart() {
         #expect(HostLookup.checks !== HostLookup.deliveries)
         #expect(HostLookup.deliveries.maximumUnfinished >= WebhookRepository.maximumWebhooks)
+    }
+}
+
+/// A resolver that answers only when the test signals `answers`, counting its lookups.
+private struct HeldResolver {
+    let answers = DispatchSemaphore(value: 0)
+    let called = Locked(0)
+    let answer: String
+
+    func lookups(maximumUnfinished: Int) -> HostLookup {
+        HostLookup(maximumUnfinished: maximumUnfinished, lookup: { [answers, called, answer] _ in
+            called.withLock { $0 += 1 }
+            answers.wait()
+            return [IPAddress.parse(answer)!]
+        })
     }
 }
