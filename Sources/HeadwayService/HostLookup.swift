@@ -31,9 +31,12 @@ final class HostLookup: Sendable {
         case noThread
     }
 
-    /// The lookups of webhook deliveries: at most one per webhook's host, so the bound
-    /// (the most webhooks there may be) is never what refuses one.
-    static let deliveries = HostLookup(maximumUnfinished: WebhookRepository.maximumWebhooks, lookup: HostLookup.system)
+    /// The lookups of webhook deliveries: one at a time per name, so the webhooks there may
+    /// be need at most a tenth of the bound; the rest is for lookups given up on whose
+    /// names no webhook has any more (deleted, or changed by their DNS), which keep their
+    /// places until glibc gives up on them.
+    static let deliveries = HostLookup(maximumUnfinished: 10 * WebhookRepository.maximumWebhooks,
+                                       lookup: HostLookup.system)
     /// The lookups of `POST /v1/webhooks`'s checks.
     static let checks = HostLookup(maximumUnfinished: 8, lookup: HostLookup.system)
 
@@ -52,9 +55,9 @@ final class HostLookup: Sendable {
     /// How many names are being looked up, those given up on included.
     var running: Int { unfinished.withLock { $0.count } }
 
-    /// Looks `host` up and calls `then` once: with its answer, or with `timedOut` after
-    /// `seconds`, or at once with `busy` or `noThread`. `then` runs on the lookup's thread or a
-    /// Dispatch worker, and must not block.
+    /// Looks `host` up and calls `then` once: on a Dispatch worker with its answer or,
+    /// after `seconds`, with `timedOut`; or at once, on the caller's thread, with `busy` or
+    /// `noThread`. `then` must not block.
     func lookUp(_ host: String, within seconds: Double, then: @escaping @Sendable (Outcome) -> Void) {
         let answer = Answer(then)
         enum Step { case joined, start, busy }
@@ -76,7 +79,13 @@ final class HostLookup: Sendable {
                 let addresses = lookup(host)
                 // The name is free again before anyone hears: their next lookup of it is a new one.
                 let waiting = unfinished.withLock { $0.removeValue(forKey: host) } ?? []
-                for answer in waiting { answer.give(addresses.isEmpty ? .unresolved : .addresses(addresses)) }
+                // Heard on a Dispatch worker, which lives on, not on this thread, which ends:
+                // GnuTLS keeps a random generator per thread that uses one (a new webhook's
+                // id and secret) and does not free it when the thread ends (about 200 bytes
+                // a thread, measured).
+                DispatchQueue.global().async {
+                    for answer in waiting { answer.give(addresses.isEmpty ? .unresolved : .addresses(addresses)) }
+                }
             }
             guard started else {
                 let waiting = unfinished.withLock { $0.removeValue(forKey: host) } ?? []
@@ -84,7 +93,7 @@ final class HostLookup: Sendable {
                 return
             }
         }
-        DispatchQueue.global().asyncAfter(deadline: .now() + max(0, seconds)) { answer.give(.timedOut) }
+        answer.giveUp(after: seconds)
     }
 
     /// The addresses of `host`, waiting at most `seconds` for them (blocks the caller).
@@ -99,15 +108,44 @@ final class HostLookup: Sendable {
         return outcome.withLock { $0 }
     }
 
-    /// Whoever waits for one lookup: told once, by the first of the answer and the timer.
+    /// Whoever waits for one lookup: told once, by the first of the answer and its timer;
+    /// the timer ends with the answer, so a check answered at once keeps nothing for the
+    /// rest of its time.
     private final class Answer: Sendable {
-        private let then: Locked<(@Sendable (Outcome) -> Void)?>
+        private struct Waiting {
+            var then: (@Sendable (Outcome) -> Void)?
+            var timer: Deadline?
+        }
+        /// A Dispatch timer, whose `cancel()` may be called from any thread.
+        private final class Deadline: @unchecked Sendable {
+            let source: any DispatchSourceTimer
+            init(_ source: any DispatchSourceTimer) { self.source = source }
+        }
+        private let waiting: Locked<Waiting>
 
-        init(_ then: @escaping @Sendable (Outcome) -> Void) { self.then = Locked(then) }
+        init(_ then: @escaping @Sendable (Outcome) -> Void) { waiting = Locked(Waiting(then: then)) }
 
         func give(_ outcome: Outcome) {
-            guard let then = then.withLock({ callback in defer { callback = nil }; return callback }) else { return }
-            then(outcome)
+            let (then, timer) = waiting.withLock { waiting in
+                defer { waiting = Waiting() }
+                return (waiting.then, waiting.timer)
+            }
+            timer?.source.cancel()
+            then?(outcome)
+        }
+
+        /// Gives `timedOut` after `seconds`, unless the answer comes first.
+        func giveUp(after seconds: Double) {
+            let timer = Deadline(DispatchSource.makeTimerSource(queue: .global()))
+            timer.source.schedule(deadline: .now() + max(0, seconds))
+            timer.source.setEventHandler { [weak self] in self?.give(.timedOut) }
+            timer.source.resume()
+            let armed = waiting.withLock { waiting in
+                guard waiting.then != nil else { return false }
+                waiting.timer = timer
+                return true
+            }
+            if !armed { timer.source.cancel() }
         }
     }
 

@@ -41,9 +41,9 @@ struct WebhookTransport: Sendable {
     }
 
     /// Checks `url`, looking its host up (a DNS lookup for a name) and waiting at most
-    /// `seconds` for the answer; calls `then` once with the verdict, on the lookup's
-    /// thread or a Dispatch worker (at once for an address written out). The check of
-    /// `POST /v1/webhooks`, with the lookups of checks.
+    /// `seconds` for the answer; calls `then` once with the verdict, on a Dispatch worker
+    /// (at once on the caller's thread for an address written out, or a lookup refused).
+    /// The check of `POST /v1/webhooks`, with the lookups of checks.
     static func check(_ url: WebhookURL, allowPrivate: Bool, within seconds: Double, lookups: HostLookup,
                       then: @escaping @Sendable (Check) -> Void) {
         if let literal = IPAddress.parse(url.host) {
@@ -71,7 +71,7 @@ struct WebhookTransport: Sendable {
         case .timedOut: return .refused("the host '\(url.host)' was not resolved within \(Self.seconds(seconds))", final: false)
         case .busy:
             return .refused("the host '\(url.host)' was not looked up: \(lookups.maximumUnfinished) names are being "
-                                + "looked up already (the name server does not answer)", final: false)
+                                + "looked up already", final: false)
         case .noThread:
             return .refused("the host '\(url.host)' was not looked up: no thread could be started for it", final: false)
         }

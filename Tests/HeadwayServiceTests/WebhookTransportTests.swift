@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Testing
 import HeadwayCore
 import HeadwayStore
@@ -94,9 +95,12 @@ import Lifecycle
         let lookups = resolver.lookups(maximumUnfinished: 1)
         let heard = DispatchSemaphore(value: 0)
         let outcomes = Locked<[HostLookup.Outcome]>([])
+        let hearingThreads = Locked<Set<String>>([])
         for _ in 0..<3 {
             lookups.lookUp("hooks.example.com", within: 10) { outcome in
                 outcomes.withLock { $0.append(outcome) }
+                let thread = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "?"
+                hearingThreads.withLock { _ = $0.insert(thread.trimmingCharacters(in: .whitespacesAndNewlines)) }
                 heard.signal()
             }
         }
@@ -106,6 +110,9 @@ import Lifecycle
         for _ in 0..<3 { heard.wait() }
         #expect(called.withLock { $0 } == 1)
         #expect(outcomes.withLock { $0 } == Array(repeating: .addresses([IPAddress.parse("192.0.2.9")!]), count: 3))
+        // Heard on a Dispatch worker, not on the lookup's thread, which ends (GnuTLS keeps a
+        // random generator per thread that used one, and never frees it).
+        #expect(!hearingThreads.withLock { $0 }.contains("headway-lookup"))
         #expect(lookups.running == 0)
     }
 
