@@ -373,6 +373,7 @@ public final class MicroHTTPServer: Service {
     /// library reports as its application's).
     static func saysClientGone(_ message: String) -> Bool {
         ["closed by remote peer", "closed by remote side with incomplete request", "no longer available",
+         "has been disconnected when reading request", "socket is not connected",
          "Connection reset", "Broken pipe", "detected connection closure", "shut down for writing or no longer connected",
          "application error generating response", "application reported error generating data"].contains { message.contains($0) }
     }

@@ -54,6 +54,13 @@ public final class TestHTTPClient: @unchecked Sendable {  // a socket and a read
 
     deinit { close(fd) }
 
+    /// Makes the close at the end of this client's life a reset (RST) instead of a FIN, as a
+    /// client that aborts its connection sends.
+    public func resetWhenClosed() {
+        var linger = Glibc.linger(l_onoff: 1, l_linger: 0)
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &linger, socklen_t(MemoryLayout<Glibc.linger>.size))
+    }
+
     /// Sends raw bytes; a connection the server has closed is an error (`peerClosed`), not
     /// a SIGPIPE that would end the tests.
     public func send(_ bytes: [UInt8]) throws {

@@ -388,6 +388,30 @@ struct RunningServer {
         #expect(messages.all.contains { $0.text.contains("431") && !$0.clientGone }, "\(messages.all)")
     }
 
+    /// Clients that go away halfway through their bodies, closing or resetting, are
+    /// routine: what the library says of them is marked as such (the service logs it as
+    /// debug), so a client that does it over and over cannot fill the log with warnings.
+    @Test(arguments: [false, true]) func clientsLeavingMidBodyAreRoutine(reset: Bool) throws {
+        let messages = Messages()
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline { _, responder in
+            responder.respond(HTTPResponse(status: 204))
+        }, libraryLog: { message, clientGone in messages.append(message, clientGone) }))
+        defer { server.shutdown() }
+        for _ in 0..<5 {
+            let leaving = try TestHTTPClient(port: server.port)
+            if reset { leaving.resetWhenClosed() }
+            try leaving.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"half\":")
+            #expect(try TestHTTPClient(port: server.port).request("GET", "/after").status == 204)
+        }  // each `leaving` closes its socket as it goes
+        for _ in 0..<200 where messages.all.count < 5 {
+            #expect(try TestHTTPClient(port: server.port).request("GET", "/after").status == 204)
+        }
+        #expect(messages.all.count >= 5, "\(messages.all)")
+        #expect(messages.all.allSatisfy { $0.clientGone }, "\(messages.all)")
+    }
+
     /// libmicrohttpd's messages for what clients do routinely, once per connection (so a
     /// client decides how many there are), say that the client went away (logged as
     /// debug, not as a warning); others do not. The texts are the library's own.
@@ -396,7 +420,10 @@ struct RunningServer {
                        "Closing connection (application error generating response).",
                        "Closing connection (application reported error generating data).",
                        "The connection was forcibly closed by remote peer",
-                       "Connection socket is closed when reading request due to the error: detected connection closure"]
+                       "Connection socket is closed when reading request due to the error: detected connection closure",
+                       "Socket has been disconnected when reading request.",
+                       "Connection socket is closed when reading request due to the error: The socket is not connected",
+                       "Failed to send the response body for the request for `/v1/tasks'. Error: The socket is not connected"]
         let notRoutine = ["Closing connection (out of memory).",
                           "Error processing request (HTTP response code is 431 ('Request Header Fields Too Large')). Closing connection."]
         for message in routine { #expect(MicroHTTPServer.saysClientGone(message), "\(message)") }
