@@ -822,6 +822,9 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
         }
         guard let mhdResponse else { return MHD_Result.NO }
         defer { MHD_destroy_response(mhdResponse) }
+        // The library has its own copy: the answer kept (it says one came) keeps no body, or a
+        // reply its client does not read would be held twice until the connection closes.
+        answer.pending?.body = []
         for field in response.headers where !(closesConnection && field.name.lowercased() == "connection") {
             // `withCString` lends the text's own bytes; a String passed as a C pointer would
             // be copied into a new array first, twice a header.

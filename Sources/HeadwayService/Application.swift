@@ -166,6 +166,9 @@ public final class HeadwayApplication: Sendable {
     /// lines (the flusher has stopped).
     public func shutdown() {
         logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
+        // Reads still waiting are answered 503 now: the drain below waits for the reads
+        // running, not for a queue that one client may have filled with heavy pages.
+        apiReads.refuseWaiting()
         services.withLock { $0 }?.stop()
         catchUpReads.close()
         apiReads.close()

@@ -2,6 +2,7 @@ import Foundation
 import HTTPServer
 import HeadwayCore
 import HeadwayStore
+import Lifecycle
 
 /// The routes of the task API (`/v1/tasks…`). A request is checked on the
 /// server's thread; its read then runs on a connection of the read pool (the connection
@@ -28,6 +29,10 @@ struct TaskAPI: Sendable {
     /// The most bytes a batch's body may take (1 MiB, or `--max-body-bytes` if larger):
     /// room for the default 1,000 items with long ids and labels.
     static let batchBodyBytes = 1 << 20
+    /// The most bytes of task JSON one page of `GET /v1/tasks` holds (1 MiB): a page of
+    /// `page_size` tasks that would take more ends early, with its `next_page_token`. 500
+    /// tasks of the usual size take about 300 KB; at the size limits a task takes about 9 KB.
+    static let maximumPageBytes = 1 << 20
 
     /// The task routes with the access each needs (`report`, `read`, `control`); the OpenAPI test compares the route table with the paths of
     /// `openapi.yaml`. A token's task prefix is applied by each handler: another prefix's
@@ -157,12 +162,20 @@ struct TaskAPI: Sendable {
             }
             var body = JSONText()
             body.appendRaw(#"{"tasks":["#)
+            var nextKey = page.nextKey
             for (index, task) in page.tasks.enumerated() {
+                let json = task.json
+                // A page ends early once it holds `maximumPageBytes`: one reply a client
+                // leaves unread holds no more than that, whatever its tasks' sizes.
+                if index > 0 && body.count + json.utf8.count > Self.maximumPageBytes {
+                    nextKey = page.keys[index - 1]
+                    break
+                }
                 if index > 0 { body.appendRaw(",") }
-                body.appendRaw(task.json)
+                body.appendRaw(json)
             }
             body.appendRaw(#"],"next_page_token":"#)
-            if let next = page.nextKey {
+            if let next = nextKey {
                 body.appendString(PageToken(beforeKey: next, filter: query.filter).encoded)
             } else {
                 body.appendRaw("null")
@@ -420,17 +433,27 @@ struct TaskAPI: Sendable {
 extension ReadPool {
     /// Runs `body` on a connection of the pool and answers with what it returns (nil:
     /// `body` answers later itself), or with its failure's problem; 503 `server_busy` when
-    /// too many reads already wait, 503 `shutting_down` once the pool is closing.
+    /// too many reads already wait, 503 `shutting_down` once the pool is closing or when
+    /// the stop refuses the read while it waits. A read whose exchange ended while it
+    /// waited (its client went away) is not run: nobody would take its answer (it is
+    /// answered 499, "client closed request", which is never sent).
     func answer(_ request: HTTPRequest, _ responder: any Responder, errors: ErrorReplies,
                 _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse?) {
+        let over = Locked(false)
+        responder.onComplete { _ in over.withLock { $0 = true } }
         do throws(ReadPool.Refusal) {
-            try submit { reader in
+            try submit({ reader in
+                // Nobody takes this answer: it only tells the server that the request is
+                // done (a stop waits until every request handed over has been answered).
+                guard !over.withLock({ $0 }) else { return responder.respond(HTTPResponse(status: 499)) }
                 do {
                     if let response = try body(reader) { responder.respond(response) }
                 } catch {
                     responder.respond(errors.response(for: error, request))
                 }
-            }
+            }, refused: {
+                responder.respond(errors.response(for: Problem.shuttingDown, request))
+            })
         } catch .busy {
             responder.respond(errors.response(for: Problem.serverBusy(waitingReads: maximumWaiting), request))
         } catch {

@@ -7,11 +7,14 @@ import Dispatch
 /// the reads behind it while another connection is free. At most `maximumWaiting` reads
 /// wait; past that a read is refused, so a flood costs a bounded queue, not memory.
 ///
-/// `close()` refuses new reads, waits for every read accepted (running or waiting), then
-/// closes the connections.
+/// `refuseWaiting()` (a stop begins) refuses new reads and those still waiting; `close()`
+/// refuses new reads, waits for every read accepted (running or waiting), then closes the
+/// connections.
 public final class ReadPool: Sendable {
     /// A read: gets a connection of the pool for as long as it runs.
     public typealias Job = @Sendable (DatabaseReader) -> Void
+    /// What a read that waited says instead when `refuseWaiting()` refuses it.
+    public typealias Refused = @Sendable () -> Void
 
     /// Why a read was not accepted.
     public enum Refusal: Error, Equatable, Sendable {
@@ -34,7 +37,7 @@ public final class ReadPool: Sendable {
     private struct State {
         var idle: [DatabaseReader]
         /// Reads waiting for a connection, oldest from `firstWaiting` on.
-        var waiting: [Job] = []
+        var waiting: [(job: Job, refused: Refused?)] = []
         var firstWaiting = 0
         var closing = false
         var statistics = Statistics()
@@ -44,7 +47,7 @@ public final class ReadPool: Sendable {
         /// The oldest waiting read, if any.
         mutating func takeWaiting() -> Job? {
             guard firstWaiting < waiting.count else { return nil }
-            let job = waiting[firstWaiting]
+            let job = waiting[firstWaiting].job
             firstWaiting += 1
             if firstWaiting == waiting.count || firstWaiting > 256 {
                 waiting.removeFirst(firstWaiting)
@@ -76,8 +79,9 @@ public final class ReadPool: Sendable {
     }
 
     /// Runs `job` on a connection as soon as one is free; throws (and never runs it) when
-    /// `maximumWaiting` reads already wait, or once the pool is closing.
-    public func submit(_ job: @escaping Job) throws(Refusal) {
+    /// `maximumWaiting` reads already wait, or once the pool is closing. A read that waits
+    /// and is then refused by `refuseWaiting()` runs `refused` instead, if given.
+    public func submit(_ job: @escaping Job, refused: Refused? = nil) throws(Refusal) {
         let reader = try state.withLock { state throws(Refusal) -> DatabaseReader? in
             guard !state.closing else { throw .closed }
             if let reader = state.idle.popLast() {
@@ -89,7 +93,7 @@ public final class ReadPool: Sendable {
                 state.statistics.refusedBusy += 1
                 throw .busy
             }
-            state.waiting.append(job)
+            state.waiting.append((job, refused))
             state.statistics.accepted += 1
             // Under the lock: a connection may take the read as soon as it is released.
             inProgress.enter()
@@ -122,6 +126,25 @@ public final class ReadPool: Sendable {
     public var isClosing: Bool { state.withLock { $0.closing } }
 
     public var statistics: Statistics { state.withLock { $0.statistics } }
+
+    /// A stop begins: refuses new reads, and each read still waiting for a connection is
+    /// refused too (its `refused` runs, on the caller's thread) instead of being run, so
+    /// that a stop waits for the reads running, not for a queue one client may have
+    /// filled. Reads running go on; `close()` waits for them.
+    public func refuseWaiting() {
+        let refused = state.withLock { state in
+            state.closing = true
+            defer {
+                state.waiting.removeAll()
+                state.firstWaiting = 0
+            }
+            return state.waiting[state.firstWaiting...].map(\.refused)
+        }
+        for answer in refused {
+            answer?()
+            inProgress.leave()
+        }
+    }
 
     /// Refuses new reads, waits for every read accepted to have run, then closes the
     /// connections.

@@ -29,6 +29,8 @@ public struct TaskFilter: Equatable, Sendable {
 /// A page of tasks, newest first.
 public struct TaskPage: Equatable, Sendable {
     public var tasks: [TaskRecord]
+    /// The creation key of each task of `tasks`, in the same order.
+    public var keys: [Int64]
     /// The creation key of the last task, when more may follow.
     public var nextKey: Int64?
     /// How many tasks match the filter in all.
@@ -302,7 +304,7 @@ public enum TaskRepository {
         let tasks = pageKeys.isEmpty ? [] : try database.rows(
             "SELECT \(columns) FROM tasks WHERE seq IN (\(pageKeys.map { _ in "?" }.joined(separator: ", "))) ORDER BY seq DESC",
             pageKeys.map { .integer($0) }, map: record)
-        return TaskPage(tasks: tasks, nextKey: keys.count > size ? pageKeys.last : nil,
+        return TaskPage(tasks: tasks, keys: pageKeys, nextKey: keys.count > size ? pageKeys.last : nil,
                         totalSize: try count(filter, in: database))
     }
 

@@ -28,6 +28,34 @@ import Testing
         #expect(ids(try daemon.request("GET", "/v1/tasks")).count == 23, "default page size is 50")
     }
 
+    /// A page ends early once its tasks take 1 MiB of JSON (here 130 tasks at the size
+    /// limits, about 9 KB each): the reply stays bounded, and the next pages hold the rest,
+    /// each task once, newest first.
+    @Test func aPageOfLargeTasksEndsEarlyAtOneMebibyte() throws {
+        let daemon = try LiveDaemon()
+        let control = "\\u0001"  // one character, six bytes in the JSON of a reply
+        let name = String(repeating: control, count: 200), label = String(repeating: control, count: 500)
+        let metadata = String(repeating: control, count: 680)
+        for index in 0..<130 {
+            try daemon.register(#"{"id":"big\#(index)","name":"\#(name)","label":"\#(label)","metadata":{"k":"\#(metadata)"}}"#)
+        }
+        var seen: [String] = []
+        var token: String?
+        var sizes: [(tasks: Int, bytes: Int)] = []
+        repeat {
+            let page = try daemon.request("GET", "/v1/tasks?page_size=500" + (token.map { "&page_token=\($0)" } ?? ""))
+            #expect(page.status == 200)
+            #expect(page.json["total_size"] as? Int == 130)
+            seen += ids(page)
+            sizes.append((ids(page).count, page.body.count))
+            token = page.json["next_page_token"] as? String
+        } while token != nil && sizes.count < 10
+        #expect(sizes.count == 2, "\(sizes)")
+        #expect(sizes.allSatisfy { $0.bytes <= (1 << 20) + 200 }, "\(sizes)")
+        #expect(sizes.first.map { $0.bytes > (1 << 20) - 10_000 } == true, "the first page is filled: \(sizes)")
+        #expect(seen == (0..<130).reversed().map { "big\($0)" })
+    }
+
     @Test(arguments: Transport.allCases) func filtersByStateStalledParentAndRoot(_ transport: Transport) throws {
         let daemon = try LiveDaemon(transport: transport)
         try daemon.register(#"{"id":"root","name":"Root"}"#)

@@ -66,6 +66,35 @@ import Testing
         #expect(ran.load(ordering: .relaxed) == 2, "the waiting reads ran, the refused one never")
     }
 
+    /// A stop begins: the reads still waiting are refused (each says so through its own
+    /// `refused`) and never run, new reads are refused, the one running finishes, and
+    /// `close()` then returns.
+    @Test func refuseWaitingRefusesTheQueueButNotTheReadRunning() throws {
+        let fixture = try StoreFixture()
+        let reads = try pool(fixture, connections: 1)
+        let held = HeldRead()
+        defer { held.release() }
+        let heldFinished = Atomic<Bool>(false)
+        try reads.submit(held.job { _ in heldFinished.store(true, ordering: .relaxed) })
+        #expect(held.waitUntilStarted())
+        let ran = Atomic<Int>(0)
+        let refused = Locked<[Int]>([])
+        for number in 0..<3 {
+            try reads.submit({ _ in ran.add(1, ordering: .relaxed) }, refused: { refused.withLock { $0.append(number) } })
+        }
+        try reads.submit { _ in ran.add(1, ordering: .relaxed) }  // one with nothing to say
+        #expect(reads.waitingCount == 4)
+        reads.refuseWaiting()
+        #expect(refused.withLock { $0 } == [0, 1, 2], "each waiting read was told, in order")
+        #expect(reads.waitingCount == 0)
+        #expect(throws: ReadPool.Refusal.closed) { try reads.submit { _ in ran.add(100, ordering: .relaxed) } }
+        held.release()
+        reads.close()
+        let finished = heldFinished.load(ordering: .relaxed)
+        #expect(finished, "the read running finished")
+        #expect(ran.load(ordering: .relaxed) == 0, "no refused read ran")
+    }
+
     /// The stop: new reads are refused at once, the one running and the one waiting
     /// finish on open connections, and only then are the connections closed.
     @Test func closeWaitsForEveryReadAcceptedBeforeClosingTheConnections() throws {
