@@ -146,6 +146,12 @@ static inline int headway_connection_fd(struct MHD_Connection *connection) {
     return info == NULL ? -1 : info->connect_fd;
 }
 
+/// The client's address of a connection (`MHD_get_connection_info` is variadic), or NULL.
+static inline const struct sockaddr *headway_connection_client_address(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return info == NULL ? NULL : info->client_addr;
+}
+
 /// The bytes received on socket `fd` and not read yet (`FIONREAD`), or -1.
 static inline int headway_unread_bytes(int fd) {
     int count = 0;

@@ -38,6 +38,10 @@ public struct HTTPRequest: Sendable {
     /// Whether the HTTP layer refuses the request (`HTTPPipeline.refuse`): the middleware
     /// then sees a request that no route will take, and whose answer is decided.
     public var isRefused = false
+    /// A number standing for the client's address, the same for every connection from it
+    /// (0 when unknown): what is shared between clients in turns (the API reads) is shared
+    /// by it.
+    public var client = 0
 
     public init(method: String, path: String, query: [HTTPField] = [], headers: [HTTPField] = [],
                 body: [UInt8] = [], requestID: String = "") {

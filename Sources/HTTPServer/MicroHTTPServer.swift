@@ -458,7 +458,10 @@ public final class MicroHTTPServer: Service {
             traffic.requestsInFlight += 1
             return traffic.draining
         }
-        let request = HTTPRequest(method: method, path: url, query: query, headers: headers)
+        var request = HTTPRequest(method: method, path: url, query: query, headers: headers)
+        if let address = headway_connection_client_address(connection) {
+            request.client = ConnectionsPerAddress.Address(address)?.hashValue ?? 0
+        }
         // A handful of paths at most: compared (lengths first), not hashed, for each request.
         let urlLength = url.utf8.count
         let largerLimit = configuration.bodyLimitsByPath.first { $0.key.utf8.count == urlLength && $0.key == url }

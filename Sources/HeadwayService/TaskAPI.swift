@@ -434,7 +434,8 @@ extension ReadPool {
     /// Runs `body` on a connection of the pool and answers with what it returns (nil:
     /// `body` answers later itself), or with its failure's problem; 503 `server_busy` when
     /// too many reads already wait, 503 `shutting_down` once the pool is closing or when
-    /// the stop refuses the read while it waits. A read whose exchange ended while it
+    /// the stop refuses the read while it waits. Reads wait in turns by client address
+    /// (`HTTPRequest.client`). A read whose exchange ended while it
     /// waited (its client went away) is not run: nobody would take its answer (it is
     /// answered 499, "client closed request", which is never sent).
     func answer(_ request: HTTPRequest, _ responder: any Responder, errors: ErrorReplies,
@@ -451,7 +452,7 @@ extension ReadPool {
                 } catch {
                     responder.respond(errors.response(for: error, request))
                 }
-            }, refused: {
+            }, client: request.client, refused: {
                 responder.respond(errors.response(for: Problem.shuttingDown, request))
             })
         } catch .busy {

@@ -2,10 +2,12 @@ import Lifecycle
 import Dispatch
 
 /// A few reader connections that serve queued reads off the caller's thread: a read waits
-/// for a free connection (first come, first served) and runs on a thread of the pool, so a
-/// slow read holds one connection, never the thread that asked (the HTTP server's) nor
-/// the reads behind it while another connection is free. At most `maximumWaiting` reads
-/// wait; past that a read is refused, so a flood costs a bounded queue, not memory.
+/// for a free connection and runs on a thread of the pool, so a slow read holds one
+/// connection, never the thread that asked (the HTTP server's) nor the reads behind it
+/// while another connection is free. Waiting reads are served first come, first served
+/// for each client, the clients in turns, so one client's queue of heavy reads does not
+/// hold another's. At most `maximumWaiting` reads wait; past that a read is refused, so a
+/// flood costs a bounded queue, not memory.
 ///
 /// `refuseWaiting()` (a stop begins) refuses new reads and those still waiting; `close()`
 /// refuses new reads, waits for every read accepted (running or waiting), then closes the
@@ -36,24 +38,65 @@ public final class ReadPool: Sendable {
 
     private struct State {
         var idle: [DatabaseReader]
-        /// Reads waiting for a connection, oldest from `firstWaiting` on.
-        var waiting: [(job: Job, refused: Refused?)] = []
-        var firstWaiting = 0
+        /// Reads waiting for a connection, a queue per client, taken in turns.
+        var waiting = FairQueue()
         var closing = false
         var statistics = Statistics()
+    }
 
-        var waitingCount: Int { waiting.count - firstWaiting }
+    /// Reads waiting, one first-come-first-served queue per client, the clients served in
+    /// turns: a client's read waits behind one read of each other client waiting, never
+    /// behind a queue that another client filled.
+    struct FairQueue {
+        typealias Entry = (job: Job, refused: Refused?)
 
-        /// The oldest waiting read, if any.
-        mutating func takeWaiting() -> Job? {
-            guard firstWaiting < waiting.count else { return nil }
-            let job = waiting[firstWaiting].job
-            firstWaiting += 1
-            if firstWaiting == waiting.count || firstWaiting > 256 {
-                waiting.removeFirst(firstWaiting)
-                firstWaiting = 0
+        /// One client's reads, oldest from `first` on.
+        private struct Queue {
+            var entries: [Entry] = []
+            var first = 0
+        }
+
+        private var queues: [Int: Queue] = [:]
+        /// The clients with reads waiting, in the order of their next turn, from `firstTurn` on.
+        private var turns: [Int] = []
+        private var firstTurn = 0
+        private(set) var count = 0
+
+        mutating func append(_ entry: Entry, client: Int) {
+            if queues[client] == nil { turns.append(client) }
+            queues[client, default: Queue()].entries.append(entry)
+            count += 1
+        }
+
+        /// The oldest read of the client whose turn it is, if any read waits.
+        mutating func takeNext() -> Entry? {
+            guard firstTurn < turns.count else { return nil }
+            let client = turns[firstTurn]
+            firstTurn += 1
+            if firstTurn == turns.count || firstTurn > 256 {
+                turns.removeFirst(firstTurn)
+                firstTurn = 0
             }
-            return job
+            guard var queue = queues.removeValue(forKey: client) else { return nil }
+            let entry = queue.entries[queue.first]
+            queue.first += 1
+            count -= 1
+            if queue.first < queue.entries.count {
+                if queue.first > 256 {
+                    queue.entries.removeFirst(queue.first)
+                    queue.first = 0
+                }
+                queues[client] = queue
+                turns.append(client)
+            }
+            return entry
+        }
+
+        /// Takes every waiting read, in the order they would have run.
+        mutating func takeAll() -> [Entry] {
+            var all: [Entry] = []
+            while let entry = takeNext() { all.append(entry) }
+            return all
         }
     }
 
@@ -79,9 +122,10 @@ public final class ReadPool: Sendable {
     }
 
     /// Runs `job` on a connection as soon as one is free; throws (and never runs it) when
-    /// `maximumWaiting` reads already wait, or once the pool is closing. A read that waits
-    /// and is then refused by `refuseWaiting()` runs `refused` instead, if given.
-    public func submit(_ job: @escaping Job, refused: Refused? = nil) throws(Refusal) {
+    /// `maximumWaiting` reads already wait, or once the pool is closing. Reads wait in a
+    /// queue per `client` (a number standing for who asked), served in turns. A read that
+    /// waits and is then refused by `refuseWaiting()` runs `refused` instead, if given.
+    public func submit(_ job: @escaping Job, client: Int = 0, refused: Refused? = nil) throws(Refusal) {
         let reader = try state.withLock { state throws(Refusal) -> DatabaseReader? in
             guard !state.closing else { throw .closed }
             if let reader = state.idle.popLast() {
@@ -89,15 +133,15 @@ public final class ReadPool: Sendable {
                 inProgress.enter()
                 return reader
             }
-            guard state.waitingCount < maximumWaiting else {
+            guard state.waiting.count < maximumWaiting else {
                 state.statistics.refusedBusy += 1
                 throw .busy
             }
-            state.waiting.append((job, refused))
+            state.waiting.append((job, refused), client: client)
             state.statistics.accepted += 1
             // Under the lock: a connection may take the read as soon as it is released.
             inProgress.enter()
-            state.statistics.mostWaiting = max(state.statistics.mostWaiting, state.waitingCount)
+            state.statistics.mostWaiting = max(state.statistics.mostWaiting, state.waiting.count)
             return nil
         }
         guard let reader else { return }
@@ -112,15 +156,15 @@ public final class ReadPool: Sendable {
             current(reader)
             inProgress.leave()
             next = state.withLock { state in
-                let waiting = state.takeWaiting()
+                let waiting = state.waiting.takeNext()
                 if waiting == nil { state.idle.append(reader) }
-                return waiting
+                return waiting?.job
             }
         }
     }
 
     /// Reads waiting for a connection now.
-    public var waitingCount: Int { state.withLock { $0.waitingCount } }
+    public var waitingCount: Int { state.withLock { $0.waiting.count } }
 
     /// Whether `close()` has begun.
     public var isClosing: Bool { state.withLock { $0.closing } }
@@ -134,11 +178,7 @@ public final class ReadPool: Sendable {
     public func refuseWaiting() {
         let refused = state.withLock { state in
             state.closing = true
-            defer {
-                state.waiting.removeAll()
-                state.firstWaiting = 0
-            }
-            return state.waiting[state.firstWaiting...].map(\.refused)
+            return state.waiting.takeAll().map(\.refused)
         }
         for answer in refused {
             answer?()

@@ -388,6 +388,22 @@ struct RunningServer {
         #expect(messages.all.contains { $0.text.contains("431") && !$0.clientGone }, "\(messages.all)")
     }
 
+    /// A request carries a number for its client's address: the same for two connections
+    /// from one address, and not the number of an unknown one (0).
+    @Test func aRequestCarriesItsClientsAddress() throws {
+        let clients = Locked<[Int]>([])
+        var configuration = MicroHTTPServer.Configuration()
+        configuration.port = 0
+        let server = try RunningServer(try MicroHTTPServer(configuration: configuration, pipeline: HTTPPipeline { request, responder in
+            clients.withLock { $0.append(request.client) }
+            responder.respond(HTTPResponse(status: 204))
+        }))
+        defer { server.shutdown() }
+        for _ in 0..<2 { #expect(try TestHTTPClient(port: server.port).request("GET", "/x").status == 204) }
+        let seen = clients.withLock { $0 }
+        #expect(seen.count == 2 && seen[0] == seen[1] && seen[0] != 0, "\(seen)")
+    }
+
     /// Clients that go away halfway through their bodies, closing or resetting, are
     /// routine: what the library says of them is marked as such (the service logs it as
     /// debug), so a client that does it over and over cannot fill the log with warnings.

@@ -66,6 +66,26 @@ import Testing
         #expect(ran.load(ordering: .relaxed) == 2, "the waiting reads ran, the refused one never")
     }
 
+    /// Waiting reads are served by client in turns, each client's own in order: a client
+    /// that queued many reads holds another's for one read, not for all of them.
+    @Test func waitingReadsAreServedByClientInTurns() throws {
+        let fixture = try StoreFixture()
+        let reads = try pool(fixture, connections: 1)
+        let held = HeldRead()
+        defer { held.release() }
+        try reads.submit(held.job())
+        #expect(held.waitUntilStarted())
+        let order = Locked<[String]>([])
+        let queued: [(client: Int, name: String)] = [(1, "a1"), (1, "a2"), (1, "a3"), (2, "b1"), (1, "a4"), (3, "c1"), (3, "c2")]
+        for (client, name) in queued {
+            try reads.submit({ _ in order.withLock { $0.append(name) } }, client: client)
+        }
+        #expect(reads.waitingCount == 7)
+        held.release()
+        reads.close()
+        #expect(order.withLock { $0 } == ["a1", "b1", "c1", "a2", "c2", "a3", "a4"])
+    }
+
     /// A stop begins: the reads still waiting are refused (each says so through its own
     /// `refused`) and never run, new reads are refused, the one running finishes, and
     /// `close()` then returns.
