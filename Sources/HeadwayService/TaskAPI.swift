@@ -165,8 +165,8 @@ struct TaskAPI: Sendable {
             var nextKey = page.nextKey
             for (index, task) in page.tasks.enumerated() {
                 let json = task.json
-                // A page ends early once it holds `maximumPageBytes`: one reply a client
-                // leaves unread holds no more than that, whatever its tasks' sizes.
+                // A page ends early once its tasks take `maximumPageBytes`: one reply a
+                // client leaves unread holds about that at most, whatever its tasks' sizes.
                 if index > 0 && body.count + json.utf8.count > Self.maximumPageBytes {
                     nextKey = page.keys[index - 1]
                     break

@@ -92,12 +92,15 @@ public final class ReadPool: Sendable {
             return entry
         }
 
-        /// Takes every waiting read, in the order they would have run.
-        mutating func takeAll() -> [Entry] {
-            var all: [Entry] = []
-            while let entry = takeNext() { all.append(entry) }
+        /// Takes every waiting read with its client, in the order they would have run.
+        mutating func takeAll() -> [(entry: Entry, client: Int)] {
+            var all: [(entry: Entry, client: Int)] = []
+            while let client = nextClient, let entry = takeNext() { all.append((entry, client)) }
             return all
         }
+
+        /// The client whose turn is next, if any read waits.
+        private var nextClient: Int? { firstTurn < turns.count ? turns[firstTurn] : nil }
     }
 
     /// The connections (each used by one read at a time).
@@ -166,22 +169,30 @@ public final class ReadPool: Sendable {
     /// Reads waiting for a connection now.
     public var waitingCount: Int { state.withLock { $0.waiting.count } }
 
-    /// Whether `close()` has begun.
+    /// Whether the pool refuses new reads (`refuseWaiting()` or `close()` has begun).
     public var isClosing: Bool { state.withLock { $0.closing } }
 
     public var statistics: Statistics { state.withLock { $0.statistics } }
 
-    /// A stop begins: refuses new reads, and each read still waiting for a connection is
-    /// refused too (its `refused` runs, on the caller's thread) instead of being run, so
-    /// that a stop waits for the reads running, not for a queue one client may have
-    /// filled. Reads running go on; `close()` waits for them.
+    /// A stop begins: refuses new reads, and each read still waiting for a connection that
+    /// can be refused (it was given a `refused`) is refused too: its `refused` runs, on the
+    /// caller's thread, instead of the read, so that a stop waits for the reads running,
+    /// not for a queue one client may have filled. Reads running go on, and so do the
+    /// waiting reads given no `refused` (nothing would answer for them); `close()` waits
+    /// for them.
     public func refuseWaiting() {
         let refused = state.withLock { state in
             state.closing = true
-            return state.waiting.takeAll().map(\.refused)
+            var refused: [Refused] = []
+            var kept = FairQueue()
+            for (entry, client) in state.waiting.takeAll() {
+                if let answer = entry.refused { refused.append(answer) } else { kept.append(entry, client: client) }
+            }
+            state.waiting = kept
+            return refused
         }
         for answer in refused {
-            answer?()
+            answer()
             inProgress.leave()
         }
     }
