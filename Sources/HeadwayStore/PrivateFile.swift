@@ -60,6 +60,14 @@ public enum PrivateFile {
         guard Glibc.rename(source, destination) == 0 else { throw PrivateFileError(path: destination, systemError: errno) }
     }
 
+    /// The permission bits of the file at `path` (through a link) when its group or others
+    /// may do anything with it; nil when they may not, or there is no such file.
+    public static func modeOpenToOthers(_ path: String) -> mode_t? {
+        var status = stat()
+        guard stat(path, &status) == 0, status.st_mode & 0o077 != 0 else { return nil }
+        return status.st_mode & 0o7777
+    }
+
     /// Whether anything is at `path`, a symbolic link that leads nowhere included.
     public static func exists(_ path: String) -> Bool {
         var status = stat()

@@ -122,6 +122,16 @@ extension DaemonProcessTests {
         #expect(fileMode(path + "-wal") == 0o600)
         #expect(fileMode(path + "-shm") == 0o600)
         #expect(fileMode(log) == 0o640)
+        #expect(!((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("security.database_mode"))
+
+        // A database others may read (one made before, or opened up by hand) is started
+        // with a warning.
+        let shared = directory.file("shared.db")
+        _ = try DatabaseSetup.open(path: shared)
+        chmod(shared, 0o644)
+        let warned = try DaemonProcess(["--listen", "127.0.0.1:0", "--db", shared], logPath: directory.file("shared.log"))
+        #expect(warned.log.contains("level=warn event=security.database_mode path=\(shared) mode=0644 detail="), "\(warned.log)")
+        #expect(warned.stop(SIGTERM) == 0)
 
         let link = directory.file("link.db"), missing = directory.file("missing.db")
         try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: missing)
