@@ -311,6 +311,19 @@ import Testing
             #expect(try FileManager.default.destinationOfSymbolicLink(atPath: destination) == target, "the link is left")
             #expect(fileMode(destination + ".partial") == nil)
         }
+        // SQLite's files beside the partial copy are someone's too (a journal would be
+        // rolled back into the copy): refused and left.
+        for suffix in ["-journal", "-wal", "-shm"] {
+            let planted = directory.file("j.db.partial" + suffix)
+            try FileManager.default.createSymbolicLink(atPath: planted, withDestinationPath: missing)
+            let refused = try run("headway", ["db", "backup", directory.file("j.db"), "--db", path])
+            #expect(refused.status == 1)
+            #expect(refused.errors == "headway: \(planted) exists (a backup under way, or one that was stopped); "
+                + "remove it first\n")
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: planted) == missing, "the link is left")
+            #expect(fileMode(directory.file("j.db.partial")) == nil)
+            try FileManager.default.removeItem(atPath: planted)
+        }
         #expect(fileMode(missing) == nil, "nothing was created through a link")
         #expect(try String(contentsOfFile: victim, encoding: .utf8) == "mine")
     }

@@ -180,8 +180,13 @@ public struct DatabaseBackupCommand: ParsableCommand {
         defer { database.close() }
         // Written beside the destination, renamed only once whole and checked. A file of
         // that name is someone's: never removed unless this backup made it, which
-        // `PrivateFile.create` does only where nothing was (O_EXCL, O_NOFOLLOW).
+        // `PrivateFile.create` does only where nothing was (O_EXCL, O_NOFOLLOW). So are
+        // SQLite's files beside it (a journal there would be rolled back into the copy).
         let partial = destination + ".partial"
+        let suffixes = ["", "-journal", "-wal", "-shm"]
+        for suffix in suffixes where PrivateFile.exists(partial + suffix) {
+            throw DatabaseCommandError("\(partial + suffix) exists (a backup under way, or one that was stopped); remove it first")
+        }
         do {
             try PrivateFile.create(partial)
         } catch where error.systemError == EEXIST {
@@ -189,7 +194,7 @@ public struct DatabaseBackupCommand: ParsableCommand {
         } catch {
             throw DatabaseCommandError("cannot create \(error)")
         }
-        let removePartial = { for suffix in ["", "-journal", "-wal", "-shm"] { unlink(partial + suffix) } }
+        let removePartial = { for suffix in suffixes { unlink(partial + suffix) } }
         do {
             try database.backup(to: partial)
             let copy = try Database(path: partial, readOnly: true)
