@@ -8,8 +8,9 @@ public struct TaskAPI: Sendable {
 
     public init(client: HTTPClient) { self.client = client }
 
-    /// The reply to a successful request: its raw body text and its parsed JSON (nil for
-    /// an empty body, as a 204's).
+    /// The reply to a successful request: its body text, every control character in it
+    /// escaped (`JSONText.escapingControls`), and its parsed JSON (nil for an empty body,
+    /// as a 204's).
     public struct Reply: Sendable {
         public let text: String
         public let json: JSONValue?
@@ -47,7 +48,8 @@ public struct TaskAPI: Sendable {
             if error.replyRefused { throw .unexpectedReply(error.message) }
             throw .unreachable(server: client.displayURL, reason: error.message)
         }
-        let text = String(decoding: response.body, as: UTF8.self)
+        // Printed as it came with --json: no control character of it may reach the terminal.
+        let text = JSONText.escapingControls(String(decoding: response.body, as: UTF8.self))
         let json = JSONValue.parse(response.body)
         guard (200..<300).contains(response.status) else {
             throw Self.refusal(status: response.status, contentType: response.contentType, json: json)

@@ -101,7 +101,10 @@ public struct JSONText: Sendable {
         }
     }
 
-    /// Appends a JSON string literal with the escapes RFC 8259 requires.
+    /// Appends a JSON string literal with the escapes RFC 8259 requires, and `\u` escapes
+    /// for DEL and the C1 controls (U+007F–U+009F) too: RFC 8259 lets them through raw, but
+    /// a terminal that shows the text acts on them (U+009B starts a CSI sequence, U+009D an
+    /// OSC), and task fields are anyone's text.
     public mutating func appendString(_ value: String) {
         // Fast path: most strings need no escape (no control characters, quotes,
         // backslashes, nor U+2028/U+2029, whose UTF-8 starts with 0xE2); scanned and
@@ -128,7 +131,7 @@ public struct JSONText: Sendable {
                 case "\u{2028}": appendRaw("\\u2028")
                 case "\u{2029}": appendRaw("\\u2029")
                 default:
-                    if scalar.value < 0x20 {
+                    if scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value) {
                         let hex = String(scalar.value, radix: 16)
                         appendRaw("\\u" + String(repeating: "0", count: 4 - hex.count) + hex)
                     } else {
@@ -141,9 +144,10 @@ public struct JSONText: Sendable {
         appendByte(UInt8(ascii: "\""))
     }
 
-    /// Whether `utf8` holds no byte a JSON string must escape, nor the first byte of
-    /// U+2028/U+2029 (0xE2, escaped for JavaScript's sake). Eight bytes at a time: a chunk
-    /// with a control character, `"`, `\\` or any non-ASCII byte is looked at byte by byte.
+    /// Whether `utf8` holds no byte a JSON string must escape (a C0 control, `"`, `\\`, DEL),
+    /// nor the first byte of a C1 control (0xC2 before 0x80–0x9F) or of U+2028/U+2029
+    /// (0xE2, escaped for JavaScript's sake). Eight bytes at a time: a chunk with a control
+    /// character, `"`, `\\`, DEL or any non-ASCII byte is looked at byte by byte.
     @inline(__always)
     static func needsNoEscape(_ utf8: UnsafeBufferPointer<UInt8>) -> Bool {
         guard let base = utf8.baseAddress else { return true }
@@ -153,24 +157,28 @@ public struct JSONText: Sendable {
         let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
         while offset + 8 <= count {
             let word = raw.loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-            // A byte below 0x20, equal to 0x22 or 0x5C, or with its high bit set, sets the
-            // high bit of its lane (the borrow of a lower lane can only flag lanes above a
-            // flagged one, which the byte check below then clears up).
+            // A byte below 0x20, equal to 0x22, 0x5C or 0x7F, or with its high bit set, sets
+            // the high bit of its lane (the borrow of a lower lane can only flag lanes above
+            // a flagged one, which the byte check below then clears up).
             let control = word &- ones &* 0x20
             let quote = (word ^ (ones &* 0x22)) &- ones
             let backslash = (word ^ (ones &* 0x5C)) &- ones
-            if ((control | quote | backslash) & ~word | word) & highs != 0 {
-                for index in offset..<offset + 8 where Self.mustEscape(utf8[index]) { return false }
+            let delete = (word ^ (ones &* 0x7F)) &- ones
+            if ((control | quote | backslash | delete) & ~word | word) & highs != 0 {
+                for index in offset..<offset + 8 where Self.mustEscape(utf8, at: index) { return false }
             }
             offset += 8
         }
-        for index in offset..<count where Self.mustEscape(utf8[index]) { return false }
+        for index in offset..<count where Self.mustEscape(utf8, at: index) { return false }
         return true
     }
 
+    /// Whether the byte at `index` of `utf8` begins something `appendString` escapes.
     @inline(__always)
-    private static func mustEscape(_ byte: UInt8) -> Bool {
-        byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0xE2
+    private static func mustEscape(_ utf8: UnsafeBufferPointer<UInt8>, at index: Int) -> Bool {
+        let byte = utf8[index]
+        if byte == 0xC2 { return index + 1 < utf8.count && utf8[index + 1] < 0xA0 }  // U+0080–U+009F
+        return byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F || byte == 0xE2
     }
 
     /// Appends a time as a JSON string (`Timestamp.rfc3339`), without building the string.
@@ -324,6 +332,32 @@ public struct JSONObjectWriter: Sendable {
     public mutating func finish() -> String {
         output.appendByte(UInt8(ascii: "}"))  // the buffer is this writer's alone: no copy
         return output.text
+    }
+}
+
+extension JSONText {
+    /// `json`, JSON text written elsewhere (a server's reply), with every control character
+    /// written as a `\u` escape: C0 but the whitespace JSON allows between tokens (tab, line
+    /// feed, carriage return), DEL and C1. Valid JSON can hold DEL and C1 raw only inside
+    /// strings (and those C0 controls nowhere), where the escape stands for the same
+    /// character: valid JSON stays valid and means the same, and text that is not JSON
+    /// cannot drive the terminal either.
+    public static func escapingControls(_ json: String) -> String {
+        let scalars = json.unicodeScalars
+        let isControl = { (scalar: Unicode.Scalar) -> Bool in
+            (scalar.value < 0x20 && scalar != "\t" && scalar != "\n" && scalar != "\r") || (0x7F...0x9F).contains(scalar.value)
+        }
+        guard scalars.contains(where: isControl) else { return json }
+        var escaped = String.UnicodeScalarView()
+        for scalar in scalars {
+            guard isControl(scalar) else {
+                escaped.append(scalar)
+                continue
+            }
+            let hex = String(scalar.value, radix: 16)
+            escaped.append(contentsOf: ("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).unicodeScalars)
+        }
+        return String(escaped)
     }
 }
 

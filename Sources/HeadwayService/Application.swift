@@ -196,6 +196,15 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     if !setup.appliedMigrations.isEmpty {
         logger.log(.info, "database.migrated", ["versions": setup.appliedMigrations.map(String.init).joined(separator: ",")])
     }
+    if !isPostgresLocation(configuration.databasePath), let mode = PrivateFile.modeOpenToOthers(configuration.databasePath) {
+        // Made before database files were created 0600, or opened up by hand: its -wal and
+        // -shm get the same mode.
+        logger.log(.warn, "security.database_mode", [
+            "path": configuration.databasePath, "mode": "0" + String(mode, radix: 8),
+            "detail": "the database holds webhook secrets and token hashes, and others than its owner may read or "
+                + "write it: chmod 600 it (and its -wal and -shm)",
+        ])
+    }
     let changeCounter = setup.changeCounter
     let tokens = TokenRegistry()
     let tokenDatabase = try Database(path: configuration.databasePath)

@@ -50,13 +50,15 @@ extension Database {
         return lines == ["ok"] ? [] : lines
     }
 
-    /// Copies this database into a new file at `destinationPath` with SQLite's online
-    /// backup API, while other connections (the daemon) go on writing. Under WAL one step
-    /// copies every page from one read snapshot, so writers never restart the copy; the
-    /// copy is then switched to a rollback journal, a single self-contained file.
+    /// Copies this database into the empty file at `destinationPath`, which the caller made
+    /// (`PrivateFile.create`: mode 0600, which SQLite gives its journal too), with SQLite's
+    /// online backup API, while other connections (the daemon) go on writing. The file is
+    /// opened as it is, never created here nor reached through a symbolic link. Under WAL
+    /// one step copies every page from one read snapshot, so writers never restart the
+    /// copy; the copy is then switched to a rollback journal, a single self-contained file.
     public func backup(to destinationPath: String) throws(DatabaseError) {
         var pointer: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX
         let openCode = sqlite3_open_v2(destinationPath, &pointer, flags, nil)
         guard openCode == SQLITE_OK, let destination = pointer else {
             let message = pointer.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"

@@ -126,9 +126,10 @@ public final class Database: @unchecked Sendable {
     /// `deferCheckpoints` (SQLite's automatic checkpoint then runs inside the commit).
     private var deferredCheckpointPages: Int32 = 0
 
-    /// Opens (creating if needed) the database at `path`, or connects to the PostgreSQL
-    /// server `path` names (`postgresql://…`). A read-only PostgreSQL connection refuses
-    /// writes by its session's default (`default_transaction_read_only`).
+    /// Opens (creating if needed: mode 0600, never through a symbolic link, `PrivateFile`)
+    /// the database at `path`, or connects to the PostgreSQL server `path` names
+    /// (`postgresql://…`). A read-only PostgreSQL connection refuses writes by its
+    /// session's default (`default_transaction_read_only`).
     public init(path: String, readOnly: Bool = false) throws(DatabaseError) {
         self.path = path
         if isPostgresLocation(path) {
@@ -144,6 +145,14 @@ public final class Database: @unchecked Sendable {
         }
         postgres = nil
         _ = Self.sqliteConfigured
+        if !readOnly {
+            do {
+                try PrivateFile.createDatabaseIfMissing(path)
+            } catch {
+                throw DatabaseError(code: SQLITE_CANTOPEN, message: "cannot create the database file \(error)", sql: nil,
+                                    systemError: error.systemError)
+            }
+        }
         var pointer: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let code = sqlite3_open_v2(path, &pointer, flags, nil)

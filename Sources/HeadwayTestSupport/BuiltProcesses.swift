@@ -117,3 +117,17 @@ public final class DaemonProcess {
         return (result.status, result.output, result.errors)
     }
 }
+
+/// The command line that runs `path` with `arguments` under `umask` (`022`): through
+/// `/bin/sh`, which sets it and execs the program in its own place (the same process).
+public func underUmask(_ umask: String, _ path: String, _ arguments: [String]) -> (path: String, arguments: [String]) {
+    ("/bin/sh", ["-c", "umask \(umask) && exec \"$0\" \"$@\"", path] + arguments)
+}
+
+/// The permission bits of what is at `path` itself (a symbolic link's own, not its
+/// target's); nil when nothing is there.
+public func fileMode(_ path: String) -> mode_t? {
+    var status = stat()
+    guard lstat(path, &status) == 0 else { return nil }
+    return status.st_mode & 0o7777
+}

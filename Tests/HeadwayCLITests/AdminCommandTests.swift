@@ -269,6 +269,65 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: second + ".partial"))
     }
 
+    /// Under umask 022 the database `headwayd token create` makes and each backup are
+    /// 0600: they hold token hashes and webhook secrets. A symbolic link planted where a
+    /// backup or its partial copy goes, leading nowhere or to a file, is refused, and what
+    /// it leads to is neither created nor touched.
+    @Test func backupsAreTheOwnersAloneAndNeverWrittenThroughALink() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        func run(_ name: String, _ arguments: [String]) throws -> ProcessResult {
+            let command = underUmask("022", builtExecutable(name), arguments)
+            return try runToEnd(command.path, command.arguments, environment: ["PATH": "/usr/bin:/bin"])
+        }
+        let path = directory.file("h.db")
+        let made = try run("headwayd", ["token", "create", "--scope", "admin", "--db", path])
+        #expect(made.status == 0, "\(made.errors)")
+        #expect(fileMode(path) == 0o600)
+        let copy = directory.file("copy.db")
+        let backup = try run("headway", ["db", "backup", copy, "--db", path])
+        #expect(backup.status == 0, "\(backup.errors)")
+        #expect(fileMode(copy) == 0o600)
+        #expect(fileMode(copy + ".partial") == nil)
+        #expect(try headway("db", "check", "--db", copy).output == "ok\n")
+
+        let victim = directory.file("victim"), missing = directory.file("missing")
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: victim))
+        for (index, target) in [missing, victim].enumerated() {
+            let partial = directory.file("p\(index).db.partial")
+            try FileManager.default.createSymbolicLink(atPath: partial, withDestinationPath: target)
+            let refused = try run("headway", ["db", "backup", directory.file("p\(index).db"), "--db", path])
+            #expect(refused.status == 1)
+            #expect(refused.errors == "headway: \(partial) exists (a backup under way, or one that was stopped); "
+                + "remove it first\n")
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: partial) == target, "the link is left")
+            #expect(fileMode(directory.file("p\(index).db")) == nil)
+
+            let destination = directory.file("d\(index).db")
+            try FileManager.default.createSymbolicLink(atPath: destination, withDestinationPath: target)
+            let overwrite = try run("headway", ["db", "backup", destination, "--db", path])
+            #expect(overwrite.status == 1)
+            #expect(overwrite.errors == "headway: \(destination) exists already (a backup never overwrites a file)\n")
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: destination) == target, "the link is left")
+            #expect(fileMode(destination + ".partial") == nil)
+        }
+        // SQLite's files beside the partial copy are someone's too (a journal would be
+        // rolled back into the copy): refused and left.
+        for suffix in ["-journal", "-wal", "-shm"] {
+            let planted = directory.file("j.db.partial" + suffix)
+            try FileManager.default.createSymbolicLink(atPath: planted, withDestinationPath: missing)
+            let refused = try run("headway", ["db", "backup", directory.file("j.db"), "--db", path])
+            #expect(refused.status == 1)
+            #expect(refused.errors == "headway: \(planted) exists (a backup under way, or one that was stopped); "
+                + "remove it first\n")
+            #expect(try FileManager.default.destinationOfSymbolicLink(atPath: planted) == missing, "the link is left")
+            #expect(fileMode(directory.file("j.db.partial")) == nil)
+            try FileManager.default.removeItem(atPath: planted)
+        }
+        #expect(fileMode(missing) == nil, "nothing was created through a link")
+        #expect(try String(contentsOfFile: victim, encoding: .utf8) == "mine")
+    }
+
     /// A damaged index (its schema rewritten by the sqlite3 shell): check
     /// lists SQLite's problems on stdout and exits 1.
     @Test func checkListsTheProblemsOfADamagedDatabase() throws {

@@ -182,4 +182,72 @@ import Testing
         let refused = try runBuilt("headway", ["start", "Dots", "--id", "..", "--server", server])
         #expect(refused.status == 1 && refused.errors.contains("must not be '.' or '..'"), "\(refused)")
     }
+
+    /// Task fields holding C1 controls (U+009B CSI, U+009D OSC, U+0085), DEL, ESC and BEL
+    /// reach no terminal raw through `--json`: the daemon's replies and what `tasks`,
+    /// `show` and `watch` print hold them only as `\u` escapes, and read back the same.
+    @Test func jsonOutputEscapesEveryControlCharacter() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        // C1 and DEL sent raw (JSON allows them unescaped), ESC and BEL escaped (it does not).
+        let sent = "x\u{9B}2J\u{9D}0;owned\\u0007\u{7F}\\u001b[31m\u{85}y"
+        let hostile = "x\u{9B}2J\u{9D}0;owned\u{7}\u{7F}\u{1B}[31m\u{85}y"
+        let client = try TestHTTPClient(port: daemon.port)
+        let created = try client.request("POST", "/v1/tasks", json: #"{"id":"c1","name":"\#(sent)","total":10,"#
+                                         + #""metadata":{"note":"\#(sent)"}}"#)
+        #expect(created.status == 201, "\(created.text)")
+        #expect(try client.request("POST", "/v1/tasks/c1/progress", json: #"{"completed":3,"label":"\#(sent)"}"#).status == 200)
+        #expect(try client.request("POST", "/v1/tasks/c1/finish", json: #"{"outcome":"failed","message":"\#(sent)"}"#)
+            .status == 200)
+
+        /// Every raw control character of `bytes` (line feeds apart) as `U+XXXX`.
+        func rawControls(_ bytes: [UInt8]) -> [String] {
+            String(decoding: bytes, as: UTF8.self).unicodeScalars
+                .filter { ($0.value < 0x20 && $0 != "\n") || (0x7F...0x9F).contains($0.value) }
+                .map { "U+" + String($0.value, radix: 16) }
+        }
+        /// The task object `json` is, or holds (a list's `tasks`, an event's `data`), with the
+        /// hostile text in every field it was sent to.
+        func checkTask(_ json: JSONValue?, _ what: String) {
+            var value = json
+            if case .object(let object)? = value, let data = object["data"] { value = data }
+            if case .object(let object)? = value, case .array(let tasks)? = object["tasks"] { value = tasks.first }
+            guard case .object(let task)? = value else {
+                Issue.record("\(what): no task in \(String(describing: json))")
+                return
+            }
+            #expect(task["name"] == .string(hostile), "\(what)")
+            #expect(task["label"] == .string(hostile), "\(what)")
+            #expect(task["message"] == .string(hostile), "\(what)")
+            #expect(task["metadata"] == .object(["note": .string(hostile)]), "\(what)")
+        }
+
+        for path in ["/v1/tasks/c1", "/v1/tasks"] {
+            let reply = try client.request("GET", path)
+            #expect(rawControls(reply.body) == [], "the daemon's \(path)")
+            #expect(reply.text.contains(#"x\u009b2J\u009d0;owned\u0007\u007f\u001b[31m\u0085y"#), "\(reply.text)")
+            checkTask(JSONValue.parse(reply.body), "the daemon's \(path)")
+        }
+        for arguments in [["tasks", "--json"], ["show", "c1", "--json"], ["watch", "c1", "--json", "--until-done"]] {
+            let result = try runBuilt("headway", arguments + ["--server", daemon.url])
+            #expect(result.status == (arguments[0] == "watch" ? 4 : 0), "\(arguments): \(result.errors)")
+            let lines = result.output.split(separator: "\n")
+            #expect(!lines.isEmpty, "\(arguments)")
+            #expect(rawControls(Array(result.output.utf8)) == [], "headway \(arguments.joined(separator: " "))")
+            for line in lines { checkTask(JSONValue.parse(Array(line.utf8)), "headway \(arguments[0]) --json") }
+        }
+    }
+
+    /// A server that sends C1 controls and DEL raw (one built before they were escaped,
+    /// or not headwayd at all): `show --json`, which prints the reply as it came, escapes
+    /// them, and the text still reads as the same JSON.
+    @Test func jsonFromAServerIsEscapedBeforeItIsPrinted() throws {
+        let task = "{\"id\":\"t\",\"name\":\"a\u{9B}2J\u{9D}0;x\u{7F}\",\"state\":\"running\"}"
+        let server = try StubServer { _, _, _ in (200, task) }
+        defer { server.close() }
+        let result = try runBuilt("headway", ["show", "t", "--json", "--server", server.url])
+        #expect(result.status == 0, "\(result.errors)")
+        #expect(result.output == #"{"id":"t","name":"a\u009b2J\u009d0;x\u007f","state":"running"}"# + "\n")
+        #expect(JSONValue.parse(Array(result.output.utf8)) == JSONValue.parse(Array(task.utf8)))
+    }
 }

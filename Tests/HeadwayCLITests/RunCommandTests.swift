@@ -1,4 +1,5 @@
 import Foundation
+@testable import HeadwayCLI
 import HeadwayTestSupport
 import Testing
 
@@ -10,9 +11,11 @@ struct RawResult {
     var errorText: String { String(decoding: errors, as: UTF8.self) }
 }
 
-/// Starts the built `headway` with `arguments` (stdin /dev/null); stopped after `timeout`.
-func startHeadway(_ arguments: [String], timeout: Double = 20) throws -> StartedProcess {
-    try StartedProcess(builtExecutable("headway"), arguments, environment: ["PATH": "/usr/bin:/bin"], timeout: timeout)
+/// Starts the built `headway` with `arguments` (stdin /dev/null) and `environment` (and
+/// PATH); stopped after `timeout`.
+func startHeadway(_ arguments: [String], environment: [String: String] = [:], timeout: Double = 20) throws -> StartedProcess {
+    try StartedProcess(builtExecutable("headway"), arguments, environment: environment.merging(["PATH": "/usr/bin:/bin"]) { $1 },
+                       timeout: timeout)
 }
 
 /// Waits for a process from `startHeadway` and collects its output.
@@ -202,6 +205,52 @@ func collect(_ started: StartedProcess) -> RawResult {
         process.waitUntilExit()
         #expect(process.terminationStatus == 3)
         #expect(output == "done\n")
+    }
+
+    /// The command's environment holds no token: neither the one from HEADWAY_TOKEN nor
+    /// one from --token, nor HEADWAY_URL's `user:password@`, while `headway run` itself
+    /// reports with the token (the daemon requires one). With --pass-token the command gets
+    /// the token and the server this run uses.
+    @Test func theTokenStaysOutOfTheCommandsEnvironment() throws {
+        let (daemon, secret) = try AdminCommandTests.daemonWithAdminToken()
+        defer { daemon.stop() }
+        let script = "env | grep '^HEADWAY' | sort; exit 0"
+        func run(_ options: [String], _ environment: [String: String]) throws -> RawResult {
+            collect(try startHeadway(["--server", daemon.url, "run"] + options + ["--", "/bin/sh", "-c", script],
+                                     environment: environment))
+        }
+        let elsewhere = "http://alice:s3cret@127.0.0.1:1/base"
+        let inherited = try run(["--id", "env"], ["HEADWAY_TOKEN": secret, "HEADWAY_URL": elsewhere])
+        #expect(inherited.status == 0, "\(inherited.errorText)")
+        #expect(String(decoding: inherited.output, as: UTF8.self) == "HEADWAY_URL=http://127.0.0.1:1/base\n")
+        let given = try run(["--id", "flag", "--token", secret], [:])
+        #expect(given.status == 0, "\(given.errorText)")
+        #expect(given.output == [], "\(String(decoding: given.output, as: UTF8.self))")
+        for id in ["env", "flag"] {
+            let task = try TestHTTPClient(port: daemon.port).request("GET", "/v1/tasks/\(id)",
+                                                                     headers: [("Authorization", "Bearer \(secret)")]).json
+            #expect(task["state"] as? String == "succeeded", "the run reported with the token: \(task)")
+        }
+        let passed = try run(["--id", "pass", "--token", secret, "--pass-token"], ["HEADWAY_URL": elsewhere])
+        #expect(passed.status == 0, "\(passed.errorText)")
+        #expect(String(decoding: passed.output, as: UTF8.self) == "HEADWAY_TOKEN=\(secret)\nHEADWAY_URL=\(daemon.url)\n")
+    }
+
+    /// The child's environment: each entry's bytes kept, the token's variable dropped,
+    /// the URL's user information cut (with or without a scheme, never past the authority).
+    @Test func theChildEnvironmentDropsTheCredentials() {
+        let entries = ["PATH=/bin", "HEADWAY_TOKEN=hw_x", "HEADWAY_TOKEN_FILE=/keep", "HEADWAY_URL=https://u:p@h:1/a@b?c@d",
+                       "HEADWAY_TOKEN=", "X=HEADWAY_TOKEN=y"].map { Array($0.utf8) } + [[0x41, 0x3D, 0xFF, 0xC3]]
+        let child = RunCommand.childEnvironment(entries, passToken: false, token: "hw_x", server: "http://h:1")
+        #expect(child == ["PATH=/bin", "HEADWAY_TOKEN_FILE=/keep", "HEADWAY_URL=https://h:1/a@b?c@d", "X=HEADWAY_TOKEN=y"]
+            .map { Array($0.utf8) } + [[0x41, 0x3D, 0xFF, 0xC3]])
+        let passed = RunCommand.childEnvironment(entries, passToken: true, token: "hw_t", server: "http://v:w@h:2")
+        #expect(passed == ["PATH=/bin", "HEADWAY_TOKEN_FILE=/keep", "X=HEADWAY_TOKEN=y"].map { Array($0.utf8) }
+            + [[0x41, 0x3D, 0xFF, 0xC3]] + ["HEADWAY_TOKEN=hw_t", "HEADWAY_URL=http://v:w@h:2"].map { Array($0.utf8) })
+        for (url, expected) in [("http://h:1", "http://h:1"), ("u:p@h:1/x", "h:1/x"), ("http://a@b@h/", "http://h/"),
+                                ("http://h/p?q=@x#@y", "http://h/p?q=@x#@y"), ("http://@h", "http://h"), ("", "")] {
+            #expect(RunCommand.withoutUserinfo(Array(url.utf8)) == Array(expected.utf8), "\(url)")
+        }
     }
 
     @Test func usageErrorsAndHelp() throws {

@@ -100,13 +100,40 @@ import Foundation
         #expect(text.text == #""Größe \u2028ok\u2029 🚀\t""#)
     }
 
+    /// Every control character is written as a `\u` escape: C0 (those without a short
+    /// escape), DEL and C1, which a terminal acts on (U+009B is CSI, U+009D OSC); the
+    /// characters on either side of the C1 range stay as they are. The text reads back the same.
+    @Test func controlsAreEscapedDELAndC1Too() {
+        let value = "a\u{1B}[31m\u{7F}\u{80}\u{9B}2J\u{9D}0;x\u{7}\u{9F}~\u{A0}é\u{1}"
+        var text = JSONText()
+        text.appendString(value)
+        #expect(text.text == #""a\u001b[31m\u007f\u0080\u009b2J\u009d0;x\u0007\u009f~\#u{A0}é\u0001""#)
+        #expect(!text.bytes.contains { $0 < 0x20 || $0 == 0x7F })
+        #expect(!zip(text.bytes, text.bytes.dropFirst()).contains { $0 == 0xC2 && $1 < 0xA0 })
+        #expect(JSONValue.parse(text.bytes) == .string(value))
+        // Every scalar of both ranges, alone and in a longer text (the word-at-a-time path).
+        for scalar in (0x00...0x1F).compactMap(Unicode.Scalar.init) + (0x7F...0x9F).compactMap(Unicode.Scalar.init) {
+            for padded in [String(scalar), "0123456789" + String(scalar) + "abcdefgh"] {
+                let written = JSONValue.string(padded).canonicalText
+                #expect(written.unicodeScalars.allSatisfy { $0.value >= 0x20 && !(0x7F...0x9F).contains($0.value) },
+                        "U+\(String(scalar.value, radix: 16))")
+                #expect(JSONValue.parse(Array(written.utf8)) == .string(padded))
+            }
+        }
+    }
+
     /// The eight-bytes-at-a-time scan for bytes to escape agrees with a byte-by-byte one, at
     /// every length and alignment, with the special bytes at every position.
     @Test func theWordScanFindsEveryByteToEscape() {
-        let special: [UInt8] = [0x00, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x80, 0xE1, 0xE2, 0xE3, 0xFF, 0x01]
+        let special: [UInt8] = [0x00, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7E, 0x7F, 0x80, 0x9F, 0xA0,
+                                0xC1, 0xC2, 0xC3, 0xE1, 0xE2, 0xE3, 0xFF, 0x01]
         var generator = SeededGenerator(seed: 2026)
         let reference = { (bytes: ArraySlice<UInt8>) in
-            !bytes.contains { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || $0 == 0xE2 }
+            !bytes.indices.contains { index in
+                let byte = bytes[index]
+                let c1 = byte == 0xC2 && index + 1 < bytes.endIndex && bytes[index + 1] < 0xA0
+                return byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F || byte == 0xE2 || c1
+            }
         }
         var flagged = 0
         for _ in 0..<20_000 {

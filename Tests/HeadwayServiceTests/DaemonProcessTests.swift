@@ -94,6 +94,53 @@ import HeadwayService
 }
 
 extension DaemonProcessTests {
+    /// Under umask 022 a new database and its `-wal` and `-shm` are 0600 (SQLite gives the
+    /// latter the database's mode) and the log file 0640; a symbolic link to nowhere where
+    /// the database goes stops the start, and nothing is created where it leads.
+    @Test func theDatabaseFilesAreTheOwnersAlone() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.file("h.db"), log = directory.file("headwayd.log")
+        let command = underUmask("022", DaemonProcess.executable, ["--listen", "127.0.0.1:0", "--db", path, "--log-file", log])
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: command.path)
+        process.arguments = command.arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        defer {
+            if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+            process.waitUntilExit()
+        }
+        // Bounded: 20 s for the daemon to listen.
+        for _ in 0..<2000 where process.isRunning {
+            if (try? String(contentsOfFile: log, encoding: .utf8))?.contains("event=server.listening") == true { break }
+            usleep(10_000)
+        }
+        #expect(process.isRunning)
+        #expect(fileMode(path) == 0o600)
+        #expect(fileMode(path + "-wal") == 0o600)
+        #expect(fileMode(path + "-shm") == 0o600)
+        #expect(fileMode(log) == 0o640)
+        #expect(!((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("security.database_mode"))
+
+        // A database others may read (one made before, or opened up by hand) is started
+        // with a warning.
+        let shared = directory.file("shared.db")
+        _ = try DatabaseSetup.open(path: shared)
+        chmod(shared, 0o644)
+        let warned = try DaemonProcess(["--listen", "127.0.0.1:0", "--db", shared], logPath: directory.file("shared.log"))
+        #expect(warned.log.contains("level=warn event=security.database_mode path=\(shared) mode=0644 detail="), "\(warned.log)")
+        #expect(warned.stop(SIGTERM) == 0)
+
+        let link = directory.file("link.db"), missing = directory.file("missing.db")
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: missing)
+        let (status, _, errors) = try DaemonProcess.run(["--listen", "127.0.0.1:0", "--db", link])
+        #expect(status == 1)
+        #expect(errors.contains("\(link): a symbolic link to a missing file"), "\(errors)")
+        #expect(fileMode(missing) == nil)
+    }
+
     @Test func versionIsPrintedAndMatchesTheContract() throws {
         let (status, output, _) = try DaemonProcess.run(["--version"])
         #expect(status == 0)

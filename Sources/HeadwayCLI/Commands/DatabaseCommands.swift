@@ -159,7 +159,10 @@ public struct DatabaseBackupCommand: ParsableCommand {
         commandName: "backup", abstract: "Copy the database to a new file while the daemon runs",
         discussion: """
         Uses SQLite's online backup API from one read snapshot, so the daemon keeps writing;
-        the copy is a single file (no WAL) and passes integrity_check. FILE must not exist.
+        the copy is a single file (no WAL) and passes integrity_check. It holds webhook
+        secrets and token hashes: it is made mode 0600 whatever the umask, first as
+        FILE.partial, then renamed. Neither FILE nor FILE.partial may exist, not even as a
+        symbolic link.
         """)
     static let file = Argument<String>("file", help: "The new file to write")
     public static let arguments = [file.definition, DatabaseCommand.path.definition]
@@ -170,36 +173,49 @@ public struct DatabaseBackupCommand: ParsableCommand {
     public func run(_ context: CommandContext) throws {
         let path = DatabaseCommand.path(values)
         let destination = values[Self.file]
-        guard !FileManager.default.fileExists(atPath: destination) else {
-            throw DatabaseCommandError("\(destination) exists already (a backup never overwrites a file)")
-        }
+        let exists = DatabaseCommandError("\(destination) exists already (a backup never overwrites a file)")
+        // A symbolic link counts, even one that leads nowhere: nothing is written through one.
+        guard !PrivateFile.exists(destination) else { throw exists }
         let database = try DatabaseCommand.open(path)
         defer { database.close() }
         // Written beside the destination, renamed only once whole and checked. A file of
-        // that name is someone's: never removed unless this backup made it.
+        // that name is someone's: never removed unless this backup made it, which
+        // `PrivateFile.create` does only where nothing was (O_EXCL, O_NOFOLLOW). So are
+        // SQLite's files beside it (a journal there would be rolled back into the copy).
         let partial = destination + ".partial"
-        guard !FileManager.default.fileExists(atPath: partial) else {
-            throw DatabaseCommandError("\(partial) exists (a backup under way, or one that was stopped); remove it first")
+        let suffixes = ["", "-journal", "-wal", "-shm"]
+        for suffix in suffixes where PrivateFile.exists(partial + suffix) {
+            throw DatabaseCommandError("\(partial + suffix) exists (a backup under way, or one that was stopped); remove it first")
         }
-        let removePartial = { for suffix in ["", "-journal", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: partial + suffix) } }
+        do {
+            try PrivateFile.create(partial)
+        } catch where error.systemError == EEXIST {
+            throw DatabaseCommandError("\(partial) exists (a backup under way, or one that was stopped); remove it first")
+        } catch {
+            throw DatabaseCommandError("cannot create \(error)")
+        }
+        let removePartial = { for suffix in suffixes { unlink(partial + suffix) } }
         do {
             try database.backup(to: partial)
             let copy = try Database(path: partial, readOnly: true)
             let problems = try copy.integrityProblems()
             copy.close()
             guard problems.isEmpty else {
-                removePartial()
                 throw DatabaseCommandError("the copy failed its integrity check: \(problems.prefix(3).joined(separator: "; "))")
             }
-            try FileManager.default.moveItem(atPath: partial, toPath: destination)
+            try PrivateFile.rename(partial, to: destination)
         } catch let error as DatabaseError {
             removePartial()
             throw DatabaseCommandError("backup of \(path) failed: \(error.message)")
         } catch let error as DatabaseCommandError {
+            removePartial()
             throw error
+        } catch let error as PrivateFileError where error.systemError == EEXIST {
+            removePartial()
+            throw exists
         } catch {
             removePartial()
-            throw DatabaseCommandError("backup of \(path) failed: \(error.localizedDescription)")
+            throw DatabaseCommandError("backup of \(path) failed: \(error)")
         }
         if context.options.json {
             let bytes = (try? FileManager.default.attributesOfItem(atPath: destination)[.size] as? Int).flatMap { $0 } ?? 0

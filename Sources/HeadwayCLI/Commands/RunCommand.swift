@@ -19,9 +19,13 @@ public struct RunCommand: ParsableCommand {
         SIGKILL after --kill-after seconds (the command itself: one that starts jobs in
         the background passes the signal on). Exits with the command's status (128+n when
         signal n killed it; 127 when it is not found, 126 when it cannot run). An
-        unreachable server is a warning, retried: the command runs anyway.
+        unreachable server is a warning, retried: the command runs anyway. The command's
+        environment holds no token: no HEADWAY_TOKEN, and HEADWAY_URL without a
+        user:password@ part; with --pass-token it gets HEADWAY_TOKEN and HEADWAY_URL as
+        this run uses them (from --token and --server too), for headway commands inside it.
         """,
-        usage: "[--name <name>] [--id <id>] [--parent <id>] [--progress-pattern <regex>] [--kill-after <seconds>] -- <command> [<argument>...]")
+        usage: "[--name <name>] [--id <id>] [--parent <id>] [--progress-pattern <regex>] [--kill-after <seconds>] "
+            + "[--pass-token] -- <command> [<argument>...]")
     static let command = Argument<String>("command", help: "The command to run, after --, then its arguments")
     static let name = Option<String>("name", valueName: "name", help: "What the task does (default: the command line)")
     static let id = Option<String>("id", valueName: "id", help: "The task's id (default: chosen by the server)")
@@ -30,8 +34,9 @@ public struct RunCommand: ParsableCommand {
                                                 help: "Reads progress with the named groups completed and total (or a percent)")
     static let killAfter = Option<Double>("kill-after", valueName: "seconds",
                                           help: "After a cancel, SIGKILL this long after SIGTERM (default 10)")
+    static let passToken = Flag("pass-token", help: "Give the command the token and server (HEADWAY_TOKEN, HEADWAY_URL)")
     public static let arguments = [command.definition, name.definition, id.definition, parent.definition,
-                                   progressPattern.definition, killAfter.definition]
+                                   progressPattern.definition, killAfter.definition, passToken.definition]
     public static var takesTrailingArguments: Bool { true }
 
     let values: ParsedValues
@@ -50,7 +55,9 @@ public struct RunCommand: ParsableCommand {
                                              connectTimeoutSeconds: 3, totalTimeoutSeconds: 10))
         let child: ChildProcess
         do {
-            child = try ChildProcess(arguments: commandLine)
+            let environment = Self.childEnvironment(ChildProcess.currentEnvironment, passToken: values[Self.passToken],
+                                                    token: context.options.token, server: context.options.serverURL)
+            child = try ChildProcess(arguments: commandLine, environment: environment)
         } catch {
             switch error {
             case .commandExit(let status): throw CommandExit(status: status)
@@ -73,6 +80,34 @@ public struct RunCommand: ParsableCommand {
             reporter.finish(outcome: "failed", message: "the command \(outcome.description)")
         }
         throw CommandExit(status: outcome.exitStatus)
+    }
+
+    /// The environment the command starts with: this process's (`entries`, `NAME=value`
+    /// each, bytes as they are), without the means to act as this run: no `HEADWAY_TOKEN`,
+    /// and `HEADWAY_URL` without its `user:password@`. The command may be anyone's script,
+    /// which prints or passes on its environment. With `--pass-token`, `HEADWAY_TOKEN` and
+    /// `HEADWAY_URL` are `token` and `server`, those this run reports with.
+    static func childEnvironment(_ entries: [[UInt8]], passToken: Bool, token: String?, server: String) -> [[UInt8]] {
+        let tokenName = Array("HEADWAY_TOKEN=".utf8), urlName = Array("HEADWAY_URL=".utf8)
+        var environment = entries.filter { !$0.starts(with: tokenName) && !(passToken && $0.starts(with: urlName)) }
+        if passToken {
+            if let token { environment.append(tokenName + Array(token.utf8)) }
+            environment.append(urlName + Array(server.utf8))
+            return environment
+        }
+        return environment.map { entry in
+            entry.starts(with: urlName) ? urlName + withoutUserinfo(Array(entry.dropFirst(urlName.count))) : entry
+        }
+    }
+
+    /// `url` without the `user:password@` of its authority (the part after `scheme://`, or
+    /// from the start without one, up to the first `/`, `?` or `#`).
+    static func withoutUserinfo(_ url: [UInt8]) -> [UInt8] {
+        let start = url.firstRange(of: Array("://".utf8))?.upperBound ?? url.startIndex
+        let end = url[start...].firstIndex { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }
+            ?? url.endIndex
+        guard let at = url[start..<end].lastIndex(of: UInt8(ascii: "@")) else { return url }
+        return Array(url[..<start] + url[(at + 1)...])
     }
 
     /// The registration body: the name (the command line unless --name), id and parent.

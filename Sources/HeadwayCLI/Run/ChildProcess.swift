@@ -70,8 +70,9 @@ final class ChildProcess {
     let outputFD: Int32
     let errorFD: Int32
 
-    /// Starts `arguments` (the first is looked up in PATH) or throws the reason it cannot.
-    init(arguments: [String]) throws(ChildProcessError) {
+    /// Starts `arguments` (the first is looked up in PATH) with `environment` (`NAME=value`
+    /// entries) or throws the reason it cannot.
+    init(arguments: [String], environment: [[UInt8]]) throws(ChildProcessError) {
         var outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0]
         guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
             throw .unavailable("cannot make pipes: \(String(cString: strerror(errno)))")
@@ -98,8 +99,17 @@ final class ChildProcess {
         let cStrings = arguments.map { strdup($0) }
         defer { cStrings.forEach { free($0) } }
         var argv = cStrings + [nil]
+        let environmentStrings = environment.map { entry in
+            let copy = UnsafeMutablePointer<CChar>.allocate(capacity: entry.count + 1)
+            for (index, byte) in entry.enumerated() { copy[index] = CChar(bitPattern: byte) }
+            copy[entry.count] = 0
+            return copy
+        }
+        defer { environmentStrings.forEach { $0.deallocate() } }
+        var envp: [UnsafeMutablePointer<CChar>?] = environmentStrings + [nil]
         var child: pid_t = 0
-        let status = posix_spawnp(&child, arguments[0], &actions, &attributes, &argv, environ)
+        // PATH is looked up in this process's environment, as the child's is not in force yet.
+        let status = posix_spawnp(&child, arguments[0], &actions, &attributes, &argv, &envp)
         close(outPipe[1])
         close(errPipe[1])
         guard status == 0 else {
@@ -112,6 +122,17 @@ final class ChildProcess {
         pid = child
         outputFD = outPipe[0]
         errorFD = errPipe[0]
+    }
+
+    /// This process's environment, `NAME=value` entries as their bytes are.
+    static var currentEnvironment: [[UInt8]] {
+        var entries: [[UInt8]] = []
+        var next = environ
+        while let entry = next.pointee {
+            entries.append(Array(UnsafeRawBufferPointer(start: entry, count: strlen(entry))))
+            next += 1
+        }
+        return entries
     }
 
     /// From now on the `forwardedSignals` sent to `headway run` go to the child (unblocked
