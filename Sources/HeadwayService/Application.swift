@@ -285,11 +285,13 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                               doorbell: webhookDoorbell)
     var routes = ServiceRoutes(gate: AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path))
     let errors = ErrorReplies(logger: logger)
+    let unreadReplies = UnreadReplies(limitBytes: configuration.maximumUnsentReplyBytes)
     OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker,
-                  databasePath: configuration.databasePath, errors: errors)
+                  databasePath: configuration.databasePath, errors: errors, unreadReplies: unreadReplies)
         .register(in: &routes)
     TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors,
-            metrics: metrics, maximumBatchItems: configuration.maximumBatchItems)
+            metrics: metrics, maximumBatchItems: configuration.maximumBatchItems,
+            unreadReplies: unreadReplies)
         .register(in: &routes)
     TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors)
         .register(in: &routes)
@@ -311,6 +313,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.inheritedListenFD = configuration.inheritedListenFD
     serverConfiguration.connectionLimit = connectionLimit
     serverConfiguration.streamStallTimeoutSeconds = configuration.streamStallTimeoutSeconds
+    serverConfiguration.unreadReplies = unreadReplies
     if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
         serverConfiguration.tls = TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath)
     }
