@@ -152,6 +152,13 @@ static inline const struct sockaddr *headway_connection_client_address(struct MH
     return info == NULL ? NULL : info->client_addr;
 }
 
+/// The bytes written to socket `fd` that its peer has not acknowledged yet (`SIOCOUTQ`,
+/// the same request as `TIOCOUTQ`), or -1.
+static inline int headway_unacknowledged_bytes(int fd) {
+    int count = 0;
+    return ioctl(fd, TIOCOUTQ, &count) == 0 ? count : -1;
+}
+
 /// The bytes received on socket `fd` and not read yet (`FIONREAD`), or -1.
 static inline int headway_unread_bytes(int fd) {
     int count = 0;

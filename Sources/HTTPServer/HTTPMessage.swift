@@ -42,6 +42,9 @@ public struct HTTPRequest: Sendable {
     /// (0 when unknown): what is shared between clients in turns (the API reads) is shared
     /// by it.
     public var client = 0
+    /// A number standing for the client's address alone (0 when unknown), whatever `client`
+    /// is made to stand for.
+    public var clientAddress = 0
 
     public init(method: String, path: String, query: [HTTPField] = [], headers: [HTTPField] = [],
                 body: [UInt8] = [], requestID: String = "") {

@@ -103,6 +103,9 @@ public final class MicroHTTPServer: Service {
         public var maximumWaitingConnections = 1024
         /// Connections open at once from one client address; more are closed at once.
         public var maximumConnectionsPerAddress = 1000
+        /// Where the replies of the request daemon's connections are counted until their
+        /// clients take them (`--max-unsent-reply-bytes`; nil: nowhere).
+        public var unreadReplies: UnreadReplies?
         /// Told the connections closed unserved, counted by reason, at most once a second.
         public var connectionsRefused: @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in }
         /// The monotonic clock of the head timeout, in nanoseconds (tests move their own).
@@ -460,7 +463,8 @@ public final class MicroHTTPServer: Service {
         }
         var request = HTTPRequest(method: method, path: url, query: query, headers: headers)
         if let address = headway_connection_client_address(connection) {
-            request.client = ConnectionsPerAddress.Address(address)?.hashValue ?? 0
+            request.clientAddress = ConnectionsPerAddress.Address(address)?.hashValue ?? 0
+            request.client = request.clientAddress
         }
         // A handful of paths at most: compared (lengths first), not hashed, for each request.
         let urlLength = url.utf8.count
@@ -537,7 +541,9 @@ public final class MicroHTTPServer: Service {
     func completed(_ connection: OpaquePointer?, _ context: UnsafeMutablePointer<UnsafeMutableRawPointer?>?,
                    _ termination: MHD_RequestTerminationCode) {
         if let connection, termination == .REQUEST_TERMINATED_COMPLETED_OK {
-            requestDeadlines.startWaiting(headway_connection_fd(connection))
+            let fd = headway_connection_fd(connection)
+            requestDeadlines.startWaiting(fd)
+            configuration.unreadReplies?.written(on: fd)
         }
         guard let context, let pointer = context.pointee else { return }
         context.pointee = nil
@@ -656,11 +662,15 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     /// The loop that drives the connection's daemon, if one does: the request then waits for
     /// its answer without being suspended, and the answer wakes the loop.
     let loop: RequestDaemonLoop?
+    /// The number of the client's address (`HTTPRequest.clientAddress`), kept apart from
+    /// `request`, whose fields are let go once it is handed over.
+    private let clientAddress: Int
 
     init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer, bodyLimit: Int,
          loop: RequestDaemonLoop? = nil) {
         self.connection = connection
         self.request = request
+        clientAddress = request.clientAddress
         if let requestIDs = server.pipeline.requestIDs { self.request.requestID = requestIDs.id(for: request) }
         self.server = server
         self.bodyLimit = bodyLimit
@@ -822,6 +832,9 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
                 MHD_create_response_from_buffer(raw.count, UnsafeMutableRawPointer(mutating: raw.baseAddress),
                                                 .RESPMEM_MUST_COPY)
             }
+            if mhdResponse != nil, let unreadReplies = server.configuration.unreadReplies {
+                unreadReplies.queued(response.body.count, on: headway_connection_fd(connection), client: clientAddress)
+            }
         }
         guard let mhdResponse else { return MHD_Result.NO }
         defer { MHD_destroy_response(mhdResponse) }
@@ -896,6 +909,7 @@ private let connectionNotifyCallback: MHD_NotifyConnectionCallback = { cls, conn
         }
     case .CONNECTION_NOTIFY_CLOSED:
         server.requestDeadlines.stopWaiting(fd)
+        server.configuration.unreadReplies?.forget(fd)
         server.connectionsPerAddress.release(fd)
     default: break
     }

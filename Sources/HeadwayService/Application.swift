@@ -46,12 +46,16 @@ public final class HeadwayApplication: Sendable {
     let changeListener: ChangeListener?
     /// Sends webhook deliveries.
     let webhookDispatcher: WebhookDispatcher
+    /// Where large batches of `POST /v1/progress` are parsed, off the server's thread.
+    let batchParsing: DispatchQueue
 
     init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
          broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,
          recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, catchUpBudget: CatchUpBudget,
          logger: Logger, routes: [RouteEntry], tokens: TokenRegistry, tokenKeeper: TokenKeeper, metrics: ServiceMetrics,
-         webhookDispatcher: WebhookDispatcher, changeListener: ChangeListener? = nil) {
+         webhookDispatcher: WebhookDispatcher, changeListener: ChangeListener? = nil,
+         batchParsing: DispatchQueue = DispatchQueue(label: "headway.batches")) {
+        self.batchParsing = batchParsing
         self.webhookDispatcher = webhookDispatcher
         self.changeListener = changeListener
         self.metrics = metrics
@@ -294,11 +298,14 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                               doorbell: webhookDoorbell)
     var routes = ServiceRoutes(gate: AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path))
     let errors = ErrorReplies(logger: logger)
+    let unreadReplies = UnreadReplies(limitBytes: configuration.maximumUnsentReplyBytes)
+    let batchParsing = DispatchQueue(label: "headway.batches")
     OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker,
-                  databasePath: configuration.databasePath, errors: errors)
+                  databasePath: configuration.databasePath, errors: errors, unreadReplies: unreadReplies)
         .register(in: &routes)
     TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors,
-            metrics: metrics, maximumBatchItems: configuration.maximumBatchItems)
+            metrics: metrics, maximumBatchItems: configuration.maximumBatchItems,
+            unreadReplies: unreadReplies, batchParsing: batchParsing)
         .register(in: &routes)
     TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors)
         .register(in: &routes)
@@ -320,6 +327,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.inheritedListenFD = configuration.inheritedListenFD
     serverConfiguration.connectionLimit = connectionLimit
     serverConfiguration.streamStallTimeoutSeconds = configuration.streamStallTimeoutSeconds
+    serverConfiguration.unreadReplies = unreadReplies
     if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
         serverConfiguration.tls = TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath)
     }
@@ -385,7 +393,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                               pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
                               catchUpBudget: catchUpBudget,
                               logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper,
-                              metrics: metrics, webhookDispatcher: webhookDispatcher, changeListener: listener)
+                              metrics: metrics, webhookDispatcher: webhookDispatcher, changeListener: listener,
+                              batchParsing: batchParsing)
 }
 
 /// Why the daemon refuses to start.

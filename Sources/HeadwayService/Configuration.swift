@@ -40,6 +40,9 @@ public struct Configuration: Sendable, Equatable {
     /// catch-up shared by several streams counted once; past it a new subscriber's
     /// catch-up is not read: its stream gets `retry:` and ends.
     public var maximumCatchUpBytes = 256 * 1024 * 1024
+    /// Bytes of replies that may wait for their clients to take them
+    /// (`--max-unsent-reply-bytes`; `UnreadReplyBudget`).
+    public var maximumUnsentReplyBytes = 64 * 1024 * 1024
     /// The size the database's `-wal` file is brought back under once no reader holds an
     /// old snapshot (`GroupCommitWriter.limitWAL`).
     public var walSizeLimitBytes = GroupCommitWriter.defaultWALSizeLimit
@@ -172,6 +175,12 @@ public struct Configuration: Sendable, Equatable {
                                     streams may hold unsent at once; past it a new
                                     subscriber gets retry: and its stream ends
                                     (HEADWAY_MAX_CATCH_UP_BYTES, default 268435456)
+          --max-unsent-reply-bytes N
+                                    bytes of API replies (pages of tasks…) that may
+                                    wait for their clients to read them; one client
+                                    may hold a quarter; past it a new read is 503
+                                    server_busy (HEADWAY_MAX_UNSENT_REPLY_BYTES,
+                                    default 67108864)
           --wal-size-limit N        bytes the -wal file is brought back under once no
                                     reader (a sqlite3 shell, a backup) holds an old
                                     snapshot (HEADWAY_WAL_SIZE_LIMIT, default 33554432)
@@ -236,7 +245,7 @@ public struct Configuration: Sendable, Equatable {
                                "max-body-bytes", "max-batch-items", "max-query-params",
                                "head-timeout", "body-timeout", "max-connections-per-address",
                                "stream-buffer-bytes", "stream-stall-timeout", "max-catch-up-bytes",
-                               "wal-size-limit",
+                               "max-unsent-reply-bytes", "wal-size-limit",
                                "public-url", "cors-origin", "tls-cert", "tls-key", "log-file", "config",
                                "webhook-concurrency", "webhook-timeout", "webhook-retry-base", "webhook-retry-for",
                                "webhook-retry-jitter", "webhook-allow-private"]
@@ -367,6 +376,8 @@ public struct Configuration: Sendable, Equatable {
         try reader.seconds("stream-stall-timeout", in: 0.1...86_400, into: &configuration.streamStallTimeoutSeconds)
         try reader.wholeNumber("max-catch-up-bytes", in: 1_048_576...1_099_511_627_776,
                                into: &configuration.maximumCatchUpBytes)
+        try reader.wholeNumber("max-unsent-reply-bytes", in: 1_048_576...1_099_511_627_776,
+                               into: &configuration.maximumUnsentReplyBytes)
         // Storage.
         try reader.wholeNumber("wal-size-limit", in: 1_048_576...1_099_511_627_776,
                                into: &configuration.walSizeLimitBytes)
@@ -450,6 +461,7 @@ public struct Configuration: Sendable, Equatable {
             ("stream-buffer-bytes", streamBufferBytes != other.streamBufferBytes),
             ("stream-stall-timeout", streamStallTimeoutSeconds != other.streamStallTimeoutSeconds),
             ("max-catch-up-bytes", maximumCatchUpBytes != other.maximumCatchUpBytes),
+            ("max-unsent-reply-bytes", maximumUnsentReplyBytes != other.maximumUnsentReplyBytes),
             ("wal-size-limit", walSizeLimitBytes != other.walSizeLimitBytes),
             ("public-url", publicOrigins != other.publicOrigins),
             ("cors-origin", corsOrigins != other.corsOrigins),

@@ -265,6 +265,21 @@ extension Problem {
                 headers: [HTTPField("Retry-After", "1")])
     }
 
+    /// Replies already wait for their clients to take them: this client's, or everyone's,
+    /// leave no room for another (`--max-unsent-reply-bytes`, `UnreadReplyBudget`).
+    static func repliesUnread(clientBytes: Int, totalBytes: Int) -> Problem {
+        Problem(status: 503, code: "server_busy", title: "Server busy",
+                detail: "\(mebibytes(totalBytes)) of replies wait for their clients to read them (\(mebibytes(clientBytes)) "
+                    + "of them yours); read your replies or retry shortly.",
+                headers: [HTTPField("Retry-After", "1")])
+    }
+
+    /// `bytes` in MiB with one decimal, for details.
+    private static func mebibytes(_ bytes: Int) -> String {
+        let tenths = (bytes * 10 + 524_288) / 1_048_576
+        return "\(tenths / 10).\(tenths % 10) MiB"
+    }
+
     /// `GET /readyz` while the daemon should not get traffic: `detail` says why.
     static func notReady(_ detail: String) -> Problem {
         Problem(status: 503, code: "not_ready", title: "Not ready", detail: detail,

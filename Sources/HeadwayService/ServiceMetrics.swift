@@ -63,6 +63,7 @@ final class ServiceMetrics: Sendable {
         var walBytes: Int64 = 0
         var schemaVersion = 0
         var webhookDeliveriesPending: Int64 = 0
+        var unsentReplyBytes = 0
     }
 
     /// The whole exposition.
@@ -142,6 +143,9 @@ final class ServiceMetrics: Sendable {
         out.sample("headway_webhook_attempts_total", ["result": "failed"], Double(webhookAttempts.failed.value))
         out.family("headway_webhook_deliveries_pending", .gauge, "Webhook deliveries not delivered or given up yet.")
         out.sample("headway_webhook_deliveries_pending", [:], Double(gauges.webhookDeliveriesPending))
+        out.family("headway_unsent_reply_bytes", .gauge,
+                   "Bytes of replies that their clients have not taken yet (--max-unsent-reply-bytes).")
+        out.sample("headway_unsent_reply_bytes", [:], Double(gauges.unsentReplyBytes))
         return out.text
     }
 
@@ -242,6 +246,8 @@ struct OperationsAPI: Sendable {
     let broker: EventBroker
     let databasePath: String
     let errors: ErrorReplies
+    /// The replies not yet taken by their clients.
+    let unreadReplies: UnreadReplies
 
     func register(in routes: inout ServiceRoutes) {
         routes.add("GET", "/healthz", .public) { _, _, responder in
@@ -280,8 +286,9 @@ struct OperationsAPI: Sendable {
     }
 
     private func scrape(_ request: HTTPRequest, _ responder: any Responder) {
-        read(request, responder) { [metrics, writer, broker, databasePath] reader in
+        read(request, responder) { [metrics, writer, broker, databasePath, unreadReplies] reader in
             var gauges = ServiceMetrics.Gauges()
+            gauges.unsentReplyBytes = unreadReplies.totalBytes
             try reader.snapshot { database in
                 gauges.tasks = try database.taskCountsByStateModeAndStall()
                 gauges.schemaVersion = try Migrator.recordedVersion(in: database)

@@ -46,10 +46,12 @@ public final class TestHTTPClient: @unchecked Sendable {  // a socket and a read
     private let fd: Int32
     private var buffer: [UInt8] = []
 
-    /// Connects to 127.0.0.1:`port`; a small `receiveBuffer` makes a client that does not
-    /// read leave the server's bytes waiting sooner.
-    public init(port: Int, timeoutSeconds: Int = 5, receiveBuffer: Int? = nil) throws {
-        fd = try connectToLoopback(port: port, timeoutSeconds: timeoutSeconds, receiveBuffer: receiveBuffer)
+    /// Connects to 127.0.0.1:`port` (from `sourceAddress`, another loopback address such
+    /// as 127.0.0.2, to be another client); a small `receiveBuffer` makes a client that does
+    /// not read leave the server's bytes waiting sooner.
+    public init(port: Int, timeoutSeconds: Int = 5, receiveBuffer: Int? = nil, sourceAddress: String? = nil) throws {
+        fd = try connectToLoopback(port: port, timeoutSeconds: timeoutSeconds, receiveBuffer: receiveBuffer,
+                                   sourceAddress: sourceAddress)
     }
 
     deinit { close(fd) }
@@ -195,8 +197,10 @@ public struct TemporaryDirectory {
 }
 
 /// A blocking TCP socket connected to 127.0.0.1:`port`, whose reads and writes time out
-/// after `timeoutSeconds`; `receiveBuffer` sets a small receive buffer (a slow reader).
-func connectToLoopback(port: Int, timeoutSeconds: Int, receiveBuffer: Int? = nil) throws -> Int32 {
+/// after `timeoutSeconds`; `receiveBuffer` sets a small receive buffer (a slow reader);
+/// `sourceAddress` binds it to another local address first.
+func connectToLoopback(port: Int, timeoutSeconds: Int, receiveBuffer: Int? = nil,
+                       sourceAddress: String? = nil) throws -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw TestHTTPError("socket() failed") }
     var timeout = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
@@ -204,6 +208,18 @@ func connectToLoopback(port: Int, timeoutSeconds: Int, receiveBuffer: Int? = nil
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
     if var size = receiveBuffer.map(Int32.init) {
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+    }
+    if let sourceAddress {
+        var local = sockaddr_in()
+        local.sin_family = sa_family_t(AF_INET)
+        local.sin_addr.s_addr = inet_addr(sourceAddress)
+        let bound = withUnsafePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else {
+            close(fd)
+            throw TestHTTPError("cannot bind to \(sourceAddress)")
+        }
     }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)

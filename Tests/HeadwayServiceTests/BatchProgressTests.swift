@@ -227,6 +227,28 @@ import Testing
         #expect(try daemon.snapshot("big") == before)
     }
 
+    /// A large batch is parsed off the server's thread: with its parsing held back, the
+    /// server still answers other requests at once, and the batch is answered once parsed.
+    @Test func aLargeBatchBeingParsedHoldsNoOtherRequest() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"big","name":"Big"}"#)
+        let item = #"{"task_id":"big","increment":1,"label":"\#(String(repeating: "x", count: 100))"}"#
+        let large = #"{"updates":["# + Array(repeating: item, count: 1000).joined(separator: ",") + "]}"
+        #expect(large.utf8.count >= TaskAPI.batchParsedInPlaceBytes)
+        daemon.application.batchParsing.suspend()
+        let batch = try daemon.connect()
+        try batch.send("POST /v1/progress HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                       + "Content-Length: \(large.utf8.count)\r\n\r\n" + large)
+        // Read once the server is sure to have the whole body: a later request on another
+        // connection was served after it.
+        #expect(try daemon.connect().request("GET", "/healthz").status == 200)
+        #expect(try daemon.connect().request("GET", "/v1/tasks/big").json["completed"] as? Int == 0)
+        daemon.application.batchParsing.resume()
+        let reply = try batch.readResponse()
+        #expect(reply.status == 200)
+        #expect(try daemon.request("GET", "/v1/tasks/big").json["completed"] as? Int == 1000)
+    }
+
     /// (Over a socket: an event stream is read from one.)
     @Test func eventsArePublishedForAppliedItemsOnly() throws {
         let daemon = try LiveDaemon()
