@@ -192,10 +192,10 @@ final class WebhookTransfers: @unchecked Sendable {
         /// A DNS cache of the transfer's own, holding its pin's name alone (an entry of
         /// `CURLOPT_RESOLVE` is never dropped from the cache it lands in: in the multi
         /// handle's shared one, each attempt would leave one behind for good).
-        let share: UnsafeMutableRawPointer?
+        let share: UnsafeMutableRawPointer
         var lists: [UnsafeMutablePointer<curl_slist>?] = []
 
-        init(handle: UnsafeMutableRawPointer, share: UnsafeMutableRawPointer?,
+        init(handle: UnsafeMutableRawPointer, share: UnsafeMutableRawPointer,
              then: @escaping @Sendable (WebhookTransport.Outcome) -> Void) {
             self.handle = handle
             self.share = share
@@ -212,7 +212,7 @@ final class WebhookTransfers: @unchecked Sendable {
 
         func free() {
             curl_easy_cleanup(handle)
-            if let share { curl_share_cleanup(share) }
+            curl_share_cleanup(share)
             for list in lists { curl_slist_free_all(list) }
         }
     }
@@ -296,8 +296,11 @@ final class WebhookTransfers: @unchecked Sendable {
         guard let handle = curl_easy_init() else {
             return item.then(WebhookTransport.Outcome(verdict: .retry, status: nil, error: "libcurl could not start"))
         }
-        let share = curl_share_init()
-        if let share { headway_curl_share_set_long(share, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_DNS.rawValue)) }
+        guard let share = curl_share_init() else {
+            curl_easy_cleanup(handle)
+            return item.then(WebhookTransport.Outcome(verdict: .retry, status: nil, error: "libcurl could not start"))
+        }
+        headway_curl_share_set_long(share, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_DNS.rawValue))
         let transfer = Transfer(handle: handle, share: share, then: item.then)
         pinsMade += 1
         let pin = WebhookTransport.pin(request.url, to: request.addresses, name: "attempt-\(pinsMade).headway.invalid")
