@@ -77,7 +77,8 @@ let package = Package(
         .testTarget(name: "LifecycleTests", dependencies: ["Lifecycle"]),
         .testTarget(name: "HeadwayCLITests", dependencies: ["HeadwayCLI", "HeadwayCore", "HeadwayStore", "HeadwayTestSupport"],
                     exclude: ["golden"]),
-        .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore"]),
+        // libcurl: the webhook URL rules are checked against its own URL parser.
+        .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore", "CCurl"]),
         .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayCore", "HeadwayTestSupport", "Lifecycle"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "HeadwayTestSupport", "Lifecycle"]),
         .testTarget(name: "HeadwayServiceTests", dependencies: [

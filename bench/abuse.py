@@ -490,6 +490,130 @@ def hostile_bytes(port, options, stop, done, notes):
     notes.put(f"{summary}; task `victim` afterwards: {victim}")
 
 
+# --- webhooks: hosts that parsers read differently, receivers that never answer ----------
+
+# Spellings of an IPv4 address that libcurl and glibc's inet_aton read as another address
+# than a plain decimal reading (leading zeros are octal, 0x is hex, fewer parts fill the
+# rest, one number is all 32 bits), and numbers no parser takes as an address.
+WEBHOOK_HOSTS = [
+    "012.9.9.9", "172.032.0.1", "0127.0.0.1", "127.000.000.001", "127.0.0.01", "01.02.03.04", "0x7f.0.0.1",
+    "0X7F.1", "0xa.0.0.1", "10.0.0.0x1", "127.1", "127.0.1", "0177.1", "2130706433", "017700000001",
+    "0x7f000001", "0", "00", "127.0.0.1.", "1.2.3.4.5", "256.1.1.1", "4294967296", "08.1.1.1", "0x",
+    "1e1.1.1.1", "example.123", "1..2.3", "[::ffff:012.1.1.1]", "[::ffff:127.1]", "[::ffff:1.2.3.04]",
+]
+
+
+def webhook_hosts(port, options, stop, done, notes):
+    """POST /v1/webhooks with each spelling in WEBHOOK_HOSTS (the daemon allows private
+    targets, so no address check refuses them): how many were made (each deleted at once)."""
+    api = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    made, refused, other = [], 0, {}
+    for host in WEBHOOK_HOSTS:
+        status, reply = post(api, "/v1/webhooks", {"url": f"http://{host}:9/hook", "events": ["task.created"]})
+        if status == 201:
+            made.append(host)
+            api.request("DELETE", f"/v1/webhooks/{reply['id']}")
+            api.getresponse().read()
+        elif status == 422 and (reply or {}).get("code") == "webhook_url_refused":
+            refused += 1
+        else:
+            other[status] = other.get(status, 0) + 1
+    api.close()
+    done.set()
+    notes.put(f"{len(made)} of {len(WEBHOOK_HOSTS)} spellings made a webhook"
+              f"{' (' + ', '.join(made[:6]) + (', …' if len(made) > 6 else '') + ')' if made else ''}, "
+              f"{refused} refused (422 webhook_url_refused){f', other {other}' if other else ''}")
+
+
+def daemon_threads(pid):
+    with open(f"/proc/{pid}/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("Threads:")))
+
+
+def still_open(socks):
+    """How many of `socks` the peer has not closed (what they were sent is read and dropped)."""
+    count = 0
+    for sock in socks:
+        sock.setblocking(False)
+        try:
+            while sock.recv(65536):
+                pass
+        except BlockingIOError:
+            count += 1
+        except OSError:
+            pass
+    return count
+
+
+def webhook_hang(port, options, stop, done, notes):
+    """99 webhooks whose receiver accepts and never answers, then one whose receiver
+    answers at once, all on task.created; one task made: how long until the answering
+    receiver has its delivery, how many hanging attempts were in flight meanwhile, and
+    what they cost the daemon (threads, RSS)."""
+    pid = options["daemon_pid"]
+    hanging = socket.create_server(("127.0.0.1", 0), backlog=1024)
+    fast = socket.create_server(("127.0.0.1", 0), backlog=16)
+    held, arrived = [], []
+
+    def hold():
+        while True:
+            try:
+                held.append(hanging.accept()[0])
+            except OSError:
+                return
+
+    def answer():
+        while True:
+            try:
+                connection, _ = fast.accept()
+            except OSError:
+                return
+            with connection:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                arrived.append(time.monotonic())
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    for target in (hold, answer):
+        threading.Thread(target=target, daemon=True).start()
+    api = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        idle = (daemon_threads(pid), servers.rss_kib(pid) / 1024)
+        for index in range(99):
+            status, _ = post(api, "/v1/webhooks", {"url": f"http://127.0.0.1:{hanging.getsockname()[1]}/{index}",
+                                                   "events": ["task.created"]})
+            assert status == 201, status
+        status, _ = post(api, "/v1/webhooks", {"url": f"http://127.0.0.1:{fast.getsockname()[1]}/fast",
+                                               "events": ["task.created"]})
+        assert status == 201, status
+        sent = time.monotonic()
+        post(api, "/v1/tasks", {"id": "webhook-trigger", "name": "Trigger"})
+        peak_threads, peak_rss, most_held = 0, 0.0, 0  # most_held: hanging connections open at once
+        # Until the fast delivery and 2 s more (the hanging attempts have all begun), at most
+        # the time box.
+        while not stop.is_set() and time.monotonic() - sent < options["timebox"] - 5:
+            peak_threads = max(peak_threads, daemon_threads(pid))
+            peak_rss = max(peak_rss, servers.rss_kib(pid) / 1024)
+            most_held = max(most_held, still_open(list(held)))
+            if arrived and time.monotonic() - arrived[0] > 2:
+                break
+            time.sleep(0.05)
+        waited = f"after {arrived[0] - sent:.2f} s" if arrived else f"not within {time.monotonic() - sent:.0f} s"
+        done.set()
+        notes.put(f"the answering receiver's delivery {waited}; hanging attempts in flight at once: at most {most_held} of 99; "
+                  f"daemon threads {idle[0]} → {peak_threads}, RSS {idle[1]:.0f} → {peak_rss:.0f} MiB")
+    finally:
+        api.close()
+        hanging.close()
+        fast.close()
+        for connection in held:
+            connection.close()
+
+
 # --- phases ---------------------------------------------------------------------------------
 
 def big_tasks(port, options):
@@ -511,7 +635,12 @@ PHASES = {  # name: (attack, setup)
     "catch-up-storm": (catch_up_storm, big_tasks),
     "huge-heads": (huge_heads, None),
     "hostile-bytes": (hostile_bytes, victim_task),
+    "webhook-hosts": (webhook_hosts, None),
+    "webhook-hang": (webhook_hang, None),
 }
+
+# Flags of the daemon of some phases: the webhooks' receivers are on loopback.
+PHASE_FLAGS = {"webhook-hosts": ("--webhook-allow-private",), "webhook-hang": ("--webhook-allow-private",)}
 
 
 def attacker_main(attack, port, options, stop, done, notes):
@@ -529,7 +658,8 @@ def run_phase(name, options, log_folder, log):
     daemon_log = open(os.path.join(log_folder, f"{name}.log"), "w")
     server = load = attacker = None
     try:
-        server = servers.Headway(options["durability"], stderr=daemon_log, many_clients_from_one_address=False)
+        server = servers.Headway(options["durability"], extra=PHASE_FLAGS.get(name, ()), stderr=daemon_log,
+                                 many_clients_from_one_address=False)
         if setup:
             started = time.monotonic()
             setup(server.port, options)
@@ -539,7 +669,8 @@ def run_phase(name, options, log_folder, log):
         before = load.mark()
         time.sleep(options["seconds"])
         middle = load.mark()
-        attacker = context.Process(target=attacker_main, args=(attack, server.port, options, stop, done, notes))
+        attacker = context.Process(target=attacker_main, args=(attack, server.port, dict(options, daemon_pid=server.pid),
+                                                               stop, done, notes))
         attacker.start()
         shortest, longest = middle["at"] + options["seconds"], middle["at"] + options["timebox"]
         while time.monotonic() < longest and not (time.monotonic() >= shortest and done.is_set()):

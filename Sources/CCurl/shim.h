@@ -1,9 +1,9 @@
 #ifndef HEADWAY_CCURL_SHIM_H
 #define HEADWAY_CCURL_SHIM_H
 
-// libcurl, the HTTP client of the `headway` command. `curl_easy_setopt` and
-// `curl_easy_getinfo` are variadic and not imported into Swift: these wrappers pass one
-// typed argument each.
+// libcurl, the HTTP client of the `headway` command and of headwayd's webhook deliveries.
+// `curl_easy_setopt`, `curl_easy_getinfo` and `curl_share_setopt` are variadic and not
+// imported into Swift: these wrappers pass one typed argument each.
 #include <curl/curl.h>
 
 static inline CURLcode headway_curl_set_long(CURL *handle, CURLoption option, long value) {
@@ -29,6 +29,10 @@ typedef int (*headway_curl_progress_callback)(void *context, curl_off_t download
 
 static inline CURLcode headway_curl_set_progress_callback(CURL *handle, headway_curl_progress_callback callback) {
     return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);
+}
+
+static inline CURLSHcode headway_curl_share_set_long(CURLSH *share, CURLSHoption option, long value) {
+    return curl_share_setopt(share, option, value);
 }
 
 static inline CURLcode headway_curl_get_long(CURL *handle, CURLINFO info, long *value) {

@@ -273,7 +273,18 @@ public struct WebhookURL: Sendable, Equatable {
                 default: false
                 }
             }
-            guard !host.isEmpty, host.utf8.count <= 253, allowed else { throw Refusal(message: "must name a host") }
+            // Empty labels ("a..b", ".a") name no host; one trailing dot (the root) is allowed.
+            let labels = host.split(separator: ".", omittingEmptySubsequences: false)
+            guard !host.isEmpty, host.utf8.count <= 253, allowed, labels.dropLast().allSatisfy({ !$0.isEmpty }) else {
+                throw Refusal(message: "must name a host")
+            }
+            if endsInNumber(host) && IPAddress.parseV4(String(host)) == nil {
+                throw Refusal(message: "has a host that reads as an IPv4 address but is not written as one: write "
+                                + "four decimal numbers from 0 to 255 without leading zeros (a.b.c.d); other "
+                                + "spellings (leading zeros, octal or hex parts, fewer or more than four parts, "
+                                + "one 32-bit number, a trailing dot) are read as different addresses by different "
+                                + "parsers (libcurl reads 012.9.9.9 as 10.9.9.9)")
+            }
         }
         var port = scheme == "https" ? 443 : 80
         if let portText {
@@ -285,6 +296,24 @@ public struct WebhookURL: Sendable, Equatable {
             port = number
         }
         return WebhookURL(text: text, scheme: scheme, host: String(host).lowercased(), port: port)
+    }
+
+    /// Whether a URL parser may read `host` as an IPv4 address: the WHATWG URL Standard's
+    /// "ends in a number" (its last label, one trailing dot aside, is all digits or `0x`
+    /// and hex digits). Such a host must be the one canonical dotted quad
+    /// (`IPAddress.parseV4`): libcurl and glibc's `inet_aton` read `012.9.9.9` as
+    /// 10.9.9.9, `127.1` and `0x7f000001` as 127.0.0.1, where a stricter reader sees a
+    /// name or another address, and no one can say which reading a check and a
+    /// connection would each make. `1.2.3.4.nip.io` ends in a name: a name it stays.
+    public static func endsInNumber<Text: StringProtocol>(_ host: Text) -> Bool {
+        var labels = host.split(separator: ".", omittingEmptySubsequences: false)
+        if labels.count > 1 && labels.last!.isEmpty { labels.removeLast() }
+        guard let last = labels.last, !last.isEmpty else { return false }
+        let bytes = Array(last.utf8)
+        let isDigit = { (byte: UInt8) in (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) }
+        if bytes.allSatisfy(isDigit) { return true }
+        guard bytes.count >= 2, bytes[0] == UInt8(ascii: "0"), bytes[1] | 0x20 == UInt8(ascii: "x") else { return false }
+        return bytes.dropFirst(2).allSatisfy { isDigit($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0 | 0x20) }
     }
 }
 
@@ -298,26 +327,35 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
         self.bytes = bytes
     }
 
-    /// A dotted IPv4 literal (four decimal numbers 0–255) or an IPv6 literal, or nil.
+    /// A canonical dotted IPv4 literal (`parseV4`) or an IPv6 literal, or nil.
     public static func parse(_ text: String) -> IPAddress? {
         if let v4 = parseV4(text) { return v4 }
         return parseV6(text)
     }
 
-    /// Four decimal numbers 0–255 separated by dots (no other IPv4 spelling).
+    /// Four decimal numbers 0–255 separated by dots, without leading zeros ("0" itself
+    /// aside): the one spelling every parser reads alike. Others (`012.1.1.1`, `127.1`,
+    /// `0x7f.0.0.1`, `2130706433`) are nil: libcurl and `inet_aton` read them as other
+    /// addresses (octal, hex, the last part filling the rest) than a decimal reading.
     public static func parseV4(_ text: String) -> IPAddress? {
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        let parts = text.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 4 else { return nil }
         var bytes: [UInt8] = []
         for part in parts {
-            guard !part.isEmpty, part.count <= 3, part.allSatisfy({ $0.isASCII && $0.isNumber }), let value = Int(part),
-                  value <= 255 else { return nil }
+            guard (1...3).contains(part.count), part.first != UInt8(ascii: "0") || part.count == 1 else { return nil }
+            var value = 0
+            for byte in part {
+                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
+                value = value * 10 + Int(byte - UInt8(ascii: "0"))
+            }
+            guard value <= 255 else { return nil }
             bytes.append(UInt8(value))
         }
         return IPAddress(bytes: bytes)
     }
 
-    /// An IPv6 literal: eight groups of hex, `::` for a run of zeros, an IPv4 tail allowed.
+    /// An IPv6 literal: eight groups of hex, `::` for a run of zeros, an IPv4 tail allowed
+    /// (canonical, as `parseV4`: `::ffff:012.1.1.1` is nil).
     public static func parseV6(_ text: String) -> IPAddress? {
         guard text.contains(":"), text.utf8.count <= 45 else { return nil }
         var head: [UInt16] = []

@@ -288,7 +288,13 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                   clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned,
                                   leadership: leadership)
     var dispatcherSettings = WebhookDispatcher.Settings()
-    dispatcherSettings.concurrency = configuration.webhookConcurrency
+    if let concurrency = configuration.webhookConcurrency {
+        logger.log(.warn, "config.deprecated", [
+            "setting": "webhook-concurrency", "value": "\(concurrency)",
+            "detail": "ignored: every webhook has its own delivery attempt in flight, all on one thread; "
+                + "remove the setting",
+        ])
+    }
     dispatcherSettings.timeoutSeconds = configuration.webhookTimeoutSeconds
     dispatcherSettings.retry = configuration.webhookRetry
     dispatcherSettings.allowPrivate = configuration.webhookAllowPrivate

@@ -83,8 +83,11 @@ public struct Configuration: Sendable, Equatable {
     public var tlsCertificatePath: String?
     public var tlsKeyPath: String?
     // Webhooks.
-    /// Delivery attempts in flight at once (`--webhook-concurrency`).
-    public var webhookConcurrency = 8
+    /// `--webhook-concurrency`, if given: deprecated and ignored (a warning at start). Every
+    /// webhook has its own attempt in flight, all on one thread (`WebhookTransfers`), so no
+    /// bound of attempts all webhooks share is left to set; still accepted, so that a
+    /// configuration that gives it still starts.
+    public var webhookConcurrency: Int?
     /// Seconds one delivery attempt may take, its host's lookup included; also the
     /// longest a new webhook's check waits for that lookup (`--webhook-timeout`).
     public var webhookTimeoutSeconds = 10.0
@@ -198,9 +201,9 @@ public struct Configuration: Sendable, Equatable {
                                     (HEADWAY_TLS_CERT, default: plain HTTP)
           --tls-key FILE            the PEM private key of --tls-cert, unencrypted
                                     (HEADWAY_TLS_KEY)
-          --webhook-concurrency N   webhook deliveries in flight at once, one per
-                                    webhook at most (HEADWAY_WEBHOOK_CONCURRENCY,
-                                    default 8)
+          --webhook-concurrency N   deprecated, ignored (a warning at start): every
+                                    webhook has its own delivery in flight
+                                    (HEADWAY_WEBHOOK_CONCURRENCY)
           --webhook-timeout SECONDS time one delivery attempt may take, its host's
                                     lookup included (HEADWAY_WEBHOOK_TIMEOUT,
                                     default 10)
@@ -389,7 +392,10 @@ public struct Configuration: Sendable, Equatable {
             try CORSOrigin.parse(text)
         }
         // Webhooks.
-        try reader.wholeNumber("webhook-concurrency", in: 1...256, into: &configuration.webhookConcurrency)
+        // Deprecated: still read (a bad value is still refused), then ignored.
+        var concurrency = 0
+        try reader.wholeNumber("webhook-concurrency", in: 1...256, into: &concurrency)
+        if concurrency > 0 { configuration.webhookConcurrency = concurrency }
         try reader.seconds("webhook-timeout", in: 0.1...600, into: &configuration.webhookTimeoutSeconds)
         var retryBase = Double(configuration.webhookRetry.baseMilliseconds) / 1000
         try reader.seconds("webhook-retry-base", in: 0.01...600, into: &retryBase)
@@ -467,7 +473,6 @@ public struct Configuration: Sendable, Equatable {
             ("cors-origin", corsOrigins != other.corsOrigins),
             ("tls-cert", tlsCertificatePath != other.tlsCertificatePath),
             ("tls-key", tlsKeyPath != other.tlsKeyPath),
-            ("webhook-concurrency", webhookConcurrency != other.webhookConcurrency),
             ("webhook-timeout", webhookTimeoutSeconds != other.webhookTimeoutSeconds),
             ("webhook-retry-base", webhookRetry.baseMilliseconds != other.webhookRetry.baseMilliseconds),
             ("webhook-retry-for", webhookRetry.giveUpAfterMilliseconds != other.webhookRetry.giveUpAfterMilliseconds),

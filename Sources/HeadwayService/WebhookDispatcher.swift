@@ -6,9 +6,11 @@ import HeadwayStore
 
 /// Sends the outbox's deliveries: a service whose thread (`headway-webhooks`) looks, on a
 /// reader connection of its own, for the oldest pending delivery of each webhook and,
-/// when it is due, hands it to an attempt on a thread of its own (`WebhookTransport`: a
-/// blocking POST with its timeout). At most one attempt per webhook is in flight (so a webhook's
-/// deliveries arrive in the order of their events) and at most `concurrency` in all. An
+/// when it is due, starts its attempt (`WebhookTransport`: the host's lookup, then the
+/// POST, with every other attempt's, on the one thread of `WebhookTransfers`, which
+/// this service starts and stops with its own). One attempt per webhook is in flight
+/// (so a webhook's deliveries arrive in the order of their events), and every webhook
+/// has its own, whatever the others' receivers do: none waits for another's attempt. An
 /// attempt's outcome is written back as a small writer job (delivered; pending again at a
 /// later time, `WebhookRetryPolicy`; or failed), after which the thread looks again. The
 /// writer and the event stream never wait for a receiver.
@@ -21,8 +23,6 @@ import HeadwayStore
 /// until its outcome is stored, and is sent again after a restart (at least once).
 final class WebhookDispatcher: Service {
     struct Settings: Sendable {
-        /// Attempts in flight at once, all webhooks together.
-        var concurrency = 8
         /// How long one attempt may take.
         var timeoutSeconds = 10.0
         /// When failed attempts are retried, and for how long.
@@ -52,10 +52,9 @@ final class WebhookDispatcher: Service {
     private let stopping = Atomic(false)
     /// The webhooks with an attempt in flight.
     private let inFlight = Locked<Set<String>>([])
-    /// Where the next look starts in the list of webhooks: after the last one that got an
-    /// attempt, so that with more webhooks due than attempts allowed each gets its turn.
-    private let rotation = Atomic(0)
     private let reader = Locked<DatabaseReader?>(nil)
+    /// Every attempt's POST, on a thread this service starts in `run` and ends after it.
+    let transfers = WebhookTransfers()
 
     init(settings: Settings, location: String, writer: GroupCommitWriter, outbox: WebhookOutbox, clock: any WallClock,
          logger: Logger, leadership: Leadership?, counters: Counters, doorbell: Doorbell = Doorbell()) {
@@ -75,9 +74,20 @@ final class WebhookDispatcher: Service {
         reader.withLock { $0 = opened }
     }
 
-    /// Looks for due deliveries until a stop is requested (attempts in flight then end on
-    /// their own; an outcome the stopped writer cannot store is sent again after a restart).
+    /// Looks for due deliveries until a stop is requested; then stops the transfers: the
+    /// attempts in flight are dropped, their connections closed, and their deliveries,
+    /// still pending, are sent again after a restart.
     func run() {
+        let transfersEnded = DispatchSemaphore(value: 0)
+        Thread { [transfers] in
+            nameCurrentThread("headway-webhook")  // `Thread.name` set before `start()` is lost on Linux
+            transfers.run()
+            transfersEnded.signal()
+        }.start()
+        defer {
+            transfers.requestStop()
+            transfersEnded.wait()
+        }
         var nextReload = DispatchTime.now()
         while !stopping.load(ordering: .acquiring) {
             var sleepUntil = DispatchTime.now() + settings.idleLookSeconds
@@ -123,18 +133,13 @@ final class WebhookDispatcher: Service {
     /// Makes the thread look now (deliveries were committed, an outcome was stored).
     func wake() { doorbell.ring() }
 
-    /// Starts an attempt for each webhook whose oldest pending delivery is due, within the
-    /// bounds; returns when the earliest delivery not due yet falls due, if any.
+    /// Starts an attempt for each webhook whose oldest pending delivery is due and that has
+    /// none in flight; returns when the earliest delivery not due yet falls due, if any.
     private func startDueAttempts() throws -> EpochMilliseconds? {
         guard let reader = reader.withLock({ $0 }) else { return nil }
         var nextDue: EpochMilliseconds?
-        let webhooks = outbox.current
-        let start = webhooks.isEmpty ? 0 : rotation.load(ordering: .relaxed) % webhooks.count
-        for index in webhooks.indices {
-            let webhook = webhooks[(start + index) % webhooks.count]
-            let (busy, full) = inFlight.withLock { ($0.contains(webhook.id), $0.count >= settings.concurrency) }
-            if full { break }
-            if busy { continue }
+        for webhook in outbox.current {
+            if inFlight.withLock({ $0.contains(webhook.id) }) { continue }
             guard let delivery = try reader.read({ database in
                 try WebhookRepository.oldestPending(of: webhook.id, in: database)
             }) else { continue }
@@ -144,13 +149,7 @@ final class WebhookDispatcher: Service {
                 continue
             }
             inFlight.withLock { _ = $0.insert(webhook.id) }
-            rotation.store(start + index + 1, ordering: .relaxed)
-            // A thread of its own: the attempt blocks for up to the timeout, which GCD's
-            // shared pool (the read pools run there) should not pay for.
-            Thread { [self] in
-                nameCurrentThread("headway-webhook")  // `Thread.name` set before `start()` is lost on Linux
-                attempt(delivery, webhook)
-            }.start()
+            attempt(delivery, webhook)
         }
         return nextDue
     }
@@ -158,22 +157,34 @@ final class WebhookDispatcher: Service {
     /// How long a webhook waits after an attempt whose outcome could not be stored.
     static let pauseAfterLostOutcome = 5.0
 
-    /// Posts one delivery (on its attempt's thread) and stores its outcome through the writer.
+    /// Starts posting one delivery; its outcome is stored through the writer (`record`).
     private func attempt(_ delivery: WebhookDelivery, _ webhook: WebhookRecord) {
         let startedAt = clock.now()
         let started = DispatchTime.now()
-        var outcome: WebhookTransport.Outcome
+        let url: WebhookURL
         do throws(WebhookURL.Refusal) {
-            let url = try WebhookURL.parse(webhook.url)
-            let transport = WebhookTransport(timeoutSeconds: settings.timeoutSeconds, allowPrivate: settings.allowPrivate)
-            let signature = WebhookCrypto.signature(secret: webhook.secret, unixSeconds: startedAt / 1000, body: delivery.body)
-            outcome = transport.post(url, body: delivery.body, headers: [
-                "Headway-Event: \(delivery.eventType.rawValue)", "Headway-Delivery: \(delivery.id)",
-                "Headway-Signature: \(signature)",
-            ])
+            url = try WebhookURL.parse(webhook.url)
         } catch {
-            outcome = WebhookTransport.Outcome(verdict: .fail, status: nil, error: "the URL cannot be posted to: \(error.message)")
+            // A URL stored before a rule refused it (a host that reads as another address): never posted.
+            let outcome = WebhookTransport.Outcome(verdict: .fail, status: nil,
+                                                   error: "the URL cannot be posted to: \(error.message)")
+            return record(outcome, of: delivery, to: webhook, startedAt: startedAt, started: started)
         }
+        let transport = WebhookTransport(timeoutSeconds: settings.timeoutSeconds, allowPrivate: settings.allowPrivate)
+        let signature = WebhookCrypto.signature(secret: webhook.secret, unixSeconds: startedAt / 1000, body: delivery.body)
+        transport.post(url, body: delivery.body, headers: [
+            "Headway-Event: \(delivery.eventType.rawValue)", "Headway-Delivery: \(delivery.id)",
+            "Headway-Signature: \(signature)",
+        ], through: transfers) { [self] outcome in
+            record(outcome, of: delivery, to: webhook, startedAt: startedAt, started: started)
+        }
+    }
+
+    /// Stores an attempt's outcome through the writer; the webhook's next attempt may start
+    /// once it is stored. Called on the transfers' thread, on a Dispatch worker (a refusal
+    /// after a lookup) or on this service's (a refusal before any lookup): never blocks.
+    private func record(_ outcome: WebhookTransport.Outcome, of delivery: WebhookDelivery, to webhook: WebhookRecord,
+                        startedAt: EpochMilliseconds, started: DispatchTime) {
         let latency = Int64((DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000)
         let now = clock.now()
         var state = WebhookDeliveryState.pending

@@ -1,3 +1,5 @@
+import CCurl
+import Foundation
 import Testing
 @testable import HeadwayCore
 
@@ -26,11 +28,185 @@ struct WebhookRulesTests {
 
     @Test func addressesParseStrictly() {
         for text in ["1.2.3", "1.2.3.4.5", "256.1.1.1", "01234.1.1.1", "1.2.3.-4", ":::", "1::2::3", "12345::", "g::1",
-                     "1:2:3:4:5:6:7:8:9", "localhost", ""] {
+                     "1:2:3:4:5:6:7:8:9", "localhost", "", "012.9.9.9", "1.2.3.04", "00.0.0.0", "+1.2.3.4", "1.2.3.4 ",
+                     "::ffff:012.1.1.1", "::ffff:1.2.3.04", "::ffff:127.1", "１.2.3.4"] {
             #expect(IPAddress.parse(text) == nil, "\(text)")
         }
         #expect(IPAddress.parse("::ffff:1.2.3.4")?.bytes == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 1, 2, 3, 4])
         #expect(IPAddress.parse("fe80::1")?.description == "fe80:0:0:0:0:0:0:1")
+    }
+
+    /// A host as three parsers read it: libcurl's URL parser (`curl_url_get`: the address a
+    /// connection would go to, were libcurl left to read the host itself; or the host
+    /// unchanged, a name to resolve, or `refused`), glibc's numeric reading (`getaddrinfo`
+    /// with `AI_NUMERICHOST`: `inet_aton`'s rules, which any host handed to the resolver
+    /// meets first; nil: not a number to it), and `WebhookURL.parse`'s verdict. Observed
+    /// with libcurl 7.88.1 and glibc 2.36 (Debian 12); `curl -v http://HOST:PORT/` against a
+    /// listener on 127.0.0.1 connects to 127.0.0.1 for every form below that libcurl reads
+    /// as 127.0.0.1 (`0x7f.1`, `0177.1`, `2130706433`, `017700000001`, `127.000.000.001`…).
+    struct HostReading: Sendable, CustomStringConvertible {
+        var host: String
+        var curl: String
+        var glibc: String?
+        var accepted: Bool
+        var description: String { host }
+    }
+
+    static let hostReadings: [HostReading] = [
+        // The canonical dotted quad: every parser reads the same address.
+        .init(host: "127.0.0.1", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: true),
+        .init(host: "93.184.216.34", curl: "93.184.216.34", glibc: "93.184.216.34", accepted: true),
+        .init(host: "0.0.0.0", curl: "0.0.0.0", glibc: "0.0.0.0", accepted: true),
+        .init(host: "10.0.0.1", curl: "10.0.0.1", glibc: "10.0.0.1", accepted: true),
+        .init(host: "255.255.255.255", curl: "255.255.255.255", glibc: "255.255.255.255", accepted: true),
+        // Names, however many numbers they hold: the last label is not a number.
+        .init(host: "example.com", curl: "example.com", glibc: nil, accepted: true),
+        .init(host: "example.com.", curl: "example.com.", glibc: nil, accepted: true),
+        .init(host: "1.2.3.4.nip.io", curl: "1.2.3.4.nip.io", glibc: nil, accepted: true),
+        .init(host: "0x7f.example.com", curl: "0x7f.example.com", glibc: nil, accepted: true),
+        .init(host: "1.2.3.4a", curl: "1.2.3.4a", glibc: nil, accepted: true),
+        .init(host: "1.2.3.0xg", curl: "1.2.3.0xg", glibc: nil, accepted: true),
+        // Leading zeros: octal to libcurl and glibc, decimal to a naive reader.
+        .init(host: "012.9.9.9", curl: "10.9.9.9", glibc: "10.9.9.9", accepted: false),
+        .init(host: "172.032.0.1", curl: "172.26.0.1", glibc: "172.26.0.1", accepted: false),
+        .init(host: "0127.0.0.1", curl: "87.0.0.1", glibc: "87.0.0.1", accepted: false),
+        .init(host: "00000127.0.0.1", curl: "87.0.0.1", glibc: "87.0.0.1", accepted: false),
+        .init(host: "127.000.000.001", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "127.0.0.01", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "01.02.03.04", curl: "1.2.3.4", glibc: "1.2.3.4", accepted: false),
+        .init(host: "00", curl: "0.0.0.0", glibc: "0.0.0.0", accepted: false),
+        // Hex parts.
+        .init(host: "0x7f.0.0.1", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "0X7F.1", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "0xa.0.0.1", curl: "10.0.0.1", glibc: "10.0.0.1", accepted: false),
+        .init(host: "10.0.0.0x1", curl: "10.0.0.1", glibc: "10.0.0.1", accepted: false),
+        // Fewer than four parts: the last fills the rest.
+        .init(host: "127.1", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "127.0.1", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "10.1", curl: "10.0.0.1", glibc: "10.0.0.1", accepted: false),
+        .init(host: "0177.1", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "0.0", curl: "0.0.0.0", glibc: "0.0.0.0", accepted: false),
+        // One 32-bit number, decimal, octal or hex.
+        .init(host: "2130706433", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "167772161", curl: "10.0.0.1", glibc: "10.0.0.1", accepted: false),
+        .init(host: "017700000001", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "0x7f000001", curl: "127.0.0.1", glibc: "127.0.0.1", accepted: false),
+        .init(host: "4294967295", curl: "255.255.255.255", glibc: "255.255.255.255", accepted: false),
+        .init(host: "0", curl: "0.0.0.0", glibc: "0.0.0.0", accepted: false),
+        // Numbers that no parser takes as an address, handed to the resolver as names by
+        // libcurl: refused all the same (a browser refuses them too; a resolver may answer).
+        .init(host: "127.0.0.1.", curl: "127.0.0.1.", glibc: nil, accepted: false),
+        .init(host: "0x7f.1.", curl: "0x7f.1.", glibc: nil, accepted: false),
+        .init(host: "1.2.3.4.5", curl: "1.2.3.4.5", glibc: nil, accepted: false),
+        .init(host: "127.0.0.1.5", curl: "127.0.0.1.5", glibc: nil, accepted: false),
+        .init(host: "256.1.1.1", curl: "256.1.1.1", glibc: nil, accepted: false),
+        .init(host: "1.2.3.256", curl: "1.2.3.256", glibc: nil, accepted: false),
+        .init(host: "4294967296", curl: "4294967296", glibc: nil, accepted: false),
+        .init(host: "0x100000000", curl: "0x100000000", glibc: nil, accepted: false),
+        .init(host: "99999999999999999999", curl: "99999999999999999999", glibc: nil, accepted: false),
+        .init(host: "08.1.1.1", curl: "08.1.1.1", glibc: nil, accepted: false),
+        .init(host: "1.2.3.08", curl: "1.2.3.08", glibc: nil, accepted: false),
+        .init(host: "09", curl: "09", glibc: nil, accepted: false),
+        .init(host: "0x", curl: "0x", glibc: nil, accepted: false),
+        .init(host: "1.2.3.0x", curl: "1.2.3.0x", glibc: nil, accepted: false),
+        .init(host: "1e1.1.1.1", curl: "1e1.1.1.1", glibc: nil, accepted: false),
+        .init(host: "example.123", curl: "example.123", glibc: nil, accepted: false),
+        // Empty labels name no host.
+        .init(host: "1..2.3", curl: "1..2.3", glibc: nil, accepted: false),
+        .init(host: ".1.2.3.4", curl: ".1.2.3.4", glibc: nil, accepted: false),
+        .init(host: "1.2.3.4..", curl: "1.2.3.4..", glibc: nil, accepted: false),
+        .init(host: "a..example.com", curl: "a..example.com", glibc: nil, accepted: false),
+        // Percent-encoded: libcurl decodes it, a host of ours never holds a %.
+        .init(host: "%31%32%37.0.0.1", curl: "127.0.0.1", glibc: nil, accepted: false),
+        // IPv6 literals: their IPv4 tail must be canonical too (libcurl and glibc refuse
+        // the others; a lax reader would take ::ffff:012.1.1.1 as ::ffff:12.1.1.1).
+        .init(host: "[::ffff:127.0.0.1]", curl: "[::ffff:127.0.0.1]", glibc: "::ffff:127.0.0.1", accepted: true),
+        .init(host: "[::127.0.0.1]", curl: "[::127.0.0.1]", glibc: "::127.0.0.1", accepted: true),
+        .init(host: "[::ffff:7f00:1]", curl: "[::ffff:7f00:1]", glibc: "::ffff:127.0.0.1", accepted: true),
+        .init(host: "[1:2:3:4:5:6:1.2.3.4]", curl: "[1:2:3:4:5:6:1.2.3.4]", glibc: "1:2:3:4:5:6:102:304", accepted: true),
+        .init(host: "[::ffff:012.1.1.1]", curl: "refused", glibc: nil, accepted: false),
+        .init(host: "[::ffff:1.2.3.04]", curl: "refused", glibc: nil, accepted: false),
+        .init(host: "[::ffff:127.1]", curl: "refused", glibc: nil, accepted: false),
+        .init(host: "[::ffff:0x7f.0.0.1]", curl: "refused", glibc: nil, accepted: false),
+        .init(host: "[::ffff:256.1.1.1]", curl: "refused", glibc: nil, accepted: false),
+        .init(host: "[::ffff:1.2.3.4.5]", curl: "refused", glibc: nil, accepted: false),
+        .init(host: "[::ffff:2130706433]", curl: "refused", glibc: nil, accepted: false),
+        .init(host: "[fe80::1%25eth0]", curl: "[fe80::1]", glibc: nil, accepted: false),
+    ]
+
+    /// Whatever parser reads a host, a host we accept reads the same to it: libcurl keeps
+    /// it as written (or as the same address), glibc reads the same address or none.
+    @Test(arguments: hostReadings)
+    func aHostIsAcceptedOnlyWhereEveryParserReadsItAlike(_ form: HostReading) {
+        let url = "http://\(form.host):9/hook"
+        let parsed = try? WebhookURL.parse(url)
+        #expect((parsed != nil) == form.accepted, "\(form.host): ours")
+        #expect(Self.curlHost(url) == form.curl, "\(form.host): libcurl")
+        let bare = form.host.hasPrefix("[") ? String(form.host.dropFirst().dropLast()) : form.host
+        #expect(Self.glibcAddress(bare) == form.glibc, "\(form.host): glibc")
+        guard let parsed else { return }
+        if let address = IPAddress.parse(parsed.host) {
+            // An address: libcurl and glibc read the one we checked.
+            #expect(IPAddress.parse(form.glibc ?? "") == address, "\(form.host)")
+            let curl = Self.curlHost(url)
+            #expect(IPAddress.parse(curl.hasPrefix("[") ? String(curl.dropFirst().dropLast()) : curl) == address)
+        } else {
+            // A name: libcurl leaves it to the resolver as written, and it is no number to glibc.
+            #expect(Self.curlHost(url) == form.host && form.glibc == nil, "\(form.host)")
+            #expect(!WebhookURL.endsInNumber(parsed.host))
+        }
+    }
+
+    @Test func aRefusedSpellingSaysWhy() {
+        #expect(throws: WebhookURL.Refusal.self) { try WebhookURL.parse("http://012.9.9.9:18999/") }
+        do {
+            _ = try WebhookURL.parse("http://012.9.9.9:18999/")
+        } catch {
+            #expect(error.message.contains("four decimal numbers from 0 to 255 without leading zeros"))
+        }
+    }
+
+    @Test func endsInNumberFollowsWHATWG() {
+        for host in ["1", "1.2", "a.1", "a.1.", "a.0x", "a.0X1F", "0x", "1.2.3.4", "08"] {
+            #expect(WebhookURL.endsInNumber(host), "\(host)")
+        }
+        for host in ["a", "a.b", "1.a", "a.0xg", "a.1x", "a.1.a", ".", "1e1", "a.x1"] {
+            #expect(!WebhookURL.endsInNumber(host), "\(host)")
+        }
+    }
+
+    /// The host libcurl's URL parser reads in `url`, or `refused`.
+    static func curlHost(_ url: String) -> String {
+        guard let handle = curl_url() else { return "no handle" }
+        defer { curl_url_cleanup(handle) }
+        guard curl_url_set(handle, CURLUPART_URL, url, 0) == CURLUE_OK else { return "refused" }
+        var part: UnsafeMutablePointer<CChar>?
+        guard curl_url_get(handle, CURLUPART_HOST, &part, 0) == CURLUE_OK, let part else { return "no host" }
+        defer { curl_free(part) }
+        return String(cString: part)
+    }
+
+    /// The address glibc reads `host` as, without asking any name server, or nil.
+    static func glibcAddress(_ host: String) -> String? {
+        var hints = addrinfo()
+        hints.ai_flags = AI_NUMERICHOST
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var list: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, nil, &hints, &list) == 0, let first = list else { return nil }
+        defer { freeaddrinfo(list) }
+        var text = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
+        if first.pointee.ai_family == AF_INET {
+            first.pointee.ai_addr.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { v4 in
+                var address = v4.pointee.sin_addr
+                _ = inet_ntop(AF_INET, &address, &text, socklen_t(text.count))
+            }
+        } else {
+            first.pointee.ai_addr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { v6 in
+                var address = v6.pointee.sin6_addr
+                _ = inet_ntop(AF_INET6, &address, &text, socklen_t(text.count))
+            }
+        }
+        return String(decoding: text.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     @Test func urlsOfHTTPAndHTTPSParse() throws {

@@ -55,7 +55,7 @@ import HeadwayCore
 
     @Test func webhookSettings() throws {
         let defaults = try parse([])
-        #expect(defaults.webhookConcurrency == 8 && defaults.webhookTimeoutSeconds == 10 && !defaults.webhookAllowPrivate)
+        #expect(defaults.webhookConcurrency == nil && defaults.webhookTimeoutSeconds == 10 && !defaults.webhookAllowPrivate)
         #expect(defaults.webhookRetry == WebhookRetryPolicy(baseMilliseconds: 1000, capMilliseconds: 600_000,
                                                             giveUpAfterMilliseconds: 86_400_000, jitter: true))
         let flags = try parse(["--webhook-concurrency", "2", "--webhook-timeout", "1.5", "--webhook-retry-base", "0.1",

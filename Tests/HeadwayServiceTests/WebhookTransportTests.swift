@@ -7,14 +7,23 @@ import Lifecycle
 @testable import HeadwayService
 
 /// The connection of an attempt is pinned to every address its host was checked to
-/// resolve to, in the resolver's order: libcurl still falls back from one it cannot reach.
-/// A host's lookup is part of the attempt's time: a resolver that does not answer makes the
-/// attempt one to retry, within `--webhook-timeout`.
+/// resolve to, in the resolver's order, for every URL (a name or an address written out):
+/// libcurl still falls back from one it cannot reach, and never resolves or reads a host
+/// on its own. A host's lookup is part of the attempt's time: a resolver that does not
+/// answer makes the attempt one to retry, within `--webhook-timeout`. Every attempt is
+/// driven on the one thread of `WebhookTransfers`: a receiver that never answers holds up
+/// no other.
 @Suite struct WebhookTransportTests {
-    @Test func everyCheckedAddressIsPinned() throws {
+    @Test func everyCheckedAddressIsPinnedThroughANameOfTheAttempt() throws {
         let url = try WebhookURL.parse("http://Hooks.Example.com:8443/hook")
         let addresses = [IPAddress.parse("::1"), IPAddress.parse("127.0.0.1")].compactMap { $0 }
-        #expect(WebhookTransport.pinning(url, to: addresses) == "hooks.example.com:8443:[0:0:0:0:0:0:0:1],127.0.0.1")
+        #expect(WebhookTransport.pin(url, to: addresses, name: "attempt-7.headway.invalid")
+                    == WebhookTransport.Pin(connectTo: "::attempt-7.headway.invalid:8443",
+                                            resolve: "attempt-7.headway.invalid:8443:[0:0:0:0:0:0:0:1],127.0.0.1"))
+        // An address written out is pinned too: libcurl does not read it again.
+        let literal = try WebhookURL.parse("https://93.184.216.34/hook")
+        #expect(WebhookTransport.pin(literal, to: [IPAddress.parse("93.184.216.34")!], name: "n.invalid")
+                    == WebhookTransport.Pin(connectTo: "::n.invalid:443", resolve: "n.invalid:443:93.184.216.34"))
     }
 
     @Test func aNameIsCheckedForEachOfItsAddresses() throws {
@@ -43,10 +52,187 @@ import Lifecycle
         let lookups = resolver.lookups(maximumUnfinished: 4)
         defer { resolver.answers.signal() }
         let transport = WebhookTransport(timeoutSeconds: 0.2, allowPrivate: false, lookups: lookups)
-        let outcome = transport.post(try WebhookURL.parse("https://hooks.example.com/"), body: "{}", headers: [])
+        let transfers = RunningTransfers()
+        defer { transfers.stop() }
+        let outcome = transfers.post(transport, try WebhookURL.parse("https://hooks.example.com/"))
         #expect(outcome == WebhookTransport.Outcome(verdict: .retry, status: nil,
                                                      error: "the host 'hooks.example.com' was not resolved within 0.2 s"))
         #expect(lookups.running == 1)
+    }
+
+    /// The resolver says 127.0.0.2 where libcurl, left to itself, would connect to
+    /// 127.0.0.1 (or ::1), where nothing listens on the receiver's port (as a name
+    /// rebound between the check and the connection would): the POST arrives at the
+    /// address checked, and names the URL's own host, however the host is written.
+    @Test(arguments: ["localhost", "localhost.", "LOCALHOST"])
+    func aDeliveryGoesToTheAddressCheckedWhateverLibcurlWouldResolve(_ host: String) throws {
+        let receiver = try LoopbackReceiver(address: "127.0.0.2", answer: true)
+        defer { receiver.close() }
+        let lookups = HostLookup(maximumUnfinished: 4, lookup: { name in
+            name.lowercased().hasPrefix("localhost") ? [IPAddress.parse("127.0.0.2")!] : []
+        })
+        let transport = WebhookTransport(timeoutSeconds: 10, allowPrivate: true, lookups: lookups)
+        let transfers = RunningTransfers()
+        defer { transfers.stop() }
+        let outcome = transfers.post(transport, try WebhookURL.parse("http://\(host):\(receiver.port)/hook"))
+        #expect(outcome == WebhookTransport.Outcome(verdict: .delivered, status: 200, error: nil))
+        let heads = receiver.heads.withLock { $0 }
+        #expect(heads.count == 1)
+        #expect(heads.first?.lowercased().contains("\r\nhost: \(host.lowercased()):\(receiver.port)\r\n") == true,
+                "\(heads)")
+    }
+
+    /// A URL that was stored before the rules refused its host is never handed to libcurl
+    /// by the dispatcher (it parses each URL again); the transport, given an address
+    /// written out, connects to that address and no other.
+    @Test func anAddressWrittenOutIsConnectedToAsChecked() throws {
+        let receiver = try LoopbackReceiver(address: "127.0.0.2", answer: true)
+        defer { receiver.close() }
+        let transport = WebhookTransport(timeoutSeconds: 10, allowPrivate: true,
+                                         lookups: HostLookup(maximumUnfinished: 1, lookup: { _ in [] }))
+        let transfers = RunningTransfers()
+        defer { transfers.stop() }
+        let outcome = transfers.post(transport, try WebhookURL.parse("http://127.0.0.2:\(receiver.port)/hook"))
+        #expect(outcome == WebhookTransport.Outcome(verdict: .delivered, status: 200, error: nil))
+    }
+
+    /// Twenty receivers that accept and never answer, and one that answers: the one that
+    /// answers has its outcome at once, while the twenty are all in flight on the one
+    /// thread (each held until its timeout, no thread of its own).
+    @Test func receiversThatNeverAnswerHoldUpNoOther() throws {
+        let hanging = try LoopbackReceiver(address: "127.0.0.1", answer: false)
+        defer { hanging.close() }
+        let fast = try LoopbackReceiver(address: "127.0.0.1", answer: true)
+        defer { fast.close() }
+        let transport = WebhookTransport(timeoutSeconds: 30, allowPrivate: true,
+                                         lookups: HostLookup(maximumUnfinished: 1, lookup: { _ in [] }))
+        let transfers = RunningTransfers()
+        defer { transfers.stop() }
+        let hangingOutcomes = Locked(0)
+        for index in 0..<20 {
+            transport.post(try WebhookURL.parse("http://127.0.0.1:\(hanging.port)/\(index)"), body: "{}", headers: [],
+                           through: transfers.transfers) { _ in hangingOutcomes.withLock { $0 += 1 } }
+        }
+        for _ in 0..<1000 where hanging.heads.withLock({ $0.count }) < 20 { Thread.sleep(forTimeInterval: 0.005) }
+        #expect(hanging.heads.withLock { $0.count } == 20)
+        let started = DispatchTime.now()
+        let outcome = transfers.post(transport, try WebhookURL.parse("http://127.0.0.1:\(fast.port)/hook"))
+        let seconds = Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9
+        #expect(outcome.verdict == .delivered && seconds < 2, "\(outcome) after \(seconds) s")
+        #expect(transfers.transfers.inFlight == 20 && hangingOutcomes.withLock { $0 } == 0)
+    }
+
+    /// A stop drops the transfers in flight (no outcome: their deliveries stay pending) and
+    /// returns at once, however long their receivers would take.
+    @Test func aStopDropsTheTransfersInFlight() throws {
+        let hanging = try LoopbackReceiver(address: "127.0.0.1", answer: false)
+        defer { hanging.close() }
+        let transport = WebhookTransport(timeoutSeconds: 30, allowPrivate: true,
+                                         lookups: HostLookup(maximumUnfinished: 1, lookup: { _ in [] }))
+        let transfers = RunningTransfers()
+        let outcomes = Locked(0)
+        transport.post(try WebhookURL.parse("http://127.0.0.1:\(hanging.port)/"), body: "{}", headers: [],
+                       through: transfers.transfers) { _ in outcomes.withLock { $0 += 1 } }
+        for _ in 0..<1000 where hanging.heads.withLock({ $0.count }) < 1 { Thread.sleep(forTimeInterval: 0.005) }
+        let started = DispatchTime.now()
+        transfers.stop()
+        #expect(Double(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1e9 < 2)
+        #expect(outcomes.withLock { $0 } == 0 && transfers.transfers.inFlight == 0)
+        // Added after the stop: dropped, no outcome.
+        transport.post(try WebhookURL.parse("http://127.0.0.1:\(hanging.port)/"), body: "{}", headers: [],
+                       through: transfers.transfers) { _ in outcomes.withLock { $0 += 1 } }
+        #expect(outcomes.withLock { $0 } == 0)
+    }
+}
+
+/// `WebhookTransfers` running on a thread of the test's, until `stop`.
+private final class RunningTransfers: Sendable {
+    let transfers = WebhookTransfers()
+    private let ended = DispatchSemaphore(value: 0)
+
+    init() {
+        Thread { [transfers, ended] in
+            transfers.run()
+            ended.signal()
+        }.start()
+    }
+
+    /// Posts `{}` to `url` and waits for the outcome (at most 60 s).
+    func post(_ transport: WebhookTransport, _ url: WebhookURL) -> WebhookTransport.Outcome {
+        let heard = DispatchSemaphore(value: 0)
+        let outcome = Locked<WebhookTransport.Outcome?>(nil)
+        transport.post(url, body: "{}", headers: [], through: transfers) { answer in
+            outcome.withLock { $0 = answer }
+            heard.signal()
+        }
+        _ = heard.wait(timeout: .now() + 60)
+        return outcome.withLock { $0 } ?? WebhookTransport.Outcome(verdict: .fail, status: nil, error: "no outcome in 60 s")
+    }
+
+    func stop() {
+        transfers.requestStop()
+        ended.wait()
+    }
+}
+
+/// A receiver on a loopback address: accepts every connection, records each request's
+/// head, and answers `200` with no body, or (`answer` false) never answers and holds the
+/// connection until `close`.
+private final class LoopbackReceiver: @unchecked Sendable {  // the listening socket: closed once, by `close`
+    let port: Int
+    let heads = Locked<[String]>([])
+    private let listener: Int32
+    private let connections = Locked<[Int32]>([])
+
+    init(address: String, answer: Bool) throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.listener = listener
+        var name = sockaddr_in()
+        name.sin_family = sa_family_t(AF_INET)
+        inet_pton(AF_INET, address, &name.sin_addr)
+        let bound = withUnsafePointer(to: &name) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        struct CannotListen: Error { var address: String }
+        guard bound == 0, listen(listener, 128) == 0 else { throw CannotListen(address: address) }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &name) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        port = Int(UInt16(bigEndian: name.sin_port))
+        Thread { [heads, connections] in
+            while true {
+                let connection = accept(listener, nil, nil)
+                guard connection >= 0 else { return }
+                connections.withLock { $0.append(connection) }
+                Thread {
+                    var received: [UInt8] = []
+                    var buffer = [UInt8](repeating: 0, count: 4096)
+                    while !received.contains(subsequence: Array("\r\n\r\n".utf8)) {
+                        let count = read(connection, &buffer, buffer.count)
+                        guard count > 0 else { return }
+                        received += buffer[0..<count]
+                    }
+                    heads.withLock { $0.append(String(decoding: received, as: UTF8.self)) }
+                    guard answer else { return }
+                    let reply = Array("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".utf8)
+                    _ = reply.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+                }.start()
+            }
+        }.start()
+    }
+
+    func close() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        Glibc.close(listener)
+        for connection in connections.withLock({ $0 }) { Glibc.close(connection) }
+    }
+}
+
+private extension Array where Element == UInt8 {
+    func contains(subsequence: [UInt8]) -> Bool {
+        guard count >= subsequence.count else { return false }
+        return (0...(count - subsequence.count)).contains { Array(self[$0..<$0 + subsequence.count]) == subsequence }
     }
 }
 

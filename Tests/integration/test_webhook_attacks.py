@@ -2,15 +2,18 @@
 daemon do that it should not. Each test here once failed against the daemon it describes.
 A real daemon on loopback (`--webhook-allow-private`: the receivers are on loopback) posts
 to a real `http.server` receiver (`test_webhooks.Receiver`)."""
+import contextlib
 import json
+import signal
 import socket
 import threading
 import time
 
 import httpx
+import pytest
 
-from conftest import run_headwayd
-from test_webhooks import FAST_RETRIES, PATIENCE, create_webhook, deliveries, receiving, wait_for_state
+from conftest import free_port, run_headwayd
+from test_webhooks import FAST_RETRIES, PATIENCE, create_webhook, deliveries, receiving, start, wait_for_state
 
 
 def test_a_task_name_cannot_mention_a_slack_channel_or_hide_a_link(tmp_path):
@@ -75,3 +78,128 @@ def test_a_port_with_a_sign_is_refused_at_creation(tmp_path):
             assert reply.status_code == 422, reply.text
             assert reply.json()["code"] == "webhook_url_refused"
         assert httpx.get(f"{base}/v1/webhooks").json()["webhooks"] == []
+
+
+# Hosts that some parser reads as an IPv4 address other than a plain decimal reading, or
+# as an address where another sees a name (libcurl 7.88 and glibc's inet_aton: leading
+# zeros are octal, 0x is hex, fewer parts fill the rest, one number is all 32 bits), and
+# the numbers no parser takes. Where each leads, per parser: WebhookRulesTests.hostReadings.
+AMBIGUOUS_HOSTS = [
+    "012.9.9.9", "172.032.0.1", "0127.0.0.1", "127.000.000.001", "127.0.0.01", "01.02.03.04", "0x7f.0.0.1",
+    "0X7F.1", "0xa.0.0.1", "10.0.0.0x1", "127.1", "127.0.1", "0177.1", "2130706433", "017700000001",
+    "0x7f000001", "0", "00", "127.0.0.1.", "1.2.3.4.5", "256.1.1.1", "4294967296", "08.1.1.1", "0x",
+    "1e1.1.1.1", "example.123", "1..2.3", "[::ffff:012.1.1.1]", "[::ffff:127.1]", "[::ffff:1.2.3.04]",
+]
+
+
+def test_a_host_any_parser_may_read_as_another_address_is_refused_always(tmp_path):
+    # Refused even with private targets allowed: no one can say where such a host leads
+    # (the check read 012.9.9.9 as 12.9.9.9, libcurl connected to 10.9.9.9).
+    with receiving() as receiver, run_headwayd(tmp_path, *FAST_RETRIES) as base:
+        for host in AMBIGUOUS_HOSTS:
+            reply = create_webhook(base, {"url": f"http://{host}:{receiver.port}/hook", "events": ["task.created"]})
+            assert reply.status_code == 422, f"{host}: {reply.status_code} {reply.text}"
+            assert reply.json()["code"] == "webhook_url_refused", host
+        assert httpx.get(f"{base}/v1/webhooks").json()["webhooks"] == []
+        # The one spelling every parser reads alike, a name, and an IPv6 literal with a
+        # canonical tail are made, and posted to.
+        for host in ["127.0.0.1", "localhost", "[::ffff:127.0.0.1]"]:
+            reply = create_webhook(base, {"url": f"http://{host}:{receiver.port}/{host}", "events": ["task.created"]})
+            assert reply.status_code == 201, f"{host}: {reply.text}"
+        assert httpx.post(f"{base}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
+        assert len(receiver.wait_for(3)) == 3
+
+
+def test_a_leading_zero_octet_is_refused_without_private_targets_too(tmp_path):
+    with run_headwayd(tmp_path) as base:
+        reply = create_webhook(base, {"url": "http://012.9.9.9:18999/", "events": ["task.created"]})
+        assert reply.status_code == 422 and reply.json()["code"] == "webhook_url_refused", reply.text
+        assert "leading zeros" in reply.json()["errors"][0]["message"]
+
+
+class Hanging:
+    """A loopback server that accepts every connection and never answers."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0), backlog=1024)
+        self.port = self.server.getsockname()[1]
+        self.accepted = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                return
+            self.accepted.append(connection)
+
+    def close(self):
+        self.server.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+@contextlib.contextmanager
+def hanging():
+    server = Hanging()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def daemon_threads(pid):
+    with open(f"/proc/{pid}/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("Threads:")))
+
+
+def test_ninety_nine_receivers_that_never_answer_delay_no_other_webhook(tmp_path):
+    # 99 webhooks whose receiver accepts and never answers (the most there may be, with
+    # the one below), made first; then one whose receiver answers at once. One event: the
+    # answering receiver has it within a second or two, while the 99 hang, each with its
+    # attempt in flight (it took 20 s behind 20 hanging receivers, 8 attempts at once of
+    # 10 s each, and about two minutes behind 99), and the hanging attempts cost no thread each.
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with hanging() as slow, receiving() as fast:
+        process = start(tmp_path, port, "--webhook-allow-private")
+        try:
+            idle_threads = daemon_threads(process.pid)
+            for index in range(99):
+                reply = create_webhook(base, {"url": f"http://127.0.0.1:{slow.port}/{index}", "events": ["task.created"]})
+                assert reply.status_code == 201, reply.text
+            assert create_webhook(base, {"url": fast.url, "events": ["task.created"]}).status_code == 201
+            sent = time.monotonic()
+            assert httpx.post(f"{base}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
+            with fast.changed:
+                arrived = fast.changed.wait_for(lambda: fast.requests, timeout=10)
+            assert arrived, f"the fast receiver had nothing after 10 s ({len(slow.accepted)} hanging accepted)"
+            waited = fast.requests[0]["at"] - sent
+            assert waited < 3, f"the fast receiver waited {waited:.1f} s"
+            for _ in range(200):
+                if len(slow.accepted) >= 99:
+                    break
+                time.sleep(0.05)
+            assert len(slow.accepted) == 99
+            assert daemon_threads(process.pid) < idle_threads + 10, (idle_threads, daemon_threads(process.pid))
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 0
+
+
+def test_the_deprecated_concurrency_flag_holds_no_webhook_back(tmp_path):
+    # `--webhook-concurrency 1` is still accepted (a configuration that has it starts), with
+    # a warning, and ignored: two webhooks whose receiver takes 0.5 s a request have their
+    # first deliveries at once, not one after the other.
+    with receiving(delay=0.5) as receiver, \
+            run_headwayd(tmp_path, *FAST_RETRIES, "--webhook-concurrency", "1") as base:
+        for name in ["a", "b"]:
+            reply = create_webhook(base, {"url": f"{receiver.url}/{name}", "events": ["task.created"]})
+            assert reply.status_code == 201, reply.text
+        assert httpx.post(f"{base}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
+        first, second = receiver.wait_for(2)
+        assert {first["path"], second["path"]} == {"/hook/a", "/hook/b"}
+        assert second["at"] - first["at"] < 0.4
+    log = (tmp_path / "headwayd.log").read_text()
+    assert "event=config.deprecated" in log and "setting=webhook-concurrency" in log
