@@ -184,6 +184,8 @@ private struct Probe {
                         ?? "token_invalid"
                     expected = .refused(401, code)
                     _ = scope
+                case (.scope(let scope), let grant?) where key == "GET /metrics" && grant.taskPrefix != nil && grant.holds(scope):
+                    expected = .refused(403, "prefix_not_allowed")   // every prefix's counts
                 case (.scope(let scope), let grant?):
                     expected = grant.holds(scope) ? .pass : .refused(403, "insufficient_scope")
                 case (.anyToken, nil) where credential.name == "none":
@@ -211,7 +213,7 @@ private struct Probe {
                         #expect(challenge.hasPrefix("Bearer realm=\"headway\""), "\(context): \(challenge)")
                         #expect(credential.name == "none" ? !challenge.contains("error=") : challenge.contains("error=\"invalid_token\""),
                                 "\(context): \(challenge)")
-                    } else {
+                    } else if code == "insufficient_scope" {
                         #expect(challenge.contains("error=\"insufficient_scope\""), "\(context): \(challenge)")
                     }
                     let after = try state()
