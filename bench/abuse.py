@@ -18,6 +18,8 @@ does), so a stalled daemon shows in the percentiles however few requests it let 
 A subscriber's delivery delay is receipt time minus the send time stamped in the label.
 The daemon's RSS (VmRSS) and CPU (utime+stime) are sampled every 100 ms.
 
+A phase whose setup makes tokens (token-storm) has every honest client present one.
+
 A phase PASSES when, during the attack, the daemon stays alive, the honest clients see no
 error, their request p99 and event delivery p99 stay within 2x of the quiet baseline of
 the same daemon, and the peak RSS stays within 2x the quiet peak + 200 MB. The `quiet`
@@ -65,9 +67,11 @@ def big_metadata(number):
     return {"n": number, "blob": "m" * 4000}
 
 
-def post(api, path, document=None):
-    """POSTs JSON on a keep-alive connection; returns (status, parsed body or None)."""
-    api.request("POST", path, body=json.dumps(document or {}), headers=JSON)
+def post(api, path, document=None, token=None):
+    """POSTs JSON on a keep-alive connection (with `token` as its bearer, if given);
+    returns (status, parsed body or None)."""
+    api.request("POST", path, body=json.dumps(document or {}),
+                headers=dict(JSON, Authorization=f"Bearer {token}") if token else JSON)
     response = api.getresponse()
     data = response.read()
     try:
@@ -76,14 +80,14 @@ def post(api, path, document=None):
         return response.status, None
 
 
-def register_tasks(port, documents, connections=8):
+def register_tasks(port, documents, connections=8, token=None):
     """Registers every task document over `connections` keep-alive connections."""
     failures = []
 
     def worker(part):
         api = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
         for document in part:
-            status, _ = post(api, "/v1/tasks", document)
+            status, _ = post(api, "/v1/tasks", document, token)
             if status not in (200, 201):
                 failures.append((document.get("id"), status))
         api.close()
@@ -97,30 +101,37 @@ def register_tasks(port, documents, connections=8):
         raise RuntimeError(f"{len(failures)} registrations refused, first {failures[0]}")
 
 
-def events_request(tasks):
-    """The head of a subscription to `tasks`."""
+def events_request(tasks, token=None):
+    """The head of a subscription to `tasks` (with `token` as its bearer, if given)."""
     query = "&".join(f"task={task}" for task in tasks)
-    return f"GET /v1/events?{query} HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n".encode()
+    authorization = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (f"GET /v1/events?{query} HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"
+            f"{authorization}\r\n").encode()
 
 
 # --- the honest load -------------------------------------------------------------------
 
 class HonestLoad:
-    """Runners, subscribers, a snapshot probe and a sampler of the daemon, each a thread."""
+    """Runners, subscribers, a snapshot probe and a sampler of the daemon, each a thread;
+    with `token` (once tokens exist), each presents it; with `heartbeat_token`, a probe
+    also sends a heartbeat every 50 ms with that token and times it."""
 
-    def __init__(self, server, runners, rate, subscribers):
-        self.server, self.rate = server, rate
+    def __init__(self, server, runners, rate, subscribers, token=None, heartbeat_token=None):
+        self.server, self.rate, self.token, self.heartbeat_token = server, rate, token, heartbeat_token
         self.tasks = [f"honest-{i}" for i in range(runners)]
-        register_tasks(server.port, [{"id": t, "name": f"Honest {t}"} for t in self.tasks])
+        register_tasks(server.port, [{"id": t, "name": f"Honest {t}"} for t in self.tasks], token=token)
         self.stopping = threading.Event()
         self.requests = []   # (finished at, latency ms, error or None)
         self.probes = []     # (finished at, snapshot wait ms, error or None)
+        self.heartbeats = []  # (finished at, latency ms, error or None)
         self.waiting = {}    # runner or probe: since when its request is unanswered
         self.samples = []    # (at, RSS KiB, CPU seconds); RSS None once the process is gone
-        self.subscribers = servers.Subscribers(server.port, subscribers, events_request(self.tasks))
+        self.subscribers = servers.Subscribers(server.port, subscribers, events_request(self.tasks, token))
         self.threads = [threading.Thread(target=self._run, args=(task,)) for task in self.tasks]
         self.threads += [threading.Thread(target=self._pump), threading.Thread(target=self._probe),
                          threading.Thread(target=self._sample)]
+        if heartbeat_token:
+            self.threads.append(threading.Thread(target=self._heartbeat))
         for thread in self.threads:
             thread.start()
 
@@ -135,7 +146,7 @@ class HonestLoad:
             self.waiting[task] = slot
             try:
                 api = api or http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
-                status, _ = post(api, path, {"increment": 1, "label": f"t={time.time_ns()}", "unit": "files"})
+                status, _ = post(api, path, {"increment": 1, "label": f"t={time.time_ns()}", "unit": "files"}, self.token)
                 if not 200 <= status < 300:
                     error = f"HTTP {status}"
             except (OSError, http.client.HTTPException) as failure:
@@ -160,7 +171,7 @@ class HonestLoad:
             self.waiting["probe"] = started
             try:
                 with socket.create_connection(("127.0.0.1", self.server.port), timeout=15) as sock:
-                    sock.sendall(events_request(self.tasks))
+                    sock.sendall(events_request(self.tasks, self.token))
                     data = b""
                     # The stream is chunked: the snapshot is whole once a blank line follows it.
                     while b"\n\n" not in data.partition(b"event: snapshot")[2]:
@@ -173,6 +184,25 @@ class HonestLoad:
             done = time.monotonic()
             self.probes.append((done, (done - started) * 1000, error))
             del self.waiting["probe"]
+
+    def _heartbeat(self):
+        """A heartbeat of the first task every 50 ms, on one keep-alive connection: how long
+        one write waits behind whatever else the writer does."""
+        api, path = None, f"/v1/tasks/{self.tasks[0]}/heartbeat"
+        while not self.stopping.wait(0.05):
+            started, error = time.monotonic(), None
+            try:
+                api = api or http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+                status, _ = post(api, path, None, self.heartbeat_token)
+                if not 200 <= status < 300:
+                    error = f"HTTP {status}"
+            except (OSError, http.client.HTTPException) as failure:
+                error = type(failure).__name__
+                if api is not None:
+                    api.close()
+                api = None
+            done = time.monotonic()
+            self.heartbeats.append((done, (done - started) * 1000, error))
 
     def _sample(self):
         pid = self.server.pid
@@ -197,6 +227,7 @@ class HonestLoad:
         waiting = end["waiting"] if unanswered else {}
         requests = [r for r in self.requests if start["at"] <= r[0] < end["at"]]
         probes = [p for p in self.probes if start["at"] <= p[0] < end["at"]]
+        heartbeats = [h for h in self.heartbeats if start["at"] <= h[0] < end["at"]]
         delays = [d for s, a, b in zip(self.subscribers.states, start["events"], end["events"])
                   for d in s["latencies"][a:b]]
         samples = [s for s in self.samples if start["at"] <= s[0] <= end["at"] and s[1] is not None]
@@ -204,7 +235,7 @@ class HonestLoad:
         if len(samples) >= 2:
             cpu = 100 * (samples[-1][2] - samples[0][2]) / (samples[-1][0] - samples[0][0])
         errors = {}
-        for _, _, error in requests + probes:
+        for _, _, error in requests + probes + heartbeats:
             if error:
                 errors[error] = errors.get(error, 0) + 1
         if end["closed"] > start["closed"]:
@@ -217,6 +248,9 @@ class HonestLoad:
             "snapshot_max_ms": max([p[1] for p in probes] + ([waiting["probe"]] if "probe" in waiting else []),
                                    default=None),
             "unanswered_at_end": len(waiting),
+            "heartbeat_p50_ms": percentile([h[1] for h in heartbeats], 0.50),
+            "heartbeat_p99_ms": percentile([h[1] for h in heartbeats], 0.99),
+            "heartbeat_max_ms": max((h[1] for h in heartbeats), default=None),
             "rss_peak_mib": max((s[1] for s in samples), default=0) / 1024, "cpu_percent": cpu,
             "errors": errors,
         }
@@ -409,6 +443,69 @@ def catch_up_storm(port, options, stop, done, notes):
         done.set()
         stop.wait(1.0)
     notes.put(f"{rounds} rounds of {options['storm']} opened and closed ({failures} failed to connect)")
+
+
+def token_storm(port, options, stop, done, notes):
+    """POST /v1/tokens on 4 keep-alive connections, as fast as they go, until --token-storm
+    tokens are made: how long one create takes as the tokens pile up (each create once
+    read the whole table back in the writer's job and rebuilt the registry under its lock)."""
+    lock, made, refused, times = threading.Lock(), [0], {}, []   # times: (tokens made by then, ms)
+    issued = [0]
+
+    def worker(index):
+        api = http.client.HTTPConnection("127.0.0.1", port, timeout=60, source_address=(ATTACKER_ADDRESS, 0))
+        try:
+            while not stop.is_set():
+                with lock:
+                    if issued[0] >= options["token_storm"]:
+                        return
+                    issued[0] += 1
+                started = time.monotonic()
+                status, reply = post(api, "/v1/tokens", {"name": f"storm-{index}", "scopes": ["read"]}, options["token"])
+                elapsed = (time.monotonic() - started) * 1000
+                with lock:
+                    if status == 201:
+                        made[0] += 1
+                        times.append((made[0], elapsed))
+                    else:
+                        code = f"{status} {(reply or {}).get('code', '')}".strip()
+                        refused[code] = refused.get(code, 0) + 1
+        except (OSError, http.client.HTTPException) as failure:
+            with lock:
+                refused[type(failure).__name__] = refused.get(type(failure).__name__, 0) + 1
+        finally:
+            api.close()
+
+    started = time.monotonic()
+    workers = [threading.Thread(target=worker, args=(index,)) for index in range(4)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    seconds = time.monotonic() - started
+    done.set()
+    thousands = []
+    for first in range(0, made[0], 1000):
+        batch = [ms for count, ms in times if first < count <= first + 1000]
+        thousands.append(f"{percentile(batch, 0.5):.1f}")
+    last = [ms for count, ms in times if count > made[0] - 100]
+    notes.put(f"{made[0]} tokens made in {seconds:.1f} s (4 connections); create median ms per thousand made: "
+              f"{' / '.join(thousands) or '—'}; the last 100: median {number(percentile(last, 0.5))}, "
+              f"max {number(max(last, default=None))}; refused: {refused or 'none'}")
+    stop.wait(options["timebox"])
+
+
+def admin_and_report_tokens(port, options):
+    """The first token (an admin, made while none exists) and a report token for the
+    heartbeat probe; every honest client then presents one."""
+    api = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    status, admin = post(api, "/v1/tokens", {"name": "bench-admin", "scopes": ["admin"]})
+    assert status == 201, status
+    options["token"] = admin["secret"]
+    status, report = post(api, "/v1/tokens", {"name": "bench-heartbeat", "scopes": ["report"]}, options["token"])
+    assert status == 201, status
+    options["heartbeat_token"] = report["secret"]
+    api.close()
 
 
 def first_lines(port, payloads, wait):
@@ -637,6 +734,7 @@ PHASES = {  # name: (attack, setup)
     "hostile-bytes": (hostile_bytes, victim_task),
     "webhook-hosts": (webhook_hosts, None),
     "webhook-hang": (webhook_hang, None),
+    "token-storm": (token_storm, admin_and_report_tokens),
 }
 
 # Flags of the daemon of some phases: the webhooks' receivers are on loopback.
@@ -652,6 +750,7 @@ def attacker_main(attack, port, options, stop, done, notes):
 def run_phase(name, options, log_folder, log):
     """One phase on its own daemon; returns its figures (always, whatever happens)."""
     attack, setup = PHASES[name]
+    options = dict(options)  # a phase's setup may add to them (tokens) for its daemon alone
     result = {"phase": name, "notes": "", "alive": None, "exit": None, "error": None}
     context = multiprocessing.get_context("spawn")
     stop, done, notes = context.Event(), context.Event(), context.Queue()
@@ -664,7 +763,8 @@ def run_phase(name, options, log_folder, log):
             started = time.monotonic()
             setup(server.port, options)
             log(f"  setup {setup.__name__} in {time.monotonic() - started:.1f} s")
-        load = HonestLoad(server, options["runners"], options["rate"], options["subscribers"])
+        load = HonestLoad(server, options["runners"], options["rate"], options["subscribers"],
+                          token=options.get("token"), heartbeat_token=options.get("heartbeat_token"))
         time.sleep(1.0)
         before = load.mark()
         time.sleep(options["seconds"])
@@ -687,6 +787,11 @@ def run_phase(name, options, log_folder, log):
             result["notes"] = "(no notes)"
         if result["timed_out"]:
             result["notes"] += f" [cut off after the {options['timebox']} s time box]"
+        if load.heartbeats:
+            q, a = result["quiet"], result["attack"]
+            result["notes"] += (f"; heartbeat probe (every 50 ms) p99 / max ms quiet → attack: "
+                                f"{number(q['heartbeat_p99_ms'])} / {number(q['heartbeat_max_ms'])} → "
+                                f"{number(a['heartbeat_p99_ms'])} / {number(a['heartbeat_max_ms'])}")
     except Exception as failure:  # a phase that breaks is reported, the next one still runs
         result["error"] = f"{type(failure).__name__}: {failure}"
     finally:
@@ -782,6 +887,7 @@ def main():
     parser.add_argument("--depth-cap", type=int, default=1000)
     parser.add_argument("--leaf-updates", type=int, default=20)
     parser.add_argument("--storm", type=int, default=100, help="subscriptions opened and closed per round")
+    parser.add_argument("--token-storm", type=int, default=5000, help="tokens the token storm makes")
     parser.add_argument("--rss-factor", type=float, default=2.0)
     parser.add_argument("--rss-slack-mib", type=float, default=200.0)
     parser.add_argument("--json", metavar="PATH", help="also write every figure to PATH")

@@ -82,6 +82,13 @@ public struct Grant: Sendable, Equatable {
         return taskID.utf8.starts(with: taskPrefix.utf8)
     }
 
+    /// `json`, a task as the API shows it whose parent is `parentID`, as this grant sees
+    /// it: a parent outside the grant's task prefix does not exist for it (only an
+    /// unprefixed token builds a tree across prefixes), so it shows `"parent_id":null`.
+    public func visible(taskJSON json: String, parentID: String?) -> String {
+        TaskJSON.hidingParent(json, parentID: parentID, outside: taskPrefix)
+    }
+
     /// Whether a token with task prefix `tokenPrefix` (nil: every task) exists for this
     /// grant, to list, make or revoke: a prefixed grant sees only tokens whose prefix
     /// starts with its own, so it can never make or touch a token that sees more than it.
@@ -104,6 +111,39 @@ public struct Grant: Sendable, Equatable {
                                         + "a token never makes one that outlives it"))
         }
         return nil
+    }
+}
+
+/// A task's JSON as a caller with a task prefix may see it.
+public enum TaskJSON {
+    /// `json` (a task as the API shows it, whose parent is `parentID`) with
+    /// `"parent_id":null` when the parent lies outside `prefix`; unchanged otherwise, and
+    /// for a caller without a prefix. Such a tree is rare (an unprefixed token built it
+    /// on purpose), so the reply is rewritten only then, never encoded twice otherwise.
+    public static func hidingParent(_ json: String, parentID: String?, outside prefix: String?) -> String {
+        guard let prefix, let parentID, !parentID.utf8.starts(with: prefix.utf8) else { return json }
+        // The member as `Task.json` writes it: quotes inside a JSON string are escaped, so
+        // its first occurrence is the member itself (it comes before `metadata`).
+        var member = JSONText()
+        member.appendRaw(#","parent_id":"#)
+        member.appendString(parentID)
+        let needle = member.bytes
+        let bytes = Array(json.utf8)
+        guard needle.count <= bytes.count,
+              let start = (0...(bytes.count - needle.count)).first(where: { bytes[$0..<($0 + needle.count)].elementsEqual(needle) })
+        else { return json }
+        return String(decoding: bytes[..<start] + Array(#","parent_id":null"#.utf8) + bytes[(start + needle.count)...],
+                      as: UTF8.self)
+    }
+}
+
+extension TaskEvent {
+    /// The event as a stream or webhook limited to `prefix` shows it: its task's parent
+    /// hidden (`"parent_id":null`) when it lies outside the prefix.
+    public func hidingParent(outside prefix: String?) -> TaskEvent {
+        var event = self
+        event.data = TaskJSON.hidingParent(data, parentID: parentID, outside: prefix)
+        return event
     }
 }
 

@@ -213,14 +213,13 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let tokens = TokenRegistry()
     let tokenDatabase = try Database(path: configuration.databasePath)
     defer { tokenDatabase.close() }
-    let (tokenGeneration, tokensRequired, storedTokens, storedWebhooks) = try tokenDatabase.inTransaction {
-        (try TokenRepository.generation(in: tokenDatabase), try TokenRepository.required(in: tokenDatabase),
-         try TokenRepository.all(in: tokenDatabase), try WebhookRepository.all(in: tokenDatabase))
+    let (storedTokens, storedWebhooks) = try tokenDatabase.inTransaction {
+        (try TokenRepository.changes(since: -1, in: tokenDatabase), try WebhookRepository.all(in: tokenDatabase))
     }
     let webhookOutbox = WebhookOutbox()
     webhookOutbox.load(storedWebhooks)
     let webhookDoorbell = Doorbell()
-    tokens.load(storedTokens, generation: tokenGeneration, required: tokensRequired)
+    tokens.apply(storedTokens, now: clock.now())
     if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
     let exactCORSOrigins = configuration.corsOrigins.compactMap { origin -> String? in
         if case .exact(let exact) = origin { return exact.description }
@@ -313,7 +312,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
             metrics: metrics, maximumBatchItems: configuration.maximumBatchItems,
             unreadReplies: unreadReplies, batchParsing: batchParsing)
         .register(in: &routes)
-    TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors)
+    TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors,
+              maximumTokens: configuration.maximumTokens)
         .register(in: &routes)
     WebhooksAPI(writer: writer, reads: apiReads, outbox: webhookOutbox, allowPrivate: configuration.webhookAllowPrivate,
                 lookupSeconds: configuration.webhookTimeoutSeconds, clock: clock, logger: logger, errors: errors,

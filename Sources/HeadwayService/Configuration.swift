@@ -52,6 +52,9 @@ public struct Configuration: Sendable, Equatable {
     public var fanOutPacing = FanOutPacing()
     /// How deep, wide and many tasks may be (`--max-depth`, `--max-children`, `--max-tasks`).
     public var treeLimits = TreeLimits()
+    /// Tokens neither revoked nor expired there may be at once; `POST /v1/tokens` past it
+    /// gets 422 `too_many_tokens` (`headwayd token create` is not bounded).
+    public var maximumTokens = 10_000
     /// Reader connections of each read pool (API reads; event-stream catch-ups).
     public var readConnections = 2
     /// API reads that may wait for a reader connection; more get 503 `server_busy`.
@@ -145,6 +148,9 @@ public struct Configuration: Sendable, Equatable {
                                     too_many_children (HEADWAY_MAX_CHILDREN, default 10000)
           --max-tasks N             tasks stored at once; more get 503 storage_full
                                     (HEADWAY_MAX_TASKS, default 10000000)
+          --max-tokens N            tokens neither revoked nor expired at once; more
+                                    get 422 too_many_tokens (headwayd token create is
+                                    not bounded) (HEADWAY_MAX_TOKENS, default 10000)
           --read-connections N      database connections for API reads, and as many
                                     again for event-stream catch-ups, read side by side
                                     (HEADWAY_READ_CONNECTIONS, default 2)
@@ -243,7 +249,7 @@ public struct Configuration: Sendable, Equatable {
     /// The settings a flag, a variable or a configuration-file line may give, by flag name.
     static let settingNames = ["listen", "db", "durability", "stall-timeout", "log-level", "sse-heartbeat",
                                "max-subscribers", "retention",
-                               "max-depth", "max-children", "max-tasks",
+                               "max-depth", "max-children", "max-tasks", "max-tokens",
                                "read-connections", "max-queued-reads",
                                "max-body-bytes", "max-batch-items", "max-query-params",
                                "head-timeout", "body-timeout", "max-connections-per-address",
@@ -363,6 +369,7 @@ public struct Configuration: Sendable, Equatable {
         try reader.wholeNumber("max-depth", in: 1...10_000, into: &configuration.treeLimits.maximumDepth)
         try reader.wholeNumber("max-children", in: 1...100_000_000, into: &configuration.treeLimits.maximumChildren)
         try reader.wholeNumber("max-tasks", in: 1...1_000_000_000_000, into: &configuration.treeLimits.maximumTasks)
+        try reader.wholeNumber("max-tokens", in: 1...1_000_000, into: &configuration.maximumTokens)
         // Limits: reads.
         try reader.wholeNumber("read-connections", in: 1...64, into: &configuration.readConnections)
         try reader.wholeNumber("max-queued-reads", in: 0...1_000_000, into: &configuration.maximumQueuedReads)
@@ -456,6 +463,7 @@ public struct Configuration: Sendable, Equatable {
             ("max-depth", treeLimits.maximumDepth != other.treeLimits.maximumDepth),
             ("max-children", treeLimits.maximumChildren != other.treeLimits.maximumChildren),
             ("max-tasks", treeLimits.maximumTasks != other.treeLimits.maximumTasks),
+            ("max-tokens", maximumTokens != other.maximumTokens),
             ("read-connections", readConnections != other.readConnections),
             ("max-queued-reads", maximumQueuedReads != other.maximumQueuedReads),
             ("max-body-bytes", maximumBodyBytes != other.maximumBodyBytes),

@@ -3,19 +3,22 @@ import HeadwayCore
 
 /// The bytes of event-stream frames.
 enum EventFrames {
-    /// A change: `id` (unless it is a held-back task shown late), event name, task JSON.
-    static func event(_ event: TaskEvent, withID: Bool) -> [UInt8] {
+    /// A change: `id` (unless it is a held-back task shown late), event name, task JSON
+    /// (its parent hidden when it lies outside `prefix`, the stream's task prefix).
+    static func event(_ event: TaskEvent, withID: Bool, hidingParentOutside prefix: String? = nil) -> [UInt8] {
+        let data = TaskJSON.hidingParent(event.data, parentID: event.parentID, outside: prefix)
         // Ids are numbers and names are fixed constants: neither can hold a line break.
-        let frame = try! ServerSentEvent(id: withID ? String(event.changeNumber) : nil, event: event.kind.rawValue, data: event.data)
+        let frame = try! ServerSentEvent(id: withID ? String(event.changeNumber) : nil, event: event.kind.rawValue, data: data)
         return frame.bytes
     }
 
-    /// The first event of a fresh subscription.
-    static func snapshot(_ tasks: [TaskRecord], changeNumber: Int64) -> [UInt8] {
+    /// The first event of a fresh subscription (each task's parent hidden when it lies
+    /// outside `prefix`, the stream's task prefix).
+    static func snapshot(_ tasks: [TaskRecord], changeNumber: Int64, hidingParentOutside prefix: String? = nil) -> [UInt8] {
         var data = "{\"tasks\":["
         for (index, task) in tasks.enumerated() {
             if index > 0 { data += "," }
-            data += task.json
+            data += TaskJSON.hidingParent(task.json, parentID: task.parentID, outside: prefix)
         }
         data += "]}"
         let frame = try! ServerSentEvent(id: String(changeNumber), event: "snapshot", data: data)

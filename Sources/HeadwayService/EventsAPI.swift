@@ -49,6 +49,9 @@ struct EventsAPI: Sendable {
         do throws(TaskError) {
             parsed = try EventsQuery.parse(request)
             parsed.filter.taskPrefix = grant.taskPrefix
+            // A parent outside the token's prefix does not exist for it (404, as on
+            // `GET /v1/tasks`): a stream of its children would say it has some.
+            if let parentID = parsed.filter.parentID, !grant.covers(parentID) { throw TaskError.notFound(parentID) }
         } catch {
             return responder.respond(errors.response(for: error, request))
         }
@@ -149,13 +152,13 @@ struct EventsAPI: Sendable {
                     for task in try ChangeFeed.unfinished(createdSince: since, of: selection, in: database)
                     where task.changeNumber <= lastID {
                         if case .send(let event) = holdBack.offer(TaskEvent(task.changeKind, task), now: now) {
-                            frames.append(EventFrames.event(event, withID: false))
+                            frames.append(EventFrames.event(event, withID: false, hidingParentOutside: filter.taskPrefix))
                         }
                     }
                 }
                 for event in try ChangeFeed.changes(after: lastID, of: selection, in: database) {
                     if case .send(let event) = holdBack.offer(event, now: now) {
-                        frames.append(EventFrames.event(event, withID: true))
+                        frames.append(EventFrames.event(event, withID: true, hidingParentOutside: filter.taskPrefix))
                     }
                 }
             } else {
@@ -167,7 +170,7 @@ struct EventsAPI: Sendable {
                         validUntil = min(validUntil ?? .max, finishedAt + Self.recentlyFinishedMilliseconds)
                     }
                 }
-                frames.append(EventFrames.snapshot(shown, changeNumber: position.last))
+                frames.append(EventFrames.snapshot(shown, changeNumber: position.last, hidingParentOutside: filter.taskPrefix))
             }
             // `retry:` rides on the first event: some clients dispatch a frame without data.
             if frames.isEmpty { frames = [Self.retryField + [10]] } else { frames[0] = Self.retryField + frames[0] }

@@ -71,6 +71,9 @@ final class RoundEvents {
     /// The parent of each event's task.
     let parentIDs: [String?]
     private var frames: [[UInt8]?]
+    /// The frames with the task's parent hidden, of the events whose parent some stream's
+    /// task prefix does not cover (a tree built across prefixes: rare).
+    private var framesHidingParent: [Int: [UInt8]] = [:]
 
     init(_ events: [TaskEvent]) {
         self.events = events
@@ -96,6 +99,24 @@ final class RoundEvents {
         if let frame = frames[index] { return frame }
         let frame = EventFrames.event(events[index], withID: true)
         frames[index] = frame
+        return frame
+    }
+
+    /// Whether a stream with task prefix `prefix` sees the event at `index` with its
+    /// task's parent hidden (a parent outside the prefix does not exist for it).
+    func hidesParent(_ index: Int, from prefix: String?) -> Bool {
+        guard let prefix, let parentID = parentIDs[index] else { return false }
+        return !parentID.utf8.starts(with: prefix.utf8)
+    }
+
+    /// The frame of an event as a stream with task prefix `prefix` sees it: the shared
+    /// frame, or the one with the parent hidden (the same for every prefix that does not
+    /// cover the parent, so encoded once a round too).
+    func frame(_ index: Int, for prefix: String?) -> [UInt8] {
+        guard hidesParent(index, from: prefix) else { return frame(index) }
+        if let frame = framesHidingParent[index] { return frame }
+        let frame = EventFrames.event(events[index], withID: true, hidingParentOutside: prefix)
+        framesHidingParent[index] = frame
         return frame
     }
 }

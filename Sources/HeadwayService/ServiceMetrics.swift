@@ -254,7 +254,12 @@ struct OperationsAPI: Sendable {
             responder.respond(.json(200, #"{"status":"ok"}"#, headers: [HTTPField("Cache-Control", "no-store")]))
         }
         routes.add("GET", "/readyz", .public) { request, _, responder in ready(request, responder) }
-        routes.add("GET", "/metrics", .scope(.read)) { request, _, responder in scrape(request, responder) }
+        routes.add("GET", "/metrics", .scope(.read)) { request, grant, responder in
+            // Every metric describes the whole daemon, every prefix's tasks and traffic:
+            // a token limited to a prefix reads none of them.
+            if let prefix = grant.taskPrefix { return responder.respond(Problem.metricsNeedAllPrefixes(prefix).response) }
+            scrape(request, responder)
+        }
     }
 
     private func ready(_ request: HTTPRequest, _ responder: any Responder) {
@@ -313,5 +318,15 @@ struct OperationsAPI: Sendable {
     private func read(_ request: HTTPRequest, _ responder: any Responder,
                       _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse?) {
         reads.answer(request, responder, errors: errors, body)
+    }
+}
+
+extension Problem {
+    /// `/metrics` asked with a token limited to the task prefix `prefix`.
+    static func metricsNeedAllPrefixes(_ prefix: String) -> Problem {
+        Problem(status: 403, code: "prefix_not_allowed", title: "Task prefix not allowed",
+                detail: "The metrics count every task and request of the daemon, of every prefix; this token may only see "
+                    + "tasks whose id starts with '\(prefix)'. Scrape /metrics with a read token without a task prefix; "
+                    + "count the prefix's tasks with GET /v1/tasks (total_size).")
     }
 }

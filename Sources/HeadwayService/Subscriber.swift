@@ -154,13 +154,16 @@ final class Subscriber {
                 case .hold, .drop: sends = false
                 }
             }
-            if sends && !sendsAll {
-                frames.append(round.frame(index))
-                tasks.append(round.taskIDs[index])
-            } else if !sends && sendsAll {
+            // An event shown with its parent hidden has a frame of its own: the round's
+            // shared frames no longer stand for what this subscriber sends.
+            if sendsAll && (!sends || round.hidesParent(index, from: filter.taskPrefix)) {
                 sendsAll = false
                 frames = round.indices.prefix(index).map { round.frame($0) }
                 tasks = Array(round.taskIDs.prefix(index))
+            }
+            if sends && !sendsAll {
+                frames.append(round.frame(index, for: filter.taskPrefix))
+                tasks.append(round.taskIDs[index])
             }
         }
         return sendsAll ? enqueue(round.allFrames, tasks: round.taskIDs) : enqueue(frames, tasks: tasks)
@@ -204,7 +207,8 @@ final class Subscriber {
     func releaseHeld(now: EpochMilliseconds) -> Delivery {
         guard isLive, let due = holdBack.nextRelease, due <= now else { return .nothing }
         let released = holdBack.release(now: now)
-        return enqueue(released.map { EventFrames.event($0, withID: false) }, tasks: released.map(\.taskID))
+        return enqueue(released.map { EventFrames.event($0, withID: false, hidingParentOutside: filter.taskPrefix) },
+                       tasks: released.map(\.taskID))
     }
 
     /// Writes a heartbeat comment (`pieces`, shared by every subscriber) when live and

@@ -91,7 +91,9 @@ struct TaskAPI: Sendable {
             if case .success(let registered) = result { broker.publish(registered.events) }
             responder.respond(reply(result, request) { registered in
                 let location = HTTPField("Location", "/v1/tasks/\(registered.task.id)")
-                return .json(registered.created ? 201 : 200, registered.task.json, headers: [location])
+                return .json(registered.created ? 201 : 200,
+                             grant.visible(taskJSON: registered.task.json, parentID: registered.task.parentID),
+                             headers: [location])
             })
         }
     }
@@ -103,7 +105,7 @@ struct TaskAPI: Sendable {
             guard let task = try reader.read({ database in try TaskRepository.find(id, in: database) }) else {
                 throw TaskError.notFound(id)
             }
-            return .json(200, task.json)
+            return .json(200, grant.visible(taskJSON: task.json, parentID: task.parentID))
         }
     }
 
@@ -152,6 +154,9 @@ struct TaskAPI: Sendable {
         do {
             parsed = try ListQuery.parse(request.queryParameters)
             possible = parsed.restrict(toTokenPrefix: grant.taskPrefix)
+            // A parent outside the token's prefix does not exist for it, as the task
+            // itself would not: its children are not listed, whatever their prefix.
+            if let parentID = parsed.filter.parentID, !grant.covers(parentID) { throw TaskError.notFound(parentID) }
             try parsed.resolvePageToken()
         } catch {
             return responder.respond(errors.response(for: error, request))
@@ -169,7 +174,7 @@ struct TaskAPI: Sendable {
             body.appendRaw(#"{"tasks":["#)
             var nextKey = page.nextKey
             for (index, task) in page.tasks.enumerated() {
-                let json = task.json
+                let json = grant.visible(taskJSON: task.json, parentID: task.parentID)
                 // A page ends early once its tasks take `maximumPageBytes`: one reply a
                 // client leaves unread holds about that at most, whatever its tasks' sizes.
                 if index > 0 && body.count + json.utf8.count > Self.maximumPageBytes {
@@ -214,7 +219,7 @@ struct TaskAPI: Sendable {
             if case .success = result { audit("audit.task_cancel", grant, request, id) }
             responder.respond(reply(result, request) { step in
                 // A cancel's first step always has its task's outcome.
-                step.outcome.map { Self.taskReply(202, $0, events: step.events) } ?? HTTPResponse(status: 202)
+                step.outcome.map { Self.taskReply(202, $0, events: step.events, grant) } ?? HTTPResponse(status: 202)
             })
         }
     }
@@ -243,7 +248,7 @@ struct TaskAPI: Sendable {
             case .success(let changed):
                 broker.publish(changed.events)
                 metrics.updatesAccepted.add(kind)
-                responder.respond(Self.taskReply(200, changed.outcome, events: changed.events))
+                responder.respond(Self.taskReply(200, changed.outcome, events: changed.events, grant))
             case .failure(let error):
                 Self.refuseUpdate(kind, error, request, responder, errors: errors, metrics: metrics)
             }
@@ -298,14 +303,14 @@ struct TaskAPI: Sendable {
             }
         }
         let taskIDs = batch.items.map(\.taskID)
-        guard !applied.isEmpty else { return responder.respond(batchReply(taskIDs, places, results: [], request)) }
+        guard !applied.isEmpty else { return responder.respond(batchReply(taskIDs, places, results: [], request, grant)) }
         writer.submit({ [store, clock, applied] database in
             try store.progress(each: applied, now: clock.now(), in: database)
         }) { [broker, metrics, places] result in
             switch result {
             case .success(let results):
                 broker.publish(results.flatMap { (try? $0.get())?.events ?? [] })
-                responder.respond(batchReply(taskIDs, places, results: results, request))
+                responder.respond(batchReply(taskIDs, places, results: results, request, grant))
             case .failure(let error):
                 let problem = errors.problem(for: error, request)
                 metrics.updatesRefused.add([UpdateKind.progress.name, problem.code], UInt64(places.count))
@@ -317,9 +322,11 @@ struct TaskAPI: Sendable {
     /// The reply to a batch: `{"results": [...]}`, one object per item in the order sent,
     /// `{"task_id": …, "status": 200, "task": {…}}` (with `"unchanged": true` for a
     /// repeated `seq`) or `{"task_id": …, "status": 4xx, "problem": {…}}` (`task_id` as
-    /// the item gave it; null if it gave none); each counted as accepted or refused.
+    /// the item gave it; null if it gave none); each counted as accepted or refused. A
+    /// task is shown as `grant` sees it (a parent outside its prefix hidden).
     private func batchReply(_ taskIDs: [String?], _ places: [Result<Int, any Error>],
-                            results: [Result<TaskStore.Changed, any Error>], _ request: HTTPRequest) -> HTTPResponse {
+                            results: [Result<TaskStore.Changed, any Error>], _ request: HTTPRequest,
+                            _ grant: Grant) -> HTTPResponse {
         var body = JSONText()
         body.appendRaw(#"{"results":["#)
         var accepted: UInt64 = 0
@@ -333,7 +340,8 @@ struct TaskAPI: Sendable {
                 accepted += 1
                 item.integer("status", 200)
                 if case .unchanged = changed.outcome { item.bool("unchanged", true) }
-                item.raw("task", changed.events.first?.data ?? changed.outcome.task.json)
+                item.raw("task", grant.visible(taskJSON: changed.events.first?.data ?? changed.outcome.task.json,
+                                               parentID: changed.outcome.task.parentID))
             case .failure(let error):
                 let problem = errors.problem(for: error, request)
                 metrics.updatesRefused.add([UpdateKind.progress.name, problem.code])
@@ -372,11 +380,14 @@ struct TaskAPI: Sendable {
     }
 
     /// The reply to a change of one task: the task as written (`Headway-Unchanged` when
-    /// nothing changed). The task's own event, first of `events`, already carries its JSON.
-    private static func taskReply(_ status: Int, _ outcome: TaskRules.Outcome, events: [TaskEvent]) -> HTTPResponse {
+    /// nothing changed), as `grant` sees it (a parent outside its prefix hidden). The
+    /// task's own event, first of `events`, already carries its JSON.
+    private static func taskReply(_ status: Int, _ outcome: TaskRules.Outcome, events: [TaskEvent],
+                                  _ grant: Grant) -> HTTPResponse {
         var headers: [HTTPField] = []
         if case .unchanged = outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
-        return .json(status, events.first?.data ?? outcome.task.json, headers: headers)
+        return .json(status, grant.visible(taskJSON: events.first?.data ?? outcome.task.json, parentID: outcome.task.parentID),
+                     headers: headers)
     }
 
     /// Answers `request` with what `body` reads, on a connection of the read pool: a

@@ -3,10 +3,12 @@ import HeadwayCore
 import HeadwayStore
 
 /// `/v1/tokens` (scope `admin`): make a token (its secret is shown in that reply only),
-/// list them without secrets (revoked ones left out), revoke one at once. Each change goes
-/// through the writer, which reads the whole table back in the same transaction for the
-/// registry, so the change holds for the very next request; a revocation also closes the
-/// token's event streams. Every change is logged with the acting token's id and name.
+/// list them without secrets (revoked and expired ones left out), revoke one at once. Each
+/// change goes through the writer and, once committed, its one row is applied to the
+/// registry, so the change holds for the very next request whatever the number of tokens;
+/// a revocation also closes the token's event streams. At most `maximumTokens` are usable
+/// at once (422 `too_many_tokens`), counted in the insert's transaction. Every change is
+/// logged with the acting token's id and name.
 ///
 /// A token with a task prefix manages only the tokens inside it (`Grant.manages`): it
 /// makes only tokens whose prefix starts with its own (none without a prefix: 403
@@ -19,6 +21,8 @@ struct TokensAPI: Sendable {
     let clock: any WallClock
     let logger: Logger
     let errors: ErrorReplies
+    /// Tokens neither revoked nor expired there may be at once (`--max-tokens`).
+    let maximumTokens: Int
 
     func register(in routes: inout ServiceRoutes) {
         routes.add("POST", "/v1/tokens", .scope(.admin)) { request, grant, responder in create(request, grant, responder) }
@@ -50,14 +54,16 @@ struct TokensAPI: Sendable {
         } catch {
             return responder.respond(errors.response(for: error, request))
         }
-        writer.submit({ database in
-            try TokenRepository.insert(made.token, in: database)
-            return (try TokenRepository.generation(in: database), try TokenRepository.required(in: database),
-                    try TokenRepository.all(in: database))
+        let now = made.token.createdAt
+        writer.submit({ [maximumTokens] database in
+            guard let generation = try TokenRepository.insert(made.token, limit: maximumTokens, now: now, in: database) else {
+                throw Problem.tooManyTokens(limit: maximumTokens)
+            }
+            return generation
         }) { [registry, logger, errors] result in
             switch result {
-            case .success(let (generation, required, tokens)):
-                registry.load(tokens, generation: generation, required: required)
+            case .success(let generation):
+                registry.apply(own: made.token, generation: generation, now: now)
                 logger.log(.info, "audit.token_create", [
                     "request_id": request.requestID, "token_id": grant.tokenID ?? "none", "token_name": grant.tokenName ?? "none",
                     "created_id": made.token.id, "created_name": made.token.name,
@@ -75,7 +81,7 @@ struct TokensAPI: Sendable {
     private func list(_ grant: Grant, _ responder: any Responder) {
         var body = JSONText()
         body.appendRaw(#"{"tokens":["#)
-        for (index, token) in registry.listed().filter({ grant.manages(tokenPrefix: $0.taskPrefix) }).enumerated() {
+        for (index, token) in registry.listed(now: clock.now()).filter({ grant.manages(tokenPrefix: $0.taskPrefix) }).enumerated() {
             if index > 0 { body.appendRaw(",") }
             body.appendRaw(Self.json(token, secret: nil))
         }
@@ -86,15 +92,18 @@ struct TokensAPI: Sendable {
     private func revoke(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let id = request.pathParameters["id"] ?? ""
         let now = clock.now()
-        writer.submit({ database in
-            let revoked = try TokenRepository.revoke(id, at: now, in: database) { grant.manages(tokenPrefix: $0.taskPrefix) }
-            return (revoked, try TokenRepository.generation(in: database), try TokenRepository.required(in: database),
-                    try TokenRepository.all(in: database))
+        writer.submit({ database -> (TokenRecord, Int64)? in
+            guard let revoked = try TokenRepository.revoke(id, at: now, in: database, allowed: {
+                grant.manages(tokenPrefix: $0.taskPrefix)
+            }) else { return nil }
+            return (revoked, try TokenRepository.generation(in: database))
         }) { [registry, broker, logger, errors] result in
             switch result {
-            case .success(let (revoked, generation, required, tokens)):
-                registry.load(tokens, generation: generation, required: required)
-                guard let revoked else { return responder.respond(Problem.tokenNotFound(id).response) }
+            case .success(let revocation):
+                guard case let (revoked, generation)? = revocation else {
+                    return responder.respond(Problem.tokenNotFound(id).response)
+                }
+                registry.apply(own: revoked, generation: generation, now: now)
                 broker.closeStreams(ofTokens: [revoked.id])
                 logger.log(.info, "audit.token_revoke", [
                     "request_id": request.requestID, "token_id": grant.tokenID ?? "none", "token_name": grant.tokenName ?? "none",
@@ -130,6 +139,14 @@ struct TokensAPI: Sendable {
 }
 
 extension Problem {
+    /// `--max-tokens` tokens are usable already.
+    static func tooManyTokens(limit: Int) -> Problem {
+        Problem(status: 422, code: "too_many_tokens", title: "Too many tokens",
+                detail: "At most \(limit) tokens may be usable at once (--max-tokens), and that many are neither revoked "
+                    + "nor expired: revoke tokens no longer needed (DELETE /v1/tokens/{id}) before making more. "
+                    + "Nothing was made.")
+    }
+
     /// No token that is not revoked has this id.
     static func tokenNotFound(_ id: String) -> Problem {
         Problem(status: 404, code: "token_not_found", title: "Token not found",

@@ -327,6 +327,62 @@ CREATE INDEX webhook_deliveries_open_updates ON webhook_deliveries (webhook_id, 
     WHERE open_task_id IS NOT NULL AND state = 'pending' AND attempts = 0;
 
 """#),
+        Migration(version: 9, name: "token_changes", sql: #"""
+-- Tokens are kept in memory incrementally and counted for `--max-tokens`.
+--
+-- `tokens.changed` is the generation that last changed the row: a daemon that has applied
+-- every change up to generation G reads only `changed > G`, never the whole table. A
+-- deleted row leaves nothing to read, so `token_state.deleted` records the generation of
+-- the last delete: past what a daemon has applied, it reloads the table.
+--
+-- `token_state.live` counts the tokens neither revoked nor expired as of
+-- `expired_through` (a time in milliseconds), kept by the triggers; the daemon subtracts
+-- the tokens that expired since (an index range: `tokens_unrevoked_by_expiry`) when it
+-- checks the bound, and moves `expired_through` forward. NULL means not known (the state
+-- row was made again after a delete by hand): the daemon counts the table once.
+ALTER TABLE tokens ADD COLUMN changed INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX tokens_by_change ON tokens (changed);
+CREATE INDEX tokens_unrevoked_by_expiry ON tokens (expires_at) WHERE revoked_at IS NULL;
+
+ALTER TABLE token_state ADD COLUMN deleted INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE token_state ADD COLUMN live INTEGER;
+ALTER TABLE token_state ADD COLUMN expired_through INTEGER NOT NULL DEFAULT 0;
+UPDATE token_state SET live = (SELECT count(*) FROM tokens WHERE revoked_at IS NULL);
+
+DROP TRIGGER tokens_inserted;
+DROP TRIGGER tokens_changed;
+DROP TRIGGER tokens_deleted;
+
+-- Each trigger upserts the state row (one deleted by hand is made again, with `live`
+-- unknown and `deleted` set so that every daemon reloads) and then stamps the row with
+-- the new generation. The stamp (`UPDATE … SET changed`) names a column the update
+-- trigger does not watch, so it fires no trigger itself.
+CREATE TRIGGER tokens_inserted AFTER INSERT ON tokens
+BEGIN
+    INSERT INTO token_state (id, generation, required, deleted, live) VALUES (1, 1, 1, 1, NULL)
+        ON CONFLICT (id) DO UPDATE SET generation = generation + 1, required = 1,
+            live = live + (NEW.revoked_at IS NULL AND coalesce(NEW.expires_at > expired_through, 1));
+    UPDATE tokens SET changed = (SELECT generation FROM token_state WHERE id = 1) WHERE rowid = NEW.rowid;
+END;
+
+CREATE TRIGGER tokens_changed
+AFTER UPDATE OF id, name, scopes, task_prefix, secret_hash, created_at, expires_at, last_used_at, revoked_at ON tokens
+BEGIN
+    INSERT INTO token_state (id, generation, required, deleted, live) VALUES (1, 1, 1, 1, NULL)
+        ON CONFLICT (id) DO UPDATE SET generation = generation + 1,
+            live = live + (NEW.revoked_at IS NULL AND coalesce(NEW.expires_at > expired_through, 1))
+                - (OLD.revoked_at IS NULL AND coalesce(OLD.expires_at > expired_through, 1));
+    UPDATE tokens SET changed = (SELECT generation FROM token_state WHERE id = 1) WHERE rowid = NEW.rowid;
+END;
+
+CREATE TRIGGER tokens_deleted AFTER DELETE ON tokens
+BEGIN
+    INSERT INTO token_state (id, generation, required, deleted, live) VALUES (1, 1, 1, 1, NULL)
+        ON CONFLICT (id) DO UPDATE SET generation = generation + 1, deleted = generation + 1,
+            live = live - (OLD.revoked_at IS NULL AND coalesce(OLD.expires_at > expired_through, 1));
+END;
+
+"""#),
     ]
 
     /// Every PostgreSQL migration, in order.
@@ -537,6 +593,63 @@ ALTER TABLE webhook_deliveries ADD COLUMN open_task_id text;
 ALTER TABLE webhook_deliveries ADD COLUMN revision integer NOT NULL DEFAULT 0;
 CREATE INDEX webhook_deliveries_open_updates ON webhook_deliveries (webhook_id, open_task_id)
     WHERE open_task_id IS NOT NULL AND state = 'pending' AND attempts = 0;
+
+"""#),
+        Migration(version: 4, name: "token_changes", sql: #"""
+-- Tokens are kept in memory incrementally and counted for `--max-tokens` (see
+-- migrations/0009_token_changes.sql): `tokens.changed` is the generation that last changed
+-- the row, `token_state.deleted` the generation of the last delete, `token_state.live`
+-- the tokens neither revoked nor expired as of `expired_through` (NULL: not known).
+ALTER TABLE tokens ADD COLUMN changed bigint NOT NULL DEFAULT 0;
+CREATE INDEX tokens_by_change ON tokens (changed);
+CREATE INDEX tokens_unrevoked_by_expiry ON tokens (expires_at) WHERE revoked_at IS NULL;
+
+ALTER TABLE token_state ADD COLUMN deleted bigint NOT NULL DEFAULT 0;
+ALTER TABLE token_state ADD COLUMN live bigint;
+ALTER TABLE token_state ADD COLUMN expired_through bigint NOT NULL DEFAULT 0;
+UPDATE token_state SET live = (SELECT count(*) FROM tokens WHERE revoked_at IS NULL);
+
+DROP TRIGGER tokens_changed ON tokens;
+DROP FUNCTION token_state_follow();
+
+-- Before the row is written: the state row is upserted (one deleted by hand is made
+-- again, with `live` unknown and `deleted` set so that every daemon reloads) and the row
+-- is stamped with the new generation.
+CREATE FUNCTION token_state_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    stamp bigint;
+    -- Whether the row before and after counts in `live` (NULL expiry: never expires).
+    new_unrevoked boolean := false;
+    new_expires bigint;
+    old_unrevoked boolean := false;
+    old_expires bigint;
+BEGIN
+    IF TG_OP <> 'DELETE' THEN
+        new_unrevoked := NEW.revoked_at IS NULL;
+        new_expires := NEW.expires_at;
+    END IF;
+    IF TG_OP <> 'INSERT' THEN
+        old_unrevoked := OLD.revoked_at IS NULL;
+        old_expires := OLD.expires_at;
+    END IF;
+    INSERT INTO token_state AS s (id, generation, required, deleted, live) VALUES (1, 1, 1, 1, NULL)
+    ON CONFLICT (id) DO UPDATE SET
+        generation = s.generation + 1,
+        required = CASE WHEN TG_OP = 'INSERT' THEN 1 ELSE s.required END,
+        deleted = CASE WHEN TG_OP = 'DELETE' THEN s.generation + 1 ELSE s.deleted END,
+        live = s.live
+            + CASE WHEN new_unrevoked AND coalesce(new_expires > s.expired_through, true) THEN 1 ELSE 0 END
+            - CASE WHEN old_unrevoked AND coalesce(old_expires > s.expired_through, true) THEN 1 ELSE 0 END
+    RETURNING s.generation INTO stamp;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    NEW.changed := stamp;
+    RETURN NEW;
+END;
+$$;
+CREATE TRIGGER tokens_changed BEFORE INSERT OR UPDATE OR DELETE ON tokens
+FOR EACH ROW EXECUTE FUNCTION token_state_follow();
 
 """#),
     ]

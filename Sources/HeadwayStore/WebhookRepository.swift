@@ -220,11 +220,14 @@ public final class WebhookOutbox: Sendable {
                     if state == nil { state = .some(Self.state(of: event)) }
                     guard webhook.filter.matches(kind: event.kind, taskID: event.taskID, state: state!) else { continue }
                 }
+                // A webhook limited to a prefix shows a task's parent outside it as null,
+                // as a token with that prefix sees the task.
+                let shown = event.hidingParent(outside: webhook.filter.taskPrefix)
                 if event.kind == .updated,
                    let open = try WebhookRepository.openUpdate(of: event.taskID, for: webhook.id, in: database) {
                     let revision = open.revision + 1
                     let id = WebhookDelivery.id(webhookID: webhook.id, eventID: open.eventID, revision: revision)
-                    let body = WebhookBody.render(webhook.format, deliveryID: id, event: event, occurredAt: now)
+                    let body = WebhookBody.render(webhook.format, deliveryID: id, event: shown, occurredAt: now)
                     try WebhookRepository.revise(webhookID: webhook.id, eventID: open.eventID, revision: revision,
                                                  body: body, createdAt: now, in: database)
                 } else {
@@ -232,7 +235,7 @@ public final class WebhookOutbox: Sendable {
                         try WebhookRepository.closeOpenUpdate(of: event.taskID, for: webhook.id, in: database)
                     }
                     let id = WebhookDelivery.id(webhookID: webhook.id, eventID: event.changeNumber)
-                    let body = WebhookBody.render(webhook.format, deliveryID: id, event: event, occurredAt: now)
+                    let body = WebhookBody.render(webhook.format, deliveryID: id, event: shown, occurredAt: now)
                     try WebhookRepository.enqueue(WebhookDelivery(webhookID: webhook.id, eventID: event.changeNumber,
                                                                   eventType: event.kind, body: body, state: .pending,
                                                                   attempts: 0, createdAt: now, nextAttemptAt: now,

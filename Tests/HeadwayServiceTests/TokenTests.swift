@@ -184,6 +184,8 @@ private struct Probe {
                         ?? "token_invalid"
                     expected = .refused(401, code)
                     _ = scope
+                case (.scope(let scope), let grant?) where key == "GET /metrics" && grant.taskPrefix != nil && grant.holds(scope):
+                    expected = .refused(403, "prefix_not_allowed")   // every prefix's counts
                 case (.scope(let scope), let grant?):
                     expected = grant.holds(scope) ? .pass : .refused(403, "insufficient_scope")
                 case (.anyToken, nil) where credential.name == "none":
@@ -211,7 +213,7 @@ private struct Probe {
                         #expect(challenge.hasPrefix("Bearer realm=\"headway\""), "\(context): \(challenge)")
                         #expect(credential.name == "none" ? !challenge.contains("error=") : challenge.contains("error=\"invalid_token\""),
                                 "\(context): \(challenge)")
-                    } else {
+                    } else if code == "insufficient_scope" {
                         #expect(challenge.contains("error=\"insufficient_scope\""), "\(context): \(challenge)")
                     }
                     let after = try state()
@@ -287,6 +289,175 @@ private struct Probe {
         let rootID = try daemon.tokenID(named: "root", admin: admin)
         #expect(try daemon.request("DELETE", "/v1/tokens/\(rootID)", headers: auth).status == 204)
         #expect(try daemon.request("GET", "/v1/tasks").problemCode == "token_missing")
+    }
+
+    /// `--max-tokens` bounds the tokens neither revoked nor expired: one past it is 422
+    /// `too_many_tokens` and makes nothing; tokens expired (made offline, long ago) take no
+    /// place, and a revocation frees one.
+    @Test func tokenCreationIsBoundedByMaxTokens() throws {
+        let daemon = try LiveDaemon(arguments: ["--max-tokens", "3"])
+        let admin = try daemon.makeToken([.admin], name: "admin")
+        let auth = [("Authorization", "Bearer \(admin)")]
+        for name in ["old-1", "old-2"] {
+            _ = try daemon.makeToken([.read], name: name, expiresInSeconds: 60, clock: ManualClock(SystemClock().now() - 3_600_000))
+        }
+        let create = { (name: String) in
+            try daemon.request("POST", "/v1/tokens", json: #"{"name":"\#(name)","scopes":["read"]}"#, headers: auth)
+        }
+        #expect(try create("one").status == 201)
+        #expect(try create("two").status == 201)
+        let database = try Database(path: daemon.application.configuration.databasePath)
+        defer { database.close() }
+        let rows = { try database.scalar("SELECT count(*) FROM tokens") }
+        let before = try Self.state(of: daemon, admin: admin)
+        let rowsBefore = try rows()
+        let refused = try create("three")
+        #expect(refused.status == 422 && refused.problemCode == "too_many_tokens", "\(refused.text)")
+        #expect(refused.headers["content-type"] == "application/problem+json")
+        #expect((refused.json["detail"] as? String)?.contains("--max-tokens") == true, "\(refused.text)")
+        #expect((refused.json["detail"] as? String)?.contains("3") == true)
+        #expect(try Self.state(of: daemon, admin: admin) == before)
+        #expect(try rows() == rowsBefore, "nothing made")
+        // A prefixed admin is bound by the same count.
+        let teamAdmin = try daemon.request("POST", "/v1/tokens", json: #"{"name":"team","scopes":["admin"],"task_prefix":"team-a."}"#,
+                                           headers: auth)
+        #expect(teamAdmin.status == 422 && teamAdmin.problemCode == "too_many_tokens")
+
+        let oneID = try daemon.tokenID(named: "one", admin: admin)
+        #expect(try daemon.request("DELETE", "/v1/tokens/\(oneID)", headers: auth).status == 204)
+        #expect(try create("three").status == 201)
+        #expect(try create("four").status == 422)
+        #expect(try TokenRepository.usableCount(at: SystemClock().now(), in: database) == 3)
+    }
+
+    /// The count of usable tokens kept in `token_state` follows every change, those made
+    /// by hand included (an update, a delete, the state row deleted), so the bound holds
+    /// without reading the table; `changes(since:)` gives only the rows changed since,
+    /// or every row after a delete.
+    @Test func theCountOfUsableTokensFollowsEveryChange() throws {
+        let directory = TemporaryDirectory()
+        defer { directory.remove() }
+        let postgres = TestPostgresDatabase.isSelected ? try TestPostgresDatabase() : nil
+        defer { postgres?.drop() }
+        let path = postgres?.uri ?? directory.file("headway.db")
+        _ = try DatabaseSetup.open(path: path)
+        let database = try Database(path: path)
+        defer { database.close() }
+        var now: EpochMilliseconds = 1_800_000_000_000
+        func make(_ name: String, expiresIn: Int64? = nil) throws -> TokenRecord {
+            let (token, _) = try TokenCrypto.newToken(TokenRequest(name: name, scopes: [.read],
+                                                                   expiresAt: expiresIn.map { now + $0 }), now: now)
+            return token
+        }
+        func insert(_ token: TokenRecord, limit: Int = 5) throws -> Int64? {
+            try database.inTransaction(.immediate) { try TokenRepository.insert(token, limit: limit, now: now, in: database) }
+        }
+        let live = { try database.scalar("SELECT live FROM token_state WHERE id = 1") }
+        let a = try make("a"), b = try make("b", expiresIn: 60_000), c = try make("c")
+        let generationA = try #require(try insert(a))
+        #expect(try insert(b) == generationA + 1)
+        #expect(try insert(c) != nil)
+        #expect(try live() == 3)
+        var changes = try TokenRepository.changes(since: generationA, in: database)
+        #expect(!changes.isComplete && changes.tokens.map(\.name) == ["b", "c"])
+        #expect(try TokenRepository.changes(since: changes.generation, in: database).tokens.isEmpty)
+
+        try database.run("UPDATE tokens SET revoked_at = ? WHERE id = ?", [.integer(now), .text(c.id)])
+        #expect(try live() == 2)
+        changes = try TokenRepository.changes(since: changes.generation, in: database)
+        #expect(changes.tokens.map(\.name) == ["c"] && changes.tokens.first?.revokedAt == now)
+        // b expires: taken off the count by the next insert's check, for good.
+        now += 60_000
+        #expect(try insert(make("d"), limit: 2) != nil, "b no longer counts")
+        #expect(try live() == 2)
+        #expect(try insert(make("e"), limit: 2) == nil)
+        #expect(try live() == 2)
+        // A revocation of the expired b changes nothing more.
+        try database.run("UPDATE tokens SET revoked_at = ? WHERE id = ?", [.integer(now), .text(b.id)])
+        #expect(try live() == 2)
+        // A delete by hand: counted, and the next read is complete.
+        let beforeDelete = try TokenRepository.generation(in: database)
+        try database.run("DELETE FROM tokens WHERE id = ?", [.text(a.id)])
+        #expect(try live() == 1)
+        changes = try TokenRepository.changes(since: beforeDelete, in: database)
+        #expect(changes.isComplete && Set(changes.tokens.map(\.name)) == ["b", "c", "d"])
+        // The state row deleted by hand: made again with the count unknown, counted once.
+        try database.run("DELETE FROM token_state", [])
+        #expect(try insert(make("f"), limit: 3) != nil)
+        #expect(try live() == nil)
+        #expect(try insert(make("g"), limit: 3) != nil)
+        #expect(try live() == 3)
+        #expect(try insert(make("h"), limit: 3) == nil)
+        #expect(try TokenRepository.usableCount(at: now, in: database) == 3)
+        #expect(try TokenRepository.changes(since: 50, in: database).isComplete, "the generation went back")
+    }
+
+    /// Two daemons sharing one PostgreSQL database: creates racing on both make no more
+    /// than `--max-tokens` in all (the count and the insert are one step under the
+    /// writers' lock), and each daemon learns of the other's tokens and revocations.
+    @Test(.enabled(if: TestPostgresDatabase.isSelected, "several daemons share only a PostgreSQL database"))
+    func theBoundHoldsAcrossDaemonsSharingPostgreSQL() throws {
+        let first = try LiveDaemon(arguments: ["--max-tokens", "4"])
+        let uri = try #require(first.postgresDatabase?.uri)
+        let second = try LiveDaemon(arguments: ["--db", uri, "--max-tokens", "4"])
+        let admin = try first.makeToken([.admin], name: "admin")
+        second.application.refreshTokens()
+        let statuses = Locked<[Int]>([])
+        let ports = [first.application.port, second.application.port]
+        let threads = (0..<10).map { index in
+            Thread {
+                let status = (try? TestHTTPClient(port: ports[index % 2])
+                    .request("POST", "/v1/tokens", json: #"{"name":"race-\#(index)","scopes":["read"]}"#,
+                             headers: [("Authorization", "Bearer \(admin)"), ("Content-Type", "application/json")]).status) ?? 0
+                statuses.withLock { $0.append(status) }
+            }
+        }
+        threads.forEach { $0.start() }
+        for _ in 0..<3_000 where statuses.withLock({ $0.count }) < threads.count { usleep(10_000) }
+        let seen = statuses.withLock { $0 }
+        #expect(seen.filter { $0 == 201 }.count == 3, "\(seen)")
+        #expect(seen.filter { $0 == 422 }.count == 7, "\(seen)")
+        let database = try Database(path: uri)
+        defer { database.close() }
+        #expect(try TokenRepository.usableCount(at: SystemClock().now(), in: database) == 4)
+
+        let made = try first.request("POST", "/v1/tokens", json: #"{"name":"late","scopes":["read"]}"#,
+                                     headers: [("Authorization", "Bearer \(admin)")])
+        #expect(made.status == 422)
+        first.application.refreshTokens()  // the tokens made on the other daemon
+        let listed = try first.request("GET", "/v1/tokens", headers: [("Authorization", "Bearer \(admin)")])
+        #expect((listed.json["tokens"] as? [[String: Any]])?.count == 4, "\(listed.text)")
+        let raceID = try #require((listed.json["tokens"] as? [[String: Any]])?
+            .first { ($0["name"] as? String)?.hasPrefix("race-") == true }?["id"] as? String)
+        #expect(try first.request("DELETE", "/v1/tokens/\(raceID)", headers: [("Authorization", "Bearer \(admin)")]).status == 204)
+        let late = try second.request("POST", "/v1/tokens", json: #"{"name":"late","scopes":["read"]}"#,
+                                      headers: [("Authorization", "Bearer \(admin)")])
+        #expect(late.status == 201, "\(late.text)")
+        let secret = try #require(late.json["secret"] as? String)
+        first.application.refreshTokens()
+        #expect(try first.request("GET", "/v1/tasks", headers: [("Authorization", "Bearer \(secret)")]).status == 200)
+        let lateID = try #require(late.json["id"] as? String)
+        #expect(try first.request("DELETE", "/v1/tokens/\(lateID)", headers: [("Authorization", "Bearer \(admin)")]).status == 204)
+        second.application.refreshTokens()
+        #expect(try second.request("GET", "/v1/tasks", headers: [("Authorization", "Bearer \(secret)")]).problemCode == "token_revoked")
+    }
+
+    /// A token revoked by another process (or daemon) is refused once the daemon has
+    /// looked at the table: it reads only the rows changed since.
+    @Test func aRevocationByAnotherProcessIsApplied() throws {
+        let daemon = try LiveDaemon()
+        let admin = try daemon.makeToken([.admin], name: "admin")
+        let reader = try daemon.makeToken([.read], name: "reader")
+        let auth = [("Authorization", "Bearer \(reader)")]
+        #expect(try daemon.request("GET", "/v1/tasks", headers: auth).status == 200)
+        let readerID = try daemon.tokenID(named: "reader", admin: admin)
+        let database = try Database(path: daemon.application.configuration.databasePath)
+        try database.run("UPDATE tokens SET revoked_at = ? WHERE id = ?", [.integer(SystemClock().now()), .text(readerID)])
+        database.close()
+        daemon.application.refreshTokens()
+        let refused = try daemon.request("GET", "/v1/tasks", headers: auth)
+        #expect(refused.status == 401 && refused.problemCode == "token_revoked", "\(refused.text)")
+        #expect(daemon.application.tokens.heldCount == 1)
     }
 
     /// Last uses are kept in memory and written back (at the latest at stop).

@@ -46,6 +46,26 @@ import Testing
         #expect(first?.body.contains("Backup") == true && first?.attempts == 0 && first?.state == .pending)
     }
 
+    /// A webhook limited to a prefix shows a task's parent outside it as null, as a token
+    /// with that prefix sees the task; an unlimited webhook shows the parent.
+    @Test func aWebhookWithAPrefixSeesNoParentOutsideIt() throws {
+        let fixture = try StoreFixture()
+        let store = fixture.store
+        let webhooks = [Self.webhook("a", [.created], prefix: "team-a."), Self.webhook("b", [.created])]
+        try fixture.write { database in for webhook in webhooks { try WebhookRepository.insert(webhook, in: database) } }
+        store.webhooks.load(webhooks)
+        _ = try fixture.write { try store.register(Registration(id: "team-b.root", name: "R"), now: 1, in: $0) }
+        _ = try fixture.write { try store.register(Registration(id: "team-a.child", name: "C", parentID: "team-b.root"), now: 2, in: $0) }
+        _ = try fixture.write { try store.register(Registration(id: "team-a.kid", name: "K", parentID: "team-a.child"), now: 3, in: $0) }
+        let rows = try Self.pending(fixture)
+        let bodies = rows.filter { $0.0 == "a" }.map(\.2)
+        #expect(bodies.count == 2)
+        #expect(bodies.allSatisfy { !$0.contains("team-b") }, "\(bodies)")
+        #expect(bodies.first?.contains(#""parent_id":null"#) == true, "\(bodies)")
+        #expect(bodies.last?.contains(#""parent_id":"team-a.child""#) == true, "\(bodies)")
+        #expect(rows.filter { $0.0 == "b" }.contains { $0.2.contains(#""parent_id":"team-b.root""#) })
+    }
+
     @Test func aChangeRolledBackTakesItsDeliveriesWithIt() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
