@@ -292,6 +292,13 @@ extension Problem {
         detail: "Another process holds the database's write lock; nothing was changed. Retry shortly.",
         headers: [HTTPField("Retry-After", "1")])
 
+    /// `GET /readyz` while another process holds the database's write lock: the writer
+    /// waits for it, and nothing can be written meanwhile.
+    static let writeLockHeld = Problem(
+        status: 503, code: "database_busy", title: "Database busy",
+        detail: "Another process holds the database's write lock: nothing can be written until it lets go.",
+        headers: [HTTPField("Retry-After", "1"), HTTPField("Cache-Control", "no-store")])
+
     /// The PostgreSQL server could not be reached, or the connection broke during the
     /// batch: nothing is known to be stored (a commit cut short may have been; the `seq`
     /// of a resend makes that harmless). The daemon connects again at its next statement.
