@@ -38,9 +38,10 @@ public struct HTTPRequest: Sendable {
     /// Whether the HTTP layer refuses the request (`HTTPPipeline.refuse`): the middleware
     /// then sees a request that no route will take, and whose answer is decided.
     public var isRefused = false
-    /// A number standing for the client's address, the same for every connection from it
-    /// (0 when unknown): what is shared between clients in turns (the API reads) is shared
-    /// by it.
+    /// A number standing for the client: its address, the same for every connection from
+    /// it (0 when unknown), until the application knows it better (by the token it
+    /// presented, say: behind a proxy every client has the proxy's address). What is
+    /// shared between clients in turns (the API reads) is shared by it.
     public var client = 0
 
     public init(method: String, path: String, query: [HTTPField] = [], headers: [HTTPField] = [],
