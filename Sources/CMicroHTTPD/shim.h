@@ -159,6 +159,13 @@ static inline int headway_unacknowledged_bytes(int fd) {
     return ioctl(fd, TIOCOUTQ, &count) == 0 ? count : -1;
 }
 
+/// The length of a request's head, from its method to the end of its empty line, once the
+/// head is whole (`MHD_get_connection_info` is variadic), or 0.
+static inline size_t headway_connection_head_size(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    return info == NULL ? 0 : info->header_size;
+}
+
 /// The bytes received on socket `fd` and not read yet (`FIONREAD`), or -1.
 static inline int headway_unread_bytes(int fd) {
     int count = 0;

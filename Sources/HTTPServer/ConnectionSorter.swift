@@ -12,10 +12,12 @@ enum ConnectionRoute: Equatable, Sendable {
 
     /// Decides by the first bytes a client sent (peeked, not consumed), once they hold its
     /// whole first request head: a request `GET <stream path>` (followed by a space or `?`)
-    /// whose head has at most `maximumStreamHead` bytes is a stream (the stream daemon's
-    /// connections have small buffers), anything else a request. More than `maximumHead`
-    /// bytes without the head's end go to the request daemon, which refuses a head too
-    /// large for it, and so does a first line that is no request line (refused at once).
+    /// whose head has at most `maximumStreamHead` bytes and weighs at most
+    /// `maximumStreamWeight` (`HeadScreen.weight`: its header lines and query parameters
+    /// take memory too) is a stream (the stream daemon's connections have small buffers),
+    /// anything else a request. More than `maximumHead`
+    /// bytes without the head's end are a request (a head too large, which `HeadScreen`
+    /// refuses), and so is a first line that is no request line, at once.
     /// `nil` while the head is incomplete.
     ///
     /// `searchedBefore`: how many of the first bytes an earlier call already found no end
@@ -23,29 +25,30 @@ enum ConnectionRoute: Equatable, Sendable {
     /// byte at a time is searched once in all, not once per byte.
     static func classify(_ bytes: some Collection<UInt8>, searchedBefore: Int = 0, streamPaths: [String],
                          maximumStreamHead: Int = 1024, maximumStreamQueryParameters: Int = 8,
-                         maximumHead: Int = 8 * 1024) -> ConnectionRoute? {
+                         maximumStreamWeight: Int = .max, maximumHead: Int = 8 * 1024) -> ConnectionRoute? {
         let classified = bytes.withContiguousStorageIfAvailable {
             classify(buffer: $0, searchedBefore: searchedBefore, streamPaths: streamPaths,
                      maximumStreamHead: maximumStreamHead, maximumStreamQueryParameters: maximumStreamQueryParameters,
-                     maximumHead: maximumHead)
+                     maximumStreamWeight: maximumStreamWeight, maximumHead: maximumHead)
         }
         if let classified { return classified }
         return Array(bytes).withUnsafeBufferPointer {
             classify(buffer: $0, searchedBefore: searchedBefore, streamPaths: streamPaths,
                      maximumStreamHead: maximumStreamHead, maximumStreamQueryParameters: maximumStreamQueryParameters,
-                     maximumHead: maximumHead)
+                     maximumStreamWeight: maximumStreamWeight, maximumHead: maximumHead)
         }
     }
 
     /// `classify` on the bytes in place, without bounds checks or copies: a waiting
     /// connection's bytes are looked at again at each arrival (up to the largest head).
     private static func classify(buffer bytes: UnsafeBufferPointer<UInt8>, searchedBefore: Int, streamPaths: [String],
-                                 maximumStreamHead: Int, maximumStreamQueryParameters: Int,
+                                 maximumStreamHead: Int, maximumStreamQueryParameters: Int, maximumStreamWeight: Int,
                                  maximumHead: Int) -> ConnectionRoute? {
         guard let headEnd = endOfHead(bytes, searchedBefore: searchedBefore) else {
             return bytes.count > maximumHead || beginsWithMalformedRequestLine(bytes) ? .request : nil
         }
-        guard headEnd <= maximumStreamHead, queryParameterCount(bytes) <= maximumStreamQueryParameters else {
+        let parameters = queryParameterCount(bytes)
+        guard headEnd <= maximumStreamHead, parameters <= maximumStreamQueryParameters else {
             return .request
         }
         let isStream = streamPaths.contains { path in
@@ -53,7 +56,15 @@ enum ConnectionRoute: Equatable, Sendable {
             return bytes.count > target.count && bytes.starts(with: target)
                 && (bytes[target.count] == UInt8(ascii: " ") || bytes[target.count] == UInt8(ascii: "?"))
         }
-        return isStream ? .stream : .request
+        guard isStream else { return .request }
+        if maximumStreamWeight < .max {
+            // Every line end but the request line's and the empty line's ends a header line.
+            let lines = bytes[..<headEnd].reduce(0) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 } - 2
+            guard HeadScreen.weight(bytes: headEnd, lines: lines, parameters: parameters) <= maximumStreamWeight else {
+                return .request
+            }
+        }
+        return .stream
     }
 
     /// How many query parameters the first line's target carries (`?a=1&b=2` is 2): the
@@ -62,7 +73,7 @@ enum ConnectionRoute: Equatable, Sendable {
         bytes.withUnsafeBufferPointer(queryParameterCount)
     }
 
-    private static func queryParameterCount(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
+    static func queryParameterCount(_ bytes: UnsafeBufferPointer<UInt8>) -> Int {
         let lineEnd = index(of: UInt8(ascii: "\n"), in: bytes, from: 0) ?? bytes.count
         let line = bytes[..<lineEnd]
         guard let question = line.firstIndex(of: UInt8(ascii: "?")) else { return 0 }
@@ -174,6 +185,9 @@ public enum ConnectionRefusal: String, CaseIterable, Sendable {
     /// It sent plain HTTP (or anything but a TLS handshake) to an HTTPS server; it got a
     /// plain-text 400 saying so.
     case notTLS = "not_tls"
+    /// Its first request head was one libmicrohttpd would have answered with a page of its
+    /// own (`HeadScreen`); it got the problem document instead.
+    case malformedHead = "malformed_head"
 }
 
 /// Owns the listening socket: accepts connections and hands each to the daemon its first
@@ -207,10 +221,14 @@ final class ConnectionSorter: Service {
     struct Limits: Sendable {
         /// Paths of long-lived streams (`ConnectionRoute`).
         var streamPaths: [String] = []
-        /// A stream request with a larger head, or more query parameters, goes to the
-        /// request daemon.
+        /// A stream request with a larger head, more query parameters, or a head weighing
+        /// more (`HeadScreen.weight`), goes to the request daemon.
         var maximumStreamHead = 1024
         var maximumStreamQueryParameters = 8
+        var maximumStreamWeight = Int.max
+        /// What first heads are refused for here, before the request daemon reads them
+        /// (nil: none; under TLS the heads are encrypted).
+        var screen: HeadScreen?
         /// Bytes looked at for the end of the head; a larger head is handed over unfinished.
         var maximumHead = 8 * 1024
         /// Connections waiting to be sorted at once.
@@ -262,6 +280,7 @@ final class ConnectionSorter: Service {
     private let handOff: @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void
     private let reportRefusals: @Sendable ([ConnectionRefusal: Int]) -> Void
     private let nudgeDaemons: @Sendable () -> Void
+    private let renderRefusal: @Sendable (HTTPRefusal, _ method: String, _ path: String) -> [UInt8]
     /// Used by the accept loop only; in a mutex so that nothing but the type system's
     /// word is needed for it (the lock is never contended).
     private let waiting: Locked<Waiting>
@@ -275,12 +294,15 @@ final class ConnectionSorter: Service {
     /// connections late for a head or a body (`requestDeadlines`), counted as `headTimeout`
     /// and `bodyTimeout` refusals,
     /// and, while any connection is open, calls `nudgeDaemons` every
-    /// `limits.nudgeIntervalNanoseconds` (`EpollDaemonNudge`).
+    /// `limits.nudgeIntervalNanoseconds` (`EpollDaemonNudge`). A first head that
+    /// `limits.screen` refuses gets the whole reply `renderRefusal` makes of its refusal
+    /// (given the request line's method and path), and its connection is closed.
     init(listenFD: Int32, limits: Limits, connectionsPerAddress: ConnectionsPerAddress,
          requestDeadlines: RequestDeadlines? = nil,
          monotonicNow: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds },
          reportRefusals: @escaping @Sendable ([ConnectionRefusal: Int]) -> Void = { _ in },
          nudgeDaemons: @escaping @Sendable () -> Void = {},
+         renderRefusal: @escaping @Sendable (HTTPRefusal, _ method: String, _ path: String) -> [UInt8] = { _, _, _ in [] },
          handOff: @escaping @Sendable (Int32, ConnectionRoute, UnsafePointer<sockaddr>, socklen_t) -> Void) throws {
         self.listenFD = listenFD
         self.limits = limits
@@ -289,6 +311,7 @@ final class ConnectionSorter: Service {
         self.monotonicNow = monotonicNow
         self.reportRefusals = reportRefusals
         self.nudgeDaemons = nudgeDaemons
+        self.renderRefusal = renderRefusal
         self.handOff = handOff
         waiting = Locked(Waiting(peekBytes: max(limits.maximumHead, limits.maximumStreamHead) + 1))
         loop = try EpollLoop()
@@ -455,8 +478,14 @@ final class ConnectionSorter: Service {
                                                 streamPaths: limits.streamPaths,
                                                 maximumStreamHead: limits.maximumStreamHead,
                                                 maximumStreamQueryParameters: limits.maximumStreamQueryParameters,
+                                                maximumStreamWeight: limits.maximumStreamWeight,
                                                 maximumHead: limits.maximumHead) {
-            hand(fd, route, &waiting)
+            let refusal = limits.screen.flatMap { screen in
+                waiting.peekBuffer.withUnsafeBufferPointer {
+                    screen.refusal(for: UnsafeBufferPointer(rebasing: $0[..<count]), maximumHead: limits.maximumHead)
+                }
+            }
+            if let refusal { refuseHead(fd, refusal, count, &waiting) } else { hand(fd, route, &waiting) }
         } else if events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
             drop(fd, nil, &waiting)  // the client stopped sending before its head was whole
         }
@@ -497,6 +526,31 @@ final class ConnectionSorter: Service {
         _ = recv(fd, &waiting.peekBuffer, waiting.peekBuffer.count, Int32(MSG_DONTWAIT))
         _ = Self.notTLSReply.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
         drop(fd, .notTLS, &waiting)
+    }
+
+    /// Answers a connection whose first head `limits.screen` refused with the reply made of
+    /// its refusal, then closes it. What it sent so far is read first (as much as has come),
+    /// so that the close does not reset the connection under the reply; bytes arriving
+    /// later may still (its body, say, sent slowly).
+    private func refuseHead(_ fd: Int32, _ refusal: HTTPRefusal, _ count: Int, _ waiting: inout Waiting) {
+        let (method, path) = Self.methodAndPath(waiting.peekBuffer.prefix(count))
+        let reply = renderRefusal(refusal, method, path)
+        var reads = 0
+        while reads < 64 && recv(fd, &waiting.peekBuffer, waiting.peekBuffer.count, Int32(MSG_DONTWAIT)) > 0 { reads += 1 }
+        _ = reply.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+        shutdown(fd, Int32(SHUT_WR))
+        drop(fd, .malformedHead, &waiting)
+    }
+
+    /// The method and path of a request line, as far as they can be told (for a refusal's
+    /// request id and text only).
+    private static func methodAndPath(_ bytes: ArraySlice<UInt8>) -> (String, String) {
+        let line = bytes.drop { $0 == UInt8(ascii: "\r") || $0 == UInt8(ascii: "\n") }
+            .prefix { $0 != UInt8(ascii: "\r") && $0 != UInt8(ascii: "\n") }
+        let parts = line.split(separator: UInt8(ascii: " "), maxSplits: 2)
+        let method = parts.first.map { String(decoding: $0.prefix(32), as: UTF8.self) } ?? ""
+        let path = parts.count > 1 ? String(decoding: parts[1].prefix { $0 != UInt8(ascii: "?") }.prefix(1024), as: UTF8.self) : ""
+        return (method, path)
     }
 
     /// Closes a waiting connection, counting the refusal if it is one.

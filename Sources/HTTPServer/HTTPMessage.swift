@@ -38,9 +38,10 @@ public struct HTTPRequest: Sendable {
     /// Whether the HTTP layer refuses the request (`HTTPPipeline.refuse`): the middleware
     /// then sees a request that no route will take, and whose answer is decided.
     public var isRefused = false
-    /// A number standing for the client's address, the same for every connection from it
-    /// (0 when unknown): what is shared between clients in turns (the API reads) is shared
-    /// by it.
+    /// A number standing for the client: its address, the same for every connection from
+    /// it (0 when unknown), until the application knows it better (by the token it
+    /// presented, say: behind a proxy every client has the proxy's address). What is
+    /// shared between clients in turns (the API reads) is shared by it.
     public var client = 0
     /// A number standing for the client's address alone (0 when unknown), whatever `client`
     /// is made to stand for.
@@ -170,18 +171,35 @@ public enum HTTPRefusal: Equatable, Sendable {
     case malformedHeader(String)
     /// An HTTP/1.1 request without `Host` (400; the connection is closed).
     case hostMissing
+    /// A request line that is not `METHOD SP target SP HTTP/1.x` (400; the connection is
+    /// closed).
+    case malformedRequestLine
+    /// A request of another HTTP version than 1.x (505; the connection is closed).
+    case versionNotSupported
+    /// A request head larger than a connection's memory holds, each header line and query
+    /// parameter weighing 64 bytes besides its text (`HeadScreen`; 431, the connection is
+    /// closed).
+    case headTooLarge(limit: Int)
 }
 
 /// What the server checks of a request's head before anything reads its body or routes
 /// it: a head a proxy in front could read otherwise is refused, and its connection closed.
 struct HeadCheck: Sendable {
     /// One header line as the library gave it: its name (ASCII letters in lower case), its
-    /// value, and whether the library folded a continuation line into it.
+    /// value, whether the library folded a continuation line into it, and whether the whole
+    /// value as received (past a NUL, which ends `value`) holds a control character.
     struct Field: Sendable {
         var name: String
         var value: String
         var folded = false
+        var controlInValue = false
     }
+
+    /// What `malformedHeader` says of a folded line, a name that is not a token, a control
+    /// character in a value.
+    static let foldedReason = "a header line continued on the next one (obs-fold)"
+    static let nameReason = "a header name that is not a token (whitespace or another character not allowed before the colon)"
+    static let controlReason = "a control character in a header value (only a tab may appear there)"
 
     /// The refusal a request with `fields` calls for, if any.
     static func refusal(for fields: [Field], isHTTP11: Bool) -> HTTPRefusal? {
@@ -189,13 +207,9 @@ struct HeadCheck: Sendable {
         var hosts = 0
         var encodings: [String] = []
         for field in fields {
-            if field.folded {
-                return .malformedHeader("a header line continued on the next one (obs-fold)")
-            }
-            if field.name.isEmpty || !field.name.utf8Satisfies(isTokenByte) {
-                return .malformedHeader("a header name that is not a token (whitespace or another character not "
-                    + "allowed before the colon)")
-            }
+            if field.folded { return .malformedHeader(foldedReason) }
+            if field.name.isEmpty || !field.name.utf8Satisfies(isTokenByte) { return .malformedHeader(nameReason) }
+            if field.controlInValue { return .malformedHeader(controlReason) }
             switch field.name {
             case "content-length": lengths += 1
             case "transfer-encoding": encodings.append(field.value)
@@ -211,6 +225,14 @@ struct HeadCheck: Sendable {
         }
         if isHTTP11 && hosts == 0 { return .hostMissing }
         return nil
+    }
+
+    /// Whether a field value's bytes hold a control character that RFC 9110 §5.5 allows in
+    /// no field value: 0x00–0x08, 0x0A–0x1F or DEL (a tab, 0x09, is allowed). A value that
+    /// carries one means something else to each reader (a NUL ends it for C code, a CR or a
+    /// bare LF ends the line for some proxies, ESC moves a terminal showing a log).
+    static func hasControlCharacter(_ value: UnsafeRawBufferPointer) -> Bool {
+        value.contains { ($0 < 0x20 && $0 != 0x09) || $0 == 0x7f }
     }
 
     /// Whether `byte` is a `tchar` of RFC 9110 §5.6.2.
@@ -249,6 +271,32 @@ struct TargetCheck: Sendable {
         let query = target[target.index(after: question)...]
         let parameters = query.split(separator: UInt8(ascii: "&"), omittingEmptySubsequences: true).count
         return parameters > maximumQueryParameters ? .tooManyQueryParameters(limit: maximumQueryParameters) : nil
+    }
+
+    /// The path of `target` (raw, as sent: before the `?`) as an exchange's record names it,
+    /// when the path the library decodes from it would not show what was sent: nil for a
+    /// path of printable ASCII without `%` (the decoded path is the same), else the raw path
+    /// with every byte outside printable ASCII percent-encoded (`%1B`, `%C3%A9`), so that a
+    /// log line shows `/v1/tasks/p1%00/../x` where the decoded path, cut at the NUL, said
+    /// `/v1/tasks/p1`, and no byte of it can start a line or a terminal sequence of its own.
+    /// `cutByNUL`: the target went on after a raw NUL, which ended `target` (the rest is
+    /// not read: nothing says how far the library's line goes); `%00` then ends the path.
+    static func pathAsSent(_ target: UnsafeRawBufferPointer, cutByNUL: Bool) -> String? {
+        let path = target.prefix { $0 != UInt8(ascii: "?") }
+        let isPrintable = { (byte: UInt8) in byte > 0x20 && byte < 0x7f }
+        guard cutByNUL || path.contains(where: { $0 == UInt8(ascii: "%") || !isPrintable($0) }) else { return nil }
+        let hex = Array("0123456789ABCDEF".utf8)
+        var escaped: [UInt8] = []
+        escaped.reserveCapacity(path.count + 8)
+        for byte in path {
+            if isPrintable(byte) {
+                escaped.append(byte)
+            } else {
+                escaped += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0x0f)]]
+            }
+        }
+        if cutByNUL && path.count == target.count { escaped += Array("%00".utf8) }
+        return String(decoding: escaped, as: UTF8.self)
     }
 
     /// Whether `path` holds `%2F` or `%2f`.

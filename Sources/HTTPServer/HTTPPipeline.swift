@@ -13,6 +13,9 @@ public protocol HTTPMiddleware: Sendable {
 public struct ExchangeRecord: Sendable {
     public var requestID: String
     public var method: String
+    /// The path as the client sent it: percent-escapes as sent, and every byte outside
+    /// printable ASCII percent-encoded (`TargetCheck.pathAsSent`), so a path the library
+    /// decoded into something else (cut short at `%00`, say) is shown as it came.
     public var path: String
     /// Nil when no route matched (an unknown path, a wrong method, a refusal before routing).
     public var route: RoutePattern?
@@ -118,6 +121,9 @@ public struct HTTPPipeline: Sendable {
         case .badFraming(let reason): (400, "bad framing: \(reason)")
         case .malformedHeader(let reason): (400, "malformed header: \(reason)")
         case .hostMissing: (400, "an HTTP/1.1 request without Host")
+        case .malformedRequestLine: (400, "malformed request line")
+        case .versionNotSupported: (505, "HTTP version not supported")
+        case .headTooLarge(let limit): (431, "request head larger than \(limit) bytes")
         }
         return HTTPResponse(status: status, headers: [HTTPField("Content-Type", "text/plain")], body: Array((text + "\n").utf8))
     }

@@ -294,10 +294,19 @@ public final class MicroHTTPServer: Service {
             limits.maximumWaiting = configuration.maximumWaitingConnections
             limits.headTimeoutNanoseconds = configuration.headTimeoutNanoseconds
             limits.expectsTLS = certificates != nil
+            if certificates == nil {
+                // A head the library would answer with a page of its own is refused by the accept loop.
+                limits.screen = HeadScreen(
+                    memoryLimit: configuration.connectionMemoryLimit, maximumTargetBytes: configuration.maximumTargetBytes,
+                    maximumBodyBytes: max(configuration.maximumBodyBytes, configuration.bodyLimitsByPath.values.max() ?? 0),
+                    maximumQueryParameters: configuration.maximumQueryParameters)
+                limits.maximumStreamWeight = configuration.streamConnectionMemoryLimit - HeadScreen.reserve
+            }
             let sorter = try ConnectionSorter(
                 listenFD: listenFD, limits: limits, connectionsPerAddress: connectionsPerAddress, requestDeadlines: requestDeadlines,
                 monotonicNow: configuration.sortingClock, reportRefusals: configuration.connectionsRefused,
-                nudgeDaemons: { [unowned self] in daemons.withLock { $0.nudges }.forEach { $0.nudge() } }
+                nudgeDaemons: { [unowned self] in daemons.withLock { $0.nudges }.forEach { $0.nudge() } },
+                renderRefusal: { [pipeline] refusal, method, path in Self.closingReply(to: refusal, method: method, path: path, pipeline) }
             ) { [unowned self] fd, route, address, length in
                 let daemon = daemons.withLock { route == .stream ? $0.stream : $0.request }
                 if let requestLoop, daemon == requestLoop.daemon {
@@ -370,6 +379,47 @@ public final class MicroHTTPServer: Service {
         }
     }
 
+    /// The whole reply to a request refused before any daemon read it (`HeadScreen`): the
+    /// pipeline's answer to `refusal`, with `Date`, its `X-Request-Id` (if the pipeline gives
+    /// ids), `Content-Length` and `Connection: close`.
+    static func closingReply(to refusal: HTTPRefusal, method: String, path: String, _ pipeline: HTTPPipeline) -> [UInt8] {
+        var request = HTTPRequest(method: method, path: path)
+        request.isRefused = true
+        if let requestIDs = pipeline.requestIDs { request.requestID = requestIDs.id(for: request) }
+        let response = pipeline.response(for: refusal, request)
+        var head = "HTTP/1.1 \(response.status) \(reasonPhrase(response.status))\r\nDate: \(httpDate())\r\n"
+        for field in response.headers where !["connection", "content-length"].contains(field.name.lowercased()) {
+            head += "\(field.name): \(field.value)\r\n"
+        }
+        if !request.requestID.isEmpty { head += "X-Request-Id: \(request.requestID)\r\n" }
+        head += "Content-Length: \(response.body.count)\r\nConnection: close\r\n\r\n"
+        return Array(head.utf8) + response.body
+    }
+
+    /// The reason phrase of a status the server sends by itself.
+    private static func reasonPhrase(_ status: Int) -> String {
+        switch status {
+        case 400: "Bad Request"
+        case 413: "Content Too Large"
+        case 414: "URI Too Long"
+        case 431: "Request Header Fields Too Large"
+        case 505: "HTTP Version Not Supported"
+        default: "Error"
+        }
+    }
+
+    /// Now as an HTTP date (RFC 9110 §5.6.7: `Sun, 06 Nov 1994 08:49:37 GMT`).
+    private static func httpDate() -> String {
+        var now = time(nil)
+        var parts = tm()
+        gmtime_r(&now, &parts)
+        let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
+            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+    }
+
     /// Whether a message of libmicrohttpd's reports only what clients do routinely, once per
     /// connection (so a client decides how many there are): it went away, or its stream
     /// was cut off by the server (the stream's reader ends with an error, which the
@@ -415,13 +465,13 @@ public final class MicroHTTPServer: Service {
         guard let existing = context.pointee,
               let exchange = Unmanaged<AnyObject>.fromOpaque(existing).takeUnretainedValue() as? Exchange
         else {
-            let refusal = context.pointee.map { Unmanaged<RefusedTarget>.fromOpaque($0).takeRetainedValue().refusal }
+            let note = context.pointee.map { Unmanaged<TargetNote>.fromOpaque($0).takeRetainedValue() }
             context.pointee = nil
             // The target and method become strings here only: later calls of the same
             // request (its body, its dispatch, its answer) do not need them.
-            return begin(connection, url: String(cString: url), method: String(cString: method),
+            return begin(connection, url: String(cString: url), method: String(cString: method), methodStart: method,
                          isHTTP11: version.map { strcmp($0, MHD_HTTP_VERSION_1_1) == 0 } ?? false,
-                         refusal: refusal, context: context)
+                         refusal: note?.refusal, pathAsSent: note?.pathAsSent, context: context)
         }
         if uploadSize.pointee > 0 {
             exchange.loop?.noteProgress()
@@ -436,24 +486,28 @@ public final class MicroHTTPServer: Service {
         return exchange.dispatchOrQueue(pipeline.handle)
     }
 
-    /// Checks a request's raw target before the library parses it; a refused one keeps no
-    /// query parameters, and its refusal becomes the request's first context (`access`).
+    /// Checks a request's raw target before the library parses it (and percent-decodes its
+    /// path in place): a refused one keeps no query parameters. What the request's first
+    /// context (`access`) then holds: the refusal, if any, and the path as sent, if the
+    /// decoded one would not show it (`TargetNote`).
     func checkTarget(_ target: UnsafePointer<CChar>) -> UnsafeMutableRawPointer? {
         let check = TargetCheck(maximumQueryParameters: configuration.maximumQueryParameters,
                                 maximumTargetBytes: configuration.maximumTargetBytes)
         let bytes = UnsafeRawBufferPointer(start: target, count: strlen(target))
-        guard let refusal = headway_target_has_raw_nul(target) != 0 ? .nulInTarget : check.refusal(for: bytes) else {
-            return nil
-        }
-        headway_drop_query(target)
-        return Unmanaged.passRetained(RefusedTarget(refusal)).toOpaque()
+        let hasRawNUL = headway_target_has_raw_nul(target) != 0
+        let refusal = hasRawNUL ? .nulInTarget : check.refusal(for: bytes)
+        let pathAsSent = TargetCheck.pathAsSent(bytes, cutByNUL: hasRawNUL)
+        guard refusal != nil || pathAsSent != nil else { return nil }
+        if refusal != nil { headway_drop_query(target) }
+        return Unmanaged.passRetained(TargetNote(refusal: refusal, pathAsSent: pathAsSent)).toOpaque()
     }
 
-    private func begin(_ connection: OpaquePointer, url: String, method: String, isHTTP11: Bool, refusal: HTTPRefusal?,
-                       context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
+    private func begin(_ connection: OpaquePointer, url: String, method: String, methodStart: UnsafePointer<CChar>,
+                       isHTTP11: Bool, refusal: HTTPRefusal?,
+                       pathAsSent: String?, context: UnsafeMutablePointer<UnsafeMutableRawPointer?>) -> MHD_Result {
         // Checked first, before the body is read or anything answered: a head a proxy in
         // front could read otherwise is refused, and its connection closed.
-        let fields = Self.headFields(connection)
+        let fields = Self.headFields(connection, method: methodStart)
         let headRefusal = HeadCheck.refusal(for: fields, isHTTP11: isHTTP11)
         let headers = fields.map(Self.header)
         let query = Self.queryArguments(connection)
@@ -474,6 +528,7 @@ public final class MicroHTTPServer: Service {
         loop?.noteProgress()
         let exchange = Exchange(connection: connection, request: request, server: self,
                                 bodyLimit: largerLimit ?? configuration.maximumBodyBytes, loop: loop)
+        exchange.pathAsSent = pathAsSent
         // A stream's body is then sent in chunks, which its writer may send itself.
         exchange.isChunkedKeepAlive = isHTTP11 && request.header("connection")?.lowercased() != "close"
         context.pointee = Unmanaged.passRetained(exchange).toOpaque()
@@ -547,7 +602,8 @@ public final class MicroHTTPServer: Service {
         }
         guard let context, let pointer = context.pointee else { return }
         context.pointee = nil
-        // A refused target whose request never began (the connection closed first) is only released.
+        // A target's note whose request never began (the connection closed first, or the library
+        // refused the head itself) is only released.
         guard let exchange = Unmanaged<AnyObject>.fromOpaque(pointer).takeRetainedValue() as? Exchange else { return }
         exchange.loop?.noteProgress()
         let wasHandedOver = exchange.wasHandedOver  // read first: an exchange's lock is never taken under `traffic`
@@ -565,28 +621,56 @@ public final class MicroHTTPServer: Service {
     /// 0.9.75 parses a line in place (`name\0` then optional whitespace then the value), but
     /// appends a line folded onto it (obs-fold: a line that begins with a space or a tab)
     /// to its *name*, in a copy elsewhere in the connection's memory: a field whose value
-    /// does not follow its name, its NUL and only spaces or tabs, was folded. The lines are
-    /// gathered into an array reserved at their count (the library counts them when given
-    /// no callback): one allocation a request.
-    private static func headFields(_ connection: OpaquePointer) -> [HeadCheck.Field] {
-        var fields: [HeadCheck.Field] = []
-        fields.reserveCapacity(Int(MHD_get_connection_values(connection, .HEADER_KIND, nil, nil)))
-        _ = withUnsafeMutablePointer(to: &fields) { fields in
+    /// does not follow its name, its NUL and only spaces or tabs, was folded. A NUL in a
+    /// value ends it for the library (its length too), but not the line: the bytes from a
+    /// value's end to the next line's name (or, for the last, to the end of the head, from
+    /// `method`, which begins it, `headway_connection_head_size` bytes on) are the NULs the
+    /// library wrote over the line ends, and anything else came after a NUL of the value
+    /// (one at the very end of a value cannot be told from a line end: it hides nothing).
+    /// The lines are gathered into an array reserved at their count (the library counts
+    /// them when given no callback): one allocation a request.
+    private static func headFields(_ connection: OpaquePointer, method: UnsafePointer<CChar>) -> [HeadCheck.Field] {
+        struct Gathered {
+            var fields: [HeadCheck.Field] = []
+            /// Where the last field's value ends, if its line lies in place.
+            var valueEnd: UnsafePointer<CChar>?
+
+            /// Marks the last field if anything but NULs lies between its value's end and `next`.
+            mutating func checkLineEnd(before next: UnsafePointer<CChar>) {
+                guard let valueEnd, !fields.isEmpty else { return }
+                let gap = valueEnd.distance(to: next)
+                // Both lie in the connection's memory; a gap beyond it is no gap of one line end.
+                if (1...16 * 1024).contains(gap) && !(0..<gap).allSatisfy({ valueEnd[$0] == 0 }) {
+                    fields[fields.count - 1].controlInValue = true
+                }
+            }
+        }
+        var gathered = Gathered()
+        gathered.fields.reserveCapacity(Int(MHD_get_connection_values(connection, .HEADER_KIND, nil, nil)))
+        _ = withUnsafeMutablePointer(to: &gathered) { gathered in
             MHD_get_connection_values(connection, .HEADER_KIND, { cls, _, key, value in
                 guard let cls, let key else { return MHD_Result.YES }
+                let gathered = cls.assumingMemoryBound(to: Gathered.self)
+                gathered.pointee.checkLineEnd(before: key)
+                gathered.pointee.valueEnd = nil
                 var field = HeadCheck.Field(name: String(lowercasingASCII: key), value: value.map { String(cString: $0) } ?? "")
                 if let value {
+                    let length = strlen(value)
+                    field.controlInValue = HeadCheck.hasControlCharacter(UnsafeRawBufferPointer(start: value, count: length))
                     let afterName = key + strlen(key) + 1
                     let gap = afterName.distance(to: value)
                     // Both lie in the connection's memory; a gap beyond it is no gap of one line.
                     field.folded = !(0...16 * 1024).contains(gap)
                         || !(0..<gap).allSatisfy { afterName[$0] == 0x20 || afterName[$0] == 0x09 }
+                    if !field.folded { gathered.pointee.valueEnd = value + length }
                 }
-                cls.assumingMemoryBound(to: [HeadCheck.Field].self).pointee.append(field)
+                gathered.pointee.fields.append(field)
                 return MHD_Result.YES
-            }, fields)
+            }, gathered)
         }
-        return fields
+        let headSize = headway_connection_head_size(connection)
+        if headSize > 0 { gathered.checkLineEnd(before: method + headSize) }
+        return gathered.fields
     }
 
     /// A header line as handlers see it: the name in lower case, the value without the
@@ -654,6 +738,9 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     /// Its head announced a body: the connection has the body deadline until the request is
     /// dispatched (`RequestDeadlines`).
     var awaitsBody = false
+    /// The path as the client sent it, escaped, when the decoded `request.path` would not
+    /// show it (`TargetCheck.pathAsSent`): what the exchange's record names.
+    var pathAsSent: String?
     private let started = DispatchTime.now().uptimeNanoseconds
     /// The route the request matched, noted by the router when the pipeline observes exchanges.
     private let matchedRoute = NotedRoute()
@@ -784,7 +871,7 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
         let completion = HTTPCompletion(status: status,
                                         durationMicroseconds: Int64((DispatchTime.now().uptimeNanoseconds - started) / 1000))
         if dispatched, let observe = server.pipeline.observeExchange {
-            observe(ExchangeRecord(requestID: request.requestID, method: request.method, path: request.path,
+            observe(ExchangeRecord(requestID: request.requestID, method: request.method, path: pathAsSent ?? request.path,
                                    route: matchedRoute.route, status: status,
                                    durationMicroseconds: completion.durationMicroseconds))
         }
@@ -857,10 +944,17 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     }
 }
 
-/// The refusal of a request's target, found before its exchange begins.
-final class RefusedTarget {
-    let refusal: HTTPRefusal
-    init(_ refusal: HTTPRefusal) { self.refusal = refusal }
+/// What the check of a request's raw target found, before its exchange begins: its
+/// refusal, and the path as sent when the library's decoded path would not show it
+/// (`TargetCheck.pathAsSent`). Made only for the few targets that need one.
+final class TargetNote {
+    let refusal: HTTPRefusal?
+    let pathAsSent: String?
+
+    init(refusal: HTTPRefusal?, pathAsSent: String?) {
+        self.refusal = refusal
+        self.pathAsSent = pathAsSent
+    }
 }
 
 /// The C entry points, as global closures: nothing in them is actor-isolated, so

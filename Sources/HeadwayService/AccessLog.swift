@@ -1,8 +1,9 @@
 import HTTPServer
 
 /// Logs one `http.request` line per exchange when it is over (an event stream: when it
-/// ends), with its id, method, path, the route pattern matched, the status sent and the
-/// time taken; and counts it in the metrics (by method, route pattern and status, and its
+/// ends), with its id, method, path (as sent, escaped: `ExchangeRecord.path`; the query is
+/// left out, as it may carry the event stream's `access_token`), the route pattern matched,
+/// the status sent and the time taken; and counts it in the metrics (by method, route pattern and status, and its
 /// duration by route pattern: the pattern, never the raw path, so the series stay few).
 /// The HTTP layer calls `record` for every exchange (`HTTPPipeline.observeExchange`).
 struct AccessLog: Sendable {

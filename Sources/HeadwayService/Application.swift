@@ -375,6 +375,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
             ConnectionRefusal.waitingFull.rawValue: "\(counts[.waitingFull] ?? 0)",
             ConnectionRefusal.tooManyFromAddress.rawValue: "\(counts[.tooManyFromAddress] ?? 0)",
             ConnectionRefusal.notTLS.rawValue: "\(counts[.notTLS] ?? 0)",
+            ConnectionRefusal.malformedHead.rawValue: "\(counts[.malformedHead] ?? 0)",
         ])
     }
     // Every request gets an id and, once over, a log line and its count from the HTTP layer

@@ -229,6 +229,20 @@ extension Problem {
             self.init(status: 400, code: "host_missing", title: "Host required",
                       detail: "An HTTP/1.1 request must say Host. The connection is closed.",
                       headers: [HTTPField("Connection", "close")])
+        case .malformedRequestLine:
+            self.init(status: 400, code: "malformed_request_line", title: "Malformed request line",
+                      detail: "The first line of a request must be METHOD SP target SP HTTP/1.1 (or HTTP/1.0). The "
+                          + "connection is closed.",
+                      headers: [HTTPField("Connection", "close")])
+        case .versionNotSupported:
+            self.init(status: 505, code: "http_version_not_supported", title: "HTTP version not supported",
+                      detail: "This server speaks HTTP/1.1 and HTTP/1.0. The connection is closed.",
+                      headers: [HTTPField("Connection", "close")])
+        case .headTooLarge(let limit):
+            self.init(status: 431, code: "request_header_too_large", title: "Request head too large",
+                      detail: "A request head may weigh at most \(limit) bytes: its bytes, and 64 more for each header "
+                          + "line and each query parameter. The connection is closed.",
+                      headers: [HTTPField("Connection", "close")])
         }
     }
 
@@ -292,6 +306,13 @@ extension Problem {
         status: 503, code: "database_busy", title: "Database busy",
         detail: "Another process holds the database's write lock; nothing was changed. Retry shortly.",
         headers: [HTTPField("Retry-After", "1")])
+
+    /// `GET /readyz` while another process holds the database's write lock: the writer
+    /// waits for it, and nothing can be written meanwhile.
+    static let writeLockHeld = Problem(
+        status: 503, code: "database_busy", title: "Database busy",
+        detail: "Another process holds the database's write lock: nothing can be written until it lets go.",
+        headers: [HTTPField("Retry-After", "1"), HTTPField("Cache-Control", "no-store")])
 
     /// The PostgreSQL server could not be reached, or the connection broke during the
     /// batch: nothing is known to be stored (a commit cut short may have been; the `seq`

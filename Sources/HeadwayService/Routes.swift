@@ -14,7 +14,9 @@ public struct RouteEntry: Sendable, Equatable {
 /// The service's routes: the only way the APIs add one, and it takes the access the route
 /// needs, so no route can be added without declaring it. Each handler runs only after
 /// `AccessGate` has let its request through (before its body is parsed or anything is
-/// read or written), with the request's grant.
+/// read or written), with the request's grant. A request whose token was let through is
+/// its token's client from then on (`HTTPRequest.client`: what shares the API reads'
+/// turns): behind a proxy every client has the proxy's address, not its own token.
 struct ServiceRoutes {
     let gate: AccessGate
     private(set) var router = Router()
@@ -23,12 +25,27 @@ struct ServiceRoutes {
 
     init(gate: AccessGate) { self.gate = gate }
 
+    /// The number a token's requests share as their client (`HTTPRequest.client`): never
+    /// 0 (an unknown client), and, within the process, another than any address's but by
+    /// a chance of one in 2^64.
+    static func client(ofToken tokenID: String) -> Int {
+        var hasher = Hasher()
+        hasher.combine("token")
+        hasher.combine(tokenID)
+        let number = hasher.finalize()
+        return number == 0 ? 1 : number
+    }
+
     /// Adds a route needing `access`.
     mutating func add(_ method: String, _ pattern: String, _ access: RouteAccess, _ handler: @escaping GrantedHandler) {
         table.append(RouteEntry(method: method, pattern: pattern, access: access))
         router.add(method, pattern) { [gate] request, responder in
             switch gate.admit(request, access) {
-            case .success(let grant): handler(request, grant, responder)
+            case .success(let grant):
+                guard let tokenID = grant.tokenID else { return handler(request, grant, responder) }
+                var request = request
+                request.client = Self.client(ofToken: tokenID)
+                handler(request, grant, responder)
             case .failure(let refusal): responder.respond(Problem(refusal).response)
             }
         }

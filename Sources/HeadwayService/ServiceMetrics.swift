@@ -3,6 +3,7 @@ import HTTPServer
 import Lifecycle
 import HeadwayCore
 import HeadwayStore
+import Synchronization
 
 /// What the daemon counts as it works, for `GET /metrics`. Each part is bumped where the
 /// thing happens (the access-log middleware, the update handlers, the broker thread, the
@@ -215,23 +216,43 @@ final class EventCounters: Sendable {
 /// most once per `interval` however often `/readyz` is asked (group commit merges the
 /// probes of one moment into one batch anyway).
 final class WriteProbe: Sendable {
+    /// Why a probe found the database taking no writes.
+    enum Failure: Sendable, Equatable {
+        /// Another process holds the write lock: the writer waits for it.
+        case busy
+        /// The write failed (a full disk, a read-only file…), as said.
+        case failed(String)
+    }
+
     private struct Outcome {
         var at: UInt64
-        var failure: String?
+        var failure: Failure?
     }
 
     let interval: UInt64 = 1_000_000_000
     private let latest = Locked<Outcome?>(nil)
 
     /// The latest outcome if it is recent enough (nil: probe again), as a failure or nil.
-    func recent(now: UInt64) -> String?? {
+    func recent(now: UInt64) -> Failure?? {
         latest.withLock { outcome in
             guard let outcome, now &- outcome.at < interval else { return nil }
             return .some(outcome.failure)
         }
     }
 
-    func record(_ failure: String?, now: UInt64) { latest.withLock { $0 = Outcome(at: now, failure: failure) } }
+    func record(_ failure: Failure?, now: UInt64) { latest.withLock { $0 = Outcome(at: now, failure: failure) } }
+}
+
+/// Passes on the first answer given, and drops the later ones.
+private final class AnswerOnce: Sendable {
+    private let responder: any Responder
+    private let answered = Atomic<Bool>(false)
+
+    init(_ responder: any Responder) { self.responder = responder }
+
+    func respond(_ response: HTTPResponse) {
+        if !answered.exchange(true, ordering: .acquiringAndReleasing) { responder.respond(response) }
+    }
 }
 
 /// The routes operators' tools read: `GET /healthz` (alive: answers without touching the
@@ -274,17 +295,30 @@ struct OperationsAPI: Sendable {
             guard version == latest else {
                 return Problem.notReady("The database's schema version is \(version); this build needs \(latest).").response
             }
-            let answer = { @Sendable (failure: String?) -> HTTPResponse in
-                if let failure { return Problem.notReady("The database takes no writes: \(failure).").response }
-                return .json(200, #"{"status":"ready","schema_version":\#(version)}"#,
-                             headers: [HTTPField("Cache-Control", "no-store")])
+            let answer = { @Sendable (failure: WriteProbe.Failure?) -> HTTPResponse in
+                switch failure {
+                case nil:
+                    .json(200, #"{"status":"ready","schema_version":\#(version)}"#, headers: [HTTPField("Cache-Control", "no-store")])
+                case .busy: Problem.writeLockHeld.response
+                case .failed(let failure): Problem.notReady("The database takes no writes: \(failure).").response
+                }
             }
             if let recent = probe.recent(now: DispatchTime.now().uptimeNanoseconds) { return answer(recent) }
-            writer.submit({ database in try database.probeWrite() }) { result in
-                var failure: String?
-                if case .failure(let error) = result { failure = "\(error)" }
+            // A probe does not wait out a lock another process holds (the writer waits up to
+            // the busy timeout): while the writer has waited long for one, the answer is
+            // known at once, and so it is when the probe's own batch has waited long.
+            let once = AnswerOnce(responder)
+            guard let listener = writer.lockWaits.whenAWaitIsLong({ once.respond(answer(.busy)) }) else {
+                return answer(.busy)
+            }
+            writer.submit({ database in try database.probeWrite() }) { [writer] result in
+                writer.lockWaits.forget(listener)
+                var failure: WriteProbe.Failure?
+                if case .failure(let error) = result {
+                    failure = (error as? DatabaseError)?.isBusy == true ? .busy : .failed("\(error)")
+                }
                 probe.record(failure, now: DispatchTime.now().uptimeNanoseconds)
-                responder.respond(answer(failure))
+                once.respond(answer(failure))
             }
             return nil
         }

@@ -104,6 +104,9 @@ public final class GroupCommitWriter: Service {
     private let coordinator: (any BatchCoordinator)?
     /// What holds a batch's changes of rows back until it commits, if anything.
     private let heldWrites: (any HeldWrites)?
+    /// Whether the writer waits now for a lock another process holds (SQLite), and a word
+    /// when such a wait begins: the readiness probe need not wait with it.
+    public let lockWaits = LockWaits()
 
     /// The size the `-wal` file is brought back under once nothing holds it (32 MiB): well
     /// above what it reaches under steady load, when the checkpoint after a batch resets it
@@ -139,6 +142,7 @@ public final class GroupCommitWriter: Service {
             try database.execute("PRAGMA journal_size_limit = \(walSizeLimit)")
             // A batch's replies do not wait for a checkpoint: it runs after them (`run()`).
             database.deferCheckpoints()
+            database.reportLockWaits(to: lockWaits)
         }
         self.coordinator = coordinator
         self.maximumBatch = maximumBatch

@@ -116,6 +116,9 @@ public final class Database: @unchecked Sendable {
     /// cache's held writes, `TaskCache`): told as savepoints and transactions begin and end,
     /// and asked to write what it holds before each commit.
     public var heldWrites: (any HeldWrites)?
+    /// The busy handler that tells of lock waits, once `reportLockWaits(to:)` set it
+    /// (kept here: SQLite holds only its address).
+    private var busyHandler: ReportingBusyHandler?
     /// Changes held back by `heldWrites`, counted in `totalChanges` as if written, so that
     /// "did this change anything" means the same whether a write is held or made.
     private var heldChanges: Int64 = 0
@@ -164,6 +167,24 @@ public final class Database: @unchecked Sendable {
         sqliteHandle = pointer
         sqlite3_extended_result_codes(handle, 1)
         sqlite3_busy_timeout(handle, Self.busyTimeoutMilliseconds)
+    }
+
+    /// Tells `waits` whenever a statement of this connection waits for a lock another
+    /// connection holds (SQLite only; the wait itself is as long as before:
+    /// `busyTimeoutMilliseconds`).
+    public func reportLockWaits(to waits: LockWaits) {
+        guard !isPostgres else { return }
+        busyHandler = ReportingBusyHandler(waits: waits, timeoutMilliseconds: Self.busyTimeoutMilliseconds)
+        restoreBusyWaits()
+    }
+
+    /// Waits for other connections' locks again as the connection was set to.
+    private func restoreBusyWaits() {
+        if let busyHandler {
+            sqlite3_busy_handler(handle, ReportingBusyHandler.callback, Unmanaged.passUnretained(busyHandler).toOpaque())
+        } else {
+            sqlite3_busy_timeout(handle, Self.busyTimeoutMilliseconds)
+        }
     }
 
     /// SQLite's process-wide settings, made once before the first connection opens.
@@ -329,7 +350,7 @@ public final class Database: @unchecked Sendable {
         try checkOpen("PRAGMA wal_checkpoint(TRUNCATE)")
         if isPostgres { return true }
         sqlite3_busy_timeout(handle, 0)
-        defer { sqlite3_busy_timeout(handle, Self.busyTimeoutMilliseconds) }
+        defer { restoreBusyWaits() }
         let code = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil)
         switch code & 0xff {
         case SQLITE_OK: return true
@@ -434,7 +455,10 @@ extension Database {
         // writer needs once it holds the lock all writers take (`SharedWriting`).
         switch kind {
         case .deferred: try control(isPostgres ? "BEGIN ISOLATION LEVEL REPEATABLE READ" : "BEGIN DEFERRED")
-        case .immediate: try control(isPostgres ? "BEGIN" : "BEGIN IMMEDIATE")
+        case .immediate:
+            // Where a writer waits for another process's lock: its wait, if any, is over.
+            defer { busyHandler?.statementReturned() }
+            try control(isPostgres ? "BEGIN" : "BEGIN IMMEDIATE")
         }
         let changesAtStart = totalChanges
         let value: Value

@@ -160,6 +160,42 @@ private func eventuallyWakingTheLoop(_ running: RunningServer, _ condition: () -
         #expect(eventually { refused.withLock { $0 } == [.bodyTimeout: 1] })
         #expect(try inTime.request("GET", "/c").text == "GET /c", "the other connection is kept")
     }
+
+    /// A chunked body has the same deadline, from its head, however its chunks come: one
+    /// whose chunk of 10 bytes arrives a byte at a time (libmicrohttpd's idle timeout
+    /// restarts with each) is closed at the body timeout and counted; one whose chunks are
+    /// whole in time is served.
+    @Test func aChunkedBodyDribbledPastItsDeadlineIsClosed() throws {
+        let clock = ManualMonotonicClock()
+        let refused = Locked<[ConnectionRefusal: Int]>([:])
+        let running = try server {
+            $0.sortingClock = { clock.read() }
+            $0.headTimeoutNanoseconds = 10_000_000_000
+            $0.bodyTimeoutNanoseconds = 30_000_000_000
+            $0.connectionsRefused = { counts in refused.withLock { $0.merge(counts, uniquingKeysWith: +) } }
+        }
+        defer { running.shutdown() }
+        let dribbling = try TestHTTPClient(port: running.port), inTime = try TestHTTPClient(port: running.port)
+        try dribbling.send("POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\na\r\n12")
+        try inTime.send("POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n12\r\n")
+        #expect(eventually { running.server.requestDeadlines.bodiesAwaited == 2 }, "both heads read, both bodies awaited")
+        for byte in ["3", "4", "5"] {
+            clock.advance(by: 9_000_000_000)
+            try dribbling.send(byte)
+            let passes = running.server.sorter?.loopPasses ?? 0
+            #expect(eventuallyWakingTheLoop(running) { (running.server.sorter?.loopPasses ?? 0) >= passes + 2 })
+        }
+        try inTime.send("2\r\n34\r\n0\r\n\r\n")
+        #expect(try inTime.readResponse().text == "POST /b", "a chunked body whole in time is served")
+        clock.advance(by: 3_000_000_001)
+        #expect(eventuallyWakingTheLoop(running) { running.server.requestDeadlines.bodiesAwaited == 0 },
+                "the dribbling body's time is up")
+        guard case .closed = try dribbling.exchange(Array("67890\r\n0\r\n\r\n".utf8)) else {
+            Issue.record("a chunked body dribbled past the body timeout was served")
+            return
+        }
+        #expect(eventually { refused.withLock { $0 } == [.bodyTimeout: 1] })
+    }
 }
 
 /// libmicrohttpd 0.9.75's epoll loop takes at most 128 ready connections from one

@@ -127,3 +127,98 @@ import Testing
         }
     }
 }
+
+/// What the accept loop refuses in a first head before libmicrohttpd would answer it with a
+/// page of its own (`HeadScreen`).
+@Suite struct HeadScreenTests {
+    private let screen = HeadScreen(memoryLimit: 8 * 1024, maximumTargetBytes: 1024, maximumBodyBytes: 4096,
+                                    maximumQueryParameters: 10)
+
+    private func refusal(_ text: String, maximumHead: Int = 8 * 1024) -> HTTPRefusal? {
+        refusal(Array(text.utf8), maximumHead: maximumHead)
+    }
+
+    private func refusal(_ bytes: [UInt8], maximumHead: Int = 8 * 1024) -> HTTPRefusal? {
+        bytes.withUnsafeBufferPointer { screen.refusal(for: $0, maximumHead: maximumHead) }
+    }
+
+    @Test func wellFormedHeadsPass() {
+        #expect(refusal("GET /x HTTP/1.1\r\nHost: a\r\n\r\n") == nil)
+        #expect(refusal("\r\nGET /x HTTP/1.0\nHost: a\nX-Tab: a\tb\n\n") == nil, "empty line first, bare LFs, a tab")
+        #expect(refusal("GET  /x  HTTP/1.9\r\n\r\n") == nil, "spaces the library reads past")
+        #expect(refusal("POST /x HTTP/1.1\r\nContent-Length:  007\r\n\r\n") == nil)
+        #expect(refusal("POST /x HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n") == nil)
+        #expect(refusal("GET /x HTTP/1.1\r\nX-A: caf\u{e9}\r\n\r\n") == nil, "bytes above DEL")
+        #expect(refusal("GET /x HTTP/1.1\r\nHost: a\r\n") == nil, "not whole yet, nothing wrong so far")
+    }
+
+    @Test func requestLinesTheLibraryRefuses() {
+        for line in ["GET /x", "GET", " /x HTTP/1.1", "GET  HTTP/1.1", "GET /x HTTP/1.1 ", "GET /x http/1.1", "GET /x HTTP/1.10",
+                     "GET /x HTTP/1", "GET /x HTTP/a.b", "GET\t/x HTTP/1.1"] {
+            #expect(refusal(line + "\r\nHost: a\r\n\r\n") == .malformedRequestLine, "\(line)")
+        }
+        for line in ["GET /x HTTP/2.0", "GET /x HTTP/0.9", "GET /x HTTP/3.1"] {
+            #expect(refusal(line + "\r\n\r\n") == .versionNotSupported, "\(line)")
+        }
+        #expect(refusal("GARBAGE\r\nmore") == .malformedRequestLine, "refused once the line is whole")
+    }
+
+    @Test func headerLinesTheLibraryRefuses() {
+        #expect(refusal("GET /x HTTP/1.1\r\nNoColon\r\n\r\n") == .malformedHeader("a header line without a colon"))
+        #expect(refusal("GET /x HTTP/1.1\r\n: 1\r\n\r\n") == .malformedHeader(HeadCheck.nameReason))
+        #expect(refusal(Array("GET /x HTTP/1.1\r\nX".utf8) + [0] + Array("Y: 1\r\n\r\n".utf8)) == .malformedHeader(HeadCheck.nameReason))
+        #expect(refusal("GET /x HTTP/1.1\r\nHost: a\r\n folded\r\n\r\n") == .malformedHeader(HeadCheck.foldedReason))
+        for control in Array(0x00...0x08) + Array(0x0b...0x1f) + [0x7f] where control != 0x0d {
+            #expect(refusal(Array("GET /x HTTP/1.1\r\nX-A: a".utf8) + [UInt8(control)] + Array("b\r\n\r\n".utf8))
+                    == .malformedHeader(HeadCheck.controlReason), "\(control)")
+        }
+        #expect(refusal("GET /x HTTP/1.1\r\nX-A: a\rb\r\n\r\n") == .malformedHeader(HeadCheck.controlReason), "a bare CR")
+    }
+
+    @Test func contentLengthsTheLibraryRefuses() {
+        for value in ["2a", "-5", "+2", "2 ", "1 2", "", "2,2", "\t2\t", "0x10"] {
+            #expect(refusal("POST /x HTTP/1.1\r\nContent-Length: \(value)\r\n\r\n")?.isBadFraming == true, "'\(value)'")
+        }
+        #expect(refusal("POST /x HTTP/1.1\r\ncontent-LENGTH: 1e3\r\n\r\n")?.isBadFraming == true, "any case of the name")
+        #expect(refusal("POST /x HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n") == .bodyTooLarge(limit: 4096))
+    }
+
+    /// A head weighs its bytes and 64 more per header line and query parameter: one over
+    /// the connection's memory less 1 KiB is refused, whole or not; a request line not
+    /// ended within what is looked at is a target too long.
+    @Test func headsTooLargeForTheConnectionsMemory() {
+        let limit = 8 * 1024 - HeadScreen.reserve
+        func head(lines: Int, value: Int, query: String = "") -> String {
+            "GET /x\(query) HTTP/1.1\r\n" + (0..<lines).map { "X-\($0): " + String(repeating: "v", count: value) + "\r\n" }.joined() + "\r\n"
+        }
+        let small = head(lines: 10, value: 10)
+        #expect(refusal(small) == nil)
+        let many = head(lines: 100, value: 1)
+        #expect(HeadScreen.weight(bytes: many.utf8.count, lines: 100, parameters: 0) > limit)
+        #expect(refusal(many) == .headTooLarge(limit: limit))
+        #expect(refusal(head(lines: 1, value: limit)) == .headTooLarge(limit: limit))
+        let parameters = "?" + (0..<10).map { "p\($0)=1" }.joined(separator: "&")
+        #expect(refusal(head(lines: 90, value: 1)) == nil)
+        #expect(refusal(head(lines: 90, value: 1, query: parameters)) == .headTooLarge(limit: limit), "parameters weigh too")
+        let refusedQuery = "?" + (0..<11).map { "p\($0)=1" }.joined(separator: "&")
+        #expect(refusal(head(lines: 90, value: 1, query: refusedQuery)) == nil, "a query the target check refuses is not kept")
+        #expect(refusal("GET /x HTTP/1.1\r\nX-A: " + String(repeating: "v", count: 9000), maximumHead: 8192)
+                == .headTooLarge(limit: limit))
+        #expect(refusal("GET /" + String(repeating: "a", count: 9000), maximumHead: 8192) == .targetTooLong(limit: 1024))
+    }
+
+    /// A stream request whose head weighs more than the stream daemon's connections hold
+    /// goes to the request daemon.
+    @Test func aHeavyStreamHeadGoesToTheRequestDaemon() {
+        let light = Array("GET /v1/events HTTP/1.1\r\nHost: a\r\n\r\n".utf8)
+        let heavy = Array(("GET /v1/events HTTP/1.1\r\n" + (0..<100).map { "A\($0):\r\n" }.joined() + "\r\n").utf8)
+        #expect(heavy.count < 1024)
+        #expect(ConnectionRoute.classify(light, streamPaths: ["/v1/events"], maximumStreamWeight: 3584) == .stream)
+        #expect(ConnectionRoute.classify(heavy, streamPaths: ["/v1/events"]) == .stream, "by bytes alone")
+        #expect(ConnectionRoute.classify(heavy, streamPaths: ["/v1/events"], maximumStreamWeight: 3584) == .request)
+    }
+}
+
+extension HTTPRefusal {
+    var isBadFraming: Bool { if case .badFraming = self { true } else { false } }
+}

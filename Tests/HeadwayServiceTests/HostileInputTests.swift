@@ -1,5 +1,6 @@
 import Foundation
 import HeadwayTestSupport
+import Lifecycle
 import Testing
 
 /// Input meant to break the daemon: it must answer with a clear 4xx or close the
@@ -47,5 +48,34 @@ import Testing
         #expect(encodedSlash.status == 400 && encodedSlash.problemCode == "invalid_request", "\(encodedSlash.text)")
         #expect(try daemon.request("GET", "/healthz").status == 200)
         #expect(try daemon.snapshot("calm") == before, "refused input changed the task")
+    }
+
+    /// The access log names the path as the client sent it, escaped: the library's decoded
+    /// path, cut at `%00`, would log `DELETE /v1/tasks/p1` for a refused
+    /// `DELETE /v1/tasks/p1%00/../x`; a raw control or non-ASCII byte is logged as a
+    /// percent-escape, so no line can be forged or move a terminal.
+    @Test func theAccessLogShowsThePathAsSent() throws {
+        let lines = Locked<[String]>([])
+        let daemon = try LiveDaemon(log: { line in lines.withLock { $0.append(line) } })
+        try daemon.register(#"{"id":"p1","name":"Victim","total":10}"#)
+        let sent: [(target: [UInt8], logged: String)] = [
+            (Array("/v1/tasks/p1%00/../x".utf8), " path=/v1/tasks/p1%00/../x "),
+            (Array("/v1/tasks/p1%0a".utf8) + [0x1b] + Array("[2J".utf8) + [0xc3, 0xa9], " path=/v1/tasks/p1%0a%1B[2J%C3%A9 "),
+            (Array("/v1/tasks/p1".utf8) + [0] + Array("/../x".utf8), " path=/v1/tasks/p1%00 "),
+        ]
+        for (target, logged) in sent {
+            let client = try daemon.connect()
+            try client.send(Array("DELETE ".utf8) + target + Array(" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".utf8))
+            let reply = try client.readResponse()
+            #expect(reply.status == 400 || reply.status == 404, "\(logged) → \(reply.status) \(reply.text)")
+            var line: String?
+            for _ in 0..<500 where line == nil {
+                line = lines.withLock { $0.first { $0.contains("event=http.request") && $0.contains(" method=DELETE") && $0.contains(logged) } }
+                if line == nil { usleep(10_000) }
+            }
+            #expect(line != nil, "no access log line with\(logged): \(lines.withLock { $0.filter { $0.contains("http.request") } })")
+            if let line { #expect(line.contains(" status=\(reply.status) ") && line.hasSuffix("\n") && !line.dropLast().contains("\n")) }
+        }
+        #expect(try daemon.snapshot("p1").contains(#""id":"p1""#), "the refused deletes deleted nothing")
     }
 }

@@ -28,8 +28,10 @@ final class LiveDaemon {
     /// The PostgreSQL database, when the tests run against PostgreSQL.
     let postgresDatabase: TestPostgresDatabase?
 
+    /// `log`, if given, receives every log line from `info` up (none are kept otherwise).
     init(transport: Transport = .socket, durability: String = "normal", arguments: [String] = [],
          clock: any WallClock = SystemClock(), adjust: (inout Configuration) -> Void = { _ in },
+         log: (@Sendable (String) -> Void)? = nil,
          prepare: (_ databasePath: String) throws -> Void = { _ in }) throws {
         postgresDatabase = TestPostgresDatabase.isSelected ? try TestPostgresDatabase() : nil
         let location = postgresDatabase?.uri ?? directory.file("headway.db")
@@ -40,7 +42,8 @@ final class LiveDaemon {
         adjust(&configuration)
         self.transport = transport
         try prepare(configuration.databasePath)
-        application = try buildApplication(configuration, clock: clock, logger: Logger(minimumLevel: .error, sink: { _ in }))
+        let logger = log.map { Logger(minimumLevel: .info, sink: $0) } ?? Logger(minimumLevel: .error, sink: { _ in })
+        application = try buildApplication(configuration, clock: clock, logger: logger)
         try application.start(listening: transport == .socket)
         socketClient = transport == .socket ? try TestHTTPClient(port: application.port) : nil
     }

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import HTTPServer
 import HeadwayStore
 import HeadwayTestSupport
@@ -99,5 +100,66 @@ import Testing
         pool.release()
         pool.reads.close()
         #expect(ran.withLock { $0 } == 0)
+    }
+}
+
+/// The API reads' turns, live: behind a proxy every client has one address, so a request
+/// whose token was let through takes its turn as its token's, not as its address's.
+@Suite(.serialized) struct ReadTurnsByTokenTests {
+    /// From one address (as behind a proxy), 20 listings with one token wait behind a held
+    /// read on the only reader connection, then one with another token: released, the
+    /// other token's read is served second (turns by token), not after the 20 (one turn for
+    /// the address).
+    @Test func aTokensReadWaitsForOneTurnOfAnotherTokensQueue() throws {
+        let daemon = try LiveDaemon(arguments: ["--read-connections", "1"])
+        let admin = try daemon.makeToken([.admin], name: "admin")
+        let heavy = try daemon.makeToken([.read], name: "heavy")
+        let light = try daemon.makeToken([.read], name: "light")
+        for index in 0..<200 {
+            let metadata = #"{"blob":"\#(String(repeating: "x", count: 1000))"}"#
+            let created = try daemon.request("POST", "/v1/tasks", json: #"{"id":"t\#(index)","name":"Task","metadata":\#(metadata)}"#,
+                                             headers: [("Authorization", "Bearer \(admin)")])
+            #expect(created.status == 201, "\(created.text)")
+        }
+        let gate = DispatchSemaphore(value: 0), started = DispatchSemaphore(value: 0)
+        try daemon.application.apiReads.submit { _ in
+            started.signal()
+            gate.wait()
+        }
+        #expect(started.wait(timeout: .now() + 10) == .success, "the reader connection is held")
+        let order = Locked<[String]>([])
+        let group = DispatchGroup()
+        func read(_ name: String, token: String) throws {
+            let client = try daemon.connect()
+            try client.send("GET /v1/tasks?page_size=200 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(token)\r\n\r\n")
+            // A thread each, started now, waiting on its socket: the order of the appends is
+            // the order of the replies (a queue's workers would start one by one).
+            group.enter()
+            Thread {
+                let status = (try? client.readResponse().status) ?? 0
+                order.withLock { $0.append("\(name) \(status)") }
+                group.leave()
+            }.start()
+        }
+        for index in 0..<20 {
+            try read("heavy\(index)", token: heavy)
+            #expect(eventually { daemon.application.apiReads.waitingCount == index + 1 }, "queued in order")
+        }
+        try read("light", token: light)
+        #expect(eventually { daemon.application.apiReads.waitingCount == 21 })
+        gate.signal()
+        #expect(group.wait(timeout: .now() + 60) == .success)
+        let served = order.withLock { $0 }
+        #expect(served.allSatisfy { $0.hasSuffix(" 200") }, "\(served)")
+        let position = served.firstIndex(of: "light 200") ?? served.count
+        #expect(position < 5, "the other token's read was served \(position + 1)th of 21: \(served)")
+    }
+
+    private func eventually(_ condition: () -> Bool) -> Bool {
+        for _ in 0..<1000 {
+            if condition() { return true }
+            usleep(10_000)
+        }
+        return condition()
     }
 }
