@@ -191,6 +191,16 @@ public final class ResponseStream: Sendable {
     /// Whether the stream was closed because its socket took nothing for the stall timeout.
     public var hasStalled: Bool { state.withLock { $0.stalled } }
 
+    /// Whether bytes have waited `nanoseconds` or more without the socket taking any
+    /// (known for a direct stream only: false for any other).
+    public func hasTakenNothing(forNanoseconds nanoseconds: UInt64) -> Bool {
+        state.withLock { state in
+            guard state.isWaiting, !state.closed, !state.broken, let watcher = state.watcher else { return false }
+            let now = watcher.now()
+            return now >= state.lastProgress && now - state.lastProgress >= nanoseconds
+        }
+    }
+
     /// Queues `bytes`; returns false (and drops them) once finished or closed.
     @discardableResult
     public func write(_ bytes: [UInt8]) -> Bool { write(contentsOf: [bytes]) }

@@ -245,6 +245,25 @@ import Testing
         stream.connectionClosed()
     }
 
+    /// How long a stream's peer has taken nothing is known while bytes wait, and starts
+    /// again with any byte taken.
+    @Test func aStreamTellsHowLongItsPeerHasTakenNothing() throws {
+        let pair = try SocketPair(sendBuffer: 4096)
+        let (stream, _) = try directStream(pair)
+        let second: UInt64 = 1_000_000_000
+        #expect(!stream.hasTakenNothing(forNanoseconds: 0), "nothing waits")
+        stream.write(contentsOf: [[UInt8](repeating: 1, count: 200_000)])
+        clock.advance(seconds: 4.9)
+        #expect(stream.hasTakenNothing(forNanoseconds: 4 * second))
+        #expect(!stream.hasTakenNothing(forNanoseconds: 5 * second))
+        _ = pair.peerReads()
+        stream.sendWhenWritable()
+        clock.advance(seconds: 1)
+        #expect(!stream.hasTakenNothing(forNanoseconds: 2 * second), "took bytes a second ago")
+        stream.connectionClosed()
+        #expect(!stream.hasTakenNothing(forNanoseconds: 0), "closed")
+    }
+
     /// A direct stream whose peer hangs up is closed by the watcher at once, not at its
     /// next write — while nothing waits, and after bytes waited and went out (the watch
     /// for the socket's room, used up, gives way to the watch for the hang-up again).
