@@ -32,6 +32,7 @@ import http.client
 import json
 import multiprocessing
 import os
+import re
 import selectors
 import socket
 import sys
@@ -508,6 +509,69 @@ def admin_and_report_tokens(port, options):
     api.close()
 
 
+TCP_CLOSE_WAIT, TCP_CLOSE = 8, 7
+
+
+def stream_ended(sock):
+    """Whether the daemon ended a stream whose client reads nothing: its last chunk came
+    (`retry:` alone, on a connection kept alive), or it closed the connection (the
+    stall timeout; its FIN waits behind the unread bytes, so the TCP state tells)."""
+    try:
+        waiting = sock.recv(65536, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        waiting = b""
+    except OSError:
+        return True
+    state = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+    return waiting.endswith(b"\r\n0\r\n\r\n") or state in (TCP_CLOSE_WAIT, TCP_CLOSE)
+
+
+def catch_up_lockout(port, options, stop, done, notes):
+    """8 streams of all the big tasks, each with its own `min_duration` (0.001 … 0.008 s) so
+    that none shares another's catch-up, over a 4 KiB receive buffer and never read; a
+    stream the daemon ends (its catch-up refused: `retry:` alone) is opened again at once,
+    as an attacker keeps at it. Samples `headway_catch_up_bytes` every 100 ms."""
+    paths = [f"/v1/events?min_duration=0.00{n}" for n in range(1, 9)]
+    heads = [f"GET {path} HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\r\n".encode() for path in paths]
+    socks, opened, ended, peak = [None] * len(heads), 0, 0, None
+    scrape = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    started = time.monotonic()
+    try:
+        while not stop.is_set() and time.monotonic() - started < options["lockout_seconds"]:
+            for index, head in enumerate(heads):
+                sock = socks[index]
+                if sock is not None:
+                    if not stream_ended(sock):
+                        continue  # served (held unread), or still waiting for its catch-up
+                    sock.close()
+                    ended += 1
+                try:
+                    socks[index] = connect(port, timeout=5, receive_buffer=4096)
+                    socks[index].sendall(head)
+                    opened += 1
+                except OSError:
+                    socks[index] = None
+            try:
+                scrape.request("GET", "/metrics")
+                text = scrape.getresponse().read().decode()
+                for line in text.splitlines():
+                    if line.startswith("headway_catch_up_bytes "):
+                        peak = max(peak or 0, float(line.split()[1]))
+            except (OSError, http.client.HTTPException):
+                scrape.close()
+            stop.wait(0.1)
+        done.set()
+        peak_text = "n/a (no such metric)" if peak is None else f"{peak / 2**20:.0f} MiB"
+        notes.put(f"{opened} streams opened over {time.monotonic() - started:.0f} s, 8 at a time, "
+                  f"{ended} ended by the daemon and opened again; peak headway_catch_up_bytes {peak_text}")
+        stop.wait(options["timebox"])
+    finally:
+        scrape.close()
+        for sock in socks:
+            if sock is not None:
+                sock.close()
+
+
 def first_lines(port, payloads, wait):
     """Sends each payload on its own connection; returns, per payload, the status the
     server answered (or `silence`, `closed`, `reset`) and the seconds it took."""
@@ -730,6 +794,7 @@ PHASES = {  # name: (attack, setup)
     "slow-bodies": (slow_bodies, None),
     "deep-tree": (deep_tree, None),
     "catch-up-storm": (catch_up_storm, big_tasks),
+    "catch-up-lockout": (catch_up_lockout, big_tasks),
     "huge-heads": (huge_heads, None),
     "hostile-bytes": (hostile_bytes, victim_task),
     "webhook-hosts": (webhook_hosts, None),
@@ -808,6 +873,12 @@ def run_phase(name, options, log_folder, log):
     with open(daemon_log.name, errors="replace") as written:
         lines = written.read().splitlines()
     result["daemon_log_lines"], result["daemon_log_tail"] = len(lines), lines[-3:]
+    # The catch-up budget's use, as its refusal lines give it (the only record a build
+    # without the `headway_catch_up_bytes` metric keeps).
+    used = [int(m.group(1)) for m in map(re.compile(r"event=events\.catch_ups_refused .*used_bytes=(\d+)").search, lines) if m]
+    if used:
+        result["notes"] += (f"; {len(used)} lines `events.catch_ups_refused`, used_bytes at most "
+                            f"{max(used) / 2**20:.0f} MiB")
     return result
 
 
@@ -888,6 +959,8 @@ def main():
     parser.add_argument("--leaf-updates", type=int, default=20)
     parser.add_argument("--storm", type=int, default=100, help="subscriptions opened and closed per round")
     parser.add_argument("--token-storm", type=int, default=5000, help="tokens the token storm makes")
+    parser.add_argument("--lockout-seconds", type=float, default=45.0,
+                        help="how long the catch-up lock-out keeps its 8 unread streams (past the 30 s stall timeout)")
     parser.add_argument("--rss-factor", type=float, default=2.0)
     parser.add_argument("--rss-slack-mib", type=float, default=200.0)
     parser.add_argument("--json", metavar="PATH", help="also write every figure to PATH")

@@ -17,8 +17,9 @@ import Foundation
 /// library's suspended list and a copy. What the socket cannot take at once waits here
 /// as references to the writers' arrays (`UnsentBytes`: a catch-up written to many
 /// streams is held once) and is sent when it can (`WritableWatcher`, which also closes a
-/// stream whose socket has taken nothing for the stall timeout). To end the stream, or
-/// when the peer is gone, the connection is resumed and the library finishes or closes it.
+/// stream whose socket has taken nothing for the stall timeout, and one whose peer hangs
+/// up — at once, not at its next write). To end the stream, or when the peer is gone, the
+/// connection is resumed and the library finishes or closes it.
 public final class ResponseStream: Sendable {
     /// Everything the writers (any thread) and libmicrohttpd's thread share.
     private struct State: @unchecked Sendable {  // libmicrohttpd's connection handle; used under `state` only
@@ -90,7 +91,7 @@ public final class ResponseStream: Sendable {
                         lastProgress = watcher.now()
                         isWaiting = true
                     }
-                    watcher?.watch(directSocket, owner)
+                    watcher?.watch(directSocket, owner, writable: true)
                     return dueDrainHandler()
                 } else {
                     breakOff()
@@ -190,6 +191,16 @@ public final class ResponseStream: Sendable {
     /// Whether the stream was closed because its socket took nothing for the stall timeout.
     public var hasStalled: Bool { state.withLock { $0.stalled } }
 
+    /// Whether bytes have waited `nanoseconds` or more without the socket taking any
+    /// (known for a direct stream only: false for any other).
+    public func hasTakenNothing(forNanoseconds nanoseconds: UInt64) -> Bool {
+        state.withLock { state in
+            guard state.isWaiting, !state.closed, !state.broken, let watcher = state.watcher else { return false }
+            let now = watcher.now()
+            return now >= state.lastProgress && now - state.lastProgress >= nanoseconds
+        }
+    }
+
     /// Queues `bytes`; returns false (and drops them) once finished or closed.
     @discardableResult
     public func write(_ bytes: [UInt8]) -> Bool { write(contentsOf: [bytes]) }
@@ -243,12 +254,28 @@ public final class ResponseStream: Sendable {
         state.withLock { $0.breakOff() }
     }
 
-    /// Called by the watcher when the socket takes bytes again.
+    /// Called by the watcher when the socket takes bytes again: sends what waits, and
+    /// watches for the peer's hang-up again once nothing does.
     func sendWhenWritable() {
-        let drained = state.withLock { state in
-            state.isDirect && !state.closed && !state.broken ? state.sendUnsent(owner: self) : nil
+        let drained = state.withLock { state -> (@Sendable () -> Void)? in
+            guard state.isDirect && !state.closed && !state.broken else { return nil }
+            let drained = state.sendUnsent(owner: self)
+            if !state.broken && !state.isWaiting { state.watcher?.watch(state.directSocket, self, writable: false) }
+            return drained
         }
         drained?()
+    }
+
+    /// Called by the watcher with the socket's ready `events` (`epoll`'s): a peer that hung
+    /// up (or a socket that failed) closes the stream at once, dropping what waits; a
+    /// socket that takes bytes again gets them.
+    func socketIsReady(_ events: UInt32) {
+        let peerGone = events & (EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0
+        guard peerGone else { return sendWhenWritable() }
+        state.withLock { state in
+            guard state.isDirect && !state.closed && !state.broken else { return }
+            state.breakOff()
+        }
     }
 
     /// Closes the stream (as `abort`) if bytes have waited `timeout` nanoseconds or more
@@ -295,8 +322,12 @@ public final class ResponseStream: Sendable {
             let drained = state.dueDrainHandler()
             if copied > 0 { return (copied, drained, state.loop) }
             if state.finished { return (-1, drained, state.loop) }
-            // Everything handed over so far has been sent: later writes may go direct.
-            if state.directSocket >= 0 { state.isDirect = true }
+            // Everything handed over so far has been sent: later writes may go direct, and
+            // the peer's hang-up is watched for from now on.
+            if state.directSocket >= 0 {
+                state.isDirect = true
+                state.watcher?.watch(state.directSocket, self, writable: false)
+            }
             state.suspended = true
             if let connection = state.connection { MHD_suspend_connection(connection) }
             return (0, drained, state.loop)
@@ -342,8 +373,9 @@ let streamFreeCallback: MHD_ContentReaderFreeCallback = { context in
 extension ResponseStream {
     /// Whether the client is still there: the stream is open and, when its socket is
     /// known, the peer has not closed it (a peek at the socket finds no end of file). A
-    /// suspended connection notices a close only when it next writes; this lets work
-    /// meant for the client (reading its catch-up) be skipped once it has left.
+    /// stream not yet direct notices a close only when it next writes (a direct one at
+    /// once, through the watcher); this lets work meant for the client (reading its
+    /// catch-up) be skipped once it has left.
     public var isPeerConnected: Bool {
         state.withLock { state in
             guard !state.finished && !state.closed && !state.broken else { return false }

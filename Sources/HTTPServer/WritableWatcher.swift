@@ -3,7 +3,9 @@ import Foundation
 import Lifecycle
 
 /// Waits, on a thread of its own, for the sockets of direct streams whose send buffer was
-/// full to take bytes again, and then has each stream send more (once per `watch`).
+/// full to take bytes again, and then has each stream send more (once per `watch`); and,
+/// on every direct stream's socket, for its peer's hang-up (`EPOLLRDHUP`), which closes
+/// the stream at once: a suspended connection would notice it only at its next write.
 ///
 /// It also closes stalled streams: about four times per stall timeout it asks every
 /// stream it watches whether bytes have waited that long without its socket taking any
@@ -38,9 +40,9 @@ final class WritableWatcher: Service {
 
     func run() {
         let intervalMilliseconds = Int32(stallCheckIntervalNanoseconds / 1_000_000)
-        loop.run(timeout: { intervalMilliseconds }, handle: { fd in
+        loop.run(timeout: { intervalMilliseconds }, handleEvents: { fd, events in
             let stream = watched.withLock { $0[fd]?.stream }
-            stream?.sendWhenWritable()
+            stream?.socketIsReady(events)
         }, tick: {
             let time = now()
             let isDue = lastStallCheck.withLock { last in
@@ -54,11 +56,12 @@ final class WritableWatcher: Service {
 
     func requestStop() { loop.requestStop() }
 
-    /// Has `stream` send more once `fd` can be written (or has failed).
-    func watch(_ fd: Int32, _ stream: ResponseStream) {
+    /// Tells `stream` (`socketIsReady`, once: the stream arms the watch again) when its
+    /// peer hangs up on `fd` or `fd` fails — and, when `writable`, when `fd` can be written.
+    func watch(_ fd: Int32, _ stream: ResponseStream, writable: Bool) {
         watched.withLock { watched in
             let isNew = watched.updateValue(Watched(stream: stream), forKey: fd) == nil
-            let events = EPOLLOUT.rawValue | EPOLLONESHOT.rawValue
+            let events = EPOLLRDHUP.rawValue | EPOLLONESHOT.rawValue | (writable ? EPOLLOUT.rawValue : 0)
             if !isNew || !loop.watch(fd, events: events, operation: EPOLL_CTL_ADD) {
                 loop.watch(fd, events: events, operation: EPOLL_CTL_MOD)
             }

@@ -124,11 +124,19 @@ public struct HoldBack: Sendable {
         let wasHeld = held.removeValue(forKey: event.taskID) != nil
         if event.kind == .deleted { return wasHeld ? .drop : .send(event) }
         if filter.isTooShort(createdAt: event.createdAt, finishedAt: event.finishedAt) { return .drop }
-        if event.finishedAt == nil && filter.isTooYoung(createdAt: event.createdAt, now: now) {
+        if wouldHold(event, now: now) {
             held[event.taskID] = event
             return .hold
         }
         return .send(event)
+    }
+
+    /// Whether `offer` would hold `event` at `now` (and so keep it, data and all): a caller
+    /// whose events' data lies elsewhere (a catch-up shared by several streams) makes an
+    /// event with its data only for those.
+    public func wouldHold(_ event: TaskEvent, now: EpochMilliseconds) -> Bool {
+        filter.minDurationMilliseconds > 0 && event.kind != .deleted && event.finishedAt == nil
+            && filter.isTooYoung(createdAt: event.createdAt, now: now)
     }
 
     /// The held events whose tasks have come of age at `now`, oldest task first; they

@@ -305,7 +305,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let errors = ErrorReplies(logger: logger)
     let unreadReplies = UnreadReplies(limitBytes: configuration.maximumUnsentReplyBytes)
     let batchParsing = DispatchQueue(label: "headway.batches")
-    OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker,
+    let catchUpBudget = CatchUpBudget(limitBytes: configuration.maximumCatchUpBytes)
+    OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker, catchUpBudget: catchUpBudget,
                   databasePath: configuration.databasePath, errors: errors, unreadReplies: unreadReplies)
         .register(in: &routes)
     TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors,
@@ -320,9 +321,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                 changed: { webhookDoorbell.ring() })
         .register(in: &routes)
     DashboardAPI(registry: tokens).register(in: &routes)
-    let recentCatchUps = CatchUpCache()
+    let recentCatchUps = CatchUpCache(budget: catchUpBudget)
     let catchUpStatistics = CatchUpStatistics()
-    let catchUpBudget = CatchUpBudget(limitBytes: configuration.maximumCatchUpBytes)
     EventsAPI(broker: broker, reads: catchUpReads, clock: clock, logger: logger, errors: errors,
               recentCatchUps: recentCatchUps, statistics: catchUpStatistics, budget: catchUpBudget)
         .register(in: &routes)

@@ -181,8 +181,10 @@ public struct Configuration: Sendable, Equatable {
                                     client took nothing for this long while bytes wait
                                     (HEADWAY_STREAM_STALL_TIMEOUT, default 30)
           --max-catch-up-bytes N    bytes of catch-ups (snapshots, replays) all event
-                                    streams may hold unsent at once; past it a new
-                                    subscriber gets retry: and its stream ends
+                                    streams may hold unsent at once, an eighth per
+                                    client (token, else address) but for one catch-up
+                                    while it holds none; past it a new subscriber gets
+                                    retry: and its stream ends
                                     (HEADWAY_MAX_CATCH_UP_BYTES, default 268435456)
           --max-unsent-reply-bytes N
                                     bytes of API replies (pages of tasks…) that may

@@ -12,19 +12,6 @@ enum EventFrames {
         return frame.bytes
     }
 
-    /// The first event of a fresh subscription (each task's parent hidden when it lies
-    /// outside `prefix`, the stream's task prefix).
-    static func snapshot(_ tasks: [TaskRecord], changeNumber: Int64, hidingParentOutside prefix: String? = nil) -> [UInt8] {
-        var data = "{\"tasks\":["
-        for (index, task) in tasks.enumerated() {
-            if index > 0 { data += "," }
-            data += TaskJSON.hidingParent(task.json, parentID: task.parentID, outside: prefix)
-        }
-        data += "]}"
-        let frame = try! ServerSentEvent(id: String(changeNumber), event: "snapshot", data: data)
-        return frame.bytes
-    }
-
     /// A comment line, which keeps proxies and dead-peer detection working.
     static let heartbeat: [UInt8] = Array(ServerSentEvent.comment().utf8)
 }

@@ -10,9 +10,12 @@ import HeadwayStore
 /// after its last event id, only of the tasks it follows — is read from one database
 /// snapshot on a connection of the catch-up read pool, and live events already covered by
 /// that snapshot are dropped (`CatchUpMerge`). Catch-ups of different subscribers are
-/// read side by side; one whose client has left before its turn is not read at all, and
-/// none while the catch-ups held in memory use up their budget (`CatchUpBudget`): that
-/// stream gets `retry:` and ends, and its client comes back later.
+/// read side by side; one whose client has left before its turn is not read at all. A
+/// catch-up is read once for every stream that selects the same tasks at the same
+/// position (`CatchUpCache`), and each stream's `min_duration` is applied to it
+/// (`CatchUpBase.view`). Its bytes are counted, before they are made, against its client's
+/// fair share of a global budget (`CatchUpBudget`); when that refuses, the stream gets
+/// `retry:` and ends, and its client comes back later.
 struct EventsAPI: Sendable {
     let broker: EventBroker
     /// Connections of their own, so a large catch-up never waits behind API reads (the
@@ -66,8 +69,9 @@ struct EventsAPI: Sendable {
             HTTPField("Cache-Control", "no-cache"),
             HTTPField("X-Accel-Buffering", "no"),
         ], stream: stream))
+        let party = CatchUpParty(client: request.client, tokenID: grant.tokenID)
         do {
-            try reads.submit { [self] reader in catchUp(subscriber, on: stream, query, request, with: reader) }
+            try reads.submit { [self] reader in catchUp(subscriber, on: stream, query, request, party, with: reader) }
         } catch {
             // The pool is closing, or more catch-ups wait than subscribers are allowed
             // (clients that left faster than their catch-ups were skipped): the client
@@ -76,19 +80,26 @@ struct EventsAPI: Sendable {
         }
     }
 
-    /// Reads `subscriber`'s catch-up and hands it to the broker — unless its client has
-    /// left meanwhile: then nothing is read and the stream is ended.
+    /// The budget refused a catch-up's bytes.
+    private struct Refused: Error {}
+
+    /// Reads `subscriber`'s catch-up, counted against `party`'s share of the budget, and
+    /// hands it to the broker — unless its client has left meanwhile (then nothing is read
+    /// and the stream is ended) or the budget refuses it (the stream gets `retry:`).
     private func catchUp(_ subscriber: SubscriberID, on stream: ResponseStream, _ query: EventsQuery,
-                         _ request: HTTPRequest, with reader: DatabaseReader) {
+                         _ request: HTTPRequest, _ party: CatchUpParty, with reader: DatabaseReader) {
         guard stream.isPeerConnected else {
             statistics.countSkipped()
             stream.abort()
             return
         }
-        guard budget.admits else { return refuse(stream) }
+        let hold = budget.hold(for: party)
+        hold.isFor(stream)
         do {
-            let catchUp = try catchUp(query, with: reader)
-            broker.caughtUp(subscriber, catchUp, holding: catchUp.charge.map(budget.hold))
+            let catchUp = try catchUp(query, hold: hold, with: reader)
+            broker.caughtUp(subscriber, catchUp, holding: hold)
+        } catch is Refused {
+            refuse(stream)
         } catch {
             logger.log(.error, "events.catch_up_failed", ["request_id": request.requestID, "error": "\(error)"])
             stream.finish()
@@ -117,65 +128,93 @@ struct EventsAPI: Sendable {
         ])
     }
 
-    /// Reads, in one database snapshot, what a subscriber must see before live events —
-    /// or takes it from `recentCatchUps` when the same query was answered at the same
-    /// position and that answer still holds.
-    private func catchUp(_ query: EventsQuery, with reader: DatabaseReader) throws -> CatchUp {
+    /// Reads, in one database snapshot, what a subscriber must see before live events:
+    /// the catch-up of the tasks it selects (taken from `recentCatchUps` when it was read
+    /// at the same position and still holds; else read, unless `hold` may take nothing
+    /// more), seen through its `min_duration`. Every byte is counted on `hold` before it is
+    /// made; throws `Refused` when the budget refuses one.
+    private func catchUp(_ query: EventsQuery, hold: CatchUpHold, with reader: DatabaseReader) throws -> CatchUp {
         try reader.snapshot { database in
             let rowsBefore = database.rowsRead
-            defer { statistics.countRead(rows: database.rowsRead - rowsBefore) }
-            let now = clock.now()
-            let position = try ChangeFeed.position(in: database)
-            if let cached = recentCatchUps.catchUp(for: query, at: position, now: now) { return cached }
-            let catchUp = try read(query, at: position, now: now, in: database)
-            recentCatchUps.remember(catchUp.value, for: query, at: position, validUntil: catchUp.validUntil)
-            return catchUp.value
+            let catchUp = try catchUp(query, hold: hold, in: database)
+            statistics.countRead(rows: database.rowsRead - rowsBefore)
+            return catchUp
         }
     }
 
-    /// What `catchUp` reads (only the rows of the tasks the query follows); the answer
-    /// holds at its position until `validUntil` (when the oldest finished task it shows
-    /// leaves the last minute), if given.
-    private func read(_ query: EventsQuery, at position: ChangeFeed.Position, now: EpochMilliseconds,
-                      in database: Database) throws -> (value: CatchUp, validUntil: EpochMilliseconds?) {
-            var validUntil: EpochMilliseconds?
-            var holdBack = HoldBack(filter: query.filter)
-            var frames: [[UInt8]] = []
-            let filter = query.filter
-            let selection = ChangeFeed.Selection(taskIDs: filter.taskIDs.sorted(), parentID: filter.parentID,
-                                                 taskPrefix: filter.taskPrefix)
-            if let lastID = query.lastEventID, position.canResume(from: lastID) {
-                // Tasks held back by min_duration when the client left are older than any
-                // change it saw, so they are looked up by age and sent without an id.
-                if filter.minDurationMilliseconds > 0 {
-                    let since = try ChangeFeed.timeNoLaterThan(change: lastID, in: database) - filter.minDurationMilliseconds
-                    for task in try ChangeFeed.unfinished(createdSince: since, of: selection, in: database)
-                    where task.changeNumber <= lastID {
-                        if case .send(let event) = holdBack.offer(TaskEvent(task.changeKind, task), now: now) {
-                            frames.append(EventFrames.event(event, withID: false, hidingParentOutside: filter.taskPrefix))
-                        }
-                    }
-                }
-                for event in try ChangeFeed.changes(after: lastID, of: selection, in: database) {
-                    if case .send(let event) = holdBack.offer(event, now: now) {
-                        frames.append(EventFrames.event(event, withID: true, hidingParentOutside: filter.taskPrefix))
-                    }
-                }
-            } else {
-                var shown: [TaskRecord] = []
-                let since = now - Self.recentlyFinishedMilliseconds
-                for task in try ChangeFeed.snapshot(finishedSince: since, of: selection, in: database) {
-                    if case .send = holdBack.offer(TaskEvent(task.changeKind, task), now: now) { shown.append(task) }
-                    if let finishedAt = task.finishedAt {
-                        validUntil = min(validUntil ?? .max, finishedAt + Self.recentlyFinishedMilliseconds)
-                    }
-                }
-                frames.append(EventFrames.snapshot(shown, changeNumber: position.last, hidingParentOutside: filter.taskPrefix))
+    /// `catchUp(_:hold:with:)` in `database`'s snapshot.
+    private func catchUp(_ query: EventsQuery, hold: CatchUpHold, in database: Database) throws -> CatchUp {
+        let now = clock.now()
+        let position = try ChangeFeed.position(in: database)
+        let filter = query.filter
+        let selection = ChangeFeed.Selection(taskIDs: filter.taskIDs.sorted(), parentID: filter.parentID,
+                                             taskPrefix: filter.taskPrefix)
+        let resumeFrom = query.lastEventID.flatMap { position.canResume(from: $0) ? $0 : nil }
+        let base: CatchUpBase
+        if let (charge, cached) = recentCatchUps.catchUp(for: query, resumingFrom: resumeFrom, at: position, now: now) {
+            guard hold.join(charge) else { throw Refused() }
+            base = cached
+        } else {
+            guard hold.mayTakeMore else { throw Refused() }
+            base = try read(selection, resumingFrom: resumeFrom, at: position, now: now, hold: hold, in: database)
+            let charge = CatchUpCharge(bytes: base.bytes, contents: base)
+            hold.settle(charge)
+            recentCatchUps.remember(charge, for: query, resumingFrom: resumeFrom, at: position)
+        }
+        var holdBack = HoldBack(filter: filter)
+        var frames = [Self.retryField]
+        var ownBytes = 0
+        if let lastID = resumeFrom, filter.minDurationMilliseconds > 0 {
+            // Tasks held back by min_duration when the client left are older than any
+            // change it saw, so they are looked up by age and sent without an id.
+            let since = try ChangeFeed.timeNoLaterThan(change: lastID, in: database) - filter.minDurationMilliseconds
+            for task in try ChangeFeed.unfinished(createdSince: since, of: selection, in: database)
+            where task.changeNumber <= lastID {
+                guard case .send(let event) = holdBack.offer(TaskEvent(task.changeKind, task), now: now) else { continue }
+                let frame = EventFrames.event(event, withID: false, hidingParentOutside: filter.taskPrefix)
+                guard hold.reserve(frame.count) else { throw Refused() }
+                ownBytes += frame.count
+                frames.append(frame)
             }
-            // `retry:` rides on the first event: some clients dispatch a frame without data.
-            if frames.isEmpty { frames = [Self.retryField + [10]] } else { frames[0] = Self.retryField + frames[0] }
-            return (CatchUp(frames: frames, highWater: position.last, holdBack: holdBack, charge: CatchUpCharge(frames)),
-                    validUntil)
+        }
+        var reserved = 0
+        guard let view = base.view(holdBack: &holdBack, now: now, reserve: { bytes in
+            reserved = bytes
+            return hold.reserve(bytes)
+        }) else { throw Refused() }
+        ownBytes += reserved
+        if ownBytes > 0 { hold.settle(CatchUpCharge(bytes: ownBytes)) }
+        frames += view.frames
+        // `retry:` rides on the first event: some clients dispatch a frame without data.
+        if frames.count == 1 { frames = [Self.retryField + [10]] }
+        return CatchUp(frames: frames, highWater: base.highWater, holdBack: holdBack)
+    }
+
+    /// Reads the catch-up of `selection` at `position` (the changes after `lastID` when
+    /// given, else a snapshot), only the rows of the tasks it selects, each task's parent
+    /// hidden when it lies outside the selection's task prefix, reserving each item's
+    /// bytes on `hold` before adding it.
+    private func read(_ selection: ChangeFeed.Selection, resumingFrom lastID: Int64?, at position: ChangeFeed.Position,
+                      now: EpochMilliseconds, hold: CatchUpHold, in database: Database) throws -> CatchUpBase {
+        var builder: CatchUpBase.Builder
+        let events: [TaskEvent]
+        if let lastID {
+            builder = .changes(through: position.last)
+            events = try ChangeFeed.changes(after: lastID, of: selection, in: database)
+        } else {
+            builder = .snapshot(changeNumber: position.last)
+            let since = now - Self.recentlyFinishedMilliseconds
+            events = try ChangeFeed.snapshot(finishedSince: since, of: selection, in: database)
+                .map { TaskEvent($0.changeKind, $0) }
+        }
+        guard hold.reserve(builder.fixedBytes) else { throw Refused() }
+        for event in events {
+            // Every stream sharing it has the same task prefix (it is part of the key).
+            guard builder.append(event.hidingParent(outside: selection.taskPrefix), reserve: hold.reserve) else {
+                throw Refused()
+            }
+        }
+        return builder.finish()
     }
 }
 
@@ -208,12 +247,14 @@ final class CatchUpStatistics: Sendable {
     func countRefused() { counts.withLock { $0.refused += 1 } }
 }
 
-/// The catch-ups read lately, keyed by query and change position. An answer is reused
-/// only when it is exactly what a new read would give: same filter and last event id, no
-/// change since (same position, which also moves when retention forgets anything a resume
-/// could see), no `min_duration` (whose answer depends on the time), and no finished task
-/// in it old enough to have left the snapshot's last minute. Holds the answers of one
-/// position at a time.
+/// The catch-ups read lately, keyed by what they select and change position. A catch-up is
+/// reused only when it is exactly what a new read would give before `min_duration` (which
+/// each stream applies to it): same tasks selected and same resume point, no change since
+/// (same position, which also moves when retention forgets anything a resume could see),
+/// and no finished task in it old enough to have left the snapshot's last minute. Holds
+/// the catch-ups of one position at a time, and only while the budget keeps them (weakly:
+/// the budget decides how long a catch-up no stream holds stays in memory); one replaced
+/// is retired, so that memory goes to the catch-ups that can still be shared.
 final class CatchUpCache: Sendable {
     private struct Key: Hashable {
         var taskIDs: Set<String>
@@ -222,47 +263,66 @@ final class CatchUpCache: Sendable {
         var lastEventID: Int64?
     }
 
+    private struct Entry {
+        weak var charge: CatchUpCharge?
+    }
+
     private struct Answers {
         var position: ChangeFeed.Position?
-        var byQuery: [Key: (catchUp: CatchUp, validUntil: EpochMilliseconds?)] = [:]
+        var byQuery: [Key: Entry] = [:]
         var reused = 0
     }
 
     private let answers = Locked(Answers())
+    private let budget: CatchUpBudget
+
+    init(budget: CatchUpBudget) {
+        self.budget = budget
+    }
 
     /// How many answers were reused (for tests and measurements).
     var hits: Int { answers.withLock { $0.reused } }
 
-    func catchUp(for query: EventsQuery, at position: ChangeFeed.Position, now: EpochMilliseconds) -> CatchUp? {
-        guard let key = Self.key(query) else { return nil }
+    /// The catch-up read for what `query` selects (resuming from `lastID`, if given) at
+    /// `position`, with its charge, if it is still kept and still true at `now`.
+    func catchUp(for query: EventsQuery, resumingFrom lastID: Int64?, at position: ChangeFeed.Position,
+                 now: EpochMilliseconds) -> (CatchUpCharge, CatchUpBase)? {
+        let key = Self.key(query, lastID)
         return answers.withLock { answers in
-            guard answers.position == position, let answer = answers.byQuery[key] else { return nil }
-            if let validUntil = answer.validUntil, now >= validUntil { return nil }
+            guard answers.position == position, let charge = answers.byQuery[key]?.charge,
+                  let base = charge.contents as? CatchUpBase else { return nil }
+            if let validUntil = base.validUntil, now >= validUntil { return nil }
             answers.reused += 1
-            return answer.catchUp
+            return (charge, base)
         }
     }
 
-    func remember(_ catchUp: CatchUp, for query: EventsQuery, at position: ChangeFeed.Position,
-                  validUntil: EpochMilliseconds?) {
-        guard let key = Self.key(query) else { return }
-        answers.withLock { answers in
+    /// Keeps `charge` (a `CatchUpBase` read for what `query` selects at `position`) for
+    /// the streams that will want the same; the catch-ups it replaces are retired.
+    func remember(_ charge: CatchUpCharge, for query: EventsQuery, resumingFrom lastID: Int64?,
+                  at position: ChangeFeed.Position) {
+        let key = Self.key(query, lastID)
+        let replaced = answers.withLock { answers -> [CatchUpCharge] in
             // Catch-ups are read side by side: one read from an older snapshot does not
             // push out the answers of a newer position.
-            if let current = answers.position, current.last > position.last { return }
-            if answers.position != position {
+            if let current = answers.position, current.last > position.last { return [charge] }
+            var replaced: [Entry] = []
+            if answers.position != position || answers.byQuery.count >= 256 {
+                replaced = Array(answers.byQuery.values)
                 answers.position = position
                 answers.byQuery = [:]
             }
-            if answers.byQuery.count >= 256 { answers.byQuery = [:] }
-            answers.byQuery[key] = (catchUp, validUntil)
+            if let previous = answers.byQuery.updateValue(Entry(charge: charge), forKey: key) { replaced.append(previous) }
+            return replaced.compactMap(\.charge).filter { $0 !== charge }
         }
+        for old in replaced { budget.retire(old) }
     }
 
-    private static func key(_ query: EventsQuery) -> Key? {
-        guard query.filter.minDurationMilliseconds == 0 else { return nil }
-        return Key(taskIDs: query.filter.taskIDs, parentID: query.filter.parentID, taskPrefix: query.filter.taskPrefix,
-                   lastEventID: query.lastEventID)
+    /// What a catch-up is shared by: the tasks selected and the resume point, not the
+    /// `min_duration`.
+    private static func key(_ query: EventsQuery, _ lastID: Int64?) -> Key {
+        Key(taskIDs: query.filter.taskIDs, parentID: query.filter.parentID, taskPrefix: query.filter.taskPrefix,
+            lastEventID: lastID)
     }
 }
 

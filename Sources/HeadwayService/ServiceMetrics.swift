@@ -59,6 +59,7 @@ final class ServiceMetrics: Sendable {
     struct Gauges {
         var tasks: [TaskCount] = []
         var subscribers = 0
+        var catchUpBytes = 0
         var writerQueueDepth = 0
         var databaseBytes: Int64 = 0
         var walBytes: Int64 = 0
@@ -101,6 +102,9 @@ final class ServiceMetrics: Sendable {
 
         out.family("headway_event_subscribers", .gauge, "Event-stream subscribers connected.")
         out.sample("headway_event_subscribers", [:], Double(gauges.subscribers))
+        out.family("headway_catch_up_bytes", .gauge,
+                   "Bytes of event-stream catch-ups held in memory (--max-catch-up-bytes bounds them).")
+        out.sample("headway_catch_up_bytes", [:], Double(gauges.catchUpBytes))
         out.family("headway_events_sent_total", .counter,
                    "Events carried by the broker's fan-out rounds (each once, however many subscribers).")
         out.sample("headway_events_sent_total", [:], Double(events.sent.value))
@@ -265,6 +269,7 @@ struct OperationsAPI: Sendable {
     let writer: GroupCommitWriter
     let reads: ReadPool
     let broker: EventBroker
+    let catchUpBudget: CatchUpBudget
     let databasePath: String
     let errors: ErrorReplies
     /// The replies not yet taken by their clients.
@@ -325,7 +330,7 @@ struct OperationsAPI: Sendable {
     }
 
     private func scrape(_ request: HTTPRequest, _ responder: any Responder) {
-        read(request, responder) { [metrics, writer, broker, databasePath, unreadReplies] reader in
+        read(request, responder) { [metrics, writer, broker, catchUpBudget, databasePath, unreadReplies] reader in
             var gauges = ServiceMetrics.Gauges()
             gauges.unsentReplyBytes = unreadReplies.totalBytes
             try reader.snapshot { database in
@@ -338,6 +343,7 @@ struct OperationsAPI: Sendable {
                 }
             }
             gauges.subscribers = broker.subscriberCount
+            gauges.catchUpBytes = catchUpBudget.usedBytes
             gauges.writerQueueDepth = writer.queueDepth
             if !isPostgresLocation(databasePath) {
                 gauges.databaseBytes = ServiceMetrics.fileSize(databasePath)

@@ -245,6 +245,63 @@ import Testing
         stream.connectionClosed()
     }
 
+    /// How long a stream's peer has taken nothing is known while bytes wait, and starts
+    /// again with any byte taken.
+    @Test func aStreamTellsHowLongItsPeerHasTakenNothing() throws {
+        let pair = try SocketPair(sendBuffer: 4096)
+        let (stream, _) = try directStream(pair)
+        let second: UInt64 = 1_000_000_000
+        #expect(!stream.hasTakenNothing(forNanoseconds: 0), "nothing waits")
+        stream.write(contentsOf: [[UInt8](repeating: 1, count: 200_000)])
+        clock.advance(seconds: 4.9)
+        #expect(stream.hasTakenNothing(forNanoseconds: 4 * second))
+        #expect(!stream.hasTakenNothing(forNanoseconds: 5 * second))
+        _ = pair.peerReads()
+        stream.sendWhenWritable()
+        clock.advance(seconds: 1)
+        #expect(!stream.hasTakenNothing(forNanoseconds: 2 * second), "took bytes a second ago")
+        stream.connectionClosed()
+        #expect(!stream.hasTakenNothing(forNanoseconds: 0), "closed")
+    }
+
+    /// A direct stream whose peer hangs up is closed by the watcher at once, not at its
+    /// next write — while nothing waits, and after bytes waited and went out (the watch
+    /// for the socket's room, used up, gives way to the watch for the hang-up again).
+    @Test func aDirectStreamWhosePeerHangsUpIsClosedAtOnce() throws {
+        for waitsFirst in [false, true] {
+            let pair = try SocketPair(sendBuffer: 4096)
+            let (stream, watcher) = try directStream(pair)
+            let ended = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                watcher.run()
+                ended.signal()
+            }
+            if waitsFirst {
+                let payload = [UInt8](repeating: 1, count: 200_000)
+                stream.write(contentsOf: [payload])
+                #expect(stream.bufferedBytes > 0)
+                var received = 0
+                for _ in 0..<20_000 where received < payload.count {
+                    received += pair.peerReads().count
+                    if received < payload.count { usleep(100) }
+                }
+                #expect(received > payload.count, "all of it, framed, sent by the watcher")
+            }
+            #expect(stream.isOpen)
+            shutdown(pair.peer, Int32(SHUT_RDWR))
+            var polls = 0
+            while stream.isOpen && polls < 1000 {
+                polls += 1
+                usleep(2000)
+            }
+            #expect(!stream.isOpen, "closed \(waitsFirst ? "after a wait" : "while idle") within \(polls * 2) ms")
+            #expect(!stream.hasStalled, "a hang-up, not a stall")
+            stream.connectionClosed()
+            watcher.requestStop()
+            #expect(ended.wait(timeout: .now() + 5) == .success)
+        }
+    }
+
     @Test func heartbeatSizedWritesWithALimitOfZeroGoOnlyIntoAnEmptyStream() throws {
         let pair = try SocketPair(sendBuffer: 4096)
         let (stream, _) = try directStream(pair)

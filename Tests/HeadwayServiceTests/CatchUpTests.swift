@@ -192,7 +192,7 @@ import Testing
         let daemon = try LiveDaemon(arguments: ["--max-catch-up-bytes", "1048576"])
         try daemon.register(#"{"id":"a","name":"A"}"#)
         let application = daemon.application
-        var held: CatchUpHold? = application.catchUpBudget.hold(CatchUpCharge(bytes: 1_048_576))
+        var held: CatchUpHold? = application.catchUpBudget.holding(CatchUpCharge(bytes: 1_048_576), by: .address(-1))
         let refused = try daemon.subscribe()
         #expect(refused.status == 200)
         #expect(try refused.next() == TestEvent(retry: 3000))

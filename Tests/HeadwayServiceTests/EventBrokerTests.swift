@@ -171,28 +171,28 @@ import Testing
         #expect(broker.reserveSlot())
         let id = broker.attach(sink, filter: StreamFilter())
         let catchUp = CatchUp(frames: [Array(repeating: UInt8(ascii: "x"), count: 10_000)], highWater: 0,
-                              holdBack: HoldBack(filter: StreamFilter()), charge: charge)
-        broker.caughtUp(id, catchUp, holding: budget.hold(charge))
+                              holdBack: HoldBack(filter: StreamFilter()))
+        broker.caughtUp(id, catchUp, holding: budget.holding(charge))
         #expect(sink.waitForWrites(1))
         return sink
     }
 
-    /// The budget is used up while a stream holds its catch-up, and admits again once that
-    /// stream has sent it — or has closed. (A marker subscriber's catch-up shows when the
+    /// A catch-up counts while a stream holds it, and is let go once that stream has sent
+    /// it — or has closed. (A marker subscriber's catch-up shows when the
     /// broker has handled the commands before it.)
-    @Test func theBudgetAdmitsAgainOnceAStreamHasSentItsCatchUpOrClosed() {
+    @Test func theBudgetIsLetGoOnceAStreamHasSentItsCatchUpOrClosed() {
         let broker = broker()
         let budget = CatchUpBudget(limitBytes: 10_000)
         let reading = subscribeUnread(broker, budget)
-        #expect(!budget.admits)
+        #expect(budget.usedBytes == 10_000)
         reading.peerRead()
         _ = subscribe(broker)
-        #expect(budget.admits, "sent: let go")
+        #expect(budget.usedBytes == 0, "sent: let go")
         let leaving = subscribeUnread(broker, budget)
-        #expect(!budget.admits)
+        #expect(budget.usedBytes == 10_000)
         leaving.close()
         _ = subscribe(broker)
-        #expect(budget.admits, "closed: let go")
+        #expect(budget.usedBytes == 0, "closed: let go")
         stop(broker)
     }
 
@@ -214,7 +214,7 @@ import Testing
         let id = broker.attach(gone, filter: StreamFilter())
         gone.close()
         broker.caughtUp(id, CatchUp(frames: [[1]], highWater: 0, holdBack: HoldBack(filter: StreamFilter())),
-                        holding: budget.hold(CatchUpCharge(bytes: 5_000)))
+                        holding: budget.holding(CatchUpCharge(bytes: 5_000), by: .address(2)))
         // The second marker is handled in a later turn of the loop, after the commands of
         // the first's turn have been let go.
         _ = subscribe(broker)

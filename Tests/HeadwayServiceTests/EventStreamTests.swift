@@ -277,6 +277,24 @@ import Testing
         #expect(try client.next()?.isComment == true)
     }
 
+    /// A client that hangs up is noticed at once (its socket's hang-up), not at the next
+    /// heartbeat: its place is given back well before one is due.
+    @Test func aSubscriberWhoseClientHangsUpIsLetGoAtOnce() throws {
+        let daemon = try LiveDaemon(arguments: ["--sse-heartbeat", "60"])
+        let client = try daemon.subscribe()
+        _ = try snapshot(client)
+        #expect(daemon.application.subscriberCount == 1)
+        let closed = DispatchTime.now()
+        client.disconnect()
+        var polls = 0
+        while daemon.application.subscriberCount > 0 && polls < 1000 {
+            polls += 1
+            usleep(2000)
+        }
+        let milliseconds = (DispatchTime.now().uptimeNanoseconds - closed.uptimeNanoseconds) / 1_000_000
+        #expect(daemon.application.subscriberCount == 0, "still counted \(milliseconds) ms after the hang-up")
+    }
+
     @Test func subscribersBeyondTheLimitGet503UntilAPlaceFrees() throws {
         let daemon = try LiveDaemon(arguments: ["--max-subscribers", "2", "--sse-heartbeat", "0.1"])
         let first = try daemon.subscribe()
