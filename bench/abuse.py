@@ -143,23 +143,26 @@ class HonestLoad:
             slot += 1.0 / self.rate
             if self.stopping.wait(max(0.0, slot - time.monotonic())):
                 break
-            error = None
             self.waiting[task] = slot
-            try:
-                api = api or http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
-                status, _ = post(api, path, {"increment": 1, "label": f"t={time.time_ns()}", "unit": "files"}, self.token)
-                if not 200 <= status < 300:
-                    error = f"HTTP {status}"
-            except (OSError, http.client.HTTPException) as failure:
-                error = type(failure).__name__
-                if api is not None:
-                    api.close()
-                api = None
+            api, error = self._post(api, path, {"increment": 1, "label": f"t={time.time_ns()}", "unit": "files"},
+                                    self.token)
             done = time.monotonic()
             self.requests.append((done, (done - slot) * 1000, error))
             del self.waiting[task]
             if error:
                 self.stopping.wait(0.05)  # do not spin on a dead daemon
+
+    def _post(self, api, path, document, token):
+        """POSTs on the keep-alive connection `api` (made when None): (the connection to use
+        next, None after a failure; the error, or None)."""
+        try:
+            api = api or http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+            status, _ = post(api, path, document, token)
+            return api, None if 200 <= status < 300 else f"HTTP {status}"
+        except (OSError, http.client.HTTPException) as failure:
+            if api is not None:
+                api.close()
+            return None, type(failure).__name__
 
     def _pump(self):
         while not self.stopping.is_set():
@@ -191,17 +194,8 @@ class HonestLoad:
         one write waits behind whatever else the writer does."""
         api, path = None, f"/v1/tasks/{self.tasks[0]}/heartbeat"
         while not self.stopping.wait(0.05):
-            started, error = time.monotonic(), None
-            try:
-                api = api or http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
-                status, _ = post(api, path, None, self.heartbeat_token)
-                if not 200 <= status < 300:
-                    error = f"HTTP {status}"
-            except (OSError, http.client.HTTPException) as failure:
-                error = type(failure).__name__
-                if api is not None:
-                    api.close()
-                api = None
+            started = time.monotonic()
+            api, error = self._post(api, path, None, self.heartbeat_token)
             done = time.monotonic()
             self.heartbeats.append((done, (done - started) * 1000, error))
 
