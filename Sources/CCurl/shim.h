@@ -5,6 +5,7 @@
 // `curl_easy_setopt`, `curl_easy_getinfo` and `curl_share_setopt` are variadic and not
 // imported into Swift: these wrappers pass one typed argument each.
 #include <curl/curl.h>
+#include <sys/prctl.h>
 
 static inline CURLcode headway_curl_set_long(CURL *handle, CURLoption option, long value) {
     return curl_easy_setopt(handle, option, value);
@@ -41,6 +42,13 @@ static inline CURLcode headway_curl_get_long(CURL *handle, CURLINFO info, long *
 
 static inline CURLcode headway_curl_get_string(CURL *handle, CURLINFO info, char **value) {
     return curl_easy_getinfo(handle, info, value);
+}
+
+// `prctl` is variadic too. Not libcurl's, but this is the command line's only C shim: makes
+// the process's /proc files (its environment among them) unreadable to other processes of
+// the same user, its children included (they become dumpable again when they exec).
+static inline int headway_forbid_inspection(void) {
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }
 
 #endif

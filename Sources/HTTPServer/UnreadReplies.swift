@@ -115,6 +115,26 @@ public final class UnreadReplies: Sendable {
         }
     }
 
+    /// Admits `client`'s request whose reply is not made yet but will take about `bytes`
+    /// (`admits`), and counts those bytes for it until `release`: requests that run side
+    /// by side (batches, which the writer applies many at once) are each counted from the
+    /// start, not only once their replies are queued, so a client cannot have any number
+    /// admitted before the first reply counts.
+    public func reserve(_ bytes: Int, client: Int) -> (admitted: Bool, clientBytes: Int, totalBytes: Int) {
+        state.withLock { state in
+            if !state.budget.admits(client) { Self.recount(&state, unacknowledged) }
+            let admitted = state.budget.admits(client)
+            if admitted { state.budget.add(bytes, client: client) }
+            return (admitted, state.budget.bytes(of: client), state.budget.totalBytes)
+        }
+    }
+
+    /// `bytes` reserved for `client` (`reserve`) count no more: its reply is made (and
+    /// counted when queued), or none will be.
+    public func release(_ bytes: Int, client: Int) {
+        state.withLock { $0.budget.remove(bytes, client: client) }
+    }
+
     /// A reply of `bytes` is queued on socket `fd` for `client`, after what the client has
     /// not yet acknowledged of the replies before it.
     func queued(_ bytes: Int, on fd: Int32, client: Int) {

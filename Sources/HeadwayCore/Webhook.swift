@@ -405,7 +405,9 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
     /// (RFC 1918; IPv6 unique local fc00::/7), link-local, shared (CGNAT 100.64.0.0/10),
     /// unspecified, multicast, broadcast, "this network" (0.0.0.0/8), reserved (240/4),
     /// documentation and benchmarking ranges, and those in IPv4-mapped (::ffff:0:0/96),
-    /// IPv4-compatible, NAT64 (64:ff9b::/96) or 6to4 (2002::/16) form.
+    /// IPv4-compatible, IPv4-translated (::ffff:0:0/96), NAT64 (64:ff9b::/96) or 6to4
+    /// (2002::/16) form, and IPv6's other ranges that are not globally reachable (IANA's
+    /// special-purpose registry: 2001::/23 with Teredo, 100::/64, 3fff::/20, 5f00::/16).
     public var isPublic: Bool {
         if bytes.count == 4 { return Self.isPublicV4(bytes) }
         let b = bytes
@@ -413,6 +415,17 @@ public struct IPAddress: Sendable, Equatable, CustomStringConvertible {
         if b[0..<12].allSatisfy({ $0 == 0 }) { return false }  // ::, ::1, IPv4-compatible
         if b[0] == 0x00 && b[1] == 0x64 && b[2] == 0xFF && b[3] == 0x9B { return Self.isPublicV4(Array(b[12..<16])) }
         if b[0] == 0x20 && b[1] == 0x02 { return Self.isPublicV4(Array(b[2..<6])) }
+        // SIIT's IPv4-translated form ::ffff:0:a.b.c.d (RFC 2765) leads to its IPv4 address too.
+        if b[0..<8].allSatisfy({ $0 == 0 }) && b[8] == 0xFF && b[9] == 0xFF && b[10] == 0 && b[11] == 0 {
+            return Self.isPublicV4(Array(b[12..<16]))
+        }
+        // IETF protocol assignments 2001::/23: Teredo (2001::/32) reaches whatever IPv4
+        // address its last 32 bits hide (2001:0:…:80ff:fffe is 127.0.0.1), ORCHID and the rest
+        // are not globally reachable.
+        if b[0] == 0x20 && b[1] == 0x01 && b[2] & 0xFE == 0 { return false }
+        if b[0] == 0x01 && b[1] == 0x00 && b[2..<8].allSatisfy({ $0 == 0 }) { return false } // discard-only 100::/64
+        if b[0] == 0x3F && b[1] == 0xFF && b[2] & 0xF0 == 0 { return false }                 // documentation 3fff::/20
+        if b[0] == 0x5F && b[1] == 0x00 { return false }                                     // SRv6 SIDs 5f00::/16
         if b[0] & 0xFE == 0xFC { return false }                // unique local fc00::/7
         if b[0] == 0xFE && b[1] & 0xC0 == 0x80 { return false } // link-local fe80::/10
         if b[0] == 0xFE && b[1] & 0xC0 == 0xC0 { return false } // site-local fec0::/10 (deprecated)

@@ -264,7 +264,18 @@ struct TaskAPI: Sendable {
     /// could not store at all, is refused whole with nothing applied. Each item counts as a
     /// progress update, accepted or refused by its code (all by the whole refusal's code
     /// when the writer could not store the batch).
+    ///
+    /// Its reply lists every item's task (about 0.8 MiB for 1,000 items), so a batch is
+    /// admitted as a read is (`UnreadReplyBudget`), and once parsed reserves
+    /// `batchReplyBytesPerItem` an item until its reply is made: a client that sent batches
+    /// on many connections at once and read no reply held any amount of them (256 MB with
+    /// 300 connections), past everyone's budget, and every reader was refused meanwhile.
     private func progressBatch(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let (admitted, clientBytes, totalBytes) = unreadReplies.admits(request.clientAddress)
+        guard admitted else {
+            let problem = Problem.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
+            return responder.respond(errors.response(for: problem, request))
+        }
         guard request.body.count < Self.batchParsedInPlaceBytes else {
             return batchParsing.async { [self] in applyBatch(request, grant, responder) }
         }
@@ -277,6 +288,10 @@ struct TaskAPI: Sendable {
     /// seconds) while a smaller body costs less than handing it over.
     static let batchParsedInPlaceBytes = 16 * 1024
 
+    /// What a batch reserves of the unread-reply budget per item until its reply is made:
+    /// about an item's share of a reply (a task's JSON with little metadata, ~0.85 KiB).
+    static let batchReplyBytesPerItem = 1024
+
     /// `progressBatch`'s work: parses, checks and hands the batch to the writer.
     private func applyBatch(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let batch: ProgressBatch
@@ -284,6 +299,17 @@ struct TaskAPI: Sendable {
             batch = try ProgressBatch.parse(try jsonBody(request, emptyAllowed: false), maximumItems: maximumBatchItems)
         } catch {
             return responder.respond(errors.response(for: error, request))
+        }
+        let reserved = batch.items.count * Self.batchReplyBytesPerItem
+        let (admitted, clientBytes, totalBytes) = unreadReplies.reserve(reserved, client: request.clientAddress)
+        guard admitted else {
+            let problem = Problem.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
+            return responder.respond(errors.response(for: problem, request))
+        }
+        // The reply, which counts as it is queued, replaces the reservation.
+        let respond: @Sendable (HTTPResponse) -> Void = { [unreadReplies] response in
+            unreadReplies.release(reserved, client: request.clientAddress)
+            responder.respond(response)
         }
         // Each item's place: refused already, or its index among those the writer applies.
         var places: [Result<Int, any Error>] = []
@@ -303,18 +329,18 @@ struct TaskAPI: Sendable {
             }
         }
         let taskIDs = batch.items.map(\.taskID)
-        guard !applied.isEmpty else { return responder.respond(batchReply(taskIDs, places, results: [], request, grant)) }
+        guard !applied.isEmpty else { return respond(batchReply(taskIDs, places, results: [], request, grant)) }
         writer.submit({ [store, clock, applied] database in
             try store.progress(each: applied, now: clock.now(), in: database)
         }) { [broker, metrics, places] result in
             switch result {
             case .success(let results):
                 broker.publish(results.flatMap { (try? $0.get())?.events ?? [] })
-                responder.respond(batchReply(taskIDs, places, results: results, request, grant))
+                respond(batchReply(taskIDs, places, results: results, request, grant))
             case .failure(let error):
                 let problem = errors.problem(for: error, request)
                 metrics.updatesRefused.add([UpdateKind.progress.name, problem.code], UInt64(places.count))
-                responder.respond(problem.response)
+                respond(problem.response)
             }
         }
     }

@@ -62,6 +62,9 @@ final class TokenRegistry: Sendable {
     /// The tokens held (usable, or expired and not yet reported by `newlyDead`).
     var heldCount: Int { state.withLock { $0.byID.count } }
 
+    /// The entries of the expiry queue, stale ones included (bounded by `compactExpiries`).
+    var expiryEntries: Int { state.withLock { $0.expiries.count } }
+
     /// Applies what changed in the table (`TokenRepository.changes`, read at `now`): each
     /// row replaces what is known of its token, a revoked or expired one is forgotten; a
     /// complete read replaces everything, and the tokens it lacks (rows deleted) are
@@ -186,18 +189,33 @@ final class TokenRegistry: Sendable {
             state.byID[token.id] = token
             state.byHashPrefix[hashPrefix(token.secretHash), default: []].append(token)
             if let expiresAt = token.expiresAt { state.expiries.insert(expiresAt, token.id) }
-            return
+            return compactExpiries(in: &state)
         }
         if wasHeld {
             forgetUses(of: token.id, in: &state)
             state.deadToReport.insert(token.id)
         }
+        compactExpiries(in: &state)
+    }
+
+    /// Makes the expiry queue again from the tokens held once its stale entries (of tokens
+    /// forgotten or changed) outnumber them: a stale entry leaves only at its expiry, up to
+    /// 100 years ahead, so tokens made and revoked without end would otherwise grow it
+    /// without bound (an entry each). The rebuild is amortised over the entries gone stale.
+    private static func compactExpiries(in state: inout State) {
+        guard state.expiries.count > 2 * state.byID.count + 1024 else { return }
+        var fresh = TokenExpiries()
+        for token in state.byID.values {
+            if let expiresAt = token.expiresAt { fresh.insert(expiresAt, token.id) }
+        }
+        state.expiries = fresh
     }
 
     /// Forgets the token `id` (its expiry's entry goes stale).
     private static func forget(_ id: String, in state: inout State) {
         guard unindex(id, in: &state) != nil else { return }
         forgetUses(of: id, in: &state)
+        compactExpiries(in: &state)
     }
 
     /// Takes the token `id` out of the lookups; returns it, if it was held.

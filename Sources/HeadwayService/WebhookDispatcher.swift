@@ -138,7 +138,13 @@ final class WebhookDispatcher: Service {
     private func startDueAttempts() throws -> EpochMilliseconds? {
         guard let reader = reader.withLock({ $0 }) else { return nil }
         var nextDue: EpochMilliseconds?
-        for webhook in outbox.current {
+        let webhooks = outbox.current
+        // Attempts of webhooks deleted since end now (asked again at each look until their
+        // outcome comes, since one still looking its host up reaches the transfers later).
+        let ids = Set(webhooks.map(\.id))
+        let deleted = inFlight.withLock { $0.subtracting(ids) }
+        if !deleted.isEmpty { transfers.cancel(deleted) }
+        for webhook in webhooks {
             if inFlight.withLock({ $0.contains(webhook.id) }) { continue }
             guard let delivery = try reader.read({ database in
                 try WebhookRepository.oldestPending(of: webhook.id, in: database)
@@ -175,7 +181,7 @@ final class WebhookDispatcher: Service {
         transport.post(url, body: delivery.body, headers: [
             "Headway-Event: \(delivery.eventType.rawValue)", "Headway-Delivery: \(delivery.id)",
             "Headway-Signature: \(signature)",
-        ], through: transfers) { [self] outcome in
+        ], owner: webhook.id, through: transfers) { [self] outcome in
             record(outcome, of: delivery, to: webhook, startedAt: startedAt, started: started)
         }
     }
@@ -185,6 +191,12 @@ final class WebhookDispatcher: Service {
     /// after a lookup) or on this service's (a refusal before any lookup): never blocks.
     private func record(_ outcome: WebhookTransport.Outcome, of delivery: WebhookDelivery, to webhook: WebhookRecord,
                         startedAt: EpochMilliseconds, started: DispatchTime) {
+        // A webhook deleted meanwhile has no delivery left to record an outcome on, nor a
+        // count of its own: its next attempt is simply never started.
+        guard outbox.current.contains(where: { $0.id == webhook.id }) else {
+            inFlight.withLock { _ = $0.remove(webhook.id) }
+            return doorbell.ring()
+        }
         let latency = Int64((DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000)
         let now = clock.now()
         var state = WebhookDeliveryState.pending

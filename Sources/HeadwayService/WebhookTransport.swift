@@ -111,12 +111,13 @@ struct WebhookTransport: Sendable {
         return Pin(connectTo: "::\(name):\(url.port)", resolve: "\(name):\(url.port):\(texts.joined(separator: ","))")
     }
 
-    /// Posts `body` to `url` with `headers` (each `Name: value`) through `transfers`;
+    /// Posts `body` to `url` with `headers` (each `Name: value`) through `transfers`, as an
+    /// attempt of the webhook `owner`;
     /// calls `then` once with the outcome: on the transfers' thread, on a Dispatch worker
     /// (a refusal after a lookup) or at once on the caller's thread (an address refused).
     /// Not called at all when the transfers stop first (the delivery, still pending, is
     /// sent again after a restart).
-    func post(_ url: WebhookURL, body: String, headers: [String], through transfers: WebhookTransfers,
+    func post(_ url: WebhookURL, body: String, headers: [String], owner: String, through transfers: WebhookTransfers,
               then: @escaping @Sendable (Outcome) -> Void) {
         let deadline = DispatchTime.now() + timeoutSeconds
         Self.check(url, allowPrivate: allowPrivate, within: timeoutSeconds, lookups: lookups) { check in
@@ -124,8 +125,8 @@ struct WebhookTransport: Sendable {
             case .refused(let reason, let final):
                 then(Outcome(verdict: final ? .fail : .retry, status: nil, error: reason))
             case .allowed(let addresses):
-                transfers.add(WebhookTransfers.Request(url: url, addresses: addresses, body: body, headers: headers,
-                                                       deadline: deadline), then: then)
+                transfers.add(WebhookTransfers.Request(owner: owner, url: url, addresses: addresses, body: body,
+                                                       headers: headers, deadline: deadline), then: then)
             }
         }
     }
@@ -153,7 +154,9 @@ struct WebhookTransport: Sendable {
 /// attempt in flight whatever the others' receivers do (100 hanging at once cost about
 /// what one does). Attempts come from any thread (`add`: queued, and the thread woken
 /// with `curl_multi_wakeup`); each ends with its outcome, given on this thread, or when
-/// the thread stops (then dropped, its connection closed, no outcome given).
+/// the thread stops (then dropped, its connection closed, no outcome given). An attempt
+/// whose webhook was deleted is ended at once (`cancel`): left to its timeout, a webhook
+/// made and deleted in a loop would hold a socket per round, without bound.
 ///
 /// `@unchecked Sendable`: the multi handle and `running` are the run thread's alone, but
 /// for `curl_multi_wakeup`, which libcurl lets any thread call, here under `state`'s lock
@@ -161,6 +164,8 @@ struct WebhookTransport: Sendable {
 final class WebhookTransfers: @unchecked Sendable {
     /// A POST ready to be made: its host checked.
     struct Request: Sendable {
+        /// The webhook whose attempt this is (`cancel` ends it).
+        var owner: String
         var url: WebhookURL
         /// The addresses checked, connected to in this order.
         var addresses: [IPAddress]
@@ -181,6 +186,8 @@ final class WebhookTransfers: @unchecked Sendable {
         /// Set by `run` as it ends: nothing more is queued, the multi handle is gone.
         var closed = false
         var stopping = false
+        /// Webhooks whose attempts are to end now (`cancel`).
+        var cancelled: Set<String> = []
         /// How many transfers are in flight (`running.count`, for tests and metrics).
         var inFlight = 0
     }
@@ -188,6 +195,8 @@ final class WebhookTransfers: @unchecked Sendable {
     /// One POST in flight: its easy handle and what the handle points to, freed together.
     private final class Transfer {
         let handle: UnsafeMutableRawPointer
+        /// The webhook whose attempt this is.
+        let owner: String
         let then: @Sendable (WebhookTransport.Outcome) -> Void
         /// A DNS cache of the transfer's own, holding its pin's name alone (an entry of
         /// `CURLOPT_RESOLVE` is never dropped from the cache it lands in: in the multi
@@ -195,9 +204,10 @@ final class WebhookTransfers: @unchecked Sendable {
         let share: UnsafeMutableRawPointer
         var lists: [UnsafeMutablePointer<curl_slist>?] = []
 
-        init(handle: UnsafeMutableRawPointer, share: UnsafeMutableRawPointer,
+        init(handle: UnsafeMutableRawPointer, owner: String, share: UnsafeMutableRawPointer,
              then: @escaping @Sendable (WebhookTransport.Outcome) -> Void) {
             self.handle = handle
+            self.owner = owner
             self.share = share
             self.then = then
         }
@@ -252,15 +262,39 @@ final class WebhookTransfers: @unchecked Sendable {
         }
     }
 
+    /// Ends the attempts of the webhooks `owners` (deleted), queued or in flight, each with
+    /// the outcome `cancelledOutcome`. An attempt added later (its lookup still running)
+    /// is not: the caller asks again. May be called from any thread.
+    func cancel(_ owners: Set<String>) {
+        state.withLock { state in
+            guard !state.closed && !state.stopping else { return }
+            state.cancelled.formUnion(owners)
+            curl_multi_wakeup(multi)
+        }
+    }
+
+    /// The outcome of an attempt ended by `cancel`.
+    static let cancelledOutcome = WebhookTransport.Outcome(verdict: .retry, status: nil, error: "the webhook was deleted")
+
     /// Drives the transfers until `requestStop`; then drops those in flight or queued.
     func run() {
         while true {
-            let (queued, stopping) = state.withLock { state in
-                defer { state.queued = [] }
-                return (state.queued, state.stopping)
+            let (queued, cancelled, stopping) = state.withLock { state in
+                defer {
+                    state.queued = []
+                    state.cancelled = []
+                }
+                return (state.queued, state.cancelled, state.stopping)
             }
             if stopping { break }
-            for item in queued { start(item) }
+            for item in queued {
+                if cancelled.contains(item.request.owner) {
+                    item.then(Self.cancelledOutcome)
+                } else {
+                    start(item)
+                }
+            }
+            if !cancelled.isEmpty { end(running.values.filter { cancelled.contains($0.owner) }) }
             var active: Int32 = 0
             curl_multi_perform(multi, &active)
             finishDone()
@@ -301,7 +335,7 @@ final class WebhookTransfers: @unchecked Sendable {
             return item.then(WebhookTransport.Outcome(verdict: .retry, status: nil, error: "libcurl could not start"))
         }
         headway_curl_share_set_long(share, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_DNS.rawValue))
-        let transfer = Transfer(handle: handle, share: share, then: item.then)
+        let transfer = Transfer(handle: handle, owner: request.owner, share: share, then: item.then)
         pinsMade += 1
         let pin = WebhookTransport.pin(request.url, to: request.addresses, name: "attempt-\(pinsMade).headway.invalid")
         headway_curl_set_pointer(handle, CURLOPT_SHARE, share)
@@ -332,6 +366,18 @@ final class WebhookTransfers: @unchecked Sendable {
         }
         running[handle] = transfer
         state.withLock { [count = running.count] in $0.inFlight = count }
+    }
+
+    /// Ends `transfers` before libcurl is done with them (their connections closed), each
+    /// with `cancelledOutcome`.
+    private func end(_ transfers: [Transfer]) {
+        for transfer in transfers {
+            running[transfer.handle] = nil
+            curl_multi_remove_handle(multi, transfer.handle)
+            transfer.free()
+        }
+        state.withLock { [count = running.count] in $0.inFlight = count }
+        for transfer in transfers { transfer.then(Self.cancelledOutcome) }
     }
 
     /// Gives the outcome of each transfer libcurl says is done, and frees it.

@@ -236,6 +236,29 @@ func collect(_ started: StartedProcess) -> RawResult {
         #expect(String(decoding: passed.output, as: UTF8.self) == "HEADWAY_TOKEN=\(secret)\nHEADWAY_URL=\(daemon.url)\n")
     }
 
+    /// Nor can the command read the token from `headway run`'s own environment in /proc
+    /// (`/proc/$PPID/environ`: a process of the same user could, as it ran `cat` on it and
+    /// printed HEADWAY_TOKEN): `run` is not dumpable. Run as an ordinary user (here,
+    /// under root, as `nobody` through setpriv), since root reads any process's.
+    @Test(.enabled(if: getuid() != 0 || FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
+    func theTokenCannotBeReadFromRunsOwnEnvironment() throws {
+        let script = "tr '\\0' '\\n' < /proc/$PPID/environ | grep '^HEADWAY_TOKEN'; exit 0"
+        let headway = ["--server", "http://127.0.0.1:1", "run", "--id", "proc", "--", "/bin/sh", "-c", script]
+        let started: StartedProcess
+        if getuid() == 0 {
+            started = try StartedProcess("/usr/bin/setpriv",
+                                         ["--reuid=65534", "--regid=65534", "--clear-groups", builtExecutable("headway")]
+                                             + headway,
+                                         environment: ["PATH": "/usr/bin:/bin", "HEADWAY_TOKEN": "hw_notforthecommand"],
+                                         timeout: 20)
+        } else {
+            started = try startHeadway(headway, environment: ["HEADWAY_TOKEN": "hw_notforthecommand"])
+        }
+        let result = collect(started)
+        #expect(result.status == 0, "\(result.errorText)")
+        #expect(String(decoding: result.output, as: UTF8.self) == "", "the command read run's environment")
+    }
+
     /// The child's environment: each entry's bytes kept, the token's variable dropped,
     /// the URL's user information cut (with or without a scheme, never past the authority).
     @Test func theChildEnvironmentDropsTheCredentials() {

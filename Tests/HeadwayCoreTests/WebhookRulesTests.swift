@@ -12,7 +12,8 @@ struct WebhookRulesTests {
         "100.64.0.1", "100.127.255.254", "0.0.0.0", "0.1.2.3", "224.0.0.1", "239.255.255.250", "255.255.255.255",
         "240.0.0.1", "192.0.2.1", "198.18.0.1", "::", "::1", "fc00::1", "fd12:3456::1", "fe80::1", "ff02::1",
         "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1", "64:ff9b::a00:1",
-        "2002:a00:1::", "2001:db8::1",
+        "2002:a00:1::", "2001:db8::1", "::ffff:0:127.0.0.1", "::ffff:0:a00:1", "2001::1",
+        "2001:0:4136:e378:8000:63bf:80ff:fffe", "2001:1ff::1", "2001:20::1", "100::1", "3fff::1", "5f00::1",
     ])
     func nonPublicAddressesAreRefused(_ text: String) throws {
         let address = try #require(IPAddress.parse(text), "\(text) parses")
@@ -20,7 +21,8 @@ struct WebhookRulesTests {
     }
 
     @Test(arguments: ["93.184.216.34", "8.8.8.8", "172.32.0.1", "100.128.0.1", "192.169.0.1", "2606:4700::1111",
-                      "::ffff:93.184.216.34", "2002:5db8:d822::"])
+                      "::ffff:93.184.216.34", "2002:5db8:d822::", "2001:4860:4860::8888", "2001:200::1",
+                      "::ffff:0:5db8:d822", "100:0:0:1::1"])
     func publicAddressesAreAllowed(_ text: String) throws {
         let address = try #require(IPAddress.parse(text), "\(text) parses")
         #expect(address.isPublic, "\(text)")

@@ -113,6 +113,29 @@ import HeadwayStore
         #expect(remembered.count == 0)
     }
 
+    /// Tokens made to expire far ahead and revoked at once, again and again (what an admin
+    /// may do without end, 1,000 a second): the expiry queue kept an entry of each until
+    /// its expiry, up to 100 years later (20,000 left 20,000 entries). It stays within a
+    /// bound of the tokens held, and the token still held still expires when it should.
+    @Test func tokensRevokedBeforeTheirExpiryLeaveTheExpiryQueue() {
+        let (kept, keptSecret) = Self.token(9, expiresAt: Self.start + 60_000)
+        let registry = Self.loaded([kept])
+        let farAhead = Self.start + 100 * 365 * 86_400_000
+        for number in 0..<20_000 {
+            let secret = TokenSecret.make(randomBytes: (0..<32).map { UInt8(truncatingIfNeeded: number >> ($0 % 3 * 8)) ^ UInt8($0) })
+            var token = TokenRecord(id: "tok_churn\(number)", name: "churn", scopes: [.read], taskPrefix: nil,
+                                    secretHash: TokenCrypto.sha256(secret), createdAt: Self.start, expiresAt: farAhead)
+            registry.apply(own: token, generation: Int64(3 + 2 * number), now: Self.start)
+            token.revokedAt = Self.start
+            registry.apply(own: token, generation: Int64(4 + 2 * number), now: Self.start)
+        }
+        #expect(registry.heldCount == 1)
+        #expect(registry.expiryEntries <= 2 * registry.heldCount + 1024, "\(registry.expiryEntries) entries for 1 token")
+        #expect(Self.refusal(registry.authenticate(keptSecret, now: Self.start + 1)) == nil)
+        #expect(registry.newlyDead(now: Self.start + 60_000).contains(kept.id))
+        #expect(Self.refusal(registry.authenticate(keptSecret, now: Self.start + 60_000)) == .tokenExpired)
+    }
+
     /// The expiry queue gives its entries soonest first, whatever the order they came in.
     @Test func expiriesComeSoonestFirst() {
         var queue = TokenExpiries()

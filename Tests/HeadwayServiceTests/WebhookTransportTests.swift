@@ -111,7 +111,7 @@ import Lifecycle
         let hangingOutcomes = Locked(0)
         for index in 0..<20 {
             transport.post(try WebhookURL.parse("http://127.0.0.1:\(hanging.port)/\(index)"), body: "{}", headers: [],
-                           through: transfers.transfers) { _ in hangingOutcomes.withLock { $0 += 1 } }
+                           owner: "whk_\(index)", through: transfers.transfers) { _ in hangingOutcomes.withLock { $0 += 1 } }
         }
         for _ in 0..<1000 where hanging.heads.withLock({ $0.count }) < 20 { Thread.sleep(forTimeInterval: 0.005) }
         #expect(hanging.heads.withLock { $0.count } == 20)
@@ -132,7 +132,7 @@ import Lifecycle
         let transfers = RunningTransfers()
         let outcomes = Locked(0)
         transport.post(try WebhookURL.parse("http://127.0.0.1:\(hanging.port)/"), body: "{}", headers: [],
-                       through: transfers.transfers) { _ in outcomes.withLock { $0 += 1 } }
+                       owner: "whk_hanging", through: transfers.transfers) { _ in outcomes.withLock { $0 += 1 } }
         for _ in 0..<1000 where hanging.heads.withLock({ $0.count }) < 1 { Thread.sleep(forTimeInterval: 0.005) }
         let started = DispatchTime.now()
         transfers.stop()
@@ -140,8 +140,32 @@ import Lifecycle
         #expect(outcomes.withLock { $0 } == 0 && transfers.transfers.inFlight == 0)
         // Added after the stop: dropped, no outcome.
         transport.post(try WebhookURL.parse("http://127.0.0.1:\(hanging.port)/"), body: "{}", headers: [],
-                       through: transfers.transfers) { _ in outcomes.withLock { $0 += 1 } }
+                       owner: "whk_hanging", through: transfers.transfers) { _ in outcomes.withLock { $0 += 1 } }
         #expect(outcomes.withLock { $0 } == 0)
+    }
+}
+
+extension WebhookTransportTests {
+    /// A cancelled webhook's attempt ends at once (its connection closed, its outcome
+    /// `cancelledOutcome`), however long its receiver would take; another webhook's stays.
+    @Test func aCancelledWebhooksAttemptEndsAtOnce() throws {
+        let hanging = try LoopbackReceiver(address: "127.0.0.1", answer: false)
+        defer { hanging.close() }
+        let transport = WebhookTransport(timeoutSeconds: 30, allowPrivate: true,
+                                         lookups: HostLookup(maximumUnfinished: 1, lookup: { _ in [] }))
+        let transfers = RunningTransfers()
+        defer { transfers.stop() }
+        let outcomes = Locked<[String: WebhookTransport.Outcome]>([:])
+        for owner in ["whk_deleted", "whk_kept"] {
+            transport.post(try WebhookURL.parse("http://127.0.0.1:\(hanging.port)/\(owner)"), body: "{}", headers: [],
+                           owner: owner, through: transfers.transfers) { outcome in outcomes.withLock { $0[owner] = outcome } }
+        }
+        for _ in 0..<1000 where hanging.heads.withLock({ $0.count }) < 2 { Thread.sleep(forTimeInterval: 0.005) }
+        #expect(transfers.transfers.inFlight == 2)
+        transfers.transfers.cancel(["whk_deleted"])
+        for _ in 0..<400 where outcomes.withLock({ $0["whk_deleted"] }) == nil { Thread.sleep(forTimeInterval: 0.005) }
+        #expect(outcomes.withLock { $0 } == ["whk_deleted": WebhookTransfers.cancelledOutcome])
+        #expect(transfers.transfers.inFlight == 1)
     }
 }
 
@@ -161,7 +185,7 @@ private final class RunningTransfers: Sendable {
     func post(_ transport: WebhookTransport, _ url: WebhookURL) -> WebhookTransport.Outcome {
         let heard = DispatchSemaphore(value: 0)
         let outcome = Locked<WebhookTransport.Outcome?>(nil)
-        transport.post(url, body: "{}", headers: [], through: transfers) { answer in
+        transport.post(url, body: "{}", headers: [], owner: "whk_test", through: transfers) { answer in
             outcome.withLock { $0 = answer }
             heard.signal()
         }

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 
 import httpx
 
@@ -160,3 +161,50 @@ def test_a_batch_body_without_a_token_is_refused_before_it_is_read(tmp_path):
                            headers={"Authorization": f"Bearer {token}"}, timeout=30)
         assert reply.status_code == 200 and len(reply.request.content) > 64 * 1024, reply.text[:500]
         assert all(result["status"] == 200 for result in reply.json()["results"])
+
+
+def metric(base, name):
+    for line in httpx.get(f"{base}/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def test_batch_replies_left_unread_count_against_the_clients_share(tmp_path):
+    # A batch's reply lists every item's task (about 0.8 MiB for 1,000 items): one client
+    # address sending such batches on many connections and reading no reply held 256 MB
+    # of replies unsent with 300 connections (four times --max-unsent-reply-bytes, RSS 42
+    # -> 194 MiB), and every other client's read was refused 503 meanwhile. A batch is
+    # admitted as a read is: past its share, the client's next batch is 503 `server_busy`
+    # with nothing applied, and another client still reads.
+    with run_headwayd(tmp_path, "--max-unsent-reply-bytes", str(8 * 1024 * 1024)) as base:
+        for index in range(1000):
+            register(base, f"t{index}", label="l" * 200)
+        body = json.dumps({"updates": [{"task_id": f"t{index}", "increment": 1} for index in range(1000)]}).encode()
+        request = (b"POST /v1/progress HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n" % len(body)) + body
+        port = int(base.rsplit(":", 1)[1])
+        hoarders = []
+        try:
+            for _ in range(40):
+                connection = socket.socket()
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                connection.bind(("127.0.0.5", 0))
+                connection.connect(("127.0.0.1", port))
+                connection.sendall(request)
+                hoarders.append(connection)
+            # Each batch is answered (applied, or refused): then the count stands still.
+            unsent, last = None, -1
+            for _ in range(100):
+                unsent = metric(base, "headway_unsent_reply_bytes")
+                if unsent == last:
+                    break
+                last = unsent
+                time.sleep(0.2)
+            assert unsent < 12 * 1024 * 1024, f"{unsent / 1048576:.0f} MiB of replies unsent"
+            reply = httpx.get(f"{base}/v1/tasks?page_size=100")
+            assert reply.status_code == 200, reply.text
+        finally:
+            for connection in hoarders:
+                connection.close()
+        assert httpx.get(f"{base}/v1/tasks/t0").json()["completed"] < 40, "every batch was applied"

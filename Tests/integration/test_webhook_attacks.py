@@ -203,3 +203,41 @@ def test_the_deprecated_concurrency_flag_holds_no_webhook_back(tmp_path):
         assert second["at"] - first["at"] < 0.4
     log = (tmp_path / "headwayd.log").read_text()
     assert "event=config.deprecated" in log and "setting=webhook-concurrency" in log
+
+
+def test_deleting_a_webhook_ends_its_attempt_in_flight(tmp_path):
+    # A webhook whose receiver never answers is deleted while its attempt hangs. The
+    # attempt ends with it: its connection is closed at once, not held for the rest of
+    # --webhook-timeout. Held, an admin that made and deleted such webhooks in a loop
+    # (100 at a time, the bound) had 1,500 sockets open in the daemon after 7 s, 330 more
+    # a second, each for the whole timeout (up to 600 s): the open-file limit, then every
+    # client's connection, ran out.
+    with hanging() as slow, run_headwayd(tmp_path, *FAST_RETRIES, "--webhook-timeout", "60") as base:
+        webhooks = []
+        for index in range(5):
+            reply = create_webhook(base, {"url": f"http://127.0.0.1:{slow.port}/{index}", "events": ["task.created"]})
+            assert reply.status_code == 201, reply.text
+            webhooks.append(reply.json()["id"])
+        assert httpx.post(f"{base}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
+        for _ in range(PATIENCE * 20):
+            if len(slow.accepted) >= 5:
+                break
+            time.sleep(0.05)
+        assert len(slow.accepted) == 5
+        for webhook in webhooks:
+            assert httpx.delete(f"{base}/v1/webhooks/{webhook}").status_code == 204
+        for connection in slow.accepted:
+            connection.settimeout(5)
+            try:
+                closed = connection.recv(65536, socket.MSG_PEEK) == b"" or _drained(connection)
+            except (TimeoutError, socket.timeout):
+                closed = False
+            assert closed, "a deleted webhook's attempt still holds its connection after 5 s"
+        assert httpx.get(f"{base}/v1/webhooks").json()["webhooks"] == []
+
+
+def _drained(connection):
+    """Reads what the daemon sent (the POST) until it hangs up: True once it has."""
+    while True:
+        if connection.recv(65536) == b"":
+            return True

@@ -1,3 +1,4 @@
+import CCurl
 import Foundation
 import HeadwayCore
 #if canImport(Glibc)
@@ -53,6 +54,12 @@ public struct RunCommand: ParsableCommand {
     public func run(_ context: CommandContext) throws {
         let api = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,
                                              connectTimeoutSeconds: 3, totalTimeoutSeconds: 10))
+        if !values[Self.passToken] {
+            // The command runs as this user, so it could read this process's environment
+            // (HEADWAY_TOKEN) and memory from /proc; a process that is not dumpable keeps
+            // them to itself (and to root).
+            _ = headway_forbid_inspection()
+        }
         let child: ChildProcess
         do {
             let environment = Self.childEnvironment(ChildProcess.currentEnvironment, passToken: values[Self.passToken],
