@@ -5,7 +5,8 @@ A release headwayd (HEADWAYD, default .build/release/headwayd; `--durability nor
 fresh database holds 1,000 tasks. CONNECTIONS keep-alive connections each send
 `POST /v1/progress` with 1,000 items (an increment of each task), read the reply and send
 the next, for SECONDS; one more connection asks `GET /healthz` every 20 ms and times each
-answer (the daemon pinned to CPU 0 unless --both-cores). Prints the probe's percentiles, the batches answered a second, and the daemon's
+answer (the daemon pinned to CPU 0 unless --both-cores). Prints the probe's percentiles, the batches applied
+and refused a second, and the daemon's
 threads' CPU (from /proc: which thread the load lands on).
 
     bench/batch-flood.py [--connections 512] [--seconds 10]
@@ -44,9 +45,11 @@ def reply_length(buffer):
     return end + 4 + length if len(buffer) >= end + 4 + length else None
 
 
-def flood(port, connections, request, stop, answered):
+def flood(port, connections, request, stop, answered, refused):
     """Runs in a process of its own, so that the probe's timings never include waiting for
-    this loop's turn at the interpreter lock; `answered` is a shared counter."""
+    this loop's turn at the interpreter lock; `answered` and `refused` are shared counters
+    of the batches applied (200) and of the others (503 `server_busy`: a client's share of
+    unread replies taken by its batches under way)."""
     selector = selectors.DefaultSelector()
     for _ in range(connections):
         sock = socket.create_connection(("127.0.0.1", port))
@@ -69,8 +72,9 @@ def flood(port, connections, request, stop, answered):
                     state["in"] += chunk
                     whole = reply_length(state["in"])
                     if whole is not None:
-                        with answered.get_lock():
-                            answered.value += 1
+                        counter = answered if state["in"].startswith(b"HTTP/1.1 200") else refused
+                        with counter.get_lock():
+                            counter.value += 1
                         state["in"] = state["in"][whole:]
                         state["out"] = request
                         selector.modify(sock, selectors.EVENT_WRITE, state)
@@ -130,9 +134,10 @@ def main():  # noqa: C901
             quiet.join()
             quiet_delays, delays, stop = delays, [], threading.Event()
             flood_stop, answered = multiprocessing.Event(), multiprocessing.Value("l", 0)
+            refused = multiprocessing.Value("l", 0)
             before = thread_cpu(daemon.pid)
             flooder = multiprocessing.Process(target=flood, args=(port, options.connections, batch_request(1000),
-                                                                  flood_stop, answered))
+                                                                  flood_stop, answered, refused))
             prober = threading.Thread(target=probe, args=(port, stop, delays))
             started = time.monotonic()
             flooder.start()
@@ -154,7 +159,8 @@ def main():  # noqa: C901
                 "quiet_healthz_ms": {"p50": ms(quiet_delays, 0.5), "p99": ms(quiet_delays, 0.99)},
                 "flood_healthz_ms": {"p50": ms(delays, 0.5), "p99": ms(delays, 0.99),
                                      "max": ms(delays, 1.0), "probes": len(delays)},
-                "batches_per_second": round(answered.value / elapsed, 1),
+                "batches_applied_per_second": round(answered.value / elapsed, 1),
+                "batches_refused_per_second": round(refused.value / elapsed, 1),
                 "thread_cpu_seconds": {name: round(seconds, 2) for seconds, name in busiest},
             }))
         finally:
