@@ -1325,3 +1325,69 @@ def test_korean_names_come_first_and_stalled_is_not_paused(page, headwayd):
     assert "멈춤" not in page.find_element(By.TAG_NAME, "body").text
     js(page, "localStorage.clear()")
     assert console_errors(page) == []
+
+
+def test_screenshots_of_why_attention_output_and_offline(page, tmp_path):
+    """A failed row with its message, a parent needing attention, the output tail, Korean
+    at desktop and phone width, and the page offline."""
+    folder = screenshot_folder(tmp_path)
+    desktop = {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False}
+    port = free_port()
+    with daemon_on(tmp_path, port) as base:
+        register(base, id="import", name="Import customers", total=500, unit="rows")
+        progress(base, "import", completed=120, output=["reading customers.csv", "row 120 ok"])
+        assert httpx.post(f"{base}/v1/tasks/import/finish",
+                          json={"outcome": "failed", "message": "CSV row 121: bad date “31/02/2026”"}).status_code == 200
+        register(base, id="nightly", name="Nightly jobs")
+        register(base, id="nightly.export", name="Export", parent_id="nightly", total=10)
+        register(base, id="nightly.index", name="Reindex", parent_id="nightly", total=10, stall_timeout_seconds=1)
+        register(base, id="nightly.mail", name="Send digests", parent_id="nightly", total=10, stall_timeout_seconds=600)
+        for child in ["nightly.export", "nightly.index", "nightly.mail"]:
+            progress(base, child, completed=4)
+        assert httpx.post(f"{base}/v1/tasks/nightly.export/finish", json={"outcome": "failed", "message": "disk full"}).status_code == 200
+        register(base, id="build", name="Build release 2.5", total=40, unit="steps", stall_timeout_seconds=600)
+        progress(base, "build", completed=17, output=[f"[{n:02d}/40] compiling module_{n}.swift" for n in range(1, 18)])
+        register(base, id="sweep", name="Sweep caches")
+        assert httpx.post(f"{base}/v1/tasks/sweep/finish", json={"outcome": "succeeded"}).status_code == 200
+        register(base, id="scan", name="Scan archive", label="Reading volume 3", stall_timeout_seconds=600)
+        time.sleep(1.5)  # the index child goes silent (its stall timeout is 1 s)
+        page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", desktop)
+        open_dashboard(page, base, "min_duration=0&lang=en")
+        page.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
+        poll(lambda: row(page, "import") and row(page, "nightly") and row(page, "sweep"), 5, "the rows")
+        time.sleep(0.6)  # the bars' transition
+        page.save_screenshot(str(folder / "list.png"))
+        failed = row(page, "import")
+        js(page, "arguments[0].scrollIntoView({block: 'center'})", failed)
+        failed.screenshot(str(folder / "failed-row.png"))
+        parent = row(page, "nightly")
+        js(page, "arguments[0].scrollIntoView({block: 'center'})", parent)
+        parent.screenshot(str(folder / "parent-attention.png"))
+        page.get(f"{base}/?min_duration=0&lang=en#task=build")
+        poll(lambda: page.find_element(By.ID, "output").is_displayed(), 5, "the output tail")
+        js(page, "document.getElementById('output-heading').scrollIntoView({block: 'start'})")
+        time.sleep(0.3)
+        page.save_screenshot(str(folder / "output-tail.png"))
+        page.get(f"{base}/?min_duration=0&lang=ko")
+        page.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
+        poll(lambda: row(page, "nightly") and row(page, "import"), 5, "the rows in Korean")
+        time.sleep(0.6)
+        page.save_screenshot(str(folder / "korean.png"))
+        page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True})
+        time.sleep(0.3)
+        page.save_screenshot(str(folder / "korean-phone.png"))
+        page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", desktop)
+        page.get(f"{base}/?min_duration=0&lang=en")
+        poll(lambda: row(page, "scan") and row(page, "build"), 5, "the running rows")
+    connection = page.find_element(By.ID, "connection")
+    poll(lambda: connection.text.startswith("Offline since"), 20, "offline")
+    time.sleep(0.3)
+    page.save_screenshot(str(folder / "offline.png"))
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    time.sleep(0.3)
+    page.save_screenshot(str(folder / "offline-dark.png"))
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "light"}]})
+    page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    js(page, "localStorage.clear()")
+    for name in ["list", "failed-row", "parent-attention", "output-tail", "korean", "korean-phone", "offline"]:
+        assert (folder / f"{name}.png").stat().st_size > 1000
