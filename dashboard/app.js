@@ -1021,8 +1021,7 @@ function outputChanged() {
   state.outputTimer = setTimeout(() => { state.outputTimer = null; loadOutput(); }, wait);
 }
 
-/// Reads and shows the detail task's output tail (its last lines, oldest first). The
-/// reader scrolled up in it stays where they are; at its end, they follow new lines.
+/// Reads and shows the detail task's output tail (its last lines, oldest first).
 async function loadOutput() {
   const id = state.detailID;
   if (!id) return;
@@ -1032,7 +1031,6 @@ async function loadOutput() {
     const tail = await request("GET", `/v1/tasks/${encodeURIComponent(id)}/output`);
     if (state.detailID !== id) return;
     const lines = Array.isArray(tail?.lines) ? tail.lines : [];
-    const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
     box.replaceChildren(...lines.map((line) => {
       const item = element("span", "line", plain(line.line));
       if (line.t) item.title = formatDateTime(new Date(line.t));
@@ -1041,7 +1039,6 @@ async function loadOutput() {
     box.hidden = lines.length === 0;
     setText($("output-empty"), lines.length === 0 ? t("outputEmpty") : "");
     setAttr(box, "aria-label", t("outputLabel", { name: displayName(model.get(id) ?? { id, name: id }) }));
-    if (atEnd) box.scrollTop = box.scrollHeight;
   } catch (error) {
     if (state.detailID !== id) return;
     if (error instanceof APIError && error.status === 401) return tokenRefused(error);

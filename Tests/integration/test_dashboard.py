@@ -1365,7 +1365,7 @@ def test_screenshots_of_why_attention_output_and_offline(page, tmp_path):
         parent.screenshot(str(folder / "parent-attention.png"))
         page.get(f"{base}/?min_duration=0&lang=en#task=build")
         poll(lambda: page.find_element(By.ID, "output").is_displayed(), 5, "the output tail")
-        js(page, "document.getElementById('output-heading').scrollIntoView({block: 'start'})")
+        js(page, "document.getElementById('detail-heading').scrollIntoView({block: 'start'})")
         time.sleep(0.3)
         page.save_screenshot(str(folder / "output-tail.png"))
         page.get(f"{base}/?min_duration=0&lang=ko")

@@ -36,6 +36,9 @@ test("a quantified task without a total is a parent even before its children are
   const model = new TaskModel();
   assert.equal(hasChildren(model, task("roll", { total: null })), true);
   assert.equal(hasChildren(model, task("plain", { mode: "indeterminate", total: null })), false);
+  // The server's child counts say so too (an indeterminate parent, children not loaded).
+  assert.equal(hasChildren(model, task("counted", { mode: "indeterminate", total: null, children: { total: 2 } })), true);
+  assert.equal(hasChildren(model, task("none", { mode: "indeterminate", total: null, children: null })), false);
 });
 
 test("prune keeps only what is wanted, and a deleted id is remembered", () => {
