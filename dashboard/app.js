@@ -766,7 +766,9 @@ function prune() {
   if (state.detailID) parents.add(state.detailID);
   model.prune((task) => keep.has(task.id) || (task.parent_id !== null && parents.has(task.parent_id)));
   for (const id of state.expanded) if (!model.get(id)) state.expanded.delete(id);
-  for (const id of state.confirming) if (!model.get(id)) state.confirming.delete(id);
+  for (const id of state.confirming.keys()) if (!model.get(id)) state.confirming.delete(id);
+  for (const id of state.cancelAskedAt.keys()) if (!model.get(id)) state.cancelAskedAt.delete(id);
+  for (const id of state.actionErrors.keys()) if (!model.get(id)) state.actionErrors.delete(id);
   forgetDetachedRows();
   if (state.held.size > 10_000) state.held = new Set([...state.held].slice(-10_000));
 }
@@ -812,6 +814,8 @@ function onTaskEvent(event) {
   let data;
   try { data = JSON.parse(event.data); } catch { return; }
   if (event.lastEventId) state.lastEventID = event.lastEventId;
+  // The tab counts follow every change of state, shown on this page or not.
+  if (MEMBERSHIP.has(event.type)) scheduleSummary();
   if (event.type === "task.deleted") {
     model.markDeleted(data.id);
     leave(data.id);
@@ -1038,7 +1042,6 @@ async function loadOutput() {
     }));
     box.hidden = lines.length === 0;
     setText($("output-empty"), lines.length === 0 ? t("outputEmpty") : "");
-    setAttr(box, "aria-label", t("outputLabel", { name: displayName(model.get(id) ?? { id, name: id }) }));
   } catch (error) {
     if (state.detailID !== id) return;
     if (error instanceof APIError && error.status === 401) return tokenRefused(error);
