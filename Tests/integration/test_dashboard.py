@@ -1391,3 +1391,10 @@ def test_screenshots_of_why_attention_output_and_offline(page, tmp_path):
     js(page, "localStorage.clear()")
     for name in ["list", "failed-row", "parent-attention", "output-tail", "korean", "korean-phone", "offline"]:
         assert (folder / f"{name}.png").stat().st_size > 1000
+
+
+def test_one_point_is_one_point(page, headwayd):
+    register(headwayd, id="fresh", name="Fresh", total=10)
+    page.get(f"{headwayd}/?min_duration=0&lang=en#task=fresh")
+    caption = page.find_element(By.ID, "chart-caption")
+    poll(lambda: caption.text.endswith("1 point"), 5, "1 point, not 1 points")
