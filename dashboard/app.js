@@ -651,7 +651,7 @@ function renderCounts() {
     const node = button.querySelector(".count");
     setText(node, typeof count === "number" ? formatInteger(count) : "");
     const label = t(button.querySelector("[data-i18n]").dataset.i18n);
-    setAttr(button, "aria-label", typeof count === "number" ? t("tabCount", { label, count: formatInteger(count) }) : null);
+    setAttr(button, "aria-label", typeof count === "number" ? tn("tabCount", count, { label }) : null);
   }
 }
 

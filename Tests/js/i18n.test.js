@@ -20,6 +20,8 @@ test("one point, two points", () => {
   assert.equal(tn("points", 2), "Detail: up to 2 points");
   assert.equal(tn("chartCaption", 1, { from: "a", to: "b" }), "Fraction done (0 to 100%) from a to b, 1 point");
   assert.equal(tn("points", 1000), "Detail: up to 1,000 points");
+  assert.equal(tn("tabCount", 1, { label: "Stalled" }), "Stalled, 1 task");
+  assert.equal(tn("tabCount", 3, { label: "Running" }), "Running, 3 tasks");
   setLanguage("ko");
   assert.equal(tn("points", 1), "세밀도: 점 최대 1개");
 });
