@@ -15,12 +15,13 @@ export const TERMINATE_AFTER_MS = 10_000;
 export function isFinished(task) { return FINISHED_STATES.has(task.state); }
 
 /// The percent shown for `fraction`: floor(fraction × 100), and 100 only when the fraction
-/// is exactly 1 (DESIGN.md, "The task"). A millionth of a percent of slack absorbs binary
-/// rounding (0.29 × 100 is 28.999…), so 29 of 100 reads 29%, as the CLI's does.
+/// is exactly 1 (DESIGN.md, "The task"). 1e-9 of slack absorbs binary rounding (0.29 × 100
+/// is 28.999…), so 29 of 100 reads 29% — the same slack as the CLI's Formatting.percent,
+/// so both surfaces always agree.
 export function percentOf(fraction) {
   if (typeof fraction !== "number" || !(fraction > 0)) return 0;
   if (fraction >= 1) return 100;
-  return Math.min(99, Math.floor(fraction * 100 + 1e-6));
+  return Math.min(99, Math.floor(fraction * 100 + 1e-9));
 }
 
 /// Seconds from the time `iso` to `now` (milliseconds), never negative; null without a time.

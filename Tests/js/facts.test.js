@@ -31,6 +31,8 @@ test("percent: floor, and 100 only when the fraction is exactly 1", () => {
   assert.equal(percentOf(0.9999999999), 99);
   assert.equal(percentOf(1), 100);
   assert.equal(percentOf(0.004), 0);
+  // The CLI's slack exactly (1e-9 of a percent): a fraction truly under 29% stays 28.
+  assert.equal(percentOf(0.2899999), 28);
 });
 
 test("no signal for: now − last_signal_at, the same for a silent and a no-progress stall", () => {
