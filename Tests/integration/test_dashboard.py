@@ -435,7 +435,7 @@ def test_korean(page, headwayd, tmp_path):
     poll(lambda: page.find_element(By.ID, "connection").text == "실시간", 2, "실시간")
     assert page.find_element(By.ID, "page-text").text == "1페이지 중 1페이지"
     assert "10 중 0" in row(page, "k").text and "취소" in row(page, "k").text
-    page.save_screenshot(str(screenshot_folder(tmp_path) / "korean.png"))
+    # korean.png is taken by test_screenshots_of_why_attention_output_and_offline, with more to read.
     page.get(f"{headwayd}/?lang=ko")
     poll(lambda: page.find_element(By.ID, "prev-page").text == "이전", 5, "Korean from ?lang=ko")
     js(page, "localStorage.clear()")
@@ -504,7 +504,8 @@ def test_screenshots(page, headwayd, tmp_path):
     open_dashboard(page, headwayd, "lang=en")
     poll(lambda: row(page, "encode") and "stalled" in row(page, "encode").get_attribute("class"), 10, "stalled")
     assert httpx.post(f"{headwayd}/v1/tasks/thumbnails/finish", json={"outcome": "succeeded"}).status_code == 200
-    poll(lambda: "finished" in row(page, "thumbnails").get_attribute("class"), 5, "finished, dimmed")
+    poll(lambda: "finished" in row(page, "thumbnails").get_attribute("class"), 5, "finished")
+    poll(lambda: page.find_element(By.CSS_SELECTOR, '[data-filter="finished"] .count').text == "1", 5, "the tab counts")
     page.find_element(By.CSS_SELECTOR, '#tasks > li[data-task-id="deploy"] .expander').click()
     poll(lambda: len(page.find_elements(By.CSS_SELECTOR, '[data-task-id="deploy"] .children > li')) == 2, 5, "children")
     time.sleep(0.6)  # let the bars finish their transition
