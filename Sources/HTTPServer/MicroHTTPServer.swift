@@ -82,6 +82,16 @@ public final class MicroHTTPServer: Service {
         /// be refused anyway (no token that allows the route) is held to `maximumBodyBytes`,
         /// so it cannot make the server hold the larger body for each of its connections.
         public var mayTakeLargerBody: @Sendable (HTTPRequest) -> Bool = { _ in true }
+        /// The reply bytes a request that may send its path's larger body reserves of
+        /// `unreadReplies` from its head, given the body length it announces (nil: chunked),
+        /// before any of its body is read: the most its reply may take (0: none). A client
+        /// whose share, or everyone's, has no room for them is refused 503 then
+        /// (`HTTPRefusal.repliesUnread`), its connection closed, its body never read; an
+        /// admitted request carries its reservation to its handler
+        /// (`HTTPRequest.replyReservation`). Under a flood of large batches from one
+        /// client, the request thread so reads and the parser parses only the batches the
+        /// client's share admits, not every body sent.
+        public var largerBodyReplyBytes: @Sendable (_ announcedBodyBytes: Int?) -> Int = { _ in 0 }
         /// Requests with more query parameters are refused with 431. Each parameter the
         /// library keeps takes about 50 bytes of the connection's memory.
         public var maximumQueryParameters = 100
@@ -553,6 +563,18 @@ public final class MicroHTTPServer: Service {
         if let length = contentLength, length > exchange.bodyLimit {
             return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: exchange.bodyLimit), $0, $1) }
         }
+        if largerLimit != nil, let unreadReplies = configuration.unreadReplies {
+            let bytes = configuration.largerBodyReplyBytes(contentLength.map { Int(clamping: $0) })
+            if bytes > 0 {
+                let (reservation, clientBytes, totalBytes) = unreadReplies.reservation(bytes, client: request.clientAddress)
+                guard let reservation else {
+                    exchange.closesConnection = true
+                    let refusal = HTTPRefusal.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
+                    return exchange.dispatchOrQueue { pipeline.refuse(refusal, $0, $1) }
+                }
+                exchange.hold(reservation)
+            }
+        }
         return MHD_Result.YES
     }
 
@@ -752,6 +774,9 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     /// The number of the client's address (`HTTPRequest.clientAddress`), kept apart from
     /// `request`, whose fields are let go once it is handed over.
     private let clientAddress: Int
+    /// Reply bytes reserved for the request from its head: released when it is answered or,
+    /// unanswered, when the exchange ends.
+    private var replyReservation: ReplyReservation?
 
     init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer, bodyLimit: Int,
          loop: RequestDaemonLoop? = nil) {
@@ -762,6 +787,13 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
         self.server = server
         self.bodyLimit = bodyLimit
         self.loop = loop
+    }
+
+    /// Holds `reservation` for the request (daemon's thread, before the request is handed
+    /// over), which its handler finds in `HTTPRequest.replyReservation`.
+    func hold(_ reservation: ReplyReservation) {
+        replyReservation = reservation
+        request.replyReservation = reservation
     }
 
     /// Keeps a piece of the body, or, once the body passes `bodyLimit`, counts and drops it.
@@ -830,6 +862,9 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     /// Takes the first answer (later ones are ignored) and resumes the connection if it
     /// waits for it.
     func respond(_ response: consuming HTTPResponse) {
+        // The reply counts from now on as it is queued (`UnreadReplies.queued`), in place of
+        // what was reserved for it.
+        replyReservation?.release()
         let (first, wakeLoop) = answer.withLock { answer in
             guard answer.pending == nil else { return (false, false) }
             answer.pending = response
@@ -861,6 +896,7 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     /// pipeline: one cut off before, by its client, a deadline or the library, is not an
     /// exchange the pipeline saw) and those who asked what was sent.
     func complete() {
+        replyReservation?.release()
         let (status, handlers, dispatched) = answer.withLock { answer in
             if answer.waiting {  // the connection closed while its request waited
                 answer.waiting = false

@@ -243,6 +243,12 @@ extension Problem {
                       detail: "A request head may weigh at most \(limit) bytes: its bytes, and 64 more for each header "
                           + "line and each query parameter. The connection is closed.",
                       headers: [HTTPField("Connection", "close")])
+        case .repliesUnread(let clientBytes, let totalBytes):
+            var problem = Problem.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
+            // Refused from its head: the body was not read, so the connection cannot carry
+            // another request.
+            problem.headers.append(HTTPField("Connection", "close"))
+            self = problem
         }
     }
 

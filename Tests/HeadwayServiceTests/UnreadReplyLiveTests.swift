@@ -62,4 +62,49 @@ import Testing
         }
         #expect(left == 0)
     }
+
+    /// A batch reserves room for its reply from its head, before its body is read: while
+    /// one batch of a client waits for its body, the client's next batch, past its share,
+    /// is refused 503 at its head with its body never sent (a flood of batches costs the
+    /// server no reading or parsing of the bodies it refuses) and its connection closed;
+    /// the waiting batch is applied once its body comes, and its room is then given back.
+    @Test func aBatchPastItsClientsShareIsRefusedFromItsHeadBeforeItsBodyIsRead() throws {
+        // A limit of 1 MiB: a client's share is 256 KiB. A 3,000-byte body may hold 1,000
+        // items, whose reply is reserved at 1 KiB each.
+        let daemon = try LiveDaemon(arguments: ["--max-unsent-reply-bytes", "1048576"])
+        try daemon.register(#"{"id":"b","name":"B"}"#)
+        let items = #"{"updates":[{"task_id":"b","increment":1}]}"#
+        let body = items + String(repeating: " ", count: 3000 - items.utf8.count)
+        let head = "POST /v1/progress HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            + "Content-Length: \(body.utf8.count)\r\n\r\n"
+        let waiting = try daemon.connect()
+        try waiting.send(head)
+        var held = 0
+        for _ in 0..<250 {  // at most 5 s
+            held = try unsentBytes(daemon)
+            if held > 0 { break }
+            usleep(20_000)
+        }
+        #expect(held == 1000 * 1024, "the waiting batch's head holds room for its reply")
+
+        let refused = try daemon.connect()
+        try refused.send(head)
+        let reply = try refused.readResponse()
+        #expect(reply.status == 503, "refused from its head: no body was sent")
+        #expect(reply.json["code"] as? String == "server_busy")
+        #expect(reply.headers["retry-after"] == "1")
+        #expect(reply.headers["connection"] == "close", "its body, unread, cannot be taken for the next request")
+
+        try waiting.send(body)
+        let applied = try waiting.readResponse()
+        #expect(applied.status == 200)
+        #expect(try daemon.request("GET", "/v1/tasks/b").json["completed"] as? Int == 1)
+        var left = -1
+        for _ in 0..<250 {  // at most 5 s: the reply counts until its client's (delayed) ACK
+            left = try unsentBytes(daemon)
+            if left == 0 { break }
+            usleep(20_000)
+        }
+        #expect(left == 0, "the reservation is given back")
+    }
 }
