@@ -185,9 +185,9 @@ public enum HTTPRefusal: Equatable, Sendable {
     /// parameter weighing 64 bytes besides its text (`HeadScreen`; 431, the connection is
     /// closed).
     case headTooLarge(limit: Int)
-    /// Replies wait unread: the client's share of `UnreadReplies`, or everyone's, leaves no
-    /// room for the reply this request's head asks for (503, before its body is read; the
-    /// connection is closed, since the body is not read). Says what the client and everyone hold.
+    /// Replies wait unread: the client's share of `UnreadReplies`, or everyone's, left no
+    /// room for the reply this request's head asked for (503; its body was dropped unread).
+    /// Says what the client and everyone held.
     case repliesUnread(clientBytes: Int, totalBytes: Int)
 }
 

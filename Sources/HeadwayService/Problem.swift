@@ -244,11 +244,7 @@ extension Problem {
                           + "line and each query parameter. The connection is closed.",
                       headers: [HTTPField("Connection", "close")])
         case .repliesUnread(let clientBytes, let totalBytes):
-            var problem = Problem.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
-            // Refused from its head: the body was not read, so the connection cannot carry
-            // another request.
-            problem.headers.append(HTTPField("Connection", "close"))
-            self = problem
+            self = .repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
         }
     }
 

@@ -272,8 +272,8 @@ struct TaskAPI: Sendable {
     /// 300 connections), past everyone's budget, and every reader was refused meanwhile.
     ///
     /// The server reserves a batch's reply bytes from its head (`replyBytesReserved`), so a
-    /// client past its share is refused before its body is read; a batch that comes
-    /// without such a reservation is admitted here.
+    /// client past its share is refused there, its body dropped unread and never parsed;
+    /// a batch that comes without such a reservation is admitted here.
     private func progressBatch(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         if request.replyReservation == nil {
             let (admitted, clientBytes, totalBytes) = unreadReplies.admits(request.clientAddress)
