@@ -186,7 +186,7 @@ public enum HTTPRefusal: Equatable, Sendable {
     /// closed).
     case headTooLarge(limit: Int)
     /// Replies wait unread: the client's share of `UnreadReplies`, or everyone's, left no
-    /// room for the reply this request's head asked for (503; its body was dropped unread).
+    /// room for the reply this request's head asked for (503; its body was dropped as it came).
     /// Says what the client and everyone held.
     case repliesUnread(clientBytes: Int, totalBytes: Int)
 }

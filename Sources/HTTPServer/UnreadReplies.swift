@@ -205,7 +205,7 @@ public final class UnreadReplies: Sendable {
 ///
 /// The server takes one from a batch's head, before reading its body
 /// (`MicroHTTPServer.Configuration.largerBodyReplyBytes`): a client past its share is
-/// refused then, its body never read or parsed, and batches arriving side by side are
+/// refused then, its body never kept or parsed, and batches arriving side by side are
 /// each counted from their heads on, so none is admitted on room another already took.
 public final class ReplyReservation: Sendable {
     private let replies: UnreadReplies

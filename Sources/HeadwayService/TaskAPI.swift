@@ -272,7 +272,7 @@ struct TaskAPI: Sendable {
     /// 300 connections), past everyone's budget, and every reader was refused meanwhile.
     ///
     /// The server reserves a batch's reply bytes from its head (`replyBytesReserved`), so a
-    /// client past its share is refused there, its body dropped unread and never parsed;
+    /// client past its share is refused there, its body dropped as it comes, never parsed;
     /// a batch that comes without such a reservation is admitted here.
     private func progressBatch(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         if request.replyReservation == nil {
