@@ -243,6 +243,8 @@ extension Problem {
                       detail: "A request head may weigh at most \(limit) bytes: its bytes, and 64 more for each header "
                           + "line and each query parameter. The connection is closed.",
                       headers: [HTTPField("Connection", "close")])
+        case .repliesUnread(let clientBytes, let totalBytes):
+            self = .repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
         }
     }
 
