@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import HeadwayCore
+import HeadwayStore
 import HeadwayTestSupport
 import Lifecycle
 import Testing
@@ -171,6 +172,56 @@ import Testing
 
         try daemon.request("POST", "/v1/tasks/j4/finish", json: #"{"outcome":"succeeded"}"#)
         #expect(try daemon.request("POST", "/v1/tasks", json: #"{"id":"j6","name":"Job","parent_id":"svc"}"#).status == 201)
+    }
+
+    /// A database written before migration 10 (PostgreSQL: 5), with the old roll-up (every
+    /// finished child counted 1) and no counts: the migration computes the counts, the
+    /// attention and the roll-up of unfinished parents from the stored children.
+    @Test func theMigrationBackfillsParentsFromTheirStoredChildren() throws {
+        let daemon = try LiveDaemon(prepare: { location in
+            let database = try Database(path: location)
+            let postgres = isPostgresLocation(location)
+            let earlier = (postgres ? EmbeddedMigrations.postgres : EmbeddedMigrations.all).filter { $0.version < (postgres ? 5 : 10) }
+            try Migrator(earlier).migrate(database)
+            // id, parent, weight, state, completed, total, stalled, finished, children_weight, children_done, depth, child_count
+            let rows: [(String, String?, Double, String, Int, Int?, Int, Bool, Double, Double, Int, Int)] = [
+                ("p", nil, 1, "running", 0, nil, 0, false, 4, 3.5, 1, 3),
+                ("a", "p", 1, "failed", 1, 10, 0, true, 0, 0, 2, 0),
+                ("b", "p", 1, "canceled", 0, nil, 0, true, 0, 0, 2, 0),
+                ("m", "p", 2, "running", 0, nil, 0, false, 2, 1.5, 2, 2),
+                ("m1", "m", 1, "running", 5, 10, 1, false, 0, 0, 3, 0),
+                ("m2", "m", 1, "succeeded", 10, 10, 0, true, 0, 0, 3, 0),
+            ]
+            for (id, parent, weight, state, completed, total, stalled, finished, childrenWeight, childrenDone, depth, children) in rows {
+                try database.execute("""
+                    INSERT INTO tasks (id, name, parent_id, weight, state, completed, total, stalled, stall_reason,
+                        stall_timeout_ms, created_at, updated_at, last_signal_at, finished_at, definition, is_root,
+                        children_weight, children_done, depth, child_count)
+                    VALUES ('\(id)', 'Task \(id)', \(parent.map { "'\($0)'" } ?? "NULL"), \(weight), '\(state)', \(completed),
+                        \(total.map(String.init) ?? "NULL"), \(stalled), \(stalled == 1 ? "'silent'" : "NULL"), 30000,
+                        1000, 1000, 1000, \(finished ? "2000" : "NULL"), '{}', \(parent == nil ? 1 : 0),
+                        \(childrenWeight), \(childrenDone), \(depth), \(children))
+                    """)
+            }
+        })
+        let p = try daemon.request("GET", "/v1/tasks/p").json
+        #expect(counts(p) == expectedCounts(total: 3, running: 1, failed: 1, canceled: 1))
+        #expect(p["attention"] as? String == "failed")
+        let expected: Double = (1 * 0.1 + 1 * 0 + 2 * 0.75) / 4
+        #expect(abs((p["fraction"] as? Double ?? -1) - expected) < 1e-12, "\(p["fraction"] ?? "?")")
+        let m = try daemon.request("GET", "/v1/tasks/m").json
+        #expect(counts(m) == expectedCounts(total: 2, running: 1, stalled: 1, succeeded: 1))
+        #expect(m["attention"] as? String == "stalled")
+        #expect(m["fraction"] as? Double == 0.75)
+        let leaf = try daemon.request("GET", "/v1/tasks/m1").json
+        #expect(leaf["children"] is NSNull && leaf["attention"] is NSNull)
+        #expect(leaf["last_signal_at"] as? String == "1970-01-01T00:00:01.000Z")
+        // The counts go on from there.
+        try daemon.request("POST", "/v1/tasks/m1/finish", json: #"{"outcome":"succeeded"}"#)
+        let after = try daemon.request("GET", "/v1/tasks/p").json
+        #expect(counts(try daemon.request("GET", "/v1/tasks/m").json) == expectedCounts(total: 2, succeeded: 2))
+        #expect(after["attention"] as? String == "failed")
+        #expect(abs((after["fraction"] as? Double ?? -1) - (0.1 + 2) / 4) < 1e-12)
     }
 
     /// Many clients update the children of one tree at once (single updates, heartbeats,
