@@ -242,9 +242,10 @@ extension [TaskEvent] {
 /// numbers it took are given back.
 ///
 /// No change costs more than the tree's limits allow: a registration is refused past
-/// `limits` (depth, children per parent, tasks stored); a roll-up stops being a change at
-/// the first ancestor whose progress does not move (above it, only signal times are
-/// written, see `TaskRules.rollUpStep`); a cancel or delete of a subtree reads and writes
+/// `limits` (depth, unfinished children per parent, tasks stored); a roll-up stops being a
+/// change at the first ancestor whose progress, counts of children and `attention` do not
+/// move (above it, only signal times are written, and published at most once a second,
+/// see `TaskRules.rollUpStep`); a cancel or delete of a subtree reads and writes
 /// each of its tasks once, in steps of at most `stepTasks` tasks (`SubtreeWalk`).
 public struct TaskStore: Sendable {
     /// The stall timeout given to tasks registered without one.
