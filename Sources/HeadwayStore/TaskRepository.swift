@@ -15,14 +15,18 @@ public struct TaskFilter: Equatable, Sendable {
     /// range of ids in every index range read, and a count of the table's rows instead of
     /// the kept counts.
     public var taskPrefix: String?
+    /// Only tasks whose id or name holds this text, whatever its case (`q`): read from the
+    /// search index (`TaskSearch`).
+    public var search: String?
 
     public init(states: [TaskState] = [], stalled: Bool? = nil, parentID: String? = nil, rootOnly: Bool = false,
-                taskPrefix: String? = nil) {
+                taskPrefix: String? = nil, search: String? = nil) {
         self.states = states
         self.stalled = stalled
         self.parentID = parentID
         self.rootOnly = rootOnly
         self.taskPrefix = taskPrefix
+        self.search = search
     }
 }
 
@@ -52,6 +56,7 @@ public enum TaskRepository {
         "created_at", "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "metadata",
         "definition", "change_seq", "change_kind", "started_at", "stall_deadline", "rate_units", "rate_seconds",
         "sample_at", "sample_value", "children_weight", "children_done", "history_points", "history_bucket", "is_root", "depth", "child_count",
+        "last_output",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -86,7 +91,7 @@ public enum TaskRepository {
         case stallDeadline = "stall_deadline", rateUnits = "rate_units", rateSeconds = "rate_seconds"
         case sampleAt = "sample_at", sampleValue = "sample_value", childrenWeight = "children_weight"
         case childrenDone = "children_done", historyPoints = "history_points", historyBucket = "history_bucket"
-        case childCount = "child_count", state, stalled
+        case childCount = "child_count", lastOutput = "last_output", state, stalled
 
         /// Whether the column's value differs between `task` and `previous`.
         func differs(_ task: TaskRecord, _ previous: TaskRecord) -> Bool {
@@ -117,6 +122,7 @@ public enum TaskRepository {
             case .historyPoints: task.historyPoints != previous.historyPoints
             case .historyBucket: task.historyBucket != previous.historyBucket
             case .childCount: task.childCount != previous.childCount
+            case .lastOutput: task.lastOutput != previous.lastOutput
             case .state: task.state != previous.state
             case .stalled: task.stalled != previous.stalled
             }
@@ -151,6 +157,7 @@ public enum TaskRepository {
             case .historyPoints: .integer(Int64(task.historyPoints))
             case .historyBucket: integer(task.historyBucket)
             case .childCount: .integer(Int64(task.childCount))
+            case .lastOutput: text(task.lastOutput)
             case .state: .text(task.state.rawValue)
             case .stalled: .integer(task.stalled ? 1 : 0)
             }
@@ -289,6 +296,10 @@ public enum TaskRepository {
     /// read. `totalSize` comes from the counts the triggers keep.
     public static func page(_ filter: TaskFilter, size: Int, beforeKey: Int64?,
                             in database: Database) throws(DatabaseError) -> TaskPage {
+        if let search = filter.search {
+            let keys = try TaskSearch.keys(search, filter: filter, limit: size + 1, beforeKey: beforeKey, in: database)
+            return try page(keys: keys, size: size, totalSize: TaskSearch.count(search, filter: filter, in: database), in: database)
+        }
         var keys: [Int64] = []
         for (conditions, arguments) in keyRanges(filter) {
             var conditions = conditions, arguments = arguments
@@ -300,12 +311,18 @@ public enum TaskRepository {
                                       arguments + [.integer(Int64(size) + 1)]) { $0.int(0) }
         }
         keys.sort(by: >)
+        return try page(keys: keys, size: size, totalSize: count(filter, in: database), in: database)
+    }
+
+    /// The page of the first `size` of `keys` (newest first): their rows, and the key to
+    /// continue from when `keys` holds more.
+    private static func page(keys: [Int64], size: Int, totalSize: Int64,
+                             in database: Database) throws(DatabaseError) -> TaskPage {
         let pageKeys = Array(keys.prefix(size))
         let tasks = pageKeys.isEmpty ? [] : try database.rows(
             "SELECT \(columns) FROM tasks WHERE seq IN (\(pageKeys.map { _ in "?" }.joined(separator: ", "))) ORDER BY seq DESC",
             pageKeys.map { .integer($0) }, map: record)
-        return TaskPage(tasks: tasks, keys: pageKeys, nextKey: keys.count > size ? pageKeys.last : nil,
-                        totalSize: try count(filter, in: database))
+        return TaskPage(tasks: tasks, keys: pageKeys, nextKey: keys.count > size ? pageKeys.last : nil, totalSize: totalSize)
     }
 
     /// The index ranges that together hold exactly the tasks matching `filter`.
@@ -326,6 +343,7 @@ public enum TaskRepository {
 
     /// How many tasks match `filter`.
     public static func count(_ filter: TaskFilter, in database: Database) throws(DatabaseError) -> Int64 {
+        if let search = filter.search { return try TaskSearch.count(search, filter: filter, in: database) }
         // Under one parent, count its children (an index range); otherwise the filter names
         // only columns that task_counts also has.
         let (conditions, arguments) = whereClause(filter)
@@ -338,31 +356,63 @@ public enum TaskRepository {
         conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
     }
 
-    private static func whereClause(_ filter: TaskFilter) -> ([String], [SQLValue]) {
+    /// The conditions of `filter` but its search, on the columns of `tasks` (named
+    /// `table.column` when `table` is given).
+    static func whereClause(_ filter: TaskFilter, table: String? = nil) -> ([String], [SQLValue]) {
+        let column = { (name: String) in table.map { "\($0).\(name)" } ?? name }
         var conditions: [String] = []
         var arguments: [SQLValue] = []
         if !filter.states.isEmpty {
-            conditions.append("state IN (" + filter.states.map { _ in "?" }.joined(separator: ", ") + ")")
+            conditions.append(column("state") + " IN (" + filter.states.map { _ in "?" }.joined(separator: ", ") + ")")
             arguments += filter.states.map { .text($0.rawValue) }
         }
         if let stalled = filter.stalled {
-            conditions.append("stalled = ?")
+            conditions.append(column("stalled") + " = ?")
             arguments.append(.integer(stalled ? 1 : 0))
         }
         if let parentID = filter.parentID {
-            conditions.append("parent_id = ?")
+            conditions.append(column("parent_id") + " = ?")
             arguments.append(.text(parentID))
         }
-        if filter.rootOnly { conditions.append("is_root = 1") }
-        let prefix = prefixClause(filter)
+        if filter.rootOnly { conditions.append(column("is_root") + " = 1") }
+        let prefix = prefixClause(filter, table: table)
         return (conditions + prefix.0, arguments + prefix.1)
     }
 
     /// The condition keeping the ids of `filter.taskPrefix` (none without one).
-    private static func prefixClause(_ filter: TaskFilter) -> ([String], [SQLValue]) {
+    private static func prefixClause(_ filter: TaskFilter, table: String? = nil) -> ([String], [SQLValue]) {
         guard let taskPrefix = filter.taskPrefix else { return ([], []) }
         let range = TaskIDPrefix.range(taskPrefix)
-        return (["id >= ?", "id < ?"], [.text(range.lower), .text(range.upper)])
+        let id = table.map { "\($0).id" } ?? "id"
+        return (["\(id) >= ?", "\(id) < ?"], [.text(range.lower), .text(range.upper)])
+    }
+
+    /// How many tasks there are in each state, and how many of them are stalled: from the
+    /// counts the triggers keep (a few rows); with `taskPrefix`, a count of that prefix's
+    /// range of the id index (its cost grows with the prefix's tasks, not with the table).
+    public static func summary(taskPrefix: String?, rootOnly: Bool,
+                               in database: Database) throws(DatabaseError) -> TaskSummary {
+        var conditions: [String] = rootOnly ? ["is_root = 1"] : []
+        var arguments: [SQLValue] = []
+        let source: String
+        if let taskPrefix {
+            let range = TaskIDPrefix.range(taskPrefix)
+            conditions += ["id >= ?", "id < ?"]
+            arguments += [.text(range.lower), .text(range.upper)]
+            source = "SELECT state, stalled, count(*) FROM tasks"
+        } else {
+            source = "SELECT state, stalled, coalesce(sum(n), 0) FROM task_counts"
+        }
+        var summary = TaskSummary()
+        let rows = try database.rows(source + whereText(conditions) + " GROUP BY state, stalled", arguments) {
+            (state: TaskState(rawValue: $0.text(0)), stalled: $0.int(1) != 0, count: $0.int(2))
+        }
+        for row in rows {
+            guard let state = row.state else { continue }
+            summary.byState[state, default: 0] += row.count
+            if row.stalled { summary.stalled += row.count }
+        }
+        return summary
     }
 
     private static func values(_ task: TaskRecord) -> [SQLValue] {
@@ -378,7 +428,7 @@ public enum TaskRepository {
             .real(task.rate.weightedUnits), .real(task.rate.weightedSeconds), integer(task.rate.sampleAt),
             .real(task.rate.sampleValue), .real(task.childrenWeight), .real(task.childrenDone),
             .integer(Int64(task.historyPoints)), integer(task.historyBucket), .integer(task.parentID == nil ? 1 : 0),
-            .integer(Int64(task.depth)), .integer(Int64(task.childCount)),
+            .integer(Int64(task.depth)), .integer(Int64(task.childCount)), text(task.lastOutput),
         ]
     }
 
@@ -405,6 +455,7 @@ public enum TaskRepository {
         task.historyBucket = row.optionalInt(35)
         task.depth = Int(row.int(37))
         task.childCount = Int(row.int(38))
+        task.lastOutput = row.optionalText(39)
         return task
     }
 
@@ -415,4 +466,25 @@ public enum TaskRepository {
 
     private static func text(_ value: String?) -> SQLValue { value.map { .text($0) } ?? .null }
     private static func integer(_ value: Int64?) -> SQLValue { value.map { .integer($0) } ?? .null }
+}
+
+/// How many tasks there are in each state (`running` counts the stalled too), and how
+/// many are stalled: `GET /v1/tasks/summary`.
+public struct TaskSummary: Equatable, Sendable {
+    public var byState: [TaskState: Int64] = [:]
+    public var stalled: Int64 = 0
+
+    public init() {}
+
+    /// `{"pending":…,"running":…,"stalled":…,"succeeded":…,"failed":…,"canceled":…}`.
+    public var json: String {
+        var object = JSONObjectWriter()
+        object.integer("pending", byState[.pending] ?? 0)
+        object.integer("running", byState[.running] ?? 0)
+        object.integer("stalled", stalled)
+        object.integer("succeeded", byState[.succeeded] ?? 0)
+        object.integer("failed", byState[.failed] ?? 0)
+        object.integer("canceled", byState[.canceled] ?? 0)
+        return object.finish()
+    }
 }
