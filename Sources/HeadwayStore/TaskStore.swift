@@ -512,7 +512,7 @@ public struct TaskStore: Sendable {
                 var afterKey: Int64 = 0
                 while true {
                     let page = try TaskRepository.children(of: parentID, afterKey: afterKey, limit: 1_000, in: database)
-                    for (child, _) in page where taskPrefix.map({ child.id.hasPrefix($0) }) ?? true {
+                    for (child, _) in page where taskPrefix.map({ child.id.utf8.starts(with: $0.utf8) }) ?? true {
                         parents.append(child.id)
                         if !child.state.isFinished { unfinished.append(child.id) }
                     }
