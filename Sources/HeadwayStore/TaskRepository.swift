@@ -298,7 +298,11 @@ public enum TaskRepository {
                             in database: Database) throws(DatabaseError) -> TaskPage {
         if let search = filter.search {
             let keys = try TaskSearch.keys(search, filter: filter, limit: size + 1, beforeKey: beforeKey, in: database)
-            return try page(keys: keys, size: size, totalSize: TaskSearch.count(search, filter: filter, in: database), in: database)
+            // A first page that holds every match has counted them: the search for one
+            // task by its name costs one query of the index, not two.
+            let totalSize = beforeKey == nil && keys.count <= size
+                ? Int64(keys.count) : try TaskSearch.count(search, filter: filter, in: database)
+            return try page(keys: keys, size: size, totalSize: totalSize, in: database)
         }
         var keys: [Int64] = []
         for (conditions, arguments) in keyRanges(filter) {

@@ -11,7 +11,10 @@ import HeadwayCore
 /// any occurrence begins one), read from the index's vocabulary (`task_search_terms`) and
 /// matched as one OR: still from the index, though such a short text matches many tasks.
 /// The index hands out the matching keys newest first (FTS5 reads its rowids backwards),
-/// joined with `tasks` for the listing's other conditions.
+/// joined with `tasks` for the listing's other conditions. The join is a `CROSS JOIN`,
+/// which keeps the index as the outer loop: with a plain join SQLite walked the listing
+/// index of a state (100,000 running tasks) and asked FTS5 about each row, 2.6 s for a
+/// count that the index answers in half a millisecond.
 ///
 /// On PostgreSQL it is pg_trgm's GIN index over `id` and `name` (`tasks_search`), asked
 /// with `ILIKE '%text%'`; a query shorter than three characters reads that index whole.
@@ -42,7 +45,7 @@ enum TaskSearch {
             arguments.append(.integer(beforeKey))
         }
         return try database.rows(
-            "SELECT t.seq FROM task_search JOIN tasks AS t ON t.seq = task_search.rowid WHERE task_search MATCH ?"
+            "SELECT t.seq FROM task_search CROSS JOIN tasks AS t ON t.seq = task_search.rowid WHERE task_search MATCH ?"
                 + conditions.map { " AND " + $0 }.joined() + " ORDER BY task_search.rowid DESC LIMIT ?",
             [.text(match)] + arguments + [.integer(Int64(limit))]) { $0.int(0) }
     }
@@ -62,7 +65,7 @@ enum TaskSearch {
             return try database.scalar("SELECT count(*) FROM task_search WHERE task_search MATCH ?", [.text(match)]) ?? 0
         }
         return try database.scalar(
-            "SELECT count(*) FROM task_search JOIN tasks AS t ON t.seq = task_search.rowid WHERE task_search MATCH ?"
+            "SELECT count(*) FROM task_search CROSS JOIN tasks AS t ON t.seq = task_search.rowid WHERE task_search MATCH ?"
                 + conditions.map { " AND " + $0 }.joined(),
             [.text(match)] + arguments) ?? 0
     }
