@@ -1,16 +1,22 @@
 -- Each task's output tail, and search by name or id.
 --
--- `last_output` is the last line of the task's tail, shown with the task. The tail itself
--- is one row per task in `task_output`: a JSON array of `{"t", "line"}`, oldest first, at
--- most 50 lines and 8 KiB of their text (the writer trims it as it appends), so however
--- fast a runner sends lines a task holds one bounded row. Deleting or forgetting a task
--- deletes its row.
+-- `last_output` is the last line of the task's tail, shown with the task; `output_lines`
+-- counts the lines the task ever sent. The tail itself is a ring of at most 50 rows per
+-- task in `task_output`: line number `n` (0, 1, …) goes to slot `n % 50`, arrived at `t`
+-- (milliseconds), so an append of any number of lines is one upsert of the new lines only,
+-- and a task holds at most 50 rows however fast its runner sends. The API shows the newest
+-- of them that fit in 8 KiB. Deleting or forgetting a task deletes its rows.
 ALTER TABLE tasks ADD COLUMN last_output TEXT;
+ALTER TABLE tasks ADD COLUMN output_lines INTEGER NOT NULL DEFAULT 0;
 
 CREATE TABLE task_output (
-    task_id TEXT PRIMARY KEY,
-    lines TEXT NOT NULL
-) STRICT;
+    task_id TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    t INTEGER NOT NULL,
+    line TEXT NOT NULL,
+    PRIMARY KEY (task_id, slot)
+) STRICT, WITHOUT ROWID;
 
 -- `GET /v1/tasks?q=`: a case-insensitive substring of the id or the name, from a trigram
 -- index (FTS5, contentless: it holds the index only, keyed by the task's `seq`). Each text

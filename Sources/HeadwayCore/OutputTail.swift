@@ -1,6 +1,6 @@
 /// The last lines a task's runner sent as `output` (what its command printed), each with the
-/// time it arrived: at most `maximumLines` lines and `maximumBytes` bytes of their UTF-8
-/// text, the oldest dropped first. A line is kept exactly as sent, control characters
+/// time it arrived: at most `maximumLines` lines (what the store keeps) and, as shown,
+/// `maximumBytes` bytes of their UTF-8 text, the oldest dropped first. A line is kept exactly as sent, control characters
 /// included: JSON escapes them wherever it is shown (`JSONText.appendString`), and the
 /// CLI and the page strip them before display.
 public struct OutputTail: Equatable, Sendable {
@@ -30,22 +30,24 @@ public struct OutputTail: Equatable, Sendable {
 
     public init(lines: [Line] = []) { self.lines = lines }
 
-    /// The tail with `new` appended (arrived at `t`), the oldest lines dropped until it
-    /// keeps at most `maximumLines` lines and `maximumBytes` bytes. A line is at most
-    /// 4,000 bytes, so the newest always stays.
+    /// The tail with `new` appended (arrived at `t`), within the bounds (`trimmed`).
     public func appending(_ new: [String], at t: EpochMilliseconds) -> OutputTail {
-        var all = lines
         let time = Timestamp.rfc3339(t)
-        all += new.suffix(Self.maximumLines).map { Line(t: time, line: $0) }
+        return OutputTail(lines: lines + new.suffix(Self.maximumLines).map { Line(t: time, line: $0) }).trimmed()
+    }
+
+    /// The newest lines within `maximumLines` lines and `maximumBytes` bytes, the oldest
+    /// dropped first. A line is at most 4,000 bytes, so the newest always stays.
+    public func trimmed() -> OutputTail {
         var kept = 0
         var bytes = 0
-        for line in all.reversed() {
+        for line in lines.reversed() {
             let size = line.line.utf8.count
             guard kept < Self.maximumLines, bytes + size <= Self.maximumBytes else { break }
             kept += 1
             bytes += size
         }
-        return OutputTail(lines: Array(all.suffix(kept)))
+        return OutputTail(lines: Array(lines.suffix(kept)))
     }
 
     /// The lines as the API shows them and the store keeps them: a JSON array of

@@ -202,6 +202,7 @@ public struct TaskRecord: Equatable, Sendable {
         var metadata: String?
         var definition: String
         var lastOutput: String?
+        var outputLines: Int64 = 0
         var startedAt: EpochMilliseconds?
         var stallDeadline: EpochMilliseconds?
         var rate: RateEstimator = RateEstimator()
@@ -332,6 +333,11 @@ public struct TaskRecord: Equatable, Sendable {
     public var lastOutput: String? {
         get { box.fields.lastOutput }
         set { ownBox().fields.lastOutput = newValue }
+    }
+    /// How many output lines the task ever sent (the next line's number in its tail's ring).
+    public var outputLines: Int64 {
+        get { box.fields.outputLines }
+        set { ownBox().fields.outputLines = newValue }
     }
     /// The metadata object as canonical JSON text.
     public var metadata: String? {

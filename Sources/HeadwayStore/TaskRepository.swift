@@ -58,7 +58,7 @@ public enum TaskRepository {
         "sample_at", "sample_value", "children_weight", "children_done", "history_points", "history_bucket", "is_root", "depth", "child_count",
         "children_pending", "children_running", "children_stalled", "children_succeeded", "children_failed",
         "children_canceled", "failing_children", "stalling_children",
-        "last_output",
+        "last_output", "output_lines",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -97,7 +97,7 @@ public enum TaskRepository {
         case childrenStalled = "children_stalled", childrenSucceeded = "children_succeeded"
         case childrenFailed = "children_failed", childrenCanceled = "children_canceled"
         case failingChildren = "failing_children", stallingChildren = "stalling_children"
-        case lastOutput = "last_output", state, stalled
+        case lastOutput = "last_output", outputLines = "output_lines", state, stalled
 
         /// Whether the column's value differs between `task` and `previous`.
         func differs(_ task: TaskRecord, _ previous: TaskRecord) -> Bool {
@@ -137,6 +137,7 @@ public enum TaskRepository {
             case .failingChildren: task.failingChildren != previous.failingChildren
             case .stallingChildren: task.stallingChildren != previous.stallingChildren
             case .lastOutput: task.lastOutput != previous.lastOutput
+            case .outputLines: task.outputLines != previous.outputLines
             case .state: task.state != previous.state
             case .stalled: task.stalled != previous.stalled
             }
@@ -180,6 +181,7 @@ public enum TaskRepository {
             case .failingChildren: .integer(Int64(task.failingChildren))
             case .stallingChildren: .integer(Int64(task.stallingChildren))
             case .lastOutput: text(task.lastOutput)
+            case .outputLines: .integer(task.outputLines)
             case .state: .text(task.state.rawValue)
             case .stalled: .integer(task.stalled ? 1 : 0)
             }
@@ -458,6 +460,7 @@ public enum TaskRepository {
             .integer(Int64(task.children.stalled)), .integer(Int64(task.children.succeeded)),
             .integer(Int64(task.children.failed)), .integer(Int64(task.children.canceled)),
             .integer(Int64(task.failingChildren)), .integer(Int64(task.stallingChildren)), text(task.lastOutput),
+            .integer(task.outputLines),
         ]
     }
 
@@ -489,6 +492,7 @@ public enum TaskRepository {
         task.failingChildren = Int(row.int(45))
         task.stallingChildren = Int(row.int(46))
         task.lastOutput = row.optionalText(47)
+        task.outputLines = row.int(48)
         return task
     }
 

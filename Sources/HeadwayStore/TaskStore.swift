@@ -777,7 +777,10 @@ public struct TaskStore: Sendable {
         throws -> (Changed, (parentID: String, change: ChildrenChange)?) {
         guard let task = try load(id, in: database) else { throw TaskError.notFound(id) }
         guard case .applied(var written) = try rule(task) else { return (Changed(outcome: .unchanged(task), events: []), nil) }
-        if !output.isEmpty { try TaskOutput.append(output, to: task, at: now, in: database) }
+        if !output.isEmpty {
+            try TaskOutput.append(output, from: task.outputLines, to: id, at: now, in: database)
+            written.outputLines = task.outputLines + Int64(output.count)
+        }
         try write(&written, previous: task, kind, now: now, in: database)
         let changed = Changed(outcome: .applied(written), events: [TaskEvent(written.changeKind, written)])
         return (changed, task.parentID.map { ($0, ChildrenChange(from: task, to: written)) })

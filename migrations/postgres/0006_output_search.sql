@@ -1,9 +1,14 @@
 -- Each task's output tail, and search by name or id (see migrations/0011_output_search.sql).
 ALTER TABLE tasks ADD COLUMN last_output text;
+ALTER TABLE tasks ADD COLUMN output_lines bigint NOT NULL DEFAULT 0;
 
 CREATE TABLE task_output (
-    task_id text COLLATE "C" PRIMARY KEY,
-    lines text NOT NULL
+    task_id text COLLATE "C" NOT NULL,
+    slot bigint NOT NULL,
+    n bigint NOT NULL,
+    t bigint NOT NULL,
+    line text NOT NULL,
+    PRIMARY KEY (task_id, slot)
 );
 
 -- `GET /v1/tasks?q=`: `id ILIKE '%q%' OR name ILIKE '%q%'` from one trigram index over
