@@ -27,14 +27,14 @@ def _start(bar, args, kwargs):
     name = desc.rstrip(": ").strip() or caller_name(("headway", "tqdm", "contextlib", "concurrent"))
     unit = bound.get("unit", "it")
     bar._hw_name_desc = desc.rstrip(": ").strip()
-    position, parent = open_bar(bound.get("position"), current_parent())
+    position, parent = open_bar(bound.get("position"), bar.__dict__.get("_hw_parent") or current_parent())
     # tqdm counts nothing while it does not draw (disable=True, or disable=None off a
     # terminal): then the wrappers count, so the task still moves.
     bar._hw_count_self = bool(getattr(bar, "disable", False))
     bar._hw_closed = False
     bar._hw_exhausted = False
-    task = Task(name, total=getattr(bar, "total", None), unit=None if unit in (None, "it") else unit,
-                parent=parent, _bar=bar, _position=position)
+    task = Task(name, id=bar.__dict__.get("_hw_id"), total=getattr(bar, "total", None),
+                unit=None if unit in (None, "it") else unit, parent=parent, _bar=bar, _position=position)
     bar._hw_position = position
     add_open_bar(position, task)
     bar._hw = task
@@ -136,8 +136,8 @@ def _make_wrappers():
 
 
 class tqdm(_std.tqdm):
-    """`tqdm.tqdm` that also reports to Headway: same arguments, still draws unless
-    `disable=True` (and then still reports). `desc` is the task's name, a later
+    """`tqdm.tqdm` that also reports to Headway: same arguments (and `id`, `parent` of
+    its task), still draws unless `disable=True` (and then still reports). `desc` is the task's name, a later
     `set_description` or `set_postfix` its label; a bar made while another is open
     (`position`, nested loops) is a child of the open bar below it. After a cancel
     request the next `update()` raises `headway.Canceled`."""
@@ -150,6 +150,18 @@ class tqdm(_std.tqdm):
 
 for _name, _wrapper in _make_wrappers().items():
     setattr(tqdm, _name, _wrapper)
+_instrumented_init = tqdm.__init__
+
+
+def _init(self, *args, id=None, parent=None, **kwargs):
+    """As tqdm's, and `id` (the task's id: registering it again adopts the task) and
+    `parent` (a `headway.Task` or a task id) of the bar's task."""
+    self._hw_id = id
+    self._hw_parent = parent
+    _instrumented_init(self, *args, **kwargs)
+
+
+tqdm.__init__ = _init
 
 
 def trange(*args, **kwargs):
