@@ -36,9 +36,11 @@ fi
 cd "$(dirname "$0")/.."
 venv=.build/venv
 python_tools=()
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium schemathesis)
-# bullmq: BullMQ's own scripts and Queue.add, for the Redis comparison.
-[ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib bullmq)
+# tqdm and celery: the Python client's tqdm drop-in and its Celery example (clients/python).
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium schemathesis tqdm celery)
+# bullmq: BullMQ's own scripts and Queue.add, for the Redis comparison; tqdm: the Python
+# client's overhead beside plain tqdm.
+[ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib bullmq tqdm)
 if [ ${#python_tools[@]} -gt 0 ]; then
   # A venv without a working pip (an interrupted creation) is made again.
   if ! "$venv/bin/python3" -m pip --version >/dev/null 2>&1; then
