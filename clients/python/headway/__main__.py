@@ -81,7 +81,7 @@ def main(argv):
         root.finish_for(interrupt)
         status = 130
     except BaseException as error:
-        record_failure(error)
+        record_failure(error, uncaught=True)
         root.finish_for(error)
         traceback.print_exc()
         status = 1

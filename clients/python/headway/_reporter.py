@@ -440,7 +440,7 @@ def _install_hooks():
     previous = sys.excepthook
 
     def excepthook(kind, error, tb):
-        _task.record_failure(error)
+        _task.record_failure(error, uncaught=True)
         previous(kind, error, tb)
 
     sys.excepthook = excepthook

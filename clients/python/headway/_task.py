@@ -26,7 +26,8 @@ class Canceled(BaseException):
 
 _process_token = uuid.uuid4().hex[:10]
 _numbers = itertools.count(1)
-_failure = None  # (time, exception, output lines): the last exception that ended a job
+_failure = None  # (time, message, output lines): the last exception that ended a block
+_uncaught = None  # the same for the exception that is ending the program
 _local = threading.local()
 _default_parent = None  # the task of `python -m headway run`, when there is one
 _open_lock = threading.Lock()
@@ -53,14 +54,16 @@ def exception_summary(error):
     return message, lines[-TRACEBACK_LINES:]
 
 
-def record_failure(error):
-    """Remembers the exception that is ending the job, so that loops closed while it
-    unwound finish `failed` with it rather than as stopped early."""
-    global _failure
+def record_failure(error, uncaught=False):
+    """Remembers the exception that is ending a block (`uncaught`: the program), so that
+    loops closed while it unwound finish `failed` with it rather than as stopped early."""
+    global _failure, _uncaught
     if isinstance(error, (Canceled, KeyboardInterrupt)) or (isinstance(error, SystemExit) and not error.code):
         return
     message, lines = exception_summary(error)
     _failure = (time.monotonic(), message, lines)
+    if uncaught:
+        _uncaught = _failure
 
 
 def recent_failure(since):
@@ -325,7 +328,7 @@ class Task:
             return
         if self._deferred_since is not None:
             return self.settle_deferred(time.monotonic(), force=True)
-        failure = recent_failure(0)
+        failure = _uncaught
         if failure is not None:
             self.finish("failed", failure[1], failure[2])
         elif self._cancel:

@@ -102,7 +102,10 @@ def _make_wrappers():
         if task is not None and not self._hw_closed:
             self._hw_closed = True
             self._hw_count_self = False
-            task.close_loop(self._hw_exhausted)
+            try:
+                task.close_loop(self._hw_exhausted)
+            except Exception:  # tqdm's __del__ at interpreter teardown: nothing to report to
+                pass
 
     def reset(self, total=None):
         task = self._hw
