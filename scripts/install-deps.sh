@@ -60,3 +60,14 @@ if [ ${#python_tools[@]} -gt 0 ]; then
     touch "$stamp"
   fi
 fi
+
+# Airflow, for the Python client's Airflow example (Tests/integration/test_python_client_examples.py):
+# a venv of its own, since Airflow pins its many dependencies to versions of its own.
+airflow_venv=.build/airflow-venv
+if [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && [ ! -e "$airflow_venv/.installed-apache-airflow-3.3.2" ]; then
+  echo "Installing Airflow into $airflow_venv (a few minutes, once)"
+  rm -rf "$airflow_venv"
+  python3 -m venv "$airflow_venv"
+  "$airflow_venv/bin/python3" -m pip install --quiet --disable-pip-version-check "apache-airflow==3.3.2"
+  touch "$airflow_venv/.installed-apache-airflow-3.3.2"
+fi
