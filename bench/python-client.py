@@ -35,9 +35,13 @@ def free_port():
         return s.getsockname()[1]
 
 
+def daemon_binary():
+    return os.environ.get("HEADWAYD", os.path.join(ROOT, ".build/release/headwayd"))
+
+
 @contextlib.contextmanager
 def daemon():
-    binary = os.environ.get("HEADWAYD", os.path.join(ROOT, ".build/release/headwayd"))
+    binary = daemon_binary()
     with tempfile.TemporaryDirectory() as folder:
         port = free_port()
         process = subprocess.Popen([binary, "--listen", f"127.0.0.1:{port}", "--db", os.path.join(folder, "h.db")],
@@ -176,9 +180,10 @@ def section(figures, args):
 
 What `clients/python` costs the loop it measures, from `bench/python-client.py` (`make
 bench` runs it; `make bench-python` alone) on {figures['date']}, commit {figures['commit']},
-Python {figures['python']}, tqdm {figures['tqdm']}, {figures['cpus']} cores, {figures['machine']};
+Python {figures['python']}, tqdm {figures['tqdm']}, {figures['cpus']} cores, {figures['machine']}
+(load average {figures['load_average']} at the end: the machine was shared);
 median of {args.repeat} interleaved runs of {args.count:,} calls each, the reporter
-sending to a live release headwayd on loopback the whole time. "Added" is against the
+sending to a live headwayd (`{figures['daemon']}`) on loopback the whole time. "Added" is against the
 row it replaces (plain tqdm; for `track`, the bare loop).
 
 | per call | time | added |
@@ -237,6 +242,8 @@ def main():
     figures = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit,
                "python": platform.python_version(), "tqdm": tqdm.__version__, "cpus": os.cpu_count(),
                "machine": f"{platform.machine()}, Linux {platform.release()}",
+               "load_average": round(os.getloadavg()[0], 1),
+               "daemon": os.path.relpath(daemon_binary(), ROOT),
                "overhead": {name: round(value, 1) for name, value in overhead.items()}, "sending": sending}
     for name, value in overhead.items():
         print(f"{name:42} {value / 1000:8.3f} µs")
