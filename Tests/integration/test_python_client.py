@@ -564,3 +564,20 @@ def test_a_fresh_venv_without_tqdm_reports_with_track(headwayd, tmp_path):
         "no tqdm", "headway.tqdm needs tqdm (pip install tqdm); headway.track works without it"]
     (stored,) = all_tasks(headwayd)
     assert (stored["name"], stored["completed"], stored["state"]) == ("without tqdm", 500, "succeeded")
+
+
+def test_texts_and_ids_the_server_would_refuse_are_made_acceptable(headwayd, tmp_path):
+    result = run_job(tmp_path, r"""
+        import headway
+        broken = b"caf\xe9".decode("utf-8", "surrogateescape")
+        with headway.Task("name\0with nul " + broken, id="celery id/with spaces", total=3) as task:
+            task.progress(increment=1, label="   ")
+            task.progress(increment=1, label="label " + broken, output=["line\0one", broken])
+            task.progress(increment=1, label="x" * 600)
+    """, headwayd)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    stored = task(headwayd, "celery-id-with-spaces")
+    assert stored["name"] == "namewith nul caf\ufffd"
+    assert stored["label"] == "x" * 500
+    assert (stored["completed"], stored["state"]) == (3, "succeeded")

@@ -31,10 +31,14 @@ class Refused(Exception):
     def code(self):
         return self.problem.get("code")
 
-    def names_field(self, field):
-        """Whether the problem is about `field` (an `errors` entry names it)."""
-        return any(isinstance(error, dict) and error.get("field") == field
-                   for error in self.problem.get("errors") or [])
+    def names_field(self, field, prefix=False):
+        """Whether the problem is about `field` (an `errors` entry names it; with
+        `prefix`, also a part of it such as `output[3]`)."""
+        for error in self.problem.get("errors") or []:
+            named = error.get("field") if isinstance(error, dict) else None
+            if isinstance(named, str) and (named == field or (prefix and named.startswith(field + "["))):
+                return True
+        return False
 
 
 class Connection:

@@ -4,6 +4,7 @@ and keeps going when the server is away. The job's threads only write attributes
 their tasks; this thread reads them, so a loop never waits for the network."""
 import atexit
 import os
+import re
 import sys
 import threading
 import time
@@ -12,6 +13,7 @@ from . import _task
 from ._http import Connection, Refused, Unreachable
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+_ID_REFUSED = re.compile(r"[^A-Za-z0-9._~:-]")
 #: Seconds between two rounds of sending (so a task is sent at most 4 times a second).
 INTERVAL = 0.25
 #: Items per batch request (the server takes up to 1,000 by default).
@@ -67,9 +69,13 @@ class Reporter:
         self.sent = {"register": 0, "batch": 0, "items": 0, "finish": 0}
 
     def task_id(self, id):
+        """`id` as the server takes it: with the prefix, characters outside
+        `[A-Za-z0-9._~:-]` as `-`, at most 128 characters."""
         id = str(id)
         prefix = self.settings.prefix
-        return id if id.startswith(prefix) else prefix + id
+        id = id if id.startswith(prefix) else prefix + id
+        id = _ID_REFUSED.sub("-", id)[:128]
+        return "-" if id in ("", ".", "..") else id
 
     def add(self, task):
         if self.settings.disabled:
@@ -197,7 +203,7 @@ class Reporter:
             item["increment"] = delta
         if total is not None and total != task._sent_total:
             item["total"] = total
-        label = label[:500] if label is not None else None
+        label = _task.clean(label)[:500] if label is not None else None
         if label is not None and label.strip() and label != task._sent_label:
             item["label"] = label
         unit = task._unit[:64] if task._unit is not None else None
@@ -336,10 +342,12 @@ class Reporter:
 
     def _item_refused(self, task, item, refusal):
         task._inflight = None
-        if refusal.names_field("output") and "output" in item:
-            # A server older than the output tail: the lines are dropped, and the rest
-            # of the item goes again under a new seq (nothing of it was applied).
-            self.accepts_output = False
+        if "output" in item and refusal.names_field("output", prefix=True):
+            # Lines refused (by a server older than the output tail: then never sent
+            # again): the lines are dropped, and the rest of the item goes again under a
+            # new seq (nothing of it was applied).
+            if refusal.names_field("output"):
+                self.accepts_output = False
             return
         if refusal.code == "task_finished":
             task._done = True
@@ -362,16 +370,19 @@ class Reporter:
         body = {"outcome": outcome}
         if lines and not self.accepts_output:
             message = "\n".join([message or outcome, *lines])
+        message = _text(message) if message else None
         if message:
-            body["message"] = message[-4000:] if len(message) > 4000 else message
+            body["message"] = message[:4000]
         if lines and self.accepts_output:
             body["output"] = lines[-100:]
         self.sent["finish"] += 1
         try:
             reply = connection.request("POST", f"/v1/tasks/{task.id}/finish", body)
         except Refused as refusal:
-            if refusal.names_field("output") and "output" in body:
-                self.accepts_output = False
+            if "output" in body and refusal.names_field("output", prefix=True):
+                if refusal.names_field("output"):
+                    self.accepts_output = False
+                task._finish = (outcome, message, [] if self.accepts_output else lines)
                 return self._send_finish(connection, task)
             if refusal.code not in ("outcome_conflict", "task_finished", "not_found"):
                 self._warn(f"finish:{refusal.code}", f"the server refused to finish {task.id}: {refusal}")
@@ -398,7 +409,7 @@ def bar_label(bar):
 def _text(value):
     """`value` without NULs, or None when nothing but blanks is left (the server refuses
     blank texts)."""
-    value = value.replace("\0", "")
+    value = _task.clean(value)
     return value if value.strip() else None
 
 

@@ -363,10 +363,24 @@ def _count(value):
     return int(value)
 
 
+def clean(text):
+    """`text` as the server takes it: no NUL, valid Unicode (a lone surrogate, from
+    bytes decoded with `surrogateescape`, becomes U+FFFD)."""
+    text = str(text)
+    if "\0" in text:
+        text = text.replace("\0", "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
+
 def _lines(output):
+    """`output` (a string or an iterable of lines) as lines of at most 1,000 characters."""
     if isinstance(output, str):
         output = output.splitlines() or [""]
-    return [str(line).rstrip("\r\n")[:1000] for line in output]
+    return [clean(line).rstrip("\r\n")[:1000] for line in output]
 
 
 def caller_name(skip_modules=("headway", "tqdm")):
