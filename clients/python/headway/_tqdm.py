@@ -34,7 +34,8 @@ def _start(bar, args, kwargs):
     bar._hw_closed = False
     bar._hw_exhausted = False
     task = Task(name, id=bar.__dict__.get("_hw_id"), total=getattr(bar, "total", None),
-                unit=None if unit in (None, "it") else unit, parent=parent, _bar=bar, _position=position)
+                unit=None if unit in (None, "it") else unit, parent=parent,
+                metadata=bar.__dict__.get("_hw_metadata"), _bar=bar, _position=position)
     bar._hw_position = position
     add_open_bar(position, task)
     bar._hw = task
@@ -139,8 +140,8 @@ def _make_wrappers():
 
 
 class tqdm(_std.tqdm):
-    """`tqdm.tqdm` that also reports to Headway: same arguments (and `id`, `parent` of
-    its task), still draws unless `disable=True` (and then still reports). `desc` is the task's name, a later
+    """`tqdm.tqdm` that also reports to Headway: same arguments (and `id`, `parent`,
+    `metadata` of its task), still draws unless `disable=True` (and then still reports). `desc` is the task's name, a later
     `set_description` or `set_postfix` its label; a bar made while another is open
     (`position`, nested loops) is a child of the open bar below it. After a cancel
     request the next `update()` raises `headway.Canceled`."""
@@ -156,11 +157,13 @@ for _name, _wrapper in _make_wrappers().items():
 _instrumented_init = tqdm.__init__
 
 
-def _init(self, *args, id=None, parent=None, **kwargs):
-    """As tqdm's, and `id` (the task's id: registering it again adopts the task) and
-    `parent` (a `headway.Task` or a task id) of the bar's task."""
+def _init(self, *args, id=None, parent=None, metadata=None, **kwargs):
+    """As tqdm's, and `id` (the task's id: registering it again adopts the task),
+    `parent` (a `headway.Task` or a task id) and `metadata` (a small dict) of the bar's
+    task."""
     self._hw_id = id
     self._hw_parent = parent
+    self._hw_metadata = metadata
     _instrumented_init(self, *args, **kwargs)
 
 
