@@ -581,3 +581,67 @@ def test_texts_and_ids_the_server_would_refuse_are_made_acceptable(headwayd, tmp
     assert stored["name"] == "namewith nul caf\ufffd"
     assert stored["label"] == "x" * 500
     assert (stored["completed"], stored["state"]) == (3, "succeeded")
+
+
+def run_until_canceled(base, tmp_path, code, cancel_id, module_run=False, arguments=()):
+    """Starts `code` (it prints "started" once its loop runs), asks the server to cancel
+    `cancel_id` once the task exists, and returns the finished process's (status,
+    stdout, stderr)."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(code))
+    command = [sys.executable, *(["-m", "headway", "run", *arguments] if module_run else []), str(script)]
+    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "HEADWAY_URL": base})
+    try:
+        assert job.stdout.readline() == "started\n"
+        wait_until(lambda: any(t["id"] == cancel_id for t in all_tasks(base)), "the task")
+        reply = httpx.post(f"{base}/v1/tasks/{cancel_id}/cancel", headers={"Content-Type": "application/json"})
+        assert reply.status_code == 202, reply.text
+        status = job.wait(timeout=PATIENCE)
+        return status, job.stdout.read(), job.stderr.read()
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+
+
+ENDLESS_TQDM = f"""
+    import itertools, sys, time
+    from tqdm import tqdm
+    started = time.monotonic()
+    for n in tqdm(itertools.count(), desc="endless"):
+        if n == 0:
+            print("started", flush=True)
+        if time.monotonic() - started > {PATIENCE}:
+            sys.exit(9)   # the cancel never came: a bound, so the test cannot hang
+        time.sleep(0.001)
+"""
+
+
+def test_a_cancel_of_the_run_task_stops_an_unmodified_script(headwayd, tmp_path):
+    status, _, stderr = run_until_canceled(headwayd, tmp_path, ENDLESS_TQDM, "the-run", module_run=True,
+                                           arguments=["--id", "the-run"])
+    assert status == 3, stderr
+    assert "was asked to cancel" in stderr
+    by_name = {t["name"]: t for t in all_tasks(headwayd)}
+    assert by_name["job.py"]["state"] == "canceled"
+    assert by_name["endless"]["state"] == "canceled"
+
+
+def test_a_job_that_finishes_its_task_itself_after_a_cancel_keeps_its_outcome(headwayd, tmp_path):
+    status, stdout, stderr = run_until_canceled(headwayd, tmp_path, f"""
+        import sys, time, headway
+        task = headway.Task("batch", id="batch")
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < {PATIENCE}:
+                task.update()
+                if task.completed == 1:
+                    print("started", flush=True)
+                time.sleep(0.001)
+        except headway.Canceled:
+            task.finish("succeeded", "the batch was finished first")
+    """, "batch")
+    assert status == 0, stderr
+    stored = task(headwayd, "batch")
+    assert (stored["state"], stored["message"]) == ("succeeded", "the batch was finished first")
