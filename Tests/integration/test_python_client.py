@@ -99,13 +99,14 @@ def test_a_100000_iteration_loop_is_stored_exactly(headwayd, tmp_path, loop):
 
 class ReplyLosingProxy:
     """A loopback TCP proxy in front of the daemon that forwards every request but, for
-    the first `lose` requests whose head starts with `POST /v1/progress`, closes the
-    client's connection instead of passing the reply on: the server applied the batch,
-    the client saw it fail."""
+    the first `lose` requests whose head starts with one of `lines` (`POST /v1/progress`
+    by default), closes the client's connection instead of passing the reply on: the
+    server applied the request, the client saw it fail."""
 
-    def __init__(self, target_port, lose=1):
+    def __init__(self, target_port, lose=1, lines=(b"POST /v1/progress ",)):
         self.target_port = target_port
         self.lose = lose
+        self.lines = lines
         self.lost = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
@@ -133,7 +134,7 @@ class ReplyLosingProxy:
                 reply = self._read_message(upstream)
                 if reply is None:
                     return
-                if request.startswith(b"POST /v1/progress ") and self.lost < self.lose:
+                if request.startswith(self.lines) and self.lost < self.lose:
                     self.lost += 1
                     return  # the reply is lost; the connection closes
                 client.sendall(reply)
@@ -183,6 +184,45 @@ def test_a_retry_of_an_applied_batch_is_not_counted_twice(headwayd, tmp_path):
     stored = task(headwayd, "retried")
     assert stored["completed"] == 35
     assert stored["state"] == "succeeded"
+
+
+def test_lost_replies_to_a_registration_and_a_finish_change_nothing(headwayd, tmp_path):
+    port = int(headwayd.rsplit(":", 1)[1])
+    proxy = ReplyLosingProxy(port, lose=3, lines=(b"POST /v1/tasks ", b"POST /v1/tasks/"))
+    try:
+        result = run_job(tmp_path, """
+            import headway
+            task = headway.Task("registered twice", total=4)
+            task.update(4)
+            task.finish("succeeded")
+            assert headway.flush(30)
+        """, f"http://127.0.0.1:{proxy.port}")
+    finally:
+        proxy.close()
+    assert result.returncode == 0, result.stderr
+    assert proxy.lost == 3
+    (stored,) = all_tasks(headwayd)
+    assert (stored["completed"], stored["state"]) == (4, "succeeded")
+
+
+def test_an_id_registered_otherwise_is_adopted_and_counted_on(headwayd, tmp_path):
+    reply = httpx.post(f"{headwayd}/v1/tasks", json={"id": "nightly", "name": "Nightly", "total": 100})
+    assert reply.status_code == 201
+    httpx.post(f"{headwayd}/v1/tasks/nightly/progress", json={"completed": 30, "seq": 9})
+    result = run_job(tmp_path, """
+        import headway
+        task = headway.Task("Nightly, again", id="nightly", total=100)
+        for _ in range(20):
+            task.update()
+        assert headway.flush(30)
+        print(task.server_state["completed"], task.server_state["seq"])
+    """, headwayd)
+    assert result.returncode == 0, result.stderr
+    # The conflicting registration (another name) adopted the stored task: its seq
+    # went on from 9, and the increments added to what was stored.
+    completed, seq = map(int, result.stdout.split())
+    assert completed == 50 and seq > 9
+    assert task(headwayd, "nightly")["name"] == "Nightly"
 
 
 @contextlib.contextmanager
