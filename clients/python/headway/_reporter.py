@@ -67,6 +67,12 @@ class Reporter:
         self.accepts_output = True
         #: Requests sent, by kind (for tests and the benchmark).
         self.sent = {"register": 0, "batch": 0, "items": 0, "finish": 0}
+        if not self.settings.disabled:
+            try:
+                self._connect()
+            except ValueError as error:
+                self._warn("url", f"{error}; nothing is reported")
+                self.settings.disabled = True
 
     def task_id(self, id):
         """`id` as the server takes it: with the prefix, characters outside
@@ -130,10 +136,25 @@ class Reporter:
 
     # -- the thread ------------------------------------------------------------------
 
+    def _wait(self):
+        """Sleeps until the next round: `interval`, or less when woken (a new task, a
+        finish, a flush); while the server is away, the whole backoff, unless the process
+        is ending."""
+        if not self._away:
+            self._wake.wait(self.interval)
+        else:
+            deadline = time.monotonic() + self._backoff
+            while not self._stopping:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
+                self._wake.clear()
+        self._wake.clear()
+
     def _run(self):
         while True:
-            self._wake.wait(self._backoff if self._away else self.interval)
-            self._wake.clear()
+            self._wait()
             try:
                 self._round()
                 if self._away:
