@@ -685,3 +685,47 @@ def test_a_job_that_finishes_its_task_itself_after_a_cancel_keeps_its_outcome(he
     assert status == 0, stderr
     stored = task(headwayd, "batch")
     assert (stored["state"], stored["message"]) == ("succeeded", "the batch was finished first")
+
+
+def server_has_output_tail(base):
+    reply = httpx.post(f"{base}/v1/tasks", json={"id": "probe-output", "name": "probe"})
+    assert reply.status_code == 201
+    return "last_output" in reply.json()
+
+
+OUTPUT_JOB = """
+    import json, headway
+    from headway import _reporter
+    with headway.Task("talks", id="talks", total=3) as task:
+        task.progress(increment=1, output=["first line", "second line"])
+        assert headway.flush(30)
+        task.heartbeat(label="waiting", output="third line\\nfourth line")
+        task.progress(increment=1, output=["fifth line"])
+        assert headway.flush(30)
+        task.update()
+    assert headway.flush(30)
+    print(json.dumps({"accepts_output": _reporter.shared_reporter().accepts_output}))
+"""
+
+
+def test_output_lines_reach_the_task_output_tail(headwayd, tmp_path):
+    if not server_has_output_tail(headwayd):
+        pytest.skip("this daemon has no output tail yet (issue 46)")
+    result = run_job(tmp_path, OUTPUT_JOB, headwayd)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"accepts_output": True}
+    lines = httpx.get(f"{headwayd}/v1/tasks/talks/output").json()["lines"]
+    assert [line["line"] for line in lines] == ["first line", "second line", "third line", "fourth line", "fifth line"]
+    stored = task(headwayd, "talks")
+    assert (stored["completed"], stored["state"], stored["last_output"]) == (3, "succeeded", "fifth line")
+
+
+def test_an_older_server_without_the_output_tail_gets_everything_else(headwayd, tmp_path):
+    if server_has_output_tail(headwayd):
+        pytest.skip("this daemon has the output tail: nothing to fall back from")
+    result = run_job(tmp_path, OUTPUT_JOB, headwayd)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert json.loads(result.stdout) == {"accepts_output": False}
+    stored = task(headwayd, "talks")
+    assert (stored["completed"], stored["state"], stored["label"]) == (3, "succeeded", "waiting")
