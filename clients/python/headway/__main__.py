@@ -43,6 +43,11 @@ def main(argv):
         program = module
     elif rest and not rest[0].startswith("-"):
         program, arguments = rest[0], rest[1:]
+        if not os.path.isfile(program):
+            # As python itself says it, before any task is made.
+            sys.stderr.write(f"{sys.executable}: can't open file {os.path.abspath(program)!r}: "
+                             "[Errno 2] No such file or directory\n")
+            return 2
     else:
         return _usage("name a script or -m MODULE")
 
