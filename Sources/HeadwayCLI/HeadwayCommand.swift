@@ -9,9 +9,11 @@ public enum HeadwayCommand {
         69 server unreachable or unavailable (429, 5xx).
         """,
         subcommands: [StartCommand.self, ProgressCommand.self, ProgressBatchCommand.self, HeartbeatCommand.self,
-                      FinishCommand.self, CancelCommand.self, DeleteCommand.self,
+                      FinishCommand.self, CancelCommand.self, TerminateCommand.self, DeleteCommand.self,
                       RunCommand.self, WatchCommand.self, TasksCommand.self, ShowCommand.self, HistoryCommand.self,
-                      TokenCommand.self, WebhookCommand.self, DatabaseCommand.self, CompletionCommand.self])
+                      TokenCommand.self, WebhookCommand.self, DatabaseCommand.self, CompletionCommand.self,
+                      CompleteCommand.self],
+        examples: ["headway tasks --state running", "ID=$(headway start \"Nightly backup\" --total 1200 --unit files)", "headway help watch"])
 
     /// The parser for `headway`'s command line.
     public static var parser: CommandLineParser { CommandLineParser(root: configuration) }
