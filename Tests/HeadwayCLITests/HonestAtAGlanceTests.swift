@@ -138,7 +138,7 @@ import Testing
         #expect(IDDisplay.isGenerated(id), "\(id)")
         try ok(["progress", String(id.prefix(8)), "--completed", "120"], server: daemon.url)
         let table = try ok(["tasks"], server: daemon.url, environment: ["COLUMNS": "80"]).split(separator: "\n")
-        #expect(table.count == 2, "\(table)")
+        try #require(table.count == 2, "\(table)")
         #expect(table[0].hasPrefix("NAME ") && table[0].hasSuffix(" ID"), "\(table)")
         #expect(table[1].hasPrefix("Copy photos to …  running  ▕██████████▏100%  "), "\(table[1])")
         #expect(table[1].contains("  Copying IMG_0420"), "\(table[1])")
