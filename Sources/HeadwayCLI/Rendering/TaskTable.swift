@@ -20,8 +20,9 @@ import HeadwayCore
 ///
 /// When the width is short, in this order: the rate is dropped, then the ETA; the name
 /// is cut (with `…`) down to 16 cells; the bar narrows to 5 cells, then the count goes
-/// (the bar back at 10) so that the label keeps 12 cells (the rate and ETA go while
-/// the label has fewer than 26, the count while it has fewer than 16); then the time goes and the
+/// (the bar back at 10) so that the label keeps 12 cells (the rate goes while the
+/// label has fewer than 20 cells, the ETA while it has fewer than 16, the count while
+/// it has fewer than 18: room for `no signal for 42 s`); then the time goes and the
 /// name and label are cut to what is left; only at the very narrowest does the bar give
 /// way to its percent and the id get cut. A line never wraps and never exceeds the
 /// width.
@@ -74,10 +75,10 @@ public struct TaskTable: Sendable {
     }
 
     static let levels: [Level] = [
-        Level(barCells: 10, rate: true, eta: true, nameMin: 20, tailMin: 26),
-        Level(barCells: 10, eta: true, nameMin: 20, tailMin: 26),
-        Level(barCells: 10, nameMin: 16, tailMin: 20),
-        Level(barCells: 5, nameMin: 16, tailMin: 16),
+        Level(barCells: 10, rate: true, eta: true, nameMin: 20, tailMin: 20),
+        Level(barCells: 10, eta: true, nameMin: 20, tailMin: 16),
+        Level(barCells: 10, nameMin: 16, tailMin: 18),
+        Level(barCells: 5, nameMin: 16, tailMin: 18),
         Level(barCells: 10, count: false, nameMin: 16, tailMin: 12),
         Level(barCells: 5, count: false, nameMin: 16, tailMin: 8),
         Level(barCells: 5, count: false, time: false, nameMin: 12, tailMin: 4),
