@@ -310,3 +310,62 @@ import Testing
         #expect(try complete("headway finish x --outcome ''") == "succeeded\nfailed\ncanceled\n")
     }
 }
+
+/// The CLI over the server's new fields and routes of issue 46: `terminate`, the output
+/// tail `run` sends and `show` prints, and parents' `children` and `attention`.
+@Suite(.serialized) struct HonestCLIServerTests {
+    @discardableResult
+    func ok(_ arguments: [String], server: String, environment: [String: String] = [:]) throws -> String {
+        let result = try runBuilt("headway", arguments + ["--server", server], environment: environment)
+        #expect(result.status == 0, "headway \(arguments.joined(separator: " ")): \(result.errors)")
+        return result.output
+    }
+
+    /// `terminate` ends a task whose runner is gone: canceled, "terminated".
+    @Test func terminateEndsATaskWithoutItsRunner() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        try ok(["start", "Stuck", "--id", "stuck"], server: daemon.url)
+        try ok(["cancel", "stuck"], server: daemon.url)
+        #expect(try ok(["terminate", "stuck"], server: daemon.url) == "terminated stuck\n")
+        let task = try TestHTTPClient(port: daemon.port).request("GET", "/v1/tasks/stuck").json
+        #expect(task["state"] as? String == "canceled" && task["message"] as? String == "terminated", "\(task)")
+    }
+
+    /// `run` sends its command's lines (a `\r`-redrawn bar as the line it ends as); the
+    /// task keeps them and `show` prints them; the command's output is untouched.
+    @Test func runSendsItsOutputAndShowPrintsIt() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let result = collect(try startHeadway(["--server", daemon.url, "run", "--id", "out", "--", "/bin/sh", "-c",
+                                               #"echo line one; echo line two >&2; printf 'bar 10%%\rbar 100%%\n'"#]))
+        #expect(result.status == 0, "\(result.errorText)")
+        #expect(String(decoding: result.output, as: UTF8.self) == "line one\nbar 10%\rbar 100%\n", "passed through as it came")
+        let output = try TestHTTPClient(port: daemon.port).request("GET", "/v1/tasks/out/output").json
+        let lines = (output["lines"] as? [[String: Any]])?.compactMap { $0["line"] as? String } ?? []
+        #expect(Set(lines) == ["line one", "line two", "bar 100%"], "\(output)")
+        let shown = try ok(["show", "out"], server: daemon.url).split(separator: "\n").map(String.init)
+        guard let start = shown.firstIndex(of: "Output (last 3 lines):") else {
+            Issue.record("no output tail: \(shown)")
+            return
+        }
+        #expect(shown[(start + 1)...].contains { $0.hasPrefix("  ") && $0.hasSuffix("  bar 100%") }, "\(shown)")
+    }
+
+    /// A parent says what its children came to: in the table, `1 of 2 failed`; in `show`,
+    /// its children and attention.
+    @Test func aParentShowsItsChildrenAndAttention() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        try ok(["start", "Release", "--id", "p", "--stall-timeout", "3600"], server: daemon.url)
+        try ok(["start", "Build", "--id", "a", "--parent", "p", "--total", "10", "--stall-timeout", "3600"], server: daemon.url)
+        try ok(["start", "Test", "--id", "b", "--parent", "p", "--total", "10", "--stall-timeout", "3600"], server: daemon.url)
+        try ok(["progress", "a", "--completed", "5"], server: daemon.url)
+        try ok(["finish", "a", "--outcome", "failed", "--message", "disk full"], server: daemon.url)
+        let table = try ok(["tasks", "--root"], server: daemon.url, environment: ["COLUMNS": "120"])
+        #expect(table.contains("1 of 2 failed"), "\(table)")
+        let shown = try ok(["show", "p"], server: daemon.url)
+        #expect(shown.contains("\nChildren:         2: 1 of 2 failed\n") && shown.contains("\nAttention:        failed\n"), "\(shown)")
+        #expect(shown.contains("\nLast signal:      20"), "\(shown)")
+    }
+}

@@ -124,7 +124,7 @@ public enum TaskDetails {
     public static func childLines(_ children: [TaskView]) -> [String] {
         let rows: [[String]] = [["ID", "NAME", "STATE", "WEIGHT", "PROGRESS"]] + children.map { child in
             let progress = child.isQuantified
-                ? Formatting.percentText(child.percent).trimmingPrefix(" ")
+                ? "\(child.percent)%"
                 : "-"
             return [child.id, DisplayWidth.truncate(child.name, to: 40), child.state.text,
                     child.weight.map(number) ?? "-", String(progress)]
