@@ -217,10 +217,11 @@ public struct CompletionScript {
             }
             for option in node.options {
                 var takesValue = option.kind == .flag ? "" : option.name == "db" ? " -r -F" : " -r"
+                // -x: these values only, no file names.
                 if let values = Self.choices.first(where: { $0.option == "--" + option.name })?.values {
-                    takesValue += " -a " + quoted(values.joined(separator: " "))
+                    takesValue = " -x -a " + quoted(values.joined(separator: " "))
                 } else if Self.taskIDOptions.contains("--" + option.name) {
-                    takesValue += " -a '(__headway_ids)'"
+                    takesValue = " -x -a '(__headway_ids)'"
                 }
                 lines.append("complete -c headway -n \(condition) -l \(option.name)\(takesValue) -d \(quoted(option.help))")
             }
