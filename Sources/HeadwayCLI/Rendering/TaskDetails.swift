@@ -68,7 +68,7 @@ public enum TaskDetails {
             let ran = Formatting.duration(from: view.createdAt, to: view.finishedAt).map { ", ran " + $0 } ?? ""
             rows.append(("Finished", moment(view.finishedAt).map { $0 + ran }))
         } else if let start = view.createdAt {
-            rows.append(("Running for", Formatting.age(milliseconds: now - start)))
+            rows.append((view.state == .pending ? "Waiting for" : "Running for", Formatting.age(milliseconds: now - start)))
         }
         rows.append(("Last signal", moment(view.lastSignalAt)))
         rows.append(("Last progress", moment(view.lastProgressAt)))
