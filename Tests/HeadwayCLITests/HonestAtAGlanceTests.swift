@@ -206,6 +206,9 @@ import Testing
         #expect(typo.status == 64 && typo.errors == "headway: unknown command 'tsks'; did you mean 'tasks'?\nSee 'headway --help'.\n")
         let option = try runBuilt("headway", ["tasks", "--stat", "running"])
         #expect(option.errors.hasPrefix("headway: unknown option '--stat'; did you mean '--state'?"), "\(option.errors)")
+        let value = try runBuilt("headway", ["tasks", "--state", "runing"])
+        #expect(value.errors.hasPrefix("headway: --state must be pending, running, succeeded, failed or canceled, not 'runing'; did you mean 'running'?"),
+                "\(value.errors)")
     }
 
     /// `run`: "N/40" then "NN%" ends 40 of 40 (it ended "100 of 100"); a command that

@@ -17,7 +17,8 @@ public struct FinishCommand: ParsableCommand {
 
     public func validate() throws {
         if let outcome = values[Self.outcome], !Self.outcomes.contains(outcome) {
-            throw UsageError("--outcome must be succeeded, failed or canceled, not '\(outcome)'")
+            throw UsageError("--outcome must be succeeded, failed or canceled, not '\(outcome)'"
+                             + Suggestion.didYouMean(outcome, among: Self.outcomes))
         }
     }
 

@@ -28,7 +28,8 @@ public struct TasksCommand: ParsableCommand {
 
     public func validate() throws {
         if let bad = values.all(Self.state).first(where: { !Self.states.contains($0) }) {
-            throw UsageError("--state must be pending, running, succeeded, failed or canceled, not '\(bad)'")
+            throw UsageError("--state must be pending, running, succeeded, failed or canceled, not '\(bad)'"
+                             + Suggestion.didYouMean(bad, among: Self.states))
         }
         if let size = values[Self.pageSize], !(1...500).contains(size) {
             throw UsageError("--page-size must be between 1 and 500, not \(size)")
