@@ -201,7 +201,7 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) -> Bool {
         var daemon = try startDaemon()
         defer { daemon.stop(SIGTERM) }
         try run(server, "start", "Copy", "--id", "c1", "--total", "10")
-        let watch = try BackgroundProcess("headway", ["watch", "--min-duration", "0", "--server", server])
+        let watch = try BackgroundProcess("headway", ["watch", "--server", server])
         defer { watch.stop() }
         try run(server, "progress", "c1", "--completed", "3")
         #expect(watch.waitFor { watch.output.contains("3/10") }, "\(watch.output)")

@@ -118,6 +118,8 @@ final class WatchSession: @unchecked Sendable {
     private let lock = NSLock()
     private var state: WatchState
     private var parser = SSEParser()
+    /// Each task as its last plain line showed it.
+    private var printed: [String: TaskView] = [:]
     private var reconnecting = false
     private var dirty = true
     private var drawnLines = 0
@@ -205,7 +207,10 @@ final class WatchSession: @unchecked Sendable {
                     write(JSONValue.object(line).canonicalText + "\n")
                 case .plain:
                     let now = Self.now()
-                    for task in changed {
+                    // A task sent again as it was (a resume that replays a task the
+                    // hold-back released after the last event id seen) is no change.
+                    for task in changed where printed[task.id] != task {
+                        printed[task.id] = task
                         let table = TaskTable(tasks: [task], now: now, frames: state.frames, header: false)
                         write(table.render(width: .max).joined(separator: "\n") + "\n")
                     }
