@@ -45,16 +45,29 @@ def reply_length(buffer):
     return end + 4 + length if len(buffer) >= end + 4 + length else None
 
 
-def flood(port, connections, request, stop, answered, refused):
+def flood(port, connections, request, stop, answered, refused, reopened):
     """Runs in a process of its own, so that the probe's timings never include waiting for
     this loop's turn at the interpreter lock; `answered` and `refused` are shared counters
     of the batches applied (200) and of the others (503 `server_busy`: a client's share of
-    unread replies taken by its batches under way)."""
+    unread replies taken by its batches under way). A connection the daemon closes (it
+    refuses such a batch from its head, before reading the body, and closes) is opened
+    again at once and sends the next batch, as an attacker's would: `reopened` counts them."""
     selector = selectors.DefaultSelector()
-    for _ in range(connections):
+
+    def connect():
         sock = socket.create_connection(("127.0.0.1", port))
         sock.setblocking(False)
         selector.register(sock, selectors.EVENT_WRITE, {"out": request, "in": b""})
+
+    def reopen(sock):
+        selector.unregister(sock)
+        sock.close()
+        with reopened.get_lock():
+            reopened.value += 1
+        connect()
+
+    for _ in range(connections):
+        connect()
     while not stop.is_set():
         for key, events in selector.select(0.2):
             sock, state = key.fileobj, key.data
@@ -67,7 +80,7 @@ def flood(port, connections, request, stop, answered, refused):
                 elif events & selectors.EVENT_READ:
                     chunk = sock.recv(1 << 16)
                     if not chunk:
-                        selector.unregister(sock)
+                        reopen(sock)
                         continue
                     state["in"] += chunk
                     whole = reply_length(state["in"])
@@ -78,8 +91,18 @@ def flood(port, connections, request, stop, answered, refused):
                         state["in"] = state["in"][whole:]
                         state["out"] = request
                         selector.modify(sock, selectors.EVENT_WRITE, state)
-            except (BlockingIOError, ConnectionError):
+            except BlockingIOError:
                 pass
+            except ConnectionError:
+                # Reset while sending the rest of a batch refused from its head: its reply,
+                # if it came, is counted, and the connection opened again.
+                try:
+                    if reply_length(state["in"] + sock.recv(1 << 16)) is not None:
+                        with refused.get_lock():
+                            refused.value += 1
+                except OSError:
+                    pass
+                reopen(sock)
 
 
 def probe(port, stop, delays):
@@ -134,10 +157,10 @@ def main():  # noqa: C901
             quiet.join()
             quiet_delays, delays, stop = delays, [], threading.Event()
             flood_stop, answered = multiprocessing.Event(), multiprocessing.Value("l", 0)
-            refused = multiprocessing.Value("l", 0)
+            refused, reopened = multiprocessing.Value("l", 0), multiprocessing.Value("l", 0)
             before = thread_cpu(daemon.pid)
             flooder = multiprocessing.Process(target=flood, args=(port, options.connections, batch_request(1000),
-                                                                  flood_stop, answered, refused))
+                                                                  flood_stop, answered, refused, reopened))
             prober = threading.Thread(target=probe, args=(port, stop, delays))
             started = time.monotonic()
             flooder.start()
@@ -161,6 +184,7 @@ def main():  # noqa: C901
                                      "max": ms(delays, 1.0), "probes": len(delays)},
                 "batches_applied_per_second": round(answered.value / elapsed, 1),
                 "batches_refused_per_second": round(refused.value / elapsed, 1),
+                "connections_reopened_per_second": round(reopened.value / elapsed, 1),
                 "thread_cpu_seconds": {name: round(seconds, 2) for seconds, name in busiest},
             }))
         finally:

@@ -46,6 +46,11 @@ public struct HTTPRequest: Sendable {
     /// A number standing for the client's address alone (0 when unknown), whatever `client`
     /// is made to stand for.
     public var clientAddress = 0
+    /// The reply bytes the server reserved for this request from its head, before reading
+    /// its body (`MicroHTTPServer.Configuration.largerBodyReplyBytes`): the handler may
+    /// shrink it once it knows its reply's size; it is released when the request is
+    /// answered, or its exchange ends unanswered.
+    public var replyReservation: ReplyReservation?
 
     public init(method: String, path: String, query: [HTTPField] = [], headers: [HTTPField] = [],
                 body: [UInt8] = [], requestID: String = "") {
@@ -180,6 +185,10 @@ public enum HTTPRefusal: Equatable, Sendable {
     /// parameter weighing 64 bytes besides its text (`HeadScreen`; 431, the connection is
     /// closed).
     case headTooLarge(limit: Int)
+    /// Replies wait unread: the client's share of `UnreadReplies`, or everyone's, left no
+    /// room for the reply this request's head asked for (503; its body was dropped as it came).
+    /// Says what the client and everyone held.
+    case repliesUnread(clientBytes: Int, totalBytes: Int)
 }
 
 /// What the server checks of a request's head before anything reads its body or routes

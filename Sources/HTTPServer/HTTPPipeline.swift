@@ -124,6 +124,8 @@ public struct HTTPPipeline: Sendable {
         case .malformedRequestLine: (400, "malformed request line")
         case .versionNotSupported: (505, "HTTP version not supported")
         case .headTooLarge(let limit): (431, "request head larger than \(limit) bytes")
+        case .repliesUnread(let clientBytes, let totalBytes):
+            (503, "\(totalBytes) bytes of replies wait unread, \(clientBytes) of them this client's")
         }
         return HTTPResponse(status: status, headers: [HTTPField("Content-Type", "text/plain")], body: Array((text + "\n").utf8))
     }

@@ -82,6 +82,26 @@ public final class MicroHTTPServer: Service {
         /// be refused anyway (no token that allows the route) is held to `maximumBodyBytes`,
         /// so it cannot make the server hold the larger body for each of its connections.
         public var mayTakeLargerBody: @Sendable (HTTPRequest) -> Bool = { _ in true }
+        /// The reply bytes a request that may send its path's larger body reserves of
+        /// `unreadReplies` from its head, given the body length it announces (nil: chunked),
+        /// before any of its body is read: the most its reply may take (0: none). A client
+        /// whose share, or everyone's, has no room for them is refused 503
+        /// (`HTTPRefusal.repliesUnread`) from its head: its body is dropped as it comes,
+        /// never kept or handed to a handler, and the refusal answered once it is whole,
+        /// on a connection that stays open. An admitted request carries its reservation to
+        /// its handler (`HTTPRequest.replyReservation`). Under a flood of large batches
+        /// from one client, the server so keeps and the parser parses only the batches the
+        /// client's share admits, not every body sent.
+        public var largerBodyReplyBytes: @Sendable (_ announcedBodyBytes: Int?) -> Int = { _ in 0 }
+        /// How long after its body has come a request refused from its head
+        /// (`largerBodyReplyBytes`) is answered, at most: its `Retry-After`; each waits
+        /// between half of it and all of it, at random, so that refusals whose bodies came
+        /// together are not answered, and sent again, together. A client that sends again
+        /// at once, whatever its refusal says, so sends at most about one body a second on
+        /// each connection, and a flood of them keeps the request thread little busier,
+        /// where answered at once each would come back at once and keep the thread
+        /// reading and dropping bodies (and every other request waiting for its turn).
+        public var refusalFromHeadDelaySeconds = 1.0
         /// Requests with more query parameters are refused with 431. Each parameter the
         /// library keeps takes about 50 bytes of the connection's memory.
         public var maximumQueryParameters = 100
@@ -483,6 +503,11 @@ public final class MicroHTTPServer: Service {
         if exchange.bodyTooLarge {
             return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: exchange.bodyLimit), $0, $1) }
         }
+        if let refusal = exchange.refusedFromHead {
+            let delay = configuration.refusalFromHeadDelaySeconds * Double.random(in: 0.5...1)
+            exchange.suspendsWhileWaiting = true
+            return exchange.dispatchOrQueue { pipeline.refuse(refusal, $0, DelayedResponder(base: $1, seconds: delay)) }
+        }
         return exchange.dispatchOrQueue(pipeline.handle)
     }
 
@@ -552,6 +577,21 @@ public final class MicroHTTPServer: Service {
         }
         if let length = contentLength, length > exchange.bodyLimit {
             return exchange.dispatchOrQueue { pipeline.refuse(.bodyTooLarge(limit: exchange.bodyLimit), $0, $1) }
+        }
+        if largerLimit != nil, let unreadReplies = configuration.unreadReplies {
+            let bytes = configuration.largerBodyReplyBytes(contentLength.map { Int(clamping: $0) })
+            if bytes > 0 {
+                let (reservation, clientBytes, totalBytes) = unreadReplies.reservation(bytes, client: request.clientAddress)
+                guard let reservation else {
+                    // Answered once the body has come, each piece dropped as it comes: answered
+                    // now, the connection would have to close (its body unread), and a client
+                    // sending batches again at once would open a connection for each, which
+                    // costs the server more than dropping the body.
+                    exchange.refuseFromHead(.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes))
+                    return MHD_Result.YES
+                }
+                exchange.hold(reservation)
+            }
         }
         return MHD_Result.YES
     }
@@ -729,6 +769,9 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     private let server: MicroHTTPServer
     private(set) var request: HTTPRequest
     private(set) var bodyTooLarge = false
+    /// The refusal decided from the head (`MicroHTTPServer.Configuration.largerBodyReplyBytes`):
+    /// the body is dropped as it comes, and the refusal answered once it is whole.
+    private(set) var refusedFromHead: HTTPRefusal?
     private(set) var discardedBytes = 0
     /// An HTTP/1.1 request not asking to close: a body of unknown length goes out chunked.
     var isChunkedKeepAlive = false
@@ -738,6 +781,10 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     /// Its head announced a body: the connection has the body deadline until the request is
     /// dispatched (`RequestDeadlines`).
     var awaitsBody = false
+    /// On a loop's daemon too, the connection is suspended while the request waits for its
+    /// answer, so that the library leaves it alone at each run (a refusal answered late:
+    /// `MicroHTTPServer.Configuration.refusalFromHeadDelaySeconds`; hundreds may wait at once).
+    var suspendsWhileWaiting = false
     /// The path as the client sent it, escaped, when the decoded `request.path` would not
     /// show it (`TargetCheck.pathAsSent`): what the exchange's record names.
     var pathAsSent: String?
@@ -752,6 +799,9 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     /// The number of the client's address (`HTTPRequest.clientAddress`), kept apart from
     /// `request`, whose fields are let go once it is handed over.
     private let clientAddress: Int
+    /// Reply bytes reserved for the request from its head: released when it is answered or,
+    /// unanswered, when the exchange ends.
+    private var replyReservation: ReplyReservation?
 
     init(connection: OpaquePointer, request: HTTPRequest, server: MicroHTTPServer, bodyLimit: Int,
          loop: RequestDaemonLoop? = nil) {
@@ -764,9 +814,24 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
         self.loop = loop
     }
 
-    /// Keeps a piece of the body, or, once the body passes `bodyLimit`, counts and drops it.
+    /// Holds `reservation` for the request (daemon's thread, before the request is handed
+    /// over), which its handler finds in `HTTPRequest.replyReservation`.
+    func hold(_ reservation: ReplyReservation) {
+        replyReservation = reservation
+        request.replyReservation = reservation
+    }
+
+    /// Refuses the request with `refusal` once its body is whole; the body is not kept.
+    func refuseFromHead(_ refusal: HTTPRefusal) {
+        refusedFromHead = refusal
+    }
+
+    /// Keeps a piece of the body, or, once the body passes `bodyLimit`, counts and drops it
+    /// (a request refused from its head keeps none).
     func receive(_ chunk: UnsafeRawBufferPointer) {
-        if bodyTooLarge || request.body.count + chunk.count > bodyLimit {
+        if refusedFromHead != nil {
+            discardedBytes += chunk.count
+        } else if bodyTooLarge || request.body.count + chunk.count > bodyLimit {
             bodyTooLarge = true
             discardedBytes += chunk.count
             request.body = []
@@ -811,7 +876,7 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
         loop?.noteProgress()
         return answer.withLock { answer in
             if let response = answer.pending { return queue(response, &answer) }
-            if let loop {
+            if let loop, !suspendsWhileWaiting {
                 answer.waiting = true
                 loop.requestWaits(true)
                 waitsWithoutAnswer.store(true, ordering: .sequentiallyConsistent)
@@ -830,15 +895,20 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     /// Takes the first answer (later ones are ignored) and resumes the connection if it
     /// waits for it.
     func respond(_ response: consuming HTTPResponse) {
+        // The reply counts from now on as it is queued (`UnreadReplies.queued`), in place of
+        // what was reserved for it.
+        replyReservation?.release()
         let (first, wakeLoop) = answer.withLock { answer in
             guard answer.pending == nil else { return (false, false) }
             answer.pending = response
             if answer.waiting { waitsWithoutAnswer.store(false, ordering: .sequentiallyConsistent) }
+            // A resume wakes no loop by itself.
+            let resumed = answer.suspended
             if answer.suspended {
                 answer.suspended = false
                 MHD_resume_connection(connection)
             }
-            return (true, answer.waiting)
+            return (true, answer.waiting || resumed)
         }
         if wakeLoop { loop?.wake() }
         if first { server.answered() }
@@ -861,6 +931,7 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
     /// pipeline: one cut off before, by its client, a deadline or the library, is not an
     /// exchange the pipeline saw) and those who asked what was sent.
     func complete() {
+        replyReservation?.release()
         let (status, handlers, dispatched) = answer.withLock { answer in
             if answer.waiting {  // the connection closed while its request waited
                 answer.waiting = false
@@ -942,6 +1013,20 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
         answer.sentStatus = response.status
         return MHD_queue_response(connection, UInt32(response.status), mhdResponse)
     }
+}
+
+/// Passes each answer on `seconds` later, from a Dispatch worker (a refusal from a request's
+/// head: `MicroHTTPServer.Configuration.refusalFromHeadDelaySeconds`).
+private struct DelayedResponder: Responder {
+    let base: any Responder
+    let seconds: Double
+
+    func respond(_ response: consuming HTTPResponse) {
+        let response = response
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [base] in base.respond(response) }
+    }
+
+    func onComplete(_ handler: @escaping @Sendable (HTTPCompletion) -> Void) { base.onComplete(handler) }
 }
 
 /// What the check of a request's raw target found, before its exchange begins: its

@@ -135,6 +135,14 @@ public final class UnreadReplies: Sendable {
         state.withLock { $0.budget.remove(bytes, client: client) }
     }
 
+    /// `reserve` as a reservation that releases itself once (`ReplyReservation`), or nil
+    /// with the bytes the client and everyone hold when `client` is refused.
+    public func reservation(_ bytes: Int, client: Int) -> (reservation: ReplyReservation?, clientBytes: Int,
+                                                           totalBytes: Int) {
+        let (admitted, clientBytes, totalBytes) = reserve(bytes, client: client)
+        return (admitted ? ReplyReservation(bytes, client: client, in: self) : nil, clientBytes, totalBytes)
+    }
+
     /// A reply of `bytes` is queued on socket `fd` for `client`, after what the client has
     /// not yet acknowledged of the replies before it.
     func queued(_ bytes: Int, on fd: Int32, client: Int) {
@@ -188,5 +196,49 @@ public final class UnreadReplies: Sendable {
         for (fd, entry) in state.entries where entry.written {
             update(fd, entry, to: unacknowledged(fd), &state)
         }
+    }
+}
+
+/// Bytes of `UnreadReplies` held for one request whose reply is not made yet, from its
+/// admission until its reply is made or its exchange ends without one, whichever comes
+/// first (any thread; each release after the first does nothing).
+///
+/// The server takes one from a batch's head, before reading its body
+/// (`MicroHTTPServer.Configuration.largerBodyReplyBytes`): a client past its share is
+/// refused then, its body never kept or parsed, and batches arriving side by side are
+/// each counted from their heads on, so none is admitted on room another already took.
+public final class ReplyReservation: Sendable {
+    private let replies: UnreadReplies
+    /// The client the bytes are held for (`HTTPRequest.clientAddress`).
+    public let client: Int
+    private let held: Locked<Int>
+
+    init(_ bytes: Int, client: Int, in replies: UnreadReplies) {
+        self.replies = replies
+        self.client = client
+        held = Locked(bytes)
+    }
+
+    /// The bytes held now (0 once released).
+    public var bytes: Int { held.withLock { $0 } }
+
+    /// Holds at most `bytes` from now on: the handler has learnt its reply's size (a
+    /// batch's items, once parsed), smaller than what its head could announce.
+    public func shrink(to bytes: Int) {
+        let freed = held.withLock { held -> Int in
+            let freed = max(0, held - max(0, bytes))
+            held -= freed
+            return freed
+        }
+        replies.release(freed, client: client)
+    }
+
+    /// Holds nothing more: the reply is made (it counts once queued), or none will be.
+    public func release() {
+        let freed = held.withLock { held -> Int in
+            defer { held = 0 }
+            return held
+        }
+        replies.release(freed, client: client)
     }
 }

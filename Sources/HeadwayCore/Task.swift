@@ -24,6 +24,115 @@ public enum StallReason: String, Sendable, CaseIterable {
     case noProgress = "no_progress"
 }
 
+/// Why a parent needs a look: a descendant failed, or a running descendant is stalled.
+public enum Attention: String, Sendable, CaseIterable {
+    case failed, stalled
+}
+
+/// How many direct children a parent has in each state; `stalled` counts the running ones
+/// flagged stalled (so it is part of `running`, not beside it). Children that retention
+/// forgot still count as they finished; deleted ones no longer count. Also used, with
+/// negative numbers, for a change of these counts (`ChildrenChange`).
+public struct ChildrenCounts: Equatable, Sendable {
+    public var pending = 0
+    public var running = 0
+    public var stalled = 0
+    public var succeeded = 0
+    public var failed = 0
+    public var canceled = 0
+
+    public init(pending: Int = 0, running: Int = 0, stalled: Int = 0, succeeded: Int = 0, failed: Int = 0,
+                canceled: Int = 0) {
+        (self.pending, self.running, self.stalled) = (pending, running, stalled)
+        (self.succeeded, self.failed, self.canceled) = (succeeded, failed, canceled)
+    }
+
+    /// Every child counted (`stalled` is inside `running`).
+    public var total: Int { pending + running + succeeded + failed + canceled }
+    /// The children not finished yet: what `--max-children` bounds.
+    public var unfinished: Int { pending + running }
+    public var isZero: Bool { self == ChildrenCounts() }
+
+    /// Counts `delta` more children in `state` (and among the stalled when `stalled`).
+    public mutating func add(_ state: TaskState, stalled isStalled: Bool, _ delta: Int) {
+        switch state {
+        case .pending: pending += delta
+        case .running: running += delta
+        case .succeeded: succeeded += delta
+        case .failed: failed += delta
+        case .canceled: canceled += delta
+        }
+        if isStalled { stalled += delta }
+    }
+
+    public static func += (lhs: inout ChildrenCounts, rhs: ChildrenCounts) {
+        lhs.pending += rhs.pending
+        lhs.running += rhs.running
+        lhs.stalled += rhs.stalled
+        lhs.succeeded += rhs.succeeded
+        lhs.failed += rhs.failed
+        lhs.canceled += rhs.canceled
+    }
+
+    /// The counts as the API shows them.
+    public var json: String {
+        var object = JSONObjectWriter(capacity: 112)
+        object.integer("total", Int64(total))
+        object.integer("pending", Int64(pending))
+        object.integer("running", Int64(running))
+        object.integer("stalled", Int64(stalled))
+        object.integer("succeeded", Int64(succeeded))
+        object.integer("failed", Int64(failed))
+        object.integer("canceled", Int64(canceled))
+        return object.finish()
+    }
+}
+
+/// What a change of a child does to its parent's roll-up: the children's total weight and
+/// weighted shares move by `weight` and `done`, the counts by state by `counts`, and the
+/// numbers of children with a failure or a stall at or below them by `failing` and
+/// `stalling`. Changes of several children of one parent add up (`+=`), so a batch rolls
+/// each parent up once.
+public struct ChildrenChange: Equatable, Sendable {
+    public var weight = 0.0
+    public var done = 0.0
+    public var counts = ChildrenCounts()
+    public var failing = 0
+    public var stalling = 0
+
+    public init() {}
+
+    /// The change from `before` to `after`, two versions of one child: nil `before` for a
+    /// child added, nil `after` for one deleted.
+    public init(from before: TaskRecord?, to after: TaskRecord?) {
+        if let before { subtract(before) }
+        if let after { add(after) }
+    }
+
+    private mutating func add(_ child: TaskRecord, _ sign: Int = 1) {
+        weight += Double(sign) * child.weight
+        done += Double(sign) * child.weight * child.shareOfParent
+        counts.add(child.state, stalled: child.isStalledAndRunning, sign)
+        if child.isFailingForParent { failing += sign }
+        if child.isStallingForParent { stalling += sign }
+    }
+
+    private mutating func subtract(_ child: TaskRecord) { add(child, -1) }
+
+    /// Whether the children's weights or shares move (the parent's fraction with them).
+    public var movesProgress: Bool { weight != 0 || done != 0 }
+    /// Whether nothing at all changes.
+    public var isEmpty: Bool { !movesProgress && counts.isZero && failing == 0 && stalling == 0 }
+
+    public static func += (lhs: inout ChildrenChange, rhs: ChildrenChange) {
+        lhs.weight += rhs.weight
+        lhs.done += rhs.done
+        lhs.counts += rhs.counts
+        lhs.failing += rhs.failing
+        lhs.stalling += rhs.stalling
+    }
+}
+
 /// Bounds on every input, in one place.
 public enum Limits {
     public static let idLength = 128
@@ -46,7 +155,9 @@ public enum Limits {
 public struct TreeLimits: Sendable, Equatable {
     /// The deepest a task may be (a root is depth 1).
     public var maximumDepth = 32
-    /// The most children one parent may have (deleted and forgotten ones no longer count).
+    /// The most unfinished (pending or running) children one parent may have at once:
+    /// finished ones do not count, and retention forgets them, so a parent that lives
+    /// forever (a service starting jobs) never fills up.
     public var maximumChildren = 10_000
     /// The most tasks stored at once (finished ones count until retention forgets them).
     public var maximumTasks: Int64 = 10_000_000
@@ -97,6 +208,9 @@ public struct TaskRecord: Equatable, Sendable {
         var childrenDone: Double = 0.0
         var depth: Int = 1
         var childCount: Int = 0
+        var children = ChildrenCounts()
+        var failingChildren: Int = 0
+        var stallingChildren: Int = 0
         var historyPoints: Int = 0
         var historyBucket: Int64?
         var changeNumber: Int64 = 0
@@ -194,7 +308,8 @@ public struct TaskRecord: Equatable, Sendable {
         get { box.fields.updatedAt }
         set { ownBox().fields.updatedAt = newValue }
     }
-    /// The last create, progress or heartbeat.
+    /// The last signal: the task's own create, progress or heartbeat, or one of a
+    /// descendant's (a roll-up carries it up).
     public var lastSignalAt: EpochMilliseconds {
         get { box.fields.lastSignalAt }
         set { ownBox().fields.lastSignalAt = newValue }
@@ -257,6 +372,23 @@ public struct TaskRecord: Equatable, Sendable {
         get { box.fields.childCount }
         set { ownBox().fields.childCount = newValue }
     }
+    /// How many direct children are in each state (forgotten ones as they finished).
+    public var children: ChildrenCounts {
+        get { box.fields.children }
+        set { ownBox().fields.children = newValue }
+    }
+    /// How many direct children failed or have a failed descendant (forgotten ones
+    /// included): `attention` is `failed` while there is one.
+    public var failingChildren: Int {
+        get { box.fields.failingChildren }
+        set { ownBox().fields.failingChildren = newValue }
+    }
+    /// How many direct children are running and stalled or have a running stalled
+    /// descendant: `attention` is `stalled` while there is one (and none failing).
+    public var stallingChildren: Int {
+        get { box.fields.stallingChildren }
+        set { ownBox().fields.stallingChildren = newValue }
+    }
     /// History samples stored for this task, and the second of the latest.
     public var historyPoints: Int {
         get { box.fields.historyPoints }
@@ -298,34 +430,63 @@ public struct TaskRecord: Equatable, Sendable {
     /// Whether the task has children (its progress is theirs, weighted).
     public var hasChildren: Bool { childrenWeight > 0 }
 
+    /// Whether the task is a parent as the API shows it (`children` is not null): it has
+    /// children counted, or a roll-up of children.
+    public var isParent: Bool { hasChildren || children.total > 0 }
+
+    /// `failed` when a descendant failed, else `stalled` when a running descendant is
+    /// stalled, else nil.
+    public var attention: Attention? {
+        if failingChildren > 0 { return .failed }
+        if stallingChildren > 0 { return .stalled }
+        return nil
+    }
+
+    /// Whether the task itself is stalled (only a running task can be).
+    var isStalledAndRunning: Bool { stalled && state == .running }
+    /// Whether the task gives its parent a failure: it failed, or a descendant did.
+    var isFailingForParent: Bool { state == .failed || failingChildren > 0 }
+    /// Whether the task gives its parent a stall: it is stalled, or a running descendant is.
+    var isStallingForParent: Bool { isStalledAndRunning || stallingChildren > 0 }
+
     /// `quantified` when the total is known or the task has children, else `indeterminate`.
     public var mode: TaskMode { total == nil && !hasChildren ? .indeterminate : .quantified }
 
-    /// 0…1, or nil while indeterminate. With children: the weighted mean of theirs (see
-    /// `shareOfParent`). Otherwise completed / total; an empty task (total 0) is complete
-    /// only once it has succeeded.
+    /// 0…1, or nil while indeterminate. With children: the weighted mean of their shares
+    /// (see `shareOfParent`), 1 once the parent succeeded, but never 1 while a descendant
+    /// failed (then at most `belowOne`, which every percent floors to 99).
+    /// Otherwise completed / total; an empty task (total 0) is complete only once it has
+    /// succeeded.
     public var fraction: Double? {
         if hasChildren {
-            if state == .succeeded { return 1 }
-            return min(1, max(0, childrenDone / childrenWeight))
+            let mean = min(1, max(0, childrenDone / childrenWeight))
+            if failingChildren > 0 { return min(mean, Self.belowOne) }
+            return state == .succeeded ? 1 : mean
         }
         guard let total else { return nil }
         if total == 0 { return state == .succeeded ? 1 : 0 }
         return Double(completed) / Double(total)
     }
 
+    /// The most a parent with a failed descendant shows: below 1 by more than JSON readers
+    /// that parse numbers loosely round away (Foundation reads 0.9999999999999999 as 1).
+    public static let belowOne = 0.999_999
+
     /// What this task contributes to its parent's fraction, before weighting: 1 once
-    /// finished (whatever the outcome), else its fraction (0 while indeterminate).
-    public var shareOfParent: Double { state.isFinished ? 1 : fraction ?? 0 }
+    /// succeeded, else its fraction (0 while indeterminate) — for a failed or canceled
+    /// task the fraction it had when it finished, which no longer moves.
+    public var shareOfParent: Double { state == .succeeded ? 1 : fraction ?? 0 }
 
     /// The measure the rate estimator follows: the fraction for a parent, else `completed`.
     public var progressValue: Double { hasChildren ? fraction ?? 0 : Double(completed) }
 
     /// Rate (units per second; for a parent, fraction per second) and seconds left, as of
     /// the last report; nil whenever they cannot be known honestly: indeterminate, too
-    /// few samples, no movement, stalled, finished.
+    /// few samples, no movement, stalled, finished, or (for a parent) a descendant failed
+    /// or stalled (`attention`).
     public var estimate: (rate: Double, etaSeconds: Double)? {
-        guard !state.isFinished, !stalled, mode == .quantified, let rate = rate.rate, rate > 0 else { return nil }
+        guard !state.isFinished, !stalled, attention == nil, mode == .quantified, let rate = rate.rate, rate > 0
+        else { return nil }
         let remaining: Double
         if hasChildren {
             remaining = 1 - (fraction ?? 0)
@@ -354,6 +515,8 @@ public struct TaskRecord: Equatable, Sendable {
         let estimate = self.estimate
         object.number("rate", estimate?.rate)
         object.number("eta_seconds", estimate.map { ($0.etaSeconds * 10).rounded() / 10 })
+        object.raw("children", isParent ? children.json : nil)
+        object.string("attention", attention?.rawValue)
         object.bool("stalled", stalled)
         object.string("stall_reason", stallReason?.rawValue)
         object.timestamp("stalled_since", stalledSince)
@@ -363,6 +526,7 @@ public struct TaskRecord: Equatable, Sendable {
         object.integer("seq", lastRunnerSeq)
         object.timestamp("created_at", createdAt)
         object.timestamp("updated_at", updatedAt)
+        object.timestamp("last_signal_at", lastSignalAt)
         object.timestamp("last_progress_at", lastProgressAt)
         object.timestamp("finished_at", finishedAt)
         object.string("message", message)

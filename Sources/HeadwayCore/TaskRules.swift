@@ -43,13 +43,14 @@ public enum TaskRules {
     }
 
     /// Refuses a new child of `parent` that would break the tree's limits: a finished parent
-    /// takes no children, and the child may be neither too deep nor one child too many.
+    /// takes no children, and the child may be neither too deep nor one unfinished child
+    /// too many (finished children do not count).
     public static func checkNewChild(of parent: TaskRecord, limits: TreeLimits) throws(TaskError) {
         if parent.state.isFinished { throw .parentFinished(parent.id) }
         if parent.depth >= limits.maximumDepth {
             throw .treeTooDeep(parentID: parent.id, maximumDepth: limits.maximumDepth)
         }
-        if parent.childCount >= limits.maximumChildren {
+        if parent.children.unfinished >= limits.maximumChildren {
             throw .tooManyChildren(parentID: parent.id, maximumChildren: limits.maximumChildren)
         }
     }
@@ -135,16 +136,23 @@ public enum TaskRules {
         return .applied(next)
     }
 
-    /// A parent as a change of one of its children leaves it: the children's weighted
-    /// shares move by `doneDelta` (and their total weight by `weightDelta`), and the
-    /// child's activity counts as the parent's own signal (a pending parent starts).
-    /// Nil for a finished parent, which no longer changes.
-    public static func rollUp(_ parent: TaskRecord, weightDelta: Double, doneDelta: Double,
+    /// A parent's signal that changes nothing else it shows is published (a change number,
+    /// an event) when the `last_signal_at` its last event carried is this old, so that a
+    /// subscriber's "no signal for" is never more than about two of these behind.
+    public static let signalPublishInterval: EpochMilliseconds = 1_000
+
+    /// A parent as a change of one of its children leaves it: the children's weights,
+    /// shares, counts by state and failures or stalls below move by `change`. When the
+    /// change is the child's activity (`isSignal`), it counts as the parent's own signal
+    /// (a pending parent starts). Nil for a finished parent, whose progress no longer moves.
+    public static func rollUp(_ parent: TaskRecord, _ change: ChildrenChange, isSignal: Bool = true,
                               now: EpochMilliseconds) -> TaskRecord? {
         guard !parent.state.isFinished else { return nil }
-        var next = signal(parent, now: now, runnerSeq: nil, label: nil)
-        next.childrenWeight += weightDelta
-        next.childrenDone += doneDelta
+        var next = isSignal ? signal(parent, now: now, runnerSeq: nil, label: nil) : parent
+        next.updatedAt = now
+        applyCounts(change, to: &next)
+        next.childrenWeight += change.weight
+        next.childrenDone += change.done
         if next.childrenWeight < 1e-9 {
             next.childrenWeight = 0
             next.childrenDone = 0
@@ -156,32 +164,54 @@ public enum TaskRules {
 
     /// What a change of one of its descendants does to an ancestor (see `rollUpStep`).
     public enum RollUpStep: Equatable, Sendable {
-        /// The ancestor changes as clients see it (its roll-up, or it starts): a new change, an event.
+        /// The ancestor changes as clients see it (its roll-up, its counts of children or
+        /// its `attention`, or it starts, or a signal due to be published): a new change,
+        /// an event.
         case changed(TaskRecord)
-        /// Only its signal time moves (and with it its stall deadline): the descendant's
-        /// activity keeps it alive, but nothing a client sees changed, so it gets no event
-        /// and no change number (unless that signal clears its stall flag, which shows).
-        case signalled(TaskRecord)
-        /// Nothing changes, here or further up: the ancestor is finished, or it already had
-        /// a signal this recent (and so had every ancestor above it).
+        /// Only what clients do not see at once moves: its signal time (and with it its
+        /// stall deadline) within `signalPublishInterval` of the last one published, or
+        /// its counts of failing or stalling children without a change of `attention`.
+        /// Written, without a change number or an event (unless the signal clears its
+        /// stall flag, which shows).
+        case quiet(TaskRecord)
+        /// Nothing changes here; further up, only what `change` of this ancestor says.
         case unchanged
     }
 
-    /// One step of a roll-up: the ancestor `parent` as a change below it leaves it. With no
-    /// move of the children's shares and weights, the change only counts as the ancestor's
-    /// signal: its `updatedAt` and rate estimate stay (the estimator folds the quiet spell
-    /// into its next sample), so the roll-up stops being visible at the first ancestor
-    /// whose progress does not move.
-    public static func rollUpStep(_ parent: TaskRecord, weightDelta: Double, doneDelta: Double,
+    /// One step of a roll-up: the ancestor `parent` as `change` of one of its children
+    /// leaves it (`isSignal`: the change is the child's activity). While the children's
+    /// shares and weights move, the ancestor's roll-up changes (`rollUp`). Otherwise the
+    /// change counts as the ancestor's signal, its `updatedAt` and rate estimate kept (the
+    /// estimator folds the quiet spell into its next sample), and shows only when the
+    /// counts of children or `attention` move, or the signal is due to be published
+    /// (`signalPublishInterval`). A finished ancestor takes no signal and keeps its
+    /// fraction, but its counts of children and `attention` stay true.
+    public static func rollUpStep(_ parent: TaskRecord, _ change: ChildrenChange, isSignal: Bool,
                                   now: EpochMilliseconds) -> RollUpStep {
-        guard !parent.state.isFinished else { return .unchanged }
-        guard weightDelta == 0, doneDelta == 0, parent.state != .pending else {
-            return rollUp(parent, weightDelta: weightDelta, doneDelta: doneDelta, now: now).map { .changed($0) } ?? .unchanged
+        if !parent.state.isFinished, change.movesProgress || (isSignal && parent.state == .pending) {
+            return rollUp(parent, change, isSignal: isSignal, now: now).map { .changed($0) } ?? .unchanged
         }
-        guard now > parent.lastSignalAt else { return .unchanged }
         var next = parent
-        next.lastSignalAt = now
-        return .signalled(next)
+        applyCounts(change, to: &next)
+        var isVisible = next.children != parent.children || next.attention != parent.attention
+        if isSignal, !parent.state.isFinished, now > parent.lastSignalAt {
+            next.lastSignalAt = now
+            // The `last_signal_at` last published is the stored one unless a signal came
+            // quietly since the last published change (it is then later than `updatedAt`).
+            if now - min(parent.lastSignalAt, parent.updatedAt) >= signalPublishInterval { isVisible = true }
+        }
+        if isVisible {
+            next.updatedAt = now
+            return .changed(next)
+        }
+        return next == parent ? .unchanged : .quiet(next)
+    }
+
+    /// Applies a change's counts of children (not their weights and shares) to `parent`.
+    private static func applyCounts(_ change: ChildrenChange, to parent: inout TaskRecord) {
+        if !change.counts.isZero { parent.children += change.counts }
+        if change.failing != 0 { parent.failingChildren += change.failing }
+        if change.stalling != 0 { parent.stallingChildren += change.stalling }
     }
 
     /// Whether the runner's `runnerSeq` was already applied (it is not above the last one).

@@ -355,6 +355,12 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         if case .success = batchGate.admit(request, .scope(.report)) { return true }
         return false
     }
+    // A batch's reply bytes are reserved from its head: a client past its share is refused
+    // before its body is read or parsed.
+    let maximumBatchItems = configuration.maximumBatchItems
+    serverConfiguration.largerBodyReplyBytes = { announced in
+        TaskAPI.replyBytesReserved(announcedBodyBytes: announced, maximumItems: maximumBatchItems)
+    }
     let bytesPerQueryParameter = 64
     serverConfiguration.connectionMemoryLimit = 16 * 1024 + configuration.maximumQueryParameters * bytesPerQueryParameter
     serverConfiguration.streamPaths = [EventsAPI.path]

@@ -144,8 +144,9 @@ public struct Configuration: Sendable, Equatable {
           --max-depth N             deepest a task may be, a root being 1; deeper
                                     registrations get 422 tree_too_deep
                                     (HEADWAY_MAX_DEPTH, default 32)
-          --max-children N          children one task may have; more get 422
-                                    too_many_children (HEADWAY_MAX_CHILDREN, default 10000)
+          --max-children N          unfinished children one task may have at once; more
+                                    get 422 too_many_children (HEADWAY_MAX_CHILDREN,
+                                    default 10000)
           --max-tasks N             tasks stored at once; more get 503 storage_full
                                     (HEADWAY_MAX_TASKS, default 10000000)
           --max-tokens N            tokens neither revoked nor expired at once; more

@@ -120,8 +120,8 @@ extension Problem {
                       errors: [FieldError(field: "parent_id", message: "is at the deepest level a task may have")])
         case .tooManyChildren(let parentID, let maximumChildren):
             self.init(status: 422, code: code, title: "Too many children",
-                      detail: "The task '\(parentID)' already has \(maximumChildren) children, the most a task may have.",
-                      errors: [FieldError(field: "parent_id", message: "has the most children a task may have")])
+                      detail: "The task '\(parentID)' already has \(maximumChildren) unfinished children, the most a task may have (finished ones do not count).",
+                      errors: [FieldError(field: "parent_id", message: "has the most unfinished children a task may have")])
         case .storageFull(let maximumTasks):
             self.init(status: 503, code: code, title: "Storage full",
                       detail: "The server already stores \(maximumTasks) tasks; retry once finished ones are deleted or forgotten.",
@@ -243,6 +243,8 @@ extension Problem {
                       detail: "A request head may weigh at most \(limit) bytes: its bytes, and 64 more for each header "
                           + "line and each query parameter. The connection is closed.",
                       headers: [HTTPField("Connection", "close")])
+        case .repliesUnread(let clientBytes, let totalBytes):
+            self = .repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
         }
     }
 

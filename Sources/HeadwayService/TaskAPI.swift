@@ -270,11 +270,17 @@ struct TaskAPI: Sendable {
     /// `batchReplyBytesPerItem` an item until its reply is made: a client that sent batches
     /// on many connections at once and read no reply held any amount of them (256 MB with
     /// 300 connections), past everyone's budget, and every reader was refused meanwhile.
+    ///
+    /// The server reserves a batch's reply bytes from its head (`replyBytesReserved`), so a
+    /// client past its share is refused there, its body dropped as it comes, never parsed;
+    /// a batch that comes without such a reservation is admitted here.
     private func progressBatch(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
-        let (admitted, clientBytes, totalBytes) = unreadReplies.admits(request.clientAddress)
-        guard admitted else {
-            let problem = Problem.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
-            return responder.respond(errors.response(for: problem, request))
+        if request.replyReservation == nil {
+            let (admitted, clientBytes, totalBytes) = unreadReplies.admits(request.clientAddress)
+            guard admitted else {
+                let problem = Problem.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
+                return responder.respond(errors.response(for: problem, request))
+            }
         }
         guard request.body.count < Self.batchParsedInPlaceBytes else {
             return batchParsing.async { [self] in applyBatch(request, grant, responder) }
@@ -292,6 +298,15 @@ struct TaskAPI: Sendable {
     /// about an item's share of a reply (a task's JSON with little metadata, ~0.85 KiB).
     static let batchReplyBytesPerItem = 1024
 
+    /// What a batch reserves from its head, before its items are counted
+    /// (`MicroHTTPServer.Configuration.largerBodyReplyBytes`): room for the most items its
+    /// announced body can hold (an item takes at least three bytes, `{}` and a comma), at
+    /// most `maximumItems`; the most items for a chunked body.
+    static func replyBytesReserved(announcedBodyBytes: Int?, maximumItems: Int) -> Int {
+        let items = announcedBodyBytes.map { min(maximumItems, ($0 + 1) / 3) } ?? maximumItems
+        return max(1, items) * batchReplyBytesPerItem
+    }
+
     /// `progressBatch`'s work: parses, checks and hands the batch to the writer.
     private func applyBatch(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let batch: ProgressBatch
@@ -300,15 +315,22 @@ struct TaskAPI: Sendable {
         } catch {
             return responder.respond(errors.response(for: error, request))
         }
-        let reserved = batch.items.count * Self.batchReplyBytesPerItem
-        let (admitted, clientBytes, totalBytes) = unreadReplies.reserve(reserved, client: request.clientAddress)
-        guard admitted else {
-            let problem = Problem.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
-            return responder.respond(errors.response(for: problem, request))
+        let replyBytes = batch.items.count * Self.batchReplyBytesPerItem
+        let reservation: ReplyReservation
+        if let fromHead = request.replyReservation {
+            fromHead.shrink(to: replyBytes)
+            reservation = fromHead
+        } else {
+            let (made, clientBytes, totalBytes) = unreadReplies.reservation(replyBytes, client: request.clientAddress)
+            guard let made else {
+                let problem = Problem.repliesUnread(clientBytes: clientBytes, totalBytes: totalBytes)
+                return responder.respond(errors.response(for: problem, request))
+            }
+            reservation = made
         }
         // The reply, which counts as it is queued, replaces the reservation.
-        let respond: @Sendable (HTTPResponse) -> Void = { [unreadReplies] response in
-            unreadReplies.release(reserved, client: request.clientAddress)
+        let respond: @Sendable (HTTPResponse) -> Void = { response in
+            reservation.release()
             responder.respond(response)
         }
         // Each item's place: refused already, or its index among those the writer applies.

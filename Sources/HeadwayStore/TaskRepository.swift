@@ -52,6 +52,8 @@ public enum TaskRepository {
         "created_at", "updated_at", "last_signal_at", "last_progress_at", "finished_at", "message", "metadata",
         "definition", "change_seq", "change_kind", "started_at", "stall_deadline", "rate_units", "rate_seconds",
         "sample_at", "sample_value", "children_weight", "children_done", "history_points", "history_bucket", "is_root", "depth", "child_count",
+        "children_pending", "children_running", "children_stalled", "children_succeeded", "children_failed",
+        "children_canceled", "failing_children", "stalling_children",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -86,7 +88,10 @@ public enum TaskRepository {
         case stallDeadline = "stall_deadline", rateUnits = "rate_units", rateSeconds = "rate_seconds"
         case sampleAt = "sample_at", sampleValue = "sample_value", childrenWeight = "children_weight"
         case childrenDone = "children_done", historyPoints = "history_points", historyBucket = "history_bucket"
-        case childCount = "child_count", state, stalled
+        case childCount = "child_count", childrenPending = "children_pending", childrenRunning = "children_running"
+        case childrenStalled = "children_stalled", childrenSucceeded = "children_succeeded"
+        case childrenFailed = "children_failed", childrenCanceled = "children_canceled"
+        case failingChildren = "failing_children", stallingChildren = "stalling_children", state, stalled
 
         /// Whether the column's value differs between `task` and `previous`.
         func differs(_ task: TaskRecord, _ previous: TaskRecord) -> Bool {
@@ -117,6 +122,14 @@ public enum TaskRepository {
             case .historyPoints: task.historyPoints != previous.historyPoints
             case .historyBucket: task.historyBucket != previous.historyBucket
             case .childCount: task.childCount != previous.childCount
+            case .childrenPending: task.children.pending != previous.children.pending
+            case .childrenRunning: task.children.running != previous.children.running
+            case .childrenStalled: task.children.stalled != previous.children.stalled
+            case .childrenSucceeded: task.children.succeeded != previous.children.succeeded
+            case .childrenFailed: task.children.failed != previous.children.failed
+            case .childrenCanceled: task.children.canceled != previous.children.canceled
+            case .failingChildren: task.failingChildren != previous.failingChildren
+            case .stallingChildren: task.stallingChildren != previous.stallingChildren
             case .state: task.state != previous.state
             case .stalled: task.stalled != previous.stalled
             }
@@ -151,27 +164,35 @@ public enum TaskRepository {
             case .historyPoints: .integer(Int64(task.historyPoints))
             case .historyBucket: integer(task.historyBucket)
             case .childCount: .integer(Int64(task.childCount))
+            case .childrenPending: .integer(Int64(task.children.pending))
+            case .childrenRunning: .integer(Int64(task.children.running))
+            case .childrenStalled: .integer(Int64(task.children.stalled))
+            case .childrenSucceeded: .integer(Int64(task.children.succeeded))
+            case .childrenFailed: .integer(Int64(task.children.failed))
+            case .childrenCanceled: .integer(Int64(task.children.canceled))
+            case .failingChildren: .integer(Int64(task.failingChildren))
+            case .stallingChildren: .integer(Int64(task.stallingChildren))
             case .state: .text(task.state.rawValue)
             case .stalled: .integer(task.stalled ? 1 : 0)
             }
         }
     }
     /// The bits of `state` and `stalled` in a set of columns.
-    private static let countedColumns: UInt32 = 0b11 << UInt32(MutableColumn.allCases.count - 2)
+    private static let countedColumns: UInt64 = 0b11 << UInt64(MutableColumn.allCases.count - 2)
 
     /// The UPDATE statement of each set of columns written so far (a bit per column of
     /// `MutableColumn.allCases`), built once: an update writes only the columns that changed, so
     /// SQLite neither binds nor copies the others, and the few sets the operations produce
     /// each get their prepared statement. Past `maximumUpdateStatements` sets (never under
     /// the operations as they are), an update writes every column.
-    private static let updateStatements = Mutex<[UInt32: String]>([:])
+    private static let updateStatements = Mutex<[UInt64: String]>([:])
     private static let maximumUpdateStatements = 256
 
     /// The UPDATE statement that writes the columns of `columns`.
-    private static func updateSQL(_ columns: UInt32) -> String {
+    private static func updateSQL(_ columns: UInt64) -> String {
         if let sql = updateStatements.withLock({ $0[columns] }) { return sql }
         // Built outside the lock; two threads building the same set store the same text.
-        let names = MutableColumn.allCases.enumerated().filter { columns & (1 << UInt32($0.offset)) != 0 }.map(\.element.rawValue)
+        let names = MutableColumn.allCases.enumerated().filter { columns & (1 << UInt64($0.offset)) != 0 }.map(\.element.rawValue)
         let sql = "UPDATE tasks SET " + names.map { "\($0) = ?" }.joined(separator: ", ") + " WHERE id = ?"
         updateStatements.withLock { statements in
             if statements.count < maximumUpdateStatements { statements[columns] = sql }
@@ -182,17 +203,17 @@ public enum TaskRepository {
     /// Writes the changes from `previous` to `task` (the same task, `previous` as stored):
     /// only the columns whose values differ.
     public static func update(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(DatabaseError) {
-        var columns: UInt32 = countedValuesDiffer(task, previous) ? countedColumns : 0
+        var columns: UInt64 = countedValuesDiffer(task, previous) ? countedColumns : 0
         for (index, column) in MutableColumn.allCases.dropLast(2).enumerated() where column.differs(task, previous) {
-            columns |= 1 << UInt32(index)
+            columns |= 1 << UInt64(index)
         }
         guard columns != 0 else { return }
         if updateStatements.withLock({ $0[columns] == nil && $0.count >= maximumUpdateStatements }) {
-            columns = ~countedColumns & (1 << UInt32(MutableColumn.allCases.count) - 1) | columns & countedColumns
+            columns = ~countedColumns & (1 << UInt64(MutableColumn.allCases.count) - 1) | columns & countedColumns
         }
         var arguments: [SQLValue] = []
         arguments.reserveCapacity(columns.nonzeroBitCount + 1)
-        for (index, column) in MutableColumn.allCases.enumerated() where columns & (1 << UInt32(index)) != 0 {
+        for (index, column) in MutableColumn.allCases.enumerated() where columns & (1 << UInt64(index)) != 0 {
             arguments.append(column.value(task))
         }
         arguments.append(.text(task.id))
@@ -224,16 +245,15 @@ public enum TaskRepository {
                           [.integer(now), .integer(Int64(limit))], map: record)
     }
 
-    /// Finished tasks without children whose parent, if any, also finished before
-    /// `cutoff`: the leaves retention may forget now, oldest first.
+    /// Tasks that finished before `cutoff` and have no stored children, whatever their
+    /// parent's state: the leaves retention may forget now, oldest first (a parent keeps
+    /// what they contributed, `TaskStore.prune`).
     public static func prunable(finishedBefore cutoff: EpochMilliseconds, limit: Int,
                                 in database: Database) throws(DatabaseError) -> [TaskRecord] {
         try database.rows("""
             SELECT \(columns) FROM tasks AS t
             WHERE t.finished_at < ?1
               AND NOT EXISTS (SELECT 1 FROM tasks AS c WHERE c.parent_id = t.id)
-              AND (t.parent_id IS NULL
-                   OR EXISTS (SELECT 1 FROM tasks AS p WHERE p.id = t.parent_id AND p.finished_at < ?1))
             ORDER BY t.finished_at LIMIT ?2
             """, [.integer(cutoff), .integer(Int64(limit))], map: record)
     }
@@ -379,6 +399,10 @@ public enum TaskRepository {
             .real(task.rate.sampleValue), .real(task.childrenWeight), .real(task.childrenDone),
             .integer(Int64(task.historyPoints)), integer(task.historyBucket), .integer(task.parentID == nil ? 1 : 0),
             .integer(Int64(task.depth)), .integer(Int64(task.childCount)),
+            .integer(Int64(task.children.pending)), .integer(Int64(task.children.running)),
+            .integer(Int64(task.children.stalled)), .integer(Int64(task.children.succeeded)),
+            .integer(Int64(task.children.failed)), .integer(Int64(task.children.canceled)),
+            .integer(Int64(task.failingChildren)), .integer(Int64(task.stallingChildren)),
         ]
     }
 
@@ -405,6 +429,10 @@ public enum TaskRepository {
         task.historyBucket = row.optionalInt(35)
         task.depth = Int(row.int(37))
         task.childCount = Int(row.int(38))
+        task.children = ChildrenCounts(pending: Int(row.int(39)), running: Int(row.int(40)), stalled: Int(row.int(41)),
+                                       succeeded: Int(row.int(42)), failed: Int(row.int(43)), canceled: Int(row.int(44)))
+        task.failingChildren = Int(row.int(45))
+        task.stallingChildren = Int(row.int(46))
         return task
     }
 

@@ -242,9 +242,10 @@ extension [TaskEvent] {
 /// numbers it took are given back.
 ///
 /// No change costs more than the tree's limits allow: a registration is refused past
-/// `limits` (depth, children per parent, tasks stored); a roll-up stops being a change at
-/// the first ancestor whose progress does not move (above it, only signal times are
-/// written, see `TaskRules.rollUpStep`); a cancel or delete of a subtree reads and writes
+/// `limits` (depth, unfinished children per parent, tasks stored); a roll-up stops being a
+/// change at the first ancestor whose progress, counts of children and `attention` do not
+/// move (above it, only signal times are written, and published at most once a second,
+/// see `TaskRules.rollUpStep`); a cancel or delete of a subtree reads and writes
 /// each of its tasks once, in steps of at most `stepTasks` tasks (`SubtreeWalk`).
 public struct TaskStore: Sendable {
     /// The stall timeout given to tasks registered without one.
@@ -325,8 +326,8 @@ public struct TaskStore: Sendable {
             try TaskRepository.insert(task, in: database)
             cache.remember(task, in: database)
             var events = [TaskEvent(.created, task)]
-            events += try rollUp(from: task.parentID, childDelta: 1, weightDelta: task.weight,
-                                 doneDelta: task.weight * task.shareOfParent, now: now, in: database)
+            events += try rollUp(from: task.parentID, ChildrenChange(from: nil, to: task), childDelta: 1,
+                                 now: now, in: database)
             return Registered(task: task, created: true, events: events)
         }
     }
@@ -399,7 +400,7 @@ public struct TaskStore: Sendable {
                     results.append(.success(try database.inSavepoint { try progress(item.id, item.update, now: now, in: database) }))
                 } else {
                     let (changed, share) = try progressAlone(item.id, item.update, now: now, in: database)
-                    if let share { parentShares.add(share.doneDelta, to: share.parentID) }
+                    if let share { parentShares.add(share.change, to: share.parentID) }
                     results.append(.success(changed))
                 }
             } catch {
@@ -415,8 +416,8 @@ public struct TaskStore: Sendable {
         let ancestorEvents: [TaskEvent]
         do {
             ancestorEvents = try numbered {
-                let events = try parentShares.ordered.flatMap { parentID, doneDelta in
-                    try rollUp(from: parentID, weightDelta: 0, doneDelta: doneDelta, now: now, in: database)
+                let events = try parentShares.ordered.flatMap { parentID, change in
+                    try rollUp(from: parentID, change, now: now, in: database)
                 }
                 try webhooks.record(events, now: now, in: database)
                 return events
@@ -434,17 +435,18 @@ public struct TaskStore: Sendable {
     }
 
     /// The parents of a batch's items, in the order first met, with the sum of their
-    /// children's changes of share (weighted), to roll up once each.
+    /// children's changes (weighted shares, counts by state, failures and stalls), to roll
+    /// up once each.
     private struct ParentShares {
-        private(set) var ordered: [(parentID: String, doneDelta: Double)] = []
+        private(set) var ordered: [(parentID: String, change: ChildrenChange)] = []
         private var index: [String: Int] = [:]
 
-        mutating func add(_ doneDelta: Double, to parentID: String) {
+        mutating func add(_ change: ChildrenChange, to parentID: String) {
             if let position = index[parentID] {
-                ordered[position].doneDelta += doneDelta
+                ordered[position].change += change
             } else {
                 index[parentID] = ordered.count
-                ordered.append((parentID, doneDelta))
+                ordered.append((parentID, change))
             }
         }
     }
@@ -452,7 +454,7 @@ public struct TaskStore: Sendable {
     /// Applies a progress report to its task alone; returns the change and, when the task
     /// has a parent and the change was applied, what the parent's roll-up needs.
     private func progressAlone(_ id: String, _ update: ProgressUpdate, now: EpochMilliseconds,
-                               in database: Database) throws -> (Changed, (parentID: String, doneDelta: Double)?) {
+                               in database: Database) throws -> (Changed, (parentID: String, change: ChildrenChange)?) {
         try numbered {
             let (changed, share) = try modifyAlone(id, .updated, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.progress(update, to: task, now: now)
@@ -493,7 +495,8 @@ public struct TaskStore: Sendable {
     public func cancel(_ id: String, taskPrefix: String? = nil, now: EpochMilliseconds,
                        in database: Database) throws -> SubtreeChange {
         try numbered(now: now, in: database) {
-            let changed = try modify(id, .cancelRequested, now: now, in: database) { task throws(TaskError) in
+            // A cancel request is no signal of the runner: it is not carried up.
+            let changed = try modify(id, .cancelRequested, isSignal: false, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.requestCancel(task, now: now)
             }
             var step = try walk(SubtreeWalk(.cancel, below: id, now: now, taskPrefix: taskPrefix), in: database)
@@ -523,8 +526,8 @@ public struct TaskStore: Sendable {
             }
             try cache.writeHeld(in: database)
             var events = [try remove(root, now: now, in: database)]
-            events += try rollUp(from: root.parentID, childDelta: -1, weightDelta: -root.weight,
-                                 doneDelta: -root.weight * root.shareOfParent, now: now, in: database)
+            events += try rollUp(from: root.parentID, ChildrenChange(from: root, to: nil), childDelta: -1,
+                                 now: now, in: database)
             var step = try walk(SubtreeWalk(.delete, below: id, now: now), in: database)
             step.count += 1
             step.events = events + step.events
@@ -585,12 +588,17 @@ public struct TaskStore: Sendable {
 
     /// Raises (or changes) the stall flag of every task whose deadline has passed, at most
     /// `limit` of them, in deadline order; returns the events and how many were looked at.
+    /// A flag raised is carried up to the task's ancestors (their counts of children and
+    /// `attention`), not as a signal.
     public func sweep(now: EpochMilliseconds, limit: Int, in database: Database) throws -> (events: [TaskEvent], examined: Int) {
         try cache.writeHeld(in: database)
         return try numbered {
             let due = try TaskRepository.dueForStallCheck(at: now, limit: limit, in: database)
             var events: [TaskEvent] = []
-            for task in due {
+            for row in due {
+                // An earlier task of this sweep may have rolled up into this one: its
+                // latest version is the cache's (held), not the row read above.
+                guard let task = try load(row.id, in: database) else { continue }
                 var next = task
                 if let kind = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: true) {
                     stamp(&next, kind)
@@ -599,14 +607,21 @@ public struct TaskStore: Sendable {
                 // A deadline found early is moved to the exact one, or the sweeper would
                 // find the task due again at once.
                 try save(&next, previous: task, exactDeadline: true, in: database)
+                let change = ChildrenChange(from: task, to: next)
+                if let parentID = task.parentID, !change.isEmpty {
+                    events += try rollUp(from: parentID, change, isSignal: false, now: now, in: database)
+                }
             }
             try webhooks.record(events, now: now, in: database)
             return (events, due.count)
         }
     }
 
-    /// Forgets, quietly, at most `limit` finished tasks (with their history) whose whole
-    /// family finished before `cutoff`, leaves first, and tombstones older than `cutoff`;
+    /// Forgets, quietly, at most `limit` finished tasks (with their history) that finished
+    /// before `cutoff` and have no stored children, leaves first, and tombstones older than
+    /// `cutoff`. A parent keeps what a forgotten child contributed: its share of the
+    /// fraction, its count by state, its failure (only `child_count`, the children stored,
+    /// goes down), so a parent that never finishes does not fill up with finished children;
     /// resuming from an id at or below what was forgotten then gets a snapshot. Also
     /// forgets each webhook's finished deliveries beyond its latest 100.
     public func prune(finishedBefore cutoff: EpochMilliseconds, limit: Int, in database: Database) throws -> Int {
@@ -680,27 +695,28 @@ public struct TaskStore: Sendable {
     }
 
     /// Applies `rule` to the task with `id`, writes the change and carries it up to the
-    /// task's ancestors.
-    private func modify(_ id: String, _ kind: TaskEventKind, now: EpochMilliseconds, in database: Database,
+    /// task's ancestors (`isSignal`: as a signal, the runner's activity).
+    private func modify(_ id: String, _ kind: TaskEventKind, isSignal: Bool = true, now: EpochMilliseconds,
+                        in database: Database,
                         _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome) throws -> Changed {
         var (changed, share) = try modifyAlone(id, kind, now: now, in: database, rule)
-        if let share {
-            changed.events += try rollUp(from: share.parentID, weightDelta: 0, doneDelta: share.doneDelta, now: now, in: database)
+        if let share, isSignal || !share.change.isEmpty {
+            changed.events += try rollUp(from: share.parentID, share.change, isSignal: isSignal, now: now, in: database)
         }
         return changed
     }
 
     /// Applies `rule` to the task with `id` and writes the change, without carrying it up;
     /// returns the change and, when it was applied to a task with a parent, the parent's
-    /// id and the change of the task's weighted share, for `rollUp`.
+    /// id and what the change does to the parent (`ChildrenChange`), for `rollUp`.
     private func modifyAlone(_ id: String, _ kind: TaskEventKind, now: EpochMilliseconds, in database: Database,
                              _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome)
-        throws -> (Changed, (parentID: String, doneDelta: Double)?) {
+        throws -> (Changed, (parentID: String, change: ChildrenChange)?) {
         guard let task = try load(id, in: database) else { throw TaskError.notFound(id) }
         guard case .applied(var written) = try rule(task) else { return (Changed(outcome: .unchanged(task), events: []), nil) }
         try write(&written, previous: task, kind, now: now, in: database)
         let changed = Changed(outcome: .applied(written), events: [TaskEvent(written.changeKind, written)])
-        return (changed, task.parentID.map { ($0, written.weight * (written.shareOfParent - task.shareOfParent)) })
+        return (changed, task.parentID.map { ($0, ChildrenChange(from: task, to: written)) })
     }
 
     /// Writes a task's change of `kind` (a recovery when an update clears its stall flag),
@@ -716,31 +732,34 @@ public struct TaskStore: Sendable {
         try save(&next, previous: previous, in: database)
     }
 
-    /// Carries a change up through the task's ancestors, from its parent `parentID`. The
-    /// parent's count of children moves by `childDelta`. While the children's shares move,
-    /// each ancestor's roll-up changes: it gets a history sample, a change number and a
-    /// `task.updated` (`task.recovered` if the activity clears its stall flag). Above the
-    /// first ancestor whose progress does not move, the activity still counts as each
-    /// ancestor's signal, so stall detection stays exact: its signal time and stall
-    /// deadline are written, without a change number or an event (it keeps the one of its
-    /// last visible change), unless the signal clears its stall flag, which is a visible
-    /// change. The walk stops at a finished ancestor or one that had this signal already.
-    private func rollUp(from parentID: String?, childDelta: Int = 0, weightDelta: Double, doneDelta: Double,
+    /// Carries `change` of a child up through its ancestors, from its parent `parentID`
+    /// (`isSignal`: the change is the child's activity, a signal for each ancestor). The
+    /// parent's count of stored children moves by `childDelta`. An ancestor that changes as
+    /// clients see it (its roll-up, counts of children, `attention`, or a signal due to be
+    /// published: `TaskRules.rollUpStep`) gets a history sample when its fraction moved, a
+    /// change number and a `task.updated` (`task.recovered` if the activity clears its
+    /// stall flag). Otherwise its signal time and stall deadline (and its counts of
+    /// failing or stalling children) are written without a change number or an event (it
+    /// keeps the one of its last visible change), unless the signal clears its stall flag.
+    /// Each ancestor passes on what its own change does to its parent; the walk stops where
+    /// that is nothing and no signal goes further (at a finished ancestor, or one that had
+    /// this signal already, and so had every ancestor above it).
+    private func rollUp(from parentID: String?, _ change: ChildrenChange, isSignal: Bool = true, childDelta: Int = 0,
                         now: EpochMilliseconds, in database: Database) throws -> [TaskEvent] {
         var events: [TaskEvent] = []
         var currentID = parentID
-        var (childDelta, weightDelta, doneDelta) = (childDelta, weightDelta, doneDelta)
+        var (change, isSignal, childDelta) = (change, isSignal, childDelta)
         while let id = currentID, let stored = try load(id, in: database) {
             var parent = stored
             parent.childCount += childDelta
             var next: TaskRecord
             var isVisible: Bool
-            switch TaskRules.rollUpStep(parent, weightDelta: weightDelta, doneDelta: doneDelta, now: now) {
+            switch TaskRules.rollUpStep(parent, change, isSignal: isSignal, now: now) {
             case .unchanged:
-                // A finished parent still counts its children.
+                // A finished parent still counts its stored children.
                 if parent != stored { try save(&parent, previous: stored, in: database) }
                 return events
-            case .signalled(let signalled): (next, isVisible) = (signalled, false)
+            case .quiet(let quiet): (next, isVisible) = (quiet, false)
             case .changed(let changed): (next, isVisible) = (changed, true)
             }
             let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
@@ -753,7 +772,10 @@ public struct TaskStore: Sendable {
             } else {
                 try save(&next, previous: stored, in: database)
             }
-            (childDelta, weightDelta, doneDelta) = (0, 0, next.weight * (next.shareOfParent - stored.shareOfParent))
+            isSignal = isSignal && !stored.state.isFinished && stored.lastSignalAt < now
+            change = ChildrenChange(from: stored, to: next)
+            guard isSignal || !change.isEmpty else { return events }
+            childDelta = 0
             currentID = stored.parentID
         }
         return events

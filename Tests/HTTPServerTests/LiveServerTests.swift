@@ -42,6 +42,7 @@ struct RunningServer {
         case .malformedRequestLine: (400, "malformed_request_line")
         case .versionNotSupported: (505, "version_not_supported")
         case .headTooLarge(let limit): (431, "head_too_large \(limit)")
+        case .repliesUnread(let clientBytes, let totalBytes): (503, "replies_unread \(clientBytes) \(totalBytes)")
         }
         return HTTPResponse(status: status, headers: refusal == .shuttingDown ? [HTTPField("Connection", "close")] : [],
                             body: Array("\(name) \(request.path)".utf8))

@@ -77,4 +77,23 @@ import Testing
         replies.written(on: 7)
         #expect(replies.totalBytes == 10, "a socket forgotten stays forgotten")
     }
+
+    @Test func aReservationHoldsItsBytesUntilReleasedOnceAndShrinksToTheReplysSize() {
+        let replies = UnreadReplies(limitBytes: 400, unacknowledged: { _ in 0 })
+        let first = replies.reservation(300, client: 1)
+        #expect(first.reservation != nil, "a client holding nothing is admitted")
+        #expect(replies.totalBytes == 300)
+        let second = replies.reservation(10, client: 1)
+        #expect(second.reservation == nil && second.clientBytes == 300 && second.totalBytes == 300,
+                "past its share (100): refused, holding nothing more")
+        first.reservation?.shrink(to: 60)
+        #expect(replies.totalBytes == 60 && first.reservation?.bytes == 60)
+        first.reservation?.shrink(to: 90)
+        #expect(replies.totalBytes == 60, "it never grows")
+        first.reservation?.release()
+        first.reservation?.release()
+        #expect(replies.totalBytes == 0, "released once")
+        first.reservation?.shrink(to: 0)
+        #expect(replies.admits(1) == (true, 0, 0))
+    }
 }

@@ -161,33 +161,94 @@ private func runningTask(stallTimeout: Int64 = 30_000, progressTimeout: Int64? =
 }
 
 @Suite struct RollUpTests {
+    /// A weighted change of one child, as `ChildrenChange` makes it.
+    func change(weight: Double = 0, done: Double) -> ChildrenChange {
+        var change = ChildrenChange()
+        change.weight = weight
+        change.done = done
+        return change
+    }
+
     @Test func parentFractionIsTheWeightedMeanOfItsChildren() throws {
         var parent = runningTask(total: nil)
         #expect(parent.mode == .indeterminate)
         var child = runningTask(total: 10)
         child.weight = 3
         child.completed = 5
-        parent = try #require(TaskRules.rollUp(parent, weightDelta: 3, doneDelta: 3 * child.shareOfParent, now: start + 1))
+        parent = try #require(TaskRules.rollUp(parent, ChildrenChange(from: nil, to: child), now: start + 1))
         var indeterminateChild = runningTask(total: nil)
         indeterminateChild.weight = 1
-        parent = try #require(TaskRules.rollUp(parent, weightDelta: 1, doneDelta: indeterminateChild.shareOfParent, now: start + 2))
+        parent = try #require(TaskRules.rollUp(parent, ChildrenChange(from: nil, to: indeterminateChild), now: start + 2))
         #expect(parent.mode == .quantified)
+        #expect(parent.children == ChildrenCounts(running: 2))
         let expectedBefore: Double = (3 * 0.5 + 1 * 0) / 4
         #expect(parent.fraction == expectedBefore)
         var failed = indeterminateChild
         failed.state = .failed
-        parent = try #require(TaskRules.rollUp(parent, weightDelta: 0,
-                                               doneDelta: failed.shareOfParent - indeterminateChild.shareOfParent, now: start + 3))
-        let expectedAfter: Double = (3 * 0.5 + 1 * 1) / 4
-        #expect(parent.fraction == expectedAfter, "a finished child counts 1")
+        parent = try #require(TaskRules.rollUp(parent, ChildrenChange(from: indeterminateChild, to: failed), now: start + 3))
+        #expect(parent.fraction == expectedBefore, "a failed indeterminate child counts 0, not 1")
+        #expect(parent.children == ChildrenCounts(running: 1, failed: 1))
+        #expect(parent.attention == .failed)
         #expect(parent.lastSignalAt == start + 3, "a child's activity is the parent's signal")
-        #expect(parent.lastProgressAt == start + 3)
+    }
+
+    /// A failed or canceled child counts the fraction it had when it finished; a succeeded
+    /// one 1. A parent with a failed descendant never shows 1, even succeeded.
+    @Test func finishedChildrenCountWhatTheyDid() throws {
+        var parent = runningTask(total: nil)
+        var a = runningTask(total: 10)
+        a.completed = 1
+        var b = a
+        parent = try #require(TaskRules.rollUp(parent, ChildrenChange(from: nil, to: a), now: start + 1))
+        parent = try #require(TaskRules.rollUp(parent, ChildrenChange(from: nil, to: b), now: start + 1))
+        var failedA = a
+        failedA.state = .failed
+        var canceledB = b
+        canceledB.state = .canceled
+        parent = try #require(TaskRules.rollUp(parent, ChildrenChange(from: a, to: failedA), now: start + 2))
+        parent = try #require(TaskRules.rollUp(parent, ChildrenChange(from: b, to: canceledB), now: start + 2))
+        #expect(parent.fraction == 0.1)
+        #expect(parent.children == ChildrenCounts(failed: 1, canceled: 1))
+        #expect(parent.attention == .failed)
+
+        var whole = runningTask(total: nil)
+        a.completed = 10
+        b = a
+        b.state = .failed
+        whole = try #require(TaskRules.rollUp(whole, ChildrenChange(from: nil, to: b), now: start + 1))
+        #expect(try #require(whole.fraction) < 1, "a child that failed at 10 of 10 leaves its parent below 1")
+        whole.state = .succeeded
+        #expect(try #require(whole.fraction) < 1)
+        #expect(Int(try #require(whole.fraction) * 100) == 99)
+    }
+
+    /// While `attention` is set, a parent shows no rate and no ETA.
+    @Test func attentionHidesTheParentsEstimate() throws {
+        var parent = runningTask(total: nil)
+        var child = runningTask(total: 10)
+        parent = try #require(TaskRules.rollUp(parent, ChildrenChange(from: nil, to: child), now: start))
+        for second in 1...5 {
+            var next = child
+            next.completed = Int64(second)
+            parent = try #require(TaskRules.rollUp(parent, ChildrenChange(from: child, to: next), now: start + Int64(second) * 1_000))
+            child = next
+        }
+        #expect(parent.estimate != nil)
+        var stalled = child
+        stalled.stalled = true
+        stalled.stallReason = .silent
+        let step = TaskRules.rollUpStep(parent, ChildrenChange(from: child, to: stalled), isSignal: false, now: start + 6_000)
+        guard case .changed(let flagged) = step else { Issue.record("expected a change: \(step)"); return }
+        #expect(flagged.attention == .stalled)
+        #expect(flagged.children.stalled == 1 && flagged.children.running == 1)
+        #expect(flagged.estimate == nil)
+        #expect(flagged.lastSignalAt == parent.lastSignalAt, "a stall raised is no signal")
     }
 
     @Test func aFinishedParentNoLongerChanges() {
         var parent = runningTask(total: nil)
         parent.state = .succeeded
-        #expect(TaskRules.rollUp(parent, weightDelta: 1, doneDelta: 1, now: start) == nil)
+        #expect(TaskRules.rollUp(parent, change(weight: 1, done: 1), now: start) == nil)
     }
 }
 

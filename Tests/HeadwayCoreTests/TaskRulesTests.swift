@@ -178,43 +178,56 @@ import Testing
     }
 
     /// A new child is refused under a finished parent, at the deepest level, and past the
-    /// most children a parent may have; one short of each limit is accepted.
+    /// most unfinished children a parent may have; one short of each limit is accepted, and
+    /// finished children do not count.
     @Test func newChildrenRespectTheTreeLimits() throws {
         let limits = TreeLimits(maximumDepth: 3, maximumChildren: 2)
         var parent = try task()
         parent.depth = 2
-        parent.childCount = 1
+        parent.children = ChildrenCounts(running: 1, succeeded: 5, failed: 3)
         #expect(problem { try TaskRules.checkNewChild(of: parent, limits: limits) } == nil)
         parent.depth = 3
         #expect(problem { try TaskRules.checkNewChild(of: parent, limits: limits) } == .treeTooDeep(parentID: "t", maximumDepth: 3))
         parent.depth = 2
-        parent.childCount = 2
+        parent.children = ChildrenCounts(pending: 1, running: 1)
         #expect(problem { try TaskRules.checkNewChild(of: parent, limits: limits) }
                 == .tooManyChildren(parentID: "t", maximumChildren: 2))
-        parent.childCount = 0
+        parent.children = ChildrenCounts()
         parent.state = .failed
         #expect(problem { try TaskRules.checkNewChild(of: parent, limits: limits) } == .parentFinished("t"))
     }
 
     /// A change below that moves no share only signals an ancestor: its signal time moves,
-    /// nothing a client sees does; an ancestor that heard a signal this recent is unchanged.
+    /// quietly while the signal it last published is under `signalPublishInterval` old,
+    /// then as a change; an ancestor that heard a signal this recent is unchanged.
     @Test func aRollUpStepWithoutMovementIsOnlyASignal() throws {
         let parent = try task()
-        clock.advance(by: 5_000)
-        guard case .signalled(let signalled) = TaskRules.rollUpStep(parent, weightDelta: 0, doneDelta: 0, now: clock.now()) else {
-            Issue.record("expected a signal only")
+        let nothing = ChildrenChange()
+        clock.advance(by: 500)
+        guard case .quiet(let signalled) = TaskRules.rollUpStep(parent, nothing, isSignal: true, now: clock.now()) else {
+            Issue.record("expected a quiet signal")
             return
         }
         #expect(signalled.lastSignalAt == clock.now())
-        #expect(signalled.json == parent.json)
-        #expect(TaskRules.rollUpStep(signalled, weightDelta: 0, doneDelta: 0, now: clock.now()) == .unchanged)
-        guard case .changed(let moved) = TaskRules.rollUpStep(parent, weightDelta: 1, doneDelta: 0.5, now: clock.now()) else {
+        #expect(signalled.updatedAt == parent.updatedAt)
+        #expect(TaskRules.rollUpStep(signalled, nothing, isSignal: true, now: clock.now()) == .unchanged)
+        #expect(TaskRules.rollUpStep(signalled, nothing, isSignal: false, now: clock.now() + 5_000) == .unchanged)
+        clock.advance(by: 500)
+        guard case .changed(let published) = TaskRules.rollUpStep(signalled, nothing, isSignal: true, now: clock.now()) else {
+            Issue.record("a second after the last published signal, the signal shows")
+            return
+        }
+        #expect(published.lastSignalAt == clock.now() && published.updatedAt == clock.now())
+        var moves = ChildrenChange()
+        moves.weight = 1
+        moves.done = 0.5
+        guard case .changed(let moved) = TaskRules.rollUpStep(parent, moves, isSignal: true, now: clock.now()) else {
             Issue.record("expected a change")
             return
         }
         #expect(moved.fraction == 0.5)
         let pending = try task(state: .pending)
-        guard case .changed(let started) = TaskRules.rollUpStep(pending, weightDelta: 0, doneDelta: 0, now: clock.now()) else {
+        guard case .changed(let started) = TaskRules.rollUpStep(pending, nothing, isSignal: true, now: clock.now()) else {
             Issue.record("a pending parent starts with its child's signal")
             return
         }

@@ -41,12 +41,19 @@ import Testing
         let before = try #require(expected["tasks"] as? [[String: Any]])
         let after = try #require(listed.json["tasks"] as? [[String: Any]])
         #expect(after.map { $0["id"] as? String } == before.map { $0["id"] as? String }, "same tasks, same order")
+        // Schema 1 rolled nothing up: an unfinished parent's roll-up is computed from its
+        // stored children by migration 10 (deploy.build 6/8 weighing 3, deploy.push 0/8).
+        let recomputed: [String: [String: Any]] = ["deploy": ["mode": "quantified", "fraction": (3 * 0.75 + 0) / 4]]
         for (old, new) in zip(before, after) {
             for field in Self.keptFields {
-                let was = try Self.canonical(old[field]), now = try Self.canonical(new[field])
+                let expected = recomputed[old["id"] as? String ?? ""]?[field] ?? old[field]
+                let was = try Self.canonical(expected), now = try Self.canonical(new[field])
                 #expect(was == now, "\(old["id"] ?? "?").\(field): \(was) became \(now)")
             }
         }
+        let deploy = try client.request("GET", "/v1/tasks/deploy").json
+        #expect((deploy["children"] as? [String: Any])?["running"] as? Int == 2)
+        #expect(deploy["attention"] is NSNull)
 
         // What later schemas brought works on the old rows: counts by parent, a child
         // under an old parent, progress with history, the event stream's snapshot.

@@ -143,11 +143,14 @@ import Testing
         #expect(mid.fraction == 1.5 / 4)
         #expect(root.fraction == 1.5 / 4)
         #expect(root.lastSignalAt == 1000, "a descendant's activity keeps the root alive")
+        // A failed indeterminate child counts the 0 it had; its failure reaches every ancestor.
         _ = try fixture.write { try store.finish("b", Finish(outcome: .failed), now: 2000, in: $0) }
-        #expect(try fixture.read { try TaskRepository.find("mid", in: $0)?.fraction } == 2.5 / 4)
+        #expect(try fixture.read { try TaskRepository.find("mid", in: $0)?.fraction } == 1.5 / 4)
+        #expect(try fixture.read { try TaskRepository.find("root", in: $0)?.attention } == .failed)
         let deleted = try fixture.write { try store.delete("a", now: 3000, in: $0) }
         #expect(deleted.events.map(\.taskID) == ["a", "mid", "root"])
-        #expect(try fixture.read { try TaskRepository.find("mid", in: $0)?.fraction } == 1)
+        #expect(try fixture.read { try TaskRepository.find("mid", in: $0)?.fraction } == 0)
+        #expect(try fixture.read { try TaskRepository.find("mid", in: $0)?.children } == ChildrenCounts(failed: 1))
     }
 
     @Test func historyStaysBoundedAndKeepsItsEnds() throws {

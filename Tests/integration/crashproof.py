@@ -461,7 +461,8 @@ def sqlite3(database, sql, *options):
 
 RAW_ROWS = """
 SELECT id, completed, last_seq AS seq, label, total, parent_id, weight, state, stalled, child_count, change_seq,
-       children_weight, children_done, history_points,
+       children_weight, children_done, history_points, children_pending, children_running, children_stalled,
+       children_succeeded, children_failed, children_canceled, failing_children, stalling_children,
        (SELECT count(*) FROM history h WHERE h.task_id = t.id) AS history_rows,
        (SELECT max(completed) FROM history h WHERE h.task_id = t.id) AS history_max
 FROM tasks t
@@ -533,6 +534,19 @@ def invariant_failures(rows):
         mine = children.get(row["id"], [])
         if row["child_count"] != len(mine):
             failures.append(f"{row['id']}: child_count {row['child_count']} but {len(mine)} children")
+        for state in ("pending", "running", "succeeded", "failed", "canceled"):
+            counted = sum(1 for child in mine if child["state"] == state)
+            if row[f"children_{state}"] != counted:
+                failures.append(f"{row['id']}: children_{state} {row[f'children_{state}']} but {counted} children")
+        stalled = sum(1 for child in mine if child["state"] == "running" and child["stalled"])
+        if row["children_stalled"] != stalled:
+            failures.append(f"{row['id']}: children_stalled {row['children_stalled']} but {stalled} children")
+        failing = sum(1 for child in mine if child["state"] == "failed" or child["failing_children"] > 0)
+        stalling = sum(1 for child in mine
+                       if child["state"] == "running" and child["stalled"] or child["stalling_children"] > 0)
+        if (row["failing_children"], row["stalling_children"]) != (failing, stalling):
+            failures.append(f"{row['id']}: failing/stalling children {row['failing_children']}/"
+                            f"{row['stalling_children']} but {failing}/{stalling}")
         weight = sum(child["weight"] for child in mine)
         done = sum(child["weight"] * share(child) for child in mine)
         if abs(row["children_weight"] - weight) > ROLL_UP_TOLERANCE:
@@ -543,9 +557,10 @@ def invariant_failures(rows):
 
 
 def share(row):
-    """A child's share of its parent as the daemon counts it (Task.shareOfParent); the
-    children here have no children of their own."""
-    if row["state"] in ("succeeded", "failed", "canceled"):
+    """A child's share of its parent as the daemon counts it (Task.shareOfParent): 1 once
+    succeeded, else its fraction (a failed or canceled child keeps the one it finished
+    with); the children here have no children of their own."""
+    if row["state"] == "succeeded":
         return 1
     if not row["total"]:
         return 0
@@ -635,8 +650,9 @@ def compare(where, tasks, stored, in_flight):
 
 
 def parent_failures(tasks):
-    """Each parent's fraction, as the daemon serves it, against its children's (a finished
-    child counts 1)."""
+    """Each parent as the daemon serves it against its children: its fraction (a succeeded
+    child counts 1, any other its own fraction, 0 if indeterminate; a parent with a failed
+    child stays below 1), its `children` counts and its `attention`."""
     failures, children = [], {}
     for task in tasks.values():
         if task["parent_id"] is not None:
@@ -644,9 +660,27 @@ def parent_failures(tasks):
     for parent_id, mine in children.items():
         parent = tasks[parent_id]
         weight = sum(child["weight"] for child in mine)
-        done = sum(child["weight"] * (1 if child["finished_at"] else child["fraction"] or 0) for child in mine)
-        if parent["fraction"] is None or abs(parent["fraction"] - done / weight) > ROLL_UP_TOLERANCE:
-            failures.append(f"API: parent {parent_id} has fraction {parent['fraction']}, its children {done / weight}")
+        done = sum(child["weight"] * (1 if child["state"] == "succeeded" else child["fraction"] or 0) for child in mine)
+        failing = any(child["state"] == "failed" or child["attention"] == "failed" for child in mine)
+        expected = done / weight
+        if failing:
+            expected = min(expected, 0.999999)
+        elif parent["state"] == "succeeded":
+            expected = 1
+        if parent["state"] in ("pending", "running") or parent["state"] == "succeeded" and not failing:
+            if parent["fraction"] is None or abs(parent["fraction"] - expected) > ROLL_UP_TOLERANCE:
+                failures.append(f"API: parent {parent_id} has fraction {parent['fraction']}, its children {expected}")
+        counts = {state: sum(1 for child in mine if child["state"] == state)
+                  for state in ("pending", "running", "succeeded", "failed", "canceled")}
+        counts["stalled"] = sum(1 for child in mine if child["state"] == "running" and child["stalled"])
+        counts["total"] = len(mine)
+        if parent["children"] != counts:
+            failures.append(f"API: parent {parent_id} has children {parent['children']}, its children {counts}")
+        stalling = any(child["state"] == "running" and child["stalled"] or child["attention"] == "stalled"
+                       for child in mine)
+        attention = "failed" if failing else "stalled" if stalling else None
+        if parent["attention"] != attention:
+            failures.append(f"API: parent {parent_id} has attention {parent['attention']}, its children {attention}")
     return failures
 
 
