@@ -3,7 +3,9 @@ import Glibc
 /// Maps method and path to a handler. Patterns are literal segments and `{name}`
 /// segments, e.g. `/v1/tasks/{id}/progress`. An unknown path is refused as
 /// `.routeNotFound`; a known path with another method as `.methodNotAllowed`. `HEAD` is
-/// served by the `GET` route of a path (the pipeline sends no body).
+/// served by the `GET` route of a path (the pipeline sends no body). A path that more than
+/// one pattern matches (`/v1/tasks/summary` and `/v1/tasks/{id}`) belongs to the pattern
+/// added first: only its routes serve the path and name its methods in `Allow`.
 public struct Router: Sendable {
     /// One route as declared.
     public struct Route: Sendable {
@@ -58,7 +60,11 @@ public struct Router: Sendable {
         request.path.utf8.withContiguousBytes { path in
             let bounds = Self.segmentBounds(of: path)
             var allowed: [String] = []
+            var owner: String?
             for index in routeIndices(withSegments: bounds.count) where matches(routes[index].segments, path, bounds) {
+                // The first pattern that matches owns the path.
+                if owner == nil { owner = routes[index].pattern }
+                guard routes[index].pattern == owner else { continue }
                 let method = routes[index].method
                 if method == request.method || (request.method == "HEAD" && method == "GET") {
                     request.routeNote?.note(routes[index].identity)
@@ -90,11 +96,15 @@ public struct Router: Sendable {
     public func takes(_ request: HTTPRequest) -> Bool {
         request.path.utf8.withContiguousBytes { path in
             let bounds = Self.segmentBounds(of: path)
-            return routeIndices(withSegments: bounds.count).contains { index in
+            var owner: String?
+            for index in routeIndices(withSegments: bounds.count) where matches(routes[index].segments, path, bounds) {
+                if owner == nil { owner = routes[index].pattern }
                 let method = routes[index].method
-                return (method == request.method || (request.method == "HEAD" && method == "GET"))
-                    && matches(routes[index].segments, path, bounds)
+                if routes[index].pattern == owner && (method == request.method || (request.method == "HEAD" && method == "GET")) {
+                    return true
+                }
             }
+            return false
         }
     }
 

@@ -120,6 +120,36 @@ public struct FieldReader {
         return items
     }
 
+    /// Lines of output (`OutputTail`): an array of at most `maxCount` strings, each of at
+    /// most `maxLength` Unicode scalars and without NUL (empty ones and any other control
+    /// character are kept as sent). A bad line is named by its place (`output[3]`).
+    public mutating func lines(_ field: String, maxCount: Int, maxLength: Int) -> [String]? {
+        guard let value = present(field) else { return nil }
+        guard case .array(let items) = value else { return fail(field, "must be an array of strings, not \(value.typeName)") }
+        guard items.count <= maxCount else { return fail(field, "must hold at most \(maxCount) lines (got \(items.count))") }
+        var lines: [String] = []
+        lines.reserveCapacity(items.count)
+        var valid = true
+        for (index, item) in items.enumerated() {
+            let name = "\(field)[\(index)]"
+            guard case .string(let text) = item else {
+                valid = false
+                errors.append(FieldError(field: name, message: "must be a string, not \(item.typeName)"))
+                continue
+            }
+            if text.utf8.count > maxLength, text.unicodeScalars.count > maxLength {
+                valid = false
+                errors.append(FieldError(field: name, message: "must be at most \(maxLength) characters (got \(text.unicodeScalars.count))"))
+            } else if text.withUTF8Bytes({ $0.contains(0) }) {
+                valid = false
+                errors.append(FieldError(field: name, message: "must not contain NUL"))
+            } else {
+                lines.append(text)
+            }
+        }
+        return valid ? lines : nil
+    }
+
     /// A JSON object whose canonical text is at most `maxBytes` bytes; returns that text.
     public mutating func object(_ field: String, maxBytes: Int) -> String? {
         guard let value = present(field) else { return nil }

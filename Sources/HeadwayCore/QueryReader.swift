@@ -64,6 +64,22 @@ public struct QueryReader {
         return number
     }
 
+    /// A search text given at most once: 1…`maxLength` Unicode scalars, none of them a
+    /// control character (C0, DEL, C1), which no name or id worth finding holds.
+    public mutating func searchText(_ name: String, maxLength: Int) -> String? {
+        guard let text = single(name) else { return nil }
+        let scalars = text.unicodeScalars
+        guard !scalars.isEmpty, scalars.count <= maxLength else {
+            fail(name, "must be 1 to \(maxLength) characters")
+            return nil
+        }
+        guard !scalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
+            fail(name, "must not contain control characters")
+            return nil
+        }
+        return text
+    }
+
     /// A task id given at most once.
     public mutating func id(_ name: String) -> String? {
         guard let text = single(name) else { return nil }

@@ -84,19 +84,22 @@ public struct ProgressUpdate: Equatable, Sendable {
     /// The runner's own number for this update (`seq` in the API): an update whose number
     /// is not above the last one applied is a retry, acknowledged and not applied again.
     public var runnerSeq: Int64?
+    /// Lines the runner's command printed, appended to the task's output tail (`OutputTail`).
+    public var output: [String]
 
     public init(completed: Int64? = nil, increment: Int64? = nil, total: Int64? = nil, unit: String? = nil,
-                label: String? = nil, runnerSeq: Int64? = nil) {
+                label: String? = nil, runnerSeq: Int64? = nil, output: [String] = []) {
         self.completed = completed
         self.increment = increment
         self.total = total
         self.unit = unit
         self.label = label
         self.runnerSeq = runnerSeq
+        self.output = output
     }
 
     /// The members of a progress body.
-    static let fields = ["completed", "increment", "total", "unit", "label", "seq"]
+    static let fields = ["completed", "increment", "total", "unit", "label", "seq", "output"]
 
     /// Reads a progress body.
     public static func parse(_ body: JSONValue) throws(TaskError) -> ProgressUpdate {
@@ -111,7 +114,8 @@ public struct ProgressUpdate: Equatable, Sendable {
         ProgressUpdate(
             completed: reader.integer("completed"), increment: reader.integer("increment"),
             total: reader.integer("total"), unit: reader.string("unit", maxLength: Limits.unitLength),
-            label: reader.string("label", maxLength: Limits.labelLength), runnerSeq: reader.integer("seq"))
+            label: reader.string("label", maxLength: Limits.labelLength), runnerSeq: reader.integer("seq"),
+            output: reader.output())
     }
 }
 
@@ -182,17 +186,20 @@ public struct Heartbeat: Equatable, Sendable {
     public var label: String?
     /// The runner's own number for this heartbeat (`seq` in the API; see `ProgressUpdate`).
     public var runnerSeq: Int64?
+    /// Lines for the task's output tail (see `ProgressUpdate.output`).
+    public var output: [String]
 
-    public init(label: String? = nil, runnerSeq: Int64? = nil) {
+    public init(label: String? = nil, runnerSeq: Int64? = nil, output: [String] = []) {
         self.label = label
         self.runnerSeq = runnerSeq
+        self.output = output
     }
 
     /// Reads a heartbeat body (an empty body is an empty heartbeat).
     public static func parse(_ body: JSONValue) throws(TaskError) -> Heartbeat {
-        var reader = FieldReader(body, allowed: ["label", "seq"])
+        var reader = FieldReader(body, allowed: ["label", "seq", "output"])
         let heartbeat = Heartbeat(label: reader.string("label", maxLength: Limits.labelLength),
-                                  runnerSeq: reader.integer("seq"))
+                                  runnerSeq: reader.integer("seq"), output: reader.output())
         guard reader.errors.isEmpty else { throw .invalidRequest(reader.errors) }
         return heartbeat
     }
@@ -202,18 +209,29 @@ public struct Heartbeat: Equatable, Sendable {
 public struct Finish: Equatable, Sendable {
     public var outcome: TaskState
     public var message: String?
+    /// The last lines for the task's output tail (see `ProgressUpdate.output`).
+    public var output: [String]
 
-    public init(outcome: TaskState, message: String? = nil) {
+    public init(outcome: TaskState, message: String? = nil, output: [String] = []) {
         self.outcome = outcome
         self.message = message
+        self.output = output
     }
 
     /// Reads a finish body.
     public static func parse(_ body: JSONValue) throws(TaskError) -> Finish {
-        var reader = FieldReader(body, allowed: ["outcome", "message"])
+        var reader = FieldReader(body, allowed: ["outcome", "message", "output"])
         let outcome = reader.choice("outcome", of: [TaskState.succeeded, .failed, .canceled], required: true)
         let message = reader.string("message", maxLength: Limits.messageLength)
+        let output = reader.output()
         guard reader.errors.isEmpty, let outcome else { throw .invalidRequest(reader.errors) }
-        return Finish(outcome: outcome, message: message)
+        return Finish(outcome: outcome, message: message, output: output)
+    }
+}
+
+extension FieldReader {
+    /// The `output` member of a progress, heartbeat or finish body (empty when absent).
+    mutating func output() -> [String] {
+        lines("output", maxCount: OutputTail.maximumLinesPerRequest, maxLength: OutputTail.maximumLineLength) ?? []
     }
 }

@@ -201,6 +201,8 @@ public struct TaskRecord: Equatable, Sendable {
         var message: String?
         var metadata: String?
         var definition: String
+        var lastOutput: String?
+        var outputLines: Int64 = 0
         var startedAt: EpochMilliseconds?
         var stallDeadline: EpochMilliseconds?
         var rate: RateEstimator = RateEstimator()
@@ -327,6 +329,16 @@ public struct TaskRecord: Equatable, Sendable {
         get { box.fields.message }
         set { ownBox().fields.message = newValue }
     }
+    /// The last line of the task's output tail (`OutputTail`), nil before any.
+    public var lastOutput: String? {
+        get { box.fields.lastOutput }
+        set { ownBox().fields.lastOutput = newValue }
+    }
+    /// How many output lines the task ever sent (the next line's number in its tail's ring).
+    public var outputLines: Int64 {
+        get { box.fields.outputLines }
+        set { ownBox().fields.outputLines = newValue }
+    }
     /// The metadata object as canonical JSON text.
     public var metadata: String? {
         get { box.fields.metadata }
@@ -424,7 +436,7 @@ public struct TaskRecord: Equatable, Sendable {
             progressTimeoutMilliseconds: progressTimeoutMilliseconds, cancelRequested: cancelRequested,
             lastRunnerSeq: lastRunnerSeq, createdAt: createdAt, updatedAt: updatedAt,
             lastSignalAt: lastSignalAt, lastProgressAt: lastProgressAt, finishedAt: finishedAt,
-            message: message, metadata: metadata, definition: definition))
+            message: message, metadata: metadata, definition: definition, lastOutput: nil))
     }
 
     /// Whether the task has children (its progress is theirs, weighted).
@@ -530,6 +542,7 @@ public struct TaskRecord: Equatable, Sendable {
         object.timestamp("last_progress_at", lastProgressAt)
         object.timestamp("finished_at", finishedAt)
         object.string("message", message)
+        object.string("last_output", lastOutput)
         object.raw("metadata", metadata)
         return object.finish()
     }

@@ -85,7 +85,7 @@ public enum TaskRules {
             throw .completedExceedsTotal(completed: completed, total: total)
         }
 
-        var next = signal(task, now: now, runnerSeq: update.runnerSeq, label: update.label)
+        var next = signal(task, now: now, runnerSeq: update.runnerSeq, label: update.label, output: update.output)
         if completed > task.completed { next.lastProgressAt = now }
         next.completed = completed
         next.total = total
@@ -99,7 +99,7 @@ public enum TaskRules {
                                  now: EpochMilliseconds) throws(TaskError) -> Outcome {
         if isDuplicate(heartbeat.runnerSeq, task) { return .unchanged(task) }
         if task.state.isFinished { throw .taskFinished(id: task.id, state: task.state) }
-        var next = signal(task, now: now, runnerSeq: heartbeat.runnerSeq, label: heartbeat.label)
+        var next = signal(task, now: now, runnerSeq: heartbeat.runnerSeq, label: heartbeat.label, output: heartbeat.output)
         next.rate.observe(next.progressValue, at: now)
         return .applied(next)
     }
@@ -114,6 +114,7 @@ public enum TaskRules {
         var next = task
         next.state = finish.outcome
         next.message = finish.message
+        if let last = finish.output.last { next.lastOutput = last }
         next.finishedAt = now
         next.updatedAt = now
         next.stalled = false
@@ -220,9 +221,12 @@ public enum TaskRules {
         return runnerSeq <= last
     }
 
-    /// The common effect of any signal from the runner.
-    private static func signal(_ task: TaskRecord, now: EpochMilliseconds, runnerSeq: Int64?, label: String?) -> TaskRecord {
+    /// The common effect of any signal from the runner (`output`: lines it sent, the last
+    /// of which becomes the task's `lastOutput`).
+    private static func signal(_ task: TaskRecord, now: EpochMilliseconds, runnerSeq: Int64?, label: String?,
+                               output: [String] = []) -> TaskRecord {
         var next = task
+        if let last = output.last { next.lastOutput = last }
         if next.state == .pending {
             next.state = .running
             next.startedAt = now

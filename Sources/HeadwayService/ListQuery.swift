@@ -11,7 +11,7 @@ struct ListQuery {
     /// Only tasks whose id starts with this (`id_prefix`: a search by id).
     var idPrefix: String?
 
-    static let allowed: Set<String> = ["state", "stalled", "parent_id", "root", "page_size", "page_token", "id_prefix"]
+    static let allowed: Set<String> = ["state", "stalled", "parent_id", "root", "page_size", "page_token", "id_prefix", "q"]
 
     static func parse(_ parameters: [(name: String, value: String)]) throws -> ListQuery {
         var result = ListQuery()
@@ -22,6 +22,7 @@ struct ListQuery {
         result.filter.parentID = query.id("parent_id")
         result.pageSize = query.integer("page_size", in: 1...500) ?? result.pageSize
         result.idPrefix = query.id("id_prefix")
+        result.filter.search = query.searchText("q", maxLength: Limits.nameLength)
         result.pageToken = query.single("page_token")
         guard query.errors.isEmpty else { throw TaskError.invalidRequest(query.errors) }
         return result
@@ -86,7 +87,10 @@ struct PageToken: Equatable {
 
     /// FNV-1a over a canonical description of the filter.
     private static func fingerprint(_ filter: TaskFilter) -> UInt64 {
-        let text = "\(filter.states.map(\.rawValue).joined(separator: ","))|\(filter.stalled.map(String.init) ?? "")|\(filter.parentID ?? "")|\(filter.rootOnly)|\(filter.taskPrefix ?? "")"
+        var text = "\(filter.states.map(\.rawValue).joined(separator: ","))|\(filter.stalled.map(String.init) ?? "")|\(filter.parentID ?? "")|\(filter.rootOnly)|\(filter.taskPrefix ?? "")"
+        // A search adds its text (after a character no text holds); a listing without one
+        // keeps the fingerprint it always had.
+        if let search = filter.search { text += "|\u{1}" + search }
         return text.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
     }
 }

@@ -45,7 +45,11 @@ struct TaskAPI: Sendable {
     func register(in routes: inout ServiceRoutes) {
         routes.add("POST", "/v1/tasks", .scope(.report)) { request, grant, responder in registerTask(request, grant, responder) }
         routes.add("GET", "/v1/tasks", .scope(.read)) { request, grant, responder in list(request, grant, responder) }
+        // Before `/v1/tasks/{id}`, which would take it: a task whose id is `summary` is read
+        // through the listing (`id_prefix=summary`).
+        routes.add("GET", "/v1/tasks/summary", .scope(.read)) { request, grant, responder in summary(request, grant, responder) }
         routes.add("GET", "/v1/tasks/{id}", .scope(.read)) { request, grant, responder in get(request, grant, responder) }
+        routes.add("GET", "/v1/tasks/{id}/output", .scope(.read)) { request, grant, responder in output(request, grant, responder) }
         routes.add("DELETE", "/v1/tasks/{id}", .scope(.control)) { request, grant, responder in delete(request, grant, responder) }
         routes.add("GET", "/v1/tasks/{id}/history", .scope(.read)) { request, grant, responder in history(request, grant, responder) }
         routes.add("POST", "/v1/tasks/{id}/progress", .scope(.report)) { request, grant, responder in
@@ -65,6 +69,7 @@ struct TaskAPI: Sendable {
             }
         }
         routes.add("POST", "/v1/tasks/{id}/cancel", .scope(.control)) { request, grant, responder in cancel(request, grant, responder) }
+        routes.add("POST", "/v1/tasks/{id}/terminate", .scope(.control)) { request, grant, responder in terminate(request, grant, responder) }
         routes.add("POST", Self.batchPath, .scope(.report)) { request, grant, responder in progressBatch(request, grant, responder) }
     }
 
@@ -106,6 +111,52 @@ struct TaskAPI: Sendable {
                 throw TaskError.notFound(id)
             }
             return .json(200, grant.visible(taskJSON: task.json, parentID: task.parentID))
+        }
+    }
+
+    /// The task's output tail: `{"task_id": …, "lines": [{"t": …, "line": …}, …]}`, oldest
+    /// first (empty before any output).
+    private func output(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let id: String
+        do throws(TaskError) {
+            id = try taskID(request, grant)
+            let query = QueryReader(request.queryParameters, allowed: [])
+            guard query.errors.isEmpty else { throw TaskError.invalidRequest(query.errors) }
+        } catch {
+            return responder.respond(errors.response(for: error, request))
+        }
+        read(request, responder) { reader in
+            let lines = try reader.snapshot { database -> String?? in
+                guard let task = try TaskRepository.find(id, in: database) else { return nil }
+                return .some(task.lastOutput == nil ? nil : try TaskOutput.json(of: id, in: database))
+            }
+            guard let lines else { throw TaskError.notFound(id) }
+            var body = JSONText()
+            body.appendRaw(#"{"task_id":"#)
+            body.appendString(id)
+            body.appendRaw(#","lines":"#)
+            body.appendRaw(lines ?? "[]")
+            body.appendRaw("}")
+            return .json(200, body.text)
+        }
+    }
+
+    /// How many of the tasks the caller may see are in each state (`running` counting the
+    /// stalled too) and stalled; `root=true` counts only tasks without a parent.
+    private func summary(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let rootOnly: Bool
+        do throws(TaskError) {
+            var query = QueryReader(request.queryParameters, allowed: ["root"])
+            rootOnly = query.boolean("root") ?? false
+            guard query.errors.isEmpty else { throw TaskError.invalidRequest(query.errors) }
+        } catch {
+            return responder.respond(errors.response(for: error, request))
+        }
+        read(request, responder) { reader in
+            let summary = try reader.read { database in
+                try TaskRepository.summary(taskPrefix: grant.taskPrefix, rootOnly: rootOnly, in: database)
+            }
+            return .json(200, summary.json)
         }
     }
 
@@ -220,6 +271,29 @@ struct TaskAPI: Sendable {
             responder.respond(reply(result, request) { step in
                 // A cancel's first step always has its task's outcome.
                 step.outcome.map { Self.taskReply(202, $0, events: step.events, grant) } ?? HTTPResponse(status: 202)
+            })
+        }
+    }
+
+    /// Finishes the task `canceled` with the message "terminated", and its unfinished
+    /// descendants (within the token's prefix), in one writer job: for a runner that died
+    /// or ignores its cancel. 200 with the task; on a task already `canceled`, 200 with
+    /// `Headway-Unchanged` (its unfinished descendants still ended); on one that succeeded
+    /// or failed, 409 `task_finished`.
+    private func terminate(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        guard let (id, _) = parsed(request, grant, responder, emptyBodyAllowed: true, parse: { _ throws(TaskError) in () }) else { return }
+        writer.submit({ [store, clock] database in
+            try store.terminate(id, taskPrefix: grant.taskPrefix, now: clock.now(), in: database)
+        }) { [broker] result in
+            if case .success(let changed) = result {
+                broker.publish(changed.events)
+                audit("audit.task_terminate", grant, request, id)
+            }
+            responder.respond(reply(result, request) { changed in
+                var headers: [HTTPField] = []
+                if case .unchanged = changed.outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
+                return .json(200, grant.visible(taskJSON: changed.outcome.task.json, parentID: changed.outcome.task.parentID),
+                             headers: headers)
             })
         }
     }

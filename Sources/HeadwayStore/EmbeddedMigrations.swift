@@ -467,6 +467,50 @@ FROM (SELECT reach.parent_id,
 WHERE tasks.id = d.parent_id AND tasks.state IN ('pending', 'running');
 
 """#),
+        Migration(version: 11, name: "output_search", sql: #"""
+-- Each task's output tail, and search by name or id.
+--
+-- `last_output` is the last line of the task's tail, shown with the task; `output_lines`
+-- counts the lines the task ever sent. The tail itself is a ring of at most 50 rows per
+-- task in `task_output`: line number `n` (0, 1, …) goes to slot `n % 50`, arrived at `t`
+-- (milliseconds), so an append of any number of lines is one upsert of the new lines only,
+-- and a task holds at most 50 rows however fast its runner sends. The API shows the newest
+-- of them that fit in 8 KiB. Deleting or forgetting a task deletes its rows.
+ALTER TABLE tasks ADD COLUMN last_output TEXT;
+ALTER TABLE tasks ADD COLUMN output_lines INTEGER NOT NULL DEFAULT 0;
+
+CREATE TABLE task_output (
+    task_id TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    t INTEGER NOT NULL,
+    line TEXT NOT NULL,
+    PRIMARY KEY (task_id, slot)
+) STRICT, WITHOUT ROWID;
+
+-- `GET /v1/tasks?q=`: a case-insensitive substring of the id or the name, from a trigram
+-- index (FTS5, contentless: it holds the index only, keyed by the task's `seq`). Each text
+-- is indexed with two U+001F appended, so that every occurrence of a query of one or two
+-- characters begins some indexed trigram: such a query is answered by the trigrams that
+-- begin with it (`task_search_terms`, the index's vocabulary), a longer one as a phrase of
+-- its own trigrams. A query holds no control character, so the padding never matches.
+-- A task's id and name never change: the index follows inserts and deletes only.
+CREATE VIRTUAL TABLE task_search USING fts5(id, name, content = '', tokenize = 'trigram');
+CREATE VIRTUAL TABLE task_search_terms USING fts5vocab(task_search, 'row');
+
+INSERT INTO task_search (rowid, id, name)
+SELECT seq, id || char(31, 31), name || char(31, 31) FROM tasks;
+
+CREATE TRIGGER task_search_insert AFTER INSERT ON tasks BEGIN
+    INSERT INTO task_search (rowid, id, name) VALUES (new.seq, new.id || char(31, 31), new.name || char(31, 31));
+END;
+
+CREATE TRIGGER task_search_delete AFTER DELETE ON tasks BEGIN
+    INSERT INTO task_search (task_search, rowid, id, name)
+    VALUES ('delete', old.seq, old.id || char(31, 31), old.name || char(31, 31));
+END;
+
+"""#),
     ]
 
     /// Every PostgreSQL migration, in order.
@@ -808,6 +852,28 @@ FROM (SELECT reach.parent_id,
                  AND EXISTS (SELECT 1 FROM tasks AS below WHERE below.parent_id = node.id))
       GROUP BY reach.parent_id) AS d
 WHERE tasks.id = d.parent_id AND tasks.state IN ('pending', 'running');
+
+"""#),
+        Migration(version: 6, name: "output_search", sql: #"""
+-- Each task's output tail, and search by name or id (see migrations/0011_output_search.sql).
+ALTER TABLE tasks ADD COLUMN last_output text;
+ALTER TABLE tasks ADD COLUMN output_lines bigint NOT NULL DEFAULT 0;
+
+CREATE TABLE task_output (
+    task_id text COLLATE "C" NOT NULL,
+    slot bigint NOT NULL,
+    n bigint NOT NULL,
+    t bigint NOT NULL,
+    line text NOT NULL,
+    PRIMARY KEY (task_id, slot)
+);
+
+-- `GET /v1/tasks?q=`: `id ILIKE '%q%' OR name ILIKE '%q%'` from one trigram index over
+-- both columns (pg_trgm, which Debian's server package ships; a trusted extension, so the
+-- database's owner may create it). A query shorter than three characters has no trigram
+-- of its own: the index is then read whole, a cost that grows with the tasks stored.
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE INDEX tasks_search ON tasks USING gin (id gin_trgm_ops, name gin_trgm_ops);
 
 """#),
     ]

@@ -120,7 +120,7 @@ public struct Migrator: Sendable {
 
     /// The tables of Headway's PostgreSQL schema, whose names another application may use too.
     static let postgresTableNames = ["tasks", "tombstones", "stream_state", "history", "task_counts", "tokens", "token_state",
-                                     "webhooks", "webhook_deliveries"]
+                                     "webhooks", "webhook_deliveries", "task_output"]
 
     /// On PostgreSQL (a database an organisation already operates), throws
     /// `MigrationError.foreignTables` when the database has no `schema_migrations` but

@@ -15,14 +15,18 @@ public struct TaskFilter: Equatable, Sendable {
     /// range of ids in every index range read, and a count of the table's rows instead of
     /// the kept counts.
     public var taskPrefix: String?
+    /// Only tasks whose id or name holds this text, whatever its case (`q`): read from the
+    /// search index (`TaskSearch`).
+    public var search: String?
 
     public init(states: [TaskState] = [], stalled: Bool? = nil, parentID: String? = nil, rootOnly: Bool = false,
-                taskPrefix: String? = nil) {
+                taskPrefix: String? = nil, search: String? = nil) {
         self.states = states
         self.stalled = stalled
         self.parentID = parentID
         self.rootOnly = rootOnly
         self.taskPrefix = taskPrefix
+        self.search = search
     }
 }
 
@@ -54,6 +58,7 @@ public enum TaskRepository {
         "sample_at", "sample_value", "children_weight", "children_done", "history_points", "history_bucket", "is_root", "depth", "child_count",
         "children_pending", "children_running", "children_stalled", "children_succeeded", "children_failed",
         "children_canceled", "failing_children", "stalling_children",
+        "last_output", "output_lines",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -91,7 +96,8 @@ public enum TaskRepository {
         case childCount = "child_count", childrenPending = "children_pending", childrenRunning = "children_running"
         case childrenStalled = "children_stalled", childrenSucceeded = "children_succeeded"
         case childrenFailed = "children_failed", childrenCanceled = "children_canceled"
-        case failingChildren = "failing_children", stallingChildren = "stalling_children", state, stalled
+        case failingChildren = "failing_children", stallingChildren = "stalling_children"
+        case lastOutput = "last_output", outputLines = "output_lines", state, stalled
 
         /// Whether the column's value differs between `task` and `previous`.
         func differs(_ task: TaskRecord, _ previous: TaskRecord) -> Bool {
@@ -130,6 +136,8 @@ public enum TaskRepository {
             case .childrenCanceled: task.children.canceled != previous.children.canceled
             case .failingChildren: task.failingChildren != previous.failingChildren
             case .stallingChildren: task.stallingChildren != previous.stallingChildren
+            case .lastOutput: task.lastOutput != previous.lastOutput
+            case .outputLines: task.outputLines != previous.outputLines
             case .state: task.state != previous.state
             case .stalled: task.stalled != previous.stalled
             }
@@ -172,6 +180,8 @@ public enum TaskRepository {
             case .childrenCanceled: .integer(Int64(task.children.canceled))
             case .failingChildren: .integer(Int64(task.failingChildren))
             case .stallingChildren: .integer(Int64(task.stallingChildren))
+            case .lastOutput: text(task.lastOutput)
+            case .outputLines: .integer(task.outputLines)
             case .state: .text(task.state.rawValue)
             case .stalled: .integer(task.stalled ? 1 : 0)
             }
@@ -309,6 +319,14 @@ public enum TaskRepository {
     /// read. `totalSize` comes from the counts the triggers keep.
     public static func page(_ filter: TaskFilter, size: Int, beforeKey: Int64?,
                             in database: Database) throws(DatabaseError) -> TaskPage {
+        if let search = filter.search {
+            let keys = try TaskSearch.keys(search, filter: filter, limit: size + 1, beforeKey: beforeKey, in: database)
+            // A first page that holds every match has counted them: the search for one
+            // task by its name costs one query of the index, not two.
+            let totalSize = beforeKey == nil && keys.count <= size
+                ? Int64(keys.count) : try TaskSearch.count(search, filter: filter, in: database)
+            return try page(keys: keys, size: size, totalSize: totalSize, in: database)
+        }
         var keys: [Int64] = []
         for (conditions, arguments) in keyRanges(filter) {
             var conditions = conditions, arguments = arguments
@@ -320,12 +338,18 @@ public enum TaskRepository {
                                       arguments + [.integer(Int64(size) + 1)]) { $0.int(0) }
         }
         keys.sort(by: >)
+        return try page(keys: keys, size: size, totalSize: count(filter, in: database), in: database)
+    }
+
+    /// The page of the first `size` of `keys` (newest first): their rows, and the key to
+    /// continue from when `keys` holds more.
+    private static func page(keys: [Int64], size: Int, totalSize: Int64,
+                             in database: Database) throws(DatabaseError) -> TaskPage {
         let pageKeys = Array(keys.prefix(size))
         let tasks = pageKeys.isEmpty ? [] : try database.rows(
             "SELECT \(columns) FROM tasks WHERE seq IN (\(pageKeys.map { _ in "?" }.joined(separator: ", "))) ORDER BY seq DESC",
             pageKeys.map { .integer($0) }, map: record)
-        return TaskPage(tasks: tasks, keys: pageKeys, nextKey: keys.count > size ? pageKeys.last : nil,
-                        totalSize: try count(filter, in: database))
+        return TaskPage(tasks: tasks, keys: pageKeys, nextKey: keys.count > size ? pageKeys.last : nil, totalSize: totalSize)
     }
 
     /// The index ranges that together hold exactly the tasks matching `filter`.
@@ -346,6 +370,7 @@ public enum TaskRepository {
 
     /// How many tasks match `filter`.
     public static func count(_ filter: TaskFilter, in database: Database) throws(DatabaseError) -> Int64 {
+        if let search = filter.search { return try TaskSearch.count(search, filter: filter, in: database) }
         // Under one parent, count its children (an index range); otherwise the filter names
         // only columns that task_counts also has.
         let (conditions, arguments) = whereClause(filter)
@@ -358,31 +383,63 @@ public enum TaskRepository {
         conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
     }
 
-    private static func whereClause(_ filter: TaskFilter) -> ([String], [SQLValue]) {
+    /// The conditions of `filter` but its search, on the columns of `tasks` (named
+    /// `table.column` when `table` is given).
+    static func whereClause(_ filter: TaskFilter, table: String? = nil) -> ([String], [SQLValue]) {
+        let column = { (name: String) in table.map { "\($0).\(name)" } ?? name }
         var conditions: [String] = []
         var arguments: [SQLValue] = []
         if !filter.states.isEmpty {
-            conditions.append("state IN (" + filter.states.map { _ in "?" }.joined(separator: ", ") + ")")
+            conditions.append(column("state") + " IN (" + filter.states.map { _ in "?" }.joined(separator: ", ") + ")")
             arguments += filter.states.map { .text($0.rawValue) }
         }
         if let stalled = filter.stalled {
-            conditions.append("stalled = ?")
+            conditions.append(column("stalled") + " = ?")
             arguments.append(.integer(stalled ? 1 : 0))
         }
         if let parentID = filter.parentID {
-            conditions.append("parent_id = ?")
+            conditions.append(column("parent_id") + " = ?")
             arguments.append(.text(parentID))
         }
-        if filter.rootOnly { conditions.append("is_root = 1") }
-        let prefix = prefixClause(filter)
+        if filter.rootOnly { conditions.append(column("is_root") + " = 1") }
+        let prefix = prefixClause(filter, table: table)
         return (conditions + prefix.0, arguments + prefix.1)
     }
 
     /// The condition keeping the ids of `filter.taskPrefix` (none without one).
-    private static func prefixClause(_ filter: TaskFilter) -> ([String], [SQLValue]) {
+    private static func prefixClause(_ filter: TaskFilter, table: String? = nil) -> ([String], [SQLValue]) {
         guard let taskPrefix = filter.taskPrefix else { return ([], []) }
         let range = TaskIDPrefix.range(taskPrefix)
-        return (["id >= ?", "id < ?"], [.text(range.lower), .text(range.upper)])
+        let id = table.map { "\($0).id" } ?? "id"
+        return (["\(id) >= ?", "\(id) < ?"], [.text(range.lower), .text(range.upper)])
+    }
+
+    /// How many tasks there are in each state, and how many of them are stalled: from the
+    /// counts the triggers keep (a few rows); with `taskPrefix`, a count of that prefix's
+    /// range of the id index (its cost grows with the prefix's tasks, not with the table).
+    public static func summary(taskPrefix: String?, rootOnly: Bool,
+                               in database: Database) throws(DatabaseError) -> TaskSummary {
+        var conditions: [String] = rootOnly ? ["is_root = 1"] : []
+        var arguments: [SQLValue] = []
+        let source: String
+        if let taskPrefix {
+            let range = TaskIDPrefix.range(taskPrefix)
+            conditions += ["id >= ?", "id < ?"]
+            arguments += [.text(range.lower), .text(range.upper)]
+            source = "SELECT state, stalled, count(*) FROM tasks"
+        } else {
+            source = "SELECT state, stalled, coalesce(sum(n), 0) FROM task_counts"
+        }
+        var summary = TaskSummary()
+        let rows = try database.rows(source + whereText(conditions) + " GROUP BY state, stalled", arguments) {
+            (state: TaskState(rawValue: $0.text(0)), stalled: $0.int(1) != 0, count: $0.int(2))
+        }
+        for row in rows {
+            guard let state = row.state else { continue }
+            summary.byState[state, default: 0] += row.count
+            if row.stalled { summary.stalled += row.count }
+        }
+        return summary
     }
 
     private static func values(_ task: TaskRecord) -> [SQLValue] {
@@ -402,7 +459,8 @@ public enum TaskRepository {
             .integer(Int64(task.children.pending)), .integer(Int64(task.children.running)),
             .integer(Int64(task.children.stalled)), .integer(Int64(task.children.succeeded)),
             .integer(Int64(task.children.failed)), .integer(Int64(task.children.canceled)),
-            .integer(Int64(task.failingChildren)), .integer(Int64(task.stallingChildren)),
+            .integer(Int64(task.failingChildren)), .integer(Int64(task.stallingChildren)), text(task.lastOutput),
+            .integer(task.outputLines),
         ]
     }
 
@@ -433,6 +491,8 @@ public enum TaskRepository {
                                        succeeded: Int(row.int(42)), failed: Int(row.int(43)), canceled: Int(row.int(44)))
         task.failingChildren = Int(row.int(45))
         task.stallingChildren = Int(row.int(46))
+        task.lastOutput = row.optionalText(47)
+        task.outputLines = row.int(48)
         return task
     }
 
@@ -443,4 +503,25 @@ public enum TaskRepository {
 
     private static func text(_ value: String?) -> SQLValue { value.map { .text($0) } ?? .null }
     private static func integer(_ value: Int64?) -> SQLValue { value.map { .integer($0) } ?? .null }
+}
+
+/// How many tasks there are in each state (`running` counts the stalled too), and how
+/// many are stalled: `GET /v1/tasks/summary`.
+public struct TaskSummary: Equatable, Sendable {
+    public var byState: [TaskState: Int64] = [:]
+    public var stalled: Int64 = 0
+
+    public init() {}
+
+    /// `{"pending":…,"running":…,"stalled":…,"succeeded":…,"failed":…,"canceled":…}`.
+    public var json: String {
+        var object = JSONObjectWriter()
+        object.integer("pending", byState[.pending] ?? 0)
+        object.integer("running", byState[.running] ?? 0)
+        object.integer("stalled", stalled)
+        object.integer("succeeded", byState[.succeeded] ?? 0)
+        object.integer("failed", byState[.failed] ?? 0)
+        object.integer("canceled", byState[.canceled] ?? 0)
+        return object.finish()
+    }
 }

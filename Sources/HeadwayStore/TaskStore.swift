@@ -336,7 +336,7 @@ public struct TaskStore: Sendable {
     public func progress(_ id: String, _ update: ProgressUpdate, now: EpochMilliseconds,
                          in database: Database) throws -> Changed {
         try numbered(now: now, in: database) {
-            try modify(id, .updated, now: now, in: database) { task throws(TaskError) in
+            try modify(id, .updated, output: update.output, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.progress(update, to: task, now: now)
             }
         }
@@ -456,7 +456,7 @@ public struct TaskStore: Sendable {
     private func progressAlone(_ id: String, _ update: ProgressUpdate, now: EpochMilliseconds,
                                in database: Database) throws -> (Changed, (parentID: String, change: ChildrenChange)?) {
         try numbered {
-            let (changed, share) = try modifyAlone(id, .updated, now: now, in: database) { task throws(TaskError) in
+            let (changed, share) = try modifyAlone(id, .updated, output: update.output, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.progress(update, to: task, now: now)
             }
             try webhooks.record(changed.events, now: now, in: database)
@@ -468,7 +468,7 @@ public struct TaskStore: Sendable {
     public func heartbeat(_ id: String, _ heartbeat: Heartbeat, now: EpochMilliseconds,
                           in database: Database) throws -> Changed {
         try numbered(now: now, in: database) {
-            try modify(id, .updated, now: now, in: database) { task throws(TaskError) in
+            try modify(id, .updated, output: heartbeat.output, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.heartbeat(heartbeat, to: task, now: now)
             }
         }
@@ -478,9 +478,68 @@ public struct TaskStore: Sendable {
     public func finish(_ id: String, _ finish: Finish, now: EpochMilliseconds,
                        in database: Database) throws -> Changed {
         try numbered(now: now, in: database) {
-            try modify(id, .finished, now: now, in: database) { task throws(TaskError) in
+            try modify(id, .finished, output: finish.output, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.finish(finish, task: task, now: now)
             }
+        }
+    }
+
+    /// The message of a task ended by `terminate`.
+    public static let terminatedMessage = "terminated"
+
+    /// Ends a task whose runner died or ignores its cancel: finishes it `canceled` with the
+    /// message "terminated", and every unfinished task below it first (deepest last found
+    /// first, so each parent takes its children's ends before its own), all in this one
+    /// job: one transaction, with the events of every task finished and of the ancestors
+    /// whose roll-up moved. A task already `canceled` is not changed (its unfinished
+    /// descendants are still ended); one that finished otherwise is refused
+    /// (`task_finished`, 409) with nothing changed.
+    ///
+    /// With `taskPrefix` (the token's, which covers `id`) the walk passes over another
+    /// prefix's tasks and does not go below them, as a cancel's does. The subtree is read
+    /// whole in this job: its size is bounded by the tree's limits, not by steps.
+    public func terminate(_ id: String, taskPrefix: String? = nil, now: EpochMilliseconds,
+                          in database: Database) throws -> Changed {
+        try numbered(now: now, in: database) {
+            guard let root = try load(id, in: database) else { throw TaskError.notFound(id) }
+            if root.state.isFinished && root.state != .canceled { throw TaskError.taskFinished(id: id, state: root.state) }
+            // The walk reads tasks' rows.
+            try cache.writeHeld(in: database)
+            var unfinished: [String] = []
+            var parents = [id]
+            var next = 0
+            while next < parents.count {
+                let parentID = parents[next]
+                next += 1
+                var afterKey: Int64 = 0
+                while true {
+                    let page = try TaskRepository.children(of: parentID, afterKey: afterKey, limit: 1_000, in: database)
+                    for (child, _) in page where taskPrefix.map({ child.id.utf8.starts(with: $0.utf8) }) ?? true {
+                        parents.append(child.id)
+                        if !child.state.isFinished { unfinished.append(child.id) }
+                    }
+                    guard page.count == 1_000, let last = page.last else { break }
+                    afterKey = last.key
+                }
+            }
+            let ending = Finish(outcome: .canceled, message: Self.terminatedMessage)
+            var events: [TaskEvent] = []
+            for taskID in unfinished.reversed() {
+                events += try modify(taskID, .finished, isSignal: false, now: now, in: database) { task throws(TaskError) in
+                    try TaskRules.finish(ending, task: task, now: now)
+                }.events
+            }
+            let outcome: TaskRules.Outcome
+            if root.state.isFinished {
+                outcome = .unchanged(try load(id, in: database) ?? root)
+            } else {
+                let changed = try modify(id, .finished, isSignal: false, now: now, in: database) { task throws(TaskError) in
+                    try TaskRules.finish(ending, task: task, now: now)
+                }
+                events += changed.events
+                outcome = changed.outcome
+            }
+            return Changed(outcome: outcome, events: events)
         }
     }
 
@@ -582,6 +641,7 @@ public struct TaskStore: Sendable {
         try TaskRepository.delete(task.id, in: database)
         cache.forget(task.id)
         try History.delete(task.id, in: database)
+        if task.lastOutput != nil { try TaskOutput.delete(task.id, in: database) }
         try ChangeFeed.recordDeletion(task, changeNumber: number, at: now, in: database)
         return .deleted(changeNumber: number, taskID: task.id, parentID: task.parentID, createdAt: task.createdAt)
     }
@@ -632,6 +692,7 @@ public struct TaskStore: Sendable {
             try TaskRepository.delete(task.id, in: database)
             cache.forget(task.id)
             try History.delete(task.id, in: database)
+            if task.lastOutput != nil { try TaskOutput.delete(task.id, in: database) }
             if let parentID = task.parentID {
                 try TaskRepository.adjustChildCount(of: parentID, by: -1, in: database)
                 cache.forget(parentID)
@@ -696,10 +757,10 @@ public struct TaskStore: Sendable {
 
     /// Applies `rule` to the task with `id`, writes the change and carries it up to the
     /// task's ancestors (`isSignal`: as a signal, the runner's activity).
-    private func modify(_ id: String, _ kind: TaskEventKind, isSignal: Bool = true, now: EpochMilliseconds,
-                        in database: Database,
+    private func modify(_ id: String, _ kind: TaskEventKind, output: [String] = [], isSignal: Bool = true,
+                        now: EpochMilliseconds, in database: Database,
                         _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome) throws -> Changed {
-        var (changed, share) = try modifyAlone(id, kind, now: now, in: database, rule)
+        var (changed, share) = try modifyAlone(id, kind, output: output, now: now, in: database, rule)
         if let share, isSignal || !share.change.isEmpty {
             changed.events += try rollUp(from: share.parentID, share.change, isSignal: isSignal, now: now, in: database)
         }
@@ -708,12 +769,18 @@ public struct TaskStore: Sendable {
 
     /// Applies `rule` to the task with `id` and writes the change, without carrying it up;
     /// returns the change and, when it was applied to a task with a parent, the parent's
-    /// id and what the change does to the parent (`ChildrenChange`), for `rollUp`.
-    private func modifyAlone(_ id: String, _ kind: TaskEventKind, now: EpochMilliseconds, in database: Database,
-                             _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome)
+    /// id and what the change does to the parent (`ChildrenChange`), for `rollUp`. `output`
+    /// (lines the runner sent, which the rule made the task's `lastOutput`) is appended to
+    /// the task's tail when the change is applied: a repeated `seq` appends nothing again.
+    private func modifyAlone(_ id: String, _ kind: TaskEventKind, output: [String] = [], now: EpochMilliseconds,
+                             in database: Database, _ rule: (TaskRecord) throws(TaskError) -> TaskRules.Outcome)
         throws -> (Changed, (parentID: String, change: ChildrenChange)?) {
         guard let task = try load(id, in: database) else { throw TaskError.notFound(id) }
         guard case .applied(var written) = try rule(task) else { return (Changed(outcome: .unchanged(task), events: []), nil) }
+        if !output.isEmpty {
+            try TaskOutput.append(output, from: task.outputLines, to: id, at: now, in: database)
+            written.outputLines = task.outputLines + Int64(output.count)
+        }
         try write(&written, previous: task, kind, now: now, in: database)
         let changed = Changed(outcome: .applied(written), events: [TaskEvent(written.changeKind, written)])
         return (changed, task.parentID.map { ($0, ChildrenChange(from: task, to: written)) })

@@ -134,6 +134,28 @@ final class RecordingResponder: Responder {
         #expect(refusal("HEAD", "/v1/tasks/abc/progress") == .methodNotAllowed(allowed: ["POST"]))
     }
 
+    /// A path two patterns match (a literal beside a parameter) belongs to the one added
+    /// first: only its methods serve it and are named in `Allow`.
+    @Test func aPathMatchedByTwoPatternsBelongsToTheFirst() {
+        var router = Router()
+        router.add("GET", "/v1/tasks/summary") { _, responder in responder.respond(HTTPResponse(status: 200, body: Array("sum".utf8))) }
+        router.add("GET", "/v1/tasks/{id}") { _, responder in responder.respond(HTTPResponse(status: 200)) }
+        router.add("DELETE", "/v1/tasks/{id}") { _, responder in responder.respond(HTTPResponse(status: 204)) }
+        let summary = HTTPRequest(method: "GET", path: "/v1/tasks/summary")
+        guard case .handler(let handler, let request) = router.match(summary) else { Issue.record("not routed"); return }
+        let responder = RecordingResponder()
+        handler(request, responder)
+        #expect(responder.response?.body == Array("sum".utf8))
+        for method in ["DELETE", "OPTIONS"] {
+            guard case .refused(let refusal) = router.match(HTTPRequest(method: method, path: "/v1/tasks/summary")) else {
+                Issue.record("\(method) routed"); continue
+            }
+            #expect(refusal == .methodNotAllowed(allowed: ["GET", "HEAD"]), "\(method)")
+        }
+        #expect(!router.takes(HTTPRequest(method: "DELETE", path: "/v1/tasks/summary")))
+        #expect(router.takes(HTTPRequest(method: "DELETE", path: "/v1/tasks/other")))
+    }
+
     /// `HEAD` is served by a path's `GET` route; through the pipeline a stream never starts.
     @Test func headIsServedLikeGetWithoutAStream() {
         #expect(route("HEAD", "/v1/tasks/abc")?.body == Array("abc".utf8), "the library leaves out the body of a HEAD reply")
