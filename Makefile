@@ -14,7 +14,7 @@ SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 # daemon of a test gets a fresh database on the server scripts/with-postgres.sh starts).
 POSTGRES_SUITES := TaskAPITests|EventStreamTests|LivenessAPITests|ListingTests|CatchUpTests|TokenTests|MetricsTests|TreeLimitsAPITests|PrefixSubtreeTests|OrphanRepairTests|ErrorRepliesLiveTests|OpenAPITests|BatchProgressTests|ParentTruthAPITests|OutputSearchTests
 
-.PHONY: run test build release deps test-deps migrations dashboard bench bench-redis bench-postgres bench-abuse crash-proof soak clean fuzz sanitize
+.PHONY: run test build release deps test-deps migrations dashboard bench bench-redis bench-postgres bench-abuse bench-python python-client crash-proof soak clean fuzz sanitize
 
 ## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
 run: deps release
@@ -24,13 +24,15 @@ run: deps release
 ## the API, event, liveness and token suites again on a private PostgreSQL server
 ## (scripts/with-postgres.sh), then the integration tests with a
 ## third-party SSE client, a real nginx, a headless Chromium and schemathesis against the
-## OpenAPI contract; the dashboard's pure modules are unit-tested by `node --test` (Tests/js).
+## OpenAPI contract, and the Python client (clients/python, its wheel installed into the venv);
+## the dashboard's pure modules are unit-tested by `node --test` (Tests/js).
 test: test-deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	HEADWAY_PYTHON=$(PYTHON) scripts/with-postgres.sh sh -c '$(SWIFT) test --skip-build && \
 		HEADWAY_TEST_DB=postgres $(SWIFT) test --skip-build --filter "$(POSTGRES_SUITES)"'
 	$(MAKE) fuzz
 	node --test Tests/js/*.test.js
+	$(MAKE) python-client
 	$(PYTHON) -m pytest -q Tests/integration
 
 build: deps
@@ -44,6 +46,14 @@ deps:
 
 test-deps:
 	@HEADWAY_TEST_TOOLS=1 scripts/install-deps.sh
+
+## The Python client's wheel in clients/python/dist (built by pip with hatchling, fetched
+## from PyPI), installed into the venv the tests and benchmarks run in.
+python-client:
+	@[ -x $(PYTHON) ] || HEADWAY_TEST_TOOLS=1 scripts/install-deps.sh
+	rm -rf clients/python/dist
+	$(PYTHON) -m pip wheel --quiet --disable-pip-version-check --no-deps -w clients/python/dist ./clients/python
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps clients/python/dist/headway-*.whl
 
 ## Regenerate the compiled copy of dashboard/* (a test fails if it is stale, so a change
 ## to dashboard/ without this fails `make test`).
@@ -60,6 +70,15 @@ bench:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	$(PYTHON) bench/suite.py
+	$(MAKE) bench-python
+
+## The Python client's cost per update() beside plain tqdm, and the requests a tight loop
+## makes: prints the rows and writes their section of docs/benchmarks.md (about a minute).
+bench-python:
+	@HEADWAY_BENCH=1 scripts/install-deps.sh
+	$(SWIFT) build -c release --product headwayd $(SWIFT_FLAGS)
+	$(MAKE) python-client
+	$(PYTHON) bench/python-client.py --write-doc
 
 ## Only headwayd's updates/s (full, normal; full in batches of 200) beside Redis running
 ## BullMQ's updateProgress script (appendfsync always, everysec), alternately: prints the

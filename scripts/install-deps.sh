@@ -38,9 +38,11 @@ fi
 cd "$(dirname "$0")/.."
 venv=.build/venv
 python_tools=()
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium schemathesis)
-# bullmq: BullMQ's own scripts and Queue.add, for the Redis comparison.
-[ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib bullmq)
+# tqdm and celery: the Python client's tqdm drop-in and its Celery example (clients/python).
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium schemathesis tqdm celery)
+# bullmq: BullMQ's own scripts and Queue.add, for the Redis comparison; tqdm: the Python
+# client's overhead beside plain tqdm.
+[ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib bullmq tqdm)
 if [ ${#python_tools[@]} -gt 0 ]; then
   # A venv without a working pip (an interrupted creation) is made again.
   if ! "$venv/bin/python3" -m pip --version >/dev/null 2>&1; then
@@ -59,4 +61,15 @@ if [ ${#python_tools[@]} -gt 0 ]; then
     "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check "${python_tools[@]}"
     touch "$stamp"
   fi
+fi
+
+# Airflow, for the Python client's Airflow example (Tests/integration/test_python_client_examples.py):
+# a venv of its own, since Airflow pins its many dependencies to versions of its own.
+airflow_venv=.build/airflow-venv
+if [ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && [ ! -e "$airflow_venv/.installed-apache-airflow-3.3.2" ]; then
+  echo "Installing Airflow into $airflow_venv (a few minutes, once)"
+  rm -rf "$airflow_venv"
+  python3 -m venv "$airflow_venv"
+  "$airflow_venv/bin/python3" -m pip install --quiet --disable-pip-version-check "apache-airflow==3.3.2"
+  touch "$airflow_venv/.installed-apache-airflow-3.3.2"
 fi

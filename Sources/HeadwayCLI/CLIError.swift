@@ -20,6 +20,9 @@ public enum CLIError: Error, Equatable {
     case notConfirmed(String)
     /// A task `headway watch --until-done` waits for was deleted before it finished (exit 1).
     case watchedTaskDeleted(taskID: String)
+    /// A shortened id that starts more than one generated id (exit 1): `matches` are some
+    /// of them, `count` how many there are.
+    case ambiguousID(prefix: String, matches: [String], count: Int64)
 
     /// The line printed on stderr after `headway: `.
     public var message: String {
@@ -34,6 +37,9 @@ public enum CLIError: Error, Equatable {
         case .updatesRefused(let refused, let sent): "\(refused) of \(sent) updates refused"
         case .notConfirmed(let text): text
         case .watchedTaskDeleted(let taskID): "task \(taskID) was deleted before it finished"
+        case .ambiguousID(let prefix, let matches, let count):
+            "'\(prefix)' starts \(Formatting.count(count)) task ids (\(matches.joined(separator: ", "))"
+                + (count > Int64(matches.count) ? ", …" : "") + "): give more of the id"
         }
     }
 }

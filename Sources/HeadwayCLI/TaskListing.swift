@@ -3,7 +3,7 @@ import HeadwayCore
 
 /// The query of the list API (`GET /v1/tasks`), with its parameters named exactly as
 /// `openapi.yaml` names them: `state` (repeated), `stalled`, `parent_id`, `root`,
-/// `page_size`, `page_token`.
+/// `page_size`, `page_token`, `id_prefix`.
 public struct TaskListQuery: Sendable, Equatable {
     public var states: [String] = []
     /// Only stalled (true) or only not stalled (false) tasks; nil for both.
@@ -13,9 +13,12 @@ public struct TaskListQuery: Sendable, Equatable {
     public var root = false
     public var pageSize: Int64?
     public var pageToken: String?
+    /// Only tasks whose id starts with this (`id_prefix`).
+    public var idPrefix: String?
 
     public init(states: [String] = [], stalled: Bool? = nil, parentID: String? = nil, root: Bool = false,
-                pageSize: Int64? = nil, pageToken: String? = nil) {
+                pageSize: Int64? = nil, pageToken: String? = nil, idPrefix: String? = nil) {
+        self.idPrefix = idPrefix
         self.states = states
         self.stalled = stalled
         self.parentID = parentID
@@ -32,6 +35,7 @@ public struct TaskListQuery: Sendable, Equatable {
         if root { items.append(("root", "true")) }
         if let pageSize { items.append(("page_size", String(pageSize))) }
         if let pageToken { items.append(("page_token", pageToken)) }
+        if let idPrefix { items.append(("id_prefix", idPrefix)) }
         guard !items.isEmpty else { return "/v1/tasks" }
         return "/v1/tasks?" + items.map { $0.0 + "=" + Self.escape($0.1) }.joined(separator: "&")
     }
@@ -115,5 +119,71 @@ extension TaskAPI {
             joined.totalSize = page.totalSize
         }
         return joined
+    }
+}
+
+extension TaskAPI {
+    /// The most ids an ambiguous prefix's error names.
+    static let ambiguityShown: Int64 = 5
+
+    /// The id `text` stands for: `text` itself when a task has that id; else, when `text`
+    /// is the start of a generated id (4 characters or more, as tables shorten them:
+    /// `IDDisplay`), the one generated id that starts with it. Two or more such ids:
+    /// `ambiguousID`. None: the task's own `not_found` (or, when `lenient`, `text`
+    /// unchanged, for a task that may appear later).
+    public func resolveID(_ text: String, lenient: Bool = false) throws(CLIError) -> String {
+        do {
+            _ = try get(Self.taskPath(text))
+            return text
+        } catch {
+            guard error.isNotFound else { throw error }
+            if let id = try generatedID(startingWith: text) { return id }
+            if lenient { return text }
+            throw error
+        }
+    }
+
+    /// `text` resolved (`resolveID`) when it could be a shortened generated id; any other
+    /// text as it is, with no request.
+    public func resolveIfShortened(_ text: String, lenient: Bool = false) throws(CLIError) -> String {
+        IDDisplay.couldBePrefix(text) ? try resolveID(text, lenient: lenient) : text
+    }
+
+    /// Runs `body` with the id `text`; when the server does not know it, with the one
+    /// generated id `text` starts (see `resolveID`), if any. Nothing more is asked of
+    /// the server when the id is whole.
+    public func withTaskID<T>(_ text: String, _ body: (String) throws(CLIError) -> T) throws(CLIError) -> T {
+        do {
+            return try body(text)
+        } catch {
+            guard error.isNotFound, let id = try generatedID(startingWith: text) else { throw error }
+            return try body(id)
+        }
+    }
+
+    /// The one generated id starting with `text`; nil when none does or `text` cannot
+    /// start one. Only generated ids are looked for: an id a runner chose is given whole,
+    /// so a script's `progress build` never lands on a task `build-2`.
+    func generatedID(startingWith text: String) throws(CLIError) -> String? {
+        guard IDDisplay.couldBePrefix(text) else { return nil }
+        let page = try listPage(TaskListQuery(pageSize: 50, idPrefix: text))
+        let matches = page.tasks.compactMap { task -> String? in
+            guard case .object(let fields) = task, case .string(let id)? = fields["id"], IDDisplay.isGenerated(id),
+                  id.hasPrefix(text) else { return nil }
+            return id
+        }
+        if matches.count > 1 {
+            throw .ambiguousID(prefix: text, matches: Array(matches.prefix(Int(Self.ambiguityShown))),
+                               count: max(Int64(matches.count), page.nextPageToken == nil ? 0 : page.totalSize))
+        }
+        return matches.first
+    }
+}
+
+extension CLIError {
+    /// Whether the server said the task does not exist (`not_found`).
+    var isNotFound: Bool {
+        if case .refused(_, _, "not_found") = self { return true }
+        return false
     }
 }

@@ -33,7 +33,8 @@ case .run(let command, let options):
     } catch let error as CLIError {
         switch error {
         case .usage: fail(error.message, 64)
-        case .refused, .unexpectedReply, .notConfirmed, .watchedTaskDeleted, .updatesRefused: fail(error.message, 1)
+        case .refused, .unexpectedReply, .notConfirmed, .watchedTaskDeleted, .updatesRefused, .ambiguousID:
+            fail(error.message, 1)
         case .cancelRequested: fail(error.message, 3)
         case .unreachable, .unavailable: fail(error.message, 69)
         }

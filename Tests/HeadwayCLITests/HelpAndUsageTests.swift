@@ -5,7 +5,7 @@ import Testing
 
 /// `--help`, `--version` and usage errors of the built `headway`: no server needed.
 @Suite struct HelpAndUsageTests {
-    static let commands = ["", "start", "progress", "progress-batch", "heartbeat", "finish", "cancel", "delete", "watch"]
+    static let commands = ["", "start", "progress", "progress-batch", "heartbeat", "finish", "cancel", "terminate", "delete", "watch"]
 
     /// Each help text equals its golden file exactly (`golden/help-NAME.txt`).
     @Test(arguments: commands) func helpMatchesItsGoldenFile(command: String) throws {

@@ -8,14 +8,19 @@ import Testing
         ProgressReading(completed: completed, total: total)
     }
 
+    /// A reading of a percent: a share of 100, reported in units of `%`.
+    func percent(_ completed: Int64) -> ProgressReading {
+        ProgressReading(completed: completed, total: 100, isPercent: true)
+    }
+
     @Test func builtInFormsReadCountsAndPercents() {
         let recognizer = ProgressRecognizer(pattern: nil)
         #expect(recognizer.parse("copied 12/40 files") == reading(12, 40))
         #expect(recognizer.parse("[ 3 / 9 ]") == reading(3, 9), "blanks around the slash")
         #expect(recognizer.parse("step 1/3, chunk 7/10") == reading(7, 10), "the last form on the line")
-        #expect(recognizer.parse("downloading… 42%") == reading(42, 100))
-        #expect(recognizer.parse("42.7 % done") == reading(42, 100), "decimals are cut")
-        #expect(recognizer.parse("done 100%") == reading(100, 100))
+        #expect(recognizer.parse("downloading… 42%") == percent(42))
+        #expect(recognizer.parse("42.7 % done") == percent(42), "decimals are cut")
+        #expect(recognizer.parse("done 100%") == percent(100))
     }
 
     @Test func lookAlikesAreNotProgress() {
@@ -49,7 +54,7 @@ import Testing
         // Without a total group, the completed group is a percent.
         let percentOnly = try ProgressRecognizer.compile(#"done: (?<completed>\d+)"#)
         var percent = ProgressRecognizer(pattern: percentOnly)
-        #expect(percent.read("done: 4") == reading(4, 100))
+        #expect(percent.read("done: 4") == self.percent(4))
         #expect(percent.read("done: 140") == nil, "more than 100 percent")
     }
 
@@ -81,10 +86,10 @@ import Testing
         _ = Array("\rcopied 15/20".utf8).withUnsafeBytes { splitter.lines(in: $0) }
         #expect(splitter.settledOpenLine == nil, "15/20 may be the start of 15/200")
         var recognizer = ProgressRecognizer(pattern: nil)
-        #expect(recognizer.read("[####  ] 40%") == reading(40, 100))
+        #expect(recognizer.read("[####  ] 40%") == self.percent(40))
         let decimal = try? ProgressRecognizer.compile(#"step (?<completed>[0-9.]+)"#)
         var percent = ProgressRecognizer(pattern: decimal)
-        #expect(percent.read("step 42.5") == reading(42, 100), "a decimal percent counts its whole part")
+        #expect(percent.read("step 42.5") == self.percent(42), "a decimal percent counts its whole part")
         #expect(recognizer.read("9007199254740992/9007199254740993") == nil, "beyond what the API takes")
     }
 

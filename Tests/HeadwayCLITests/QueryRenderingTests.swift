@@ -1,3 +1,4 @@
+import Foundation
 import HeadwayCore
 import Testing
 @testable import HeadwayCLI
@@ -20,27 +21,33 @@ import Testing
             return
         }
         let tasks = try #require(command as? TasksCommand)
-        #expect(tasks.query == TaskListQuery(states: ["failed", "canceled"], pageSize: 3))
+        #expect(tasks.query(parentID: nil) == TaskListQuery(states: ["failed", "canceled"], pageSize: 3))
     }
 
-    @Test func fieldsAreAlignedInTheSchemasOrderWithUnknownOnesLast() {
+    /// `show`'s labelled lines: times local with their age, the unknown fields last by name.
+    @Test func showsLabelledFieldsWithLocalTimesAndUnknownOnesLast() {
         let task = JSONValue.object(["zeta": .bool(true), "name": .string("Copy\u{1B}[2J"), "id": .string("c"),
-                                     "weight": .number(0.5), "total": .null, "metadata": .object(["k": .integer(1)])])
-        #expect(TaskDetails.fieldLines(task) == [
-            "id:       c", "name:     Copy", "weight:   0.5", "total:    -", "metadata: {\"k\":1}", "zeta:     true",
+                                     "state": .string("running"), "weight": .number(0.5), "total": .null,
+                                     "parent_id": .string("p"), "created_at": .string("2026-11-30T11:57:00.000Z"),
+                                     "metadata": .object(["k": .integer(1)]), "x\u{1B}]0;pwn\u{07}y": .integer(1)])
+        #expect(TaskDetails.fieldLines(task, now: RenderingFixtures.now, timeZone: TimeZone(identifier: "Asia/Seoul")!) == [
+            "Name:        Copy", "ID:          c", "State:       running", "Progress:    indeterminate",
+            "Parent:      p (weight 0.5)", "Started:     2026-11-30 20:57:00 +09:00 (3 min ago)", "Running for: 3 min",
+            "Metadata:    {\"k\":1}", "xy:          1", "zeta:        true",
         ])
     }
 
-    /// Rate, fraction and ETA read as people read them; a newer field's name is made safe.
+    /// Rate, percent and ETA read as people read them.
     @Test func rateFractionAndETAAreReadable() {
         let task = JSONValue.object([
             "id": .string("p"), "name": .string("Photos"), "state": .string("running"), "completed": .integer(250),
-            "total": .integer(1000), "unit": .string("images"), "fraction": .number(0.25),
-            "rate": .number(189.53752843062927), "eta_seconds": .number(4), "x\u{1B}]0;pwn\u{07}y": .integer(1),
+            "total": .integer(1000), "unit": .string("images"), "fraction": .number(0.25), "mode": .string("quantified"),
+            "rate": .number(189.53752843062927), "eta_seconds": .number(4), "stall_timeout_seconds": .integer(30),
+            "progress_timeout_seconds": .null,
         ])
-        #expect(TaskDetails.fieldLines(task) == [
-            "id:          p", "name:        Photos", "state:       running", "completed:   250", "total:       1000",
-            "unit:        images", "fraction:    25.0%", "rate:        190 images/s", "eta_seconds: ~4 s", "xy:          1",
+        #expect(TaskDetails.fieldLines(task, now: RenderingFixtures.now).filter { $0.hasPrefix("Progress") || $0.hasPrefix("Stall") } == [
+            "Progress:         ▕█████               ▏ 25%  250 of 1,000 images  190 images/s  ~4 s left",
+            "Stall timeout:    30 s", "Progress timeout: off",
         ])
     }
 

@@ -45,19 +45,19 @@ import Testing
     }
 
     @Test func barsRoundDownAndAreFullOnlyWhenComplete() {
-        #expect(Formatting.barWithPercent(0.64, cells: 10, complete: false) == "▕██████▍   ▏ 64%")
+        #expect(Formatting.barWithPercent(0.64, percent: 64, cells: 10) == "▕██████▍   ▏ 64%")
         #expect(Formatting.bar(0, cells: 4, complete: false) == "▕    ▏")
         #expect(Formatting.bar(0.125, cells: 1, complete: false) == "▕▏▏")
         #expect(Formatting.bar(0.999, cells: 10, complete: false) == "▕█████████▉▏")
         #expect(Formatting.bar(1, cells: 10, complete: false) == "▕█████████▉▏")
         #expect(Formatting.bar(1, cells: 10, complete: true) == "▕██████████▏")
         #expect(Formatting.bar(0.5, cells: 0, complete: false) == "▕▏")
-        #expect(Formatting.percent(0.999, complete: false) == 99)
-        #expect(Formatting.percent(1, complete: false) == 99)
-        #expect(Formatting.percent(0.0999, complete: false) == 9)
-        #expect(Formatting.percent(0.3, complete: true) == 100)
-        #expect(Formatting.percentText(0.05, complete: false) == "  5%")
-        #expect(Formatting.percentText(1, complete: true) == "100%")
+        #expect(Formatting.percent(0.999) == 99)
+        #expect(Formatting.percent(1) == 100, "100% exactly when the fraction is 1")
+        #expect(Formatting.percent(0.0999) == 9)
+        #expect(Formatting.percent(0.29) == 29, "0.29 × 100 is 28.999… in binary")
+        #expect(Formatting.percentText(5) == "  5%")
+        #expect(Formatting.percentText(100) == "100%")
         for cells in [1, 5, 10] {
             var previous = -1
             for step in 0...200 {

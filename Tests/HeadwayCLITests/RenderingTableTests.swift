@@ -36,40 +36,40 @@ enum RenderingFixtures {
 
     @Test func width40() {
         expectTable(width: 40, """
-            ID          NAME    STATE      PROGRESS
-            photos-1    Copy …  running     64%
-            reindex     Rebui…  running    ⠸     Sc…
-            backup-db…  Night…  running    ‖     st…
-            upload      写真…   running      0%  st…
-            etl-7       ETL r…  failed      40%  di…
-            deploy      Deplo…  succeeded  100%
-            queue-9     Queue…  pending    ·
+            NAME    STATE      PROGRESS  ID
+            Copy …  running     64%      photos-1
+            Rebui…  running    ⠸         reindex
+            Night…  running    ‖         backup-db…
+            写真…   running      0%      upload
+            ETL r…  failed      40%      etl-7
+            Deplo…  succeeded  100%      deploy
+            Queue…  pending    ·         queue-9
             """)
     }
 
     @Test func width80() {
         expectTable(width: 80, """
-            ID           NAME        STATE      PROGRESS
-            photos-1     Copy phot…  running    ▕███▏ ▏ 64%  768/1,200 files
-            reindex      Rebuild t…  running    ⠸            Scanning shards
-            backup-db-3  Nightly b…  running    ‖            stalled 42 s: no signal  Waiti…
-            upload       写真のア…   running    ▕     ▏  0%  5/1,000,000 bytes  stalled 3 m…
-            etl-7        ETL run 7   failed     ▕██   ▏ 40%  40/100 rows        disk full
-            deploy       Deploy web  succeeded  ▕█████▏100%  3/3 steps
-            queue-9      Queued ex…  pending    ·
+            NAME              STATE      PROGRESS          LABEL                 ID
+            Copy photos to …  running    ▕██████▍   ▏ 64%  Copying IMG_0420.jpg  photos-1
+            Rebuild the sea…  running    ⠸                 Scanning shards       reindex
+            Nightly backup …  running    ‖                 no signal for 42 s …  backup-db-3
+            写真のアップロ…   running    ▕          ▏  0%  no progress for 3 m…  upload
+            ETL run 7         failed     ▕████      ▏ 40%  disk full             etl-7
+            Deploy web        succeeded  ▕██████████▏100%                        deploy
+            Queued export     pending    ·                                       queue-9
             """)
     }
 
     @Test func width120() {
         expectTable(width: 120, """
-            ID           NAME                      STATE      PROGRESS
-            photos-1     Copy photos to NAS        running    ▕██████▍   ▏ 64%  768/1,200 files    12.3 files/s  ~35 s
-            reindex      Rebuild the search index  running    ⠸                 Scanning shards
-            backup-db-3  Nightly backup of db-3    running    ‖                 stalled 42 s: no signal  Waiting for lock
-            upload       写真のアップロード 📸     running    ▕          ▏  0%  5/1,000,000 bytes  stalled 3 min: no progress
-            etl-7        ETL run 7                 failed     ▕████      ▏ 40%  40/100 rows        disk full
-            deploy       Deploy web                succeeded  ▕██████████▏100%  3/3 steps
-            queue-9      Queued export             pending    ·
+            NAME                      STATE      PROGRESS                                    LABEL                       ID
+            Copy photos to NAS        running    ▕██████▍   ▏ 64%  768/1,200 files    ~35 s  Copying IMG_0420.jpg        photos-1
+            Rebuild the search index  running    ⠸                                           Scanning shards             reindex
+            Nightly backup of db-3    running    ‖                                           no signal for 42 s · Wait…  backup-db-3
+            写真のアップロード 📸     running    ▕          ▏  0%  5/1,000,000 bytes         no progress for 3 min       upload
+            ETL run 7                 failed     ▕████      ▏ 40%  40/100 rows               disk full                   etl-7
+            Deploy web                succeeded  ▕██████████▏100%  3/3 steps                                             deploy
+            Queued export             pending    ·                                                                       queue-9
             """)
     }
 }
@@ -79,7 +79,7 @@ enum RenderingFixtures {
 
     @Test func theIssueExampleRow() {
         let lines = TaskTable(tasks: [RenderingFixtures.tasks[0]], now: now, header: false).render(width: 120)
-        #expect(lines == ["photos-1  Copy photos to NAS  running  ▕██████▍   ▏ 64%  768/1,200 files  12.3 files/s  ~35 s"])
+        #expect(lines == ["Copy photos to NAS  running  ▕██████▍   ▏ 64%  768/1,200 files  12.3 files/s  ~35 s  Copying IMG_0420.jpg  photos-1"])
     }
 
     @Test func theSpinnerMovesWithTheFrameCounterAndStopsWhenStalled() {
@@ -87,13 +87,13 @@ enum RenderingFixtures {
         let glyphs = (0..<12).map { frame in
             TaskTable(tasks: [moving], now: now, frames: [moving.id: frame], header: false).render(width: 80)[0]
         }
-        #expect(glyphs[0] == "reindex  Rebuild the search index  running  ⠋  Scanning shards")
-        #expect(glyphs[1] == "reindex  Rebuild the search index  running  ⠙  Scanning shards")
+        #expect(glyphs[0] == "Rebuild the search index  running  ⠋  Scanning shards  reindex")
+        #expect(glyphs[1] == "Rebuild the search index  running  ⠙  Scanning shards  reindex")
         #expect(glyphs[10] == glyphs[0] && glyphs[11] == glyphs[1])
         let stalledLines = Set((0..<12).map { frame in
             TaskTable(tasks: [stalled], now: now, frames: [stalled.id: frame], header: false).render(width: 100)[0]
         })
-        #expect(stalledLines == ["backup-db-3  Nightly backup of db-3  running  ‖  stalled 42 s: no signal  Waiting for lock"])
+        #expect(stalledLines == ["Nightly backup of db-3  running  ‖  no signal for 42 s · Waiting for lock  backup-db-3"])
     }
 
     @Test func finishedTasksShowTheirOutcome() {
@@ -104,24 +104,25 @@ enum RenderingFixtures {
             RenderingFixtures.task(#""id":"d","name":"D","state":"running","mode":"quantified","completed":1,"total":4,"fraction":0.25,"cancel_requested":true"#),
         ]
         #expect(TaskTable(tasks: tasks, now: now).render(width: 80) == [
-            "ID  NAME  STATE      PROGRESS",
-            "a   A     succeeded  ✓                 done",
-            "b   B     failed     ✗                 exit 2",
-            "c   C     canceled   ⊘",
-            "d   D     running    ▕██▌       ▏ 25%  1/4  cancel requested",
+            "NAME  STATE      PROGRESS               LABEL             ID",
+            "A     succeeded  ✓                      done              a",
+            "B     failed     ✗                      exit 2            b",
+            "C     canceled   ⊘                                        c",
+            "D     running    ▕██▌       ▏ 25%  1/4  cancel requested  d",
         ])
     }
 
+    /// A parent without a total: its percent and its rate in percent, and no count of its own.
     @Test func aParentWithoutTotalShowsPercentAndRateInPercent() {
         let parent = RenderingFixtures.task(#""id":"p","name":"Parent","state":"running","mode":"quantified","completed":0,"total":null,"fraction":0.5,"rate":0.02,"eta_seconds":25"#)
         #expect(TaskTable(tasks: [parent], now: now, header: false).render(width: 80)
-            == ["p  Parent  running  ▕█████     ▏ 50%  0  2.0 %/s  ~25 s"])
+            == ["Parent  running  ▕█████     ▏ 50%  2.0 %/s  ~25 s  p"])
     }
 
     @Test func unlimitedWidthAndNoTasks() {
         let lines = TaskTable(tasks: [RenderingFixtures.tasks[2]], now: now, header: false).render(width: .max)
-        #expect(lines == ["backup-db-3  Nightly backup of db-3  running  ‖  stalled 42 s: no signal  Waiting for lock"])
-        #expect(TaskTable(tasks: [], now: now).render(width: 80) == ["ID  NAME  STATE  PROGRESS"])
+        #expect(lines == ["Nightly backup of db-3  running  ‖  no signal for 42 s · Waiting for lock  backup-db-3"])
+        #expect(TaskTable(tasks: [], now: now).render(width: 80) == ["NAME  STATE  PROGRESS  ID"])
     }
 
     @Test func neverWiderThanTheWidthEvenWhenTiny() {
@@ -140,10 +141,10 @@ enum RenderingFixtures {
             #expect(colored.map(stripANSI) == plain)
         }
         let colored = table.render(width: 120, color: true)
-        #expect(colored[0] == "\u{1B}[1mID           NAME                      STATE      PROGRESS\u{1B}[0m")
+        #expect(colored[0] == "\u{1B}[1mNAME                      STATE      PROGRESS                                    LABEL                       ID\u{1B}[0m")
         #expect(colored[1].contains("\u{1B}[36mrunning  \u{1B}[0m"))
-        #expect(colored[3].contains("\u{1B}[33mstalled 42 s: no signal  Waiting for lock\u{1B}[0m"))
-        #expect(colored[5].hasPrefix("\u{1B}[2metl-7        \u{1B}[0m"))
+        #expect(colored[3].contains("\u{1B}[33mno signal for 42 s · Wait…\u{1B}[0m"))
+        #expect(colored[5].contains("\u{1B}[31mdisk full\u{1B}[0m"), "a failed task's message in red, not dimmed")
         #expect(colored[5].contains("\u{1B}[31mfailed   \u{1B}[0m"))
         #expect(colored[6].contains("\u{1B}[32msucceeded\u{1B}[0m"))
     }

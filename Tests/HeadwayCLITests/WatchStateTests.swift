@@ -67,16 +67,17 @@ import Testing
         #expect(state.deletedAwaited == ["a"])
     }
 
-    /// More tasks than rows: unfinished ones first, shown in their order, the rest counted.
-    @Test func fittingAFrameKeepsUnfinishedTasks() throws {
+    /// Failed (and stalled) tasks first, then the unfinished, then the rest, each in order
+    /// of appearance; more tasks than rows: the rest counted by state.
+    @Test func fittingAFrameKeepsTroubleFirstAndCountsTheRest() throws {
         let tasks = try [("a", "succeeded"), ("b", "running"), ("c", "failed"), ("d", "running"), ("e", "succeeded")]
             .map { try task(#"{"id":"\#($0.0)","name":"N","state":"\#($0.1)"}"#) }
-        #expect(WatchState.fit(tasks, rows: 5).shown.map(\.id) == ["a", "b", "c", "d", "e"])
-        #expect(WatchState.fit(tasks, rows: 5).hidden == 0)
+        #expect(WatchState.fit(tasks, rows: 5).shown.map(\.id) == ["c", "b", "d", "a", "e"])
+        #expect(WatchState.fit(tasks, rows: 5).hidden.isEmpty)
         let three = WatchState.fit(tasks, rows: 3)
-        #expect(three.shown.map(\.id) == ["a", "b", "d"], "both running ones, then the first finished")
-        #expect(three.hidden == 2)
-        #expect(WatchState.fit(tasks, rows: 1).shown.map(\.id) == ["b"])
+        #expect(three.shown.map(\.id) == ["c", "b", "d"], "the failed one, then both running ones")
+        #expect(WatchState.hiddenLine(three.hidden) == "… 2 more: 2 succeeded")
+        #expect(WatchState.fit(tasks, rows: 1).shown.map(\.id) == ["c"])
         #expect(WatchState.fit(tasks, rows: -4).shown.count == 1, "at least one row")
     }
 

@@ -8,7 +8,8 @@ import HeadwayStore
 public struct DatabaseCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "db", abstract: "Inspect, check and back up the database file (no server needed)",
-        subcommands: [DatabaseStatusCommand.self, DatabaseCheckCommand.self, DatabaseBackupCommand.self])
+        subcommands: [DatabaseStatusCommand.self, DatabaseCheckCommand.self, DatabaseBackupCommand.self],
+        examples: ["headway db status --db /var/lib/headway/headway.db"])
     public static let arguments: [ArgumentDefinition] = []
 
     public init(_ values: ParsedValues) {}
@@ -59,7 +60,8 @@ struct DatabaseCommandError: Error, CustomStringConvertible {
 /// `headway db status`: schema version, file sizes, tasks by state.
 public struct DatabaseStatusCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
-        commandName: "status", abstract: "Show the schema version, file sizes and task counts")
+        commandName: "status", abstract: "Show the schema version, file sizes and task counts",
+        examples: ["headway db status --db /var/lib/headway/headway.db"])
     public static let arguments = [DatabaseCommand.path.definition]
 
     let values: ParsedValues
@@ -124,7 +126,8 @@ public struct DatabaseCheckCommand: ParsableCommand {
         discussion: """
         Prints 'ok', or the problems found and exits 1. With --json: {"ok": bool,
         "problems": [...]}.
-        """)
+        """,
+        examples: ["headway db check --db /var/lib/headway/headway.db"])
     public static let arguments = [DatabaseCommand.path.definition]
 
     let values: ParsedValues
@@ -163,7 +166,8 @@ public struct DatabaseBackupCommand: ParsableCommand {
         secrets and token hashes: it is made mode 0600 whatever the umask, first as
         FILE.partial, then renamed. Neither FILE nor FILE.partial may exist, not even as a
         symbolic link.
-        """)
+        """,
+        examples: ["headway db backup /backups/headway-$(date +%F).db --db /var/lib/headway/headway.db"])
     static let file = Argument<String>("file", help: "The new file to write")
     public static let arguments = [file.definition, DatabaseCommand.path.definition]
 

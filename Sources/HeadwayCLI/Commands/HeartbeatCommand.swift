@@ -4,8 +4,9 @@ import HeadwayCore
 public struct HeartbeatCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "heartbeat", abstract: "Tell the server a task is still alive",
-        discussion: "Exits 3 when someone asked to cancel the task.")
-    static let id = Argument<String>("id", help: "The task's id")
+        discussion: "Exits 3 when someone asked to cancel the task.",
+        examples: ["headway heartbeat \"$ID\" --label \"Waiting for the lock\""])
+    static let id = Argument<String>("id", help: "The task's id (or the start of a generated one)")
     static let label = Option<String>("label", valueName: "text", help: "What is happening now")
     public static let arguments = [id.definition, label.definition]
 
@@ -16,6 +17,9 @@ public struct HeartbeatCommand: ParsableCommand {
         var body: JSONObject = [:]
         if let label = values[Self.label] { body["label"] = .string(label) }
         let id = values[Self.id]
-        try context.finishRunnerCommand(try context.api.post(TaskAPI.taskPath(id, "heartbeat"), body), taskID: id)
+        let reply = try context.api.withTaskID(id) { id throws(CLIError) in
+            try context.api.post(TaskAPI.taskPath(id, "heartbeat"), body)
+        }
+        try context.finishRunnerCommand(reply, taskID: id)
     }
 }

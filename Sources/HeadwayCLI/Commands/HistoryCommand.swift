@@ -2,8 +2,9 @@
 public struct HistoryCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "history", abstract: "Print a task's progress curve, oldest point first",
-        discussion: "One line per point: time, completed/total, fraction. With --json: the History object.")
-    static let id = Argument<String>("id", help: "The task's id")
+        discussion: "One line per point: time, completed/total, fraction. With --json: the History object.",
+        examples: ["headway history backup-db-3 --max-points 20"])
+    static let id = Argument<String>("id", help: "The task's id (or the start of a generated one)")
     static let maxPoints = Option<Int64>("max-points", valueName: "n",
                                          help: "Downsample to at most this many points, 2 to 1000 (default 200)")
     public static let arguments = [id.definition, maxPoints.definition]
@@ -18,9 +19,10 @@ public struct HistoryCommand: ParsableCommand {
     }
 
     public func run(_ context: CommandContext) throws {
-        var path = TaskAPI.taskPath(values[Self.id], "history")
-        if let points = values[Self.maxPoints] { path += "?max_points=\(points)" }
-        let reply = try context.api.get(path)
+        let query = values[Self.maxPoints].map { "?max_points=\($0)" } ?? ""
+        let reply = try context.api.withTaskID(values[Self.id]) { id throws(CLIError) in
+            try context.api.get(TaskAPI.taskPath(id, "history") + query)
+        }
         guard case .object(let history)? = reply.json, case .array? = history["points"] else {
             throw CLIError.unexpectedReply("the server's history is not a History object")
         }

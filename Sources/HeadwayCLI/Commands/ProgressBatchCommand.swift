@@ -17,7 +17,8 @@ public struct ProgressBatchCommand: ParsableCommand {
         lines were answered and which were not applied. With --json, prints each line's
         result ({"task_id":…,"status":200,"task":…} or
         {"task_id":…,"status":4xx,"problem":…}), one a line.
-        """)
+        """,
+        examples: ["printf '%s\\n' '{\"task_id\":\"shard-01\",\"completed\":40}' | headway progress-batch"])
     static let file = Argument<String>("file", help: "The file of JSON lines (- for stdin)")
     static let batchSize = Option<Int64>("batch-size", valueName: "n",
                                          help: "Updates per request (default 1000, the server's --max-batch-items)")

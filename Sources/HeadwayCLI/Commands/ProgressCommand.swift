@@ -5,8 +5,9 @@ public struct ProgressCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "progress", abstract: "Report a task's progress",
         discussion: "Give exactly one of --completed and --increment. Exits 3 when someone asked to\ncancel the task: the script should stop and finish it as canceled.",
-        usage: "<id> (--completed <n> | --increment <n>) [--total <n>] [--label <text>] [--seq <n>]")
-    static let id = Argument<String>("id", help: "The task's id")
+        usage: "<id> (--completed <n> | --increment <n>) [--total <n>] [--label <text>] [--seq <n>]",
+        examples: ["headway progress \"$ID\" --completed 768 --label \"Copying IMG_0420.jpg\"", "headway progress \"$ID\" --increment 1"])
+    static let id = Argument<String>("id", help: "The task's id (or the start of a generated one)")
     static let completed = Option<Int64>("completed", valueName: "n", help: "How much is done in all")
     static let increment = Option<Int64>("increment", valueName: "n", help: "How much more is done since the last report")
     static let total = Option<Int64>("total", valueName: "n", help: "A new amount of work")
@@ -34,6 +35,9 @@ public struct ProgressCommand: ParsableCommand {
         if let label = values[Self.label] { body["label"] = .string(label) }
         if let seq = values[Self.seq] { body["seq"] = .integer(seq) }
         let id = values[Self.id]
-        try context.finishRunnerCommand(try context.api.post(TaskAPI.taskPath(id, "progress"), body), taskID: id)
+        let reply = try context.api.withTaskID(id) { id throws(CLIError) in
+            try context.api.post(TaskAPI.taskPath(id, "progress"), body)
+        }
+        try context.finishRunnerCommand(reply, taskID: id)
     }
 }

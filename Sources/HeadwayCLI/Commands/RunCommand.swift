@@ -13,9 +13,13 @@ public struct RunCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "run", abstract: "Run a command and report it as a task",
         discussion: """
-        Output passes through untouched; its latest line is the task's label. Progress is
-        read from lines showing N/M or NN% (or --progress-pattern, with the named groups
-        completed and total; without total, completed is a percent). SIGINT and SIGTERM
+        Output passes through untouched; its latest line is the task's label, and its lines
+        go to the task's output tail (at most one report a second). Progress is read from
+        lines showing N/M or NN% (or --progress-pattern, with the named groups completed
+        and total; without total, completed is a percent), following the form shown last:
+        a percent is a share of the work, never a count. A command that cannot show its
+        progress on its output appends lines like '12/40 label' or '37%' to the file
+        HEADWAY_PROGRESS_FILE names. SIGINT and SIGTERM
         go to the command. When the task is canceled, the command gets SIGTERM, then
         SIGKILL after --kill-after seconds (the command itself: one that starts jobs in
         the background passes the signal on). Exits with the command's status (128+n when
@@ -26,7 +30,8 @@ public struct RunCommand: ParsableCommand {
         this run uses them (from --token and --server too), for headway commands inside it.
         """,
         usage: "[--name <name>] [--id <id>] [--parent <id>] [--progress-pattern <regex>] [--kill-after <seconds>] "
-            + "[--pass-token] -- <command> [<argument>...]")
+            + "[--pass-token] -- <command> [<argument>...]",
+        examples: ["headway run --name \"Resize photos\" -- ./resize.sh photos/", "# a command that cannot print its progress writes it to a file:", "headway run -- sh -c 'echo \"12/40 resizing\" >> \"$HEADWAY_PROGRESS_FILE\"; …'"])
     static let command = Argument<String>("command", help: "The command to run, after --, then its arguments")
     static let name = Option<String>("name", valueName: "name", help: "What the task does (default: the command line)")
     static let id = Option<String>("id", valueName: "id", help: "The task's id (default: chosen by the server)")
@@ -60,10 +65,19 @@ public struct RunCommand: ParsableCommand {
             // them to itself (and to root).
             _ = headway_forbid_inspection()
         }
+        // A shortened parent id is resolved if the server answers; the command runs
+        // whether it does or not.
+        let parent = values[Self.parent].map { text in (try? api.resolveIfShortened(text)) ?? text }
+        let progressFile = ProgressFile(environment: ProcessInfo.processInfo.environment)
+        defer { progressFile?.remove() }
         let child: ChildProcess
         do {
-            let environment = Self.childEnvironment(ChildProcess.currentEnvironment, passToken: values[Self.passToken],
+            var environment = Self.childEnvironment(ChildProcess.currentEnvironment, passToken: values[Self.passToken],
                                                     token: context.options.token, server: context.options.serverURL)
+            if let progressFile {
+                let name = Array("HEADWAY_PROGRESS_FILE=".utf8)
+                environment = environment.filter { !$0.starts(with: name) } + [name + Array(progressFile.path.utf8)]
+            }
             child = try ChildProcess(arguments: commandLine, environment: environment)
         } catch {
             switch error {
@@ -75,9 +89,9 @@ public struct RunCommand: ParsableCommand {
         let stopper = ChildStopper(child: child, killAfter: values[Self.killAfter] ?? 10)
         let finalAPI = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,
                                                   connectTimeoutSeconds: 2, totalTimeoutSeconds: 5))
-        let reporter = RunReporter(api: api, finalAPI: finalAPI, registration: registration(), onCancel: { stopper.stop() })
+        let reporter = RunReporter(api: api, finalAPI: finalAPI, registration: registration(parent: parent), onCancel: { stopper.stop() })
         reporter.start()
-        let outcome = pass(child, to: reporter)
+        let outcome = pass(child, to: reporter, progressFile: progressFile)
         stopper.reaped()
         if stopper.wasStopped {
             reporter.finish(outcome: "canceled", message: "canceled: the command \(outcome.description)")
@@ -118,20 +132,21 @@ public struct RunCommand: ParsableCommand {
     }
 
     /// The registration body: the name (the command line unless --name), id and parent.
-    func registration() -> JSONObject {
+    func registration(parent: String?) -> JSONObject {
         let name = values[Self.name] ?? LineSplitter.label(commandLine.joined(separator: " "), limit: 200) ?? "command"
         var body: JSONObject = ["name": .string(name)]
         if let id = values[Self.id] { body["id"] = .string(id) }
-        if let parent = values[Self.parent] { body["parent_id"] = .string(parent) }
+        if let parent { body["parent_id"] = .string(parent) }
         return body
     }
 
     /// Copies the child's stdout and stderr to ours as the bytes come, and shows each
     /// line to the reporter; returns the child's outcome once it has ended and its pipes
     /// are drained (a grandchild keeping a pipe open does not hold `run` up).
-    func pass(_ child: ChildProcess, to reporter: RunReporter) -> ChildOutcome {
+    func pass(_ child: ChildProcess, to reporter: RunReporter, progressFile: ProgressFile?) -> ChildOutcome {
         var recognizer = ProgressRecognizer(pattern: values[Self.progressPattern].flatMap { try? ProgressRecognizer.compile($0) })
         var splitters = [LineSplitter(), LineSplitter()]
+        var outputs = [OutputLines(), OutputLines()]
         var fds = [pollfd(fd: child.outputFD, events: Int16(POLLIN), revents: 0),
                    pollfd(fd: child.errorFD, events: Int16(POLLIN), revents: 0)]
         let targets: [Int32] = [1, 2]
@@ -145,7 +160,15 @@ public struct RunCommand: ParsableCommand {
             let reading = lines.compactMap { recognizer.read($0) }.last
             if reading != nil || label != nil { reporter.observe(label: label, reading: reading) }
         }
+        /// The progress file's new last line, read as the command's latest progress.
+        func lookAtProgressFile() {
+            guard let line = progressFile?.changedLine(), let (reading, label) = ProgressRecognizer.progressFileLine(line)
+            else { return }
+            let followed = recognizer.follow(reading)
+            if followed != nil || label != nil { reporter.observe(label: label, reading: followed) }
+        }
         while fds.contains(where: { $0.fd >= 0 }) {
+            lookAtProgressFile()
             let ready = poll(&fds, nfds_t(fds.count), outcome == nil ? 250 : 0)
             if ready < 0 && errno == EINTR { continue }
             if ready <= 0 {
@@ -160,11 +183,13 @@ public struct RunCommand: ParsableCommand {
                     close(fds[index].fd)
                     fds[index].fd = -1
                     if let last = splitters[index].finish() { observe([last]) }
+                    if let last = outputs[index].finish() { reporter.observe(output: [last]) }
                     continue
                 }
                 let delivered = buffer.withUnsafeBytes { bytes in
                     let chunk = UnsafeRawBufferPointer(rebasing: bytes[0..<count])
                     observe(splitters[index].lines(in: chunk) + [splitters[index].settledOpenLine].compactMap { $0 })
+                    reporter.observe(output: outputs[index].lines(in: chunk))
                     return writeAll(targets[index], chunk)
                 }
                 if !delivered {
@@ -178,7 +203,9 @@ public struct RunCommand: ParsableCommand {
             if outcome == nil { outcome = child.poll() }
         }
         for descriptor in fds where descriptor.fd >= 0 { close(descriptor.fd) }
-        return outcome ?? child.wait()
+        let ended = outcome ?? child.wait()
+        lookAtProgressFile()
+        return ended
     }
 
     /// Writes all of `bytes` to `fd`, waiting while a non-blocking one is full; false when

@@ -10,7 +10,8 @@ public struct TasksCommand: ParsableCommand {
         and never with NO_COLOR. Without --all a last line says how many more tasks match.
         With --json: one task object per line.
         """,
-        usage: "[--state <state>]… [--stalled] [--parent <id>] [--root] [--page-size <n>] [--all]")
+        usage: "[--state <state>]… [--stalled] [--parent <id>] [--root] [--page-size <n>] [--all]",
+        examples: ["headway tasks --state running --state pending", "headway tasks --parent release-42 --all"])
     static let states = ["pending", "running", "succeeded", "failed", "canceled"]
     static let state = Option<String>("state", valueName: "state",
                                       help: "Only tasks in this state (repeat for several)")
@@ -27,20 +28,24 @@ public struct TasksCommand: ParsableCommand {
 
     public func validate() throws {
         if let bad = values.all(Self.state).first(where: { !Self.states.contains($0) }) {
-            throw UsageError("--state must be pending, running, succeeded, failed or canceled, not '\(bad)'")
+            throw UsageError("--state must be pending, running, succeeded, failed or canceled, not '\(bad)'"
+                             + Suggestion.didYouMean(bad, among: Self.states))
         }
         if let size = values[Self.pageSize], !(1...500).contains(size) {
             throw UsageError("--page-size must be between 1 and 500, not \(size)")
         }
     }
 
-    /// The list API's query for these options.
-    var query: TaskListQuery {
+    /// The list API's query for these options, with the parent's id as resolved.
+    func query(parentID: String?) -> TaskListQuery {
         TaskListQuery(states: values.all(Self.state), stalled: values[Self.stalled] ? true : nil,
-                      parentID: values[Self.parent], root: values[Self.root], pageSize: values[Self.pageSize])
+                      parentID: parentID, root: values[Self.root], pageSize: values[Self.pageSize])
     }
 
     public func run(_ context: CommandContext) throws {
+        let query = query(parentID: try values[Self.parent].map { parent throws(CLIError) in
+            try context.api.resolveIfShortened(parent)
+        })
         if context.options.json && values[Self.all] {
             // Printed page by page: memory stays that of one page however many there are.
             try context.api.forEachPage(query) { page throws(CLIError) in

@@ -6,7 +6,8 @@ import HeadwayCore
 public struct TokenCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "token", abstract: "Make, list and revoke access tokens (needs an admin token)",
-        subcommands: [TokenCreateCommand.self, TokenListCommand.self, TokenRevokeCommand.self])
+        subcommands: [TokenCreateCommand.self, TokenListCommand.self, TokenRevokeCommand.self],
+        examples: ["headway token create --scope report --name ci"])
     public static let arguments: [ArgumentDefinition] = []
 
     public init(_ values: ParsedValues) {}
@@ -37,7 +38,8 @@ public struct TokenLifetime: ArgumentValue, Equatable {
 public struct TokenCreateCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "create", abstract: "Make a token and print its secret",
-        discussion: "The secret is printed alone on stdout, shown this once; --json prints the whole reply.")
+        discussion: "The secret is printed alone on stdout, shown this once; --json prints the whole reply.",
+        examples: ["headway token create --scope read --scope control --expires-in 30d --name ops"])
     static let scope = Option<Scope>("scope", valueName: "scope",
                                      help: "report, read, control or admin (repeatable; admin allows all)", required: true)
     static let name = Option<String>("name", valueName: "name", help: "A name for logs and listings (default: cli)")
@@ -89,7 +91,8 @@ public struct TokenCreateCommand: ParsableCommand {
 public struct TokenListCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "list", abstract: "List the tokens (without secrets)",
-        discussion: "A table of id, name, scopes, prefix, expiry and last use; --json prints one token per line.")
+        discussion: "A table of id, name, scopes, prefix, expiry and last use; --json prints one token per line.",
+        examples: ["headway token list"])
     public static let arguments: [ArgumentDefinition] = []
 
     public init(_ values: ParsedValues) {}
@@ -147,7 +150,8 @@ public struct TokenListCommand: ParsableCommand {
 public struct TokenRevokeCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "revoke", abstract: "Revoke a token at once",
-        discussion: "Its open event streams close within a second.")
+        discussion: "Its open event streams close within a second.",
+        examples: ["headway token revoke tok_4f2c"])
     static let id = Argument<String>("id", help: "The token's id (tok_…)")
     public static let arguments = [id.definition]
 

@@ -6,19 +6,21 @@ public struct WatchCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "watch", abstract: "Follow tasks live as they change",
         discussion: """
-        On a terminal the table redraws in place (at most every 100 ms; unfinished tasks
-        first when they outnumber the rows); otherwise one line per change. --json prints
+        On a terminal the table redraws in place (at most every 100 ms), failed and stalled
+        tasks first, then the unfinished; the tasks that do not fit are counted by state.
+        Otherwise one line per change. Tasks younger than --min-duration are not shown. --json prints
         one event per line: {"id", "event", "data"}. A dropped or silent connection is
         resumed where it stopped. With --until-done every named task (and --parent) must
         exist, and with --parent it waits for at least one child; the exit status is 0
         when all watched tasks succeeded, 4 when one failed, 5 when one was canceled and
         none failed, 1 when a named task is deleted first.
         """,
-        usage: "[<id> ...] [--parent <id>] [--min-duration <seconds>] [--until-done] [--idle-timeout <seconds>]")
+        usage: "[<id> ...] [--parent <id>] [--min-duration <seconds>] [--until-done] [--idle-timeout <seconds>]",
+        examples: ["headway watch", "headway watch --parent release-42 --until-done"])
     static let ids = VariadicArgument<String>("id", help: "Only these tasks (default: all)")
     static let parent = Option<String>("parent", valueName: "id", help: "Only the children of this task (and the named tasks)")
     static let minDuration = Option<Double>("min-duration", valueName: "seconds",
-                                            help: "Hide tasks until they are this old; never show shorter ones")
+                                            help: "Hide tasks until they are this old (default 2; 0 with ids or --until-done)")
     static let untilDone = Flag("until-done", help: "Exit when every watched task has finished")
     static let idleTimeout = Option<Int64>("idle-timeout", valueName: "seconds",
                                          help: "Reconnect after this long without data (default 60)")
@@ -37,12 +39,22 @@ public struct WatchCommand: ParsableCommand {
         }
     }
 
+    /// How young a task is hidden when no task is named and --until-done is not given,
+    /// as the page does: short tasks never flash by.
+    static let defaultMinDuration = 2.0
+
     public func run(_ context: CommandContext) throws {
-        let ids = values[Self.ids]
+        // Shortened ids are resolved; one no task has yet is watched for as it is.
+        var ids: [String] = []
+        for text in values[Self.ids] { ids.append(try context.api.resolveIfShortened(text, lenient: true)) }
+        let parentID = try values[Self.parent].map { text throws(CLIError) in try context.api.resolveIfShortened(text) }
         var query: [String] = ids.map { "task=" + Self.escape($0) }
-        if let parent = values[Self.parent] { query.append("parent_id=" + Self.escape(parent)) }
-        if let seconds = values[Self.minDuration] { query.append("min_duration=" + String(format: "%.3f", seconds)) }
+        if let parentID { query.append("parent_id=" + Self.escape(parentID)) }
         let untilDone = values[Self.untilDone]
+        // Named tasks and --until-done see every task: one that finished within the
+        // hold-back would never be sent, and the wait would never end.
+        let minDuration = values[Self.minDuration] ?? (ids.isEmpty && !untilDone ? Self.defaultMinDuration : 0)
+        if minDuration > 0 { query.append("min_duration=" + String(format: "%.3f", minDuration)) }
         // The snapshot holds only tasks finished in the last minute: a named task that
         // finished earlier is read now, and one that does not exist is an error now
         // rather than a wait that never ends.
@@ -53,7 +65,7 @@ public struct WatchCommand: ParsableCommand {
                 if let task = reply.json.flatMap(TaskView.init(json:)), task.state.isFinished { finishedBefore.append(task) }
             }
             // So with a parent: it must exist, and its children finished long ago count.
-            if let parent = values[Self.parent] {
+            if let parent = parentID {
                 _ = try context.api.get(TaskAPI.taskPath(parent))
                 let finished = try context.api.listAll(TaskListQuery(states: ["succeeded", "failed", "canceled"],
                                                                       parentID: parent, pageSize: 500))
@@ -106,6 +118,8 @@ final class WatchSession: @unchecked Sendable {
     private let lock = NSLock()
     private var state: WatchState
     private var parser = SSEParser()
+    /// Each task as its last plain line showed it.
+    private var printed: [String: TaskView] = [:]
     private var reconnecting = false
     private var dirty = true
     private var drawnLines = 0
@@ -193,7 +207,10 @@ final class WatchSession: @unchecked Sendable {
                     write(JSONValue.object(line).canonicalText + "\n")
                 case .plain:
                     let now = Self.now()
-                    for task in changed {
+                    // A task sent again as it was (a resume that replays a task the
+                    // hold-back released after the last event id seen) is no change.
+                    for task in changed where printed[task.id] != task {
+                        printed[task.id] = task
                         let table = TaskTable(tasks: [task], now: now, frames: state.frames, header: false)
                         write(table.render(width: .max).joined(separator: "\n") + "\n")
                     }
@@ -261,9 +278,8 @@ final class WatchSession: @unchecked Sendable {
         if state.ordered.count > taskRows { taskRows -= 1 }   // and one for "… more"
         let (shown, hidden) = WatchState.fit(state.ordered, rows: taskRows)
         var lines = TaskTable(tasks: shown, now: now, frames: state.frames).render(width: columns, color: color)
-        if hidden > 0 {
-            let more = "… \(Formatting.count(Int64(hidden))) more; name IDs or use --parent to narrow"
-            lines.append(Style.dim.apply(DisplayWidth.truncate(more, to: columns), enabled: color))
+        if !hidden.isEmpty {
+            lines.append(Style.dim.apply(DisplayWidth.truncate(WatchState.hiddenLine(hidden), to: columns), enabled: color))
         }
         if reconnecting { lines.append(Style.yellow.apply(DisplayWidth.truncate("reconnecting…", to: columns), enabled: color)) }
         // A window of a few rows: the first lines that fit, the cursor's row kept free.

@@ -7,7 +7,8 @@ public struct WebhookCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "webhook", abstract: "Make, list and delete webhooks, and see their deliveries (needs an admin token)",
         subcommands: [WebhookCreateCommand.self, WebhookListCommand.self, WebhookDeleteCommand.self,
-                      WebhookDeliveriesCommand.self])
+                      WebhookDeliveriesCommand.self],
+        examples: ["headway webhook list"])
     public static let arguments: [ArgumentDefinition] = []
 
     public init(_ values: ParsedValues) {}
@@ -35,7 +36,8 @@ public struct WebhookCreateCommand: ParsableCommand {
         The signing secret is printed alone on stdout, shown this once (each delivery carries
         Headway-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>);
         --json prints the whole reply, with the webhook's id.
-        """)
+        """,
+        examples: ["headway webhook create https://hooks.example.com/headway --event task.stalled --event task.finished"])
     static let url = Argument<String>("url", help: "Where events are posted (http:// or https://)")
     static let event = Option<TaskEventKind>("event", valueName: "event",
                                              help: "task.stalled, task.recovered, task.finished, task.cancel_requested, "
@@ -79,7 +81,8 @@ public struct WebhookCreateCommand: ParsableCommand {
 public struct WebhookListCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "list", abstract: "List the webhooks (without secrets)",
-        discussion: "A table of id, URL, events, prefix, outcomes and format; --json prints one webhook per line.")
+        discussion: "A table of id, URL, events, prefix, outcomes and format; --json prints one webhook per line.",
+        examples: ["headway webhook list --json"])
     public static let arguments: [ArgumentDefinition] = []
 
     public init(_ values: ParsedValues) {}
@@ -101,7 +104,8 @@ public struct WebhookListCommand: ParsableCommand {
 public struct WebhookDeleteCommand: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "delete", abstract: "Delete a webhook",
-        discussion: "Its deliveries not yet made are dropped.")
+        discussion: "Its deliveries not yet made are dropped.",
+        examples: ["headway webhook delete whk_8c1d"])
     static let id = Argument<String>("id", help: "The webhook's id (whk_…)")
     public static let arguments = [id.definition]
 
@@ -123,7 +127,8 @@ public struct WebhookDeliveriesCommand: ParsableCommand {
         A table of the latest 100, newest first: when last tried, event, state (pending,
         delivered, failed), attempts, last status, latency and error; --json prints one
         delivery per line.
-        """)
+        """,
+        examples: ["headway webhook deliveries whk_8c1d"])
     static let id = Argument<String>("id", help: "The webhook's id (whk_…)")
     public static let arguments = [id.definition]
 

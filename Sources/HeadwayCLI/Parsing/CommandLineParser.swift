@@ -24,6 +24,7 @@ public struct CommandLineParser {
         var positionalTexts: [String] = []
         var index = 0
         var optionsEnded = false
+        var askedForHelp = false
         var commandPath: String { ([root.commandName] + path.map { $0.configuration.commandName }).joined(separator: " ") }
 
         while index < arguments.count {
@@ -50,7 +51,11 @@ public struct CommandLineParser {
                 guard let definition = known.first(where: { $0.name == name && $0.kind != .positional }) else {
                     let owners = Self.commands(in: command?.configuration.subcommands ?? root.subcommands,
                                                path: commandPath, defining: name)
-                    guard !owners.isEmpty else { throw UsageError("unknown option '--\(name)'", commandPath: commandPath) }
+                    guard !owners.isEmpty else {
+                        let names = known.filter { $0.kind != .positional }.map { "--" + $0.name }
+                        throw UsageError("unknown option '--\(name)'" + Suggestion.didYouMean("--" + name, among: names),
+                                         commandPath: commandPath)
+                    }
                     let list = owners.count == 1 ? owners[0] : owners.dropLast().joined(separator: ", ") + " and " + owners.last!
                     throw UsageError("'--\(name)' comes after the command's name: it is an option of \(list)",
                                      commandPath: commandPath)
@@ -80,9 +85,17 @@ public struct CommandLineParser {
                 continue
             }
             let choices = command?.configuration.subcommands ?? root.subcommands
+            if command == nil && text == "help" && !optionsEnded && positionalTexts.isEmpty && !askedForHelp {
+                // `headway help token create`: the help of the command the words name.
+                askedForHelp = true
+                values.flags.insert(GlobalOptions.help.name)
+                continue
+            }
             if !choices.isEmpty && positionalTexts.isEmpty {
                 guard let found = choices.first(where: { $0.configuration.commandName == text }) else {
-                    throw UsageError("unknown command '\(text)'", commandPath: commandPath)
+                    let names = choices.filter { !$0.configuration.isHidden }.map { $0.configuration.commandName } + (command == nil ? ["help"] : [])
+                    throw UsageError("unknown command '\(text)'" + Suggestion.didYouMean(text, among: names),
+                                     commandPath: commandPath)
                 }
                 path.append(found)
             } else {
@@ -158,5 +171,42 @@ public struct CommandLineParser {
             let own = command.arguments.contains { $0.name == name && $0.kind != .positional } ? [fullName] : []
             return own + Self.commands(in: command.configuration.subcommands, path: fullName, defining: name)
         }
+    }
+}
+
+/// "Did you mean" for a mistyped command or option: the known names closest to it.
+enum Suggestion {
+    /// `; did you mean 'tasks'?` when some of `names` are within a few edits of `typed`
+    /// (or start with it); empty when none is.
+    static func didYouMean(_ typed: String, among names: [String]) -> String {
+        let limit = max(1, min(3, typed.count / 3))
+        let scored = names.map { ($0, distance(typed, $0)) }
+        let best = scored.map(\.1).min() ?? .max
+        var close = best <= limit ? scored.filter { $0.1 == best }.map(\.0) : []
+        if close.isEmpty, typed.count >= 3 { close = names.filter { $0.hasPrefix(typed) } }
+        guard !close.isEmpty else { return "" }
+        let quoted = close.prefix(3).map { "'\($0)'" }
+        return "; did you mean " + (quoted.count == 1 ? quoted[0] : quoted.dropLast().joined(separator: ", ") + " or " + quoted.last!) + "?"
+    }
+
+    /// The edit distance of `a` and `b` (insertions, deletions, substitutions, and two
+    /// neighbours swapped).
+    static func distance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        guard !a.isEmpty else { return b.count }
+        guard !b.isEmpty else { return a.count }
+        var table = Array(repeating: Array(repeating: 0, count: b.count + 1), count: a.count + 1)
+        for i in 0...a.count { table[i][0] = i }
+        for j in 0...b.count { table[0][j] = j }
+        for i in 1...a.count {
+            for j in 1...b.count {
+                let cost = a[i - 1] == b[j - 1] ? 0 : 1
+                table[i][j] = min(table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + cost)
+                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] {
+                    table[i][j] = min(table[i][j], table[i - 2][j - 2] + 1)
+                }
+            }
+        }
+        return table[a.count][b.count]
     }
 }

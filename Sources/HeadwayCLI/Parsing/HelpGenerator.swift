@@ -18,15 +18,16 @@ public struct HelpGenerator {
             lines.append("OVERVIEW: \(configuration.abstract)")
             if let discussion = configuration.discussion { lines += ["", discussion] }
             lines += ["", "USAGE: \(name) <command> [options]", "", "COMMANDS:"]
-            for subcommand in configuration.subcommands {
+            for subcommand in configuration.subcommands where !subcommand.configuration.isHidden {
                 lines.append(Self.row(subcommand.configuration.commandName, subcommand.configuration.abstract))
             }
+            lines += examples(configuration)
             lines += ["", "GLOBAL OPTIONS:"]
             let globals = GlobalOptions.definitions + (path.isEmpty ? [GlobalOptions.version.definition] : [])
             for definition in globals {
                 lines.append(Self.row(Self.label(definition), definition.help))
             }
-            lines += ["", "See '\(name) <command> --help' for the options of a command."]
+            lines += ["", "See '\(name) <command> --help' (or '\(([root.commandName, "help"] + path.map { $0.configuration.commandName }).joined(separator: " ")) <command>') for the options of a command."]
             return lines.joined(separator: "\n") + "\n"
         }
         let configuration = command.configuration
@@ -45,9 +46,16 @@ public struct HelpGenerator {
             lines += ["", "OPTIONS:"]
             lines += options.map { Self.row(Self.label($0), $0.help) }
         }
+        lines += examples(configuration)
         lines += ["", "GLOBAL OPTIONS:"]
         lines += GlobalOptions.definitions.map { Self.row(Self.label($0), $0.help) }
         return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// The EXAMPLES section of a command: its examples indented, or nothing.
+    func examples(_ configuration: CommandConfiguration) -> [String] {
+        guard !configuration.examples.isEmpty else { return [] }
+        return ["", "EXAMPLES:"] + configuration.examples.map { "  " + $0 }
     }
 
     static func label(_ definition: ArgumentDefinition) -> String {

@@ -7,9 +7,15 @@ public struct CommandConfiguration: Sendable {
     /// cannot say it (options that exclude each other).
     public let usage: String?
     public let subcommands: [any ParsableCommand.Type]
+    /// Whether help, completion and "did you mean" leave it out (`__complete`).
+    public var isHidden: Bool { commandName.hasPrefix("__") }
+    /// Command lines that show the command in use, each with a comment (`# what it does`)
+    /// on the line before it when it needs one; `--help` prints them under EXAMPLES.
+    public let examples: [String]
 
     public init(commandName: String, abstract: String, discussion: String? = nil, usage: String? = nil,
-                subcommands: [any ParsableCommand.Type] = []) {
+                subcommands: [any ParsableCommand.Type] = [], examples: [String] = []) {
+        self.examples = examples
         self.commandName = commandName
         self.abstract = abstract
         self.discussion = discussion

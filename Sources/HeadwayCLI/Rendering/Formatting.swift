@@ -1,3 +1,6 @@
+import Foundation
+import HeadwayCore
+
 /// Plain-text formatting of the numbers a task carries. Pure functions; no locale (the
 /// separator is always `,`, the decimal point `.`), so output is the same everywhere.
 public enum Formatting {
@@ -67,12 +70,13 @@ public enum Formatting {
         return rest == 0 ? "\(days) d" : "\(days) d \(rest) h"
     }
 
-    /// The whole percent, rounded down, capped at 99 unless `complete`: a bar never
-    /// claims more than was done. `fraction` is clamped to 0…1.
-    public static func percent(_ fraction: Double, complete: Bool) -> Int {
-        if complete { return 100 }
+    /// The whole percent of `fraction` (clamped to 0…1), rounded down: 100 only when it
+    /// is exactly 1, so a bar never claims more than was done. A product a hair under a
+    /// whole number (0.29 × 100 = 28.999…) counts as that number.
+    public static func percent(_ fraction: Double) -> Int {
         let clamped = fraction.isFinite ? min(1, max(0, fraction)) : 0
-        return min(99, Int((clamped * 100).rounded(.down)))
+        if clamped == 1 { return 100 }
+        return min(99, Int((clamped * 100 + 1e-9).rounded(.down)))
     }
 
     private static let eighths = ["", "▏", "▎", "▍", "▌", "▋", "▊", "▉"]
@@ -91,13 +95,58 @@ public enum Formatting {
     }
 
     /// `bar` followed by the percent right-aligned in 4 cells: `▕██████▍   ▏ 64%`.
-    public static func barWithPercent(_ fraction: Double, cells: Int, complete: Bool) -> String {
-        bar(fraction, cells: cells, complete: complete) + percentText(fraction, complete: complete)
+    public static func barWithPercent(_ fraction: Double, percent: Int, cells: Int) -> String {
+        bar(fraction, cells: cells, complete: percent == 100) + percentText(percent)
     }
 
     /// The percent right-aligned in 4 cells: ` 64%`, `100%`.
-    public static func percentText(_ fraction: Double, complete: Bool) -> String {
-        let text = "\(percent(fraction, complete: complete))%"
+    public static func percentText(_ percent: Int) -> String {
+        let text = "\(percent)%"
         return String(repeating: " ", count: max(0, 4 - text.count)) + text
+    }
+
+    /// How long a task has run or ran, in the words of `age`; nil without both times.
+    public static func duration(from start: EpochMilliseconds?, to end: EpochMilliseconds?) -> String? {
+        guard let start, let end else { return nil }
+        return age(milliseconds: end - start)
+    }
+
+    private static let monthNames = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    private static func parts(_ time: EpochMilliseconds, _ timeZone: TimeZone) -> DateComponents {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = timeZone
+        return calendar.dateComponents([.year, .month, .day, .hour, .minute, .second],
+                                       from: Date(timeIntervalSince1970: Double(time) / 1000))
+    }
+
+    private static func two(_ value: Int?) -> String {
+        let value = value ?? 0
+        return value < 10 ? "0\(value)" : "\(value)"
+    }
+
+    /// A time of day in `timeZone`: `14:05` on the day of `now`, else `Dec 3 14:05`.
+    public static func clock(_ time: EpochMilliseconds, now: EpochMilliseconds, timeZone: TimeZone) -> String {
+        let at = parts(time, timeZone), today = parts(now, timeZone)
+        let hour = two(at.hour) + ":" + two(at.minute)
+        if at.year == today.year && at.month == today.month && at.day == today.day { return hour }
+        let month = monthNames[max(0, min(11, (at.month ?? 1) - 1))]
+        return at.year == today.year ? "\(month) \(at.day ?? 0) \(hour)" : "\(at.year ?? 0) \(month) \(at.day ?? 0) \(hour)"
+    }
+
+    /// A moment in `timeZone`, to the second, with its offset from UTC (`UTC` when none):
+    /// `2026-12-05 14:05:09 +09:00`. An offset rather than a zone's abbreviation, which
+    /// Foundation spells `GMT+9` on Linux.
+    public static func localTime(_ time: EpochMilliseconds, timeZone: TimeZone) -> String {
+        let at = parts(time, timeZone)
+        let offset = timeZone.secondsFromGMT(for: Date(timeIntervalSince1970: Double(time) / 1000)) / 60
+        let zone = offset == 0 ? "UTC" : (offset < 0 ? "-" : "+") + two(abs(offset) / 60) + ":" + two(abs(offset) % 60)
+        return "\(at.year ?? 0)-\(two(at.month))-\(two(at.day)) \(two(at.hour)):\(two(at.minute)):\(two(at.second)) \(zone)"
+    }
+
+    /// How long ago `time` was, from `now`: `3 min ago`, `42 s ago`; `in 5 s` for a time
+    /// ahead of `now` (a clock that differs from the server's).
+    public static func relative(_ time: EpochMilliseconds, now: EpochMilliseconds) -> String {
+        now >= time ? age(milliseconds: now - time) + " ago" : "in " + age(milliseconds: time - now)
     }
 }

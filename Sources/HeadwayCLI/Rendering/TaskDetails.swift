@@ -1,50 +1,103 @@
+import Foundation
 import HeadwayCore
 
 /// The text of `headway show` and `headway history`: pure functions from the server's
 /// JSON to lines (no newlines), texts sanitized for the terminal.
 public enum TaskDetails {
-    /// The fields of the `Task` schema in the order `openapi.yaml` lists them; fields a
-    /// newer server adds follow, sorted by name.
-    static let fieldOrder = [
+    /// The fields `fieldLines` reads into its labelled lines; any other field a server
+    /// sends follows them under its own name.
+    static let knownFields: Set<String> = [
         "id", "name", "label", "parent_id", "weight", "state", "mode", "completed", "total", "unit", "fraction",
         "rate", "eta_seconds", "stalled", "stall_reason", "stalled_since", "stall_timeout_seconds",
         "progress_timeout_seconds", "cancel_requested", "seq", "created_at", "updated_at", "last_progress_at",
-        "finished_at", "message", "metadata",
+        "last_signal_at", "finished_at", "message", "metadata", "children", "attention", "last_output",
     ]
 
-    /// Every field of a task object as aligned `name: value` lines; `-` for null. The
-    /// rate, fraction and ETA are read as people read them (`189.5 images/s`, `25%`,
-    /// `~4 s`), the exact numbers staying in `--json`.
-    public static func fieldLines(_ task: JSONValue) -> [String] {
-        guard case .object(let fields) = task else { return [] }
-        let names = fieldOrder.filter { fields[$0] != nil } + fields.keys.filter { !fieldOrder.contains($0) }.sorted()
-        // A newer server's field names are shown as they come, made safe for the terminal.
-        let width = (names.map { DisplayWidth.of(DisplayWidth.sanitize($0)) }.max() ?? 0) + 1
-        let view = TaskView(json: task)
-        return names.map { name in
-            let json = fields[name] ?? .null
-            return DisplayWidth.pad(DisplayWidth.sanitize(name) + ":", to: width) + " "
-                + (view.flatMap { readable(name, json, of: $0) } ?? value(json))
+    /// A task as people read it: labelled lines (`State:`, `Progress:`, `Started:`…),
+    /// times in `timeZone` with their age (`2026-12-05 14:05:09 KST (3 min ago)`),
+    /// durations and percents in words; fields a newer server adds follow under their
+    /// own names. The exact values stay in `--json`.
+    public static func fieldLines(_ task: JSONValue, now: EpochMilliseconds, timeZone: TimeZone = .current) -> [String] {
+        guard case .object(let fields) = task, let view = TaskView(json: task) else { return [] }
+        func moment(_ time: EpochMilliseconds?) -> String? {
+            time.map { Formatting.localTime($0, timeZone: timeZone) + " (" + Formatting.relative($0, now: now) + ")" }
         }
+        func seconds(_ name: String) -> String? {
+            guard let value = fields[name] else { return nil }
+            switch value {
+            case .integer(let number): return Formatting.age(milliseconds: number * 1000)
+            case .number(let number) where number.isFinite: return Formatting.age(milliseconds: Int64(number * 1000))
+            case .null: return "off"
+            default: return Self.value(value)
+            }
+        }
+        var rows: [(String, String?)] = []
+        rows.append(("Name", view.name))
+        rows.append(("ID", view.id))
+        var state = view.state.text
+        if view.stalled && !view.state.isFinished { state += " · stalled: " + TaskTable.stallNote(view, now: now) }
+        if view.cancelRequested && !view.state.isFinished { state += " · cancel requested" }
+        rows.append(("State", state))
+        if view.isQuantified {
+            var progress = Formatting.barWithPercent(view.displayFraction ?? 0, percent: view.percent, cells: 20)
+            if let total = view.total, !view.countsPercent {
+                progress += "  " + Formatting.count(view.completed) + " of " + Formatting.count(total)
+                if let unit = view.unit, !unit.isEmpty { progress += " " + unit }
+            }
+            if let rate = view.rate {
+                let text = view.total == nil ? Formatting.rate(rate * 100, unit: "%")
+                    : Formatting.rate(rate, unit: view.countsPercent ? "%" : view.unit)
+                if let text { progress += "  " + text }
+            }
+            if let eta = Formatting.eta(view.etaSeconds) { progress += "  " + eta + " left" }
+            rows.append(("Progress", progress))
+        } else {
+            rows.append(("Progress", "indeterminate"))
+        }
+        rows.append(("Label", view.label))
+        if let message = view.message { rows.append(("Message", message)) }
+        if let children = view.children {
+            rows.append(("Children", "\(Formatting.count(children.total)): " + children.summary))
+        }
+        if let attention = view.attention { rows.append(("Attention", attention)) }
+        if let parent = view.parentID {
+            rows.append(("Parent", parent + (view.weight.map { " (weight " + number($0) + ")" } ?? "")))
+        }
+        rows.append(("Started", moment(view.createdAt)))
+        if view.state.isFinished {
+            let ran = Formatting.duration(from: view.createdAt, to: view.finishedAt).map { ", ran " + $0 } ?? ""
+            rows.append(("Finished", moment(view.finishedAt).map { $0 + ran }))
+        } else if let start = view.createdAt {
+            rows.append((view.state == .pending ? "Waiting for" : "Running for", Formatting.age(milliseconds: now - start)))
+        }
+        rows.append(("Last signal", moment(view.lastSignalAt)))
+        rows.append(("Last progress", moment(view.lastProgressAt)))
+        rows.append(("Updated", moment(view.updatedAt)))
+        if view.stalled, let since = view.stalledSince { rows.append(("Stalled since", moment(since))) }
+        rows.append(("Stall timeout", seconds("stall_timeout_seconds")))
+        rows.append(("Progress timeout", seconds("progress_timeout_seconds")))
+        if let seq = fields["seq"], seq != .null { rows.append(("Sequence", Self.value(seq))) }
+        if let metadata = fields["metadata"], metadata != .null { rows.append(("Metadata", Self.value(metadata))) }
+        // A newer server's fields are shown as they come, made safe for the terminal.
+        for name in fields.keys.filter({ !knownFields.contains($0) }).sorted() {
+            rows.append((DisplayWidth.sanitize(name), Self.value(fields[name] ?? .null)))
+        }
+        let shown = rows.compactMap { row in row.1.map { (row.0, $0) } }
+        let width = (shown.map { DisplayWidth.of($0.0) }.max() ?? 0) + 2
+        return shown.map { DisplayWidth.pad($0.0 + ":", to: width) + $0.1 }
     }
 
-    /// The human reading of the rate, fraction or ETA field; nil for the others and nulls.
-    static func readable(_ name: String, _ json: JSONValue, of task: TaskView) -> String? {
-        switch name {
-        case "rate":
-            guard let rate = task.rate else { return nil }
-            // A parent without a total reports its rate as fraction per second.
-            return task.total == nil ? Formatting.rate(rate * 100, unit: "%") : Formatting.rate(rate, unit: task.unit)
-        case "fraction":
-            switch json {
-            case .number(let fraction) where fraction.isFinite: return Formatting.fixed(fraction * 100, decimals: 1) + "%"
-            case .integer(let fraction): return Formatting.fixed(Double(fraction) * 100, decimals: 1) + "%"
-            default: return nil
+    /// The output tail (`{lines: [{t, line}]}`) as lines: the local time of day and the
+    /// line, oldest first, made safe for the terminal.
+    public static func outputLines(_ output: JSONValue, timeZone: TimeZone = .current) -> [String] {
+        guard case .object(let fields) = output, case .array(let items)? = fields["lines"] else { return [] }
+        return items.compactMap { item in
+            guard case .object(let entry) = item, case .string(let line)? = entry["line"] else { return nil }
+            var time = ""
+            if case .string(let text)? = entry["t"], let at = Timestamp.parseRFC3339(text) {
+                time = String(Formatting.localTime(at, timeZone: timeZone).dropFirst(11).prefix(8)) + "  "
             }
-        case "eta_seconds":
-            return Formatting.eta(task.etaSeconds)
-        default:
-            return nil
+            return "  " + time + DisplayWidth.sanitize(line)
         }
     }
 
@@ -71,8 +124,7 @@ public enum TaskDetails {
     public static func childLines(_ children: [TaskView]) -> [String] {
         let rows: [[String]] = [["ID", "NAME", "STATE", "WEIGHT", "PROGRESS"]] + children.map { child in
             let progress = child.isQuantified
-                ? Formatting.percentText(child.displayFraction ?? 0, complete: child.state == .succeeded)
-                    .trimmingPrefix(" ")
+                ? "\(child.percent)%"
                 : "-"
             return [child.id, DisplayWidth.truncate(child.name, to: 40), child.state.text,
                     child.weight.map(number) ?? "-", String(progress)]

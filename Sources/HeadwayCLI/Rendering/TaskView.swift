@@ -68,7 +68,34 @@ public struct TaskView: Equatable, Sendable {
     public var updatedAt: EpochMilliseconds?
     public var lastProgressAt: EpochMilliseconds?
     public var finishedAt: EpochMilliseconds?
+    /// The last signal of the task or a descendant (`last_signal_at`); nil from a server
+    /// that does not send it.
+    public var lastSignalAt: EpochMilliseconds?
     public var message: String?
+    /// The last line of the task's output tail (`last_output`), when the server sends one.
+    public var lastOutput: String?
+    /// `failed` or `stalled` for a parent with a descendant in that state (`attention`).
+    public var attention: String?
+    /// A parent's direct children by state (`children`); nil for a task without children
+    /// or from a server that does not count them.
+    public var children: ChildCounts?
+
+    /// The counts of a parent's direct children (`children`): `stalled` is part of `running`.
+    public struct ChildCounts: Equatable, Sendable {
+        public var total: Int64, pending: Int64, running: Int64, stalled: Int64
+        public var succeeded: Int64, failed: Int64, canceled: Int64
+
+        /// What a person looks for first: `1 of 3 failed · 1 stalled`, then cancels, else
+        /// how many are done (`2 of 3 done`).
+        public var summary: String {
+            var pieces: [String] = []
+            if failed > 0 { pieces.append("\(Formatting.count(failed)) of \(Formatting.count(total)) failed") }
+            if stalled > 0 { pieces.append("\(Formatting.count(stalled)) stalled") }
+            if canceled > 0 { pieces.append("\(Formatting.count(canceled)) canceled") }
+            if pieces.isEmpty { pieces.append("\(Formatting.count(succeeded)) of \(Formatting.count(total)) done") }
+            return pieces.joined(separator: " · ")
+        }
+    }
 
     /// Decodes a task object; nil when `json` is not an object with a string `id`.
     public init?(json: JSONValue) {
@@ -122,7 +149,20 @@ public struct TaskView: Equatable, Sendable {
         updatedAt = time("updated_at")
         lastProgressAt = time("last_progress_at")
         finishedAt = time("finished_at")
+        lastSignalAt = time("last_signal_at")
         message = string("message")
+        lastOutput = string("last_output")
+        attention = string("attention")
+        if case .object(let counts)? = fields["children"] {
+            func count(_ key: String) -> Int64 {
+                if case .integer(let value)? = counts[key], value >= 0 { return value }
+                return 0
+            }
+            let total = count("total")
+            children = total > 0 ? ChildCounts(total: total, pending: count("pending"), running: count("running"),
+                                                stalled: count("stalled"), succeeded: count("succeeded"),
+                                                failed: count("failed"), canceled: count("canceled")) : nil
+        }
     }
 
     /// The fraction to draw: the server's, else `completed / total`, else nil.
@@ -131,4 +171,24 @@ public struct TaskView: Equatable, Sendable {
         if let total, total > 0 { return min(1, Double(completed) / Double(total)) }
         return nil
     }
+
+    /// The whole percent shown on every surface: floor(fraction × 100), 100 only when the
+    /// fraction is exactly 1. Counted in integers when the task has its own total, so that
+    /// 29 of 100 is 29% (0.29 × 100 is 28.999… in binary).
+    public var percent: Int {
+        if let total, total > 0, completed <= total,
+           fraction.map({ abs($0 - Double(completed) / Double(total)) < 1e-9 }) ?? true {
+            if completed == total { return 100 }
+            let (product, overflow) = completed.multipliedReportingOverflow(by: 100)
+            return min(99, overflow ? Int(Double(completed) / Double(total) * 100) : Int(product / total))
+        }
+        return Formatting.percent(displayFraction ?? 0)
+    }
+
+    /// Whether the progress is whole: the bar is drawn full only then.
+    var isComplete: Bool { percent == 100 }
+
+    /// A task's own total counts `%` (what `headway run` reports for a command that shows
+    /// only percents): its count says nothing the percent does not.
+    var countsPercent: Bool { unit == "%" && total == 100 }
 }

@@ -4,12 +4,28 @@ import Foundation
 public struct ProgressReading: Equatable, Sendable {
     public let completed: Int64
     public let total: Int64
+    /// True when `completed` is a percent of a `total` of 100: the command has shown only
+    /// percents, and the task is reported with the unit `%` (a count it never showed).
+    public let isPercent: Bool
+
+    public init(completed: Int64, total: Int64, isPercent: Bool = false) {
+        self.completed = completed
+        self.total = total
+        self.isPercent = isPercent
+    }
+
+    var fraction: Double { Double(completed) / Double(total) }
 }
 
 /// Reads progress from output lines: a `--progress-pattern` with the named groups
 /// `completed` and (optionally) `total` — without it `completed` is a percent — or else
-/// the built-in forms `N/M` and `NN%`.
-/// Only forward progress comes out: a reading that would move back is dropped.
+/// the built-in forms `N/M` and `NN%`, whichever a line shows last.
+///
+/// The latest reading is followed, whatever its form; a percent is a fraction of the
+/// work, never a count. The first form sets the scale: after counts (`12/40`) a percent
+/// is that share of their total (`50%` is 20/40); after percents alone, a count is read
+/// as its percent. Only forward progress comes out: a reading that would move back is
+/// dropped (the server refuses a count that falls).
 public struct ProgressRecognizer {
     let pattern: NSRegularExpression?
     /// The last reading given out; later ones must not fall behind it.
@@ -37,14 +53,30 @@ public struct ProgressRecognizer {
 
     /// The new reading `line` shows, or nil when it shows none or no forward progress.
     public mutating func read(_ line: String) -> ProgressReading? {
-        guard let reading = parse(line) else { return nil }
+        parse(line).flatMap { follow($0) }
+    }
+
+    /// `reading` on the scale of the readings before it; nil when it does not move forward.
+    public mutating func follow(_ reading: ProgressReading) -> ProgressReading? {
+        var scaled = reading
         if let last {
-            let fractionHolds = Double(reading.completed) / Double(reading.total)
-                >= Double(last.completed) / Double(last.total)
-            guard reading != last, reading.completed >= last.completed, fractionHolds else { return nil }
+            if reading.isPercent && !last.isPercent {
+                scaled = ProgressReading(completed: Self.share(reading.fraction, of: last.total), total: last.total)
+            } else if !reading.isPercent && last.isPercent {
+                scaled = ProgressReading(completed: Self.share(reading.fraction, of: 100), total: 100, isPercent: true)
+            } else if reading.completed < last.completed && reading.fraction > last.fraction {
+                // Further along in counts of another total: the same share of the last one.
+                scaled = ProgressReading(completed: Self.share(reading.fraction, of: last.total), total: last.total)
+            }
+            guard scaled != last, scaled.completed >= last.completed, scaled.fraction >= last.fraction else { return nil }
         }
-        last = reading
-        return reading
+        last = scaled
+        return scaled
+    }
+
+    /// `fraction` of `total`, rounded down (exactly `total` only for a fraction of 1).
+    static func share(_ fraction: Double, of total: Int64) -> Int64 {
+        fraction >= 1 ? total : min(total - 1, Int64((fraction * Double(total)).rounded(.down)))
     }
 
     /// The reading in `line`, whether or not it moves forward.
@@ -69,19 +101,46 @@ public struct ProgressRecognizer {
             guard let match = pattern.matches(in: line, range: range).last else { return nil }
             let completed = integer(match, match.range(withName: "completed"))
             // Without a `total` group the `completed` group reads a percent.
-            let total = declares(group: "total", in: pattern) ? integer(match, match.range(withName: "total")) : 100
-            return valid(completed, total)
+            guard declares(group: "total", in: pattern) else { return valid(completed, 100).map(Self.asPercent) }
+            return valid(completed, integer(match, match.range(withName: "total")))
         }
         // Most output shows no progress: the forms need a slash or a percent sign.
         guard line.utf8.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "%") }) else { return nil }
-        if let match = Self.fraction.matches(in: line, range: range).last,
-           let reading = valid(integer(match, match.range(at: 1)), integer(match, match.range(at: 2))) {
-            return reading
+        // Both forms on one line: the one shown last ("file 3/40 … 37%" is at 37%).
+        let count = Self.fraction.matches(in: line, range: range).last.flatMap { match in
+            valid(integer(match, match.range(at: 1)), integer(match, match.range(at: 2))).map { (match.range.location, $0) }
         }
-        if let match = Self.percent.matches(in: line, range: range).last {
-            return valid(integer(match, match.range(at: 1)), 100)
+        let percent = Self.percent.matches(in: line, range: range).last.flatMap { match in
+            valid(integer(match, match.range(at: 1)), 100).map { (match.range.location, Self.asPercent($0)) }
         }
-        return nil
+        switch (count, percent) {
+        case let (count?, percent?): return percent.0 > count.0 ? percent.1 : count.1
+        default: return (count ?? percent)?.1
+        }
+    }
+
+    static func asPercent(_ reading: ProgressReading) -> ProgressReading {
+        ProgressReading(completed: reading.completed, total: 100, isPercent: true)
+    }
+
+    /// A line of `HEADWAY_PROGRESS_FILE`: `12/40` or `37%` (decimals cut), then blanks and
+    /// a label, if any. Nil for any other line.
+    public static func progressFileLine(_ line: String) -> (reading: ProgressReading, label: String?)? {
+        let trimmed = line.trimmingCharacters(in: .whitespaces)
+        let head = trimmed.prefix { !$0.isWhitespace }
+        let rest = trimmed.dropFirst(head.count).trimmingCharacters(in: .whitespaces)
+        let label = LineSplitter.label(rest)
+        if head.hasSuffix("%") {
+            let number = head.dropLast()
+            guard !number.isEmpty, number.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }),
+                  let value = Double(number), value <= 100 else { return nil }
+            return (ProgressReading(completed: Int64(value), total: 100, isPercent: true), label)
+        }
+        let parts = head.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 2, let completed = Int64(parts[0]), let total = Int64(parts[1]),
+              parts.allSatisfy({ $0.allSatisfy { $0.isASCII && $0.isNumber } }),
+              total > 0, completed >= 0, completed <= total, total <= 9_007_199_254_740_991 else { return nil }
+        return (ProgressReading(completed: completed, total: total), label)
     }
 
     /// Whether `pattern` declares the named group `name`.
@@ -163,4 +222,118 @@ struct LineSplitter {
         scalars.append(contentsOf: clean.unicodeScalars.prefix(limit))
         return String(scalars)
     }
+}
+
+/// Cuts a command's output into the lines a terminal would show, for the task's output
+/// tail: a line ends at `\n`, and of what `\r` redrew within it (a progress bar) only the
+/// last non-empty part counts. Lines are sanitized, trailing blanks cut, blank ones
+/// dropped, each at most `maximumCharacters`; of a chunk only the last `kept` lines come
+/// out (the server keeps no more), so a command printing a million lines costs little.
+struct OutputLines {
+    /// The longest line sent (the API's limit).
+    static let maximumCharacters = 1000
+    /// The most lines one chunk hands out.
+    static let kept = 50
+    private var segment: [UInt8] = []
+    private var shown: [UInt8] = []
+
+    /// The lines that `bytes` ends, oldest first.
+    mutating func lines(in bytes: UnsafeRawBufferPointer) -> [String] {
+        guard !bytes.isEmpty else { return [] }
+        // Only the last `kept` lines matter: start after the line break before them.
+        var start = 0, breaks = 0, index = bytes.count - 1
+        while index >= 0 {
+            if bytes[index] == UInt8(ascii: "\n") {
+                breaks += 1
+                if breaks > Self.kept {
+                    start = index + 1
+                    segment.removeAll(keepingCapacity: true)
+                    shown.removeAll(keepingCapacity: true)
+                    break
+                }
+            }
+            index -= 1
+        }
+        var out: [String] = []
+        for byte in bytes[start...] {
+            switch byte {
+            case UInt8(ascii: "\n"):
+                endSegment()
+                if let line = Self.text(shown) { out.append(line) }
+                shown.removeAll(keepingCapacity: true)
+            case UInt8(ascii: "\r"):
+                endSegment()
+            default:
+                if segment.count < Self.maximumCharacters * 4 { segment.append(byte) }
+            }
+        }
+        return out
+    }
+
+    /// The last line when the output ends without a line break.
+    mutating func finish() -> String? {
+        endSegment()
+        defer { shown.removeAll() }
+        return Self.text(shown)
+    }
+
+    private mutating func endSegment() {
+        if !segment.isEmpty { shown = segment }
+        segment.removeAll(keepingCapacity: true)
+    }
+
+    static func text(_ bytes: [UInt8]) -> String? {
+        var clean = DisplayWidth.sanitize(String(decoding: bytes, as: UTF8.self))
+        while clean.last?.isWhitespace == true { clean.removeLast() }
+        guard !clean.isEmpty else { return nil }
+        var scalars = String.UnicodeScalarView()
+        scalars.append(contentsOf: clean.unicodeScalars.prefix(maximumCharacters))
+        return String(scalars)
+    }
+}
+
+/// `HEADWAY_PROGRESS_FILE`: a file `headway run` makes (mode 0600, in `TMPDIR`) and names
+/// in the command's environment, for a command whose output cannot carry its progress
+/// (it is a file, or shows something else): each line it appends (or writes anew) is
+/// `12/40 label` or `37% label`, and the last whole line is read about four times a
+/// second. The file is removed when the command ends.
+final class ProgressFile {
+    let path: String
+    private var lastLook: (size: Int, seconds: Int, nanoseconds: Int, inode: UInt) = (-1, 0, 0, 0)
+
+    /// Makes the file; nil when it cannot be made (the command runs without it).
+    init?(environment: [String: String]) {
+        let folder = environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array((folder + "/headway-progress-XXXXXX").utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard fd >= 0 else { return nil }
+        close(fd)
+        path = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The last whole line of the file, when it changed since the last look.
+    func changedLine() -> String? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        let look = (Int(info.st_size), Int(info.st_mtim.tv_sec), Int(info.st_mtim.tv_nsec), UInt(info.st_ino))
+        guard look != lastLook else { return nil }
+        lastLook = look
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        let length = min(look.0, 4096)
+        guard length > 0 else { return nil }
+        var buffer = [UInt8](repeating: 0, count: length)
+        let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, length, off_t(look.0 - length)) }
+        guard count > 0 else { return nil }
+        var bytes = Array(buffer[0..<count])
+        // Only whole lines: a line still being written waits for its line break.
+        guard let end = bytes.lastIndex(of: UInt8(ascii: "\n")) else { return nil }
+        bytes = Array(bytes[..<end])
+        let start = bytes.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0
+        return String(decoding: bytes[start...], as: UTF8.self)
+    }
+
+    /// Removes the file.
+    func remove() { unlink(path) }
 }

@@ -5,7 +5,9 @@ import HeadwayCore
 /// server never holds up the command's output: registers the task (retrying with backoff
 /// while the server is unreachable), then sends progress when a new reading arrives and
 /// heartbeats on new output (at most one report a second) and every few seconds of
-/// silence. A reply with `cancel_requested` calls `onCancel` once.
+/// silence. The command's output lines ride along (`output`, at most the last
+/// `OutputLines.kept` since the previous report: the server keeps no more), and the rest
+/// go with the finish. A reply with `cancel_requested` calls `onCancel` once.
 final class RunReporter: @unchecked Sendable {
     /// The shortest time between two reports, and the longest without one.
     static let minimumSpacing: TimeInterval = 1
@@ -28,6 +30,11 @@ final class RunReporter: @unchecked Sendable {
     private var hasNews = false
     private var readingSent = true
     private var stopping = false
+    /// Output lines not yet sent, the latest `OutputLines.kept`.
+    private var output: [String] = []
+    /// Set once the server refused a report for its `output` (a server from before the
+    /// output tail): lines are no longer sent.
+    private var outputRefused = false
     // Owned by the reporting thread until it ends, then by the caller of `finish`.
     private var taskID: String?
     private var lastReport = Date.distantPast
@@ -50,6 +57,19 @@ final class RunReporter: @unchecked Sendable {
             finished.signal()
         }
         thread.start()
+    }
+
+    /// Notes the command's output lines, for the task's output tail.
+    func observe(output lines: [String]) {
+        guard !lines.isEmpty else { return }
+        condition.lock()
+        if !outputRefused {
+            output.append(contentsOf: lines)
+            if output.count > OutputLines.kept { output.removeFirst(output.count - OutputLines.kept) }
+            hasNews = true
+            condition.signal()
+        }
+        condition.unlock()
     }
 
     /// Notes a new output line (as a label, nil when blank) and the reading it showed.
@@ -87,9 +107,17 @@ final class RunReporter: @unchecked Sendable {
         }
         var body: JSONObject = ["outcome": .string(outcome)]
         if let message { body["message"] = .string(message) }
+        condition.lock()
+        let lines = takeOutput()
+        condition.unlock()
+        if let lines { body["output"] = lines }
         do {
             _ = try finalAPI.post(TaskAPI.taskPath(taskID, "finish"), body)
         } catch {
+            if lines != nil && Self.refusesOutput(error) {
+                body["output"] = nil
+                if (try? finalAPI.post(TaskAPI.taskPath(taskID, "finish"), body)) != nil { return }
+            }
             warn("cannot finish task \(taskID): \(error.message)")
         }
     }
@@ -158,7 +186,10 @@ final class RunReporter: @unchecked Sendable {
         if let pending {
             body["completed"] = .integer(pending.completed)
             body["total"] = .integer(pending.total)
+            if pending.isPercent { body["unit"] = .string("%") }
         }
+        let lines = takeOutput()
+        if let lines { body["output"] = lines }
         hasNews = false
         readingSent = true
         condition.unlock()
@@ -169,16 +200,42 @@ final class RunReporter: @unchecked Sendable {
             if reply.cancelRequested { cancel() }
             return true
         } catch {
-            // A reading the server refused as such (422: past its limits) is dropped; a
-            // report that did not get through is sent again.
-            if pending != nil && !Self.refusesTheReading(error) {
+            if lines != nil && Self.refusesOutput(error) {
+                // A server without the output tail: the same report again, without lines.
                 condition.lock()
-                if reading == pending { readingSent = false }
+                outputRefused = true
+                output = []
+                if pending != nil && reading == pending { readingSent = false }
                 condition.unlock()
+                return report(through: api)
             }
+            // A reading the server refused as such (422: past its limits) is dropped; a
+            // report that did not get through is sent again, and so are its lines.
+            condition.lock()
+            if pending != nil && !Self.refusesTheReading(error) && reading == pending { readingSent = false }
+            if case .array(let sent)? = lines, !Self.refusesTheReading(error) {
+                output = Array((sent.compactMap { if case .string(let line) = $0 { line } else { nil } } + output)
+                    .suffix(OutputLines.kept))
+            }
+            condition.unlock()
             failed(error)
             return false
         }
+    }
+
+    /// The output lines to send, as JSON, emptied; nil when there are none (called with
+    /// the lock held).
+    private func takeOutput() -> JSONValue? {
+        guard !output.isEmpty, !outputRefused else { return nil }
+        defer { output = [] }
+        return .array(output.map { .string($0) })
+    }
+
+    /// Whether `error` refuses a report for its `output` member: a 400 naming the field
+    /// (a server from before the output tail, which knows no such field).
+    static func refusesOutput(_ error: CLIError) -> Bool {
+        if case .refused(_, let detail, "invalid_request") = error { return detail.contains("output") }
+        return false
     }
 
     /// Whether `error` refuses what a report said rather than the task or the access.

@@ -76,15 +76,35 @@ public struct WatchState: Sendable {
         return 0
     }
 
-    /// The tasks to draw in `rows` table lines (at least one), in order: all of them when
-    /// they fit; else unfinished tasks before finished ones, in order of appearance, and
-    /// how many are left out.
-    public static func fit(_ tasks: [TaskView], rows: Int) -> (shown: [TaskView], hidden: Int) {
+    /// Where a task stands in the frame: what went wrong first (failed or stalled, or a
+    /// parent with such a descendant), then the unfinished, then the rest.
+    static func rank(_ task: TaskView) -> Int {
+        if task.state == .failed { return 0 }
+        if task.state.isFinished { return 2 }
+        return task.stalled || task.attention != nil ? 0 : 1
+    }
+
+    /// The tasks to draw in `rows` table lines (at least one): failed and stalled tasks
+    /// first, then the unfinished, then the other finished ones, each in order of
+    /// appearance; those that do not fit are left out and counted by state.
+    public static func fit(_ tasks: [TaskView], rows: Int) -> (shown: [TaskView], hidden: [(state: String, count: Int)]) {
         let rows = max(1, rows)
-        guard tasks.count > rows else { return (tasks, 0) }
-        let unfinished = tasks.indices.filter { !tasks[$0].state.isFinished }
-        let finished = tasks.indices.filter { tasks[$0].state.isFinished }
-        let kept = (unfinished + finished).prefix(rows).sorted()
-        return (kept.map { tasks[$0] }, tasks.count - kept.count)
+        let ordered = tasks.indices.sorted { (rank(tasks[$0]), $0) < (rank(tasks[$1]), $1) }.map { tasks[$0] }
+        guard ordered.count > rows else { return (ordered, []) }
+        var counts: [String: Int] = [:]
+        for task in ordered.dropFirst(rows) {
+            counts[task.stalled && !task.state.isFinished ? "stalled" : task.state.text, default: 0] += 1
+        }
+        let order = ["stalled", "failed", "running", "pending", "succeeded", "canceled"]
+        let hidden = counts.sorted { (order.firstIndex(of: $0.key) ?? order.count, $0.key) < (order.firstIndex(of: $1.key) ?? order.count, $1.key) }
+            .map { (state: $0.key, count: $0.value) }
+        return (Array(ordered.prefix(rows)), hidden)
+    }
+
+    /// The line that counts what `fit` left out: `… 119 more: 110 running, 9 succeeded`.
+    public static func hiddenLine(_ hidden: [(state: String, count: Int)]) -> String {
+        let total = hidden.reduce(0) { $0 + $1.count }
+        return "… \(Formatting.count(Int64(total))) more: "
+            + hidden.map { "\(Formatting.count(Int64($0.count))) \($0.state)" }.joined(separator: ", ")
     }
 }
