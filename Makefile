@@ -24,12 +24,14 @@ run: deps release
 ## the API, event, liveness and token suites again on a private PostgreSQL server
 ## (scripts/with-postgres.sh), then the integration tests with a
 ## third-party SSE client, a real nginx, a headless Chromium and schemathesis against the
-## OpenAPI contract, and the Python client (clients/python, its wheel installed into the venv).
+## OpenAPI contract, and the Python client (clients/python, its wheel installed into the venv);
+## the dashboard's pure modules are unit-tested by `node --test` (Tests/js).
 test: test-deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	HEADWAY_PYTHON=$(PYTHON) scripts/with-postgres.sh sh -c '$(SWIFT) test --skip-build && \
 		HEADWAY_TEST_DB=postgres $(SWIFT) test --skip-build --filter "$(POSTGRES_SUITES)"'
 	$(MAKE) fuzz
+	node --test Tests/js/*.test.js
 	$(MAKE) python-client
 	$(PYTHON) -m pytest -q Tests/integration
 

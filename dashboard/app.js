@@ -5,8 +5,12 @@
 import { APIError, eventsURL, looksLikeToken, request, storeToken, storedToken } from "./api.js";
 import { clampPoints, drawHistory, MAX_POINTS, MIN_POINTS } from "./chart.js";
 import {
+  badgeOf, childFacts, elapsedSeconds, errorWords, lastSignalAge, matchesSearch, noSignalSeconds, percentOf,
+  secondsLeft as secondsLeftAt, showsRate, stallFact, tabCounts, terminateOffered,
+} from "./facts.js";
+import {
   currentLanguage, formatClock, formatDateTime, formatDuration, formatInteger, formatNumber, formatPercent,
-  formatPercentText, initialLanguage, setLanguage, t,
+  formatPercentText, formatWhen, initialLanguage, setLanguage, t, tn,
 } from "./i18n.js";
 import { hasChildren, newestFirst, TaskModel } from "./model.js";
 
@@ -21,10 +25,14 @@ const $ = (id) => document.getElementById(id);
 const model = new TaskModel();
 const state = {
   filter: "running",
+  /// The search (`q`: a name or id containing it, across every page).
   search: "",
-  searchBy: "id",
-  /// The id prefix the listing was asked for.
-  listedPrefix: "",
+  /// The search the listing was asked for.
+  listedSearch: "",
+  /// The tab counts (facts.js tabCounts of GET /v1/tasks/summary), null until read.
+  counts: null,
+  summaryTimer: null,
+  summaryAt: 0,
   minDuration: 2,
   page: 1,
   pageTokens: [null],
@@ -47,9 +55,17 @@ const state = {
   expanded: new Set(),
   canCancel: true,
   canceling: new Set(),
-  confirming: new Set(),
+  /// What each open confirmation asks: "cancel" or "terminate", by task id.
+  confirming: new Map(),
+  /// When (performance.now) this page asked to cancel each task, or first saw it asked:
+  /// Terminate is offered once the cancel has gone unanswered for 10 s.
+  cancelAskedAt: new Map(),
+  /// A failed action's words, shown in the task's rows, by task id.
+  actionErrors: new Map(),
   detailID: null,
   detailPoints: 200,
+  outputAt: 0,
+  outputTimer: null,
   /// The zoom: points asked for relative to one per 3 pixels of the chart.
   zoom: 1,
   historyAt: 0,
@@ -149,7 +165,10 @@ function createRow(task) {
   head.append(name, badge);
   const id = element("div", "tid");
   const label = element("div", "label");
-  info.append(head, id, label);
+  // Why, on the row: a parent's child counts, a finished task's message.
+  const kids = element("div", "kids");
+  const message = element("div", "message");
+  info.append(head, id, label, kids, message);
   const meter = element("div", "meter");
   const bar = element("div", "bar");
   bar.setAttribute("role", "progressbar");
@@ -160,18 +179,24 @@ function createRow(task) {
   activity.setAttribute("role", "progressbar");
   activity.append(element("div", "sweep"));
   const facts = element("div", "facts");
-  for (const name of ["percent", "count", "rate", "eta", "stall"]) facts.append(element("span", name));
+  for (const name of ["percent", "count", "rate", "eta", "stall", "when", "signal"]) facts.append(element("span", name));
   meter.append(bar, activity, facts);
   const actions = element("div", "actions");
   const cancel = element("button", "cancel");
   cancel.type = "button";
-  cancel.addEventListener("click", () => { state.confirming.add(task.id); model.dirty.add(task.id); scheduleRender(); });
+  cancel.addEventListener("click", () => askToConfirm(task.id, "cancel"));
+  const terminate = element("button", "terminate");
+  terminate.type = "button";
+  terminate.hidden = true;
+  terminate.addEventListener("click", () => askToConfirm(task.id, "terminate"));
   const confirm = element("span", "confirm");
   confirm.setAttribute("role", "group");
   const question = element("span", "question");
   const yes = element("button", "yes");
   yes.type = "button";
-  yes.addEventListener("click", () => cancelTask(task.id));
+  yes.addEventListener("click", () => {
+    if (state.confirming.get(task.id) === "terminate") terminateTask(task.id); else cancelTask(task.id);
+  });
   const no = element("button", "no");
   no.type = "button";
   confirm.addEventListener("keydown", (event) => {
@@ -181,13 +206,18 @@ function createRow(task) {
     no.click();
   });
   no.addEventListener("click", () => {
+    const kind = state.confirming.get(task.id);
     state.confirming.delete(task.id);
     model.dirty.add(task.id);
     scheduleRender();
-    requestAnimationFrame(() => row.querySelector(".cancel")?.focus());
+    requestAnimationFrame(() => row.querySelector(kind === "terminate" ? ".terminate" : ".cancel")?.focus());
   });
   confirm.append(question, yes, no);
-  actions.append(cancel, confirm);
+  // A failed action says so here, visibly and in the page's language.
+  const failure = element("p", "action-error");
+  failure.setAttribute("role", "alert");
+  failure.hidden = true;
+  actions.append(cancel, terminate, confirm, failure);
   line.append(expander, info, meter, actions);
   const children = element("ul", "children tasks");
   children.hidden = true;
@@ -195,6 +225,14 @@ function createRow(task) {
   register(row, task.id);
   updateRow(row, task);
   return row;
+}
+
+/// Opens the confirmation of `kind` ("cancel" or "terminate") on the task's rows.
+function askToConfirm(id, kind) {
+  state.confirming.set(id, kind);
+  state.actionErrors.delete(id);
+  model.dirty.add(id);
+  scheduleRender();
 }
 
 /// The task's name, or its id when the name would show nothing (empty, or only spaces and
@@ -234,106 +272,149 @@ function setAttr(node, name, value) {
   else if (node.getAttribute(name) !== value) node.setAttribute(name, value);
 }
 
-/// Seconds left at the task's rate, counted from its last report.
-function secondsLeft(task) {
-  if (task.eta_seconds === null || task.eta_seconds === undefined || FINISHED.has(task.state)) return null;
-  const since = task.last_progress_at ? (Date.now() - Date.parse(task.last_progress_at)) / 1000 : 0;
-  const left = task.eta_seconds - Math.max(0, since);
-  return left >= 1 ? left : null;
-}
+/// Whether the event stream is away (closed and not yet back): the page's figures are as
+/// of then, its indicators stand still and its actions wait.
+function offline() { return state.connection === "reconnecting" || state.connection === "offline"; }
 
-/// When the task's last signal (silent) or last progress (no_progress) was: the server
-/// flags a task at that moment plus the timeout, and records the deadline as stalled_since.
-function stallStart(task) {
-  const noProgress = task.stall_reason === "no_progress";
-  const timeout = noProgress ? task.progress_timeout_seconds : task.stall_timeout_seconds;
-  if (task.stalled_since && typeof timeout === "number") return Date.parse(task.stalled_since) - timeout * 1000;
-  if (noProgress && task.last_progress_at) return Date.parse(task.last_progress_at);
-  return task.stalled_since ? Date.parse(task.stalled_since) : Date.now();
-}
-
+/// The stall line of `task` ("No signal for 38 sec"), or "".
 function stallText(task) {
-  if (!task.stalled || FINISHED.has(task.state)) return "";
-  const age = formatDuration(Math.max(0, (Date.now() - stallStart(task)) / 1000), "short");
-  return t(task.stall_reason === "no_progress" ? "stalledNoProgress" : "stalledSilent", { age });
+  const stall = stallFact(task, Date.now());
+  return stall ? t(stall.key, { age: formatDuration(stall.seconds, "short") }) : "";
+}
+
+/// Seconds left at the task's rate, counted down from its last report (null when unknown).
+function secondsLeft(task) { return secondsLeftAt(task, Date.now()); }
+
+/// A parent's child counts as one line ("1 of 3 failed · 1 stalled"), or "".
+function childrenText(task) {
+  return childFacts(task)
+    .map((part) => t(part.key, { count: formatInteger(part.count), total: formatInteger(part.total) })).join(" · ");
+}
+
+/// The row's time line: how long it has run (and waited), or when it ended and how long it ran.
+function whenText(task) {
+  const duration = formatDuration(elapsedSeconds(task, Date.now()), "short");
+  if (FINISHED.has(task.state)) {
+    return task.finished_at ? t("endedAt", { time: formatWhen(new Date(task.finished_at)), duration }) : "";
+  }
+  return t(task.state === "pending" ? "pendingFor" : "runningFor", { duration });
+}
+
+/// The words of a failed request, in the page's language.
+function errorText(error) {
+  const words = errorWords(error);
+  return t(words.key, words.values);
 }
 
 /// Brings `row` up to `task`, touching only what differs.
 function updateRow(row, task) {
+  const now = Date.now();
   const finished = FINISHED.has(task.state);
+  const away = offline();
   row.classList.toggle("finished", finished);
   row.classList.toggle("stalled", task.stalled && !finished);
   row.dataset.state = task.state;
+  setAttr(row, "data-attention", !finished && task.attention ? task.attention : null);
   const name = row.querySelector(".name");
   setText(name, displayName(task));
   setText(row.querySelector(".tid"), task.id);
   setText(row.querySelector(".label"), plain(task.label));
   const badge = row.querySelector(".badge");
-  setText(badge, task.stalled && !finished ? t("stalled") : t(`state_${task.state}`));
-  badge.dataset.state = task.stalled && !finished ? "stalled" : task.state;
+  const badgeKind = badgeOf(task);
+  setText(badge, badgeKind === "stalled" ? t("stalled") : badgeKind.startsWith("attention_") ? t(`badge_${badgeKind}`)
+    : t(`state_${task.state}`));
+  badge.dataset.state = badgeKind;
+  setText(row.querySelector(".kids"), childrenText(task));
+  setText(row.querySelector(".message"), finished ? plain(task.message) : "");
 
   const expander = row.querySelector(".expander");
-  const parent = hasChildren(model, task);
+  // The detail page's own row lists its children below it: no expander there.
+  const inDetail = row.closest("#detail-row") !== null;
+  const parent = hasChildren(model, task) && !inDetail;
   expander.classList.toggle("absent", !parent);
   expander.disabled = !parent;
   setAttr(expander, "aria-hidden", parent ? null : "true");
-  const open = state.expanded.has(task.id) && parent && !row.closest("#detail-row");
-  setAttr(expander, "aria-expanded", open ? "true" : "false");
-  setAttr(expander, "aria-label", t(open ? "collapse" : "expand", { name: displayName(task) }));
-  setText(expander, open ? "▾" : "▸");
+  const open = state.expanded.has(task.id) && parent;
+  setAttr(expander, "aria-expanded", parent ? (open ? "true" : "false") : null);
+  setAttr(expander, "aria-label", parent ? t(open ? "collapse" : "expand", { name: displayName(task) }) : null);
+  setText(expander, parent ? (open ? "▾" : "▸") : "");
   row.querySelector(".children").hidden = !open;
 
   const quantified = task.mode === "quantified";
   const bar = row.querySelector(".bar");
   const activity = row.querySelector(".activity");
   bar.hidden = !quantified;
-  activity.hidden = quantified;
-  const left = secondsLeft(task);
+  // A finished indeterminate task has no track (an empty one reads as 0%): its outcome shows.
+  activity.hidden = quantified || finished;
+  const left = away ? null : secondsLeft(task);
   const percentText = row.querySelector(".percent");
   if (quantified) {
     const fraction = Math.min(1, Math.max(0, task.fraction ?? 0));
-    const percent = Math.floor(fraction * 100);
     bar.querySelector(".fill").style.transform = `scaleX(${fraction})`;
-    setAttr(bar, "aria-valuenow", String(percent));
-    setAttr(bar, "aria-valuetext", left !== null && !task.stalled
+    setAttr(bar, "aria-valuenow", String(percentOf(fraction)));
+    setAttr(bar, "aria-valuetext", left !== null
       ? t("valueTextEta", { percent: formatPercent(fraction), duration: formatDuration(left) })
       : t("valueText", { percent: formatPercent(fraction) }));
     setAttr(bar, "aria-label", displayName(task));
     setText(percentText, formatPercentText(fraction));
-    const count = task.total !== null
+    const count = task.total !== null && task.total !== undefined
       ? t("ofTotal", { completed: formatInteger(task.completed), total: formatInteger(task.total) }) + unitText(task)
       : "";
     setText(row.querySelector(".count"), count);
-    const rate = task.rate !== null && task.total !== null
-      ? t("rate", { rate: formatNumber(task.rate) + unitText(task) }) : "";
-    setText(row.querySelector(".rate"), rate);
   } else {
-    setText(percentText, "");
+    setText(percentText, finished ? t(`state_${task.state}`) : "");
     setText(row.querySelector(".count"), task.completed > 0 ? formatInteger(task.completed) + unitText(task) : "");
-    setText(row.querySelector(".rate"), "");
     setAttr(activity, "aria-label", displayName(task));
-    setAttr(activity, "aria-valuetext", task.stalled ? stallText(task) : finished ? t(`state_${task.state}`) : t("working"));
+    setAttr(activity, "aria-valuetext", task.stalled ? stallText(task) : t("working"));
   }
-  activity.classList.toggle("stopped", (task.stalled || finished));
+  setText(row.querySelector(".rate"), showsRate(task) ? t("rate", { rate: formatNumber(task.rate) + unitText(task) }) : "");
+  activity.classList.toggle("stopped", task.stalled || finished);
   bar.classList.toggle("stopped", task.stalled && !finished);
-  setText(row.querySelector(".eta"), left !== null && !task.stalled ? t("etaLeft", { duration: formatDuration(left) }) : "");
+  setText(row.querySelector(".eta"), left !== null ? t("etaLeft", { duration: formatDuration(left) }) : "");
   setText(row.querySelector(".stall"), stallText(task));
+  setText(row.querySelector(".when"), whenText(task));
+  const signal = lastSignalAge(task, now);
+  setText(row.querySelector(".signal"), signal !== null ? t("lastSignal", { age: formatDuration(signal, "short") }) : "");
 
   const cancel = row.querySelector(".cancel");
+  const terminate = row.querySelector(".terminate");
   const confirm = row.querySelector(".confirm");
+  if (finished) {
+    state.canceling.delete(task.id);
+    state.confirming.delete(task.id);
+    state.cancelAskedAt.delete(task.id);
+  } else if (task.cancel_requested && !state.cancelAskedAt.has(task.id)) {
+    state.cancelAskedAt.set(task.id, performance.now());
+  }
   const cancellable = state.canCancel && !finished;
   const canceling = !finished && (state.canceling.has(task.id) || task.cancel_requested);
-  if (finished) { state.canceling.delete(task.id); state.confirming.delete(task.id); }
-  const confirming = cancellable && !canceling && state.confirming.has(task.id);
+  const asking = cancellable ? state.confirming.get(task.id) : undefined;
+  const confirming = asking === "terminate" || (asking === "cancel" && !canceling);
+  const offerTerminate = cancellable && terminateOffered(task, state.cancelAskedAt.get(task.id), performance.now());
   cancel.hidden = !cancellable || confirming;
-  cancel.disabled = canceling;
+  // Offline, nothing can be sent: the buttons wait, and say why.
+  cancel.disabled = canceling || away;
+  setAttr(cancel, "title", away ? t("unavailableOffline") : null);
+  setAttr(cancel, "aria-describedby", away ? "offline-note" : null);
   setText(cancel, canceling ? t("canceling") : t("cancel"));
-  setAttr(cancel, "aria-label", canceling ? `${t("canceling")} ${displayName(task)}` : `${t("cancel")} ${displayName(task)}`);
+  setAttr(cancel, "aria-label", t(canceling ? "cancelingNamed" : "cancelNamed", { name: displayName(task) }));
+  terminate.hidden = !offerTerminate || confirming;
+  terminate.disabled = away;
+  setAttr(terminate, "title", away ? t("unavailableOffline") : null);
+  setAttr(terminate, "aria-describedby", away ? "offline-note" : null);
+  setText(terminate, t("terminate"));
+  setAttr(terminate, "aria-label", t("terminateNamed", { name: displayName(task) }));
   const wasHidden = confirm.hidden;
   confirm.hidden = !confirming;
-  setNamed(confirm.querySelector(".question"), "cancelConfirm", displayName(task));
-  setText(confirm.querySelector(".yes"), t("cancelYes"));
+  setNamed(confirm.querySelector(".question"), asking === "terminate" ? "terminateConfirm" : "cancelConfirm", displayName(task));
+  const yes = confirm.querySelector(".yes");
+  setText(yes, t(asking === "terminate" ? "terminateYes" : "cancelYes"));
+  yes.disabled = away;
   setText(confirm.querySelector(".no"), t("cancelNo"));
+  const failure = row.querySelector(".action-error");
+  const failed = state.actionErrors.get(task.id) ?? "";
+  failure.hidden = failed === "";
+  setText(failure, failed);
   // "Keep running" takes the focus: Enter, Enter must not cancel by accident.
   if (confirming && wasHidden) requestAnimationFrame(() => confirm.querySelector(".no").focus());
 }
@@ -348,15 +429,13 @@ const MEMBERSHIP = new Set(["task.created", "task.finished", "task.stalled", "ta
 
 function rootFilter() { return state.filter === "running" || state.filter === "finished" || state.filter === "all"; }
 
-function idSearch() { return state.searchBy === "id" ? state.search : ""; }
-
 function listQuery() {
   const query = new URLSearchParams({ page_size: String(PAGE_SIZE) });
   if (rootFilter()) query.set("root", "true");
   const states = { running: ["pending", "running"], failed: ["failed"], finished: ["succeeded", "failed", "canceled"] }[state.filter];
   for (const s of states ?? []) query.append("state", s);
   if (state.filter === "stalled") query.set("stalled", "true");
-  if (idSearch()) query.set("id_prefix", idSearch());
+  if (state.search) query.set("q", state.search);
   const token = state.pageTokens[state.page - 1];
   if (token) query.set("page_token", token);
   return query;
@@ -373,7 +452,7 @@ function lingers(task) {
 
 function matchesFilter(task) {
   if (rootFilter() && task.parent_id) return false;
-  if (idSearch() && !task.id.startsWith(idSearch())) return false;
+  if (!matchesSearch(task, state.search)) return false;
   switch (state.filter) {
     case "running": return task.state === "pending" || task.state === "running" || lingers(task);
     case "stalled": return task.stalled && !FINISHED.has(task.state);
@@ -405,6 +484,7 @@ function holding() {
 
 /// Reads the current page again soon (at most once per REFRESH_MS).
 function scheduleRefresh() {
+  scheduleSummary();
   if (state.refreshTimer) return;
   const wait = Math.max(150, state.refreshAt + REFRESH_MS - performance.now());
   state.refreshTimer = setTimeout(() => { state.refreshTimer = null; refreshList(); }, wait);
@@ -412,7 +492,7 @@ function scheduleRefresh() {
 
 /// Which listing the current query names.
 function listKey() {
-  return JSON.stringify([state.filter, idSearch(), state.page, state.pageTokens[state.page - 1] ?? null]);
+  return JSON.stringify([state.filter, state.search, state.page, state.pageTokens[state.page - 1] ?? null]);
 }
 
 /// At most this many more pages are read to fill a page whose rows are mostly hidden.
@@ -489,7 +569,7 @@ async function refreshList({ fresh = false } = {}) {
   } catch (error) {
     if (serial !== state.listSerial) return;
     if (error instanceof APIError && error.status === 401) return tokenRefused(error);
-    $("list-error").textContent = t("loadFailed", { detail: error.message });
+    $("list-error").textContent = t("loadFailed", { detail: errorText(error) });
     $("list-error").hidden = false;
     // A navigation that failed: the pager works again (the rows are those shown before).
     if (!state.listed && state.rows.length) state.listed = true;
@@ -498,19 +578,28 @@ async function refreshList({ fresh = false } = {}) {
   }
 }
 
-/// Reads another page: the pager waits (its buttons disabled) until it has arrived.
+/// Reads another page: the pager waits (its buttons disabled) until it has arrived; then
+/// the page is shown from its top, the focus on its first task (not left on a pager
+/// button at the bottom of rows that changed under it).
 function navigate() {
   state.listed = false;
   state.rowsKey = null;
   state.held.clear();
   listDirty = true;
   scheduleRender();
-  refreshList({ fresh: true });
+  const serial = state.listSerial + 1;
+  refreshList({ fresh: true }).then(() => {
+    if (state.listSerial !== serial) return;
+    requestAnimationFrame(() => {
+      window.scrollTo(0, 0);
+      ($("tasks").querySelector(".name") ?? $("next-page-top")).focus({ preventScroll: true });
+    });
+  });
 }
 
 /// Starts the listing over at page 1 (a new filter or search).
 function restartList() {
-  state.listedPrefix = idSearch();
+  state.listedSearch = state.search;
   state.page = 1;
   state.pageTokens = [null];
   state.nextToken = null;
@@ -526,9 +615,7 @@ function restartList() {
 
 function reconcileList() {
   const list = $("tasks");
-  const search = state.searchBy === "name" ? state.search.toLowerCase() : "";
-  const wanted = state.rows.map((id) => model.get(id)).filter(Boolean)
-    .filter((task) => !search || displayName(task).toLowerCase().startsWith(search));
+  const wanted = state.rows.map((id) => model.get(id)).filter(Boolean);
   const keep = new Set(wanted.map((task) => task.id));
   for (const [id, row] of listRows) if (!keep.has(id)) { row.remove(); listRows.delete(id); }
   let cursor = list.firstElementChild;
@@ -539,15 +626,55 @@ function reconcileList() {
     if (state.expanded.has(task.id)) reconcileChildren(task.id);
   }
   $("empty").hidden = wanted.length > 0 || !state.listed;
-  // A name search filters this page: no match here is not "no tasks".
-  setText($("empty"), search && state.rows.length ? t("noNameMatch", { name: isolate(state.search) }) : t("empty"));
+  // A search without a match is not "no tasks".
+  setText($("empty"), state.search ? t("noSearchMatch", { q: isolate(state.search) }) : t("empty"));
   const held = state.held.size;
   $("new-tasks").hidden = held === 0;
   setText($("new-tasks"), t(held === 1 ? "newTask" : "newTasks", { count: formatInteger(held) }));
   const pages = Math.max(1, Math.ceil(state.totalSize / PAGE_SIZE));
-  setText($("page-text"), t("pageOf", { page: formatInteger(Math.min(state.page, pages)), pages: formatInteger(pages) }));
-  $("prev-page").disabled = !state.listed || state.page <= 1;
-  $("next-page").disabled = !state.listed || !state.nextToken;
+  const pageText = t("pageOf", { page: formatInteger(Math.min(state.page, pages)), pages: formatInteger(pages) });
+  // The same pager above and below the rows.
+  for (const suffix of ["", "-top"]) {
+    setText($(`page-text${suffix}`), pageText);
+    $(`prev-page${suffix}`).disabled = !state.listed || state.page <= 1;
+    $(`next-page${suffix}`).disabled = !state.listed || !state.nextToken;
+  }
+  // One page only: the top pager would say nothing the bottom one does not.
+  $("pager-top").hidden = pages <= 1 && state.page <= 1;
+  renderCounts();
+}
+
+/// The tabs' counts (GET /v1/tasks/summary), each with its accessible wording.
+function renderCounts() {
+  for (const button of document.querySelectorAll("[data-filter]")) {
+    const count = state.counts?.[button.dataset.filter];
+    const node = button.querySelector(".count");
+    setText(node, typeof count === "number" ? formatInteger(count) : "");
+    const label = t(button.querySelector("[data-i18n]").dataset.i18n);
+    setAttr(button, "aria-label", typeof count === "number" ? tn("tabCount", count, { label }) : null);
+  }
+}
+
+/// Reads the tab counts again soon (at most once per REFRESH_MS).
+function scheduleSummary() {
+  if (state.summaryTimer) return;
+  const wait = Math.max(150, state.summaryAt + REFRESH_MS - performance.now());
+  state.summaryTimer = setTimeout(() => { state.summaryTimer = null; loadSummary(); }, wait);
+}
+
+/// Reads the tab counts; a server without the summary route leaves the tabs without counts.
+async function loadSummary() {
+  clearTimeout(state.summaryTimer);
+  state.summaryTimer = null;
+  state.summaryAt = performance.now();
+  try {
+    state.counts = tabCounts(await request("GET", "/v1/tasks/summary"));
+  } catch (error) {
+    if (error instanceof APIError && error.status === 401) return tokenRefused(error);
+    if (error instanceof APIError) state.counts = null;
+  }
+  listDirty = true;
+  scheduleRender();
 }
 
 /// Shows the new tasks held above the list, from the top.
@@ -584,7 +711,7 @@ async function loadChildren(parentID) {
     for (const task of page.tasks) model.put(task, false);
   } catch (error) {
     if (error instanceof APIError && error.status === 401) return tokenRefused(error);
-    if (parentID !== state.detailID) announce(t("loadFailed", { detail: error.message }));
+    if (parentID !== state.detailID) announce(t("loadFailed", { detail: errorText(error) }));
   }
   childrenDirty.add(parentID);
   model.dirty.add(parentID);
@@ -639,7 +766,9 @@ function prune() {
   if (state.detailID) parents.add(state.detailID);
   model.prune((task) => keep.has(task.id) || (task.parent_id !== null && parents.has(task.parent_id)));
   for (const id of state.expanded) if (!model.get(id)) state.expanded.delete(id);
-  for (const id of state.confirming) if (!model.get(id)) state.confirming.delete(id);
+  for (const id of state.confirming.keys()) if (!model.get(id)) state.confirming.delete(id);
+  for (const id of state.cancelAskedAt.keys()) if (!model.get(id)) state.cancelAskedAt.delete(id);
+  for (const id of state.actionErrors.keys()) if (!model.get(id)) state.actionErrors.delete(id);
   forgetDetachedRows();
   if (state.held.size > 10_000) state.held = new Set([...state.held].slice(-10_000));
 }
@@ -653,14 +782,24 @@ function announce(text) {
 }
 
 function setConnection(kind) {
+  const wasOffline = offline();
   state.connection = kind;
   const node = $("connection");
   node.dataset.state = kind;
-  const text = kind === "offline" ? t("offlineSince", { time: formatClock(new Date(state.lostAt)) }) : t(kind);
+  const since = state.lostAt ? formatClock(new Date(state.lostAt)) : "";
+  const text = kind === "offline" ? t("offlineSince", { time: since }) : t(kind);
   if ($("connection-text").textContent !== text) {
     $("connection-text").textContent = text;
     if (kind !== "connecting") announce(text);
   }
+  // Offline, the whole page says so: the indicators stand still (style.css, by the body's
+  // data-connection) and the note says why the actions wait.
+  document.body.dataset.connection = kind;
+  const note = $("offline-note");
+  note.hidden = !offline();
+  setText(note, kind === "offline" ? t("offlineNote", { time: since }) : offline() ? t("reconnectingNote") : "");
+  if (wasOffline !== offline()) for (const id of rendered.keys()) model.dirty.add(id);
+  scheduleRender();
 }
 
 function connectionLost() {
@@ -675,6 +814,8 @@ function onTaskEvent(event) {
   let data;
   try { data = JSON.parse(event.data); } catch { return; }
   if (event.lastEventId) state.lastEventID = event.lastEventId;
+  // The tab counts follow every change of state, shown on this page or not.
+  if (MEMBERSHIP.has(event.type)) scheduleSummary();
   if (event.type === "task.deleted") {
     model.markDeleted(data.id);
     leave(data.id);
@@ -704,6 +845,10 @@ function onTaskEvent(event) {
   // New progress (or the end) adds to the history; a signal, a stall or the clock do not.
   if (data.id === state.detailID && changed
     && (!before || before.last_progress_at !== data.last_progress_at || before.state !== data.state)) historyChanged();
+  // A new last line: the output tail is read again.
+  if (data.id === state.detailID && changed && before && ((before.last_output ?? null) !== (data.last_output ?? null) || before.state !== data.state)) {
+    outputChanged();
+  }
   if (rendered.has(data.id) && before) {
     if (event.type === "task.finished") announce(t("announceFinished", { name: isolate(displayName(data)), state: t(`state_${data.state}`) }));
     else if (event.type === "task.stalled") announce(t("announceStalled", { name: isolate(displayName(data)) }));
@@ -770,6 +915,8 @@ function clearDetail() {
   $("detail-row").replaceChildren();
   $("detail-children").replaceChildren();
   $("fields").replaceChildren();
+  $("output").replaceChildren();
+  setText($("output-empty"), "");
   drawHistory($("chart"), []);
   setText($("chart-caption"), "");
   $("detail-body").hidden = true;
@@ -795,7 +942,7 @@ async function openDetail(id) {
       if (error instanceof APIError && error.status === 401) return tokenRefused(error);
       showDetailProblem(error instanceof APIError && (error.status === 404 || error.status === 403)
         ? t(error.status === 404 ? "taskMissing" : "taskHidden", { id: isolate(id) })
-        : t("loadFailed", { detail: error.message }));
+        : t("loadFailed", { detail: errorText(error) }));
       $("back").focus();
       return;
     }
@@ -805,11 +952,15 @@ async function openDetail(id) {
   setText($("detail-heading"), displayName(task));
   $("detail-body").hidden = false;
   const list = element("ul", "tasks detail-task");
-  list.append(createRow(task));
+  const row = createRow(task);
+  list.append(row);
   $("detail-row").replaceChildren(list);
+  // Drawn again now that it knows it is the detail page's own row (no expander).
+  updateRow(row, task);
   renderDetailFields(task);
   fitHistory();
   loadHistory();
+  loadOutput();
   loadChildren(id);
   $("back").focus();
 }
@@ -836,18 +987,26 @@ function renderDetailFields(task) {
   const progress = task.total !== null
     ? `${t("ofTotal", { completed: formatInteger(task.completed), total: formatInteger(task.total) })}${unitText(task)}`
     : task.fraction !== null ? formatPercentText(task.fraction) : formatInteger(task.completed);
-  const left = secondsLeft(task);
+  const left = offline() ? null : secondsLeft(task);
+  const signal = noSignalSeconds(task, Date.now());
+  const badge = badgeOf(task);
+  // Why first: the state (or what needs attention) and the message lead, times follow.
   const fields = [
-    ["field_id", task.id], ["field_name", plain(task.name)], ["field_state", t(`state_${task.state}`)],
+    ["field_id", task.id], ["field_name", plain(task.name)],
+    ["field_state", badge.startsWith("attention_") ? `${t(`state_${task.state}`)} · ${t(`badge_${badge}`)}` : t(`state_${task.state}`)],
+    ["field_message", plain(task.message) || none],
     ["field_label", plain(task.label) || none], ["field_progress", progress],
-    ["field_rate", task.rate !== null ? t("rate", { rate: formatNumber(task.rate) + unitText(task) }) : none],
+    ["field_children", childrenText(task) || none],
+    // A parent's rate is a fraction per second ("0/s"): not shown.
+    ["field_rate", showsRate(task) ? t("rate", { rate: formatNumber(task.rate) + unitText(task) }) : none],
     ["field_eta", left !== null ? formatDuration(left) : none],
-    ["field_stall", task.stalled ? stallText(task) : t("no")],
+    ["field_stall", task.stalled && !FINISHED.has(task.state) ? stallText(task) : t("no")],
+    ["field_last_signal", signal !== null && !FINISHED.has(task.state) ? t("ago", { age: formatDuration(signal, "short") }) : none],
+    ["field_ran", formatDuration(elapsedSeconds(task, Date.now()), "short")],
     ["field_stall_timeout", formatDuration(task.stall_timeout_seconds)],
     ["field_cancel", task.cancel_requested ? t("yes") : t("no")],
     ["field_parent", task.parent_id || none], ["field_created", date(task.created_at)],
     ["field_updated", date(task.updated_at)], ["field_finished", date(task.finished_at)],
-    ["field_message", plain(task.message) || none],
   ];
   const list = $("fields");
   if (list.children.length !== fields.length * 2) {
@@ -857,6 +1016,40 @@ function renderDetailFields(task) {
     setText(list.children[index * 2], t(key));
     setText(list.children[index * 2 + 1], String(value));
   });
+}
+
+/// The detail task printed more: its output tail is read again (at most every second).
+function outputChanged() {
+  if (state.outputTimer) return;
+  const wait = Math.max(0, state.outputAt + 1000 - performance.now());
+  state.outputTimer = setTimeout(() => { state.outputTimer = null; loadOutput(); }, wait);
+}
+
+/// Reads and shows the detail task's output tail (its last lines, oldest first).
+async function loadOutput() {
+  const id = state.detailID;
+  if (!id) return;
+  state.outputAt = performance.now();
+  const box = $("output");
+  try {
+    const tail = await request("GET", `/v1/tasks/${encodeURIComponent(id)}/output`);
+    if (state.detailID !== id) return;
+    const lines = Array.isArray(tail?.lines) ? tail.lines : [];
+    box.replaceChildren(...lines.map((line) => {
+      const item = element("span", "line", plain(line.line));
+      if (line.t) item.title = formatDateTime(new Date(line.t));
+      return item;
+    }));
+    box.hidden = lines.length === 0;
+    setText($("output-empty"), lines.length === 0 ? t("outputEmpty") : "");
+  } catch (error) {
+    if (state.detailID !== id) return;
+    if (error instanceof APIError && error.status === 401) return tokenRefused(error);
+    box.hidden = true;
+    // A daemon without output tails (404 on the route) has none to show.
+    setText($("output-empty"), error instanceof APIError && error.status === 404 ? t("outputEmpty")
+      : t("loadFailed", { detail: errorText(error) }));
+  }
 }
 
 /// The detail task reported progress: its history is read again (at most every 2 s).
@@ -879,7 +1072,7 @@ async function loadHistory() {
   const points = state.detailPoints;
   $("zoom-in").disabled = points >= MAX_POINTS;
   $("zoom-out").disabled = points <= MIN_POINTS;
-  setText($("zoom-text"), t("points", { count: formatInteger(points) }));
+  setText($("zoom-text"), tn("points", points));
   try {
     const history = await request("GET", `/v1/tasks/${encodeURIComponent(id)}/history?max_points=${points}`);
     if (state.detailID !== id) return;
@@ -888,12 +1081,12 @@ async function loadHistory() {
     const until = task && !FINISHED.has(task.state) ? new Date() : null;
     const drawn = drawHistory($("chart"), history.points, until);
     setText($("chart-caption"), drawn.count
-      ? t("chartCaption", { count: formatInteger(drawn.count), from: formatDateTime(drawn.first), to: formatDateTime(drawn.last) })
+      ? tn("chartCaption", drawn.count, { from: formatDateTime(drawn.first), to: formatDateTime(drawn.last) })
       : t("chartEmpty"));
   } catch (error) {
     if (state.detailID !== id) return;
     if (error instanceof APIError && error.status === 401) return tokenRefused(error);
-    setText($("chart-caption"), error.message);
+    setText($("chart-caption"), t("loadFailed", { detail: errorText(error) }));
   }
 }
 
@@ -928,24 +1121,54 @@ function route() {
 
 // MARK: - Cancel, tokens, start
 
-async function cancelTask(id) {
-  state.confirming.delete(id);
-  state.canceling.add(id);
-  model.dirty.add(id);
-  scheduleRender();
-  // The button that had the focus is gone: the task's link takes it.
+/// The focus, on a confirmation button that is gone, moves to the task's link.
+function focusTaskLink(id) {
   requestAnimationFrame(() => {
     const row = document.activeElement?.closest?.("li.task") ?? listRows.get(id);
     (row?.querySelector(".name") ?? listRows.get(id)?.querySelector(".name"))?.focus();
   });
+}
+
+/// Says on the task's rows (and to screen readers) that an action failed, and why.
+function actionFailed(id, key, error) {
+  const text = t(key, { detail: errorText(error) });
+  state.actionErrors.set(id, text);
+  model.dirty.add(id);
+  announce(text);
+  if (error instanceof APIError && error.status === 401) tokenRefused(error);
+}
+
+async function cancelTask(id) {
+  state.confirming.delete(id);
+  state.actionErrors.delete(id);
+  state.canceling.add(id);
+  model.dirty.add(id);
+  scheduleRender();
+  focusTaskLink(id);
   try {
     const task = await request("POST", `/v1/tasks/${encodeURIComponent(id)}/cancel`, {});
+    state.cancelAskedAt.set(id, performance.now());
     model.put(task, model.streamed.has(id));
   } catch (error) {
     state.canceling.delete(id);
-    model.dirty.add(id);
-    announce(t("cancelFailed", { detail: error.message }));
-    if (error instanceof APIError && error.status === 401) tokenRefused(error);
+    actionFailed(id, "cancelFailed", error);
+  }
+  scheduleRender();
+}
+
+/// Finishes a task whose cancel went unanswered (its runner died or ignores it): the
+/// server marks it canceled, "terminated", with its unfinished descendants.
+async function terminateTask(id) {
+  state.confirming.delete(id);
+  state.actionErrors.delete(id);
+  model.dirty.add(id);
+  scheduleRender();
+  focusTaskLink(id);
+  try {
+    const task = await request("POST", `/v1/tasks/${encodeURIComponent(id)}/terminate`, {});
+    model.put(task, model.streamed.has(id));
+  } catch (error) {
+    actionFailed(id, "terminateFailed", error);
   }
   scheduleRender();
 }
@@ -997,6 +1220,7 @@ async function start({ quiet = false } = {}) {
   started = true;
   if (!state.source || state.source.readyState === EventSource.CLOSED) connect();
   refreshList();
+  loadSummary();
   for (const id of rendered.keys()) model.dirty.add(id);
   scheduleRender();
 }
@@ -1008,10 +1232,8 @@ function tick() {
       if (task && FINISHED.has(task.state) && !lingers(task)) leave(id);
     }
   }
-  for (const id of rendered.keys()) {
-    const task = model.get(id);
-    if (task && (task.stalled || task.eta_seconds !== null)) model.dirty.add(id);
-  }
+  // Every row tells ages (running for, last signal, stall, time left): all are drawn again.
+  for (const id of rendered.keys()) model.dirty.add(id);
   if (state.connection === "reconnecting" && state.lostAt && Date.now() - state.lostAt > OFFLINE_AFTER_MS) {
     setConnection("offline");
   }
@@ -1029,7 +1251,7 @@ function relabel() {
 }
 
 function setSearchHint() {
-  setText($("search-hint"), t(state.searchBy === "id" ? "searchHintId" : "searchHintName"));
+  setText($("search-hint"), t("searchHint"));
 }
 
 function setup() {
@@ -1075,30 +1297,25 @@ function setup() {
   let searchTimer = null;
   const searched = () => {
     clearTimeout(searchTimer);
-    const value = $("search").value.trim();
-    const by = $("search-by").value;
-    state.search = value;
-    state.searchBy = by;
-    setSearchHint();
-    if (idSearch() !== state.listedPrefix) searchTimer = setTimeout(restartList, 250);
-    listDirty = true;
-    scheduleRender();
+    state.search = $("search").value.trim();
+    if (state.search !== state.listedSearch) searchTimer = setTimeout(restartList, 250);
   };
   $("search").addEventListener("input", searched);
-  $("search-by").addEventListener("change", searched);
   setSearchHint();
   $("new-tasks").addEventListener("click", showHeld);
-  $("prev-page").addEventListener("click", () => {
-    if (state.page <= 1 || !state.listed) return;
-    state.page -= 1;
-    navigate();
-  });
-  $("next-page").addEventListener("click", () => {
-    if (!state.nextToken || !state.listed) return;
-    state.pageTokens[state.page] = state.nextToken;
-    state.page += 1;
-    navigate();
-  });
+  for (const suffix of ["", "-top"]) {
+    $(`prev-page${suffix}`).addEventListener("click", () => {
+      if (state.page <= 1 || !state.listed) return;
+      state.page -= 1;
+      navigate();
+    });
+    $(`next-page${suffix}`).addEventListener("click", () => {
+      if (!state.nextToken || !state.listed) return;
+      state.pageTokens[state.page] = state.nextToken;
+      state.page += 1;
+      navigate();
+    });
+  }
   $("token-form").addEventListener("submit", (event) => {
     event.preventDefault();
     const token = $("token-input").value.trim();

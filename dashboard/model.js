@@ -102,9 +102,10 @@ export function newestFirst(a, b) {
   return a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : a.id < b.id ? 1 : -1;
 }
 
-/// Whether a task has children: one known, or a task with a fraction but no total (only
-/// a parent's roll-up is quantified without one).
+/// Whether a task has children: the server's `children` counts say so, one is known, or a
+/// task with a fraction but no total (only a parent's roll-up is quantified without one).
 export function hasChildren(model, task) {
+  if ((task.children?.total ?? 0) > 0) return true;
   if (task.mode === "quantified" && task.total === null) return true;
   return model.parents.has(task.id) || (model.children.get(task.id)?.size ?? 0) > 0;
 }

@@ -16,7 +16,9 @@ apt_packages=(pkg-config libmicrohttpd-dev libsqlite3-dev libgnutls28-dev libcur
 # and put the database on a small filesystem that fills up or turns read-only (mount,
 # findmnt from util-linux; mkfs.ext4, e2fsck from e2fsprogs), and start a private PostgreSQL
 # server (postgresql: initdb, pg_ctl, psql; run as its postgres user through runuser).
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd util-linux e2fsprogs postgresql)
+# The dashboard's pure modules are unit-tested by Node's own runner (nodejs: `node --test`),
+# and its Korean screenshots need a CJK font (fonts-noto-cjk), else Hangul draws as boxes.
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && apt_packages+=(nginx python3-venv chromium chromium-driver openssl curl tmux zsh fish sqlite3 prometheus systemd util-linux e2fsprogs postgresql nodejs fonts-noto-cjk)
 # The benchmarks also run Redis beside the daemon (redis-server) with a load client in C
 # (bench/redis-progress.c) and event-stream subscribers in C (bench/sse-subscribers.c), compiled by gcc.
 [ "${HEADWAY_BENCH:-0}" = 1 ] && apt_packages+=(wrk nginx libnginx-mod-nchan util-linux python3-venv openssl sqlite3 postgresql redis-server gcc libc6-dev)
