@@ -668,7 +668,9 @@ async function loadSummary() {
   state.summaryTimer = null;
   state.summaryAt = performance.now();
   try {
-    state.counts = tabCounts(await request("GET", "/v1/tasks/summary"));
+    const [summary, roots] = await Promise.all([request("GET", "/v1/tasks/summary"),
+                                                request("GET", "/v1/tasks/summary?root=true")]);
+    state.counts = tabCounts(summary, roots);
   } catch (error) {
     if (error instanceof APIError && error.status === 401) return tokenRefused(error);
     if (error instanceof APIError) state.counts = null;

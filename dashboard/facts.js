@@ -136,17 +136,20 @@ export function errorWords(error) {
   return { key: "errorStatus", values: { status } };
 }
 
-/// The tab counts from GET /v1/tasks/summary, by the page's filters; null without one.
-export function tabCounts(summary) {
-  if (!summary || typeof summary !== "object") return null;
-  const n = (key) => (typeof summary[key] === "number" ? summary[key] : 0);
-  const finished = n("succeeded") + n("failed") + n("canceled");
+/// The tab counts, each counting what its tab lists: `summary` is GET /v1/tasks/summary
+/// (every task: the Stalled and Failed tabs list children too) and `roots` the same with
+/// `root=true` (the Running, Finished and All tabs list top-level tasks); null without them.
+export function tabCounts(summary, roots = summary) {
+  const valid = (value) => value && typeof value === "object";
+  if (!valid(summary) || !valid(roots)) return null;
+  const n = (counts, key) => (typeof counts[key] === "number" ? counts[key] : 0);
+  const finished = (counts) => n(counts, "succeeded") + n(counts, "failed") + n(counts, "canceled");
   return {
-    running: n("pending") + n("running"),
-    stalled: n("stalled"),
-    failed: n("failed"),
-    finished,
-    all: n("pending") + n("running") + finished,
+    running: n(roots, "pending") + n(roots, "running"),
+    stalled: n(summary, "stalled"),
+    failed: n(summary, "failed"),
+    finished: finished(roots),
+    all: n(roots, "pending") + n(roots, "running") + finished(roots),
   };
 }
 

@@ -1171,9 +1171,13 @@ def test_tabs_count_their_tasks(page, headwayd):
         register(headwayd, id=f"r{number}", name=f"Run {number}", total=10)
     register(headwayd, id="bad", name="Bad", total=10)
     assert httpx.post(f"{headwayd}/v1/tasks/bad/finish", json={"outcome": "failed"}).status_code == 200
+    # A child is listed under its parent, not in the Running tab, so that tab does not count
+    # it; its failure is listed in the Failed tab, which does.
+    register(headwayd, id="r0-child", name="Run 0 child", total=10, parent_id="r0")
+    assert httpx.post(f"{headwayd}/v1/tasks/r0-child/finish", json={"outcome": "failed"}).status_code == 200
     open_dashboard(page, headwayd)
     count = lambda name: page.find_element(By.CSS_SELECTOR, f'[data-filter="{name}"] .count').text
-    poll(lambda: (count("running"), count("failed"), count("finished"), count("all")) == ("3", "1", "1", "4"), 5, "counts")
+    poll(lambda: (count("running"), count("failed"), count("finished"), count("all")) == ("3", "2", "1", "4"), 5, "counts")
     assert page.find_element(By.CSS_SELECTOR, '[data-filter="running"]').get_attribute("aria-label") == "Running, 3 tasks"
     register(headwayd, id="r9", name="Run 9", total=10)
     poll(lambda: count("running") == "4", 5, "the count follows")

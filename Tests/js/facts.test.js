@@ -130,6 +130,10 @@ test("errors: a request that never reached the server is not \"Failed to fetch\"
 test("tab counts from the summary; none without one", () => {
   assert.deepEqual(tabCounts({ pending: 1, running: 5, stalled: 2, succeeded: 7, failed: 3, canceled: 1 }),
     { running: 6, stalled: 2, failed: 3, finished: 11, all: 17 });
+  // Running, Finished and All list top-level tasks; Stalled and Failed list children too.
+  assert.deepEqual(tabCounts({ pending: 1, running: 5, stalled: 2, succeeded: 7, failed: 3, canceled: 1 },
+                             { pending: 0, running: 2, stalled: 0, succeeded: 1, failed: 1, canceled: 0 }),
+    { running: 2, stalled: 2, failed: 3, finished: 2, all: 4 });
   assert.equal(tabCounts(null), null);
 });
 
