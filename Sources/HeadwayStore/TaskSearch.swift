@@ -10,6 +10,9 @@ import HeadwayCore
 /// indexed trigram that begins with it (each text is indexed with two U+001F after it, so
 /// any occurrence begins one), read from the index's vocabulary (`task_search_terms`) and
 /// matched as one OR: still from the index, though such a short text matches many tasks.
+/// When it begins more than `maximumTermsInOr` trigrams (names can be made to hold a
+/// million beginning with "a"), the tasks are read from the index's instances of those
+/// trigrams instead (`task_search_instances`, migration 0012).
 /// The index hands out the matching keys newest first (FTS5 reads its rowids backwards),
 /// joined with `tasks` for the listing's other conditions. The join is a `CROSS JOIN`,
 /// which keeps the index as the outer loop: with a plain join SQLite walked the listing
@@ -39,15 +42,14 @@ enum TaskSearch {
                     + conditions.map { " AND " + $0 }.joined() + " ORDER BY t.seq DESC LIMIT ?",
                 [pattern, pattern] + arguments + [.integer(Int64(limit))]) { $0.int(0) }
         }
-        guard let match = try matchExpression(text, in: database) else { return [] }
+        guard let source = try indexSource(text, in: database) else { return [] }
         if let beforeKey {
-            conditions.append("task_search.rowid < ?")
+            conditions.append(source.key + " < ?")
             arguments.append(.integer(beforeKey))
         }
         return try database.rows(
-            "SELECT t.seq FROM task_search CROSS JOIN tasks AS t ON t.seq = task_search.rowid WHERE task_search MATCH ?"
-                + conditions.map { " AND " + $0 }.joined() + " ORDER BY task_search.rowid DESC LIMIT ?",
-            [.text(match)] + arguments + [.integer(Int64(limit))]) { $0.int(0) }
+            "SELECT t.seq FROM " + source.from + conditions.map { " AND " + $0 }.joined() + " ORDER BY " + source.key + " DESC LIMIT ?",
+            source.arguments + arguments + [.integer(Int64(limit))]) { $0.int(0) }
     }
 
     /// How many tasks hold `text` and match the rest of `filter`.
@@ -59,27 +61,67 @@ enum TaskSearch {
                 "SELECT count(*) FROM tasks AS t WHERE (t.id ILIKE ? OR t.name ILIKE ?)" + conditions.map { " AND " + $0 }.joined(),
                 [pattern, pattern] + arguments) ?? 0
         }
-        guard let match = try matchExpression(text, in: database) else { return 0 }
-        // Without other conditions the index alone answers.
-        guard !conditions.isEmpty else {
+        guard let source = try indexSource(text, in: database) else { return 0 }
+        // A phrase without other conditions: the index alone answers.
+        if conditions.isEmpty, case .phrase(let match) = source {
             return try database.scalar("SELECT count(*) FROM task_search WHERE task_search MATCH ?", [.text(match)]) ?? 0
         }
-        return try database.scalar(
-            "SELECT count(*) FROM task_search CROSS JOIN tasks AS t ON t.seq = task_search.rowid WHERE task_search MATCH ?"
-                + conditions.map { " AND " + $0 }.joined(),
-            [.text(match)] + arguments) ?? 0
+        return try database.scalar("SELECT count(*) FROM " + source.from + conditions.map { " AND " + $0 }.joined(),
+                                   source.arguments + arguments) ?? 0
     }
 
-    /// The FTS5 query for `text` (see the type's comment); nil when no indexed trigram
+    /// The most trigrams a short text's OR may name; past it, the index's instances are read.
+    static let maximumTermsInOr = 64
+
+    /// Where the index finds a text's tasks, as the start of a query over `tasks AS t` that
+    /// more conditions follow with `AND`.
+    enum IndexSource {
+        /// An FTS5 query: a text's phrase, or the OR of the few trigrams a short text begins.
+        case phrase(String)
+        /// The tasks holding any trigram in `[lower, upper)`, from the index's instances: for a
+        /// short text that begins more trigrams than an OR should name (an OR of n trigrams
+        /// costs n steps per match; this costs what those trigrams' entries are).
+        case instances(lower: String, upper: String)
+
+        var from: String {
+            switch self {
+            case .phrase:
+                "task_search CROSS JOIN tasks AS t ON t.seq = task_search.rowid WHERE task_search MATCH ?"
+            case .instances:
+                "(SELECT DISTINCT doc FROM task_search_instances WHERE term >= ? AND term < ?) AS found"
+                    + " CROSS JOIN tasks AS t ON t.seq = found.doc WHERE 1 = 1"
+            }
+        }
+
+        /// The task's key as the query should order by it: a phrase's rowid, which FTS5
+        /// hands out newest first without a sort.
+        var key: String {
+            switch self {
+            case .phrase: "task_search.rowid"
+            case .instances: "t.seq"
+            }
+        }
+
+        var arguments: [SQLValue] {
+            switch self {
+            case .phrase(let match): [.text(match)]
+            case .instances(let lower, let upper): [.text(lower), .text(upper)]
+            }
+        }
+    }
+
+    /// How the index answers `text` (see the type's comment); nil when no indexed trigram
     /// begins with a short `text`, so nothing matches.
-    static func matchExpression(_ text: String, in database: Database) throws(DatabaseError) -> String? {
-        guard text.unicodeScalars.count < 3 else { return quoted(text) }
-        let folded = text.lowercased()
+    static func indexSource(_ text: String, in database: Database) throws(DatabaseError) -> IndexSource? {
+        guard text.unicodeScalars.count < 3 else { return .phrase(quoted(text)) }
+        let lower = text.lowercased()
+        let upper = lower + "\u{10FFFF}"
         let terms = try database.rows(
-            "SELECT term FROM task_search_terms WHERE term >= ? AND term < ?",
-            [.text(folded), .text(folded + "\u{10FFFF}")]) { $0.text(0) }
+            "SELECT term FROM task_search_terms WHERE term >= ? AND term < ? LIMIT ?",
+            [.text(lower), .text(upper), .integer(Int64(maximumTermsInOr + 1))]) { $0.text(0) }
         guard !terms.isEmpty else { return nil }
-        return terms.map(quoted).joined(separator: " OR ")
+        guard terms.count <= maximumTermsInOr else { return .instances(lower: lower, upper: upper) }
+        return .phrase(terms.map(quoted).joined(separator: " OR "))
     }
 
     /// `text` as an FTS5 string (a phrase of its trigrams).

@@ -232,6 +232,19 @@ import Testing
         #expect(path.contains("headway-progress-") && !FileManager.default.fileExists(atPath: path), "\(path)")
     }
 
+    /// A command that puts a FIFO where its progress file was (a careless `mkfifo`) is run
+    /// to its end: the file is looked at without waiting for a writer that never comes.
+    @Test func aProgressFileReplacedByAFIFODoesNotHoldRunUp() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let script = #"rm "$HEADWAY_PROGRESS_FILE"; mkfifo "$HEADWAY_PROGRESS_FILE"; sleep 1; echo done; exit 0"#
+        let ran = collect(try startHeadway(["--server", daemon.url, "run", "--id", "fifo", "--", "/bin/sh", "-c", script],
+                                           timeout: 10))
+        #expect(ran.status == 0 && String(decoding: ran.output, as: UTF8.self) == "done\n", "\(ran.status) \(ran.errorText)")
+        let task = try TestHTTPClient(port: daemon.port).request("GET", "/v1/tasks/fifo").json
+        #expect(task["state"] as? String == "succeeded", "\(task)")
+    }
+
     /// `show` reads as prose: labelled fields, local times with their age; `--json` as sent.
     @Test func showIsReadable() throws {
         let daemon = try LiveDaemon()

@@ -318,9 +318,14 @@ final class ProgressFile {
         let look = (Int(info.st_size), Int(info.st_mtim.tv_sec), Int(info.st_mtim.tv_nsec), UInt(info.st_ino))
         guard look != lastLook else { return nil }
         lastLook = look
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        // The command may have put something else at the path: a FIFO would block a plain
+        // open (and with it `run`'s whole loop) until a writer came, so it is opened
+        // without waiting and only a regular file is read.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
+        var opened = stat()
+        guard fstat(fd, &opened) == 0, opened.st_mode & S_IFMT == S_IFREG else { return nil }
         let length = min(look.0, 4096)
         guard length > 0 else { return nil }
         var buffer = [UInt8](repeating: 0, count: length)
