@@ -243,14 +243,24 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let metrics = ServiceMetrics()
     let storageAlarm = StorageAlarm(logger: logger, clock: clock)
+    var brokerSettings = EventBroker.Settings()
+    brokerSettings.maximumSubscribers = configuration.maximumSubscribers
+    brokerSettings.heartbeatSeconds = configuration.sseHeartbeatSeconds
+    brokerSettings.streamBufferBytes = configuration.streamBufferBytes
+    brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
+    brokerSettings.pacing = configuration.fanOutPacing
+    let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger, counters: metrics.events)
     // On PostgreSQL other daemons may write the same database: each batch takes the
     // writers' lock, continues their numbering and delivers their changes (`SharedWriting`).
     let taskCache = TaskCache()
     let isShared = isPostgresLocation(configuration.databasePath)
     let sharedWriting = isShared ? SharedWriting(changeCounter: changeCounter, cache: taskCache) : nil
+    // The writer hands the events of every committed change to the broker (other daemons'
+    // changes too, through `SharedWriting`); a change's webhook deliveries are written in
+    // its own transaction, and the dispatcher is rung after each batch that wrote some.
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
                                        walSizeLimit: configuration.walSizeLimitBytes, coordinator: sharedWriting,
-                                       heldWrites: taskCache,
+                                       heldWrites: taskCache, events: broker,
                                        observeBatch: { batch in
                                            metrics.observe(batch)
                                            storageAlarm.observe(batch)
@@ -262,14 +272,6 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // Every waiting catch-up holds a subscriber's place, so the subscriber limit bounds them.
     let catchUpReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
                                     maximumWaiting: max(1, configuration.maximumSubscribers), label: "headway.events.catch-up")
-    var brokerSettings = EventBroker.Settings()
-    brokerSettings.maximumSubscribers = configuration.maximumSubscribers
-    brokerSettings.heartbeatSeconds = configuration.sseHeartbeatSeconds
-    brokerSettings.streamBufferBytes = configuration.streamBufferBytes
-    brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
-    brokerSettings.pacing = configuration.fanOutPacing
-    let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger, counters: metrics.events)
-    sharedWriting?.deliverOtherChanges { events in broker.publish(events) }
     let listener = sharedWriting.map { sharedWriting in
         ChangeListener(location: configuration.databasePath, writer: writer, sharedWriting: sharedWriting,
                        reportFailure: { error in logger.log(.warn, "database.listen_failed", ["error": error]) })
@@ -288,7 +290,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     var maintenanceSettings = Maintenance.Settings()
     maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)
     let keeper = TokenKeeper(registry: tokens, writer: writer, broker: broker, clock: clock, logger: logger)
-    let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store, broker: broker,
+    let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store,
                                   clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned,
                                   leadership: leadership)
     var dispatcherSettings = WebhookDispatcher.Settings()
@@ -314,7 +316,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker, catchUpBudget: catchUpBudget,
                   databasePath: configuration.databasePath, errors: errors, unreadReplies: unreadReplies)
         .register(in: &routes)
-    TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors,
+    TaskAPI(writer: writer, reads: apiReads, store: store, clock: clock, logger: logger, errors: errors,
             metrics: metrics, maximumBatchItems: configuration.maximumBatchItems,
             unreadReplies: unreadReplies, batchParsing: batchParsing)
         .register(in: &routes)

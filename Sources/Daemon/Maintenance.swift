@@ -1,4 +1,3 @@
-import EventStream
 import Foundation
 import HeadwayCore
 import HeadwayStore
@@ -32,7 +31,6 @@ final class Maintenance: Service {
     private let settings: Settings
     private let writer: GroupCommitWriter
     private let store: TaskStore
-    private let broker: EventBroker
     private let clock: any WallClock
     private let logger: Logger
     private let stopping = Atomic(false)
@@ -44,16 +42,14 @@ final class Maintenance: Service {
     /// On a database shared with other daemons: whether this one sweeps and prunes now.
     private let leadership: Leadership?
 
-    init(settings: Settings, writer: GroupCommitWriter, store: TaskStore, broker: EventBroker,
-         clock: any WallClock, logger: Logger, tokens: TokenKeeper? = nil, prunedRows: MetricCounter = MetricCounter(),
-         leadership: Leadership? = nil) {
+    init(settings: Settings, writer: GroupCommitWriter, store: TaskStore, clock: any WallClock, logger: Logger,
+         tokens: TokenKeeper? = nil, prunedRows: MetricCounter = MetricCounter(), leadership: Leadership? = nil) {
         self.leadership = leadership
         self.tokens = tokens
         self.prunedRows = prunedRows
         self.settings = settings
         self.writer = writer
         self.store = store
-        self.broker = broker
         self.clock = clock
         self.logger = logger
     }
@@ -139,10 +135,7 @@ final class Maintenance: Service {
             for id in orphans {
                 deletes.enter()
                 store.inSteps(on: writer, { [store] database in try store.delete(id, now: now, in: database) },
-                              afterEachCommit: { [broker] step in
-                                  broker.publish(step.events)
-                                  deleted.withLock { $0 += step.count }
-                              },
+                              afterEachCommit: { step in deleted.withLock { $0 += step.count } },
                               completion: { _ in deletes.leave() })
             }
             deletes.notify(queue: .global()) { [self] in
@@ -163,7 +156,6 @@ final class Maintenance: Service {
         }) { [self] result in
             switch result {
             case .success(let swept):
-                broker.publish(swept.events)
                 if swept.examined == settings.sweepBatch {
                     submitSweep(events: total + swept.events.count, completion: completion)
                 } else {

@@ -12,8 +12,8 @@ import Telemetry
 /// The thread only moves commands and calls the parts: `FanOutQueue` decides what a round
 /// carries, `Subscriber` what each client is sent, `BrokerSchedule` when to look again.
 /// What only the thread uses lives in `run()` itself (`BrokerThread`); other threads reach
-/// it through the inbox.
-package final class EventBroker: Service {
+/// it through the inbox. The writer publishes to it (`TaskEventSink`) after each commit.
+package final class EventBroker: Service, TaskEventSink {
     package struct Settings: Sendable {
         package var maximumSubscribers = 10_000
         package var heartbeatSeconds = 15.0

@@ -1,4 +1,3 @@
-import EventStream
 import Foundation
 import HeadwayCore
 import HeadwayStore
@@ -10,13 +9,12 @@ import Telemetry
 /// server's thread; its read then runs on a connection of the read pool (the connection
 /// suspended meanwhile, so a slow query never stalls the server), and a flood of reads
 /// waits in the pool's bounded queue or is refused 503 `server_busy`. Changes go to the
-/// group-commit writer and are answered only after commit.
+/// group-commit writer and are answered only after commit (the writer has published their
+/// events by then).
 package struct TaskAPI: Sendable {
     let writer: GroupCommitWriter
     let reads: ReadPool
     let store: TaskStore
-    /// Receives the events of each committed change, before its reply is sent.
-    let broker: EventBroker
     let clock: any WallClock
     let logger: Logger
     /// How failures are answered.
@@ -94,8 +92,7 @@ package struct TaskAPI: Sendable {
         }
         writer.submit({ [store, clock] database in
             try store.register(registration, now: clock.now(), in: database)
-        }) { [broker] result in
-            if case .success(let registered) = result { broker.publish(registered.events) }
+        }) { result in
             responder.respond(reply(result, request) { registered in
                 let location = HTTPField("Location", "/v1/tasks/\(registered.task.id)")
                 return .json(registered.created ? 201 : 200,
@@ -249,26 +246,24 @@ package struct TaskAPI: Sendable {
     }
 
     /// Deletes the task and its subtree in steps (`TaskStore.inSteps`), other writes
-    /// committing between them; each step's tombstones are published once it has
+    /// committing between them; the writer publishes each step's tombstones once it has
     /// committed, and the 204 is sent after the last step: the whole subtree is gone.
     private func delete(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let id: String
         do throws(TaskError) { id = try taskID(request, grant) } catch { return responder.respond(errors.response(for: error, request)) }
-        store.inSteps(on: writer, { [store, clock] database in try store.delete(id, taskPrefix: grant.taskPrefix, now: clock.now(), in: database) },
-                      afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
+        store.inSteps(on: writer, { [store, clock] database in try store.delete(id, taskPrefix: grant.taskPrefix, now: clock.now(), in: database) }) { result in
             if case .success = result { audit("audit.task_delete", grant, request, id) }
             responder.respond(reply(result, request) { _ in HTTPResponse(status: 204) })
         }
     }
 
     /// Requests cancellation of the task and its unfinished descendants in steps
-    /// (`TaskStore.inSteps`), other writes committing between them; each step's events
-    /// are published once it has committed, and the 202 with the task is sent after the
+    /// (`TaskStore.inSteps`), other writes committing between them; the writer publishes
+    /// each step's events once it has committed, and the 202 with the task is sent after the
     /// last step: every unfinished task of the subtree is then cancel-requested.
     private func cancel(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         guard let (id, _) = parsed(request, grant, responder, emptyBodyAllowed: true, parse: { _ throws(TaskError) in () }) else { return }
-        store.inSteps(on: writer, { [store, clock] database in try store.cancel(id, taskPrefix: grant.taskPrefix, now: clock.now(), in: database) },
-                      afterEachCommit: { [broker] step in broker.publish(step.events) }) { result in
+        store.inSteps(on: writer, { [store, clock] database in try store.cancel(id, taskPrefix: grant.taskPrefix, now: clock.now(), in: database) }) { result in
             if case .success = result { audit("audit.task_cancel", grant, request, id) }
             responder.respond(reply(result, request) { step in
                 // A cancel's first step always has its task's outcome.
@@ -286,11 +281,8 @@ package struct TaskAPI: Sendable {
         guard let (id, _) = parsed(request, grant, responder, emptyBodyAllowed: true, parse: { _ throws(TaskError) in () }) else { return }
         writer.submit({ [store, clock] database in
             try store.terminate(id, taskPrefix: grant.taskPrefix, now: clock.now(), in: database)
-        }) { [broker] result in
-            if case .success(let changed) = result {
-                broker.publish(changed.events)
-                audit("audit.task_terminate", grant, request, id)
-            }
+        }) { result in
+            if case .success = result { audit("audit.task_terminate", grant, request, id) }
             responder.respond(reply(result, request) { changed in
                 var headers: [HTTPField] = []
                 if case .unchanged = changed.outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
@@ -319,10 +311,9 @@ package struct TaskAPI: Sendable {
             return Self.refuseUpdate(kind, error, request, responder, errors: errors, metrics: metrics)
         }
         // The closures capture what they use, not `self`: capturing a struct copies it.
-        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [broker, metrics, errors] result in
+        writer.submit({ [clock] database in try apply(id, body, clock.now(), database) }) { [metrics, errors] result in
             switch result {
             case .success(let changed):
-                broker.publish(changed.events)
                 metrics.updatesAccepted.add(kind)
                 responder.respond(Self.taskReply(200, changed.outcome, events: changed.events, grant))
             case .failure(let error):
@@ -430,10 +421,9 @@ package struct TaskAPI: Sendable {
         guard !applied.isEmpty else { return respond(batchReply(taskIDs, places, results: [], request, grant)) }
         writer.submit({ [store, clock, applied] database in
             try store.progress(each: applied, now: clock.now(), in: database)
-        }) { [broker, metrics, places] result in
+        }) { [metrics, places] result in
             switch result {
             case .success(let results):
-                broker.publish(results.flatMap { (try? $0.get())?.events ?? [] })
                 respond(batchReply(taskIDs, places, results: results, request, grant))
             case .failure(let error):
                 let problem = errors.problem(for: error, request)
@@ -584,13 +574,12 @@ package struct TaskAPI: Sendable {
         }
     }
 
-    package init(writer: GroupCommitWriter, reads: ReadPool, store: TaskStore, broker: EventBroker,
-                 clock: any WallClock, logger: Logger, errors: ErrorReplies, metrics: ServiceMetrics,
-                 maximumBatchItems: Int, unreadReplies: UnreadReplies, batchParsing: DispatchQueue) {
+    package init(writer: GroupCommitWriter, reads: ReadPool, store: TaskStore, clock: any WallClock, logger: Logger,
+                 errors: ErrorReplies, metrics: ServiceMetrics, maximumBatchItems: Int, unreadReplies: UnreadReplies,
+                 batchParsing: DispatchQueue) {
         self.writer = writer
         self.reads = reads
         self.store = store
-        self.broker = broker
         self.clock = clock
         self.logger = logger
         self.errors = errors

@@ -150,7 +150,7 @@ package struct WebhooksAPI: Sendable {
             guard !step.finished else { return nil }
             return { database in try Self.deletionStep(id, in: database) }
         }
-        writer.submitSteps(first, nextStep: next, afterEachCommit: { _ in }) { [writer, outbox, logger, errors, changed] result in
+        writer.submitSteps(first, nextStep: next) { [writer, outbox, logger, errors, changed] result in
             switch result {
             case .success(let step) where step.existed:
                 changed()

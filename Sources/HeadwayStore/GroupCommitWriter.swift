@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayCore
 import Synchronization
 import Lifecycle
 
@@ -28,14 +29,16 @@ public protocol BatchSized {
 /// (the jobs not run yet wait for the next batch). A job's completion is called only after
 /// its batch has committed; if the commit fails, or SQLite ends the transaction in the
 /// middle of the batch, no further job of the batch runs, nothing of it is stored and every
-/// job of it gets the error. Work too big for one job is submitted in steps
-/// (`submitSteps`), each a job of its own. The connection is confined to the writer
-/// thread. A requested stop commits what is queued (with every remaining step of work
-/// done in steps), then `run()` closes the connection and returns; later submissions fail
-/// with `.stopped`. On SQLite, the checkpoint a commit makes due (the WAL at 1,000 pages)
-/// runs after that batch's completions, not inside its commit (`Database.deferCheckpoints`);
-/// and between batches, about once per `walCheckInterval`, the writer keeps the `-wal`
-/// file's size bounded (`limitWAL()`).
+/// job of it gets the error. A job whose result carries events (`CarriesTaskEvents`: every
+/// change of tasks) has them handed to the writer's `TaskEventSink` after the commit, just
+/// before its completion: the one place events are published. Work too big for one job is
+/// submitted in steps (`submitSteps`), each a job of its own. The connection is confined
+/// to the writer thread. A requested stop commits what is queued (with every remaining
+/// step of work done in steps), then `run()` closes the connection and returns; later
+/// submissions fail with `.stopped`. On SQLite, the checkpoint a commit makes due (the WAL
+/// at 1,000 pages) runs after that batch's completions, not inside its commit
+/// (`Database.deferCheckpoints`); and between batches, about once per `walCheckInterval`,
+/// the writer keeps the `-wal` file's size bounded (`limitWAL()`).
 public final class GroupCommitWriter: Service {
     /// Counts of what the writer has done, for metrics and benchmarks.
     public struct Statistics: Sendable, Equatable {
@@ -104,6 +107,8 @@ public final class GroupCommitWriter: Service {
     private let coordinator: (any BatchCoordinator)?
     /// What holds a batch's changes of rows back until it commits, if anything.
     private let heldWrites: (any HeldWrites)?
+    /// Where the events of committed changes go (the event broker), if anywhere.
+    private let events: (any TaskEventSink)?
     /// Whether the writer waits now for a lock another process holds (SQLite), and a word
     /// when such a wait begins: the readiness probe need not wait with it.
     public let lockWaits = LockWaits()
@@ -120,14 +125,16 @@ public final class GroupCommitWriter: Service {
     /// seconds): see `limitWAL()`. `coordinator`: what each batch does first and last when
     /// other daemons write the same database (`SharedWriting`). `heldWrites`: what holds
     /// the batches' changes of rows back until they commit (the store's `TaskCache`).
+    /// `events`: where the events of committed changes go, in commit order (the broker).
     public init(path: String, durability: Durability, maximumBatch: Int = 2048,
                 maximumBatchBytes: Int = 16 << 20, walSizeLimit: Int = defaultWALSizeLimit,
                 walCheckInterval: Double = 1, coordinator: (any BatchCoordinator)? = nil,
-                heldWrites: (any HeldWrites)? = nil,
+                heldWrites: (any HeldWrites)? = nil, events: (any TaskEventSink)? = nil,
                 observeBatch: (@Sendable (BatchReport) -> Void)? = nil,
                 observeCheckpoint: (@Sendable (_ seconds: Double) -> Void)? = nil) throws(DatabaseError) {
         database = try Database(path: path)
         self.heldWrites = heldWrites
+        self.events = events
         if database.isPostgres {
             try database.postgres!.addSessionSetting("SET synchronous_commit = \(durability == .full ? "on" : "off")")
             // A batch never waits between its statements; a writer that does (its daemon
@@ -189,16 +196,17 @@ public final class GroupCommitWriter: Service {
     }
 
     /// Queues work done in bounded steps, each a job of its own: `first` runs in the next
-    /// batch; after each step has committed, `afterEachCommit` gets its result and, while
-    /// `nextStep` gives more work, that work is queued behind the jobs submitted
-    /// meanwhile, so they commit between the steps. `completion` gets the first step's
-    /// result after the last step has committed, or the error that ended a step (the steps
-    /// committed before it stay). A stop requested between the steps still runs the rest:
-    /// the next step is queued on the writer thread before it looks at its queue again.
+    /// batch; after each step has committed (and its events, if it carries any, are
+    /// published), `afterEachCommit` gets its result and, while `nextStep` gives more work,
+    /// that work is queued behind the jobs submitted meanwhile, so they commit between the
+    /// steps. `completion` gets the first step's result after the last step has committed,
+    /// or the error that ended a step (the steps committed before it stay). A stop
+    /// requested between the steps still runs the rest: the next step is queued on the
+    /// writer thread before it looks at its queue again.
     public func submitSteps<Value: Sendable & BatchSized>(
         _ first: @escaping @Sendable (Database) throws -> Value,
         nextStep: @escaping @Sendable (Value) -> (@Sendable (Database) throws -> Value)?,
-        afterEachCommit: @escaping @Sendable (Value) -> Void,
+        afterEachCommit: @escaping @Sendable (Value) -> Void = { _ in },
         completion: @escaping @Sendable (Result<Value, any Error>) -> Void
     ) {
         enqueue(first, size: { $0.estimatedBytes }) { [self] result in
@@ -211,7 +219,7 @@ public final class GroupCommitWriter: Service {
         }
     }
 
-    /// Publishes a committed step and queues the next one, if any (on the writer thread).
+    /// Hands a committed step on and queues the next one, if any (on the writer thread).
     private func continueSteps<Value: Sendable & BatchSized>(
         after step: Value, first: Value,
         nextStep: @escaping @Sendable (Value) -> (@Sendable (Database) throws -> Value)?,
@@ -232,16 +240,24 @@ public final class GroupCommitWriter: Service {
     }
 
     /// Queues a job; `evenWhenStopping` only for the next step of accepted work, queued on
-    /// the writer thread after a commit (so `run()` has not returned yet).
+    /// the writer thread after a commit (so `run()` has not returned yet). Once the job's
+    /// batch has committed, the events its result carries (`CarriesTaskEvents`, whatever
+    /// the caller's type for it) are published, then `completion` is called.
     private func enqueue<Value: Sendable>(_ work: @escaping @Sendable (Database) throws -> Value,
                                           size: @escaping @Sendable (Value) -> Int, evenWhenStopping: Bool = false,
                                           completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
+        let sink = events
         let job = Job(
             run: { database, inSavepoint in
                 let changesBefore = database.totalChanges
                 do {
                     let value = inSavepoint ? try database.inSavepoint { try work(database) } : try work(database)
-                    return (nil, { completion(.success(value)) }, size(value))
+                    return (nil, {
+                        if let sink, let events = (value as? any CarriesTaskEvents)?.events, !events.isEmpty {
+                            sink.publish(events)
+                        }
+                        completion(.success(value))
+                    }, size(value))
                 } catch {
                     if !inSavepoint && (database.totalChanges != changesBefore || database.transactionFailed) {
                         return (WriterError.needsSavepoints, {}, 0)
@@ -350,7 +366,7 @@ public final class GroupCommitWriter: Service {
     private func runBatch(_ batch: [Job], savepoints: Bool = false) -> ArraySlice<Job> {
         database.heldWrites = savepoints ? nil : heldWrites
         if let coordinator, batch.allSatisfy(\.isCatchUp) {
-            let delivered = (try? coordinator.catchUp(in: database)) != nil
+            let delivered = (try? coordinator.catchUp(in: database, publishing: events)) != nil
             batch.forEach { job in delivered ? job.run(database, false).afterCommit() : job.abort(WriterError.transactionLost) }
             return []
         }
@@ -361,7 +377,7 @@ public final class GroupCommitWriter: Service {
         let changesAtStart = database.totalChanges
         do {
             try database.inTransaction(.immediate) {
-                try coordinator?.batchBegins(in: database)
+                try coordinator?.batchBegins(in: database, publishing: events)
                 for job in batch {
                     if bytes >= maximumBatchBytes { break }
                     // A job that throws is rolled back alone and learns its error after the

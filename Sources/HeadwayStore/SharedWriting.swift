@@ -7,15 +7,17 @@ import Synchronization
 /// daemons write the same database. Called on the writer thread, inside the batch's
 /// transaction (a throw loses the batch, as a failed job's transaction would).
 public protocol BatchCoordinator: Sendable {
-    /// First in each batch's transaction, before its jobs.
-    func batchBegins(in database: Database) throws
+    /// First in each batch's transaction, before its jobs; other writers' committed
+    /// changes go to `events`.
+    func batchBegins(in database: Database, publishing events: (any TaskEventSink)?) throws
     /// Last before `COMMIT`; `changedRows` tells whether the batch's jobs changed rows.
     func batchEnds(in database: Database, changedRows: Bool) throws
     /// After the batch, committed or not (before its jobs' completions are called).
     func batchEnded(committed: Bool)
     /// Instead of a batch, when the writer has only catch-up requests to run
-    /// (`GroupCommitWriter.submitCatchUp`): outside any transaction.
-    func catchUp(in database: Database) throws
+    /// (`GroupCommitWriter.submitCatchUp`): outside any transaction; other writers'
+    /// committed changes go to `events`.
+    func catchUp(in database: Database, publishing events: (any TaskEventSink)?) throws
 }
 
 /// How one of several daemons writes to a shared PostgreSQL database so that changes keep
@@ -33,8 +35,8 @@ public protocol BatchCoordinator: Sendable {
 /// - the change counter continues from the row's latest number;
 /// - the changes numbered between what this daemon has delivered and that number (other
 ///   daemons' changes, committed) are read from the change feed, a bounded page at a
-///   time, and handed to `deliver` before any of this batch's own events, so the event
-///   broker gets every change in order.
+///   time, and handed to the writer's `TaskEventSink` before any of this batch's own
+///   events, so the event broker gets every change in order.
 ///
 /// A batch that wrote sets the row's latest number and generation before it commits, and
 /// sends `NOTIFY headway_changes` with its latest number: the other daemons' listeners
@@ -62,7 +64,6 @@ public final class SharedWriting: BatchCoordinator {
     /// Every change numbered up to this is committed and delivered (or being delivered,
     /// on the writer thread, in order) by this daemon.
     private let delivered: Atomic<Int64>
-    private let deliver: Locked<(@Sendable ([TaskEvent]) -> Void)?> = Locked(nil)
 
     /// For the writer of a store with `changeCounter` and `cache`.
     public init(changeCounter: ChangeCounter, cache: TaskCache) {
@@ -71,22 +72,17 @@ public final class SharedWriting: BatchCoordinator {
         delivered = Atomic(changeCounter.last)
     }
 
-    /// Sets where other daemons' changes go (the event broker), in order, on the writer thread.
-    public func deliverOtherChanges(to deliver: @escaping @Sendable ([TaskEvent]) -> Void) {
-        self.deliver.withLock { $0 = deliver }
-    }
-
     /// Every change up to this number has been delivered.
     public var deliveredThrough: Int64 { delivered.load(ordering: .acquiring) }
 
-    public func batchBegins(in database: Database) throws {
+    public func batchBegins(in database: Database, publishing events: (any TaskEventSink)?) throws {
         // What is committed already is read before the lock, so that a daemon that was idle
         // while others wrote much does not hold them up while it reads; under the lock only
         // what committed meanwhile remains. (Read outside the lock, a task whose row changed
         // again after `committed` was read is left out: its newer change is read later,
         // coalesced, as the stream allows.)
         if let committed = try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") {
-            try deliverChanges(through: committed, in: database)
+            try deliverChanges(through: committed, to: events, in: database)
         }
         let row = try database.rows("SELECT generation, last_change FROM stream_state WHERE singleton = 1 FOR UPDATE") {
             ($0.int(0), $0.int(1))
@@ -99,18 +95,17 @@ public final class SharedWriting: BatchCoordinator {
         }
         if cacheIsStale { cache.forgetAll() }
         changeCounter.continueFrom(last)
-        try deliverChanges(through: last, in: database)
+        try deliverChanges(through: last, to: events, in: database)
     }
 
-    /// Delivers the committed changes numbered above those delivered and up to `last`, a
-    /// page at a time (the writer thread is the only caller).
-    private func deliverChanges(through last: Int64, in database: Database) throws {
+    /// Delivers the committed changes numbered above those delivered and up to `last` to
+    /// `events`, a page at a time (the writer thread is the only caller).
+    private func deliverChanges(through last: Int64, to events: (any TaskEventSink)?, in database: Database) throws {
         var from = delivered.load(ordering: .acquiring)
         guard last > from else { return }
-        let deliver = deliver.withLock { $0 }
         while from < last {
             let page = try ChangeFeed.changes(after: from, through: last, limit: Self.pageRows, in: database)
-            if !page.events.isEmpty { deliver?(page.events) }
+            if !page.events.isEmpty { events?.publish(page.events) }
             from = page.complete
             // Delivered, whatever happens to this batch: these changes are committed.
             delivered.store(from, ordering: .releasing)
@@ -120,9 +115,9 @@ public final class SharedWriting: BatchCoordinator {
     /// Delivers what other daemons committed, without the lock: numbers up to the row's
     /// latest are all committed, and a row only moves to higher numbers, so reading the
     /// range page by page misses nothing that is not read later at its newer number.
-    public func catchUp(in database: Database) throws {
+    public func catchUp(in database: Database, publishing events: (any TaskEventSink)?) throws {
         guard let committed = try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") else { return }
-        try deliverChanges(through: committed, in: database)
+        try deliverChanges(through: committed, to: events, in: database)
     }
 
     public func batchEnds(in database: Database, changedRows: Bool) throws {

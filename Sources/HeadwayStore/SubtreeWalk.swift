@@ -99,11 +99,12 @@ public struct SubtreeChange: Sendable, Equatable, BatchSized {
 
 extension TaskStore {
     /// Runs a cancel or delete of a subtree on `writer` in steps (`first` is `cancel` or
-    /// `delete`, then `continueWalk` until the walk is finished), each a job of its own:
-    /// `afterEachCommit` gets each step once committed (to publish its events);
-    /// `completion` gets the first step after the last one has committed.
+    /// `delete`, then `continueWalk` until the walk is finished), each a job of its own
+    /// whose events the writer publishes once it has committed: `afterEachCommit` gets
+    /// each step then (to count them); `completion` gets the first step after the last one
+    /// has committed.
     public func inSteps(on writer: GroupCommitWriter, _ first: @escaping @Sendable (Database) throws -> SubtreeChange,
-                        afterEachCommit: @escaping @Sendable (SubtreeChange) -> Void,
+                        afterEachCommit: @escaping @Sendable (SubtreeChange) -> Void = { _ in },
                         completion: @escaping @Sendable (Result<SubtreeChange, any Error>) -> Void) {
         writer.submitSteps(first, nextStep: { [self] step -> (@Sendable (Database) throws -> SubtreeChange)? in
             guard let walk = step.remaining else { return nil }

@@ -205,21 +205,23 @@ public final class TaskCache: Sendable, HeldWrites {
     func forgetAll() { contents.withLock { $0.tasks.removeAll(keepingCapacity: true) } }
 }
 
-/// A change's result that holds the events it caused.
-protocol CarriesTaskEvents {
-    var events: [TaskEvent] { get }
-}
-
-extension TaskStore.Registered: CarriesTaskEvents {}
-extension TaskStore.Changed: CarriesTaskEvents {}
-extension SubtreeChange: CarriesTaskEvents {}
-
-extension TaskStore.Registered: BatchSized {
+extension TaskStore.Registered: CarriesTaskEvents {
     public var estimatedBytes: Int { task.json.utf8.count + events.estimatedBytes }
 }
 
-extension TaskStore.Changed: BatchSized {
+extension TaskStore.Changed: CarriesTaskEvents {
     public var estimatedBytes: Int { events.estimatedBytes }
+}
+
+extension TaskStore.Swept: CarriesTaskEvents {
+    public var estimatedBytes: Int { events.estimatedBytes }
+}
+
+extension SubtreeChange: CarriesTaskEvents {}
+
+/// The items of a batch of progress updates: the events of those applied, in order.
+extension [Result<TaskStore.Changed, any Error>]: CarriesTaskEvents {
+    public var events: [TaskEvent] { flatMap { (try? $0.get())?.events ?? [] } }
 }
 
 extension [Result<TaskStore.Changed, any Error>]: BatchSized {
@@ -292,6 +294,13 @@ public struct TaskStore: Sendable {
     public struct Changed: Sendable, Equatable {
         public var outcome: TaskRules.Outcome
         public var events: [TaskEvent]
+    }
+
+    /// What a sweep of stall deadlines did: the events of the flags raised or changed (and
+    /// of the ancestors they rolled up into), and how many due tasks it looked at.
+    public struct Swept: Sendable, Equatable {
+        public var events: [TaskEvent]
+        public var examined: Int
     }
 
     /// Registers a task, or answers a repeated identical registration with the task as it is
@@ -650,7 +659,7 @@ public struct TaskStore: Sendable {
     /// `limit` of them, in deadline order; returns the events and how many were looked at.
     /// A flag raised is carried up to the task's ancestors (their counts of children and
     /// `attention`), not as a signal.
-    public func sweep(now: EpochMilliseconds, limit: Int, in database: Database) throws -> (events: [TaskEvent], examined: Int) {
+    public func sweep(now: EpochMilliseconds, limit: Int, in database: Database) throws -> Swept {
         try cache.writeHeld(in: database)
         return try numbered {
             let due = try TaskRepository.dueForStallCheck(at: now, limit: limit, in: database)
@@ -673,7 +682,7 @@ public struct TaskStore: Sendable {
                 }
             }
             try webhooks.record(events, now: now, in: database)
-            return (events, due.count)
+            return Swept(events: events, examined: due.count)
         }
     }
 

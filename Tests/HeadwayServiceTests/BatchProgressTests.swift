@@ -1,8 +1,8 @@
 import Foundation
-import HTTPServer
 import HeadwayCore
 import HeadwayStore
 import HeadwayTestSupport
+import HTTPServer
 import Lifecycle
 import Testing
 @testable import Daemon

@@ -1,6 +1,6 @@
-import HTTPServer
 import HeadwayCore
 import HeadwayTestSupport
+import HTTPServer
 import Testing
 @testable import EventStream
 

@@ -1,13 +1,13 @@
-import Lifecycle
 import Dispatch
 import Foundation
+import HeadwayCore
 import HeadwayStore
 import HeadwayTestSupport
+import Lifecycle
 import Testing
 @testable import Daemon
 @testable import EventStream
 @testable import HeadwayAPI
-import HeadwayCore
 
 /// Reads off the request thread: catch-ups filtered in SQL, skipped for clients that left,
 /// read side by side; API reads from a bounded pool; a stop that waits for them.

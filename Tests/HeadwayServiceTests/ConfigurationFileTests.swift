@@ -1,8 +1,8 @@
 import Foundation
+import HeadwayCore
 import HeadwayTestSupport
 import Testing
 @testable import Daemon
-import HeadwayCore
 
 /// The configuration file (`--config`): its syntax, its place under flags and variables, and
 /// its mistakes named by file and line.

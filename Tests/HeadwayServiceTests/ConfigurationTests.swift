@@ -1,7 +1,7 @@
+import HeadwayCore
+import HeadwayStore
 import Testing
 @testable import Daemon
-import HeadwayStore
-import HeadwayCore
 
 @Suite struct ConfigurationTests {
     private func parse(_ arguments: [String], _ environment: [String: String] = [:]) throws -> Configuration {

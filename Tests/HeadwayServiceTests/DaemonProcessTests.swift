@@ -1,8 +1,8 @@
 import Foundation
+import HeadwayCore
 import HeadwayStore
 import HeadwayTestSupport
 import Testing
-import HeadwayCore
 
 @Suite(.serialized) struct DaemonProcessTests {
     @Test func helpAndUsageErrors() throws {

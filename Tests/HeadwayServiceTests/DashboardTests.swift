@@ -1,7 +1,7 @@
 import Foundation
-import Testing
 import HeadwayCore
 import HeadwayTestSupport
+import Testing
 @testable import Access
 @testable import HeadwayAPI
 

@@ -1,13 +1,13 @@
-import Lifecycle
 import Foundation
-import HTTPServer
 import HeadwayCore
 import HeadwayStore
 import HeadwayTestSupport
+import HTTPServer
+import Lifecycle
 import Testing
+@testable import Daemon
 @testable import HeadwayAPI
 @testable import Telemetry
-@testable import Daemon
 
 /// Every error becomes a reply in one place (`ErrorReplies`): the domain's refusals, the
 /// service's and the HTTP layer's, a stopped writer, and anything unexpected.

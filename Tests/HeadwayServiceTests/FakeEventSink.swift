@@ -1,6 +1,6 @@
-import Lifecycle
 import Dispatch
 import HeadwayCore
+import Lifecycle
 @testable import EventStream
 
 /// An event sink without a socket: it records every write, and its peer reads nothing

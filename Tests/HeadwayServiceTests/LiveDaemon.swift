@@ -1,8 +1,8 @@
-import Lifecycle
 import Foundation
-import HTTPServer
 import HeadwayCore
 import HeadwayTestSupport
+import HTTPServer
+import Lifecycle
 @testable import Daemon
 @testable import Telemetry
 

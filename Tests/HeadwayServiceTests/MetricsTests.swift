@@ -1,12 +1,12 @@
 import Foundation
+import HeadwayCore
 import HeadwayStore
+import HeadwayTestSupport
 import HTTPServer
 import Lifecycle
-import HeadwayTestSupport
 import Testing
-@testable import Telemetry
 @testable import Daemon
-import HeadwayCore
+@testable import Telemetry
 
 /// The Prometheus exposition, the counters moving with requests, and the health routes.
 @Suite struct MetricsTests {

@@ -1,7 +1,7 @@
 import Foundation
+import HeadwayCore
 import HeadwayTestSupport
 import Testing
-import HeadwayCore
 @testable import Daemon
 @testable import HeadwayAPI
 

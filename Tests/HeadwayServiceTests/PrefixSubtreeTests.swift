@@ -1,7 +1,7 @@
 import Foundation
-import Testing
 import HeadwayCore
 import HeadwayTestSupport
+import Testing
 
 /// Cancel and delete of a subtree by a token with a task prefix, on a tree that an
 /// unprefixed token built across prefixes: the cancel reaches only the prefix's part of

@@ -1,13 +1,13 @@
 import Dispatch
 import Foundation
-import HTTPServer
 import HeadwayStore
 import HeadwayTestSupport
+import HTTPServer
 import Lifecycle
 import Testing
+@testable import Daemon
 @testable import HeadwayAPI
 @testable import Telemetry
-@testable import Daemon
 
 /// `ReadPool.answer`, the way every API read is served: a read whose client went away
 /// while it waited is not run, and a stop answers the reads still waiting with 503.

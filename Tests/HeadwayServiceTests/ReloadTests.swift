@@ -1,10 +1,10 @@
 import Foundation
+import HeadwayCore
 import HeadwayTestSupport
 import Lifecycle
 import Testing
 @testable import Daemon
 @testable import Telemetry
-import HeadwayCore
 
 /// SIGHUP's reload of the configuration file, on the whole application in this process:
 /// the log level applied at once, other changes left for a restart, a bad file changing

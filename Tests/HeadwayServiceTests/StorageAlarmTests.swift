@@ -1,9 +1,9 @@
 import CSQLite
 import Foundation
 import Glibc
-import HTTPServer
 import HeadwayCore
 import HeadwayStore
+import HTTPServer
 import Lifecycle
 import Testing
 @testable import Daemon

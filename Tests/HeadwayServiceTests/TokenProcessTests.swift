@@ -1,7 +1,7 @@
 import Foundation
-import Testing
 import HeadwayCore
 import HeadwayTestSupport
+import Testing
 
 /// `headwayd token create` as a process: the secret alone on stdout, picked up by a daemon
 /// already running on the same database; beyond loopback the daemon starts only once a

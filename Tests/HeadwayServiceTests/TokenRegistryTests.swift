@@ -1,6 +1,6 @@
-import Testing
 import HeadwayCore
 import HeadwayStore
+import Testing
 @testable import Access
 
 /// The token registry in memory, on an injected clock: it holds only tokens that can

@@ -1,9 +1,9 @@
 import Foundation
-import Testing
 import HeadwayCore
-import HeadwayTestSupport
 import HeadwayStore
+import HeadwayTestSupport
 import Lifecycle
+import Testing
 @testable import Access
 @testable import Daemon
 @testable import Telemetry

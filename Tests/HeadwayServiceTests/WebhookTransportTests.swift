@@ -1,9 +1,9 @@
 import Dispatch
 import Foundation
-import Testing
 import HeadwayCore
 import HeadwayStore
 import Lifecycle
+import Testing
 @testable import Webhooks
 
 /// The connection of an attempt is pinned to every address its host was checked to

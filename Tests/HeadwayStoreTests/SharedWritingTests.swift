@@ -6,40 +6,41 @@ import Testing
 @testable import HeadwayStore
 
 /// Two writers on one PostgreSQL database, as two daemons have: each with its store, its
-/// cache and `SharedWriting`; every event it publishes (its own, after each commit) and is
-/// delivered (the other's) is recorded in the order its writer thread handled them.
+/// cache and `SharedWriting`; every event its writer publishes (its own, after each commit,
+/// and the other's, delivered) is recorded in the order its writer thread handled them.
 final class SharedWriter: @unchecked Sendable {
     let store: TaskStore
     let writer: GroupCommitWriter
     private let group: ServiceGroup
     /// Every event this writer's broker would have been given, in order.
-    let stream = Locked<[TaskEvent]>([])
+    var stream: Locked<[TaskEvent]> { sink.events }
+    private let sink = RecordingSink()
 
     init(uri: String) throws {
         let counter = try DatabaseSetup.open(path: uri).changeCounter
         let cache = TaskCache()
         let shared = SharedWriting(changeCounter: counter, cache: cache)
         store = TaskStore(changeCounter: counter, cache: cache)
-        writer = try GroupCommitWriter(path: uri, durability: .normal, coordinator: shared)
-        shared.deliverOtherChanges { [stream] events in stream.withLock { $0 += events } }
+        writer = try GroupCommitWriter(path: uri, durability: .normal, coordinator: shared, events: sink)
         group = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try group.start()
     }
 
     deinit { group.stop() }
 
-    /// Runs `work` in a batch and waits for it; its events join the stream once committed.
+    /// Runs `work` in a batch and waits for it; its events join the stream once committed
+    /// (the writer publishes them); returns them.
     @discardableResult
-    func write(_ work: @escaping @Sendable (TaskStore, Database) throws -> [TaskEvent]) throws -> [TaskEvent] {
+    func write<Value: CarriesTaskEvents & Sendable>(_ work: @escaping @Sendable (TaskStore, Database) throws -> Value) throws
+        -> [TaskEvent] {
         let done = DispatchSemaphore(value: 0)
-        let result = Locked<Result<[TaskEvent], any Error>?>(nil)
-        writer.submit({ [store] database in try work(store, database) }) { [stream] outcome in
-            if case .success(let events) = outcome { stream.withLock { $0 += events } }
+        let result = Locked<Result<Value, any Error>?>(nil)
+        writer.submit({ [store] database in try work(store, database) }) { outcome in
             result.withLock { $0 = outcome }
             done.signal()
         }
         done.wait()
-        return try result.withLock { $0! }.get()
+        return try result.withLock { $0! }.get().events
     }
 
     /// Asks the writer to deliver what the other committed (as `ChangeListener` does) and
@@ -75,7 +76,7 @@ final class SharedWriter: @unchecked Sendable {
     @discardableResult
     func increment(_ id: String, by increment: Int64 = 1, seq: Int64? = nil) throws -> [TaskEvent] {
         try write { store, database in
-            try store.progress(id, ProgressUpdate(increment: increment, runnerSeq: seq), now: 1_000, in: database).events
+            try store.progress(id, ProgressUpdate(increment: increment, runnerSeq: seq), now: 1_000, in: database)
         }
     }
 }
@@ -101,7 +102,7 @@ struct SharedWritingTests {
         defer { database.drop() }
         let a = try SharedWriter(uri: database.uri)
         let b = try SharedWriter(uri: database.uri)
-        try a.write { store, db in try store.register(Registration(id: "t", name: "T", total: 100), now: 1_000, in: db).events }
+        try a.write { store, db in try store.register(Registration(id: "t", name: "T", total: 100), now: 1_000, in: db) }
         try a.increment("t", by: 5, seq: 1)
         try b.increment("t", by: 7, seq: 2)
         try a.increment("t", by: 11, seq: 3)
@@ -128,7 +129,7 @@ struct SharedWritingTests {
         let writers = [try SharedWriter(uri: database.uri), try SharedWriter(uri: database.uri)]
         let ids = ["shared", "a-only", "b-only"]
         for id in ids {
-            try writers[0].write { store, db in try store.register(Registration(id: id, name: id), now: 1_000, in: db).events }
+            try writers[0].write { store, db in try store.register(Registration(id: id, name: id), now: 1_000, in: db) }
         }
         let rounds = 150
         let failures = Locked(0)
@@ -166,7 +167,7 @@ struct SharedWritingTests {
         let database = try TestPostgresDatabase()
         defer { database.drop() }
         let member = try SharedWriter(uri: database.uri)
-        try member.write { store, db in try store.register(Registration(id: "dup", name: "D"), now: 1_000, in: db).events }
+        try member.write { store, db in try store.register(Registration(id: "dup", name: "D"), now: 1_000, in: db) }
         struct AfterWriting: Error {}
         let release = DispatchSemaphore(value: 0)
         let started = DispatchSemaphore(value: 0)

@@ -15,14 +15,15 @@ final class StoreFixture: @unchecked Sendable {
 
     init(durability: Durability = .full, limits: TreeLimits = TreeLimits(), maximumBatchBytes: Int = 16 << 20,
          stepTasks: Int = 1_000, walSizeLimit: Int = GroupCommitWriter.defaultWALSizeLimit,
-         walCheckInterval: Double = 1, observeCheckpoint: (@Sendable (Double) -> Void)? = nil) throws {
+         walCheckInterval: Double = 1, observeCheckpoint: (@Sendable (Double) -> Void)? = nil,
+         events: (any TaskEventSink)? = nil) throws {
         path = directory.file("headway.db")
         store = TaskStore(changeCounter: try DatabaseSetup.open(path: path).changeCounter, limits: limits,
                           stepTasks: stepTasks)
         // As the daemon's: the store's cache holds the batches' changes of tasks until they commit.
         writer = try GroupCommitWriter(path: path, durability: durability, maximumBatchBytes: maximumBatchBytes,
                                        walSizeLimit: walSizeLimit, walCheckInterval: walCheckInterval,
-                                       heldWrites: store.cache, observeCheckpoint: observeCheckpoint)
+                                       heldWrites: store.cache, events: events, observeCheckpoint: observeCheckpoint)
         writerThread = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try writerThread.start()
     }
