@@ -30,10 +30,7 @@ public struct DatabaseCommand: ParsableCommand {
     /// Opens the Headway database at `path` read-only; fails clearly when the file is
     /// missing or is not a Headway database.
     static func open(_ path: String) throws -> Database {
-        if isPostgresLocation(path) {
-            throw DatabaseCommandError("headway db works on SQLite files; for a PostgreSQL database use its own tools "
-                + "(psql, pg_dump, pg_amcheck) or the daemon's /readyz and /metrics")
-        }
+        if let refusal = storageEngine(for: path).fileCommandsRefusal { throw DatabaseCommandError(refusal) }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue else {
             throw DatabaseCommandError("no database at \(path) (give --db PATH or HEADWAY_DB; headway never creates one)")
