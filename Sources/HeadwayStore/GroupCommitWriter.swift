@@ -33,7 +33,7 @@ public protocol BatchSized {
 /// thread. A requested stop commits what is queued (with every remaining step of work
 /// done in steps), then `run()` closes the connection and returns; later submissions fail
 /// with `.stopped`. On SQLite, the checkpoint a commit makes due (the WAL at 1,000 pages)
-/// runs after that batch's completions, not inside its commit (`Database.deferCheckpoints`);
+/// runs after that batch's completions, not inside its commit (`SQLiteConnection.deferCheckpoints`);
 /// and between batches, about once per `walCheckInterval`, the writer keeps the `-wal`
 /// file's size bounded (`limitWAL()`).
 public final class GroupCommitWriter: Service {

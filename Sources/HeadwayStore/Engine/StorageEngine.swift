@@ -125,7 +125,7 @@ protocol SQLDialect: Sendable {
     /// Where the change sequence stands (`ChangeFeed.position`).
     func changeFeedPosition(in database: Database) throws(DatabaseError) -> ChangeFeed.Position
     /// Up to `limit` keys of the tasks holding `text` that match the rest of `filter`,
-    /// newest first, below `beforeKey` (`TaskSearch`).
+    /// newest first, below `beforeKey` (`SQLiteTaskSearch`, `PostgresTaskSearch`).
     func searchKeys(_ text: String, filter: TaskFilter, limit: Int, beforeKey: Int64?,
                     in database: Database) throws(DatabaseError) -> [Int64]
     /// How many tasks hold `text` and match the rest of `filter`.
