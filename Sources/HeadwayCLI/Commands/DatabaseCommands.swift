@@ -70,15 +70,17 @@ public struct DatabaseStatusCommand: ParsableCommand {
         defer { database.close() }
         let version: Int
         let counts: [(state: String, count: Int64)]
+        let sizes: StorageSizes
         do {
             version = try database.schemaVersion() ?? 0
             counts = try database.taskCountsByState()
+            sizes = try database.storageSizes()
         } catch {
             throw DatabaseCommandError("cannot read \(path): \(error.message)")
         }
         let latest = Migrator().latestVersion
-        let size = Self.fileSize(path)
-        let walSize = Self.fileSize(path + "-wal")
+        let size = Int(sizes.databaseBytes)
+        let walSize = Int(sizes.writeAheadLogBytes)
         if context.options.json {
             let tasks = JSONObject(Dictionary(uniqueKeysWithValues: counts.map { ($0.state, JSONValue.integer($0.count)) }))
             let object: JSONObject = [
@@ -98,11 +100,6 @@ public struct DatabaseStatusCommand: ParsableCommand {
         let total = counts.reduce(0) { $0 + $1.count }
         context.print("tasks      \(total)" + (counts.isEmpty ? "" : ": ")
                       + counts.map { "\($0.count) \($0.state)" }.joined(separator: ", "))
-    }
-
-    /// The size of the file at `path` in bytes; 0 when there is none.
-    static func fileSize(_ path: String) -> Int {
-        ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.intValue ?? 0
     }
 
     /// `12,345 bytes`.
