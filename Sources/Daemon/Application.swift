@@ -205,7 +205,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     if !setup.appliedMigrations.isEmpty {
         logger.log(.info, "database.migrated", ["versions": setup.appliedMigrations.map(String.init).joined(separator: ",")])
     }
-    if !isPostgresLocation(configuration.databasePath), let mode = PrivateFile.modeOpenToOthers(configuration.databasePath) {
+    let storage = storageEngine(for: configuration.databasePath)
+    if let mode = storage.fileModeOpenToOthers() {
         // Made before database files were created 0600, or opened up by hand: its -wal and
         // -shm get the same mode.
         logger.log(.warn, "security.database_mode", [
@@ -253,7 +254,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // On PostgreSQL other daemons may write the same database: each batch takes the
     // writers' lock, continues their numbering and delivers their changes (`SharedWriting`).
     let taskCache = TaskCache()
-    let isShared = isPostgresLocation(configuration.databasePath)
+    let isShared = storage.isShared
     let sharedWriting = isShared ? SharedWriting(changeCounter: changeCounter, cache: taskCache) : nil
     // The writer hands the events of every committed change to the broker (other daemons'
     // changes too, through `SharedWriting`); a change's webhook deliveries are written in

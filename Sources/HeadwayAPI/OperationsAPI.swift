@@ -122,25 +122,20 @@ package struct OperationsAPI: Sendable {
     }
 
     private func scrape(_ request: HTTPRequest, _ responder: any Responder) {
-        read(request, responder) { [metrics, writer, broker, catchUpBudget, databasePath, unreadReplies] reader in
+        read(request, responder) { [metrics, writer, broker, catchUpBudget, unreadReplies] reader in
             var gauges = ServiceMetrics.Gauges()
             gauges.unsentReplyBytes = unreadReplies.totalBytes
             try reader.snapshot { database in
                 gauges.tasks = try database.taskCountsByStateModeAndStall()
                 gauges.schemaVersion = try Migrator.recordedVersion(in: database)
                 gauges.webhookDeliveriesPending = try WebhookRepository.pendingCount(in: database)
-                if database.isPostgres {
-                    // The server's own count of the database's files; its WAL is the server's.
-                    gauges.databaseBytes = try database.scalar("SELECT pg_database_size(current_database())") ?? 0
-                }
+                let sizes = try database.storageSizes()
+                gauges.databaseBytes = sizes.databaseBytes
+                gauges.walBytes = sizes.writeAheadLogBytes
             }
             gauges.subscribers = broker.subscriberCount
             gauges.catchUpBytes = catchUpBudget.usedBytes
             gauges.writerQueueDepth = writer.queueDepth
-            if !isPostgresLocation(databasePath) {
-                gauges.databaseBytes = ServiceMetrics.fileSize(databasePath)
-                gauges.walBytes = ServiceMetrics.fileSize(databasePath + "-wal")
-            }
             return HTTPResponse(status: 200, headers: [HTTPField("Content-Type", PrometheusText.contentType),
                                                        HTTPField("Cache-Control", "no-store")],
                                 body: Array(metrics.render(gauges).utf8))

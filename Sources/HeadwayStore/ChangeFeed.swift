@@ -18,22 +18,7 @@ public enum ChangeFeed {
 
     /// The current position (read it in the same transaction as the data it describes).
     public static func position(in database: Database) throws(DatabaseError) -> Position {
-        if database.isPostgres {
-            // Several daemons write: the latest number committed is kept in one row, which
-            // every writer locks first and moves before it commits (`SharedWriting`).
-            let state = try database.rows("SELECT first_seq, pruned_through, last_change FROM stream_state") {
-                ($0.int(0), $0.int(1), $0.int(2))
-            }
-            guard let (first, prunedThrough, last) = state.first else { return Position(first: 0, last: 0, prunedThrough: -1) }
-            return Position(first: first, last: max(first, last, prunedThrough), prunedThrough: prunedThrough)
-        }
-        let state = try database.rows("SELECT first_seq, pruned_through FROM stream_state") { ($0.int(0), $0.int(1)) }
-        let (first, prunedThrough) = state.first ?? (0, -1)
-        let lastTask = try database.scalar("SELECT max(change_seq) FROM tasks") ?? first
-        let lastTombstone = try database.scalar("SELECT max(change_seq) FROM tombstones") ?? first
-        // What was forgotten still counts: the sequence never goes back, even when its
-        // latest changes were pruned.
-        return Position(first: first, last: max(first, lastTask, lastTombstone, prunedThrough), prunedThrough: prunedThrough)
+        try database.dialect.changeFeedPosition(in: database)
     }
 
     /// Records that `task` was deleted, as change `changeNumber`.

@@ -11,8 +11,7 @@ public final class DatabaseReader: Sendable {
 
     /// Opens a connection to an existing database, for reading only.
     public init(path: String) throws(DatabaseError) {
-        database = try Database(path: path, readOnly: isPostgresLocation(path))
-        if !database.isPostgres { try database.execute("PRAGMA query_only = 1") }
+        database = try Database(path: path, access: .queries)
         database.confine(to: .noThread)
     }
 

@@ -37,7 +37,7 @@ public protocol BatchSized {
 /// step of work done in steps), then `run()` closes the connection and returns; later
 /// submissions fail with `.stopped`. On SQLite, the checkpoint a commit makes due (the WAL
 /// at 1,000 pages) runs after that batch's completions, not inside its commit
-/// (`Database.deferCheckpoints`); and between batches, about once per `walCheckInterval`,
+/// (`SQLiteConnection.deferCheckpoints`); and between batches, about once per `walCheckInterval`,
 /// the writer keeps the `-wal` file's size bounded (`limitWAL()`).
 public final class GroupCommitWriter: Service {
     /// Counts of what the writer has done, for metrics and benchmarks.
@@ -135,22 +135,7 @@ public final class GroupCommitWriter: Service {
         database = try Database(path: path)
         self.heldWrites = heldWrites
         self.events = events
-        if database.isPostgres {
-            try database.postgres!.addSessionSetting("SET synchronous_commit = \(durability == .full ? "on" : "off")")
-            // A batch never waits between its statements; a writer that does (its daemon
-            // stopped with SIGSTOP in the middle of a batch, say) would hold every other
-            // daemon's writes behind its lock: the server ends its session instead, and
-            // its batch fails with nothing stored.
-            try database.postgres!.addSessionSetting("SET idle_in_transaction_session_timeout = '10s'")
-        } else {
-            try database.execute("PRAGMA journal_mode = WAL")
-            try database.execute("PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
-            // After the WAL has been reset, its first commit cuts the file back to this size.
-            try database.execute("PRAGMA journal_size_limit = \(walSizeLimit)")
-            // A batch's replies do not wait for a checkpoint: it runs after them (`run()`).
-            database.deferCheckpoints()
-            database.reportLockWaits(to: lockWaits)
-        }
+        try database.prepareForWriting(durability: durability, walSizeLimit: walSizeLimit, lockWaits: lockWaits)
         self.coordinator = coordinator
         self.maximumBatch = maximumBatch
         self.maximumBatchBytes = maximumBatchBytes
@@ -330,12 +315,8 @@ public final class GroupCommitWriter: Service {
     /// would otherwise hold the space that the next commit needs, for good. A check that
     /// fails or finds a reader in the way changes nothing and the next one tries again.
     private func limitWAL() {
-        guard !database.isPostgres else { return }
-        let walPath = database.path + "-wal"
-        // stat(2) alone: FileManager's attributes would also read /etc/passwd and /etc/group
-        // each time, for the owner's names.
-        var status = stat()
-        let walBytes = stat(walPath, &status) == 0 ? Int(status.st_size) : 0
+        // 0 on PostgreSQL, whose WAL is the server's.
+        let walBytes = database.writeAheadLogBytes
         let diskWasFull = diskFullSinceCheckpoint.load(ordering: .relaxed)
         guard walBytes >= walSizeLimit || (diskWasFull && walBytes > 0) else { return }
         if (try? database.checkpointTruncatingWAL()) == true { diskFullSinceCheckpoint.store(false, ordering: .relaxed) }

@@ -51,13 +51,8 @@ public struct Migrator: Sendable {
     /// A migrator for the engine `location` names: the SQLite migrations for a file, the
     /// PostgreSQL ones (`migrations/postgres/`) for a `postgresql://` URI.
     public init(forLocation location: String) {
-        self.init(isPostgresLocation(location) ? EmbeddedMigrations.postgres : EmbeddedMigrations.all)
+        self.init(storageEngine(for: location).migrations)
     }
-
-    /// On PostgreSQL, the advisory lock every migrating daemon holds for its whole run, so
-    /// that daemons started together migrate one after the other (the later ones find
-    /// nothing to do).
-    static let migrationLockKey: Int64 = 0x4865_6164_7761_7901
 
     /// The highest version this build knows (0 when it knows none).
     public var latestVersion: Int { migrations.last?.version ?? 0 }
@@ -67,37 +62,15 @@ public struct Migrator: Sendable {
     /// version above `latestVersion`.
     @discardableResult
     public func migrate(_ database: Database) throws -> [Int] {
-        // On PostgreSQL the lock is held from the first check to the last migration, so a
-        // daemon started beside another waits until the schema is whole and applies nothing
-        // (each migration's own transaction takes it again, which a holder always gets).
-        if database.isPostgres {
-            try database.inTransaction(.immediate) {
-                try database.execute("SET LOCAL lock_timeout = 0")
-                _ = try database.rows("SELECT pg_advisory_lock(\(Self.migrationLockKey))") { _ in () }
-            }
-        }
-        defer {
-            if database.isPostgres {
-                _ = try? database.rows("SELECT pg_advisory_unlock(\(Self.migrationLockKey))") { _ in () }
-            }
-        }
+        // Daemons sharing a database migrate one after the other (PostgreSQL's advisory
+        // lock, `SQLDialect.beginMigrating`).
+        let dialect = database.dialect
+        try dialect.beginMigrating(database)
+        defer { dialect.endMigrating(database) }
         try database.inTransaction(.immediate) {
-            try lockOut(database)
-            try refuseForeignTables(database)
-            try database.execute(database.isPostgres ? """
-                CREATE TABLE IF NOT EXISTS schema_migrations (
-                    version integer PRIMARY KEY,
-                    name text NOT NULL,
-                    applied_at text NOT NULL
-                        DEFAULT (to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'))
-                )
-                """ : """
-                CREATE TABLE IF NOT EXISTS schema_migrations (
-                    version INTEGER PRIMARY KEY,
-                    name TEXT NOT NULL,
-                    applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
-                ) STRICT
-                """)
+            try dialect.lockOutOtherMigrations(database)
+            try dialect.refuseForeignTables(database)
+            try database.execute(dialect.createSchemaMigrations)
             let recorded = try Self.recordedVersion(in: database)
             if recorded > latestVersion {
                 throw MigrationError.databaseIsNewer(databaseVersion: recorded, latestKnownVersion: latestVersion)
@@ -107,7 +80,7 @@ public struct Migrator: Sendable {
         for migration in migrations {
             let version = SQLValue.integer(Int64(migration.version))
             try database.inTransaction(.immediate) {
-                try lockOut(database)
+                try dialect.lockOutOtherMigrations(database)
                 guard try database.scalar("SELECT 1 FROM schema_migrations WHERE version = ?", [version]) == nil else { return }
                 try database.execute(migration.sql)
                 try database.run("INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
@@ -116,30 +89,6 @@ public struct Migrator: Sendable {
             }
         }
         return applied
-    }
-
-    /// The tables of Headway's PostgreSQL schema, whose names another application may use too.
-    static let postgresTableNames = ["tasks", "tombstones", "stream_state", "history", "task_counts", "tokens", "token_state",
-                                     "webhooks", "webhook_deliveries", "task_output"]
-
-    /// On PostgreSQL (a database an organisation already operates), throws
-    /// `MigrationError.foreignTables` when the database has no `schema_migrations` but
-    /// holds a table named as one of Headway's, before anything is created.
-    private func refuseForeignTables(_ database: Database) throws {
-        guard database.isPostgres, try database.scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'schema_migrations' "
-                                                       + "AND schemaname = current_schema()") == 0 else { return }
-        let names = Self.postgresTableNames.map { "'\($0)'" }.joined(separator: ", ")
-        let found = try database.rows("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
-                                      + "AND tablename IN (\(names)) ORDER BY tablename") { $0.text(0) }
-        if !found.isEmpty { throw MigrationError.foreignTables(found) }
-    }
-
-    /// On PostgreSQL, waits for the other daemons' migrations (the lock ends with the
-    /// transaction); SQLite's immediate transaction is lock enough.
-    private func lockOut(_ database: Database) throws(DatabaseError) {
-        guard database.isPostgres else { return }
-        try database.execute("SET LOCAL lock_timeout = 0")
-        _ = try database.rows("SELECT pg_advisory_xact_lock(\(Self.migrationLockKey))") { _ in () }
     }
 
     /// The highest version recorded in `database` (0 when none); throws when the database
@@ -157,15 +106,15 @@ public struct DatabaseSetup: Sendable {
     /// Hands out change numbers, loaded from the database.
     public let changeCounter: ChangeCounter
 
-    /// Opens (creating if needed) the database at `path`, migrates it, switches it to WAL
-    /// and loads its change sequence; the connection is closed again. Throws
+    /// Opens (creating if needed) the database at `path`, migrates it, switches an SQLite
+    /// file to WAL and loads its change sequence; the connection is closed again. Throws
     /// `MigrationError.databaseIsNewer` for a database from a newer build, which it leaves
     /// as it was (hence WAL only after migrating).
     public static func open(path: String, migrator: Migrator? = nil) throws -> DatabaseSetup {
         let database = try Database(path: path)
         defer { database.close() }
         let applied = try (migrator ?? Migrator(forLocation: path)).migrate(database)
-        if !database.isPostgres { try database.execute("PRAGMA journal_mode = WAL") }
+        try database.dialect.finishMigrating(database)
         return DatabaseSetup(appliedMigrations: applied, changeCounter: try ChangeCounter(database: database))
     }
 }

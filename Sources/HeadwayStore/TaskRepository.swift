@@ -16,7 +16,7 @@ public struct TaskFilter: Equatable, Sendable {
     /// the kept counts.
     public var taskPrefix: String?
     /// Only tasks whose id or name holds this text, whatever its case (`q`): read from the
-    /// search index (`TaskSearch`).
+    /// search index (`SQLDialect.searchKeys`: `SQLiteTaskSearch`, `PostgresTaskSearch`).
     public var search: String?
 
     public init(states: [TaskState] = [], stalled: Bool? = nil, parentID: String? = nil, rootOnly: Bool = false,
@@ -320,11 +320,11 @@ public enum TaskRepository {
     public static func page(_ filter: TaskFilter, size: Int, beforeKey: Int64?,
                             in database: Database) throws(DatabaseError) -> TaskPage {
         if let search = filter.search {
-            let keys = try TaskSearch.keys(search, filter: filter, limit: size + 1, beforeKey: beforeKey, in: database)
+            let keys = try database.dialect.searchKeys(search, filter: filter, limit: size + 1, beforeKey: beforeKey, in: database)
             // A first page that holds every match has counted them: the search for one
             // task by its name costs one query of the index, not two.
             let totalSize = beforeKey == nil && keys.count <= size
-                ? Int64(keys.count) : try TaskSearch.count(search, filter: filter, in: database)
+                ? Int64(keys.count) : try database.dialect.searchCount(search, filter: filter, in: database)
             return try page(keys: keys, size: size, totalSize: totalSize, in: database)
         }
         var keys: [Int64] = []
@@ -370,7 +370,7 @@ public enum TaskRepository {
 
     /// How many tasks match `filter`.
     public static func count(_ filter: TaskFilter, in database: Database) throws(DatabaseError) -> Int64 {
-        if let search = filter.search { return try TaskSearch.count(search, filter: filter, in: database) }
+        if let search = filter.search { return try database.dialect.searchCount(search, filter: filter, in: database) }
         // Under one parent, count its children (an index range); otherwise the filter names
         // only columns that task_counts also has.
         let (conditions, arguments) = whereClause(filter)
@@ -464,7 +464,7 @@ public enum TaskRepository {
         ]
     }
 
-    static func record(_ row: Statement) -> TaskRecord {
+    static func record(_ row: any ResultRow) -> TaskRecord {
         var task = TaskRecord(
             id: row.text(0), name: row.text(1), label: row.optionalText(2), parentID: row.optionalText(3),
             weight: row.double(4), state: TaskState(rawValue: row.text(5)) ?? .running, completed: row.int(6),
@@ -497,7 +497,7 @@ public enum TaskRepository {
     }
 
     /// A task read with its listing key, selected as one more column after `columns`.
-    static func keyedRecord(_ row: Statement) -> (task: TaskRecord, key: Int64) {
+    static func keyedRecord(_ row: any ResultRow) -> (task: TaskRecord, key: Int64) {
         (record(row), row.int(Int32(columnNames.count)))
     }
 

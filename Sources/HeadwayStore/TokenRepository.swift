@@ -135,7 +135,7 @@ public enum TokenRepository {
         }
     }
 
-    private static func record(_ row: Statement) -> TokenRecord {
+    private static func record(_ row: any ResultRow) -> TokenRecord {
         TokenRecord(id: row.text(0), name: row.text(1),
                     scopes: Set(row.text(2).split(separator: ",").compactMap { Scope(rawValue: String($0)) }),
                     taskPrefix: row.optionalText(3), secretHash: unhex(row.text(4)), createdAt: row.int(5),

@@ -166,7 +166,7 @@ public enum WebhookRepository {
         return deleted
     }
 
-    private static func delivery(_ row: Statement) -> WebhookDelivery {
+    private static func delivery(_ row: any ResultRow) -> WebhookDelivery {
         WebhookDelivery(webhookID: row.text(0), eventID: row.int(1), eventType: TaskEventKind(rawValue: row.text(2)) ?? .updated,
                         body: row.text(3), state: WebhookDeliveryState(rawValue: row.text(4)) ?? .pending,
                         attempts: Int(row.int(5)), createdAt: row.int(6), nextAttemptAt: row.int(7),

@@ -155,12 +155,6 @@ package final class ServiceMetrics: Sendable {
         out.sample("headway_unsent_reply_bytes", [:], Double(gauges.unsentReplyBytes))
         return out.text
     }
-
-    /// The size of the file at `path`, 0 if there is none.
-    package static func fileSize(_ path: String) -> Int64 {
-        var info = stat()
-        return stat(path, &info) == 0 ? Int64(info.st_size) : 0
-    }
 }
 
 /// The kinds of update a runner sends, as counted.

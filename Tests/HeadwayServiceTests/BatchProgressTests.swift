@@ -319,7 +319,7 @@ import Testing
         try daemon.register(#"{"id":"c","name":"Child","parent_id":"p","total":10}"#)
         try daemon.register(#"{"id":"solo","name":"Solo","total":10}"#)
         let database = try Database(path: daemon.application.configuration.databasePath)
-        if database.isPostgres {
+        if isPostgresLocation(database.path) {
             try database.execute("""
                 CREATE FUNCTION refuse_parent() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN RAISE EXCEPTION 'refused by the test'; END $$

@@ -30,10 +30,7 @@ public struct DatabaseCommand: ParsableCommand {
     /// Opens the Headway database at `path` read-only; fails clearly when the file is
     /// missing or is not a Headway database.
     static func open(_ path: String) throws -> Database {
-        if isPostgresLocation(path) {
-            throw DatabaseCommandError("headway db works on SQLite files; for a PostgreSQL database use its own tools "
-                + "(psql, pg_dump, pg_amcheck) or the daemon's /readyz and /metrics")
-        }
+        if let refusal = storageEngine(for: path).fileCommandsRefusal { throw DatabaseCommandError(refusal) }
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue else {
             throw DatabaseCommandError("no database at \(path) (give --db PATH or HEADWAY_DB; headway never creates one)")
@@ -73,15 +70,17 @@ public struct DatabaseStatusCommand: ParsableCommand {
         defer { database.close() }
         let version: Int
         let counts: [(state: String, count: Int64)]
+        let sizes: StorageSizes
         do {
             version = try database.schemaVersion() ?? 0
             counts = try database.taskCountsByState()
+            sizes = try database.storageSizes()
         } catch {
             throw DatabaseCommandError("cannot read \(path): \(error.message)")
         }
         let latest = Migrator().latestVersion
-        let size = Self.fileSize(path)
-        let walSize = Self.fileSize(path + "-wal")
+        let size = Int(sizes.databaseBytes)
+        let walSize = Int(sizes.writeAheadLogBytes)
         if context.options.json {
             let tasks = JSONObject(Dictionary(uniqueKeysWithValues: counts.map { ($0.state, JSONValue.integer($0.count)) }))
             let object: JSONObject = [
@@ -101,11 +100,6 @@ public struct DatabaseStatusCommand: ParsableCommand {
         let total = counts.reduce(0) { $0 + $1.count }
         context.print("tasks      \(total)" + (counts.isEmpty ? "" : ": ")
                       + counts.map { "\($0.count) \($0.state)" }.joined(separator: ", "))
-    }
-
-    /// The size of the file at `path` in bytes; 0 when there is none.
-    static func fileSize(_ path: String) -> Int {
-        ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.intValue ?? 0
     }
 
     /// `12,345 bytes`.

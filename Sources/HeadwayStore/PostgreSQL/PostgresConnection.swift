@@ -3,64 +3,14 @@ import CSQLite
 import Foundation
 import Glibc
 
-/// Whether `location` (what `--db` names) is a PostgreSQL connection URI
-/// (`postgresql://…` or `postgres://…`) rather than the path of an SQLite file.
-public func isPostgresLocation(_ location: String) -> Bool {
-    location.hasPrefix("postgresql://") || location.hasPrefix("postgres://")
-}
-
-/// `location` with any password (`user:PASSWORD@`, `password=PASSWORD`) replaced by `***`,
-/// for logs and messages.
-public func redactedLocation(_ location: String) -> String {
-    guard isPostgresLocation(location), let schemeEnd = location.range(of: "://") else { return location }
-    var redacted = location
-    // Up to the query, not the first `/`: a password may hold a `/` its writer forgot to
-    // percent-encode (more is hidden when a path holds an `@`, never less).
-    let authorityEnd = redacted[schemeEnd.upperBound...].firstIndex(of: "?") ?? redacted.endIndex
-    if let at = redacted[schemeEnd.upperBound..<authorityEnd].lastIndex(of: "@"),
-       let colon = redacted[schemeEnd.upperBound..<at].firstIndex(of: ":") {
-        redacted.replaceSubrange(redacted.index(after: colon)..<at, with: "***")
-    }
-    if let query = redacted.firstIndex(of: "?") {
-        let parameters = redacted[redacted.index(after: query)...].split(separator: "&", omittingEmptySubsequences: false)
-            .map { $0.hasPrefix("password=") ? "password=***" : String($0) }
-        redacted = String(redacted[...query]) + parameters.joined(separator: "&")
-    }
-    return redacted
-}
-
-/// `message` (libpq's, which may quote a part of the URI it could not parse, such as a
-/// badly percent-encoded password) with every password `location` holds, as written and
-/// decoded, replaced by `***`.
-func redactedMessage(_ message: String, location: String) -> String {
-    guard isPostgresLocation(location), let schemeEnd = location.range(of: "://") else { return message }
-    var secrets: [Substring] = []
-    let authorityEnd = location[schemeEnd.upperBound...].firstIndex(of: "?") ?? location.endIndex
-    if let at = location[schemeEnd.upperBound..<authorityEnd].lastIndex(of: "@"),
-       let colon = location[schemeEnd.upperBound..<at].firstIndex(of: ":") {
-        secrets.append(location[location.index(after: colon)..<at])
-    }
-    if let query = location.firstIndex(of: "?") {
-        secrets += location[location.index(after: query)...].split(separator: "&")
-            .filter { $0.hasPrefix("password=") }.map { $0.dropFirst("password=".count) }
-    }
-    var redacted = message
-    for secret in secrets where !secret.isEmpty {
-        for form in Set([String(secret), String(secret).removingPercentEncoding ?? ""]) where !form.isEmpty {
-            redacted = redacted.replacing(form, with: "***")
-        }
-    }
-    return redacted
-}
-
 // @unchecked Sendable: a libpq connection handle; `Database` confines its use to one thread.
-/// One libpq connection, used through `Database` (which checks the thread). Statements
+/// One libpq connection, as `Database` runs statements on it (checking the thread). Statements
 /// are prepared once per connection, named after their order, with SQLite's parameter
 /// markers (`?`, `?N`) turned into PostgreSQL's (`$N`), so one SQL text serves both
 /// engines where the dialects agree. Values go and come as text. A connection found
 /// broken outside a transaction is reset once before the next statement (the server
 /// restarted, say); inside one, the transaction's failure is its caller's to handle.
-final class PostgresConnection: @unchecked Sendable {
+final class PostgresConnection: EngineConnection, @unchecked Sendable {
     private(set) var handle: OpaquePointer?
     private let location: String
     /// Statements run after every connect (and reset): session settings.
@@ -71,9 +21,20 @@ final class PostgresConnection: @unchecked Sendable {
     /// triggers), as SQLite's `total_changes` for `Database.rollbacks`.
     private(set) var changedRows: Int64 = 0
 
-    init(location: String) throws(DatabaseError) {
+    /// How many statements have run (each `run` or `rows` counts once).
+    private(set) var statementsRun = 0
+
+    /// Connects to the server `location` names. Statements wait for a lock as long as
+    /// SQLite's busy timeout, then fail as busy; a read-only connection (`access` other
+    /// than `.readWrite`) refuses writes by its session's default
+    /// (`default_transaction_read_only`).
+    init(location: String, access: ConnectionAccess) throws(DatabaseError) {
         self.location = Self.withConnectTimeout(location)
         try connect()
+        try addSessionSetting("SET lock_timeout = '\(Database.busyTimeoutMilliseconds)ms'")
+        // Notices (a table that already exists, say) are not worth a line on stderr.
+        try addSessionSetting("SET client_min_messages = warning")
+        if access != .readWrite { try addSessionSetting("SET default_transaction_read_only = on") }
     }
 
     /// How long a connection attempt may take when the URI does not say
@@ -304,33 +265,99 @@ final class PostgresConnection: @unchecked Sendable {
     }
 }
 
-extension DatabaseError {
-    /// The database cannot be reached now (PostgreSQL down, restarting, refusing
-    /// connections): nothing was changed, and a later try may succeed.
-    public static func unavailable(_ message: String) -> DatabaseError {
-        var error = DatabaseError(code: SQLITE_CANTOPEN, message: message, sql: nil)
-        error.isFromPostgres = true
-        error.isUnavailable = true
-        return error
+extension PostgresConnection {
+    var dialect: any SQLDialect { PostgresDialect.shared }
+
+    func run(_ sql: String, _ arguments: [SQLValue]) throws(DatabaseError) {
+        statementsRun += 1
+        PQclear(try query(sql, arguments))
     }
 
-    /// An error PostgreSQL reported, with SQLite's code of the same meaning, so that the
-    /// rest of the daemon judges both engines' failures alike (`isBusy`, `storageFailure`).
-    public static func postgres(sqlState: String?, message: String, sql: String, connectionLost: Bool) -> DatabaseError {
-        let state = sqlState ?? ""
-        let code: Int32
-        switch state {
-        case "53100", "53000": code = SQLITE_FULL           // disk_full, insufficient_resources
-        case "25006": code = SQLITE_READONLY                // read_only_sql_transaction
-        case "40001", "40P01", "55P03", "57014": code = SQLITE_BUSY  // serialization, deadlock, lock timeout, statement timeout
-        case _ where state.hasPrefix("23"): code = SQLITE_CONSTRAINT
-        default: code = SQLITE_ERROR
+    func rows<Row>(_ sql: String, _ arguments: [SQLValue], map: (any ResultRow) -> Row) throws(DatabaseError) -> [Row] {
+        statementsRun += 1
+        let result = try query(sql, arguments)
+        defer { PQclear(result) }
+        let row = PostgresRow(result)
+        let count = PQntuples(result)
+        var rows: [Row] = []
+        rows.reserveCapacity(Int(count))
+        for index in 0..<count {
+            row.row = index
+            rows.append(map(row))
         }
-        var error = DatabaseError(code: code, message: message, sql: sql)
-        error.isFromPostgres = true
-        error.sqlState = sqlState
-        // The connection is gone (class 08), or the server is going down (57P01–03).
-        error.isUnavailable = connectionLost || state.hasPrefix("08") || ["57P01", "57P02", "57P03"].contains(state)
-        return error
+        return rows
     }
+
+    /// Transaction statements are sent as they are, without preparing them.
+    func control(_ sql: String) throws(DatabaseError) {
+        try execute(sql)
+    }
+
+    /// The writer's session: `synchronous_commit` as `durability` asks. A batch never
+    /// waits between its statements; a writer that does (its daemon stopped with SIGSTOP
+    /// in the middle of a batch, say) would hold every other daemon's writes behind its
+    /// lock: the server ends its session instead, and its batch fails with nothing stored.
+    /// The WAL is the server's, and other daemons' lock waits are not told.
+    func prepareForWriting(durability: Durability, walSizeLimit: Int, lockWaits: LockWaits) throws(DatabaseError) {
+        try addSessionSetting("SET synchronous_commit = \(durability == .full ? "on" : "off")")
+        try addSessionSetting("SET idle_in_transaction_session_timeout = '10s'")
+    }
+
+    /// Waits for other daemons' locks are not told (`lock_timeout` bounds them).
+    func reportLockWaits(to waits: LockWaits) {}
+
+    func lockWaitEnded() {}
+
+    /// The WAL is the server's: nothing to checkpoint.
+    func checkpointIfDue() -> Bool { false }
+
+    var writeAheadLogBytes: Int { 0 }
+
+    func checkpointTruncatingWAL() throws(DatabaseError) -> Bool { true }
+
+    /// The server's own count of the database's files; its WAL is the server's.
+    func storageSizes() throws(DatabaseError) -> StorageSizes {
+        let bytes = try rows("SELECT pg_database_size(current_database())", []) { $0.int(0) }.first ?? 0
+        return StorageSizes(databaseBytes: bytes, writeAheadLogBytes: 0)
+    }
+
+    func backup(to destinationPath: String) throws(DatabaseError) {
+        throw DatabaseError(code: SQLITE_MISUSE, message: "a PostgreSQL database is backed up with its own tools (pg_dump)",
+                            sql: nil)
+    }
+
+    /// Commits are refused only in tests of SQLite's commit hook.
+    func refuseCommits(_ refuse: Bool) {}
+}
+
+/// A row of a PostgreSQL query's result (values as text), as `Database.rows(_:_:map:)`
+/// hands it to its `map`. The result is cleared by its owner.
+final class PostgresRow: ResultRow {
+    private let result: OpaquePointer
+    /// The row the column accessors read.
+    var row: Int32 = 0
+
+    init(_ result: OpaquePointer) { self.result = result }
+
+    func isNull(_ column: Int32) -> Bool { PQgetisnull(result, row, column) == 1 }
+    func int(_ column: Int32) -> Int64 {
+        // A boolean comes as `t` or `f`: 1 or 0, as SQLite gives it.
+        guard let value = PQgetvalue(result, row, column) else { return 0 }
+        switch UInt8(bitPattern: value.pointee) {
+        case UInt8(ascii: "t"): return 1
+        case UInt8(ascii: "f"): return 0
+        default: return strtoll(value, nil, 10)
+        }
+    }
+    func double(_ column: Int32) -> Double { strtod(PQgetvalue(result, row, column), nil) }
+    func text(_ column: Int32) -> String {
+        guard let pointer = PQgetvalue(result, row, column) else { return "" }
+        return String(cString: pointer)
+    }
+}
+
+extension Database {
+    /// The PostgreSQL connection under this one, for what only PostgreSQL does (session
+    /// settings, `LISTEN`): only for a database `storageEngine(for:)` says is shared.
+    var postgres: PostgresConnection { connection as! PostgresConnection }
 }

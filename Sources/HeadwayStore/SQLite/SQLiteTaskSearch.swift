@@ -1,10 +1,10 @@
 import Foundation
 import HeadwayCore
 
-/// The listing's search (`GET /v1/tasks?q=`): tasks whose id or name holds a text, whatever
-/// its case, read from a trigram index and never by scanning the tasks.
+/// The listing's search (`GET /v1/tasks?q=`) on SQLite: tasks whose id or name holds a
+/// text, whatever its case, read from a trigram index and never by scanning the tasks.
 ///
-/// On SQLite the index is FTS5's trigram tokenizer (`task_search`, migration 0011), which
+/// The index is FTS5's trigram tokenizer (`task_search`, migration 0011), which
 /// folds case itself. A query of three characters or more is the phrase of its trigrams;
 /// one of one or two characters has no trigram of its own, so it is answered by every
 /// indexed trigram that begins with it (each text is indexed with two U+001F after it, so
@@ -19,29 +19,15 @@ import HeadwayCore
 /// index of a state (100,000 running tasks) and asked FTS5 about each row, 2.6 s for a
 /// count that the index answers in half a millisecond.
 ///
-/// On PostgreSQL it is pg_trgm's GIN index over `id` and `name` (`tasks_search`), asked
-/// with `ILIKE '%text%'`; a query shorter than three characters reads that index whole.
-///
-/// Either way a page costs what reading its matches newest first costs, and `total_size`
+/// A page costs what reading its matches newest first costs, and `total_size`
 /// what counting every match does: little for a text a few tasks hold, about a
 /// microsecond per match for one that most tasks hold (docs/benchmarks.md).
-enum TaskSearch {
+enum SQLiteTaskSearch {
     /// Up to `limit` keys of the tasks that hold `text` and match the rest of `filter`,
     /// newest first, below `beforeKey`.
     static func keys(_ text: String, filter: TaskFilter, limit: Int, beforeKey: Int64?,
                      in database: Database) throws(DatabaseError) -> [Int64] {
         var (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
-        if database.isPostgres {
-            if let beforeKey {
-                conditions.append("t.seq < ?")
-                arguments.append(.integer(beforeKey))
-            }
-            let pattern = SQLValue.text(likePattern(text))
-            return try database.rows(
-                "SELECT t.seq FROM tasks AS t WHERE (t.id ILIKE ? OR t.name ILIKE ?)"
-                    + conditions.map { " AND " + $0 }.joined() + " ORDER BY t.seq DESC LIMIT ?",
-                [pattern, pattern] + arguments + [.integer(Int64(limit))]) { $0.int(0) }
-        }
         guard let source = try indexSource(text, in: database) else { return [] }
         if let beforeKey {
             conditions.append(source.key + " < ?")
@@ -55,12 +41,6 @@ enum TaskSearch {
     /// How many tasks hold `text` and match the rest of `filter`.
     static func count(_ text: String, filter: TaskFilter, in database: Database) throws(DatabaseError) -> Int64 {
         let (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
-        if database.isPostgres {
-            let pattern = SQLValue.text(likePattern(text))
-            return try database.scalar(
-                "SELECT count(*) FROM tasks AS t WHERE (t.id ILIKE ? OR t.name ILIKE ?)" + conditions.map { " AND " + $0 }.joined(),
-                [pattern, pattern] + arguments) ?? 0
-        }
         guard let source = try indexSource(text, in: database) else { return 0 }
         // A phrase without other conditions: the index alone answers.
         if conditions.isEmpty, case .phrase(let match) = source {
@@ -127,16 +107,5 @@ enum TaskSearch {
     /// `text` as an FTS5 string (a phrase of its trigrams).
     private static func quoted(_ text: String) -> String {
         "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-    }
-
-    /// `%text%` for `ILIKE`, its own `%`, `_` and `\` escaped (PostgreSQL's default escape
-    /// character is the backslash).
-    private static func likePattern(_ text: String) -> String {
-        var pattern = "%"
-        for character in text {
-            if character == "%" || character == "_" || character == "\\" { pattern.append("\\") }
-            pattern.append(character)
-        }
-        return pattern + "%"
     }
 }

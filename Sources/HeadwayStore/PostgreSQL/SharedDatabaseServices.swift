@@ -37,7 +37,7 @@ public final class ChangeListener: Service {
 
     public func prepare() throws {
         let database = try Database(path: location)
-        try database.postgres!.addSessionSetting("LISTEN \(SharedWriting.channel)")
+        try database.postgres.addSessionSetting("LISTEN \(SharedWriting.channel)")
         database.confine(to: .noThread)
         connection.withLock { $0 = database }
     }
@@ -51,9 +51,9 @@ public final class ChangeListener: Service {
         while !stopping.load(ordering: .acquiring) {
             do {
                 // Short waits, so a requested stop is seen within a quarter of a second.
-                var pollDescriptor = pollfd(fd: database.postgres!.socket, events: Int16(POLLIN), revents: 0)
+                var pollDescriptor = pollfd(fd: database.postgres.socket, events: Int16(POLLIN), revents: 0)
                 _ = poll(&pollDescriptor, 1, 250)
-                var newest = try database.postgres!.takeNotifications().compactMap { Int64($0) }.max()
+                var newest = try database.postgres.takeNotifications().compactMap { Int64($0) }.max()
                 if DispatchTime.now() >= nextPoll {
                     nextPoll = .now() + pollInterval
                     newest = max(newest ?? 0, try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") ?? 0)
@@ -167,7 +167,7 @@ public final class Leadership: Sendable {
     private static func connect(_ location: String) throws -> Database {
         let database = try Database(path: location)
         do {
-            try database.postgres!.addSessionSetting("SET idle_session_timeout = '\(idleSessionTimeout)'")
+            try database.postgres.addSessionSetting("SET idle_session_timeout = '\(idleSessionTimeout)'")
         } catch {
             // An older server without the setting: a frozen leader keeps the lead until it resumes.
             guard error.sqlState == "42704" else { throw error }
