@@ -66,12 +66,12 @@ let package = Package(
         // events freed on a third, the pattern its per-thread caches serve best (3 % less CPU
         // per update, 3 % more updates/s while 10,000 subscribers receive). Debug builds, which
         // the sanitizers instrument with their own allocator, keep glibc's.
-        .executableTarget(name: "headwayd", dependencies: ["HeadwayService"], swiftSettings: daemonSettings,
+        .executableTarget(name: "headwayd", dependencies: ["HeadwayCore", "HeadwayService"], swiftSettings: daemonSettings,
                           linkerSettings: [.linkedLibrary("jemalloc", .when(configuration: .release))]),
         // The `headway` command: its parser, client and commands in a library the tests use;
         // the executable only calls it.
         .target(name: "HeadwayCLI", dependencies: ["CCurl", "HeadwayCore", "HeadwayStore"]),
-        .executableTarget(name: "headway", dependencies: ["HeadwayCLI"]),
+        .executableTarget(name: "headway", dependencies: ["HeadwayCLI", "HeadwayCore"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),
         .testTarget(name: "LifecycleTests", dependencies: ["Lifecycle"]),

@@ -13,7 +13,7 @@ import HeadwayStore
 /// What only the thread uses lives in `run()` itself (`BrokerThread`); other threads reach
 /// it through the inbox.
 final class EventBroker: Service {
-    struct Settings: Sendable {
+    struct Settings: Sendable, Equatable {
         var maximumSubscribers = 10_000
         var heartbeatSeconds = 15.0
         /// The cap on one stream's unsent bytes (see `Subscriber`): past it the subscriber

@@ -22,7 +22,7 @@ import HeadwayStore
 /// only the leader (`Leadership`) sends. A crash loses nothing: a delivery stays pending
 /// until its outcome is stored, and is sent again after a restart (at least once).
 final class WebhookDispatcher: Service {
-    struct Settings: Sendable {
+    struct Settings: Sendable, Equatable {
         /// How long one attempt may take.
         var timeoutSeconds = 10.0
         /// When failed attempts are retried, and for how long.

@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayCore
 import HeadwayService
 
 // headwayd: parse the configuration, start, wait for SIGTERM or SIGINT, stop cleanly.

@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayCore
 import HeadwayStore
 import HeadwayTestSupport
 import Testing
