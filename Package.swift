@@ -56,10 +56,12 @@ let package = Package(
         // thread sleeps (Doorbell); knows nothing of tasks or HTTP.
         .target(name: "Lifecycle", swiftSettings: daemonSettings),
         .target(name: "HeadwayCore", swiftSettings: daemonSettings),
+        // The reader of command-line words both executables parse their options with.
+        .target(name: "ArgumentParsing", swiftSettings: daemonSettings),
         .target(name: "HeadwayStore", dependencies: ["CLibPQ", "CSQLite", "HeadwayCore", "Lifecycle"],
                 swiftSettings: daemonSettings),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CGnuTLS", "Lifecycle"], swiftSettings: daemonSettings),
-        .target(name: "HeadwayService", dependencies: ["CCurl", "CGnuTLS", "HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"],
+        .target(name: "HeadwayService", dependencies: ["ArgumentParsing", "CCurl", "CGnuTLS", "HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"],
                 swiftSettings: daemonSettings),
         // Release builds of the daemon allocate with jemalloc (Debian `libjemalloc-dev`) instead
         // of glibc's malloc: requests are parsed on one thread, written on another, their
@@ -70,7 +72,7 @@ let package = Package(
                           linkerSettings: [.linkedLibrary("jemalloc", .when(configuration: .release))]),
         // The `headway` command: its parser, client and commands in a library the tests use;
         // the executable only calls it.
-        .target(name: "HeadwayCLI", dependencies: ["CCurl", "HeadwayCore", "HeadwayStore"]),
+        .target(name: "HeadwayCLI", dependencies: ["ArgumentParsing", "CCurl", "HeadwayCore", "HeadwayStore"]),
         .executableTarget(name: "headway", dependencies: ["HeadwayCLI", "HeadwayCore"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),

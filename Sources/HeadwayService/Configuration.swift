@@ -1,3 +1,4 @@
+import ArgumentParsing
 import Foundation
 import HTTPServer
 import HeadwayCore
@@ -136,31 +137,20 @@ public struct Configuration: Sendable, Equatable {
             }
         }
         var fromFlags = SettingLayer()
-        var index = 0
-        while index < arguments.count {
-            let argument = arguments[index]
-            index += 1
-            if argument == "-h" || argument == "--help" { return .help }
-            if argument == "--version" { return .version }
-            guard argument.hasPrefix("--") else { throw UsageError("unexpected argument '\(argument)'") }
-            var name = String(argument.dropFirst(2))
-            var value: String?
-            if let equals = name.firstIndex(of: "=") {
-                value = String(name[name.index(after: equals)...])
-                name = String(name[..<equals])
-            }
-            if ["help", "version"].contains(name) { throw UsageError("option '--\(name)' takes no value") }
-            guard let setting = Setting.named(name) else { throw UsageError("unknown option '--\(name)'") }
-            if value == nil && setting.shape == .switchFlag { value = "true" }
-            if value == nil {
-                guard index < arguments.count else { throw UsageError("option '--\(name)' needs a value") }
-                value = arguments[index]
-                index += 1
-            }
-            if let value, setting.shape == .list {
-                fromFlags.lists[name, default: []].append(SettingText(value))
-            } else {
-                fromFlags.values[name] = value.map { SettingText($0) }
+        var scanner = ArgumentScanner(arguments, doubleDashEndsOptions: false)
+        while let scanned = try nextArgument(&scanner) {
+            switch scanned {
+            case .short("-h"), .option("help", _): return .help
+            case .option("version", _): return .version
+            case .short(let text), .positional(let text): throw UsageError("unexpected argument '\(text)'")
+            case .option(let name, let value):
+                // A switch given without a value is turned on.
+                let text = SettingText(value ?? "true")
+                if Setting.named(name)?.shape == .list {
+                    fromFlags.lists[name, default: []].append(text)
+                } else {
+                    fromFlags.values[name] = text
+                }
             }
         }
         var settings = SettingLayer()
@@ -172,6 +162,23 @@ public struct Configuration: Sendable, Equatable {
         settings.overlay(fromEnvironment)
         settings.overlay(fromFlags)
         return .run(try build(settings))
+    }
+
+    /// The next word of the command line: `--help` and `--version` take no value, a
+    /// switch takes one only after `=`, every other setting of the table takes one.
+    private static func nextArgument(_ scanner: inout ArgumentScanner) throws(UsageError) -> ScannedArgument? {
+        do {
+            return try scanner.next { name in
+                if name == "help" || name == "version" { return .forbidden }
+                return Setting.named(name).map { $0.shape == .switchFlag ? .optional : .required }
+            }
+        } catch {
+            switch error {
+            case .unknownOption(let name): throw UsageError("unknown option '--\(name)'")
+            case .needsValue(let name): throw UsageError("option '--\(name)' needs a value")
+            case .takesNoValue(let name): throw UsageError("option '--\(name)' takes no value")
+            }
+        }
     }
 
     /// The configuration the settings give, each applied by its entry of `Setting.all`; a
