@@ -221,19 +221,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let webhookDoorbell = Doorbell()
     tokens.apply(storedTokens, now: clock.now())
     if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
-    let exactCORSOrigins = configuration.corsOrigins.compactMap { origin -> String? in
-        if case .exact(let exact) = origin { return exact.description }
-        return nil
-    }
-    if !tokens.authenticationRequired && !exactCORSOrigins.isEmpty {
-        // Trusted explicitly by the operator, but while no token exists its pages may do
-        // everything, making the first admin token included.
-        logger.log(.warn, "security.cors_without_tokens", [
-            "cors_origins": exactCORSOrigins.joined(separator: ","),
-            "detail": "no access token exists: pages of these origins may do everything, create tokens included; "
-                + "create one with: headwayd token create --scope admin --db \(configuration.databasePath)",
-        ])
-    }
+    logSettingWarnings(configuration, tokensRequired: tokens.authenticationRequired, logger: logger)
     let connectionLimit = configuration.broker.maximumSubscribers + 1024
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let metrics = ServiceMetrics()
@@ -278,13 +266,6 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let maintenance = Maintenance(settings: configuration.maintenance, writer: writer, store: store, broker: broker,
                                   clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned,
                                   leadership: leadership)
-    if let concurrency = configuration.webhookConcurrency {
-        logger.log(.warn, "config.deprecated", [
-            "setting": "webhook-concurrency", "value": "\(concurrency)",
-            "detail": "ignored: every webhook has its own delivery attempt in flight, all on one thread; "
-                + "remove the setting",
-        ])
-    }
     let webhookDispatcher = WebhookDispatcher(settings: configuration.webhooks, location: configuration.databasePath,
                                               writer: writer, outbox: webhookOutbox, clock: clock, logger: logger,
                                               leadership: leadership, counters: metrics.webhookAttempts,
@@ -365,6 +346,31 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                               logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper,
                               metrics: metrics, webhookDispatcher: webhookDispatcher, changeListener: listener,
                               batchParsing: batchParsing)
+}
+
+/// Logs what the settings allow but an operator should know at start: CORS origins trusted
+/// while no token exists, and deprecated settings given.
+private func logSettingWarnings(_ configuration: Configuration, tokensRequired: Bool, logger: Logger) {
+    let exactCORSOrigins = configuration.corsOrigins.compactMap { origin -> String? in
+        if case .exact(let exact) = origin { return exact.description }
+        return nil
+    }
+    if !tokensRequired && !exactCORSOrigins.isEmpty {
+        // Trusted explicitly by the operator, but while no token exists its pages may do
+        // everything, making the first admin token included.
+        logger.log(.warn, "security.cors_without_tokens", [
+            "cors_origins": exactCORSOrigins.joined(separator: ","),
+            "detail": "no access token exists: pages of these origins may do everything, create tokens included; "
+                + "create one with: headwayd token create --scope admin --db \(configuration.databasePath)",
+        ])
+    }
+    if let concurrency = configuration.webhookConcurrency {
+        logger.log(.warn, "config.deprecated", [
+            "setting": "webhook-concurrency", "value": "\(concurrency)",
+            "detail": "ignored: every webhook has its own delivery attempt in flight, all on one thread; "
+                + "remove the setting",
+        ])
+    }
 }
 
 /// Why the daemon refuses to start.

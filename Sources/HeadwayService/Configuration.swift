@@ -25,12 +25,12 @@ public struct Configuration: Sendable, Equatable {
     public var logLevel = LogLevel.info
     /// The file logs are appended to (reopened on SIGHUP, for log rotation); nil: stderr.
     public var logFilePath: String?
-    /// The configuration file the settings were read from (`--config`), reread on SIGHUP.
+    /// The configuration file the settings were read from, reread on SIGHUP.
     public var configurationFilePath: String?
-    /// The event broker's settings (`--sse-heartbeat`, `--max-subscribers`,
-    /// `--stream-buffer-bytes`; how many tasks wait for a slow subscriber; fan-out pacing).
+    /// The event broker's settings: keep-alives, subscribers, each stream's buffer, how many
+    /// tasks wait for a slow subscriber, fan-out pacing.
     var broker = EventBroker.Settings()
-    /// The stall sweeper's and retention's settings (`--retention`).
+    /// The stall sweeper's and retention's settings.
     var maintenance = Maintenance.Settings()
     /// A response (an event stream or any other) whose socket takes nothing for this long
     /// while bytes wait is closed: the send stall timeout.
@@ -40,12 +40,12 @@ public struct Configuration: Sendable, Equatable {
     /// catch-up is not read: its stream gets `retry:` and ends.
     public var maximumCatchUpBytes = 256 * 1024 * 1024
     /// Bytes of replies that may wait for their clients to take them
-    /// (`--max-unsent-reply-bytes`; `UnreadReplyBudget`).
+    /// (`UnreadReplyBudget`).
     public var maximumUnsentReplyBytes = 64 * 1024 * 1024
     /// The size the database's `-wal` file is brought back under once no reader holds an
     /// old snapshot (`GroupCommitWriter.limitWAL`).
     public var walSizeLimitBytes = GroupCommitWriter.defaultWALSizeLimit
-    /// How deep, wide and many tasks may be (`--max-depth`, `--max-children`, `--max-tasks`).
+    /// How deep, wide and many tasks may be.
     public var treeLimits = TreeLimits()
     /// Tokens neither revoked nor expired there may be at once; `POST /v1/tokens` past it
     /// gets 422 `too_many_tokens` (`headwayd token create` is not bounded).
@@ -71,23 +71,23 @@ public struct Configuration: Sendable, Equatable {
     /// Connections open at once from one client address; more are closed at once.
     public var maximumConnectionsPerAddress = 1000
     // Browsers.
-    /// The origins of `--public-url`: names served besides the listen address, whose pages
+    /// The daemon's public origins: names served besides the listen address, whose pages
     /// are the daemon's own.
     public var publicOrigins: [WebOrigin] = []
-    /// `--cors-origin`: pages that may call the API from a browser.
+    /// The origins whose pages may call the API from a browser.
     public var corsOrigins: [CORSOrigin] = []
     /// HTTPS: the PEM certificate (chain) and its private key (`--tls-cert`, `--tls-key`;
     /// both or neither). nil: plain HTTP.
     public var tlsCertificatePath: String?
     public var tlsKeyPath: String?
     // Webhooks.
-    /// `--webhook-concurrency`, if given: deprecated and ignored (a warning at start). Every
+    /// The deprecated webhook concurrency, if given: ignored (a warning at start). Every
     /// webhook has its own attempt in flight, all on one thread (`WebhookTransfers`), so no
     /// bound of attempts all webhooks share is left to set; still accepted, so that a
     /// configuration that gives it still starts.
     public var webhookConcurrency: Int?
-    /// The webhook dispatcher's settings (`--webhook-timeout`, `--webhook-retry-base`,
-    /// `--webhook-retry-for`, `--webhook-retry-jitter`, `--webhook-allow-private`).
+    /// The webhook dispatcher's settings: each attempt's timeout, the retries, whether
+    /// private addresses may be posted to.
     var webhooks = WebhookDispatcher.Settings()
 
     public init() {}
