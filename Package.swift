@@ -77,7 +77,7 @@ let package = Package(
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),
         .testTarget(name: "LifecycleTests", dependencies: ["Lifecycle"]),
-        .testTarget(name: "HeadwayCLITests", dependencies: ["HeadwayCLI", "HeadwayCore", "HeadwayStore", "HeadwayTestSupport"],
+        .testTarget(name: "HeadwayCLITests", dependencies: ["ArgumentParsing", "HeadwayCLI", "HeadwayCore", "HeadwayStore", "HeadwayTestSupport"],
                     exclude: ["golden"]),
         // libcurl: the webhook URL rules are checked against its own URL parser.
         .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore", "CCurl"]),
