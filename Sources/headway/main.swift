@@ -1,6 +1,6 @@
 import Foundation
 import HeadwayCLI
-import HeadwayCore
+import enum HeadwayCore.HeadwayVersion
 
 // The one place where outcomes become exit statuses (Litestream's rule): 0 ok, 1 the
 // server refused, 3 cancel requested, 64 usage, 69 server unreachable or unavailable.

@@ -1,6 +1,7 @@
 import Foundation
+import Daemon
 import HeadwayCore
-import HeadwayService
+import Telemetry
 
 // headwayd: parse the configuration, start, wait for SIGTERM or SIGINT, stop cleanly.
 // Signals are blocked before any thread starts, so only `sigwait` below receives them.

@@ -3,7 +3,7 @@ import HeadwayCore
 import HeadwayStore
 import HeadwayTestSupport
 import Testing
-import HeadwayService
+import HeadwayCore
 
 @Suite(.serialized) struct DaemonProcessTests {
     @Test func helpAndUsageErrors() throws {

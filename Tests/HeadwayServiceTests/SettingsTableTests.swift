@@ -1,7 +1,8 @@
 import Foundation
+import HeadwayCore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import Daemon
 
 /// `Setting.all` is the one source of the daemon's settings: each entry, and nothing else,
 /// makes a setting appear in `--help`, be taken from a flag, its variable and a
