@@ -61,6 +61,8 @@ let package = Package(
         // thread sleeps (Doorbell); knows nothing of tasks or HTTP.
         .target(name: "Lifecycle", swiftSettings: daemonSettings),
         .target(name: "HeadwayCore", swiftSettings: daemonSettings),
+        // The reader of command-line words both executables parse their options with.
+        .target(name: "ArgumentParsing", swiftSettings: daemonSettings),
         .target(name: "HeadwayStore", dependencies: ["CLibPQ", "CSQLite", "HeadwayCore", "Lifecycle"],
                 swiftSettings: daemonSettings),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CGnuTLS", "Lifecycle"], swiftSettings: daemonSettings),
@@ -82,7 +84,7 @@ let package = Package(
                 swiftSettings: daemonSettings),
         // The composition root: configuration and reload, maintenance, the application that
         // starts every part, and `headwayd token`.
-        .target(name: "Daemon", dependencies: ["Access", "EventStream", "HeadwayAPI", "HeadwayCore", "HeadwayStore", "HTTPServer",
+        .target(name: "Daemon", dependencies: ["Access", "ArgumentParsing", "EventStream", "HeadwayAPI", "HeadwayCore", "HeadwayStore", "HTTPServer",
                                                "Lifecycle", "Telemetry", "Webhooks"],
                 swiftSettings: daemonSettings),
         // Release builds of the daemon allocate with jemalloc (Debian `libjemalloc-dev`) instead
@@ -94,12 +96,12 @@ let package = Package(
                           linkerSettings: [.linkedLibrary("jemalloc", .when(configuration: .release))]),
         // The `headway` command: its parser, client and commands in a library the tests use;
         // the executable only calls it.
-        .target(name: "HeadwayCLI", dependencies: ["CCurl", "HeadwayCore", "HeadwayStore"]),
-        .executableTarget(name: "headway", dependencies: ["HeadwayCLI"]),
+        .target(name: "HeadwayCLI", dependencies: ["ArgumentParsing", "CCurl", "HeadwayCore", "HeadwayStore"]),
+        .executableTarget(name: "headway", dependencies: ["HeadwayCLI", "HeadwayCore"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),
         .testTarget(name: "LifecycleTests", dependencies: ["Lifecycle"]),
-        .testTarget(name: "HeadwayCLITests", dependencies: ["HeadwayCLI", "HeadwayCore", "HeadwayStore", "HeadwayTestSupport"],
+        .testTarget(name: "HeadwayCLITests", dependencies: ["ArgumentParsing", "HeadwayCLI", "HeadwayCore", "HeadwayStore", "HeadwayTestSupport"],
                     exclude: ["golden"]),
         // libcurl: the webhook URL rules are checked against its own URL parser.
         .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore", "CCurl"]),

@@ -227,30 +227,12 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let webhookDoorbell = Doorbell()
     tokens.apply(storedTokens, now: clock.now())
     if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
-    let exactCORSOrigins = configuration.corsOrigins.compactMap { origin -> String? in
-        if case .exact(let exact) = origin { return exact.description }
-        return nil
-    }
-    if !tokens.authenticationRequired && !exactCORSOrigins.isEmpty {
-        // Trusted explicitly by the operator, but while no token exists its pages may do
-        // everything, making the first admin token included.
-        logger.log(.warn, "security.cors_without_tokens", [
-            "cors_origins": exactCORSOrigins.joined(separator: ","),
-            "detail": "no access token exists: pages of these origins may do everything, create tokens included; "
-                + "create one with: headwayd token create --scope admin --db \(configuration.databasePath)",
-        ])
-    }
-    let connectionLimit = configuration.maximumSubscribers + 1024
+    logSettingWarnings(configuration, tokensRequired: tokens.authenticationRequired, logger: logger)
+    let connectionLimit = configuration.broker.maximumSubscribers + 1024
     raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
     let metrics = ServiceMetrics()
     let storageAlarm = StorageAlarm(logger: logger, clock: clock)
-    var brokerSettings = EventBroker.Settings()
-    brokerSettings.maximumSubscribers = configuration.maximumSubscribers
-    brokerSettings.heartbeatSeconds = configuration.sseHeartbeatSeconds
-    brokerSettings.streamBufferBytes = configuration.streamBufferBytes
-    brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
-    brokerSettings.pacing = configuration.fanOutPacing
-    let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger, counters: metrics.events)
+    let broker = EventBroker(settings: configuration.broker, clock: clock, logger: logger, counters: metrics.events)
     // On PostgreSQL other daemons may write the same database: each batch takes the
     // writers' lock, continues their numbering and delivers their changes (`SharedWriting`).
     let taskCache = TaskCache()
@@ -272,7 +254,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                 maximumWaiting: configuration.maximumQueuedReads, label: "headway.reads")
     // Every waiting catch-up holds a subscriber's place, so the subscriber limit bounds them.
     let catchUpReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
-                                    maximumWaiting: max(1, configuration.maximumSubscribers), label: "headway.events.catch-up")
+                                    maximumWaiting: max(1, configuration.broker.maximumSubscribers), label: "headway.events.catch-up")
     let listener = sharedWriting.map { sharedWriting in
         ChangeListener(location: configuration.databasePath, writer: writer, sharedWriting: sharedWriting,
                        reportFailure: { error in logger.log(.warn, "database.listen_failed", ["error": error]) })
@@ -288,24 +270,11 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let store = TaskStore(changeCounter: changeCounter, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
                           graceStart: clock.now(), cache: taskCache, limits: configuration.treeLimits,
                           webhooks: webhookOutbox)
-    var maintenanceSettings = Maintenance.Settings()
-    maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)
     let keeper = TokenKeeper(registry: tokens, writer: writer, broker: broker, clock: clock, logger: logger)
-    let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store,
+    let maintenance = Maintenance(settings: configuration.maintenance, writer: writer, store: store,
                                   clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned,
                                   leadership: leadership)
-    var dispatcherSettings = WebhookDispatcher.Settings()
-    if let concurrency = configuration.webhookConcurrency {
-        logger.log(.warn, "config.deprecated", [
-            "setting": "webhook-concurrency", "value": "\(concurrency)",
-            "detail": "ignored: every webhook has its own delivery attempt in flight, all on one thread; "
-                + "remove the setting",
-        ])
-    }
-    dispatcherSettings.timeoutSeconds = configuration.webhookTimeoutSeconds
-    dispatcherSettings.retry = configuration.webhookRetry
-    dispatcherSettings.allowPrivate = configuration.webhookAllowPrivate
-    let webhookDispatcher = WebhookDispatcher(settings: dispatcherSettings, location: configuration.databasePath,
+    let webhookDispatcher = WebhookDispatcher(settings: configuration.webhooks, location: configuration.databasePath,
                                               writer: writer, outbox: webhookOutbox, clock: clock, logger: logger,
                                               leadership: leadership, counters: metrics.webhookAttempts,
                                               doorbell: webhookDoorbell)
@@ -324,8 +293,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors,
               maximumTokens: configuration.maximumTokens)
         .register(in: &routes)
-    let checkWebhookURL: WebhookURLCheck = { [allowPrivate = configuration.webhookAllowPrivate,
-                                              seconds = configuration.webhookTimeoutSeconds] url, then in
+    let checkWebhookURL: WebhookURLCheck = { [allowPrivate = configuration.webhooks.allowPrivate,
+                                              seconds = configuration.webhooks.timeoutSeconds] url, then in
         WebhookTransport.check(url, allowPrivate: allowPrivate, within: seconds, lookups: .checks) { check in
             if case .refused(let reason, _) = check { then(reason) } else { then(nil) }
         }
@@ -340,27 +309,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
               recentCatchUps: recentCatchUps, statistics: catchUpStatistics, budget: catchUpBudget)
         .register(in: &routes)
     let router = routes.router
-    var serverConfiguration = MicroHTTPServer.Configuration()
-    serverConfiguration.host = configuration.host
-    serverConfiguration.port = configuration.port
-    serverConfiguration.inheritedListenFD = configuration.inheritedListenFD
-    serverConfiguration.connectionLimit = connectionLimit
-    serverConfiguration.streamStallTimeoutSeconds = configuration.streamStallTimeoutSeconds
+    var serverConfiguration = configuration.httpServer(connectionLimit: connectionLimit)
     serverConfiguration.unreadReplies = unreadReplies
-    if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
-        serverConfiguration.tls = TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath)
-    }
-    // Each connection's buffers: 10,000 connections cost ~280 MB at the default 32 KiB.
-    // The library keeps each query parameter in about 50 bytes more. Requests: a target of
-    // up to 8 KiB, headers and the most query parameters allowed fit; bodies arrive in
-    // pieces. Event streams send their frames themselves and need only room for a small
-    // request head: a stream request whose head passes 1 KiB or carries more than 8 query
-    // parameters is served by the request daemon instead (10,000 streams cost 4.5 KiB
-    // each, not the request daemon's 22 KiB). Under TLS one daemon, with the request
-    // daemon's memory, serves both (an HTTPS stream costs about 37 KiB).
-    serverConfiguration.maximumQueryParameters = configuration.maximumQueryParameters
-    serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
-    serverConfiguration.bodyLimitsByPath[TaskAPI.batchPath] = max(configuration.maximumBodyBytes, TaskAPI.batchBodyBytes)
     // Only a request whose token may report sends the batch route's larger body: another,
     // refused once read, is held to the usual limit before any of it is read.
     let batchGate = AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path)
@@ -374,19 +324,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     serverConfiguration.largerBodyReplyBytes = { announced in
         TaskAPI.replyBytesReserved(announcedBodyBytes: announced, maximumItems: maximumBatchItems)
     }
-    let bytesPerQueryParameter = 64
-    serverConfiguration.connectionMemoryLimit = 16 * 1024 + configuration.maximumQueryParameters * bytesPerQueryParameter
-    serverConfiguration.streamPaths = [EventsAPI.path]
-    serverConfiguration.maximumStreamHeadBytes = 1024
-    serverConfiguration.maximumStreamQueryParameters = 8
-    serverConfiguration.streamConnectionMemoryLimit = 4 * 1024 + serverConfiguration.maximumStreamQueryParameters
-        * bytesPerQueryParameter
-    // Connection floods: a deadline for each head and for each body, a bounded waiting set,
-    // a cap per address; what is refused is logged as counts, at most once a second.
-    serverConfiguration.headTimeoutNanoseconds = UInt64(configuration.headTimeoutSeconds * 1e9)
-    serverConfiguration.bodyTimeoutNanoseconds = UInt64(configuration.bodyTimeoutSeconds * 1e9)
-    serverConfiguration.maximumWaitingConnections = max(16, min(1024, connectionLimit / 8))
-    serverConfiguration.maximumConnectionsPerAddress = configuration.maximumConnectionsPerAddress
+    // What connection floods get refused is logged as counts, at most once a second.
     serverConfiguration.connectionsRefused = { counts in
         logger.log(.warn, "http.connections_refused", [
             ConnectionRefusal.headTimeout.rawValue: "\(counts[.headTimeout] ?? 0)",
@@ -422,6 +360,31 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                               logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper,
                               metrics: metrics, webhookDispatcher: webhookDispatcher, changeListener: listener,
                               batchParsing: batchParsing)
+}
+
+/// Logs what the settings allow but an operator should know at start: CORS origins trusted
+/// while no token exists, and deprecated settings given.
+private func logSettingWarnings(_ configuration: Configuration, tokensRequired: Bool, logger: Logger) {
+    let exactCORSOrigins = configuration.corsOrigins.compactMap { origin -> String? in
+        if case .exact(let exact) = origin { return exact.description }
+        return nil
+    }
+    if !tokensRequired && !exactCORSOrigins.isEmpty {
+        // Trusted explicitly by the operator, but while no token exists its pages may do
+        // everything, making the first admin token included.
+        logger.log(.warn, "security.cors_without_tokens", [
+            "cors_origins": exactCORSOrigins.joined(separator: ","),
+            "detail": "no access token exists: pages of these origins may do everything, create tokens included; "
+                + "create one with: headwayd token create --scope admin --db \(configuration.databasePath)",
+        ])
+    }
+    if let concurrency = configuration.webhookConcurrency {
+        logger.log(.warn, "config.deprecated", [
+            "setting": "webhook-concurrency", "value": "\(concurrency)",
+            "detail": "ignored: every webhook has its own delivery attempt in flight, all on one thread; "
+                + "remove the setting",
+        ])
+    }
 }
 
 /// Why the daemon refuses to start.
@@ -469,5 +432,46 @@ private func raiseOpenFileLimit(to wanted: Int, logger: Logger) {
     }
     if target < rlim_t(wanted) {
         logger.log(.warn, "limits.open_files", ["wanted": "\(wanted)", "allowed": "\(target)"])
+    }
+}
+
+extension Configuration {
+    /// The HTTP server's configuration these settings give: the address, the limits and
+    /// deadlines of requests and connections, the TLS files. The hooks that need the rest
+    /// of the daemon (tokens, the log, the reply budget) are `buildApplication`'s.
+    fileprivate func httpServer(connectionLimit: Int) -> MicroHTTPServer.Configuration {
+        var server = MicroHTTPServer.Configuration()
+        server.host = host
+        server.port = port
+        server.inheritedListenFD = inheritedListenFD
+        server.connectionLimit = connectionLimit
+        server.streamStallTimeoutSeconds = streamStallTimeoutSeconds
+        if let tlsCertificatePath, let tlsKeyPath {
+            server.tls = TLSCertificateFiles(certificatePath: tlsCertificatePath, keyPath: tlsKeyPath)
+        }
+        // Each connection's buffers: 10,000 connections cost ~280 MB at the default 32 KiB.
+        // The library keeps each query parameter in about 50 bytes more. Requests: a target of
+        // up to 8 KiB, headers and the most query parameters allowed fit; bodies arrive in
+        // pieces. Event streams send their frames themselves and need only room for a small
+        // request head: a stream request whose head passes 1 KiB or carries more than 8 query
+        // parameters is served by the request daemon instead (10,000 streams cost 4.5 KiB
+        // each, not the request daemon's 22 KiB). Under TLS one daemon, with the request
+        // daemon's memory, serves both (an HTTPS stream costs about 37 KiB).
+        server.maximumQueryParameters = maximumQueryParameters
+        server.maximumBodyBytes = maximumBodyBytes
+        server.bodyLimitsByPath[TaskAPI.batchPath] = max(maximumBodyBytes, TaskAPI.batchBodyBytes)
+        let bytesPerQueryParameter = 64
+        server.connectionMemoryLimit = 16 * 1024 + maximumQueryParameters * bytesPerQueryParameter
+        server.streamPaths = [EventsAPI.path]
+        server.maximumStreamHeadBytes = 1024
+        server.maximumStreamQueryParameters = 8
+        server.streamConnectionMemoryLimit = 4 * 1024 + server.maximumStreamQueryParameters * bytesPerQueryParameter
+        // Connection floods: a deadline for each head and for each body, a bounded waiting
+        // set, a cap per address.
+        server.headTimeoutNanoseconds = UInt64(headTimeoutSeconds * 1e9)
+        server.bodyTimeoutNanoseconds = UInt64(bodyTimeoutSeconds * 1e9)
+        server.maximumWaitingConnections = max(16, min(1024, connectionLimit / 8))
+        server.maximumConnectionsPerAddress = maximumConnectionsPerAddress
+        return server
     }
 }

@@ -63,11 +63,11 @@ enum ConfigurationFile {
             }
             let name = line[..<equals].trimmingCharacters(in: .whitespaces)
             let value = SettingText(line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces), origin: origin)
-            guard Configuration.settingNames.contains(name), name != "config" else {
+            guard let setting = Setting.named(name), setting.readFromFile else {
                 throw UsageError("unknown setting '\(name)' (settings are the long option names, e.g. log-level)",
                                  at: origin)
             }
-            if Configuration.repeatableSettings.contains(name) {
+            if setting.shape == .list {
                 layer.lists[name, default: []].append(value)
                 continue
             }

@@ -15,7 +15,7 @@ import Telemetry
 /// commit). On a PostgreSQL database several daemons share, only the leader (`Leadership`)
 /// sweeps, prunes and repairs; the others keep only their tokens current.
 final class Maintenance: Service {
-    struct Settings: Sendable {
+    struct Settings: Sendable, Equatable {
         /// How often due stall deadlines are looked for (the flag's lateness is at most this
         /// plus the time to commit).
         var sweepInterval = 0.25

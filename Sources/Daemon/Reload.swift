@@ -77,11 +77,12 @@ public struct Reload {
             ])
             return false
         case .success(let configuration):
-            for name in configuration.settingsChanged(from: running) where name != "log-level" {
+            for setting in Setting.all where setting.reload == .atRestart && setting.differs(configuration, running) {
                 logger.log(.warn, "config.restart_needed", [
-                    "setting": name, "detail": "the new value takes effect at restart; the old one stays in effect",
+                    "setting": setting.name, "detail": "the new value takes effect at restart; the old one stays in effect",
                 ])
             }
+            // The one setting marked `.appliedAtOnce`.
             running.logLevel = configuration.logLevel
             logger.setMinimumLevel(configuration.logLevel)
             return true

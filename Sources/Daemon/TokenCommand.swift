@@ -1,4 +1,5 @@
 import Access
+import ArgumentParsing
 import HeadwayCore
 import HeadwayStore
 
@@ -42,25 +43,26 @@ public enum TokenCommand {
         var prefix: String?
         var expiresIn: Double?
         var databasePath: String?
-        var index = 1
-        while index < arguments.count {
-            var flag = arguments[index]
-            index += 1
-            if flag == "-h" || flag == "--help" { return .help }
-            var value: String?
-            if let equals = flag.firstIndex(of: "=") {
-                value = String(flag[flag.index(after: equals)...])
-                flag = String(flag[..<equals])
+        let options = ["scope", "name", "task-prefix", "expires-in", "db"]
+        var scanner = ArgumentScanner(Array(arguments.dropFirst()), doubleDashEndsOptions: false)
+        while true {
+            let scanned: ScannedArgument?
+            do {
+                scanned = try scanner.next { option in option == "help" ? .forbidden : options.contains(option) ? .required : nil }
+            } catch {
+                switch error {
+                case .needsValue(let option): throw UsageError("option '--\(option)' needs a value")
+                case .unknownOption(let option), .takesNoValue(let option):
+                    throw UsageError("unknown option '--\(option)' for token create")
+                }
             }
-            guard ["--scope", "--name", "--task-prefix", "--expires-in", "--db"].contains(flag) else {
-                throw UsageError("unknown option '\(flag)' for token create")
+            guard let scanned else { break }
+            let flag: String, text: String
+            switch scanned {
+            case .short("-h"), .option("help", _): return .help
+            case .short(let word), .positional(let word): throw UsageError("unknown option '\(word)' for token create")
+            case .option(let option, let value): (flag, text) = ("--" + option, value ?? "")
             }
-            if value == nil {
-                guard index < arguments.count else { throw UsageError("option '\(flag)' needs a value") }
-                value = arguments[index]
-                index += 1
-            }
-            let text = value ?? ""
             switch flag {
             case "--scope":
                 guard let scope = Scope(rawValue: text) else {

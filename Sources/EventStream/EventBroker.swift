@@ -14,7 +14,7 @@ import Telemetry
 /// What only the thread uses lives in `run()` itself (`BrokerThread`); other threads reach
 /// it through the inbox. The writer publishes to it (`TaskEventSink`) after each commit.
 package final class EventBroker: Service, TaskEventSink {
-    package struct Settings: Sendable {
+    package struct Settings: Sendable, Equatable {
         package var maximumSubscribers = 10_000
         package var heartbeatSeconds = 15.0
         /// The cap on one stream's unsent bytes (see `Subscriber`): past it the subscriber

@@ -24,7 +24,7 @@ import Telemetry
 /// only the leader (`Leadership`) sends. A crash loses nothing: a delivery stays pending
 /// until its outcome is stored, and is sent again after a restart (at least once).
 package final class WebhookDispatcher: Service {
-    package struct Settings: Sendable {
+    package struct Settings: Sendable, Equatable {
         /// How long one attempt may take.
         package var timeoutSeconds = 10.0
         /// When failed attempts are retried, and for how long.

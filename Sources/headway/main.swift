@@ -1,5 +1,6 @@
 import Foundation
 import HeadwayCLI
+import enum HeadwayCore.HeadwayVersion
 
 // The one place where outcomes become exit statuses (Litestream's rule): 0 ok, 1 the
 // server refused, 3 cancel requested, 64 usage, 69 server unreachable or unavailable.
@@ -25,7 +26,7 @@ switch parsed {
 case .help(let text):
     StandardStreams.output(text)
 case .version:
-    StandardStreams.output("headway \(HeadwayCLIVersion.current)\n")
+    StandardStreams.output("headway \(HeadwayVersion.current)\n")
 case .run(let command, let options):
     let context = CommandContext(options: options, isInteractive: isatty(0) == 1 && isatty(2) == 1)
     do {

@@ -1,6 +1,7 @@
 import Foundation
 import HeadwayTestSupport
 import HeadwayCLI
+import HeadwayCore
 import Testing
 
 /// `--help`, `--version` and usage errors of the built `headway`: no server needed.
@@ -28,9 +29,9 @@ import Testing
     @Test func versionMatchesTheContract() throws {
         let result = try headway("--version")
         #expect(result.status == 0)
-        #expect(result.output == "headway \(HeadwayCLIVersion.current)\n")
+        #expect(result.output == "headway \(HeadwayVersion.current)\n")
         let spec = try String(contentsOf: packageRoot.appendingPathComponent("openapi.yaml"), encoding: .utf8)
-        #expect(spec.contains("\n  version: \(HeadwayCLIVersion.current)\n"), "openapi.yaml info.version")
+        #expect(spec.contains("\n  version: \(HeadwayVersion.current)\n"), "openapi.yaml info.version")
     }
 
     /// Each bad command line exits 64 with `headway: <what is wrong>` naming the flag,

@@ -38,7 +38,7 @@ import Testing
         #expect(configuration.configurationFilePath == path)
         #expect(configuration.logLevel == .debug)
         #expect(configuration.treeLimits.maximumDepth == 7)
-        #expect(configuration.retentionSeconds == 43_200)
+        #expect(configuration.maintenance.retentionMilliseconds == 43_200_000)
         #expect(configuration.publicOrigins.map(\.description) == ["https://a.example.com", "https://b.example.com"])
         #expect(try parse([], ["HEADWAY_CONFIG": path]).logLevel == .debug)
         #expect(try parse([]).configurationFilePath == nil)

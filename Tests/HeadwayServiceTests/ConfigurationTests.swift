@@ -55,18 +55,18 @@ import Testing
 
     @Test func webhookSettings() throws {
         let defaults = try parse([])
-        #expect(defaults.webhookConcurrency == nil && defaults.webhookTimeoutSeconds == 10 && !defaults.webhookAllowPrivate)
-        #expect(defaults.webhookRetry == WebhookRetryPolicy(baseMilliseconds: 1000, capMilliseconds: 600_000,
+        #expect(defaults.webhookConcurrency == nil && defaults.webhooks.timeoutSeconds == 10 && !defaults.webhooks.allowPrivate)
+        #expect(defaults.webhooks.retry == WebhookRetryPolicy(baseMilliseconds: 1000, capMilliseconds: 600_000,
                                                             giveUpAfterMilliseconds: 86_400_000, jitter: true))
         let flags = try parse(["--webhook-concurrency", "2", "--webhook-timeout", "1.5", "--webhook-retry-base", "0.1",
                                "--webhook-retry-for", "90m", "--webhook-retry-jitter", "none", "--webhook-allow-private"])
-        #expect(flags.webhookConcurrency == 2 && flags.webhookTimeoutSeconds == 1.5 && flags.webhookAllowPrivate)
-        #expect(flags.webhookRetry == WebhookRetryPolicy(baseMilliseconds: 100, capMilliseconds: 600_000,
+        #expect(flags.webhookConcurrency == 2 && flags.webhooks.timeoutSeconds == 1.5 && flags.webhooks.allowPrivate)
+        #expect(flags.webhooks.retry == WebhookRetryPolicy(baseMilliseconds: 100, capMilliseconds: 600_000,
                                                          giveUpAfterMilliseconds: 5_400_000, jitter: false))
         // A switch: no value on the command line; true or false elsewhere, and a flag wins.
         #expect(try parse(["--webhook-allow-private", "--db", "x.db"]).databasePath == "x.db")
-        #expect(try parse([], ["HEADWAY_WEBHOOK_ALLOW_PRIVATE": "true"]).webhookAllowPrivate)
-        #expect(try !parse(["--webhook-allow-private=false"], ["HEADWAY_WEBHOOK_ALLOW_PRIVATE": "true"]).webhookAllowPrivate)
+        #expect(try parse([], ["HEADWAY_WEBHOOK_ALLOW_PRIVATE": "true"]).webhooks.allowPrivate)
+        #expect(try !parse(["--webhook-allow-private=false"], ["HEADWAY_WEBHOOK_ALLOW_PRIVATE": "true"]).webhooks.allowPrivate)
         #expect(throws: UsageError("--webhook-allow-private takes no value, or true or false, not 'maybe'")) {
             try parse([], ["HEADWAY_WEBHOOK_ALLOW_PRIVATE": "maybe"])
         }
@@ -97,11 +97,11 @@ import Testing
     }
 
     @Test func durationsTakeUnits() throws {
-        #expect(try parse([]).retentionSeconds == 7 * 86_400)
-        #expect(try parse(["--retention", "12h"]).retentionSeconds == 43_200)
-        #expect(try parse(["--retention=90m"]).retentionSeconds == 5_400)
-        #expect(try parse([], ["HEADWAY_RETENTION": "3600"]).retentionSeconds == 3_600)
-        #expect(try parse(["--sse-heartbeat", "2.5", "--max-subscribers", "20"]).sseHeartbeatSeconds == 2.5)
+        #expect(try parse([]).maintenance.retentionMilliseconds == (7 * 86_400) * 1000)
+        #expect(try parse(["--retention", "12h"]).maintenance.retentionMilliseconds == 43_200_000)
+        #expect(try parse(["--retention=90m"]).maintenance.retentionMilliseconds == 5_400_000)
+        #expect(try parse([], ["HEADWAY_RETENTION": "3600"]).maintenance.retentionMilliseconds == 3_600_000)
+        #expect(try parse(["--sse-heartbeat", "2.5", "--max-subscribers", "20"]).broker.heartbeatSeconds == 2.5)
         for bad in ["7x", "-1d", "10s", "", "1e9d"] {
             #expect(throws: UsageError.self) { _ = try Configuration.parse(arguments: ["--retention", bad], environment: [:]) }
         }
@@ -115,12 +115,12 @@ import Testing
     /// The event-stream bounds: defaults, environment, each flag at its limits and just past.
     @Test func streamBufferBytesAndStallTimeout() throws {
         let defaults = try parse([])
-        #expect(defaults.streamBufferBytes == 256 * 1024)
+        #expect(defaults.broker.streamBufferBytes == 256 * 1024)
         #expect(defaults.streamStallTimeoutSeconds == 30)
         let fromEnvironment = try parse([], ["HEADWAY_STREAM_BUFFER_BYTES": "65536", "HEADWAY_STREAM_STALL_TIMEOUT": "5"])
-        #expect(fromEnvironment.streamBufferBytes == 65536 && fromEnvironment.streamStallTimeoutSeconds == 5)
-        #expect(try parse(["--stream-buffer-bytes", "4096"]).streamBufferBytes == 4096)
-        #expect(try parse(["--stream-buffer-bytes=1073741824"]).streamBufferBytes == 1_073_741_824)
+        #expect(fromEnvironment.broker.streamBufferBytes == 65536 && fromEnvironment.streamStallTimeoutSeconds == 5)
+        #expect(try parse(["--stream-buffer-bytes", "4096"]).broker.streamBufferBytes == 4096)
+        #expect(try parse(["--stream-buffer-bytes=1073741824"]).broker.streamBufferBytes == 1_073_741_824)
         #expect(try parse(["--stream-stall-timeout", "0.1"]).streamStallTimeoutSeconds == 0.1)
         #expect(try parse(["--stream-stall-timeout", "86400"]).streamStallTimeoutSeconds == 86_400)
         for bad in ["4095", "1073741825", "64k", ""] {

@@ -82,7 +82,7 @@ import Testing
             // Every round counts as long and pressed: the pause is 100 times its length
             // (a round slowed to 50 ms on a busy machine still pauses within the client's
             // 5 s read timeout).
-            configuration.fanOutPacing = FanOutPacing(threshold: 0, minimumWaiting: 1, factor: 100)
+            configuration.broker.pacing = FanOutPacing(threshold: 0, minimumWaiting: 1, factor: 100)
         }
         try daemon.register(#"{"id":"storm","name":"Storm","total":100}"#)
         let client = try daemon.subscribe("?task=storm")
@@ -350,8 +350,8 @@ import Testing
     /// not held up meanwhile.
     @Test func aSlowSubscriberIsCutOffAndResumesExactly() throws {
         let daemon = try LiveDaemon { configuration in
-            configuration.streamBufferBytes = 16 * 1024
-            configuration.maximumPendingTasks = 500
+            configuration.broker.streamBufferBytes = 16 * 1024
+            configuration.broker.maximumPendingTasks = 500
         }
         let slow = try daemon.subscribe(receiveBuffer: 2048)
         let fast = try daemon.subscribe()

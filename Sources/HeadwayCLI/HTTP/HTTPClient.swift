@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import HeadwayCore
 
 /// One HTTP request as the client sends it.
 public struct HTTPRequest: Sendable {
@@ -99,7 +100,7 @@ public struct HTTPClient: Sendable {
         headway_curl_set_long(handle, CURLOPT_PATH_AS_IS, 1)   // the path is ours, escaped as meant
         headway_curl_set_long(handle, CURLOPT_CONNECTTIMEOUT, connectTimeoutSeconds)
         headway_curl_set_long(handle, CURLOPT_TIMEOUT, totalTimeoutSeconds)
-        headway_curl_set_string(handle, CURLOPT_USERAGENT, "headway/\(HeadwayCLIVersion.current)")
+        headway_curl_set_string(handle, CURLOPT_USERAGENT, "headway/\(HeadwayVersion.current)")
         switch request.method {
         case "GET": break
         case "POST":

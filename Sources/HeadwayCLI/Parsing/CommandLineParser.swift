@@ -1,3 +1,5 @@
+import ArgumentParsing
+
 /// What a command line asks for.
 public enum ParsedCommandLine {
     /// Print this help text and exit 0.
@@ -22,33 +24,24 @@ public struct CommandLineParser {
         var path: [any ParsableCommand.Type] = []
         var command: (any ParsableCommand.Type)? { path.last }
         var positionalTexts: [String] = []
-        var index = 0
-        var optionsEnded = false
         var askedForHelp = false
         var commandPath: String { ([root.commandName] + path.map { $0.configuration.commandName }).joined(separator: " ") }
 
-        while index < arguments.count {
-            let text = arguments[index]
-            index += 1
-            if !optionsEnded && text == "--" {
-                optionsEnded = true
-                continue
-            }
-            if !optionsEnded && text.hasPrefix("-") && text != "-" {
-                if text == "-h" {
-                    values.flags.insert(GlobalOptions.help.name)
-                    continue
-                }
-                guard text.hasPrefix("--") else {
-                    throw UsageError("unknown option '\(text)'", commandPath: commandPath)
-                }
-                let body = text.dropFirst(2)
-                let name = String(body.prefix { $0 != "=" })
-                let inlineValue = body.contains("=") ? String(body.drop { $0 != "=" }.dropFirst()) : nil
-                var known = GlobalOptions.definitions
-                if command == nil { known.append(GlobalOptions.version.definition) }
-                known += command?.arguments ?? []
-                guard let definition = known.first(where: { $0.name == name && $0.kind != .positional }) else {
+        var scanner = ArgumentScanner(arguments, doubleDashEndsOptions: true)
+        while true {
+            // The options known here: the global ones, and the command's once its name is read.
+            var known = GlobalOptions.definitions
+            if command == nil { known.append(GlobalOptions.version.definition) }
+            known += command?.arguments ?? []
+            let scanned: ScannedArgument
+            do {
+                guard let next = try scanner.next({ name in
+                    known.first { $0.name == name && $0.kind != .positional }.map { $0.kind == .flag ? .forbidden : .required }
+                }) else { break }
+                scanned = next
+            } catch {
+                switch error {
+                case .unknownOption(let name):
                     let owners = Self.commands(in: command?.configuration.subcommands ?? root.subcommands,
                                                path: commandPath, defining: name)
                     guard !owners.isEmpty else {
@@ -59,31 +52,32 @@ public struct CommandLineParser {
                     let list = owners.count == 1 ? owners[0] : owners.dropLast().joined(separator: ", ") + " and " + owners.last!
                     throw UsageError("'--\(name)' comes after the command's name: it is an option of \(list)",
                                      commandPath: commandPath)
+                case .needsValue(let name): throw UsageError("--\(name) needs a value", commandPath: commandPath)
+                case .takesNoValue(let name): throw UsageError("--\(name) takes no value", commandPath: commandPath)
                 }
-                if definition.kind == .flag {
-                    guard inlineValue == nil else {
-                        throw UsageError("--\(name) takes no value", commandPath: commandPath)
-                    }
-                    values.flags.insert(name)
-                    continue
-                }
-                let value: String
-                if let inlineValue {
-                    value = inlineValue
-                } else {
-                    guard index < arguments.count else {
-                        throw UsageError("--\(name) needs a value", commandPath: commandPath)
-                    }
-                    value = arguments[index]
-                    index += 1
-                }
+            }
+            let text: String
+            switch scanned {
+            case .short("-h"):
+                values.flags.insert(GlobalOptions.help.name)
+                continue
+            case .short(let short):
+                throw UsageError("unknown option '\(short)'", commandPath: commandPath)
+            case .option(let name, nil):
+                values.flags.insert(name)
+                continue
+            case .option(let name, let value?):
+                let definition = known.first { $0.name == name && $0.kind != .positional }!
                 guard definition.accepts(value) else {
                     throw UsageError("--\(name) must be \(definition.kindDescription), not '\(value)'", commandPath: commandPath)
                 }
                 values.options[name] = value
                 values.repeatedOptions[name, default: []].append(value)
                 continue
+            case .positional(let positional):
+                text = positional
             }
+            let optionsEnded = scanner.optionsEnded
             let choices = command?.configuration.subcommands ?? root.subcommands
             if command == nil && text == "help" && !optionsEnded && positionalTexts.isEmpty && !askedForHelp {
                 // `headway help token create`: the help of the command the words name.
