@@ -87,6 +87,9 @@ public final class HeadwayApplication: Sendable {
             ServiceGroup.Member("headway-events", broker),
             ServiceGroup.Member("headway-writer", writer),
             ServiceGroup.Member("headway-sweeper", maintenance),
+            // Before the dispatcher and the HTTP server (a new webhook's check), which use them.
+            ServiceGroup.Member("headway-lookups", webhookDispatcher.lookups.threads),
+            ServiceGroup.Member("headway-webhook", webhookDispatcher.transfers),
             ServiceGroup.Member("headway-webhooks", webhookDispatcher),
         ]
         if let changeListener { members.insert(ServiceGroup.Member("headway-listen", changeListener), at: 3) }
@@ -317,7 +320,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
               maximumTokens: configuration.maximumTokens)
         .register(in: &routes)
     WebhooksAPI(writer: writer, reads: apiReads, outbox: webhookOutbox, allowPrivate: configuration.webhookAllowPrivate,
-                lookupSeconds: configuration.webhookTimeoutSeconds, clock: clock, logger: logger, errors: errors,
+                lookupSeconds: configuration.webhookTimeoutSeconds, lookups: webhookDispatcher.lookups.checks,
+                clock: clock, logger: logger, errors: errors,
                 changed: { webhookDoorbell.ring() })
         .register(in: &routes)
     DashboardAPI(registry: tokens).register(in: &routes)

@@ -29,8 +29,8 @@ struct WebhookTransport: Sendable {
     var timeoutSeconds: Double
     /// Whether loopback, private and other non-public addresses may be posted to.
     var allowPrivate: Bool
-    /// Where host names are looked up.
-    var lookups: HostLookup = .deliveries
+    /// Where host names are looked up (`HostLookups.deliveries`).
+    var lookups: HostLookup
 
     /// Whether a URL may be posted to now: the addresses checked (all its host resolves
     /// to), or why not.
@@ -76,6 +76,8 @@ struct WebhookTransport: Sendable {
                                 + "looked up already", final: false)
         case .noThread:
             return .refused("the host '\(url.host)' was not looked up: no thread could be started for it", final: false)
+        case .stopped:
+            return .refused("the host '\(url.host)' was not looked up: the daemon is stopping", final: false)
         }
         if allowPrivate { return .allowed(addresses) }
         if let refused = addresses.first(where: { !$0.isPublic }) {
@@ -161,7 +163,7 @@ struct WebhookTransport: Sendable {
 /// `@unchecked Sendable`: the multi handle and `running` are the run thread's alone, but
 /// for `curl_multi_wakeup`, which libcurl lets any thread call, here under `state`'s lock
 /// and only until `run` frees the handle.
-final class WebhookTransfers: @unchecked Sendable {
+final class WebhookTransfers: Service, @unchecked Sendable {
     /// A POST ready to be made: its host checked.
     struct Request: Sendable {
         /// The webhook whose attempt this is (`cancel` ends it).

@@ -8,7 +8,7 @@ import HeadwayStore
 /// and read a webhook's latest deliveries. A new webhook's URL must be an `http` or
 /// `https` URL and, unless `--webhook-allow-private`, its host must resolve to public
 /// addresses only (else 422 `webhook_url_refused`, as when its lookup takes longer than
-/// `--webhook-timeout` or eight others are still running: `HostLookup.checks`; no thread
+/// `--webhook-timeout` or eight others are still running: `HostLookups.checks`; no thread
 /// waits for the lookup). Each change goes through the writer, which reads the table back
 /// in the same transaction for the writer's in-memory list (`WebhookOutbox`), so the very
 /// next change is delivered to it.
@@ -23,6 +23,8 @@ struct WebhooksAPI: Sendable {
     let allowPrivate: Bool
     /// How long the check of a new webhook's host waits for its lookup (`--webhook-timeout`).
     let lookupSeconds: Double
+    /// Where new webhooks' hosts are looked up (`HostLookups.checks`).
+    let lookups: HostLookup
     let clock: any WallClock
     let logger: Logger
     let errors: ErrorReplies
@@ -69,7 +71,7 @@ struct WebhooksAPI: Sendable {
         }
         // The host's lookup may take a while: the reply follows its answer, and no thread
         // waits for it.
-        WebhookTransport.check(url, allowPrivate: allowPrivate, within: lookupSeconds, lookups: .checks) { [self] check in
+        WebhookTransport.check(url, allowPrivate: allowPrivate, within: lookupSeconds, lookups: lookups) { [self] check in
             let made: WebhookRecord
             do {
                 if case .refused(let reason, _) = check { throw Problem.webhookURLRefused(reason) }
