@@ -70,7 +70,7 @@ let package = Package(
                           linkerSettings: [.linkedLibrary("jemalloc", .when(configuration: .release))]),
         // The `headway` command: its parser, client and commands in a library the tests use;
         // the executable only calls it.
-        .target(name: "HeadwayCLI", dependencies: ["CCurl", "HeadwayCore", "HeadwayStore"]),
+        .target(name: "HeadwayCLI", dependencies: ["CCurl", "HeadwayCore", "HeadwayStore", "Lifecycle"]),
         .executableTarget(name: "headway", dependencies: ["HeadwayCLI"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),
