@@ -119,12 +119,8 @@ final class HostLookup: Sendable {
     private final class Answer: Sendable {
         private struct Waiting {
             var then: (@Sendable (Outcome) -> Void)?
-            var timer: Deadline?
-        }
-        /// A Dispatch timer, whose `cancel()` may be called from any thread.
-        private final class Deadline: @unchecked Sendable {
-            let source: any DispatchSourceTimer
-            init(_ source: any DispatchSourceTimer) { self.source = source }
+            /// A Dispatch timer: its `cancel()` may be called from any thread.
+            var timer: (any DispatchSourceTimer)?
         }
         /// Shared by the one who asked, the lookup's thread and the timer.
         private let waiting: Locked<Waiting>
@@ -135,26 +131,24 @@ final class HostLookup: Sendable {
         var isGiven: Bool { waiting.withLock { $0.then == nil } }
 
         func give(_ outcome: Outcome) {
-            let (then, timer) = waiting.withLock { waiting in
+            let then = waiting.withLock { waiting in
                 defer { waiting = Waiting() }
-                return (waiting.then, waiting.timer)
+                waiting.timer?.cancel()
+                return waiting.then
             }
-            timer?.source.cancel()
             then?(outcome)
         }
 
         /// Gives `timedOut` after `seconds`, unless the answer comes first.
         func giveUp(after seconds: Double) {
-            let timer = Deadline(DispatchSource.makeTimerSource(queue: .global()))
-            timer.source.schedule(deadline: .now() + max(0, seconds))
-            timer.source.setEventHandler { [weak self] in self?.give(.timedOut) }
-            timer.source.resume()
-            let armed = waiting.withLock { waiting in
-                guard waiting.then != nil else { return false }
+            waiting.withLock { waiting in
+                guard waiting.then != nil else { return }
+                let timer = DispatchSource.makeTimerSource(queue: .global())
+                timer.schedule(deadline: .now() + max(0, seconds))
+                timer.setEventHandler { [weak self] in self?.give(.timedOut) }
                 waiting.timer = timer
-                return true
+                timer.resume()
             }
-            if !armed { timer.source.cancel() }
         }
     }
 
