@@ -20,6 +20,7 @@ final class Exchange: Responder, RouteNote, @unchecked Sendable {  // libmicroht
         var completionHandlers: [@Sendable (HTTPCompletion) -> Void] = []
     }
 
+    /// Shared by the daemon's thread and the thread that answers.
     private let answer = Locked(Answer())
     /// `Answer.waiting` while no answer has come, readable without the lock (the loop's
     /// daemon asks at every run).

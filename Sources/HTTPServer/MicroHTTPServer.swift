@@ -78,7 +78,9 @@ public final class MicroHTTPServer: Service {
     /// Receives libmicrohttpd's own messages, and whether one only says that a client
     /// went away (routine for long-lived streams).
     let libraryLog: (@Sendable (_ message: String, _ clientGone: Bool) -> Void)?
+    /// Set by `prepare` (the group's thread); read by the accept loop and the stop.
     private let daemons = Locked(Daemons())
+    /// Shared by the daemons' threads (requests, streams), the handlers' threads (answers) and the stop.
     private let traffic = Locked(Traffic())
     /// Rung when the last request under way is answered while draining, or the last answer
     /// under way comes while closing.

@@ -41,6 +41,7 @@ public final class HeadwayApplication: Sendable {
     /// What `GET /metrics` shows.
     let metrics: ServiceMetrics
     /// The services, once started.
+    /// Set by `start` (the main thread), taken by `shutdown` (a test's thread, or main again).
     private let services = Locked<ServiceGroup?>(nil)
     /// On PostgreSQL: wakes the writer for other daemons' changes.
     let changeListener: ChangeListener?

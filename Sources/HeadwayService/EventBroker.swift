@@ -60,6 +60,7 @@ final class EventBroker: Service {
     let settings: Settings
     private let clock: any WallClock
     private let logger: Logger
+    /// Shared by the publishers (the writer's thread, subscribers arriving) and the broker's thread.
     private let inbox = Locked(Inbox())
     private let commandsArrived = Doorbell()
     /// What the broker thread counts for the metrics.

@@ -231,6 +231,7 @@ final class CatchUpStatistics: Sendable {
         var rowsRead = 0
     }
 
+    /// Shared by the catch-up readers (counting) and the threads that read `/metrics`.
     private let counts = Locked(Counts())
 
     var current: Counts { counts.withLock { $0 } }
@@ -273,6 +274,7 @@ final class CatchUpCache: Sendable {
         var reused = 0
     }
 
+    /// Shared by the catch-up readers: one's answer is reused by another.
     private let answers = Locked(Answers())
     private let budget: CatchUpBudget
 

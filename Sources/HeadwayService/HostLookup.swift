@@ -104,6 +104,7 @@ final class HostLookup: Sendable {
     /// The addresses of `host`, waiting at most `seconds` for them (blocks the caller).
     func addresses(of host: String, within seconds: Double) -> Outcome {
         let heard = DispatchSemaphore(value: 0)
+        // Set by whoever gives the outcome, read here once `heard` is signalled.
         let outcome = Locked<Outcome>(.busy)
         lookUp(host, within: seconds) { answer in
             outcome.withLock { $0 = answer }

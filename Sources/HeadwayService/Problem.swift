@@ -406,6 +406,7 @@ struct ErrorReplies: Sendable {
 /// counting those held back in between.
 final class LogThrottle: Sendable {
     private let interval: UInt64
+    /// Shared by the threads that log a refusal (the daemons', the read pools').
     private let state = Locked<(lastLogged: UInt64?, heldBack: Int)>((nil, 0))
 
     init(nanoseconds interval: UInt64) { self.interval = interval }

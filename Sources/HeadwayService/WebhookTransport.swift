@@ -232,6 +232,7 @@ final class WebhookTransfers: Service, @unchecked Sendable {
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
     private let multi: UnsafeMutableRawPointer
+    /// Shared by whoever adds or cancels an attempt (the dispatcher, a Dispatch worker) and the transfers' thread.
     private let state = Locked(State())
     /// The transfers in flight, by easy handle (the run thread's only).
     private var running: [UnsafeMutableRawPointer: Transfer] = [:]

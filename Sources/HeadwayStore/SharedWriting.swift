@@ -58,10 +58,12 @@ public final class SharedWriting: BatchCoordinator {
 
     private let changeCounter: ChangeCounter
     private let cache: TaskCache
+    /// Used by the writer's thread only (its batches begin and end here).
     private let state = Locked(State())
     /// Every change numbered up to this is committed and delivered (or being delivered,
     /// on the writer thread, in order) by this daemon.
     private let delivered: Atomic<Int64>
+    /// Set by the application as it starts (the main thread); called on the writer's thread.
     private let deliver: Locked<(@Sendable ([TaskEvent]) -> Void)?> = Locked(nil)
 
     /// For the writer of a store with `changeCounter` and `cache`.
