@@ -4,7 +4,7 @@ import Testing
 import HeadwayCore
 import HeadwayStore
 import Lifecycle
-@testable import HeadwayService
+@testable import Webhooks
 
 /// The connection of an attempt is pinned to every address its host was checked to
 /// resolve to, in the resolver's order, for every URL (a name or an address written out):
@@ -335,7 +335,7 @@ private extension Array where Element == UInt8 {
         let heard = Locked(0)
         let names = 24
         for index in 0..<names {
-            lookups.lookUp("host-\(index).example.com", within: 60) { _ in heard.withLock { $0 += 1 } }
+            lookups.lookUp("host-\(index).example.com", within: 600) { _ in heard.withLock { $0 += 1 } }
         }
         for _ in 0..<2000 where resolver.called.withLock({ $0 }) < 4 { try await Task.sleep(for: .milliseconds(5)) }
         #expect(threads.threadCount == 4 && threadsNamed("test-bounded") <= 4)
