@@ -96,7 +96,7 @@ let package = Package(
                           linkerSettings: [.linkedLibrary("jemalloc", .when(configuration: .release))]),
         // The `headway` command: its parser, client and commands in a library the tests use;
         // the executable only calls it.
-        .target(name: "HeadwayCLI", dependencies: ["ArgumentParsing", "CCurl", "HeadwayCore", "HeadwayStore"]),
+        .target(name: "HeadwayCLI", dependencies: ["ArgumentParsing", "CCurl", "HeadwayCore", "HeadwayStore", "Lifecycle"]),
         .executableTarget(name: "headway", dependencies: ["HeadwayCLI", "HeadwayCore"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),

@@ -41,6 +41,7 @@ package final class TokenRegistry: Sendable {
         var written: [String: (value: EpochMilliseconds, at: EpochMilliseconds)] = [:]
     }
 
+    /// Shared by the daemons' threads (each request's token) and the writer and sweeper (changes, refresh).
     private let state = Locked(State())
 
     /// The token id event streams opened while no token existed are attached under: once a

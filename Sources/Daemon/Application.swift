@@ -46,6 +46,7 @@ public final class HeadwayApplication: Sendable {
     /// What `GET /metrics` shows.
     let metrics: ServiceMetrics
     /// The services, once started.
+    /// Set by `start` (the main thread), taken by `shutdown` (a test's thread, or main again).
     private let services = Locked<ServiceGroup?>(nil)
     /// On PostgreSQL: wakes the writer for other daemons' changes.
     let changeListener: ChangeListener?
@@ -92,6 +93,9 @@ public final class HeadwayApplication: Sendable {
             ServiceGroup.Member("headway-events", broker),
             ServiceGroup.Member("headway-writer", writer),
             ServiceGroup.Member("headway-sweeper", maintenance),
+            // Before the dispatcher and the HTTP server (a new webhook's check), which use them.
+            ServiceGroup.Member("headway-lookups", webhookDispatcher.lookups.threads),
+            ServiceGroup.Member("headway-webhook", webhookDispatcher.transfers),
             ServiceGroup.Member("headway-webhooks", webhookDispatcher),
         ]
         if let changeListener { members.insert(ServiceGroup.Member("headway-listen", changeListener), at: 3) }
@@ -294,8 +298,9 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
               maximumTokens: configuration.maximumTokens)
         .register(in: &routes)
     let checkWebhookURL: WebhookURLCheck = { [allowPrivate = configuration.webhooks.allowPrivate,
-                                              seconds = configuration.webhooks.timeoutSeconds] url, then in
-        WebhookTransport.check(url, allowPrivate: allowPrivate, within: seconds, lookups: .checks) { check in
+                                              seconds = configuration.webhooks.timeoutSeconds,
+                                              lookups = webhookDispatcher.lookups.checks] url, then in
+        WebhookTransport.check(url, allowPrivate: allowPrivate, within: seconds, lookups: lookups) { check in
             if case .refused(let reason, _) = check { then(reason) } else { then(nil) }
         }
     }

@@ -112,6 +112,7 @@ final class Maintenance: Service {
     @discardableResult
     private func waitFor(_ submit: (Int, @escaping @Sendable (Int) -> Void) -> Void) -> Int {
         let done = DispatchSemaphore(value: 0)
+        // Set on the writer's thread, read here once `done` is signalled.
         let result = Locked(0)
         submit(0) { count in
             result.withLock { $0 += count }
@@ -131,6 +132,7 @@ final class Maintenance: Service {
             }
             let now = clock.now()
             let deletes = DispatchGroup()
+            // Counted on the writer's thread, read here once `deletes` is done.
             let deleted = Locked(0)
             for id in orphans {
                 deletes.enter()

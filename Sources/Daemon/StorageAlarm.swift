@@ -49,6 +49,7 @@ struct StorageEpisode: Equatable {
 /// first refused batch, `storage.writable` at the next commit. Observes the writer's
 /// batches (on the writer thread).
 final class StorageAlarm: Sendable {
+    /// Shared by the writer's thread (each batch) and the threads that read `/metrics` and `/readyz`.
     private let episode = Locked(StorageEpisode())
     private let logger: Logger
     private let clock: any WallClock

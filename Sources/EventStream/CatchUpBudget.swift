@@ -151,6 +151,7 @@ package final class CatchUpBudget: Sendable {
     static let stalledNanoseconds: UInt64 = 5_000_000_000
     /// Log lines of refusals are at least this far apart.
     package static let lineIntervalMilliseconds: Int64 = 1000
+    /// Shared by the catch-up readers (charges) and the threads that end streams (releases).
     private let state = Locked(State())
 
     package init(limitBytes: Int) {

@@ -63,6 +63,7 @@ package final class EventBroker: Service, TaskEventSink {
     package let settings: Settings
     private let clock: any WallClock
     private let logger: Logger
+    /// Shared by the publishers (the writer's thread, subscribers arriving) and the broker's thread.
     private let inbox = Locked(Inbox())
     private let commandsArrived = Doorbell()
     /// What the broker thread counts for the metrics.

@@ -281,9 +281,11 @@ final class ConnectionSorter: Service {
     private let reportRefusals: @Sendable ([ConnectionRefusal: Int]) -> Void
     private let nudgeDaemons: @Sendable () -> Void
     private let renderRefusal: @Sendable (HTTPRefusal, _ method: String, _ path: String) -> [UInt8]
-    /// Used by the accept loop only; in a mutex so that nothing but the type system's
-    /// word is needed for it (the lock is never contended).
-    private let waiting: Locked<Waiting>
+    /// The size of `Waiting.peekBuffer`.
+    private let peekBytes: Int
+    /// How many connections wait (`Waiting.connections.count`, which only the accept loop
+    /// touches), as of the loop's last pass: for tests.
+    private let waitingGauge = Atomic<Int>(0)
     private let peeks = Atomic<Int>(0)
     private let passes = Atomic<Int>(0)
 
@@ -313,36 +315,35 @@ final class ConnectionSorter: Service {
         self.nudgeDaemons = nudgeDaemons
         self.renderRefusal = renderRefusal
         self.handOff = handOff
-        waiting = Locked(Waiting(peekBytes: max(limits.maximumHead, limits.maximumStreamHead) + 1))
+        peekBytes = max(limits.maximumHead, limits.maximumStreamHead) + 1
         loop = try EpollLoop()
         loop.watch(listenFD, events: EPOLLIN.rawValue, operation: EPOLL_CTL_ADD)
     }
 
     /// Accepts and sorts until a stop is requested; then closes the listening socket and
-    /// the connections not yet handed over.
+    /// the connections not yet handed over. The connections waiting are this thread's
+    /// alone: a local, lent to each step.
     func run() {
+        var waiting = Waiting(peekBytes: peekBytes)
         loop.run(timeout: {
-            waiting.withLock { millisecondsToNextDuty(&$0) }
+            millisecondsToNextDuty(&waiting)
         }, handleEvents: { fd, events in
-            waiting.withLock { waiting in
-                if fd == listenFD { acceptAll(&waiting) } else { sort(fd, events: events, &waiting) }
-            }
+            if fd == listenFD { acceptAll(&waiting) } else { sort(fd, events: events, &waiting) }
+            waitingGauge.store(waiting.connections.count, ordering: .relaxed)
         }, tick: {
-            waiting.withLock { waiting in
-                closeLate(&waiting)
-                if let closed = requestDeadlines?.closeLate() {
-                    if closed.heads > 0 { waiting.refused[.headTimeout, default: 0] += closed.heads }
-                    if closed.bodies > 0 { waiting.refused[.bodyTimeout, default: 0] += closed.bodies }
-                }
-                reportIfDue(&waiting)
-                nudgeIfDue(&waiting)
+            closeLate(&waiting)
+            if let closed = requestDeadlines?.closeLate() {
+                if closed.heads > 0 { waiting.refused[.headTimeout, default: 0] += closed.heads }
+                if closed.bodies > 0 { waiting.refused[.bodyTimeout, default: 0] += closed.bodies }
             }
+            reportIfDue(&waiting)
+            nudgeIfDue(&waiting)
+            waitingGauge.store(waiting.connections.count, ordering: .relaxed)
             passes.add(1, ordering: .releasing)
         })
-        waiting.withLock { waiting in
-            for fd in waiting.connections.sockets { drop(fd, nil, &waiting) }
-            if !waiting.refused.isEmpty { reportRefusals(waiting.refused) }
-        }
+        for fd in waiting.connections.sockets { drop(fd, nil, &waiting) }
+        if !waiting.refused.isEmpty { reportRefusals(waiting.refused) }
+        waitingGauge.store(0, ordering: .relaxed)
         close(listenFD)
     }
 
@@ -353,7 +354,7 @@ final class ConnectionSorter: Service {
     func wake() { loop.wake() }
 
     /// Connections accepted and not yet handed over (for tests).
-    var waitingCount: Int { waiting.withLock { $0.connections.count } }
+    var waitingCount: Int { waitingGauge.load(ordering: .relaxed) }
 
     /// How many times the bytes of a waiting connection were peeked (for tests).
     var peekCount: Int { peeks.load(ordering: .relaxed) }

@@ -40,6 +40,7 @@ final class ConnectionsPerAddress: Sendable {
 
     /// Open connections allowed from one address.
     let limit: Int
+    /// Shared by the accept loop (admits) and the daemons' threads (release a connection as it closes).
     private let state = Locked(State())
 
     init(limit: Int) {

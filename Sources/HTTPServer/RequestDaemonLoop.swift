@@ -46,6 +46,7 @@ final class RequestDaemonLoop: Service, @unchecked Sendable {  // `daemon` is se
     private let wakeFD: Int32
     /// Sockets handed over and not yet added; `closed` once the loop has ended (a socket
     /// handed over then is closed at once).
+    /// Shared by the accept loop (hands sockets over) and the loop's thread (adds them).
     private let handovers = Locked<(sockets: [Handover], closed: Bool)>(([], false))
     /// The library's limit of connections at once: a socket past it is refused here, its
     /// count released before it is closed (`ConnectionsPerAddress`), rather than closed by

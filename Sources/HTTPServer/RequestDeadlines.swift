@@ -34,6 +34,7 @@ final class RequestDeadlines: Sendable {
 
     /// A socket stays here only while its connection is open: the daemon's close notice
     /// removes it before the socket is closed, so `closeLate` never touches a reused number.
+    /// Shared by the daemons' threads (a wait starts or stops) and the accept loop (closes the late).
     private let waits = Locked(Waits())
 
     init(headTimeoutNanoseconds: UInt64, bodyTimeoutNanoseconds: UInt64, now: @escaping @Sendable () -> UInt64) {

@@ -150,6 +150,7 @@ public final class ResponseStream: Sendable {
         }
     }
 
+    /// Shared by the writers (the broker's thread, a catch-up's) and libmicrohttpd's or the watcher's thread.
     private let state: Locked<State>
 
     public init(lowWaterBytes: Int = 16 * 1024) {

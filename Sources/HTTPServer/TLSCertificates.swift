@@ -200,6 +200,7 @@ final class TLSCertificates: Sendable {
     }
 
     let files: TLSCertificateFiles
+    /// Shared by the TLS daemon's thread (each handshake) and the main thread (a reload on SIGHUP).
     private let state: Locked<State>
     /// How long a replaced credential is kept (nanoseconds of `now`).
     let retentionNanoseconds: UInt64

@@ -83,6 +83,7 @@ public final class UnreadReplies: Sendable {
         var entries: [Int32: Entry] = [:]
     }
 
+    /// Shared by the daemons' threads (replies queued, written, closed) and the reads' threads (admission).
     private let state: Locked<State>
     /// How many bytes socket `fd` holds unacknowledged (tests replace the kernel's count).
     private let unacknowledged: @Sendable (Int32) -> Int
@@ -211,6 +212,7 @@ public final class ReplyReservation: Sendable {
     private let replies: UnreadReplies
     /// The client the bytes are held for (`HTTPRequest.clientAddress`).
     public let client: Int
+    /// Shared by the request's thread (shrink) and whichever thread releases it first (its answer, its end).
     private let held: Locked<Int>
 
     init(_ bytes: Int, client: Int, in replies: UnreadReplies) {

@@ -18,20 +18,21 @@ final class WritableWatcher: Service {
     }
 
     private let loop: EpollLoop
+    /// Shared by the streams' threads (a watch armed or dropped) and this watcher's thread.
     private let watched = Locked<[Int32: Watched]>([:])
     /// How long bytes may wait without the socket taking any, in nanoseconds.
     let stallTimeoutNanoseconds: UInt64
     /// The monotonic clock, in nanoseconds (tests move their own).
     let now: @Sendable () -> UInt64
-    /// When the watcher's thread last looked for stalled streams.
-    private let lastStallCheck: Locked<UInt64>
+    /// When the watcher was made: the stall checks count from then.
+    private let madeAt: UInt64
 
     init(stallTimeoutNanoseconds: UInt64 = 30_000_000_000,
          now: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }) throws {
         loop = try EpollLoop()
         self.stallTimeoutNanoseconds = stallTimeoutNanoseconds
         self.now = now
-        lastStallCheck = Locked(now())
+        madeAt = now()
     }
 
     /// How often the thread looks for stalled streams: a quarter of the timeout, from
@@ -40,17 +41,16 @@ final class WritableWatcher: Service {
 
     func run() {
         let intervalMilliseconds = Int32(stallCheckIntervalNanoseconds / 1_000_000)
+        // When this thread last looked for stalled streams: its own.
+        var lastStallCheck = madeAt
         loop.run(timeout: { intervalMilliseconds }, handleEvents: { fd, events in
             let stream = watched.withLock { $0[fd]?.stream }
             stream?.socketIsReady(events)
         }, tick: {
             let time = now()
-            let isDue = lastStallCheck.withLock { last in
-                guard time &- last >= stallCheckIntervalNanoseconds else { return false }
-                last = time
-                return true
-            }
-            if isDue { closeStalledStreams(now: time) }
+            guard time &- lastStallCheck >= stallCheckIntervalNanoseconds else { return }
+            lastStallCheck = time
+            closeStalledStreams(now: time)
         })
     }
 

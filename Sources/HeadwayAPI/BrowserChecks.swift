@@ -30,6 +30,7 @@ struct ServedNames: Sendable {
     private let publicOrigins: [WebOrigin]
     /// The `Host` text last found served, with the port it was served on: a client names
     /// the daemon the same way in every request, which then costs one comparison.
+    /// Shared by the two daemons' threads (every request).
     private let lastServed = Locked<(host: String, port: Int)?>(nil)
 
     init(listenHost: String, publicOrigins: [WebOrigin]) {
@@ -74,6 +75,7 @@ package final class ServedPort: Sendable {
     private let known = Atomic<Int>(0)
     /// The port of the server followed (it holds the pipeline, whose browser checks hold
     /// this: only its port is held, not the server).
+    /// Set once the server is built (the main thread); read by the daemons' threads until the port is known.
     private let bound = Locked<BoundPort?>(nil)
     private let configured: Int
 

@@ -244,6 +244,7 @@ package final class CatchUpStatistics: Sendable {
         var rowsRead = 0
     }
 
+    /// Shared by the catch-up readers (counting) and the threads that read `/metrics`.
     private let counts = Locked(Counts())
 
     var current: Counts { counts.withLock { $0 } }
@@ -288,6 +289,7 @@ package final class CatchUpCache: Sendable {
         var reused = 0
     }
 
+    /// Shared by the catch-up readers: one's answer is reused by another.
     private let answers = Locked(Answers())
     private let budget: CatchUpBudget
 

@@ -26,6 +26,7 @@ final class WriteProbe: Sendable {
     }
 
     let interval: UInt64 = 1_000_000_000
+    /// Shared by the read threads answering `/readyz` and the writer's thread (a probe's outcome).
     private let latest = Locked<Outcome?>(nil)
 
     /// The latest outcome if it is recent enough (nil: probe again), as a failure or nil.

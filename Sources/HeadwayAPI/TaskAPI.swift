@@ -602,6 +602,7 @@ extension ReadPool {
     /// answered 499, "client closed request", which is never sent).
     func answer(_ request: HTTPRequest, _ responder: any Responder, errors: ErrorReplies, replies: UnreadReplies? = nil,
                 _ body: @escaping @Sendable (DatabaseReader) throws -> HTTPResponse?) {
+        // Set by the exchange's end (a daemon's thread), read by the read's thread.
         let over = Locked(false)
         responder.onComplete { _ in over.withLock { $0 = true } }
         let address = request.clientAddress

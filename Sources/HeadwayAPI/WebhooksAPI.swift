@@ -10,7 +10,7 @@ import Telemetry
 /// and read a webhook's latest deliveries. A new webhook's URL must be an `http` or
 /// `https` URL and, unless `--webhook-allow-private`, its host must resolve to public
 /// addresses only (else 422 `webhook_url_refused`, as when its lookup takes longer than
-/// `--webhook-timeout` or eight others are still running: `HostLookup.checks`; no thread
+/// `--webhook-timeout` or eight others are still running: `HostLookups.checks`; no thread
 /// waits for the lookup). Each change goes through the writer, which reads the table back
 /// in the same transaction for the writer's in-memory list (`WebhookOutbox`), so the very
 /// next change is delivered to it.

@@ -174,251 +174,102 @@ public struct TreeLimits: Sendable, Equatable {
 /// A value, kept copy-on-write in one box: a task is copied many times between the cache,
 /// the rules, its event and its reply, and changed once, so a copy costs a reference,
 /// not its ~500 bytes and a retain of each of its strings.
+@dynamicMemberLookup
 public struct TaskRecord: Equatable, Sendable {
-    /// The stored fields.
-    fileprivate struct Fields: Equatable, Sendable {
-        var id: String
-        var name: String
-        var label: String?
-        var parentID: String?
-        var weight: Double
-        var state: TaskState
-        var completed: Int64
-        var total: Int64?
-        var unit: String?
-        var stalled: Bool
-        var stallReason: StallReason?
-        var stalledSince: EpochMilliseconds?
-        var stallTimeoutMilliseconds: Int64
-        var progressTimeoutMilliseconds: Int64?
-        var cancelRequested: Bool
-        var lastRunnerSeq: Int64?
-        var createdAt: EpochMilliseconds
-        var updatedAt: EpochMilliseconds
-        var lastSignalAt: EpochMilliseconds
-        var lastProgressAt: EpochMilliseconds?
-        var finishedAt: EpochMilliseconds?
-        var message: String?
-        var metadata: String?
-        var definition: String
-        var lastOutput: String?
-        var outputLines: Int64 = 0
-        var startedAt: EpochMilliseconds?
-        var stallDeadline: EpochMilliseconds?
-        var rate: RateEstimator = RateEstimator()
-        var childrenWeight: Double = 0.0
-        var childrenDone: Double = 0.0
-        var depth: Int = 1
-        var childCount: Int = 0
-        var children = ChildrenCounts()
-        var failingChildren: Int = 0
-        var stallingChildren: Int = 0
-        var historyPoints: Int = 0
-        var historyBucket: Int64?
-        var changeNumber: Int64 = 0
-        var changeKind: TaskEventKind = .created
+    /// The stored fields, read and changed as the task's own (`task.name`, `task.completed += 1`)
+    /// through `subscript(dynamicMember:)`.
+    public struct Fields: Equatable, Sendable {
+        public var id: String
+        public var name: String
+        public var label: String?
+        public var parentID: String?
+        public var weight: Double
+        public var state: TaskState
+        public var completed: Int64
+        public var total: Int64?
+        public var unit: String?
+        public var stalled: Bool
+        public var stallReason: StallReason?
+        public var stalledSince: EpochMilliseconds?
+        public var stallTimeoutMilliseconds: Int64
+        public var progressTimeoutMilliseconds: Int64?
+        public var cancelRequested: Bool
+        /// The highest runner `seq` applied so far, if the runner sends them (not a change number).
+        public var lastRunnerSeq: Int64?
+        public var createdAt: EpochMilliseconds
+        public var updatedAt: EpochMilliseconds
+        /// The last signal: the task's own create, progress or heartbeat, or one of a
+        /// descendant's (a roll-up carries it up).
+        public var lastSignalAt: EpochMilliseconds
+        /// When `completed` last grew.
+        public var lastProgressAt: EpochMilliseconds?
+        public var finishedAt: EpochMilliseconds?
+        public var message: String?
+        /// The metadata object as canonical JSON text.
+        public var metadata: String?
+        /// The canonical registration body, compared when the same id is registered again.
+        public var definition: String
+        /// The last line of the task's output tail (`OutputTail`), nil before any.
+        public var lastOutput: String?
+        /// How many output lines the task ever sent (the next line's number in its tail's ring).
+        public var outputLines: Int64 = 0
+        /// When the task became running (nil while pending).
+        public var startedAt: EpochMilliseconds?
+        /// The next time the stall flag may change without a signal (see `StallRule`); as
+        /// stored, it may be a little earlier (`StallRule.deadlineToStore`).
+        public var stallDeadline: EpochMilliseconds?
+        /// The rate estimator's state.
+        public var rate: RateEstimator = RateEstimator()
+        /// For a parent: the sum of its children's weights, and of weight × child fraction.
+        public var childrenWeight: Double = 0.0
+        public var childrenDone: Double = 0.0
+        /// How deep the task is in its tree: 1 for a root, its parent's depth + 1 for a child.
+        public var depth: Int = 1
+        /// How many children the task has (stored ones: a deleted or forgotten child no longer counts).
+        public var childCount: Int = 0
+        /// How many direct children are in each state (forgotten ones as they finished).
+        public var children = ChildrenCounts()
+        /// How many direct children failed or have a failed descendant (forgotten ones
+        /// included): `attention` is `failed` while there is one.
+        public var failingChildren: Int = 0
+        /// How many direct children are running and stalled or have a running stalled
+        /// descendant: `attention` is `stalled` while there is one (and none failing).
+        public var stallingChildren: Int = 0
+        /// History samples stored for this task, and the second of the latest.
+        public var historyPoints: Int = 0
+        public var historyBucket: Int64?
+        /// The number of the task's latest change in the global change sequence (0 until stored).
+        public var changeNumber: Int64 = 0
+        /// What that change was (replayed as the event name when a subscriber resumes).
+        public var changeKind: TaskEventKind = .created
     }
 
     /// The fields, shared by copies until one of them changes.
-    fileprivate final class Box: @unchecked Sendable {  // changed only through `ownBox()`, when not shared
-        var fields: Fields
-        init(_ fields: Fields) { self.fields = fields }
+    @usableFromInline
+    final class Box: @unchecked Sendable {  // copy-on-write: changed only through `ownBox()`, when no other value shares it
+        @usableFromInline var fields: Fields
+        @usableFromInline init(_ fields: Fields) { self.fields = fields }
     }
 
-    private var box: Box
+    @usableFromInline var box: Box
 
     /// The box, this value's alone (copied first when shared), to change.
-    private mutating func ownBox() -> Box {
+    @inlinable
+    mutating func ownBox() -> Box {
         if !isKnownUniquelyReferenced(&box) { box = Box(box.fields) }
         return box
     }
 
-    public static func == (lhs: TaskRecord, rhs: TaskRecord) -> Bool {
-        lhs.box === rhs.box || lhs.box.fields == rhs.box.fields
+    /// Every field of `Fields`, as if stored in the value itself: a read shares the box, a
+    /// change copies it first when another value shares it.
+    @inlinable
+    public subscript<Value>(dynamicMember field: WritableKeyPath<Fields, Value>) -> Value {
+        get { box.fields[keyPath: field] }
+        set { ownBox().fields[keyPath: field] = newValue }
     }
 
-    public var id: String {
-        get { box.fields.id }
-        set { ownBox().fields.id = newValue }
-    }
-    public var name: String {
-        get { box.fields.name }
-        set { ownBox().fields.name = newValue }
-    }
-    public var label: String? {
-        get { box.fields.label }
-        set { ownBox().fields.label = newValue }
-    }
-    public var parentID: String? {
-        get { box.fields.parentID }
-        set { ownBox().fields.parentID = newValue }
-    }
-    public var weight: Double {
-        get { box.fields.weight }
-        set { ownBox().fields.weight = newValue }
-    }
-    public var state: TaskState {
-        get { box.fields.state }
-        set { ownBox().fields.state = newValue }
-    }
-    public var completed: Int64 {
-        get { box.fields.completed }
-        set { ownBox().fields.completed = newValue }
-    }
-    public var total: Int64? {
-        get { box.fields.total }
-        set { ownBox().fields.total = newValue }
-    }
-    public var unit: String? {
-        get { box.fields.unit }
-        set { ownBox().fields.unit = newValue }
-    }
-    public var stalled: Bool {
-        get { box.fields.stalled }
-        set { ownBox().fields.stalled = newValue }
-    }
-    public var stallReason: StallReason? {
-        get { box.fields.stallReason }
-        set { ownBox().fields.stallReason = newValue }
-    }
-    public var stalledSince: EpochMilliseconds? {
-        get { box.fields.stalledSince }
-        set { ownBox().fields.stalledSince = newValue }
-    }
-    public var stallTimeoutMilliseconds: Int64 {
-        get { box.fields.stallTimeoutMilliseconds }
-        set { ownBox().fields.stallTimeoutMilliseconds = newValue }
-    }
-    public var progressTimeoutMilliseconds: Int64? {
-        get { box.fields.progressTimeoutMilliseconds }
-        set { ownBox().fields.progressTimeoutMilliseconds = newValue }
-    }
-    public var cancelRequested: Bool {
-        get { box.fields.cancelRequested }
-        set { ownBox().fields.cancelRequested = newValue }
-    }
-    /// The highest runner `seq` applied so far, if the runner sends them (not a change number).
-    public var lastRunnerSeq: Int64? {
-        get { box.fields.lastRunnerSeq }
-        set { ownBox().fields.lastRunnerSeq = newValue }
-    }
-    public var createdAt: EpochMilliseconds {
-        get { box.fields.createdAt }
-        set { ownBox().fields.createdAt = newValue }
-    }
-    public var updatedAt: EpochMilliseconds {
-        get { box.fields.updatedAt }
-        set { ownBox().fields.updatedAt = newValue }
-    }
-    /// The last signal: the task's own create, progress or heartbeat, or one of a
-    /// descendant's (a roll-up carries it up).
-    public var lastSignalAt: EpochMilliseconds {
-        get { box.fields.lastSignalAt }
-        set { ownBox().fields.lastSignalAt = newValue }
-    }
-    /// When `completed` last grew.
-    public var lastProgressAt: EpochMilliseconds? {
-        get { box.fields.lastProgressAt }
-        set { ownBox().fields.lastProgressAt = newValue }
-    }
-    public var finishedAt: EpochMilliseconds? {
-        get { box.fields.finishedAt }
-        set { ownBox().fields.finishedAt = newValue }
-    }
-    public var message: String? {
-        get { box.fields.message }
-        set { ownBox().fields.message = newValue }
-    }
-    /// The last line of the task's output tail (`OutputTail`), nil before any.
-    public var lastOutput: String? {
-        get { box.fields.lastOutput }
-        set { ownBox().fields.lastOutput = newValue }
-    }
-    /// How many output lines the task ever sent (the next line's number in its tail's ring).
-    public var outputLines: Int64 {
-        get { box.fields.outputLines }
-        set { ownBox().fields.outputLines = newValue }
-    }
-    /// The metadata object as canonical JSON text.
-    public var metadata: String? {
-        get { box.fields.metadata }
-        set { ownBox().fields.metadata = newValue }
-    }
-    /// The canonical registration body, compared when the same id is registered again.
-    public var definition: String {
-        get { box.fields.definition }
-        set { ownBox().fields.definition = newValue }
-    }
-    /// When the task became running (nil while pending).
-    public var startedAt: EpochMilliseconds? {
-        get { box.fields.startedAt }
-        set { ownBox().fields.startedAt = newValue }
-    }
-    /// The next time the stall flag may change without a signal (see `StallRule`); as
-    /// stored, it may be a little earlier (`StallRule.deadlineToStore`).
-    public var stallDeadline: EpochMilliseconds? {
-        get { box.fields.stallDeadline }
-        set { ownBox().fields.stallDeadline = newValue }
-    }
-    /// The rate estimator's state.
-    public var rate: RateEstimator {
-        get { box.fields.rate }
-        set { ownBox().fields.rate = newValue }
-    }
-    /// For a parent: the sum of its children's weights, and of weight × child fraction.
-    public var childrenWeight: Double {
-        get { box.fields.childrenWeight }
-        set { ownBox().fields.childrenWeight = newValue }
-    }
-    public var childrenDone: Double {
-        get { box.fields.childrenDone }
-        set { ownBox().fields.childrenDone = newValue }
-    }
-    /// How deep the task is in its tree: 1 for a root, its parent's depth + 1 for a child.
-    public var depth: Int {
-        get { box.fields.depth }
-        set { ownBox().fields.depth = newValue }
-    }
-    /// How many children the task has (stored ones: a deleted or forgotten child no longer counts).
-    public var childCount: Int {
-        get { box.fields.childCount }
-        set { ownBox().fields.childCount = newValue }
-    }
-    /// How many direct children are in each state (forgotten ones as they finished).
-    public var children: ChildrenCounts {
-        get { box.fields.children }
-        set { ownBox().fields.children = newValue }
-    }
-    /// How many direct children failed or have a failed descendant (forgotten ones
-    /// included): `attention` is `failed` while there is one.
-    public var failingChildren: Int {
-        get { box.fields.failingChildren }
-        set { ownBox().fields.failingChildren = newValue }
-    }
-    /// How many direct children are running and stalled or have a running stalled
-    /// descendant: `attention` is `stalled` while there is one (and none failing).
-    public var stallingChildren: Int {
-        get { box.fields.stallingChildren }
-        set { ownBox().fields.stallingChildren = newValue }
-    }
-    /// History samples stored for this task, and the second of the latest.
-    public var historyPoints: Int {
-        get { box.fields.historyPoints }
-        set { ownBox().fields.historyPoints = newValue }
-    }
-    public var historyBucket: Int64? {
-        get { box.fields.historyBucket }
-        set { ownBox().fields.historyBucket = newValue }
-    }
-    /// The number of the task's latest change in the global change sequence (0 until stored).
-    public var changeNumber: Int64 {
-        get { box.fields.changeNumber }
-        set { ownBox().fields.changeNumber = newValue }
-    }
-    /// What that change was (replayed as the event name when a subscriber resumes).
-    public var changeKind: TaskEventKind {
-        get { box.fields.changeKind }
-        set { ownBox().fields.changeKind = newValue }
+    public static func == (lhs: TaskRecord, rhs: TaskRecord) -> Bool {
+        lhs.box === rhs.box || lhs.box.fields == rhs.box.fields
     }
 
     public init(id: String, name: String, label: String? = nil, parentID: String? = nil, weight: Double = 1,
@@ -440,29 +291,29 @@ public struct TaskRecord: Equatable, Sendable {
     }
 
     /// Whether the task has children (its progress is theirs, weighted).
-    public var hasChildren: Bool { childrenWeight > 0 }
+    public var hasChildren: Bool { self.childrenWeight > 0 }
 
     /// Whether the task is a parent as the API shows it (`children` is not null): it has
     /// children counted, or a roll-up of children.
-    public var isParent: Bool { hasChildren || children.total > 0 }
+    public var isParent: Bool { hasChildren || self.children.total > 0 }
 
     /// `failed` when a descendant failed, else `stalled` when a running descendant is
     /// stalled, else nil.
     public var attention: Attention? {
-        if failingChildren > 0 { return .failed }
-        if stallingChildren > 0 { return .stalled }
+        if self.failingChildren > 0 { return .failed }
+        if self.stallingChildren > 0 { return .stalled }
         return nil
     }
 
     /// Whether the task itself is stalled (only a running task can be).
-    var isStalledAndRunning: Bool { stalled && state == .running }
+    var isStalledAndRunning: Bool { self.stalled && self.state == .running }
     /// Whether the task gives its parent a failure: it failed, or a descendant did.
-    var isFailingForParent: Bool { state == .failed || failingChildren > 0 }
+    var isFailingForParent: Bool { self.state == .failed || self.failingChildren > 0 }
     /// Whether the task gives its parent a stall: it is stalled, or a running descendant is.
-    var isStallingForParent: Bool { isStalledAndRunning || stallingChildren > 0 }
+    var isStallingForParent: Bool { isStalledAndRunning || self.stallingChildren > 0 }
 
     /// `quantified` when the total is known or the task has children, else `indeterminate`.
-    public var mode: TaskMode { total == nil && !hasChildren ? .indeterminate : .quantified }
+    public var mode: TaskMode { self.total == nil && !hasChildren ? .indeterminate : .quantified }
 
     /// 0…1, or nil while indeterminate. With children: the weighted mean of their shares
     /// (see `shareOfParent`), 1 once the parent succeeded, but never 1 while a descendant
@@ -471,13 +322,13 @@ public struct TaskRecord: Equatable, Sendable {
     /// succeeded.
     public var fraction: Double? {
         if hasChildren {
-            let mean = min(1, max(0, childrenDone / childrenWeight))
-            if failingChildren > 0 { return min(mean, Self.belowOne) }
-            return state == .succeeded ? 1 : mean
+            let mean = min(1, max(0, self.childrenDone / self.childrenWeight))
+            if self.failingChildren > 0 { return min(mean, Self.belowOne) }
+            return self.state == .succeeded ? 1 : mean
         }
-        guard let total else { return nil }
-        if total == 0 { return state == .succeeded ? 1 : 0 }
-        return Double(completed) / Double(total)
+        guard let total = self.total else { return nil }
+        if total == 0 { return self.state == .succeeded ? 1 : 0 }
+        return Double(self.completed) / Double(total)
     }
 
     /// The most a parent with a failed descendant shows: below 1 by more than JSON readers
@@ -487,23 +338,23 @@ public struct TaskRecord: Equatable, Sendable {
     /// What this task contributes to its parent's fraction, before weighting: 1 once
     /// succeeded, else its fraction (0 while indeterminate) — for a failed or canceled
     /// task the fraction it had when it finished, which no longer moves.
-    public var shareOfParent: Double { state == .succeeded ? 1 : fraction ?? 0 }
+    public var shareOfParent: Double { self.state == .succeeded ? 1 : fraction ?? 0 }
 
     /// The measure the rate estimator follows: the fraction for a parent, else `completed`.
-    public var progressValue: Double { hasChildren ? fraction ?? 0 : Double(completed) }
+    public var progressValue: Double { hasChildren ? fraction ?? 0 : Double(self.completed) }
 
     /// Rate (units per second; for a parent, fraction per second) and seconds left, as of
     /// the last report; nil whenever they cannot be known honestly: indeterminate, too
     /// few samples, no movement, stalled, finished, or (for a parent) a descendant failed
     /// or stalled (`attention`).
     public var estimate: (rate: Double, etaSeconds: Double)? {
-        guard !state.isFinished, !stalled, attention == nil, mode == .quantified, let rate = rate.rate, rate > 0
+        guard !self.state.isFinished, !self.stalled, attention == nil, mode == .quantified, let rate = self.rate.rate, rate > 0
         else { return nil }
         let remaining: Double
         if hasChildren {
             remaining = 1 - (fraction ?? 0)
-        } else if let total {
-            remaining = Double(total - completed)
+        } else if let total = self.total {
+            remaining = Double(total - self.completed)
         } else {
             return nil
         }
@@ -513,37 +364,37 @@ public struct TaskRecord: Equatable, Sendable {
     /// The task as the API shows it, every documented field present.
     public var json: String {
         var object = JSONObjectWriter(capacity: 1024)
-        object.string("id", id)
-        object.string("name", name)
-        object.string("label", label)
-        object.string("parent_id", parentID)
-        object.number("weight", weight)
-        object.string("state", state.rawValue)
+        object.string("id", self.id)
+        object.string("name", self.name)
+        object.string("label", self.label)
+        object.string("parent_id", self.parentID)
+        object.number("weight", self.weight)
+        object.string("state", self.state.rawValue)
         object.string("mode", mode.rawValue)
-        object.integer("completed", completed)
-        object.integer("total", total)
-        object.string("unit", unit)
+        object.integer("completed", self.completed)
+        object.integer("total", self.total)
+        object.string("unit", self.unit)
         object.number("fraction", fraction)
         let estimate = self.estimate
         object.number("rate", estimate?.rate)
         object.number("eta_seconds", estimate.map { ($0.etaSeconds * 10).rounded() / 10 })
-        object.raw("children", isParent ? children.json : nil)
+        object.raw("children", isParent ? self.children.json : nil)
         object.string("attention", attention?.rawValue)
-        object.bool("stalled", stalled)
-        object.string("stall_reason", stallReason?.rawValue)
-        object.timestamp("stalled_since", stalledSince)
-        object.number("stall_timeout_seconds", Double(stallTimeoutMilliseconds) / 1000)
-        object.number("progress_timeout_seconds", progressTimeoutMilliseconds.map { Double($0) / 1000 })
-        object.bool("cancel_requested", cancelRequested)
-        object.integer("seq", lastRunnerSeq)
-        object.timestamp("created_at", createdAt)
-        object.timestamp("updated_at", updatedAt)
-        object.timestamp("last_signal_at", lastSignalAt)
-        object.timestamp("last_progress_at", lastProgressAt)
-        object.timestamp("finished_at", finishedAt)
-        object.string("message", message)
-        object.string("last_output", lastOutput)
-        object.raw("metadata", metadata)
+        object.bool("stalled", self.stalled)
+        object.string("stall_reason", self.stallReason?.rawValue)
+        object.timestamp("stalled_since", self.stalledSince)
+        object.number("stall_timeout_seconds", Double(self.stallTimeoutMilliseconds) / 1000)
+        object.number("progress_timeout_seconds", self.progressTimeoutMilliseconds.map { Double($0) / 1000 })
+        object.bool("cancel_requested", self.cancelRequested)
+        object.integer("seq", self.lastRunnerSeq)
+        object.timestamp("created_at", self.createdAt)
+        object.timestamp("updated_at", self.updatedAt)
+        object.timestamp("last_signal_at", self.lastSignalAt)
+        object.timestamp("last_progress_at", self.lastProgressAt)
+        object.timestamp("finished_at", self.finishedAt)
+        object.string("message", self.message)
+        object.string("last_output", self.lastOutput)
+        object.raw("metadata", self.metadata)
         return object.finish()
     }
 }

@@ -91,8 +91,10 @@ public final class GroupCommitWriter: Service {
     }
 
     private let database: Database
+    /// Shared by the submitters (any thread) and the writer's thread.
     private let queue = Locked(Queue())
     private let workArrived = Doorbell()
+    /// Written by the writer's thread after each batch; read by the threads that read `/metrics`.
     private let stats = Locked(Statistics())
     private let maximumBatch: Int
     private let maximumBatchBytes: Int

@@ -28,6 +28,7 @@ public final class LockWaits: Sendable {
         var byID: [Int: @Sendable () -> Void] = [:]
         var nextID = 0
     }
+    /// Shared by the readiness probes' threads (listen, forget) and the waiting connection's thread (tells).
     private let listeners = Locked(Listeners())
     private let now: @Sendable () -> UInt64
 

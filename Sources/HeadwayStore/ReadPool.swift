@@ -107,6 +107,7 @@ public final class ReadPool: Sendable {
     public let readers: [DatabaseReader]
     /// Reads that may wait for a connection at once.
     public let maximumWaiting: Int
+    /// Shared by the threads that ask for reads (the daemons') and the reads' threads (a reader freed).
     private let state: Locked<State>
     /// Where reads run: concurrent, but never more at once than there are connections.
     private let queue: DispatchQueue

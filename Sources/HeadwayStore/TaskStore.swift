@@ -112,6 +112,7 @@ public final class TaskCache: Sendable, HeldWrites {
         }
     }
 
+    /// Used by the writer's thread only (its batches read, change and hold tasks here).
     private let contents = Locked(Contents())
     /// At most this many tasks are kept (then the cache starts afresh; held writes stay).
     public let capacity: Int

@@ -183,6 +183,7 @@ public enum WebhookRepository {
 /// Changes that wrote deliveries raise a flag that the writer's batch observer takes
 /// after the commit, to wake the delivery thread (`takeWritten`).
 public final class WebhookOutbox: Sendable {
+    /// Written by the writer's thread (a webhook made or deleted); read by the dispatcher's and the API's threads.
     private let webhooks = Locked<[WebhookRecord]>([])
     private let wroteDeliveries = Atomic(false)
 

@@ -50,6 +50,7 @@ public final class ServiceGroup: Sendable {
     }
 
     private let members: [Member]
+    /// Shared by `start` (the main thread) and `stop` (whichever thread stops the group).
     private let phase = Locked<Phase>(.idle)
     /// Held by `stop()` from start to end, so a second caller waits for the first to finish.
     private let stopping = Locked<Void>(())

@@ -4,6 +4,7 @@ import Lifecycle
 /// counting those held back in between.
 package final class LogThrottle: Sendable {
     private let interval: UInt64
+    /// Shared by the threads that log a refusal (the daemons', the read pools').
     private let state = Locked<(lastLogged: UInt64?, heldBack: Int)>((nil, 0))
 
     package init(nanoseconds interval: UInt64) { self.interval = interval }

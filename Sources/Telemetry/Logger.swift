@@ -163,9 +163,11 @@ public struct Logger: Sendable {
 final class LogOutput: Sendable {
     private let level: Atomic<Int>
     private let sink: (@Sendable (String) -> Void)?
+    /// Shared by every thread that logs and the flusher's thread.
     private let pending = Locked<[UInt8]>([])
     /// Held from taking the pending lines to writing them, so lines keep their order: the
     /// log file written to (nil: stderr), replaced by `reopen` under the same lock.
+    /// Shared by the flusher's thread, the main thread (reopen on SIGHUP) and the stop's last lines.
     private let destination: Locked<LogFile?>
 
     init(minimumLevel: LogLevel, sink: (@Sendable (String) -> Void)?, file: LogFile?) {

@@ -50,6 +50,7 @@ package final class LabeledCounters<Labels: MetricLabels>: Sendable {
         var recent: (labels: Labels, amount: UInt64)?
     }
 
+    /// Shared by the threads that count and those that read `/metrics`.
     private let state = Locked(State())
 
     /// Adds `amount` to the counter of `labels`.
@@ -127,6 +128,7 @@ final class Histograms<Labels: MetricLabels>: Sendable {
         var recent: HistogramValues
     }
 
+    /// Shared by the threads that observe and those that read `/metrics`.
     private let state: Locked<State>
 
     init(bounds: [Double]) {

@@ -8,14 +8,15 @@ import Lifecycle
 /// its own to give: an unanswering name server costs up to its timeout times its attempts
 /// times the servers listed (10 s with one, 28 s with three, measured), which would
 /// stretch a webhook attempt far past `--webhook-timeout`. So each lookup runs on a thread
-/// of its own, and whoever asked hears within the time given: the answer, or that it
-/// timed out. A lookup given up on runs on to its end and frees what it holds.
+/// of a bounded pool (`LookupThreads`), and whoever asked hears within the time given: the
+/// answer, or that it timed out. A lookup given up on runs on to its end and frees what it
+/// holds; one still queued when all who asked have given up is dropped, not run.
 ///
 /// A name already being looked up is not looked up again: whoever asks for it joins the
 /// lookup running (each with a time limit of their own). Names being looked up are
 /// bounded in number (`maximumUnfinished`); past that, a lookup is refused at once
 /// (`busy`). Deliveries and the checks of new webhooks each have a `HostLookup` of their
-/// own, so that whoever makes webhooks cannot use up the lookups deliveries need.
+/// own (`HostLookups`), so that whoever makes webhooks cannot use up the names deliveries need.
 package final class HostLookup: Sendable {
     /// What a lookup came to.
     enum Outcome: Sendable, Equatable {
@@ -29,26 +30,24 @@ package final class HostLookup: Sendable {
         case busy
         /// No thread could be started for the lookup (the process's or its cgroup's limit).
         case noThread
+        /// The daemon is stopping: the lookup was not run.
+        case stopped
     }
-
-    /// The lookups of webhook deliveries: one at a time per name, so the webhooks there may
-    /// be need at most a tenth of the bound; the rest is for lookups given up on whose
-    /// names no webhook has any more (deleted, or changed by their DNS), which keep their
-    /// places until glibc gives up on them.
-    static let deliveries = HostLookup(maximumUnfinished: 10 * WebhookRepository.maximumWebhooks,
-                                       lookup: HostLookup.system)
-    /// The lookups of `POST /v1/webhooks`'s checks.
-    package static let checks = HostLookup(maximumUnfinished: 8, lookup: HostLookup.system)
 
     /// How many names may be being looked up at once, those given up on included.
     let maximumUnfinished: Int
     private let lookup: @Sendable (String) -> [IPAddress]
-    /// The names being looked up, each with whoever waits for its answer.
+    /// Where the lookups run.
+    let threads: LookupThreads
+    /// The names being looked up, each with whoever waits for its answer: shared by the
+    /// askers (any thread) and the lookup threads.
     private let unfinished = Locked<[String: [Answer]]>([:])
 
-    /// `lookup` resolves a name (blocking); tests give one that waits on their signal.
-    init(maximumUnfinished: Int, lookup: @escaping @Sendable (String) -> [IPAddress]) {
+    /// `lookup` resolves a name (blocking) on one of `threads`; tests give one that waits
+    /// on their signal.
+    init(maximumUnfinished: Int, threads: LookupThreads, lookup: @escaping @Sendable (String) -> [IPAddress]) {
         self.maximumUnfinished = maximumUnfinished
+        self.threads = threads
         self.lookup = lookup
     }
 
@@ -56,8 +55,8 @@ package final class HostLookup: Sendable {
     var running: Int { unfinished.withLock { $0.count } }
 
     /// Looks `host` up and calls `then` once: on a Dispatch worker with its answer or,
-    /// after `seconds`, with `timedOut`; or at once, on the caller's thread, with `busy` or
-    /// `noThread`. `then` must not block.
+    /// after `seconds`, with `timedOut`; or at once, on the caller's thread, with `busy`,
+    /// `noThread` or `stopped`. `then` must not block.
     func lookUp(_ host: String, within seconds: Double, then: @escaping @Sendable (Outcome) -> Void) {
         let answer = Answer(then)
         enum Step { case joined, start, busy }
@@ -74,23 +73,29 @@ package final class HostLookup: Sendable {
         case .busy: return answer.give(.busy)
         case .joined: break
         case .start:
-            let started = Self.startThread { [lookup, unfinished] in
-                nameCurrentThread("headway-lookup")
-                let addresses = lookup(host)
+            threads.submit { [lookup, unfinished] refusal in
+                // Nobody waits any more (all gave up while it was queued): not looked up.
+                let abandoned = refusal == nil && unfinished.withLock { running in
+                    guard running[host]?.allSatisfy(\.isGiven) ?? true else { return false }
+                    running[host] = nil
+                    return true
+                }
+                if abandoned { return }
+                let addresses = refusal != nil ? [] : lookup(host)
                 // The name is free again before anyone hears: their next lookup of it is a new one.
                 let waiting = unfinished.withLock { $0.removeValue(forKey: host) } ?? []
-                // Heard on a Dispatch worker, which lives on, not on this thread, which ends:
+                switch refusal {
+                case .stopped?: return waiting.forEach { $0.give(.stopped) }
+                case .noThread?: return waiting.forEach { $0.give(.noThread) }
+                case nil: break
+                }
+                // Heard on a Dispatch worker, not on the lookup's thread, which ends when idle:
                 // GnuTLS keeps a random generator per thread that uses one (a new webhook's
                 // id and secret) and does not free it when the thread ends (about 200 bytes
                 // a thread, measured).
                 DispatchQueue.global().async {
                     for answer in waiting { answer.give(addresses.isEmpty ? .unresolved : .addresses(addresses)) }
                 }
-            }
-            guard started else {
-                let waiting = unfinished.withLock { $0.removeValue(forKey: host) } ?? []
-                for answer in waiting { answer.give(.noThread) }
-                return
             }
         }
         answer.giveUp(after: seconds)
@@ -99,6 +104,7 @@ package final class HostLookup: Sendable {
     /// The addresses of `host`, waiting at most `seconds` for them (blocks the caller).
     func addresses(of host: String, within seconds: Double) -> Outcome {
         let heard = DispatchSemaphore(value: 0)
+        // Set by whoever gives the outcome, read here once `heard` is signalled.
         let outcome = Locked<Outcome>(.busy)
         lookUp(host, within: seconds) { answer in
             outcome.withLock { $0 = answer }
@@ -114,60 +120,37 @@ package final class HostLookup: Sendable {
     private final class Answer: Sendable {
         private struct Waiting {
             var then: (@Sendable (Outcome) -> Void)?
-            var timer: Deadline?
+            /// A Dispatch timer: its `cancel()` may be called from any thread.
+            var timer: (any DispatchSourceTimer)?
         }
-        /// A Dispatch timer, whose `cancel()` may be called from any thread.
-        private final class Deadline: @unchecked Sendable {
-            let source: any DispatchSourceTimer
-            init(_ source: any DispatchSourceTimer) { self.source = source }
-        }
+        /// Shared by the one who asked, the lookup's thread and the timer.
         private let waiting: Locked<Waiting>
 
         init(_ then: @escaping @Sendable (Outcome) -> Void) { waiting = Locked(Waiting(then: then)) }
 
+        /// Whether the outcome was given (the answer, or that it timed out).
+        var isGiven: Bool { waiting.withLock { $0.then == nil } }
+
         func give(_ outcome: Outcome) {
-            let (then, timer) = waiting.withLock { waiting in
+            let then = waiting.withLock { waiting in
                 defer { waiting = Waiting() }
-                return (waiting.then, waiting.timer)
+                waiting.timer?.cancel()
+                return waiting.then
             }
-            timer?.source.cancel()
             then?(outcome)
         }
 
         /// Gives `timedOut` after `seconds`, unless the answer comes first.
         func giveUp(after seconds: Double) {
-            let timer = Deadline(DispatchSource.makeTimerSource(queue: .global()))
-            timer.source.schedule(deadline: .now() + max(0, seconds))
-            timer.source.setEventHandler { [weak self] in self?.give(.timedOut) }
-            timer.source.resume()
-            let armed = waiting.withLock { waiting in
-                guard waiting.then != nil else { return false }
+            waiting.withLock { waiting in
+                guard waiting.then != nil else { return }
+                let timer = DispatchSource.makeTimerSource(queue: .global())
+                timer.schedule(deadline: .now() + max(0, seconds))
+                timer.setEventHandler { [weak self] in self?.give(.timedOut) }
                 waiting.timer = timer
-                return true
+                timer.resume()
             }
-            if !armed { timer.source.cancel() }
         }
-    }
-
-    /// Runs `body` on a new detached thread; false when none could be made (the process's
-    /// or its cgroup's thread limit), which Foundation's `Thread.start()` would not say.
-    private static func startThread(_ body: @escaping @Sendable () -> Void) -> Bool {
-        final class Body { let run: @Sendable () -> Void; init(_ run: @escaping @Sendable () -> Void) { self.run = run } }
-        let context = Unmanaged.passRetained(Body(body)).toOpaque()
-        var attributes = pthread_attr_t()
-        pthread_attr_init(&attributes)
-        defer { pthread_attr_destroy(&attributes) }
-        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-        var thread = pthread_t()
-        let result = pthread_create(&thread, &attributes, { context in
-            Unmanaged<Body>.fromOpaque(context!).takeRetainedValue().run()
-            return nil
-        }, context)
-        guard result == 0 else {
-            Unmanaged<Body>.fromOpaque(context).release()
-            return false
-        }
-        return true
     }
 
     /// The addresses `host` resolves to (getaddrinfo, any family), in the resolver's order
@@ -198,5 +181,31 @@ package final class HostLookup: Sendable {
             entry = current.pointee.ai_next
         }
         return addresses
+    }
+}
+
+/// The two lookups of a daemon's webhooks, on one pool of threads (`LookupThreads`, a
+/// service of the daemon's group): each has its own bound of names, so that whoever makes
+/// webhooks cannot use up the lookups deliveries need.
+package struct HostLookups: Sendable {
+    /// At most 16 threads look names up at once; the checks hold at most 8 of them.
+    static let maximumThreads = 16
+
+    /// The threads both lookups run on.
+    package let threads: LookupThreads
+    /// The lookups of webhook deliveries: one at a time per name, so the webhooks there may
+    /// be need at most a tenth of the bound; the rest is for lookups given up on whose
+    /// names no webhook has any more (deleted, or changed by their DNS), which keep their
+    /// places until glibc gives up on them.
+    let deliveries: HostLookup
+    /// The lookups of `POST /v1/webhooks`'s checks.
+    package let checks: HostLookup
+
+    /// Lookups through `lookup` (the system's resolver unless a test gives another).
+    package init(threads: LookupThreads = LookupThreads(maximumThreads: maximumThreads),
+         lookup: @escaping @Sendable (String) -> [IPAddress] = HostLookup.system) {
+        self.threads = threads
+        deliveries = HostLookup(maximumUnfinished: 10 * WebhookRepository.maximumWebhooks, threads: threads, lookup: lookup)
+        checks = HostLookup(maximumUnfinished: 8, threads: threads, lookup: lookup)
     }
 }

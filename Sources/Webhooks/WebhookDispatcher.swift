@@ -8,9 +8,10 @@ import Telemetry
 
 /// Sends the outbox's deliveries: a service whose thread (`headway-webhooks`) looks, on a
 /// reader connection of its own, for the oldest pending delivery of each webhook and,
-/// when it is due, starts its attempt (`WebhookTransport`: the host's lookup, then the
-/// POST, with every other attempt's, on the one thread of `WebhookTransfers`, which
-/// this service starts and stops with its own). One attempt per webhook is in flight
+/// when it is due, starts its attempt (`WebhookTransport`: the host's lookup on a thread of
+/// `lookups`, then the POST, with every other attempt's, on the one thread of
+/// `transfers`; both are services of the daemon's group, started before this one and
+/// stopped after it). One attempt per webhook is in flight
 /// (so a webhook's deliveries arrive in the order of their events), and every webhook
 /// has its own, whatever the others' receivers do: none waits for another's attempt. An
 /// attempt's outcome is written back as a small writer job (delivered; pending again at a
@@ -47,15 +48,22 @@ package final class WebhookDispatcher: Service {
     private let counters: WebhookAttemptCounters
     private let doorbell: Doorbell
     private let stopping = Atomic(false)
-    /// The webhooks with an attempt in flight.
+    /// The webhooks with an attempt in flight: shared by this service's thread and the
+    /// threads that give outcomes (the transfers', a Dispatch worker after a lookup).
     private let inFlight = Locked<Set<String>>([])
+    /// Opened by `prepare` (the group's thread), then used by this service's thread.
     private let reader = Locked<DatabaseReader?>(nil)
-    /// Every attempt's POST, on a thread this service starts in `run` and ends after it.
-    let transfers = WebhookTransfers()
+    /// Every attempt's POST, on one thread (`headway-webhook`, a service of the group).
+    package let transfers = WebhookTransfers()
+    /// Where hosts are looked up, deliveries' and new webhooks' checks (`headway-lookups`,
+    /// a service of the group).
+    package let lookups: HostLookups
 
     package init(settings: Settings, location: String, writer: GroupCommitWriter, outbox: WebhookOutbox, clock: any WallClock,
-                 logger: Logger, leadership: Leadership?, counters: WebhookAttemptCounters, doorbell: Doorbell = Doorbell()) {
+                 logger: Logger, leadership: Leadership?, counters: WebhookAttemptCounters, doorbell: Doorbell = Doorbell(),
+                 lookups: HostLookups = HostLookups()) {
         self.doorbell = doorbell
+        self.lookups = lookups
         self.settings = settings
         self.location = location
         self.writer = writer
@@ -71,20 +79,10 @@ package final class WebhookDispatcher: Service {
         reader.withLock { $0 = opened }
     }
 
-    /// Looks for due deliveries until a stop is requested; then stops the transfers: the
-    /// attempts in flight are dropped, their connections closed, and their deliveries,
-    /// still pending, are sent again after a restart.
+    /// Looks for due deliveries until a stop is requested. The transfers stop after it (the
+    /// group's order): the attempts in flight are dropped, their connections closed, and
+    /// their deliveries, still pending, are sent again after a restart.
     package func run() {
-        let transfersEnded = DispatchSemaphore(value: 0)
-        Thread { [transfers] in
-            nameCurrentThread("headway-webhook")  // `Thread.name` set before `start()` is lost on Linux
-            transfers.run()
-            transfersEnded.signal()
-        }.start()
-        defer {
-            transfers.requestStop()
-            transfersEnded.wait()
-        }
         var nextReload = DispatchTime.now()
         while !stopping.load(ordering: .acquiring) {
             var sleepUntil = DispatchTime.now() + settings.idleLookSeconds
@@ -173,7 +171,8 @@ package final class WebhookDispatcher: Service {
                                                    error: "the URL cannot be posted to: \(error.message)")
             return record(outcome, of: delivery, to: webhook, startedAt: startedAt, started: started)
         }
-        let transport = WebhookTransport(timeoutSeconds: settings.timeoutSeconds, allowPrivate: settings.allowPrivate)
+        let transport = WebhookTransport(timeoutSeconds: settings.timeoutSeconds, allowPrivate: settings.allowPrivate,
+                                         lookups: lookups.deliveries)
         let signature = WebhookCrypto.signature(secret: webhook.secret, unixSeconds: startedAt / 1000, body: delivery.body)
         transport.post(url, body: delivery.body, headers: [
             "Headway-Event: \(delivery.eventType.rawValue)", "Headway-Delivery: \(delivery.id)",

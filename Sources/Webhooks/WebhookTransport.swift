@@ -29,8 +29,8 @@ package struct WebhookTransport: Sendable {
     var timeoutSeconds: Double
     /// Whether loopback, private and other non-public addresses may be posted to.
     var allowPrivate: Bool
-    /// Where host names are looked up.
-    var lookups: HostLookup = .deliveries
+    /// Where host names are looked up (`HostLookups.deliveries`).
+    var lookups: HostLookup
 
     /// Whether a URL may be posted to now: the addresses checked (all its host resolves
     /// to), or why not.
@@ -76,6 +76,8 @@ package struct WebhookTransport: Sendable {
                                 + "looked up already", final: false)
         case .noThread:
             return .refused("the host '\(url.host)' was not looked up: no thread could be started for it", final: false)
+        case .stopped:
+            return .refused("the host '\(url.host)' was not looked up: the daemon is stopping", final: false)
         }
         if allowPrivate { return .allowed(addresses) }
         if let refused = addresses.first(where: { !$0.isPublic }) {
@@ -161,7 +163,7 @@ package struct WebhookTransport: Sendable {
 /// `@unchecked Sendable`: the multi handle and `running` are the run thread's alone, but
 /// for `curl_multi_wakeup`, which libcurl lets any thread call, here under `state`'s lock
 /// and only until `run` frees the handle.
-final class WebhookTransfers: @unchecked Sendable {
+package final class WebhookTransfers: Service, @unchecked Sendable {
     /// A POST ready to be made: its host checked.
     struct Request: Sendable {
         /// The webhook whose attempt this is (`cancel` ends it).
@@ -230,6 +232,7 @@ final class WebhookTransfers: @unchecked Sendable {
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
     private let multi: UnsafeMutableRawPointer
+    /// Shared by whoever adds or cancels an attempt (the dispatcher, a Dispatch worker) and the transfers' thread.
     private let state = Locked(State())
     /// The transfers in flight, by easy handle (the run thread's only).
     private var running: [UnsafeMutableRawPointer: Transfer] = [:]
@@ -277,7 +280,7 @@ final class WebhookTransfers: @unchecked Sendable {
     static let cancelledOutcome = WebhookTransport.Outcome(verdict: .retry, status: nil, error: "the webhook was deleted")
 
     /// Drives the transfers until `requestStop`; then drops those in flight or queued.
-    func run() {
+    package func run() {
         while true {
             let (queued, cancelled, stopping) = state.withLock { state in
                 defer {
@@ -314,7 +317,7 @@ final class WebhookTransfers: @unchecked Sendable {
     }
 
     /// Makes `run` return soon, dropping the transfers in flight. May be called from any thread.
-    func requestStop() {
+    package func requestStop() {
         state.withLock { state in
             guard !state.closed else { return }
             state.stopping = true

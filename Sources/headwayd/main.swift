@@ -95,13 +95,19 @@ while received == SIGHUP {
     sigwait(&signals, &received)
 }
 logger.log(.info, "signal.received", ["signal": signalName(received)])
-Thread.detachNewThread {
-    application.shutdown()
-    exit(0)
+// The main thread runs the stop. A second SIGTERM or SIGINT meanwhile is heard by a Dispatch
+// signal source (a signalfd: the signals stay blocked, and one already pending is read at
+// once); a SIGHUP stays pending and changes nothing.
+let impatientSignals = [SIGTERM, SIGINT].map { signal in
+    let source = DispatchSource.makeSignalSource(signal: signal, queue: .global())
+    source.setEventHandler {
+        logger.log(.warn, "signal.received", ["signal": signalName(signal), "action": "stopping at once"])
+        // Without exit handlers, which would run under the feet of the stop under way. Committed
+        // changes are safe: SQLite recovers its write-ahead log as after any crash.
+        _exit(128 + signal)
+    }
+    source.resume()
+    return source
 }
-// During the stop a SIGHUP changes nothing.
-repeat { sigwait(&signals, &received) } while received == SIGHUP
-logger.log(.warn, "signal.received", ["signal": signalName(received), "action": "stopping at once"])
-// Without exit handlers, which would run under the feet of the stop under way. Committed
-// changes are safe: SQLite recovers its write-ahead log as after any crash.
-_exit(128 + received)
+application.shutdown()
+exit(0)

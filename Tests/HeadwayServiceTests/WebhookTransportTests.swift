@@ -28,12 +28,12 @@ import Testing
 
     @Test func aNameIsCheckedForEachOfItsAddresses() throws {
         let url = try WebhookURL.parse("http://localhost:9/")
-        guard case .allowed(let addresses) = WebhookTransport.check(url, allowPrivate: true, within: 10, lookups: .deliveries) else {
+        guard case .allowed(let addresses) = WebhookTransport.check(url, allowPrivate: true, within: 10, lookups: HostLookups().deliveries) else {
             Issue.record("localhost was not allowed with private targets allowed")
             return
         }
         #expect(addresses.contains(IPAddress.parse("127.0.0.1")!))
-        guard case .refused(let reason, let final) = WebhookTransport.check(url, allowPrivate: false, within: 10, lookups: .deliveries) else {
+        guard case .refused(let reason, let final) = WebhookTransport.check(url, allowPrivate: false, within: 10, lookups: HostLookups().deliveries) else {
             Issue.record("localhost was allowed without private targets")
             return
         }
@@ -42,7 +42,7 @@ import Testing
 
     @Test func aNameThatDoesNotResolveMayResolveLater() throws {
         let url = try WebhookURL.parse("https://hooks.example.com/")
-        let lookups = HostLookup(maximumUnfinished: 1, lookup: { _ in [] })
+        let lookups = HostLookup(maximumUnfinished: 1, threads: LookupThreads(maximumThreads: 2), lookup: { _ in [] })
         #expect(WebhookTransport.check(url, allowPrivate: false, within: 10, lookups: lookups)
                     == .refused("the host 'hooks.example.com' could not be resolved", final: false))
     }
@@ -68,7 +68,7 @@ import Testing
     func aDeliveryGoesToTheAddressCheckedWhateverLibcurlWouldResolve(_ host: String) throws {
         let receiver = try LoopbackReceiver(address: "127.0.0.2", answer: true)
         defer { receiver.close() }
-        let lookups = HostLookup(maximumUnfinished: 4, lookup: { name in
+        let lookups = HostLookup(maximumUnfinished: 4, threads: LookupThreads(maximumThreads: 2), lookup: { name in
             name.lowercased().hasPrefix("localhost") ? [IPAddress.parse("127.0.0.2")!] : []
         })
         let transport = WebhookTransport(timeoutSeconds: 10, allowPrivate: true, lookups: lookups)
@@ -89,7 +89,7 @@ import Testing
         let receiver = try LoopbackReceiver(address: "127.0.0.2", answer: true)
         defer { receiver.close() }
         let transport = WebhookTransport(timeoutSeconds: 10, allowPrivate: true,
-                                         lookups: HostLookup(maximumUnfinished: 1, lookup: { _ in [] }))
+                                         lookups: HostLookup(maximumUnfinished: 1, threads: LookupThreads(maximumThreads: 2), lookup: { _ in [] }))
         let transfers = RunningTransfers()
         defer { transfers.stop() }
         let outcome = transfers.post(transport, try WebhookURL.parse("http://127.0.0.2:\(receiver.port)/hook"))
@@ -105,7 +105,7 @@ import Testing
         let fast = try LoopbackReceiver(address: "127.0.0.1", answer: true)
         defer { fast.close() }
         let transport = WebhookTransport(timeoutSeconds: 30, allowPrivate: true,
-                                         lookups: HostLookup(maximumUnfinished: 1, lookup: { _ in [] }))
+                                         lookups: HostLookup(maximumUnfinished: 1, threads: LookupThreads(maximumThreads: 2), lookup: { _ in [] }))
         let transfers = RunningTransfers()
         defer { transfers.stop() }
         let hangingOutcomes = Locked(0)
@@ -128,7 +128,7 @@ import Testing
         let hanging = try LoopbackReceiver(address: "127.0.0.1", answer: false)
         defer { hanging.close() }
         let transport = WebhookTransport(timeoutSeconds: 30, allowPrivate: true,
-                                         lookups: HostLookup(maximumUnfinished: 1, lookup: { _ in [] }))
+                                         lookups: HostLookup(maximumUnfinished: 1, threads: LookupThreads(maximumThreads: 2), lookup: { _ in [] }))
         let transfers = RunningTransfers()
         let outcomes = Locked(0)
         transport.post(try WebhookURL.parse("http://127.0.0.1:\(hanging.port)/"), body: "{}", headers: [],
@@ -152,7 +152,7 @@ extension WebhookTransportTests {
         let hanging = try LoopbackReceiver(address: "127.0.0.1", answer: false)
         defer { hanging.close() }
         let transport = WebhookTransport(timeoutSeconds: 30, allowPrivate: true,
-                                         lookups: HostLookup(maximumUnfinished: 1, lookup: { _ in [] }))
+                                         lookups: HostLookup(maximumUnfinished: 1, threads: LookupThreads(maximumThreads: 2), lookup: { _ in [] }))
         let transfers = RunningTransfers()
         defer { transfers.stop() }
         let outcomes = Locked<[String: WebhookTransport.Outcome]>([:])
@@ -263,7 +263,7 @@ private extension Array where Element == UInt8 {
 /// Lookups wait at most the time given, and those still running are bounded in number.
 @Suite struct HostLookupTests {
     @Test func anAnswerInTimeIsGiven() {
-        let lookups = HostLookup(maximumUnfinished: 1, lookup: { host in
+        let lookups = HostLookup(maximumUnfinished: 1, threads: LookupThreads(maximumThreads: 2), lookup: { host in
             host == "hooks.example.com" ? [IPAddress.parse("192.0.2.7")!, IPAddress.parse("2001:db8::7")!] : []
         })
         #expect(lookups.addresses(of: "hooks.example.com", within: 10)
@@ -272,7 +272,7 @@ private extension Array where Element == UInt8 {
     }
 
     @Test func theSystemResolverAnswersForLocalhost() {
-        let outcome = HostLookup.deliveries.addresses(of: "localhost", within: 10)
+        let outcome = HostLookups().deliveries.addresses(of: "localhost", within: 10)
         guard case .addresses(let addresses) = outcome else {
             Issue.record("localhost did not resolve: \(outcome)")
             return
@@ -326,24 +326,93 @@ private extension Array where Element == UInt8 {
         #expect(lookups.running == 0)
     }
 
+    /// Names that do not answer hold at most the pool's threads: the lookups past them wait
+    /// for a free thread, and each is run once one is.
+    @Test func lookupsRunOnABoundedNumberOfThreads() async throws {
+        let resolver = HeldResolver(answer: "192.0.2.3")
+        let threads = LookupThreads(maximumThreads: 4, threadName: "test-bounded")
+        let lookups = resolver.lookups(maximumUnfinished: 100, threads: threads)
+        let heard = Locked(0)
+        let names = 24
+        for index in 0..<names {
+            lookups.lookUp("host-\(index).example.com", within: 600) { _ in heard.withLock { $0 += 1 } }
+        }
+        for _ in 0..<2000 where resolver.called.withLock({ $0 }) < 4 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(threads.threadCount == 4 && threadsNamed("test-bounded") <= 4)
+        // Each answer frees a thread for the next name, one at a time.
+        for answered in 1...names {
+            resolver.answers.signal()
+            for _ in 0..<2000 where heard.withLock({ $0 }) < answered { try await Task.sleep(for: .milliseconds(5)) }
+        }
+        #expect(heard.withLock { $0 } == names && resolver.called.withLock { $0 } == names)
+        #expect(resolver.mostAtOnce.withLock { $0 } <= 4)
+    }
+
+    /// The group's stop tells at once whoever waits for a lookup still queued (the daemon is
+    /// stopping), ends the idle threads, and each busy one as its lookup returns.
+    @Test func theGroupsStopEndsTheLookupsQueuedAndTheThreads() async throws {
+        let resolver = HeldResolver(answer: "192.0.2.4")
+        let threads = LookupThreads(maximumThreads: 2, threadName: "test-stop")
+        let lookups = resolver.lookups(maximumUnfinished: 100, threads: threads)
+        let group = ServiceGroup([ServiceGroup.Member("test-lookups", threads)])
+        try group.start()
+        let outcomes = Locked<[HostLookup.Outcome]>([])
+        for index in 0..<6 {
+            lookups.lookUp("host-\(index).example.com", within: 600) { outcome in outcomes.withLock { $0.append(outcome) } }
+        }
+        for _ in 0..<2000 where resolver.called.withLock({ $0 }) < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        group.stop()
+        // The four queued were told when the stop returned; the two running cannot be cut short.
+        #expect(outcomes.withLock { $0 } == Array(repeating: .stopped, count: 4))
+        #expect(lookups.addresses(of: "late.example.com", within: 600) == .stopped)
+        resolver.answers.signal()
+        resolver.answers.signal()
+        for _ in 0..<2000 where outcomes.withLock({ $0.count }) < 6 || threads.threadCount > 0 {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        #expect(outcomes.withLock { $0.filter { $0 == .addresses([IPAddress.parse("192.0.2.4")!]) }.count } == 2)
+        #expect(threads.threadCount == 0 && resolver.called.withLock { $0 } == 2 && lookups.running == 0)
+    }
+
     /// Whoever makes webhooks cannot use up the lookups of deliveries, and deliveries, at
     /// most one lookup per webhook's host, are never refused for want of one.
     @Test func checksAndDeliveriesLookUpApart() {
-        #expect(HostLookup.checks !== HostLookup.deliveries)
-        #expect(HostLookup.deliveries.maximumUnfinished >= WebhookRepository.maximumWebhooks)
+        let lookups = HostLookups()
+        #expect(lookups.checks !== lookups.deliveries)
+        #expect(lookups.deliveries.maximumUnfinished >= WebhookRepository.maximumWebhooks)
+        // Checks never hold more than half the threads.
+        #expect(lookups.checks.maximumUnfinished <= lookups.threads.maximumThreads / 2)
     }
+}
+
+/// The threads of this process named `name` (/proc/self/task/*/comm).
+private func threadsNamed(_ name: String) -> Int {
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+    return tasks.filter { task in
+        let comm = try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)
+        return comm?.trimmingCharacters(in: .whitespacesAndNewlines) == name
+    }.count
 }
 
 /// A resolver that answers only when the test signals `answers`, counting its lookups.
 private struct HeldResolver {
     let answers = DispatchSemaphore(value: 0)
     let called = Locked(0)
+    /// How many lookups are in the resolver now, and the most there were at once.
+    let inside = Locked(0)
+    let mostAtOnce = Locked(0)
     let answer: String
 
-    func lookups(maximumUnfinished: Int) -> HostLookup {
-        HostLookup(maximumUnfinished: maximumUnfinished, lookup: { [answers, called, answer] _ in
+    func lookups(maximumUnfinished: Int, threads: LookupThreads = LookupThreads(maximumThreads: 4)) -> HostLookup {
+        HostLookup(maximumUnfinished: maximumUnfinished, threads: threads, lookup: { [answers, called, inside, mostAtOnce, answer] _ in
             called.withLock { $0 += 1 }
+            let now = inside.withLock { inside in
+                inside += 1
+                return inside
+            }
+            mostAtOnce.withLock { $0 = max($0, now) }
             answers.wait()
+            inside.withLock { $0 -= 1 }
             return [IPAddress.parse(answer)!]
         })
     }

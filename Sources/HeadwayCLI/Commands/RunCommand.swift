@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import Lifecycle
 import HeadwayCore
 #if canImport(Glibc)
 import Glibc
@@ -231,33 +232,38 @@ public struct RunCommand: ParsableCommand {
 
 /// Stops the child when the task is canceled: SIGTERM now, SIGKILL after `killAfter`
 /// seconds unless it has been reaped by then (its pid could belong to another process).
-final class ChildStopper: @unchecked Sendable {
-    private let child: ChildProcess
+final class ChildStopper: Sendable {
+    private struct State {
+        var stopped = false
+        var isReaped = false
+    }
+
+    private let pid: pid_t
     private let killAfter: Double
-    private let lock = NSLock()
-    private var stopped = false
-    private var isReaped = false
+    /// Shared by the reporter's thread (a cancel), a Dispatch worker (the SIGKILL) and the
+    /// command's thread (the reap): a signal never goes to a pid already reaped.
+    private let state = Locked(State())
 
     init(child: ChildProcess, killAfter: Double) {
-        self.child = child
+        pid = child.pid
         self.killAfter = killAfter
     }
 
     /// Whether a cancel stopped the child.
-    var wasStopped: Bool { lock.withLock { stopped } }
+    var wasStopped: Bool { state.withLock { $0.stopped } }
 
     /// Sends SIGTERM, and schedules SIGKILL.
     func stop() {
-        lock.withLock {
-            guard !stopped, !isReaped else { return }
-            stopped = true
-            child.send(SIGTERM)
+        state.withLock { state in
+            guard !state.stopped, !state.isReaped else { return }
+            state.stopped = true
+            kill(pid, SIGTERM)
         }
         DispatchQueue.global().asyncAfter(deadline: .now() + killAfter) { [self] in
-            lock.withLock { if !isReaped { child.send(SIGKILL) } }
+            state.withLock { state in if !state.isReaped { kill(pid, SIGKILL) } }
         }
     }
 
     /// Notes that the child has been waited for: no signal may go to its pid any more.
-    func reaped() { lock.withLock { isReaped = true } }
+    func reaped() { state.withLock { $0.isReaped = true } }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Lifecycle
 import HeadwayCore
 
 /// `headway watch [ID…]`: a live view of tasks over the event stream (`GET /v1/events`).
@@ -97,9 +98,9 @@ public struct WatchCommand: ParsableCommand {
 /// One `headway watch`: connects, reads events as they arrive, shows them, and reconnects
 /// with `Last-Event-ID` (bounded backoff) when the connection drops. Events are handled on
 /// the thread that reads the stream; on a terminal a second thread draws frames, at most
-/// one every 100 ms. Both go through `lock`.
-final class WatchSession: @unchecked Sendable {
-    enum Mode: Equatable {
+/// one every 100 ms. Both go through `screen`.
+final class WatchSession: Sendable {
+    enum Mode: Equatable, Sendable {
         case terminal(color: Bool)
         case plain
         case json
@@ -115,17 +116,23 @@ final class WatchSession: @unchecked Sendable {
     private let mode: Mode
     private let untilDone: Bool
     private let environment: [String: String]
-    private let lock = NSLock()
-    private var state: WatchState
-    private var parser = SSEParser()
-    /// Each task as its last plain line showed it.
-    private var printed: [String: TaskView] = [:]
-    private var reconnecting = false
-    private var dirty = true
-    private var drawnLines = 0
-    private var drawnColumns = 0
-    private var lastDraw: EpochMilliseconds = 0
-    private var stopped = false
+
+    /// The events applied, the stream's parser, and what was printed or drawn.
+    private struct Screen {
+        var state: WatchState
+        var parser = SSEParser()
+        /// Each task as its last plain line showed it.
+        var printed: [String: TaskView] = [:]
+        var reconnecting = false
+        var dirty = true
+        var drawnLines = 0
+        var drawnColumns = 0
+        var lastDraw: EpochMilliseconds = 0
+        var stopped = false
+    }
+
+    /// Shared by the thread that reads the stream and, on a terminal, the drawing thread.
+    private let screen: Locked<Screen>
 
     /// The shortest and longest waits before reconnecting.
     static let firstDelay = 0.25, maximumDelay = 4.0
@@ -133,7 +140,7 @@ final class WatchSession: @unchecked Sendable {
     init(client: HTTPClient, path: String, state: WatchState, mode: Mode, untilDone: Bool, environment: [String: String]) {
         self.client = client
         self.path = path
-        self.state = state
+        screen = Locked(Screen(state: state))
         self.mode = mode
         self.untilDone = untilDone
         self.environment = environment
@@ -152,7 +159,7 @@ final class WatchSession: @unchecked Sendable {
             let receiver = StreamReceiver(session: self)
             var request = HTTPRequest(method: "GET", path: path)
             request.headers = ["Accept: text/event-stream"]
-            let lastID = locked { parser.lastEventID }
+            let lastID = screen.withLock { $0.parser.lastEventID }
             if !lastID.isEmpty { request.headers.append("Last-Event-ID: \(lastID)") }
             switch Result(catching: { () throws(TransportError) in try client.send(request, receiver: receiver) }) {
             case .success(let (status, contentType)):
@@ -163,8 +170,9 @@ final class WatchSession: @unchecked Sendable {
                     throw TaskAPI.refusal(status: status, contentType: contentType, json: JSONValue.parse(receiver.raw))
                 }
             case .failure(let error):
-                if locked({ parser.overflowed }) {
-                    throw .unexpectedReply("an event of the stream is larger than \(parser.maximumEventBytes >> 20) MiB")
+                let (overflowed, maximumEventBytes) = screen.withLock { ($0.parser.overflowed, $0.parser.maximumEventBytes) }
+                if overflowed {
+                    throw .unexpectedReply("an event of the stream is larger than \(maximumEventBytes >> 20) MiB")
                 }
                 if let deleted = deletedAwaited() { throw .watchedTaskDeleted(taskID: deleted) }
                 if let status = finishedStatus() { return status }
@@ -187,17 +195,17 @@ final class WatchSession: @unchecked Sendable {
     /// Parses a chunk of the stream and shows its events; false stops the transfer once
     /// `--until-done` is satisfied.
     func receive(_ bytes: UnsafeRawBufferPointer) -> (events: Bool, more: Bool) {
-        locked {
+        screen.withLock { screen in
             // The stream's first bytes (its `retry:` line) show the connection is back,
             // even when the resumed stream has no event to send.
-            if reconnecting && !bytes.isEmpty {
-                reconnecting = false
-                dirty = true
+            if screen.reconnecting && !bytes.isEmpty {
+                screen.reconnecting = false
+                screen.dirty = true
                 if !mode.isTerminal { StandardStreams.error("headway: reconnected\n") }
             }
-            let events = parser.feed(bytes)
+            let events = screen.parser.feed(bytes)
             for event in events {
-                let changed = state.apply(event)
+                let changed = screen.state.apply(event)
                 switch mode {
                 case .json:
                     // Re-encoded from the parsed data: one line of JSON whatever the server sent.
@@ -209,36 +217,36 @@ final class WatchSession: @unchecked Sendable {
                     let now = Self.now()
                     // A task sent again as it was (a resume that replays a task the
                     // hold-back released after the last event id seen) is no change.
-                    for task in changed where printed[task.id] != task {
-                        printed[task.id] = task
-                        let table = TaskTable(tasks: [task], now: now, frames: state.frames, header: false)
+                    for task in changed where screen.printed[task.id] != task {
+                        screen.printed[task.id] = task
+                        let table = TaskTable(tasks: [task], now: now, frames: screen.state.frames, header: false)
                         write(table.render(width: .max).joined(separator: "\n") + "\n")
                     }
                 case .terminal:
-                    dirty = true
+                    screen.dirty = true
                 }
             }
-            let done = untilDone && (state.finishedStatus != nil || !state.deletedAwaited.isEmpty)
-            return (!events.isEmpty, !done && !parser.overflowed)
+            let done = untilDone && (screen.state.finishedStatus != nil || !screen.state.deletedAwaited.isEmpty)
+            return (!events.isEmpty, !done && !screen.parser.overflowed)
         }
     }
 
     private func finishedStatus() -> Int32? {
         guard untilDone else { return nil }
-        return locked { state.finishedStatus }
+        return screen.withLock { $0.state.finishedStatus }
     }
 
     private func deletedAwaited() -> String? {
         guard untilDone else { return nil }
-        return locked { state.deletedAwaited.first }
+        return screen.withLock { $0.state.deletedAwaited.first }
     }
 
     private func setReconnecting() {
-        locked {
-            guard !reconnecting else { return }
-            reconnecting = true
+        screen.withLock { screen in
+            guard !screen.reconnecting else { return }
+            screen.reconnecting = true
             switch mode {
-            case .terminal: dirty = true
+            case .terminal: screen.dirty = true
             case .plain, .json: StandardStreams.error("headway: reconnecting…\n")
             }
         }
@@ -248,18 +256,18 @@ final class WatchSession: @unchecked Sendable {
 
     private func startDrawing() {
         let thread = Thread { [self] in
-            while locked({ !stopped }) {
+            while screen.withLock({ !$0.stopped }) {
                 usleep(100_000)
-                locked { if dirty || Self.now() - lastDraw >= 1000 { draw() } }
+                screen.withLock { screen in if screen.dirty || Self.now() - screen.lastDraw >= 1000 { draw(&screen) } }
             }
         }
         thread.start()
     }
 
     private func stopDrawing() {
-        locked {
-            stopped = true
-            if case .terminal = mode { draw() }
+        screen.withLock { screen in
+            screen.stopped = true
+            if case .terminal = mode { draw(&screen) }
         }
     }
 
@@ -267,46 +275,40 @@ final class WatchSession: @unchecked Sendable {
     /// end, then everything below cleared. The frame fits the terminal: no line wider than
     /// it (a wrapped line would throw the count off) and fewer lines than its rows (the
     /// cursor cannot go up past the top). After the width changed, the old frame may have
-    /// wrapped: the screen is cleared instead. Called with `lock` held.
-    private func draw() {
+    /// wrapped: the screen is cleared instead. Called with `screen`'s lock held.
+    private func draw(_ screen: inout Screen) {
         guard case .terminal(let color) = mode else { return }
         let now = Self.now()
         let columns = TerminalSize.columns(environment: environment)
         let rows = TerminalSize.rows(environment: environment)
         // One row stays for the cursor, one for the header, one for "reconnecting…".
-        var taskRows = rows - 2 - (reconnecting ? 1 : 0)
-        if state.ordered.count > taskRows { taskRows -= 1 }   // and one for "… more"
-        let (shown, hidden) = WatchState.fit(state.ordered, rows: taskRows)
-        var lines = TaskTable(tasks: shown, now: now, frames: state.frames).render(width: columns, color: color)
+        var taskRows = rows - 2 - (screen.reconnecting ? 1 : 0)
+        if screen.state.ordered.count > taskRows { taskRows -= 1 }   // and one for "… more"
+        let (shown, hidden) = WatchState.fit(screen.state.ordered, rows: taskRows)
+        var lines = TaskTable(tasks: shown, now: now, frames: screen.state.frames).render(width: columns, color: color)
         if !hidden.isEmpty {
             lines.append(Style.dim.apply(DisplayWidth.truncate(WatchState.hiddenLine(hidden), to: columns), enabled: color))
         }
-        if reconnecting { lines.append(Style.yellow.apply(DisplayWidth.truncate("reconnecting…", to: columns), enabled: color)) }
+        if screen.reconnecting { lines.append(Style.yellow.apply(DisplayWidth.truncate("reconnecting…", to: columns), enabled: color)) }
         // A window of a few rows: the first lines that fit, the cursor's row kept free.
         lines = Array(lines.prefix(max(1, rows - 1)))
         var out: String
-        if drawnColumns != 0 && drawnColumns != columns {
+        if screen.drawnColumns != 0 && screen.drawnColumns != columns {
             out = "\u{1B}[H\u{1B}[J"
         } else {
-            out = drawnLines > 0 ? "\r\u{1B}[\(drawnLines)A" : ""
+            out = screen.drawnLines > 0 ? "\r\u{1B}[\(screen.drawnLines)A" : ""
         }
         for line in lines { out += line + "\u{1B}[K\n" }
         out += "\u{1B}[J"
         write(out)
-        drawnLines = lines.count
-        drawnColumns = columns
-        dirty = false
-        lastDraw = now
+        screen.drawnLines = lines.count
+        screen.drawnColumns = columns
+        screen.dirty = false
+        screen.lastDraw = now
     }
 
     private func write(_ text: String) {
         StandardStreams.output(text)
-    }
-
-    private func locked<T>(_ body: () -> T) -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return body()
     }
 
     static func now() -> EpochMilliseconds { EpochMilliseconds(Date().timeIntervalSince1970 * 1000) }
@@ -314,7 +316,7 @@ final class WatchSession: @unchecked Sendable {
 
 /// Hands the stream's chunks to the session; keeps the start of a body that is not an
 /// event stream (a problem document) for the error.
-final class StreamReceiver: BodyReceiver, @unchecked Sendable {
+final class StreamReceiver: BodyReceiver {
     private let session: WatchSession
     private(set) var receivedEvents = false
     private(set) var raw: [UInt8] = []

@@ -146,8 +146,9 @@ public struct HTTPClient: Sendable {
     }
 }
 
-/// Takes a reply's body chunk by chunk as libcurl reads it.
-open class BodyReceiver: @unchecked Sendable {
+/// Takes a reply's body chunk by chunk as libcurl reads it, on the thread that sends the
+/// request (libcurl's easy interface calls back on it).
+open class BodyReceiver {
     public init() {}
     /// Called for each chunk; return false to abort the transfer.
     open func receive(_ chunk: UnsafeRawBufferPointer) -> Bool { true }
@@ -155,7 +156,7 @@ open class BodyReceiver: @unchecked Sendable {
 
 /// Keeps the whole body, up to `limit` bytes (past it the transfer stops). Used by one
 /// request on one thread only.
-final class BodyCollector: BodyReceiver, @unchecked Sendable {
+final class BodyCollector: BodyReceiver {
     let limit: Int
     private(set) var bytes: [UInt8] = []
     private(set) var overflowed = false
@@ -183,8 +184,8 @@ private func headwayCurlWrite(_ data: UnsafeMutablePointer<CChar>?, _ size: Int,
 }
 
 /// Notices a reply that has stopped arriving: libcurl reports the bytes received about
-/// once a second, even while none come.
-final class IdleWatch: @unchecked Sendable {
+/// once a second, even while none come (on the thread that sends the request).
+final class IdleWatch {
     let limitSeconds: Double
     private var received: Int64 = -1
     private var since = DispatchTime.now()

@@ -1,5 +1,6 @@
 import Foundation
 import HeadwayCore
+import Lifecycle
 
 /// Reports a wrapped command to the server from its own thread, so that a slow or absent
 /// server never holds up the command's output: registers the task (retrying with backoff
@@ -8,7 +9,7 @@ import HeadwayCore
 /// silence. The command's output lines ride along (`output`, at most the last
 /// `OutputLines.kept` since the previous report: the server keeps no more), and the rest
 /// go with the finish. A reply with `cancel_requested` calls `onCancel` once.
-final class RunReporter: @unchecked Sendable {
+final class RunReporter: Sendable {
     /// The shortest time between two reports, and the longest without one.
     static let minimumSpacing: TimeInterval = 1
     static let heartbeatInterval: TimeInterval = 3
@@ -21,27 +22,46 @@ final class RunReporter: @unchecked Sendable {
     private let finalAPI: TaskAPI
     private let registration: JSONObject
     private let onCancel: @Sendable () -> Void
-    private let condition = NSCondition()
-    private let finished = DispatchSemaphore(value: 0)
 
-    // Guarded by `condition`.
-    private var label: String?
-    private var reading: ProgressReading?
-    private var hasNews = false
-    private var readingSent = true
-    private var stopping = false
-    /// Output lines not yet sent, the latest `OutputLines.kept`.
-    private var output: [String] = []
-    /// Set once the server refused a report for its `output` (a server from before the
-    /// output tail): lines are no longer sent.
-    private var outputRefused = false
-    // Owned by the reporting thread until it ends, then by the caller of `finish`.
-    private var taskID: String?
-    private var lastReport = Date.distantPast
-    private var backoff: TimeInterval = 0
-    private var unreachableSince: Date?
-    private var disabled = false
-    private var cancelSeen = false
+    /// What the command's thread hands the reporting thread.
+    private struct News {
+        var label: String?
+        var reading: ProgressReading?
+        var hasNews = false
+        var readingSent = true
+        var stopping = false
+        /// Output lines not yet sent, the latest `OutputLines.kept`.
+        var output: [String] = []
+        /// Set once the server refused a report for its `output` (a server from before the
+        /// output tail): lines are no longer sent.
+        var outputRefused = false
+
+        /// The output lines to send, as JSON, emptied; nil when there are none.
+        mutating func takeOutput() -> JSONValue? {
+            guard !output.isEmpty, !outputRefused else { return nil }
+            defer { output = [] }
+            return .array(output.map { .string($0) })
+        }
+    }
+
+    /// Where the reports stand: the reporting thread's alone until it ends, then
+    /// (`handedBack`) the caller of `finish`'s.
+    private struct Session: Sendable {
+        var taskID: String?
+        var lastReport = Date.distantPast
+        var backoff: TimeInterval = 0
+        var unreachableSince: Date?
+        var disabled = false
+        var cancelSeen = false
+    }
+
+    /// Shared by the command's thread (new output, the finish) and the reporting thread.
+    private let news = Locked(News())
+    /// Rung when there is news, or at the finish: the reporting thread sleeps on it.
+    private let doorbell = Doorbell()
+    /// The reporting thread's session, handed back to `finish` as the thread ends.
+    private let handedBack = Locked<Session?>(nil)
+    private let finished = DispatchSemaphore(value: 0)
 
     init(api: TaskAPI, finalAPI: TaskAPI, registration: JSONObject, onCancel: @escaping @Sendable () -> Void) {
         self.api = api
@@ -53,7 +73,9 @@ final class RunReporter: @unchecked Sendable {
     /// Starts the reporting thread.
     func start() {
         let thread = Thread { [self] in
-            loop()
+            var session = Session()
+            loop(&session)
+            handedBack.withLock { $0 = session }
             finished.signal()
         }
         thread.start()
@@ -62,27 +84,27 @@ final class RunReporter: @unchecked Sendable {
     /// Notes the command's output lines, for the task's output tail.
     func observe(output lines: [String]) {
         guard !lines.isEmpty else { return }
-        condition.lock()
-        if !outputRefused {
-            output.append(contentsOf: lines)
-            if output.count > OutputLines.kept { output.removeFirst(output.count - OutputLines.kept) }
-            hasNews = true
-            condition.signal()
+        let rung = news.withLock { news in
+            guard !news.outputRefused else { return false }
+            news.output.append(contentsOf: lines)
+            if news.output.count > OutputLines.kept { news.output.removeFirst(news.output.count - OutputLines.kept) }
+            news.hasNews = true
+            return true
         }
-        condition.unlock()
+        if rung { doorbell.ring() }
     }
 
     /// Notes a new output line (as a label, nil when blank) and the reading it showed.
     func observe(label newLabel: String?, reading newReading: ProgressReading?) {
-        condition.lock()
-        if let newLabel { label = newLabel }
-        if let newReading {
-            reading = newReading
-            readingSent = false
+        news.withLock { news in
+            if let newLabel { news.label = newLabel }
+            if let newReading {
+                news.reading = newReading
+                news.readingSent = false
+            }
+            news.hasNews = true
         }
-        hasNews = true
-        condition.signal()
-        condition.unlock()
+        doorbell.ring()
     }
 
     /// Stops the thread, sends what it had not yet sent, then finishes the task with
@@ -90,26 +112,21 @@ final class RunReporter: @unchecked Sendable {
     /// server stays away (one failed try ends it) or refused the registration; a task
     /// that exists is always finished, whatever was refused on the way.
     func finish(outcome: String, message: String?) {
-        condition.lock()
-        stopping = true
-        condition.signal()
-        condition.unlock()
+        news.withLock { $0.stopping = true }
+        doorbell.ring()
         finished.wait()
-        if taskID == nil {
-            guard !disabled, register(through: finalAPI) else { return }
+        var session = handedBack.withLock { $0 } ?? Session()
+        if session.taskID == nil {
+            guard !session.disabled, register(&session, through: finalAPI) else { return }
         }
-        guard let taskID else { return }
-        condition.lock()
-        let unsent = !readingSent || hasNews
-        condition.unlock()
-        if unsent && !disabled {
-            guard report(through: finalAPI) || unreachableSince == nil else { return }
+        guard let taskID = session.taskID else { return }
+        let unsent = news.withLock { !$0.readingSent || $0.hasNews }
+        if unsent && !session.disabled {
+            guard report(&session, through: finalAPI) || session.unreachableSince == nil else { return }
         }
         var body: JSONObject = ["outcome": .string(outcome)]
         if let message { body["message"] = .string(message) }
-        condition.lock()
-        let lines = takeOutput()
-        condition.unlock()
+        let lines = news.withLock { $0.takeOutput() }
         if let lines { body["output"] = lines }
         do {
             _ = try finalAPI.post(TaskAPI.taskPath(taskID, "finish"), body)
@@ -122,53 +139,49 @@ final class RunReporter: @unchecked Sendable {
         }
     }
 
-    private func loop() {
+    private func loop(_ session: inout Session) {
         while true {
-            condition.lock()
             // A refused report disables reporting: the thread ends (no wait for ever).
-            while !stopping && !disabled {
-                let due = nextReport()
+            while !session.disabled {
+                let (stopping, hasNews) = news.withLock { ($0.stopping, $0.hasNews) }
+                if stopping { return }
+                let due = nextReport(session, hasNews: hasNews)
                 if due <= Date() { break }
-                _ = condition.wait(until: due)
+                doorbell.wait(until: .now() + due.timeIntervalSinceNow)
             }
-            let stop = stopping
-            condition.unlock()
-            if stop || disabled { return }
-            if taskID == nil { register() } else { report() }
+            if session.disabled || news.withLock({ $0.stopping }) { return }
+            if session.taskID == nil { register(&session) } else { report(&session) }
         }
     }
 
-    /// When the next report or retry is due (called with the lock held).
-    private func nextReport() -> Date {
-        if taskID == nil || unreachableSince != nil { return lastReport.addingTimeInterval(backoff) }
-        return lastReport.addingTimeInterval(hasNews ? Self.minimumSpacing : Self.heartbeatInterval)
+    /// When the next report or retry is due.
+    private func nextReport(_ session: Session, hasNews: Bool) -> Date {
+        if session.taskID == nil || session.unreachableSince != nil { return session.lastReport.addingTimeInterval(session.backoff) }
+        return session.lastReport.addingTimeInterval(hasNews ? Self.minimumSpacing : Self.heartbeatInterval)
     }
 
     /// Registers the task with the latest label; whether the server took it.
     @discardableResult
-    private func register(through api: TaskAPI? = nil) -> Bool {
+    private func register(_ session: inout Session, through api: TaskAPI? = nil) -> Bool {
         let api = api ?? self.api
-        condition.lock()
         var body = registration
-        if let label { body["label"] = .string(label) }
-        hasNews = false
-        condition.unlock()
-        lastReport = Date()
+        news.withLock { news in
+            if let label = news.label { body["label"] = .string(label) }
+            news.hasNews = false
+        }
+        session.lastReport = Date()
         do throws(CLIError) {
             let reply = try api.post("/v1/tasks", body)
             guard let id = reply.string("id") else {
                 throw .unexpectedReply("the server's reply to the registration holds no task id")
             }
-            taskID = id
-            reachable()
-            if reply.cancelRequested { cancel() }
-            condition.lock()
-            let unsent = !readingSent
-            condition.unlock()
-            if unsent { return report(through: api) }
+            session.taskID = id
+            reachable(&session)
+            if reply.cancelRequested { cancel(&session) }
+            if news.withLock({ !$0.readingSent }) { return report(&session, through: api) }
             return true
         } catch {
-            failed(error)
+            failed(error, &session)
             return false
         }
     }
@@ -176,59 +189,52 @@ final class RunReporter: @unchecked Sendable {
     /// Sends progress when there is an unsent reading, else a heartbeat; both with the
     /// label. Whether the server took it.
     @discardableResult
-    private func report(through api: TaskAPI? = nil) -> Bool {
+    private func report(_ session: inout Session, through api: TaskAPI? = nil) -> Bool {
         let api = api ?? self.api
-        guard let taskID else { return false }
-        condition.lock()
-        var body: JSONObject = [:]
-        if let label { body["label"] = .string(label) }
-        let pending = readingSent ? nil : reading
-        if let pending {
-            body["completed"] = .integer(pending.completed)
-            body["total"] = .integer(pending.total)
-            if pending.isPercent { body["unit"] = .string("%") }
+        guard let taskID = session.taskID else { return false }
+        let (body, pending, lines) = news.withLock { news -> (JSONObject, ProgressReading?, JSONValue?) in
+            var body: JSONObject = [:]
+            if let label = news.label { body["label"] = .string(label) }
+            let pending = news.readingSent ? nil : news.reading
+            if let pending {
+                body["completed"] = .integer(pending.completed)
+                body["total"] = .integer(pending.total)
+                if pending.isPercent { body["unit"] = .string("%") }
+            }
+            let lines = news.takeOutput()
+            if let lines { body["output"] = lines }
+            news.hasNews = false
+            news.readingSent = true
+            return (body, pending, lines)
         }
-        let lines = takeOutput()
-        if let lines { body["output"] = lines }
-        hasNews = false
-        readingSent = true
-        condition.unlock()
-        lastReport = Date()
+        session.lastReport = Date()
         do {
             let reply = try api.post(TaskAPI.taskPath(taskID, pending == nil ? "heartbeat" : "progress"), body)
-            reachable()
-            if reply.cancelRequested { cancel() }
+            reachable(&session)
+            if reply.cancelRequested { cancel(&session) }
             return true
         } catch {
             if lines != nil && Self.refusesOutput(error) {
                 // A server without the output tail: the same report again, without lines.
-                condition.lock()
-                outputRefused = true
-                output = []
-                if pending != nil && reading == pending { readingSent = false }
-                condition.unlock()
-                return report(through: api)
+                news.withLock { news in
+                    news.outputRefused = true
+                    news.output = []
+                    if pending != nil && news.reading == pending { news.readingSent = false }
+                }
+                return report(&session, through: api)
             }
             // A reading the server refused as such (422: past its limits) is dropped; a
             // report that did not get through is sent again, and so are its lines.
-            condition.lock()
-            if pending != nil && !Self.refusesTheReading(error) && reading == pending { readingSent = false }
-            if case .array(let sent)? = lines, !Self.refusesTheReading(error) {
-                output = Array((sent.compactMap { if case .string(let line) = $0 { line } else { nil } } + output)
-                    .suffix(OutputLines.kept))
+            news.withLock { news in
+                if pending != nil && !Self.refusesTheReading(error) && news.reading == pending { news.readingSent = false }
+                if case .array(let sent)? = lines, !Self.refusesTheReading(error) {
+                    news.output = Array((sent.compactMap { if case .string(let line) = $0 { line } else { nil } } + news.output)
+                        .suffix(OutputLines.kept))
+                }
             }
-            condition.unlock()
-            failed(error)
+            failed(error, &session)
             return false
         }
-    }
-
-    /// The output lines to send, as JSON, emptied; nil when there are none (called with
-    /// the lock held).
-    private func takeOutput() -> JSONValue? {
-        guard !output.isEmpty, !outputRefused else { return nil }
-        defer { output = [] }
-        return .array(output.map { .string($0) })
     }
 
     /// Whether `error` refuses a report for its `output` member: a 400 naming the field
@@ -245,36 +251,36 @@ final class RunReporter: @unchecked Sendable {
         return false
     }
 
-    private func cancel() {
-        guard !cancelSeen else { return }
-        cancelSeen = true
+    private func cancel(_ session: inout Session) {
+        guard !session.cancelSeen else { return }
+        session.cancelSeen = true
         onCancel()
     }
 
     /// After a reply: says so once when the server was away.
-    private func reachable() {
-        if unreachableSince != nil { warn("the server answers again; reporting resumed") }
-        unreachableSince = nil
-        backoff = 0
+    private func reachable(_ session: inout Session) {
+        if session.unreachableSince != nil { warn("the server answers again; reporting resumed") }
+        session.unreachableSince = nil
+        session.backoff = 0
     }
 
     /// After an error: a server unreachable or unavailable (429, 5xx) is retried with
     /// backoff (one warning); a refused reading is dropped (one warning each); any other
     /// refusal — of the registration, the task, the access — stops reporting. The
     /// command goes on whatever happens.
-    private func failed(_ error: CLIError) {
+    private func failed(_ error: CLIError, _ session: inout Session) {
         switch error {
         case .unreachable, .unavailable:
-            if unreachableSince == nil {
+            if session.unreachableSince == nil {
                 warn("\(error.message); the command goes on, reports resume when the server answers")
-                unreachableSince = Date()
+                session.unreachableSince = Date()
             }
-            backoff = min(max(backoff * 2, 1), Self.maximumBackoff)
-        case _ where taskID != nil && Self.refusesTheReading(error):
+            session.backoff = min(max(session.backoff * 2, 1), Self.maximumBackoff)
+        case _ where session.taskID != nil && Self.refusesTheReading(error):
             warn("\(error.message); that report is dropped")
         default:
             warn("\(error.message); no more reports for this command")
-            disabled = true
+            session.disabled = true
         }
     }
 

@@ -20,6 +20,7 @@ public final class ChangeListener: Service {
     private let stopping = Atomic(false)
     /// Whether an empty job is queued and has not run yet (one is enough).
     private let catchUpQueued = Atomic(false)
+    /// Opened by `prepare` (the group's thread), used by the listener's thread, closed by the stop.
     private let connection: Locked<Database?> = Locked(nil)
     private let reportFailure: @Sendable (String) -> Void
 
@@ -105,6 +106,7 @@ public final class Leadership: Sendable {
     }
 
     private let location: String
+    /// Shared by the threads that ask whether this daemon leads (sweeper, dispatcher) and the stop (resign).
     private let state = Locked(State())
     private let report: @Sendable (_ leading: Bool, _ detail: String?) -> Void
 

@@ -60,6 +60,7 @@ public final class SharedWriting: BatchCoordinator {
 
     private let changeCounter: ChangeCounter
     private let cache: TaskCache
+    /// Used by the writer's thread only (its batches begin and end here).
     private let state = Locked(State())
     /// Every change numbered up to this is committed and delivered (or being delivered,
     /// on the writer thread, in order) by this daemon.
