@@ -20,7 +20,19 @@ public enum TaskOutput {
             number += 1
         }
         try database.run(appendSQL[kept.count], arguments)
+        try database.run(database.isPostgres ? trimSQLPostgres : trimSQLite, [.text(taskID), .integer(Int64(OutputTail.maximumBytes))])
     }
+
+    /// Forgets the task's lines older than the newest that fit in `maximumBytes` bytes of
+    /// UTF-8 together (the newest line, at most 4,000 bytes, always fits), as
+    /// `OutputTail.trimmed` keeps them. The engines differ only in how a text's bytes are
+    /// counted (SQLite 3.40 has no `octet_length`).
+    private static func trimSQL(bytes: String) -> String {
+        "DELETE FROM task_output WHERE task_id = ?1 AND n < (SELECT min(n) FROM (SELECT n, sum(\(bytes)) OVER (ORDER BY n DESC) AS newer_bytes"
+            + " FROM task_output WHERE task_id = ?1) AS sized WHERE newer_bytes <= ?2)"
+    }
+    private static let trimSQLite = trimSQL(bytes: "length(CAST(line AS BLOB))")
+    private static let trimSQLPostgres = trimSQL(bytes: "octet_length(line)")
 
     /// The upsert of `count` lines, for each count a request may keep (built once).
     private static let appendSQL: [String] = (0...OutputTail.maximumLines).map { count in

@@ -61,6 +61,28 @@ import Testing
         #expect(lines(try daemon.request("GET", "/v1/tasks/wide/output")) == [korean, korean, "end"])
     }
 
+    /// The 8 KiB bound holds where the tail is stored, not only where it is shown: 50 lines
+    /// of 1,000 characters leave the newest eight rows; a short line joins them; a long one
+    /// pushes the oldest out; what is stored is what is shown.
+    @Test func theTailIsBoundWhenWritten() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"wide","name":"Wide"}"#)
+        let stored = { () throws -> [String] in
+            try daemon.application.readers[0].snapshot { database in
+                try database.rows("SELECT line FROM task_output WHERE task_id = 'wide' ORDER BY n", []) { $0.text(0) }
+            }
+        }
+        let sent = (0..<50).map { String(repeating: Character(String($0 % 10)), count: 1_000) }
+        #expect(try daemon.request("POST", "/v1/tasks/wide/heartbeat", json: #"{"output":\#(jsonLines(sent))}"#).status == 200)
+        #expect(try stored() == Array(sent.suffix(8)), "the newest 8,000 bytes")
+        try daemon.request("POST", "/v1/tasks/wide/heartbeat", json: #"{"output":["end"]}"#)
+        #expect(try stored() == Array(sent.suffix(8)) + ["end"], "8,003 bytes fit")
+        let korean = String(repeating: "한", count: 1_000)
+        try daemon.request("POST", "/v1/tasks/wide/heartbeat", json: #"{"output":["\#(korean)"]}"#)
+        #expect(try stored() == Array(sent.suffix(5)) + ["end", korean], "3,000 bytes push three lines out")
+        #expect(lines(try daemon.request("GET", "/v1/tasks/wide/output")) == (try stored()))
+    }
+
     /// Control characters are kept as sent and JSON-escaped wherever a line is shown.
     @Test func controlCharactersAreKeptAndEscaped() throws {
         let daemon = try LiveDaemon()
