@@ -19,8 +19,12 @@ import HeadwayCore
 /// index of a state (100,000 running tasks) and asked FTS5 about each row, 2.6 s for a
 /// count that the index answers in half a millisecond.
 ///
+/// Within a task prefix the prefix's tasks are read and each checked (`withinPrefix`).
+///
 /// On PostgreSQL it is pg_trgm's GIN index over `id` and `name` (`tasks_search`), asked
 /// with `ILIKE '%text%'`; a query shorter than three characters reads that index whole.
+/// Within a task prefix the prefix's id range is read and each task checked. `ILIKE`
+/// folds case as the database's `LC_CTYPE` does: under the C locale only ASCII letters.
 ///
 /// Either way a page costs what reading its matches newest first costs, and `total_size`
 /// what counting every match does: little for a text a few tasks hold, about a
@@ -38,9 +42,13 @@ enum TaskSearch {
             }
             let pattern = SQLValue.text(likePattern(text))
             return try database.rows(
-                "SELECT t.seq FROM tasks AS t WHERE (t.id ILIKE ? OR t.name ILIKE ?)"
+                "SELECT t.seq FROM tasks AS t WHERE " + postgresMatch(filter)
                     + conditions.map { " AND " + $0 }.joined() + " ORDER BY t.seq DESC LIMIT ?",
                 [pattern, pattern] + arguments + [.integer(Int64(limit))]) { $0.int(0) }
+        }
+        if filter.taskPrefix != nil {
+            let query = keysWithinPrefix(text, filter: filter, limit: limit, beforeKey: beforeKey)
+            return try database.rows(query.sql, query.arguments) { $0.int(0) }
         }
         guard let source = try indexSource(text, in: database) else { return [] }
         if let beforeKey {
@@ -52,14 +60,32 @@ enum TaskSearch {
             source.arguments + arguments + [.integer(Int64(limit))]) { $0.int(0) }
     }
 
+    /// The SQLite query of `keys` within `filter`'s task prefix (`withinPrefix`).
+    static func keysWithinPrefix(_ text: String, filter: TaskFilter, limit: Int,
+                                 beforeKey: Int64?) -> (sql: String, arguments: [SQLValue]) {
+        var (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
+        if let beforeKey {
+            conditions.append("t.seq < ?")
+            arguments.append(.integer(beforeKey))
+        }
+        let within = withinPrefix(text)
+        return ("SELECT t.seq FROM " + within.from + conditions.map { " AND " + $0 }.joined() + " ORDER BY t.seq DESC LIMIT ?",
+                within.arguments + arguments + [.integer(Int64(limit))])
+    }
+
     /// How many tasks hold `text` and match the rest of `filter`.
     static func count(_ text: String, filter: TaskFilter, in database: Database) throws(DatabaseError) -> Int64 {
         let (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
         if database.isPostgres {
             let pattern = SQLValue.text(likePattern(text))
             return try database.scalar(
-                "SELECT count(*) FROM tasks AS t WHERE (t.id ILIKE ? OR t.name ILIKE ?)" + conditions.map { " AND " + $0 }.joined(),
+                "SELECT count(*) FROM tasks AS t WHERE " + postgresMatch(filter) + conditions.map { " AND " + $0 }.joined(),
                 [pattern, pattern] + arguments) ?? 0
+        }
+        if filter.taskPrefix != nil {
+            let within = withinPrefix(text)
+            return try database.scalar("SELECT count(*) FROM " + within.from + conditions.map { " AND " + $0 }.joined(),
+                                       within.arguments + arguments) ?? 0
         }
         guard let source = try indexSource(text, in: database) else { return 0 }
         // A phrase without other conditions: the index alone answers.
@@ -110,11 +136,44 @@ enum TaskSearch {
         }
     }
 
+    /// The PostgreSQL condition matching `text` (two `ILIKE` patterns follow): on the
+    /// trigram index's columns, or, within a task prefix, on expressions that index does
+    /// not cover, so that the prefix's id range is read and nothing else (see `withinPrefix`).
+    private static func postgresMatch(_ filter: TaskFilter) -> String {
+        filter.taskPrefix == nil ? "(t.id ILIKE ? OR t.name ILIKE ?)" : "((t.id || '') ILIKE ? OR (t.name || '') ILIKE ?)"
+    }
+
+    /// Where a query finds the tasks that hold `text` within one task prefix: `FROM` and
+    /// `WHERE` over `tasks AS t`, more conditions following with `AND` (the prefix's id
+    /// range among them, from the filter).
+    ///
+    /// Within a prefix (a token's, or `id_prefix`) the prefix's tasks are read by their
+    /// id, and each is checked on its own, never the index's matches of every prefix:
+    /// so what the search costs depends on the prefix's tasks alone, and its time cannot
+    /// tell a prefixed token whether other prefixes' tasks hold a word. A text of three
+    /// characters or more is checked against the index for that one task (its phrase and
+    /// the task's rowid: a seek in each trigram's list); a shorter one against the task's
+    /// id and name in each spelling that folds as it does (`SearchFolding.spellings`):
+    /// the same answer as the index's, which holds those texts folded.
+    static func withinPrefix(_ text: String) -> (from: String, arguments: [SQLValue]) {
+        // INDEXED BY: the id's index, or SQLite may walk another in the listing's order
+        // through every prefix's rows.
+        let from = "tasks AS t INDEXED BY sqlite_autoindex_tasks_1 WHERE "
+        guard text.unicodeScalars.count < 3 else {
+            return (from + "EXISTS (SELECT 1 FROM task_search WHERE task_search MATCH ? AND task_search.rowid = t.seq)",
+                    [.text(quoted(text))])
+        }
+        let spellings = SearchFolding.spellings(text)
+        return (from + "(" + spellings.map { _ in "instr(t.id, ?) > 0 OR instr(t.name, ?) > 0" }.joined(separator: " OR ") + ")",
+                spellings.flatMap { [SQLValue.text($0), .text($0)] })
+    }
+
     /// How the index answers `text` (see the type's comment); nil when no indexed trigram
     /// begins with a short `text`, so nothing matches.
     static func indexSource(_ text: String, in database: Database) throws(DatabaseError) -> IndexSource? {
         guard text.unicodeScalars.count < 3 else { return .phrase(quoted(text)) }
-        let lower = text.lowercased()
+        // Folded as the index folded what it holds.
+        let lower = SearchFolding.fold(text)
         let upper = lower + "\u{10FFFF}"
         let terms = try database.rows(
             "SELECT term FROM task_search_terms WHERE term >= ? AND term < ? LIMIT ?",
