@@ -167,6 +167,7 @@ public final class Database: @unchecked Sendable {
         sqliteHandle = pointer
         sqlite3_extended_result_codes(handle, 1)
         sqlite3_busy_timeout(handle, Self.busyTimeoutMilliseconds)
+        SearchFolding.register(on: pointer)
     }
 
     /// Tells `waits` whenever a statement of this connection waits for a lock another

@@ -1,11 +1,15 @@
+import CSQLite
+
 /// How the search index folds case, one scalar to one scalar: SQLite's FTS5 trigram
 /// tokenizer folds each scalar by its own table (Unicode's simple case folding as SQLite
 /// has it: `Σ` and `ς` to `σ`, `ẞ` to `ß`, the Kelvin sign to `k`; `ß` stays `ß`, so it
 /// never matches `ss`). A query of three characters or more is folded by the tokenizer
 /// itself; one of one or two characters is looked up in the index's vocabulary by
-/// `TaskSearch` and must be folded the same way, which this does, from a copy of the
-/// tokenizer's table (`SearchFolding+Table.swift`, written by scripts/search-folding.py
-/// and checked against the linked SQLite by SearchFoldingTests).
+/// `TaskSearch`, and a search within a task prefix checks each task's id and name
+/// (`headway_search_fold`, an SQL function of every SQLite connection): both must fold the
+/// same way, which this does, from a copy of the tokenizer's table
+/// (`SearchFolding+Table.swift`, written by scripts/search-folding.py and checked against
+/// the linked SQLite by SearchFoldingTests).
 enum SearchFolding {
     /// What each scalar that changes folds to.
     static let foldedScalars: [UInt32: UInt32] = {
@@ -36,22 +40,19 @@ enum SearchFolding {
         return String(folded)
     }
 
-    /// Every text that folds as `text` does (`text`'s own spelling among them): for a short
-    /// text, the spellings a name must hold one of to match it. Their number is the
-    /// product of each scalar's class (at most 4 for a scalar; `σ`: `σ`, `Σ`, `ς`).
-    static func spellings(_ text: String) -> [String] {
-        var spellings = [String.UnicodeScalarView()]
-        for scalar in text.unicodeScalars {
-            let folded = fold(scalar)
-            let choices = foldingClasses[folded.value]?.compactMap(Unicode.Scalar.init) ?? [folded]
-            spellings = spellings.flatMap { start in
-                choices.map { choice in
-                    var next = start
-                    next.append(choice)
-                    return next
-                }
-            }
-        }
-        return spellings.map(String.init)
+    /// The SQL function `headway_search_fold(text)`: `text` as the index folds it (NULL
+    /// stays NULL).
+    static let sqlFunctionName = "headway_search_fold"
+
+    /// Adds `headway_search_fold` to an SQLite connection.
+    static func register(on connection: OpaquePointer) {
+        sqlite3_create_function_v2(connection, sqlFunctionName, 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS,
+                                   nil, { context, _, arguments in
+                                       guard let argument = arguments?[0], let text = sqlite3_value_text(argument) else {
+                                           return sqlite3_result_null(context)
+                                       }
+                                       let folded = SearchFolding.fold(String(cString: text))
+                                       sqlite3_result_text(context, folded, -1, headway_sqlite_transient())
+                                   }, nil, nil, nil)
     }
 }

@@ -149,23 +149,17 @@ enum TaskSearch {
     ///
     /// Within a prefix (a token's, or `id_prefix`) the prefix's tasks are read by their
     /// id, and each is checked on its own, never the index's matches of every prefix:
-    /// so what the search costs depends on the prefix's tasks alone, and its time cannot
-    /// tell a prefixed token whether other prefixes' tasks hold a word. A text of three
-    /// characters or more is checked against the index for that one task (its phrase and
-    /// the task's rowid: a seek in each trigram's list); a shorter one against the task's
-    /// id and name in each spelling that folds as it does (`SearchFolding.spellings`):
-    /// the same answer as the index's, which holds those texts folded.
+    /// its id and name folded as the index folds them (`SearchFolding`) hold the folded
+    /// text. So the search costs what the prefix's tasks cost, whatever other prefixes'
+    /// tasks hold (its time cannot tell a prefixed token whether they hold a word), and
+    /// answers as the index would.
     static func withinPrefix(_ text: String) -> (from: String, arguments: [SQLValue]) {
         // INDEXED BY: the id's index, or SQLite may walk another in the listing's order
         // through every prefix's rows.
-        let from = "tasks AS t INDEXED BY sqlite_autoindex_tasks_1 WHERE "
-        guard text.unicodeScalars.count < 3 else {
-            return (from + "EXISTS (SELECT 1 FROM task_search WHERE task_search MATCH ? AND task_search.rowid = t.seq)",
-                    [.text(quoted(text))])
-        }
-        let spellings = SearchFolding.spellings(text)
-        return (from + "(" + spellings.map { _ in "instr(t.id, ?) > 0 OR instr(t.name, ?) > 0" }.joined(separator: " OR ") + ")",
-                spellings.flatMap { [SQLValue.text($0), .text($0)] })
+        let fold = SearchFolding.sqlFunctionName
+        let folded = SQLValue.text(SearchFolding.fold(text))
+        return ("tasks AS t INDEXED BY sqlite_autoindex_tasks_1 WHERE (instr(\(fold)(t.id), ?) > 0 OR instr(\(fold)(t.name), ?) > 0)",
+                [folded, folded])
     }
 
     /// How the index answers `text` (see the type's comment); nil when no indexed trigram
