@@ -93,7 +93,8 @@ import Testing
     @Test func aLeafSignalOnlyMovesItsAncestorsSignalTimes() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
-        try registerChain(10, total: 100, in: fixture)
+        // Ancestors without a total of their own: each is the mean of its one child.
+        try registerChain(10, in: fixture)
         let before = try (1...9).map { try #require(try find("c\($0)", fixture)) }
 
         let beat = try fixture.write { try store.heartbeat("c10", Heartbeat(), now: 1_900, in: $0) }
@@ -113,7 +114,7 @@ import Testing
         #expect(try find("c1", fixture)?.lastSignalAt == 2_000)
 
         // Progress moves every ancestor's fraction: each gets its change.
-        let moved = try fixture.write { try store.progress("c10", ProgressUpdate(completed: 50), now: 6_000, in: $0) }
+        let moved = try fixture.write { try store.progress("c10", ProgressUpdate(completed: 50, total: 100), now: 6_000, in: $0) }
         #expect(moved.events.map(\.taskID) == (1...10).reversed().map { "c\($0)" })
         #expect(try find("c1", fixture)?.fraction == 0.5)
     }
