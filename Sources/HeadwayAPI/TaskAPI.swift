@@ -273,21 +273,21 @@ package struct TaskAPI: Sendable {
     }
 
     /// Finishes the task `canceled` with the message "terminated", and its unfinished
-    /// descendants (within the token's prefix), in one writer job: for a runner that died
-    /// or ignores its cancel. 200 with the task; on a task already `canceled`, 200 with
-    /// `Headway-Unchanged` (its unfinished descendants still ended); on one that succeeded
-    /// or failed, 409 `task_finished`.
+    /// descendants (within the token's prefix), each after its own descendants, in steps
+    /// (`TaskStore.terminateInSteps`), other writes committing between them: for a runner
+    /// that died or ignores its cancel. Each step's events are published once it has
+    /// committed; the reply comes after the last step, which ends the task itself: 200 with
+    /// the task; on a task already `canceled`, 200 with `Headway-Unchanged` (its unfinished
+    /// descendants still ended); on one that succeeded or failed, 409 `task_finished`.
     private func terminate(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         guard let (id, _) = parsed(request, grant, responder, emptyBodyAllowed: true, parse: { _ throws(TaskError) in () }) else { return }
-        writer.submit({ [store, clock] database in
-            try store.terminate(id, taskPrefix: grant.taskPrefix, now: clock.now(), in: database)
-        }) { result in
+        store.terminateInSteps(id, taskPrefix: grant.taskPrefix, on: writer, now: { [clock] in clock.now() }) { result in
             if case .success = result { audit("audit.task_terminate", grant, request, id) }
-            responder.respond(reply(result, request) { changed in
+            responder.respond(reply(result, request) { step in
+                guard let outcome = step.outcome else { return HTTPResponse(status: 200) }
                 var headers: [HTTPField] = []
-                if case .unchanged = changed.outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
-                return .json(200, grant.visible(taskJSON: changed.outcome.task.json, parentID: changed.outcome.task.parentID),
-                             headers: headers)
+                if case .unchanged = outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
+                return .json(200, grant.visible(taskJSON: outcome.task.json, parentID: outcome.task.parentID), headers: headers)
             })
         }
     }

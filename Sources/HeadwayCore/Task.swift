@@ -96,6 +96,8 @@ public struct ChildrenCounts: Equatable, Sendable {
 public struct ChildrenChange: Equatable, Sendable {
     public var weight = 0.0
     public var done = 0.0
+    /// The move of weight × fraction summed over the unfinished children only.
+    public var unfinishedDone = 0.0
     public var counts = ChildrenCounts()
     public var failing = 0
     public var stalling = 0
@@ -112,6 +114,7 @@ public struct ChildrenChange: Equatable, Sendable {
     private mutating func add(_ child: TaskRecord, _ sign: Int = 1) {
         weight += Double(sign) * child.weight
         done += Double(sign) * child.weight * child.shareOfParent
+        if !child.state.isFinished { unfinishedDone += Double(sign) * child.weight * (child.fraction ?? 0) }
         counts.add(child.state, stalled: child.isStalledAndRunning, sign)
         if child.isFailingForParent { failing += sign }
         if child.isStallingForParent { stalling += sign }
@@ -120,13 +123,14 @@ public struct ChildrenChange: Equatable, Sendable {
     private mutating func subtract(_ child: TaskRecord) { add(child, -1) }
 
     /// Whether the children's weights or shares move (the parent's fraction with them).
-    public var movesProgress: Bool { weight != 0 || done != 0 }
+    public var movesProgress: Bool { weight != 0 || done != 0 || unfinishedDone != 0 }
     /// Whether nothing at all changes.
     public var isEmpty: Bool { !movesProgress && counts.isZero && failing == 0 && stalling == 0 }
 
     public static func += (lhs: inout ChildrenChange, rhs: ChildrenChange) {
         lhs.weight += rhs.weight
         lhs.done += rhs.done
+        lhs.unfinishedDone += rhs.unfinishedDone
         lhs.counts += rhs.counts
         lhs.failing += rhs.failing
         lhs.stalling += rhs.stalling
@@ -223,6 +227,10 @@ public struct TaskRecord: Equatable, Sendable {
         /// For a parent: the sum of its children's weights, and of weight × child fraction.
         public var childrenWeight: Double = 0.0
         public var childrenDone: Double = 0.0
+        /// For a parent: the sum of weight × fraction of its unfinished (pending or running)
+        /// children (0 for an indeterminate one): what a parent with its own total adds to its
+        /// `completed` (see `fraction`).
+        public var unfinishedChildrenDone: Double = 0.0
         /// How deep the task is in its tree: 1 for a root, its parent's depth + 1 for a child.
         public var depth: Int = 1
         /// How many children the task has (stored ones: a deleted or forgotten child no longer counts).
@@ -315,16 +323,26 @@ public struct TaskRecord: Equatable, Sendable {
     /// `quantified` when the total is known or the task has children, else `indeterminate`.
     public var mode: TaskMode { self.total == nil && !hasChildren ? .indeterminate : .quantified }
 
-    /// 0…1, or nil while indeterminate. With children: the weighted mean of their shares
-    /// (see `shareOfParent`), 1 once the parent succeeded, but never 1 while a descendant
-    /// failed (then at most `belowOne`, which every percent floors to 99).
-    /// Otherwise completed / total; an empty task (total 0) is complete only once it has
-    /// succeeded.
+    /// 0…1, or nil while indeterminate. With children, a parent that declares its own
+    /// `total` (above 0) counts them as units of it, as Foundation's `Progress` counts a
+    /// child's pending units: (`completed` + weight × fraction of each unfinished child) /
+    /// `total`, so a child's work shows while it runs and counts once the runner adds it
+    /// to `completed`; children still to come count as the units not done yet. A parent
+    /// without a total: the weighted mean of its children's shares (see
+    /// `shareOfParent`). Either way at most 1, 1 once the parent succeeded, but never 1
+    /// while a descendant failed (then at most `belowOne`, which every percent floors to
+    /// 99). Without children: completed / total; an empty task (total 0) is complete only
+    /// once it has succeeded.
     public var fraction: Double? {
         if hasChildren {
-            let mean = min(1, max(0, self.childrenDone / self.childrenWeight))
-            if self.failingChildren > 0 { return min(mean, Self.belowOne) }
-            return self.state == .succeeded ? 1 : mean
+            let rolledUp: Double
+            if let total = self.total, total > 0 {
+                rolledUp = min(1, max(0, (Double(self.completed) + self.unfinishedChildrenDone) / Double(total)))
+            } else {
+                rolledUp = min(1, max(0, self.childrenDone / self.childrenWeight))
+            }
+            if self.failingChildren > 0 { return min(rolledUp, Self.belowOne) }
+            return self.state == .succeeded ? 1 : rolledUp
         }
         guard let total = self.total else { return nil }
         if total == 0 { return self.state == .succeeded ? 1 : 0 }

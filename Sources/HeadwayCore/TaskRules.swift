@@ -154,10 +154,14 @@ public enum TaskRules {
         applyCounts(change, to: &next)
         next.childrenWeight += change.weight
         next.childrenDone += change.done
+        next.unfinishedChildrenDone += change.unfinishedDone
         if next.childrenWeight < 1e-9 {
             next.childrenWeight = 0
             next.childrenDone = 0
         }
+        // Sums of floating-point shares: what is left once every unfinished child has
+        // gone is rounding, not work.
+        if next.children.unfinished == 0 || next.unfinishedChildrenDone < 1e-12 { next.unfinishedChildrenDone = 0 }
         if (next.fraction ?? 0) > (parent.fraction ?? 0) { next.lastProgressAt = now }
         next.rate.observe(next.progressValue, at: now)
         return next

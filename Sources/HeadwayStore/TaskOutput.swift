@@ -1,11 +1,11 @@
 import HeadwayCore
 
 /// SQL for `task_output`: each task's output tail (`OutputTail`) as a ring of at most 50
-/// rows, line number `n` in slot `n % 50`. An append of any number of lines is one
+/// rows, line number `n` in slot `n % 50`, within 8 KiB. An append of any number of lines is one
 /// multi-row upsert of the new lines only (never a read, never the old lines written
 /// again), and the task's `last_output` and `output_lines` ride in its row's update, which
 /// the writer makes anyway; so a runner that sends lines at every update costs a few small
-/// rows more, not its whole tail. The 8 KiB bound is applied as the tail is read.
+/// rows more, not its whole tail. The 8 KiB bound is kept as lines are stored, and again as the tail is read.
 public enum TaskOutput {
     /// Stores `lines`, arrived at `now`, as the lines numbered from `firstNumber` (the
     /// task's `outputLines` before them) of the task `taskID`; only the last 50 can stay.
@@ -20,6 +20,16 @@ public enum TaskOutput {
             number += 1
         }
         try database.run(appendSQL[kept.count], arguments)
+        try database.run(database.dialect.trimOutput, [.text(taskID), .integer(Int64(OutputTail.maximumBytes))])
+    }
+
+    /// Forgets the task's lines older than the newest that fit in `maximumBytes` bytes of
+    /// UTF-8 together (the newest line, at most 4,000 bytes, always fits), as
+    /// `OutputTail.trimmed` keeps them; `bytes` counts a line's bytes in the engine's SQL
+    /// (SQLite 3.40 has no `octet_length`). Each dialect's `trimOutput`.
+    static func trimSQL(bytes: String) -> String {
+        "DELETE FROM task_output WHERE task_id = ?1 AND n < (SELECT min(n) FROM (SELECT n, sum(\(bytes)) OVER (ORDER BY n DESC) AS newer_bytes"
+            + " FROM task_output WHERE task_id = ?1) AS sized WHERE newer_bytes <= ?2)"
     }
 
     /// The upsert of `count` lines, for each count a request may keep (built once).

@@ -58,7 +58,7 @@ public enum TaskRepository {
         "sample_at", "sample_value", "children_weight", "children_done", "history_points", "history_bucket", "is_root", "depth", "child_count",
         "children_pending", "children_running", "children_stalled", "children_succeeded", "children_failed",
         "children_canceled", "failing_children", "stalling_children",
-        "last_output", "output_lines",
+        "last_output", "output_lines", "unfinished_children_done",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -97,7 +97,8 @@ public enum TaskRepository {
         case childrenStalled = "children_stalled", childrenSucceeded = "children_succeeded"
         case childrenFailed = "children_failed", childrenCanceled = "children_canceled"
         case failingChildren = "failing_children", stallingChildren = "stalling_children"
-        case lastOutput = "last_output", outputLines = "output_lines", state, stalled
+        case lastOutput = "last_output", outputLines = "output_lines"
+        case unfinishedChildrenDone = "unfinished_children_done", state, stalled
 
         /// Whether the column's value differs between `task` and `previous`.
         func differs(_ task: TaskRecord, _ previous: TaskRecord) -> Bool {
@@ -125,6 +126,7 @@ public enum TaskRepository {
             case .sampleValue: task.rate.sampleValue != previous.rate.sampleValue
             case .childrenWeight: task.childrenWeight != previous.childrenWeight
             case .childrenDone: task.childrenDone != previous.childrenDone
+            case .unfinishedChildrenDone: task.unfinishedChildrenDone != previous.unfinishedChildrenDone
             case .historyPoints: task.historyPoints != previous.historyPoints
             case .historyBucket: task.historyBucket != previous.historyBucket
             case .childCount: task.childCount != previous.childCount
@@ -169,6 +171,7 @@ public enum TaskRepository {
             case .sampleValue: .real(task.rate.sampleValue)
             case .childrenWeight: .real(task.childrenWeight)
             case .childrenDone: .real(task.childrenDone)
+            case .unfinishedChildrenDone: .real(task.unfinishedChildrenDone)
             case .historyPoints: .integer(Int64(task.historyPoints))
             case .historyBucket: integer(task.historyBucket)
             case .childCount: .integer(Int64(task.childCount))
@@ -460,7 +463,7 @@ public enum TaskRepository {
             .integer(Int64(task.children.stalled)), .integer(Int64(task.children.succeeded)),
             .integer(Int64(task.children.failed)), .integer(Int64(task.children.canceled)),
             .integer(Int64(task.failingChildren)), .integer(Int64(task.stallingChildren)), text(task.lastOutput),
-            .integer(task.outputLines),
+            .integer(task.outputLines), .real(task.unfinishedChildrenDone),
         ]
     }
 
@@ -493,6 +496,7 @@ public enum TaskRepository {
         task.stallingChildren = Int(row.int(46))
         task.lastOutput = row.optionalText(47)
         task.outputLines = row.int(48)
+        task.unfinishedChildrenDone = row.double(49)
         return task
     }
 

@@ -498,59 +498,86 @@ public struct TaskStore: Sendable {
     public static let terminatedMessage = "terminated"
 
     /// Ends a task whose runner died or ignores its cancel: finishes it `canceled` with the
-    /// message "terminated", and every unfinished task below it first (deepest last found
-    /// first, so each parent takes its children's ends before its own), all in this one
-    /// job: one transaction, with the events of every task finished and of the ancestors
-    /// whose roll-up moved. A task already `canceled` is not changed (its unfinished
-    /// descendants are still ended); one that finished otherwise is refused
-    /// (`task_finished`, 409) with nothing changed.
+    /// message "terminated", and every unfinished task below it first, each after its own
+    /// descendants (`TerminationWalk`), in bounded steps: this is the first, which refuses a
+    /// task that finished otherwise (`task_finished`, 409) with nothing changed; run the
+    /// rest with `continueTermination` (`terminateInSteps`), each a writer job of its own,
+    /// so that other writes commit between them. The task itself ends in the last step,
+    /// whose `outcome` is the reply's: `unchanged` for a task already `canceled` (its
+    /// unfinished descendants are still ended); a task that a runner finished otherwise
+    /// meanwhile is refused then (the descendants ended before stay ended).
     ///
     /// With `taskPrefix` (the token's, which covers `id`) the walk passes over another
-    /// prefix's tasks and does not go below them, as a cancel's does. The subtree is read
-    /// whole in this job: its size is bounded by the tree's limits, not by steps.
+    /// prefix's tasks and does not go below them, as a cancel's does.
     public func terminate(_ id: String, taskPrefix: String? = nil, now: EpochMilliseconds,
-                          in database: Database) throws -> Changed {
+                          in database: Database) throws -> TerminationStep {
         try numbered(now: now, in: database) {
             guard let root = try load(id, in: database) else { throw TaskError.notFound(id) }
             if root.state.isFinished && root.state != .canceled { throw TaskError.taskFinished(id: id, state: root.state) }
-            // The walk reads tasks' rows.
-            try cache.writeHeld(in: database)
-            var unfinished: [String] = []
-            var parents = [id]
-            var next = 0
-            while next < parents.count {
-                let parentID = parents[next]
-                next += 1
-                var afterKey: Int64 = 0
-                while true {
-                    let page = try TaskRepository.children(of: parentID, afterKey: afterKey, limit: 1_000, in: database)
-                    for (child, _) in page where taskPrefix.map({ child.id.utf8.starts(with: $0.utf8) }) ?? true {
-                        parents.append(child.id)
-                        if !child.state.isFinished { unfinished.append(child.id) }
-                    }
-                    guard page.count == 1_000, let last = page.last else { break }
-                    afterKey = last.key
-                }
-            }
-            let ending = Finish(outcome: .canceled, message: Self.terminatedMessage)
-            var events: [TaskEvent] = []
-            for taskID in unfinished.reversed() {
-                events += try modify(taskID, .finished, isSignal: false, now: now, in: database) { task throws(TaskError) in
-                    try TaskRules.finish(ending, task: task, now: now)
-                }.events
-            }
-            let outcome: TaskRules.Outcome
-            if root.state.isFinished {
-                outcome = .unchanged(try load(id, in: database) ?? root)
-            } else {
-                let changed = try modify(id, .finished, isSignal: false, now: now, in: database) { task throws(TaskError) in
-                    try TaskRules.finish(ending, task: task, now: now)
-                }
-                events += changed.events
-                outcome = changed.outcome
-            }
-            return Changed(outcome: outcome, events: events)
+            return try terminationStep(TerminationWalk(below: id, now: now, taskPrefix: taskPrefix), in: database)
         }
+    }
+
+    /// The next step of a terminate (see `terminate`).
+    public func continueTermination(_ walk: TerminationWalk, in database: Database) throws -> TerminationStep {
+        try numbered(now: walk.now, in: database) { try terminationStep(walk, in: database) }
+    }
+
+    /// The most tasks one step of a terminate ends: ending a task writes it, its history
+    /// and each ancestor's roll-up, about ten times what a cancel request costs, so its
+    /// steps are smaller than `stepTasks` (a 4,081-task subtree in a release build: about
+    /// 30 ms a step of 128; the whole of it in one job, 1.4 s).
+    public static let terminationStepTasks = 128
+
+    /// One step of `walk`: at most `terminationStepTasks` (or `stepTasks`, if fewer) tasks
+    /// ended and `stepTasks` rows read (rows of finished tasks, or of another prefix's, are
+    /// read and passed over), or fewer once the events hold `stepBytes`.
+    private func terminationStep(_ walk: TerminationWalk, in database: Database) throws -> TerminationStep {
+        // The walk reads tasks' rows.
+        try cache.writeHeld(in: database)
+        var walk = walk
+        var step = TerminationStep()
+        var bytes = 0
+        let ending = Finish(outcome: .canceled, message: Self.terminatedMessage)
+        /// Ends `taskID` if it is unfinished (read as the cache holds it: its row may be older).
+        func end(_ taskID: String) throws -> TaskStore.Changed {
+            let changed = try modify(taskID, .finished, isSignal: false, now: walk.now, in: database) { task throws(TaskError) in
+                try TaskRules.finish(ending, task: task, now: walk.now)
+            }
+            step.count += changed.events.isEmpty ? 0 : 1
+            bytes += changed.events.estimatedBytes
+            step.events += changed.events
+            return changed
+        }
+        let endsPerStep = min(stepTasks, Self.terminationStepTasks)
+        while step.count < endsPerStep, step.rowsRead < stepTasks, bytes < stepBytes, let frame = walk.path.last {
+            let wanted = min(64, stepTasks - step.rowsRead)
+            let page = try TaskRepository.children(of: frame.id, afterKey: frame.afterKey, limit: wanted, in: database)
+            step.rowsRead += page.count
+            var descended = false
+            for (child, key) in page {
+                walk.path[walk.path.count - 1].afterKey = key
+                guard walk.reaches(child.id) else { continue }
+                if child.childCount > 0 {
+                    // Its descendants first; the child itself once its frame is done.
+                    walk.path.append(TerminationWalk.Frame(id: child.id))
+                    descended = true
+                    break
+                }
+                if !child.state.isFinished { _ = try end(child.id) }
+            }
+            guard !descended, page.count < wanted else { continue }
+            // Every child of `frame` has been read: it ends now, after all of them.
+            walk.path.removeLast()
+            if frame.id == walk.rootID {
+                guard let root = try load(frame.id, in: database) else { throw TaskError.notFound(frame.id) }
+                step.outcome = try root.state == .canceled ? .unchanged(root) : end(frame.id).outcome
+            } else if let task = try load(frame.id, in: database), !task.state.isFinished {
+                _ = try end(frame.id)
+            }
+        }
+        step.remaining = walk.isFinished ? nil : walk
+        return step
     }
 
     /// Requests cancellation of a task, and the first step of its unfinished descendants'

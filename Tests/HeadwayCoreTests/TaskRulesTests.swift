@@ -201,7 +201,8 @@ import Testing
     /// quietly while the signal it last published is under `signalPublishInterval` old,
     /// then as a change; an ancestor that heard a signal this recent is unchanged.
     @Test func aRollUpStepWithoutMovementIsOnlyASignal() throws {
-        let parent = try task()
+        // Without a total of its own: its fraction is its children's mean.
+        let parent = try task(total: nil)
         let nothing = ChildrenChange()
         clock.advance(by: 500)
         guard case .quiet(let signalled) = TaskRules.rollUpStep(parent, nothing, isSignal: true, now: clock.now()) else {

@@ -61,6 +61,28 @@ import Testing
         #expect(lines(try daemon.request("GET", "/v1/tasks/wide/output")) == [korean, korean, "end"])
     }
 
+    /// The 8 KiB bound holds where the tail is stored, not only where it is shown: 50 lines
+    /// of 1,000 characters leave the newest eight rows; a short line joins them; a long one
+    /// pushes the oldest out; what is stored is what is shown.
+    @Test func theTailIsBoundWhenWritten() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"wide","name":"Wide"}"#)
+        let stored = { () throws -> [String] in
+            try daemon.application.readers[0].snapshot { database in
+                try database.rows("SELECT line FROM task_output WHERE task_id = 'wide' ORDER BY n", []) { $0.text(0) }
+            }
+        }
+        let sent = (0..<50).map { String(repeating: Character(String($0 % 10)), count: 1_000) }
+        #expect(try daemon.request("POST", "/v1/tasks/wide/heartbeat", json: #"{"output":\#(jsonLines(sent))}"#).status == 200)
+        #expect(try stored() == Array(sent.suffix(8)), "the newest 8,000 bytes")
+        try daemon.request("POST", "/v1/tasks/wide/heartbeat", json: #"{"output":["end"]}"#)
+        #expect(try stored() == Array(sent.suffix(8)) + ["end"], "8,003 bytes fit")
+        let korean = String(repeating: "한", count: 1_000)
+        try daemon.request("POST", "/v1/tasks/wide/heartbeat", json: #"{"output":["\#(korean)"]}"#)
+        #expect(try stored() == Array(sent.suffix(5)) + ["end", korean], "3,000 bytes push three lines out")
+        #expect(lines(try daemon.request("GET", "/v1/tasks/wide/output")) == (try stored()))
+    }
+
     /// Control characters are kept as sent and JSON-escaped wherever a line is shown.
     @Test func controlCharactersAreKeptAndEscaped() throws {
         let daemon = try LiveDaemon()
@@ -214,6 +236,35 @@ import Testing
         #expect(ids(try daemon.request("GET", "/v1/tasks?q=t")) == ["t3", "t2", "t1"])
         #expect(ids(try daemon.request("GET", "/v1/tasks?q=xy")) == [])
         #expect(try daemon.request("GET", "/v1/tasks?q=a").json["total_size"] as? Int == 3)
+    }
+
+    /// Case folding of text beyond ASCII, on each engine. SQLite: one rule, the trigram
+    /// index's, for queries of every length (ς, σ and Σ are one letter; ß and ẞ too, never
+    /// SS). PostgreSQL: `ILIKE` folds as the database's `LC_CTYPE` does; under the C locale
+    /// (the test server's) only ASCII letters fold, so `école` misses `ÉCOLE` there — the
+    /// documented limit (README: a database created with a UTF-8 locale folds the rest).
+    @Test func caseFoldingBeyondASCIIFollowsTheEngine() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"greek","name":"Σίσυφος"}"#)
+        try daemon.register(#"{"id":"school","name":"ÉCOLE Straße"}"#)
+        let found = { (query: String) throws -> [String] in
+            let encoded = query.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!
+            return self.ids(try daemon.request("GET", "/v1/tasks?q=" + encoded))
+        }
+        #expect(try found("ÉCOLE") == ["school"] && found("Straße") == ["school"], "its own spelling always matches")
+        #expect(try found("stra") == ["school"] && found("Éc") == ["school"], "ASCII folds everywhere")
+        guard daemon.postgresDatabase != nil else {
+            for query in ["ς", "σ", "Σ", "ος", "ΦΟς", "ΣΊΣ"] { #expect(try found(query) == ["greek"], "q=\(query)") }
+            for query in ["é", "école", "ß", "ẞ", "AẞE"] { #expect(try found(query) == ["school"], "q=\(query)") }
+            #expect(try found("ss") == [] && found("strasse") == [], "ß is not SS to the index")
+            return
+        }
+        let ctype = try daemon.application.readers[0].snapshot { try $0.rows("SHOW lc_ctype") { $0.text(0) } }.first
+        if ctype == "C" || ctype == "POSIX" {
+            #expect(try found("école") == [] && found("σίσυφοσ") == [], "the C locale folds ASCII only")
+        } else {
+            #expect(try found("école") == ["school"], "a UTF-8 locale folds beyond ASCII")
+        }
     }
 
     /// Characters special to a query language (quotes, `%`, `_`, `\`, `*`) are plain text.

@@ -31,6 +31,31 @@ import Testing
          "failed": failed, "canceled": canceled]
     }
 
+    /// Issue 48's finding: a tqdm outer bar of 10 whose inner loops come one per iteration
+    /// showed 100% once its first inner loop ended (the mean of the children so far). A
+    /// parent with its own total counts each child as units of it: half an inner loop is
+    /// 5%, a whole one 10% once the runner counts it; a parent without a total keeps the mean.
+    @Test(arguments: Transport.allCases) func anOuterBarWithATotalCountsItsInnerLoopsAsUnits(_ transport: Transport) throws {
+        let daemon = try LiveDaemon(transport: transport)
+        try daemon.register(#"{"id":"outer","name":"Epochs","total":10}"#)
+        try daemon.register(#"{"id":"inner-0","name":"Batches","parent_id":"outer","total":50}"#)
+        let fraction = { (id: String) throws -> Double? in try daemon.request("GET", "/v1/tasks/\(id)").json["fraction"] as? Double }
+        try daemon.request("POST", "/v1/tasks/inner-0/progress", json: #"{"completed":25}"#)
+        #expect(try fraction("outer") == 0.05, "half of one unit of ten")
+        try daemon.request("POST", "/v1/tasks/inner-0/progress", json: #"{"completed":50}"#)
+        try daemon.request("POST", "/v1/tasks/inner-0/finish", json: #"{"outcome":"succeeded"}"#)
+        let outer = try daemon.request("POST", "/v1/tasks/outer/progress", json: #"{"increment":1}"#).json
+        #expect(outer["fraction"] as? Double == 0.1, "one inner loop of ten, not 100%: \(outer)")
+        try daemon.register(#"{"id":"inner-1","name":"Batches","parent_id":"outer","total":50}"#)
+        try daemon.request("POST", "/v1/tasks/inner-1/progress", json: #"{"completed":10}"#)
+        #expect(abs((try fraction("outer") ?? -1) - 0.12) < 1e-12)
+        // Without a total of its own, a parent is the mean of its children.
+        try daemon.register(#"{"id":"plain","name":"Plain"}"#)
+        try daemon.register(#"{"id":"only","name":"Only","parent_id":"plain","total":2}"#)
+        try daemon.request("POST", "/v1/tasks/only/progress", json: #"{"completed":2}"#)
+        #expect(try fraction("plain") == 1)
+    }
+
     /// Issue 46's first falsehood: children at 1/10, one failed and one canceled, left
     /// the parent "running" at fraction 1.
     @Test(arguments: Transport.allCases) func aParentWithAFailedAndACanceledChildTellsTheTruth(_ transport: Transport) throws {
@@ -294,6 +319,8 @@ import Testing
             as? [[String: Any]])
         var expected = expectedCounts(total: 0)
         var (weight, done, failing, stalling) = (0.0, 0.0, false, false)
+        // Weight × fraction of the unfinished children: what a parent with its own total adds.
+        var unfinishedDone = 0.0
         for child in children {
             let state = try #require(child["state"] as? String)
             expected[state, default: 0] += 1
@@ -302,6 +329,7 @@ import Testing
             let below = try summary(try #require(child["id"] as? String), in: daemon)
             weight += below.weight
             done += below.weight * below.share
+            if state == "pending" || state == "running" { unfinishedDone += below.weight * below.share }
             failing = failing || below.failing
             stalling = stalling || below.stalling
         }
@@ -317,10 +345,13 @@ import Testing
             #expect(task["attention"] as? String == attention, "\(id)")
             if attention != nil { #expect(task["rate"] is NSNull, "\(id)") }
             if !(state == "succeeded" || state == "failed" || state == "canceled") {
-                // A finished parent keeps the fraction it finished with.
-                var mean = done / weight
-                if failing { mean = min(mean, TaskRecord.belowOne) }
-                #expect(abs((fraction ?? -1) - mean) < 1e-9, "\(id): \(fraction ?? -1) against \(mean)")
+                // A finished parent keeps the fraction it finished with. One with its own
+                // total counts its children as units of it; one without, their mean.
+                let total = (task["total"] as? NSNumber)?.doubleValue ?? 0
+                let completed = (task["completed"] as? NSNumber)?.doubleValue ?? 0
+                var expected = total > 0 ? min(1, (completed + unfinishedDone) / total) : done / weight
+                if failing { expected = min(expected, TaskRecord.belowOne) }
+                #expect(abs((fraction ?? -1) - expected) < 1e-9, "\(id): \(fraction ?? -1) against \(expected)")
             }
         }
         let share = state == "succeeded" ? 1 : fraction ?? 0

@@ -93,7 +93,8 @@ import Testing
     @Test func aLeafSignalOnlyMovesItsAncestorsSignalTimes() throws {
         let fixture = try StoreFixture()
         let store = fixture.store
-        try registerChain(10, total: 100, in: fixture)
+        // Ancestors without a total of their own: each is the mean of its one child.
+        try registerChain(10, in: fixture)
         let before = try (1...9).map { try #require(try find("c\($0)", fixture)) }
 
         let beat = try fixture.write { try store.heartbeat("c10", Heartbeat(), now: 1_900, in: $0) }
@@ -113,7 +114,7 @@ import Testing
         #expect(try find("c1", fixture)?.lastSignalAt == 2_000)
 
         // Progress moves every ancestor's fraction: each gets its change.
-        let moved = try fixture.write { try store.progress("c10", ProgressUpdate(completed: 50), now: 6_000, in: $0) }
+        let moved = try fixture.write { try store.progress("c10", ProgressUpdate(completed: 50, total: 100), now: 6_000, in: $0) }
         #expect(moved.events.map(\.taskID) == (1...10).reversed().map { "c\($0)" })
         #expect(try find("c1", fixture)?.fraction == 0.5)
     }
@@ -301,6 +302,67 @@ import Testing
         #expect(result.steps.map(\.count).reduce(0, +) == 1_203, "all but the finished task")
         let numbers = result.steps.map { $0.events.map(\.changeNumber) }
         #expect(numbers[0].max()! < result.otherChangeNumber && result.otherChangeNumber < numbers.last!.min()!)
+    }
+
+    /// A big subtree's terminate runs in bounded steps, each its own writer job: another
+    /// task's update, sent after the first step, completes before the terminate does (it
+    /// no longer waits for the whole subtree); each step ends and reads at most `stepTasks`
+    /// tasks; every task ends after its descendants, the subtree's own task last, and the
+    /// reply (the last step) has it with its final counts of children.
+    @Test func aBigSubtreeIsTerminatedInStepsWithOtherWritesBetween() throws {
+        let fixture = try StoreFixture(stepTasks: 100)
+        let store = fixture.store
+        try registerTree(children: 3, grandchildren: 400, in: fixture)
+        _ = try fixture.write { database in
+            _ = try store.finish("k1-7", Finish(outcome: .succeeded), now: 2_000, in: database)
+            return try store.register(Registration(id: "other", name: "Other", total: 10), now: 2_000, in: database)
+        }
+        let batchesBefore = fixture.writer.statistics.batches
+        let steps = Locked<[TerminationStep]>([])
+        let finishedOrder = Locked<[String]>([])
+        let done = DispatchSemaphore(value: 0)
+        let outcome = Box<Result<TerminationStep, any Error>>()
+        store.terminateInSteps("root", on: fixture.writer, now: { 3_000 }, afterEachCommit: { step in
+            let isFirst = steps.withLock { steps in
+                steps.append(step)
+                return steps.count == 1
+            }
+            guard isFirst else { return }
+            fixture.writer.submit({ try store.progress("other", ProgressUpdate(completed: 5), now: 3_500, in: $0) }) { result in
+                if case .success = result { finishedOrder.withLock { $0.append("other's update") } }
+            }
+        }) { result in
+            finishedOrder.withLock { $0.append("terminate") }
+            outcome.value = result
+            done.signal()
+        }
+        done.wait()
+        let last = try outcome.value!.get()
+        let allSteps = steps.withLock { $0 }
+
+        #expect(finishedOrder.withLock { $0 } == ["other's update", "terminate"],
+                "another task's update completes while the terminate is under way")
+        #expect(allSteps.count >= 1_203 / 100, "\(allSteps.count) steps")
+        #expect(allSteps.allSatisfy { $0.count <= 100 && $0.rowsRead <= 100 }, "each step's hold is bounded")
+        #expect(fixture.writer.statistics.batches - batchesBefore >= allSteps.count, "a batch per step")
+        #expect(allSteps.map(\.count).reduce(0, +) == 1_203, "all but the finished task")
+        #expect(last == allSteps.last && last.remaining == nil)
+        let root = try #require(last.outcome?.task)
+        #expect(root.state == .canceled && root.message == "terminated")
+        #expect(root.children == ChildrenCounts(canceled: 3), "the reply has the final counts")
+
+        // Each task ends after every task below it; the subtree's own task last.
+        let finished = allSteps.flatMap(\.events).filter { $0.kind == .finished }.map(\.taskID)
+        #expect(finished.count == 1_203 && finished.last == "root")
+        let position = Dictionary(uniqueKeysWithValues: finished.enumerated().map { ($1, $0) })
+        for child in 0..<3 {
+            let below = (0..<400).compactMap { position["k\(child)-\($0)"] }
+            #expect(below.allSatisfy { $0 < position["k\(child)"]! }, "k\(child) ends after its children")
+        }
+        let stored = try fixture.read { database in
+            try database.scalar("SELECT count(*) FROM tasks WHERE state = 'canceled' AND message = 'terminated'")
+        }
+        #expect(stored == 1_203)
     }
 
     /// Deleting a subtree costs statements in proportion to its size.

@@ -650,9 +650,11 @@ def compare(where, tasks, stored, in_flight):
 
 
 def parent_failures(tasks):
-    """Each parent as the daemon serves it against its children: its fraction (a succeeded
-    child counts 1, any other its own fraction, 0 if indeterminate; a parent with a failed
-    child stays below 1), its `children` counts and its `attention`."""
+    """Each parent as the daemon serves it against its children: its fraction (without a
+    total of its own, the mean where a succeeded child counts 1, any other its own fraction,
+    0 if indeterminate; with one, its completed units and its unfinished children's
+    fractions over it; a parent with a failed child stays below 1), its `children` counts
+    and its `attention`."""
     failures, children = [], {}
     for task in tasks.values():
         if task["parent_id"] is not None:
@@ -663,6 +665,11 @@ def parent_failures(tasks):
         done = sum(child["weight"] * (1 if child["state"] == "succeeded" else child["fraction"] or 0) for child in mine)
         failing = any(child["state"] == "failed" or child["attention"] == "failed" for child in mine)
         expected = done / weight
+        if parent["total"]:
+            # A parent with its own total counts its children as units of it.
+            unfinished = sum(child["weight"] * (child["fraction"] or 0) for child in mine
+                             if child["state"] in ("pending", "running"))
+            expected = min(1, (parent["completed"] + unfinished) / parent["total"])
         if failing:
             expected = min(expected, 0.999999)
         elif parent["state"] == "succeeded":

@@ -121,6 +121,9 @@ protocol SQLDialect: Sendable {
     var schemaMigrationsTableQuery: String { get }
     /// Creates `schema_migrations` unless it exists.
     var createSchemaMigrations: String { get }
+    /// Forgets a task's output lines (`?1`) older than the newest that fit in `?2` bytes
+    /// together (`TaskOutput.append`): the engines count a text's bytes differently.
+    var trimOutput: String { get }
 
     /// Where the change sequence stands (`ChangeFeed.position`).
     func changeFeedPosition(in database: Database) throws(DatabaseError) -> ChangeFeed.Position

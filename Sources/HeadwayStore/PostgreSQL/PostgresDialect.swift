@@ -11,6 +11,8 @@ struct PostgresDialect: SQLDialect {
     let schemaMigrationsTableQuery =
         "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'schema_migrations'"
 
+    let trimOutput = TaskOutput.trimSQL(bytes: "octet_length(line)")
+
     let createSchemaMigrations = """
         CREATE TABLE IF NOT EXISTS schema_migrations (
             version integer PRIMARY KEY,

@@ -57,6 +57,7 @@ final class SQLiteConnection: EngineConnection, @unchecked Sendable {
         handle = pointer
         sqlite3_extended_result_codes(handle, 1)
         sqlite3_busy_timeout(handle, Database.busyTimeoutMilliseconds)
+        SearchFolding.register(on: pointer)
         if access == .queries { try execute("PRAGMA query_only = 1") }
     }
 

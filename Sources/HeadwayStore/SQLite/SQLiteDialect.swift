@@ -9,6 +9,8 @@ struct SQLiteDialect: SQLDialect {
 
     let schemaMigrationsTableQuery = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
 
+    let trimOutput = TaskOutput.trimSQL(bytes: "length(CAST(line AS BLOB))")
+
     let createSchemaMigrations = """
         CREATE TABLE IF NOT EXISTS schema_migrations (
             version INTEGER PRIMARY KEY,

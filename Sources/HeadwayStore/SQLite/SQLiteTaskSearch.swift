@@ -19,6 +19,8 @@ import HeadwayCore
 /// index of a state (100,000 running tasks) and asked FTS5 about each row, 2.6 s for a
 /// count that the index answers in half a millisecond.
 ///
+/// Within a task prefix the prefix's tasks are read and each checked (`withinPrefix`).
+///
 /// A page costs what reading its matches newest first costs, and `total_size`
 /// what counting every match does: little for a text a few tasks hold, about a
 /// microsecond per match for one that most tasks hold (docs/benchmarks.md).
@@ -28,6 +30,10 @@ enum SQLiteTaskSearch {
     static func keys(_ text: String, filter: TaskFilter, limit: Int, beforeKey: Int64?,
                      in database: Database) throws(DatabaseError) -> [Int64] {
         var (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
+        if filter.taskPrefix != nil {
+            let query = keysWithinPrefix(text, filter: filter, limit: limit, beforeKey: beforeKey)
+            return try database.rows(query.sql, query.arguments) { $0.int(0) }
+        }
         guard let source = try indexSource(text, in: database) else { return [] }
         if let beforeKey {
             conditions.append(source.key + " < ?")
@@ -38,9 +44,27 @@ enum SQLiteTaskSearch {
             source.arguments + arguments + [.integer(Int64(limit))]) { $0.int(0) }
     }
 
+    /// The SQLite query of `keys` within `filter`'s task prefix (`withinPrefix`).
+    static func keysWithinPrefix(_ text: String, filter: TaskFilter, limit: Int,
+                                 beforeKey: Int64?) -> (sql: String, arguments: [SQLValue]) {
+        var (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
+        if let beforeKey {
+            conditions.append("t.seq < ?")
+            arguments.append(.integer(beforeKey))
+        }
+        let within = withinPrefix(text)
+        return ("SELECT t.seq FROM " + within.from + conditions.map { " AND " + $0 }.joined() + " ORDER BY t.seq DESC LIMIT ?",
+                within.arguments + arguments + [.integer(Int64(limit))])
+    }
+
     /// How many tasks hold `text` and match the rest of `filter`.
     static func count(_ text: String, filter: TaskFilter, in database: Database) throws(DatabaseError) -> Int64 {
         let (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
+        if filter.taskPrefix != nil {
+            let within = withinPrefix(text)
+            return try database.scalar("SELECT count(*) FROM " + within.from + conditions.map { " AND " + $0 }.joined(),
+                                       within.arguments + arguments) ?? 0
+        }
         guard let source = try indexSource(text, in: database) else { return 0 }
         // A phrase without other conditions: the index alone answers.
         if conditions.isEmpty, case .phrase(let match) = source {
@@ -90,11 +114,31 @@ enum SQLiteTaskSearch {
         }
     }
 
+    /// Where a query finds the tasks that hold `text` within one task prefix: `FROM` and
+    /// `WHERE` over `tasks AS t`, more conditions following with `AND` (the prefix's id
+    /// range among them, from the filter).
+    ///
+    /// Within a prefix (a token's, or `id_prefix`) the prefix's tasks are read by their
+    /// id, and each is checked on its own, never the index's matches of every prefix:
+    /// its id and name folded as the index folds them (`SearchFolding`) hold the folded
+    /// text. So the search costs what the prefix's tasks cost, whatever other prefixes'
+    /// tasks hold (its time cannot tell a prefixed token whether they hold a word), and
+    /// answers as the index would.
+    static func withinPrefix(_ text: String) -> (from: String, arguments: [SQLValue]) {
+        // INDEXED BY: the id's index, or SQLite may walk another in the listing's order
+        // through every prefix's rows.
+        let fold = SearchFolding.sqlFunctionName
+        let folded = SQLValue.text(SearchFolding.fold(text))
+        return ("tasks AS t INDEXED BY sqlite_autoindex_tasks_1 WHERE (instr(\(fold)(t.id), ?) > 0 OR instr(\(fold)(t.name), ?) > 0)",
+                [folded, folded])
+    }
+
     /// How the index answers `text` (see the type's comment); nil when no indexed trigram
     /// begins with a short `text`, so nothing matches.
     static func indexSource(_ text: String, in database: Database) throws(DatabaseError) -> IndexSource? {
         guard text.unicodeScalars.count < 3 else { return .phrase(quoted(text)) }
-        let lower = text.lowercased()
+        // Folded as the index folded what it holds.
+        let lower = SearchFolding.fold(text)
         let upper = lower + "\u{10FFFF}"
         let terms = try database.rows(
             "SELECT term FROM task_search_terms WHERE term >= ? AND term < ? LIMIT ?",
