@@ -1403,3 +1403,47 @@ def test_one_point_is_one_point(page, headwayd):
     page.get(f"{headwayd}/?min_duration=0&lang=en#task=fresh")
     caption = page.find_element(By.ID, "chart-caption")
     poll(lambda: caption.text.endswith("1 point"), 5, "1 point, not 1 points")
+
+
+COUNT_WATCH = """
+    window.countMismatches = [];
+    window.countChecks = 0;
+    const check = () => {
+      const count = document.querySelector('[data-filter][aria-pressed="true"] .count').textContent;
+      if (count === '') return;
+      window.countChecks += 1;
+      // The rows the tab lists: unfinished rows (a finished one lingers in Running, dimmed),
+      // and new tasks held above the list.
+      const rows = document.querySelectorAll('#tasks > li.task:not(.finished)').length;
+      const cue = document.getElementById('new-tasks');
+      const held = cue.hidden ? 0 : parseInt(cue.textContent, 10);
+      if (Number(count) !== rows + held) window.countMismatches.push([count, rows, held]);
+    };
+    new MutationObserver(check).observe(document.getElementById('list-view'),
+      {subtree: true, childList: true, characterData: true, attributes: true});"""
+
+
+@pytest.mark.parametrize("min_duration", ["0", "1"])
+def test_the_pressed_tab_counts_its_rows_whenever_the_list_is_drawn(page, headwayd, min_duration):
+    register(headwayd, id="c0", name="Count 0", total=10)
+    open_dashboard(page, headwayd, f"min_duration={min_duration}&lang=en")
+    count = lambda: page.find_element(By.CSS_SELECTOR, '[data-filter="running"] .count').text
+    poll(lambda: row(page, "c0") and count() == "1", 5, "the first row and its count")
+    js(page, COUNT_WATCH)
+    # Rows come from the stream (held back min_duration seconds), one leaves dimmed: the
+    # count changes in the same frame as the rows, never a frame later.
+    for number in range(1, 4):
+        register(headwayd, id=f"c{number}", name=f"Count {number}", total=10)
+        poll(lambda: row(page, f"c{number}") and count() == str(number + 1), 5, f"row c{number} and its count")
+    summaries = "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/v1/tasks/summary')).length"
+    before = js(page, summaries)
+    assert httpx.post(f"{headwayd}/v1/tasks/c2/finish", json={"outcome": "failed"}).status_code == 200
+    poll(lambda: "finished" in row(page, "c2").get_attribute("class") and count() == "3", 5, "c2 dimmed, counted out")
+    # The counts read after that change arrive too, and are drawn.
+    poll(lambda: js(page, summaries) >= before + 2, 6, "the counts read again")
+    page.execute_async_script("const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(done));")
+    assert js(page, "return window.countChecks") > 0
+    assert js(page, "return window.countMismatches") == []
+    assert count() == "3"
+    assert console_errors(page) == []
+
