@@ -1447,3 +1447,33 @@ def test_the_pressed_tab_counts_its_rows_whenever_the_list_is_drawn(page, headwa
     assert count() == "3"
     assert console_errors(page) == []
 
+
+PRESSED_TAB_CONTRAST = """
+    const rgb = (text) => text.match(/[\\d.]+/g).slice(0, 4).map(Number);
+    const lum = ([r, g, b]) => {
+      const f = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+      return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const ratio = (x, y) => { const [a, b] = [lum(x), lum(y)].sort((p, q) => q - p); return (a + 0.05) / (b + 0.05); };
+    const button = arguments[0];
+    let behind = null;
+    for (let n = button.parentElement; n && !behind; n = n.parentElement) {
+      const c = rgb(getComputedStyle(n).backgroundColor);
+      if (c.length < 4 || c[3] > 0) behind = c;
+    }
+    return ratio(rgb(getComputedStyle(button).backgroundColor), behind ?? [255, 255, 255]);"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_pressed_tab_stands_out_and_its_text_reads(page, headwayd, scheme):
+    register(headwayd, id="one", name="One", total=10)
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
+    open_dashboard(page, headwayd)
+    pressed = page.find_element(By.CSS_SELECTOR, '[data-filter][aria-pressed="true"]')
+    poll(lambda: pressed.find_element(By.CSS_SELECTOR, ".count").text == "1", 5, "the count")
+    # WCAG: the pressed state (a non-text indicator) 3:1 against what is behind the tab,
+    # its label and count 4.5:1 against the tab, with the count's opacity applied.
+    assert js(page, PRESSED_TAB_CONTRAST, pressed) >= 3
+    for part in ["[data-i18n]", ".count"]:
+        assert contrast(page, pressed.find_element(By.CSS_SELECTOR, part)) >= 4.5, part
+    assert console_errors(page) == []
