@@ -169,9 +169,9 @@ export function drawFields(task) {
   });
 }
 
-/// The task shown changed (`before` → `after`, `changed`: the model took it): new progress
-/// or the end adds to the history, a new last line to the output; a signal, a stall or the
-/// clock do not.
+/// The model took a new copy of the task shown (`before` → `after`): new progress or the
+/// end adds to the history, a new last line to the output; a signal, a stall or the clock
+/// do not.
 export function taskChanged(before, after) {
   if (!before || before.last_progress_at !== after.last_progress_at || before.state !== after.state) historyChanged();
   if (before && ((before.last_output ?? null) !== (after.last_output ?? null) || before.state !== after.state)) {
