@@ -122,6 +122,22 @@ export function terminateOffered(task, askedAt, now) {
     && now - askedAt >= TERMINATE_AFTER_MS;
 }
 
+/// What a row's buttons offer for `task`: `cancellable` (a control token and an unfinished
+/// task), `canceling` (asked by this page, `askedHere`, or by anyone), the confirmation
+/// open (`asking`: "cancel" or "terminate", while it still applies: `confirming`), and
+/// whether Terminate is offered (a cancel asked at `askedAt` unanswered for 10 s at `now`).
+export function actionsOf(task, { canCancel, askedHere, asking, askedAt, now }) {
+  const finished = isFinished(task);
+  const cancellable = canCancel && !finished;
+  const canceling = !finished && (askedHere || Boolean(task.cancel_requested));
+  const open = cancellable ? asking : undefined;
+  return {
+    cancellable, canceling, asking: open,
+    confirming: open === "terminate" || (open === "cancel" && !canceling),
+    terminate: cancellable && terminateOffered(task, askedAt, now),
+  };
+}
+
 /// The words for a failed request, by what failed: `{key, values}` for i18n's t(). A
 /// request that never reached the server (fetch's TypeError, "Failed to fetch") has no
 /// status; the server's replies are told apart by their status and code.

@@ -91,6 +91,7 @@ const STRINGS = {
     details: "Details",
     working: "Working",
     ofTotal: "{completed} of {total}",
+    ofTotalUnit: "{completed} of {total} {unit}",
     rate: "{rate}/s",
     etaLeft: "About {duration} left",
     valueText: "{percent} percent",
@@ -208,6 +209,9 @@ const STRINGS = {
     details: "자세히",
     working: "작업 중",
     ofTotal: "{total} 중 {completed}",
+    // The unit is the runner's own word (often English): "40 중 17 steps" mixes two word
+    // orders, while "17/40 steps" reads naturally.
+    ofTotalUnit: "{completed}/{total} {unit}",
     rate: "초당 {rate}",
     etaLeft: "약 {duration} 남음",
     valueText: "{percent}퍼센트",

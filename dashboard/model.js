@@ -4,8 +4,13 @@
 /// How long a deleted id is remembered.
 const DELETED_MS = 60_000;
 
+/// The page's clocks: `monotonic` (performance.now) and `wall` (Date.now), in milliseconds.
+const SYSTEM_CLOCK = { monotonic: () => performance.now(), wall: () => Date.now() };
+
 export class TaskModel {
-  constructor() {
+  /// `clock`: the clocks it reads (the unit tests give their own).
+  constructor(clock = SYSTEM_CLOCK) {
+    this.clock = clock;
     this.tasks = new Map();
     /// Ids of tasks changed since the last frame.
     this.dirty = new Set();
@@ -24,7 +29,7 @@ export class TaskModel {
 
   /// Remembers that `id` was deleted (for DELETED_MS) and forgets the task.
   markDeleted(id) {
-    this.deleted.set(id, performance.now());
+    this.deleted.set(id, this.clock.monotonic());
     this.remove(id);
   }
 
@@ -32,7 +37,7 @@ export class TaskModel {
   wasDeleted(id) {
     const at = this.deleted.get(id);
     if (at === undefined) return false;
-    if (performance.now() - at < DELETED_MS) return true;
+    if (this.clock.monotonic() - at < DELETED_MS) return true;
     this.deleted.delete(id);
     return false;
   }
@@ -52,8 +57,8 @@ export class TaskModel {
     }
     this.tasks.set(task.id, task);
     if (task.finished_at && !this.finishedSeen.has(task.id)) {
-      const age = Date.now() - Date.parse(task.finished_at);
-      this.finishedSeen.set(task.id, performance.now() - Math.max(0, age));
+      const age = this.clock.wall() - Date.parse(task.finished_at);
+      this.finishedSeen.set(task.id, this.clock.monotonic() - Math.max(0, age));
     }
     this.dirty.add(task.id);
     return true;
@@ -77,7 +82,7 @@ export class TaskModel {
     for (const [id, set] of this.children) if (set.size === 0 || !this.tasks.has(id)) this.children.delete(id);
     for (const id of this.parents) if (!this.tasks.has(id)) this.parents.delete(id);
     for (const id of this.dirty) if (!this.tasks.has(id)) this.dirty.delete(id);
-    const now = performance.now();
+    const now = this.clock.monotonic();
     for (const [id, at] of this.deleted) if (now - at >= DELETED_MS) this.deleted.delete(id);
     if (this.deleted.size > 10_000) this.deleted = new Map([...this.deleted].slice(-10_000));
   }

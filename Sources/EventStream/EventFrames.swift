@@ -6,9 +6,16 @@ package enum EventFrames {
     /// A change: `id` (unless it is a held-back task shown late), event name, task JSON
     /// (its parent hidden when it lies outside `prefix`, the stream's task prefix).
     package static func event(_ event: TaskEvent, withID: Bool, hidingParentOutside prefix: String? = nil) -> [UInt8] {
+        Self.event(event, id: withID ? String(event.changeNumber) : nil, hidingParentOutside: prefix)
+    }
+
+    /// A change with the id `id` (none when nil): the last frame of a `min_duration`
+    /// release carries `LastEventID.release`.
+    package static func event(_ event: TaskEvent, id: String?, hidingParentOutside prefix: String? = nil) -> [UInt8] {
         let data = TaskJSON.hidingParent(event.data, parentID: event.parentID, outside: prefix)
-        // Ids are numbers and names are fixed constants: neither can hold a line break.
-        let frame = try! ServerSentEvent(id: withID ? String(event.changeNumber) : nil, event: event.kind.rawValue, data: data)
+        // Ids are numbers (or two joined by "-") and names are fixed constants: neither can
+        // hold a line break.
+        let frame = try! ServerSentEvent(id: id, event: event.kind.rawValue, data: data)
         return frame.bytes
     }
 

@@ -70,6 +70,8 @@ final class RoundEvents {
     let taskIDs: [String]
     /// The parent of each event's task.
     let parentIDs: [String?]
+    /// The highest change number of the round (`.min` when empty).
+    let highestChange: Int64
     private var frames: [[UInt8]?]
     /// The frames with the task's parent hidden, of the events whose parent some stream's
     /// task prefix does not cover (a tree built across prefixes: rare).
@@ -80,6 +82,7 @@ final class RoundEvents {
         changeNumbers = events.map(\.changeNumber)
         taskIDs = events.map(\.taskID)
         parentIDs = events.map(\.parentID)
+        highestChange = changeNumbers.max() ?? .min
         frames = Array(repeating: nil, count: events.count)
     }
 

@@ -104,6 +104,9 @@ final class Subscriber {
     private var merge = CatchUpMerge(highWater: .min)
     /// The `min_duration` rule, handed over from the catch-up once it is done.
     private var holdBack: HoldBack
+    /// The highest change it has been handed (sent, held or not matching): a release's id
+    /// says the stream resumes after it.
+    private var handedThrough: Int64 = .min
     /// Frames waiting because the stream is full.
     private var pending = PendingFrames()
     /// Whether the stream still holds unsent bytes of the catch-up (frames then wait
@@ -146,6 +149,7 @@ final class Subscriber {
         var tasks: [String] = []
         let holding = holdsBack
         let now = holding ? clock.now() : 0
+        handedThrough = max(handedThrough, round.highestChange)
         for index in round.indices {
             var sends = merge.isNew(round.changeNumbers[index]) && round.matches(index, filter)
             if sends && holding {
@@ -177,6 +181,7 @@ final class Subscriber {
                   clock: any WallClock) -> Delivery {
         holdBack = catchUp.holdBack
         merge = CatchUpMerge(highWater: catchUp.highWater)
+        handedThrough = catchUp.highWater
         sink.writeShared(contentsOf: catchUp.frames)
         isSendingCatchUp = sink.sharedBytes > 0
         catchUpHold = isSendingCatchUp ? hold : nil
@@ -201,14 +206,21 @@ final class Subscriber {
         }
     }
 
-    /// Sends the held tasks that have come of age at `now`, without ids (they are older
-    /// than changes already sent).
+    /// Sends the held tasks that have come of age at `now`. Their changes are older than
+    /// changes already sent, so they carry no id of their own; the last one carries
+    /// `LastEventID.release` (the changes handed so far, and `now`), so that a client that
+    /// received it and resumes is not sent them again. Ids stay increasing: its number is
+    /// the last one handed, and the next change's is higher.
     @discardableResult
     func releaseHeld(now: EpochMilliseconds) -> Delivery {
         guard isLive, let due = holdBack.nextRelease, due <= now else { return .nothing }
         let released = holdBack.release(now: now)
-        return enqueue(released.map { EventFrames.event($0, withID: false, hidingParentOutside: filter.taskPrefix) },
-                       tasks: released.map(\.taskID))
+        let releaseID = LastEventID.release(change: handedThrough, at: now)
+        let frames = released.indices.map { index in
+            EventFrames.event(released[index], id: index == released.count - 1 ? releaseID : nil,
+                              hidingParentOutside: filter.taskPrefix)
+        }
+        return enqueue(frames, tasks: released.map(\.taskID))
     }
 
     /// Writes a heartbeat comment (`pieces`, shared by every subscriber) when live and

@@ -167,12 +167,24 @@ package struct EventsAPI: Sendable {
         var ownBytes = 0
         if let lastID = resumeFrom, filter.minDurationMilliseconds > 0 {
             // Tasks held back by min_duration when the client left are older than any
-            // change it saw, so they are looked up by age and sent without an id.
-            let since = try ChangeFeed.timeNoLaterThan(change: lastID, in: database) - filter.minDurationMilliseconds
+            // change it saw, so they are looked up by age and sent as a release (the last
+            // with `LastEventID.release`). Held then means created after its last change's
+            // time minus the minimum, and, when its id ended a release, not of age by that
+            // release (those it was sent).
+            var since = try ChangeFeed.timeNoLaterThan(change: lastID, in: database) - filter.minDurationMilliseconds
+            if let releasedAt = query.releasedAt {
+                since = max(since, releasedAt - filter.minDurationMilliseconds + 1)
+            }
+            var released: [TaskEvent] = []
             for task in try ChangeFeed.unfinished(createdSince: since, of: selection, in: database)
             where task.changeNumber <= lastID {
                 guard case .send(let event) = holdBack.offer(TaskEvent(task.changeKind, task), now: now) else { continue }
-                let frame = EventFrames.event(event, withID: false, hidingParentOutside: filter.taskPrefix)
+                released.append(event)
+            }
+            let releaseID = LastEventID.release(change: lastID, at: now)
+            for (index, event) in released.enumerated() {
+                let id = index == released.count - 1 ? releaseID : nil
+                let frame = EventFrames.event(event, id: id, hidingParentOutside: filter.taskPrefix)
                 guard hold.reserve(frame.count) else { throw Refused() }
                 ownBytes += frame.count
                 frames.append(frame)
@@ -349,6 +361,9 @@ struct EventsQuery {
     /// From `Last-Event-ID` (preferred: a reconnecting EventSource sends it) or `last_event_id=`.
     /// Nil when absent or not a number; such a client gets a fresh snapshot.
     var lastEventID: Int64?
+    /// When the id ended a `min_duration` release (`LastEventID.release`): the time up to
+    /// which the stream had released the tasks it held.
+    var releasedAt: EpochMilliseconds?
 
     static func parse(_ request: HTTPRequest) throws(TaskError) -> EventsQuery {
         var result = EventsQuery()
@@ -362,7 +377,9 @@ struct EventsQuery {
         }
         guard query.errors.isEmpty else { throw .invalidRequest(query.errors) }
         let lastID = request.header("last-event-id") ?? query.values("last_event_id").last
-        result.lastEventID = lastID.flatMap(LastEventID.parse)
+        let resumePoint = lastID.flatMap(LastEventID.resumePoint)
+        result.lastEventID = resumePoint?.change
+        result.releasedAt = resumePoint?.releasedAt
         return result
     }
 }

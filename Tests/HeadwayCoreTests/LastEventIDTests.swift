@@ -18,4 +18,17 @@ import HeadwayCore
     func refusesWhatIsNotAChangeNumber(_ text: String) {
         #expect(LastEventID.parse(text) == nil, "\(text.debugDescription)")
     }
+
+    /// A plain change number, or the id ending a `min_duration` release ("N-T").
+    @Test func readsAResumePoint() {
+        #expect(LastEventID.resumePoint("42") == ResumePoint(change: 42, releasedAt: nil))
+        #expect(LastEventID.resumePoint("42-1800000001000") == ResumePoint(change: 42, releasedAt: 1_800_000_001_000))
+        #expect(LastEventID.resumePoint(LastEventID.release(change: 7, at: 9)) == ResumePoint(change: 7, releasedAt: 9))
+        #expect(LastEventID.release(change: 7, at: 1_800_000_000_000) == "7-1800000000000")
+    }
+
+    @Test(arguments: ["", "-", "-5", "5-", "5--6", "5-6-7", "5-x", "x-5", "5-+6", "5-99999999999999999999", "5.6"])
+    func refusesWhatIsNoResumePoint(_ text: String) {
+        #expect(LastEventID.resumePoint(text) == nil, "\(text.debugDescription)")
+    }
 }

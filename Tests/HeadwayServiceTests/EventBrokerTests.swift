@@ -160,7 +160,7 @@ import Testing
         clock.advance(by: 10_000)
         broker.wake()
         #expect(sink.waitForWrites(1))
-        #expect(sink.writtenTexts.last == E.frame(young, withID: false))
+        #expect(sink.writtenTexts.last == E.releaseFrame(young, handedThrough: 2, at: start + 10_000))
         stop(broker)
     }
 

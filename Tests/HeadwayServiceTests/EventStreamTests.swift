@@ -243,7 +243,8 @@ import Testing
         let released = try #require(try client.nextEvent())
         #expect(released.json["id"] as? String == "young")
         #expect(released.json["completed"] as? Int == 5, "released in its latest state")
-        #expect(released.id == nil, "a late release carries no id, so ids stay increasing")
+        #expect(released.id == "\(oldEvent.id ?? "")-\(clock.now())",
+                "a late release's id: the changes handed so far (ids stay increasing) and its time")
         try daemon.request("POST", "/v1/tasks/young/heartbeat")
         let after = try #require(try client.nextEvent())
         #expect(after.json["id"] as? String == "young")
@@ -268,7 +269,45 @@ import Testing
         let held = try #require(try resumed.nextEvent())
         #expect(held.retry == 3000)
         #expect(held.json["id"] as? String == "held", "held back when the client left, old enough now")
-        #expect(held.id == nil)
+        #expect(held.id == "\(seen.id ?? "")-\(clock.now())", "sent as a release")
+    }
+
+    /// A task the hold-back released after the client's last change, before the client
+    /// left, is not sent again on resume: the release's id says when it was sent. A task
+    /// still held when the client left is.
+    @Test func resumingWithMinDurationAfterAReleaseSendsOnlyWhatWasStillHeld() throws {
+        let clock = ManualClock()
+        let daemon = try LiveDaemon(clock: clock)
+        try daemon.register(#"{"id":"anchor","name":"Anchor"}"#)
+        clock.advance(by: 60_000)
+        let client = try daemon.subscribe("?min_duration=10")
+        _ = try snapshot(client)
+        try daemon.register(#"{"id":"released","name":"Released"}"#)
+        clock.advance(by: 1_000)
+        try daemon.request("POST", "/v1/tasks/anchor/heartbeat")
+        let seen = try #require(try client.nextEvent())
+        #expect(seen.json["id"] as? String == "anchor")
+        clock.advance(by: 1_000)
+        try daemon.register(#"{"id":"young","name":"Young"}"#)
+        clock.advance(by: 8_000)
+        daemon.application.wakeEventStream()
+        let released = try #require(try client.nextEvent())
+        #expect(released.json["id"] as? String == "released", "released while the client was there")
+        // Its id: the changes handed so far ("young"'s creation, held) and the release time.
+        let releaseID = (released.id ?? "").split(separator: "-").map(String.init)
+        #expect(releaseID.count == 2 && releaseID.last == "\(clock.now())")
+        #expect(Int64(releaseID.first ?? "") ?? 0 > Int64(seen.id ?? "") ?? .max)
+        client.disconnect()
+
+        // "young" came of age while the client was away: it is sent; "released" is not again.
+        clock.advance(by: 5_000)
+        let resumed = try daemon.subscribe("?min_duration=10", headers: [("Last-Event-ID", released.id ?? "")])
+        try daemon.request("POST", "/v1/tasks/anchor/heartbeat")
+        let first = try #require(try resumed.nextEvent())
+        #expect(first.json["id"] as? String == "young", "held when the client left")
+        let second = try #require(try resumed.nextEvent())
+        #expect(second.json["id"] as? String == "anchor", "the released task is not sent again")
+        #expect(Int64(second.id ?? "") ?? 0 > Int64(seen.id ?? "") ?? .max)
     }
 
     @Test func heartbeatCommentsKeepTheStreamAlive() throws {

@@ -153,4 +153,10 @@ enum TestEvents {
     static func frame(_ event: TaskEvent, withID: Bool = true) -> String {
         String(decoding: EventFrames.event(event, withID: withID), as: UTF8.self)
     }
+
+    /// The frame of `event` ending a `min_duration` release at `time` on a stream handed
+    /// every change up to `change` (its id `LastEventID.release`).
+    static func releaseFrame(_ event: TaskEvent, handedThrough change: Int64, at time: EpochMilliseconds) -> String {
+        String(decoding: EventFrames.event(event, id: LastEventID.release(change: change, at: time)), as: UTF8.self)
+    }
 }

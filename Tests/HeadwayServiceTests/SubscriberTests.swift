@@ -185,7 +185,7 @@ import Testing
         #expect(sink.writes.count == 2, "frames wait: no heartbeat")
     }
 
-    @Test func youngTasksAreHeldThenReleasedWithoutAnID() {
+    @Test func youngTasksAreHeldThenReleasedWithTheReleaseID() {
         let sink = FakeEventSink()
         let subscriber = live(sink, filter: StreamFilter(minDurationMilliseconds: 5000))
         let start = clock.now()
@@ -197,7 +197,8 @@ import Testing
         #expect(subscriber.nextRelease == start + 5000)
         #expect(subscriber.releaseHeld(now: start + 4999) == .nothing)
         #expect(subscriber.releaseHeld(now: start + 5000) == .written)
-        #expect(sink.writtenTexts.last == E.frame(updated, withID: false), "its latest state, without an id")
+        #expect(sink.writtenTexts.last == E.releaseFrame(updated, handedThrough: 2, at: start + 5000),
+                "its latest state; the id: the changes handed (not its own, older than those sent) and the release time")
         #expect(subscriber.nextRelease == nil)
         clock.advance(by: 4000)
         #expect(subscriber.deliver(RoundEvents([E.event(3, "young", createdAt: start)]), clock: clock) == .written)
@@ -216,7 +217,21 @@ import Testing
                             coalescingBacklog: 1024, clock: clock)
         #expect(subscriber.nextRelease == start + 5000)
         #expect(subscriber.releaseHeld(now: start + 5000) == .written)
-        #expect(sink.writtenTexts == [catchUpFrame, E.frame(held, withID: false)])
+        #expect(sink.writtenTexts == [catchUpFrame, E.releaseFrame(held, handedThrough: 1, at: start + 5000)])
+    }
+
+    /// A release of several tasks: only the last frame carries the release id (a client
+    /// cut off before it resumes from an earlier id, and is sent them again).
+    @Test func onlyTheLastFrameOfAReleaseCarriesItsID() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink, filter: StreamFilter(minDurationMilliseconds: 5000), highWater: 3)
+        let start = clock.now()
+        let first = E.event(4, "first", kind: .created, createdAt: start)
+        let second = E.event(5, "second", kind: .created, createdAt: start + 10)
+        #expect(subscriber.deliver(RoundEvents([first, second, E.event(9, "other", createdAt: start - 60_000)]),
+                                   clock: clock) == .written)
+        #expect(subscriber.releaseHeld(now: start + 6000) == .written)
+        #expect(sink.writtenTexts.last == E.frame(first, withID: false) + E.releaseFrame(second, handedThrough: 9, at: start + 6000))
     }
 
     /// One encode per event per round, shared: every subscriber writes the same bytes.

@@ -1403,3 +1403,77 @@ def test_one_point_is_one_point(page, headwayd):
     page.get(f"{headwayd}/?min_duration=0&lang=en#task=fresh")
     caption = page.find_element(By.ID, "chart-caption")
     poll(lambda: caption.text.endswith("1 point"), 5, "1 point, not 1 points")
+
+
+COUNT_WATCH = """
+    window.countMismatches = [];
+    window.countChecks = 0;
+    const check = () => {
+      const count = document.querySelector('[data-filter][aria-pressed="true"] .count').textContent;
+      if (count === '') return;
+      window.countChecks += 1;
+      // The rows the tab lists: unfinished rows (a finished one lingers in Running, dimmed),
+      // and new tasks held above the list.
+      const rows = document.querySelectorAll('#tasks > li.task:not(.finished)').length;
+      const cue = document.getElementById('new-tasks');
+      const held = cue.hidden ? 0 : parseInt(cue.textContent, 10);
+      if (Number(count) !== rows + held) window.countMismatches.push([count, rows, held]);
+    };
+    new MutationObserver(check).observe(document.getElementById('list-view'),
+      {subtree: true, childList: true, characterData: true, attributes: true});"""
+
+
+@pytest.mark.parametrize("min_duration", ["0", "1"])
+def test_the_pressed_tab_counts_its_rows_whenever_the_list_is_drawn(page, headwayd, min_duration):
+    register(headwayd, id="c0", name="Count 0", total=10)
+    open_dashboard(page, headwayd, f"min_duration={min_duration}&lang=en")
+    count = lambda: page.find_element(By.CSS_SELECTOR, '[data-filter="running"] .count').text
+    poll(lambda: row(page, "c0") and count() == "1", 5, "the first row and its count")
+    js(page, COUNT_WATCH)
+    # Rows come from the stream (held back min_duration seconds), one leaves dimmed: the
+    # count changes in the same frame as the rows, never a frame later.
+    for number in range(1, 4):
+        register(headwayd, id=f"c{number}", name=f"Count {number}", total=10)
+        poll(lambda: row(page, f"c{number}") and count() == str(number + 1), 5, f"row c{number} and its count")
+    summaries = "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/v1/tasks/summary')).length"
+    before = js(page, summaries)
+    assert httpx.post(f"{headwayd}/v1/tasks/c2/finish", json={"outcome": "failed"}).status_code == 200
+    poll(lambda: "finished" in row(page, "c2").get_attribute("class") and count() == "3", 5, "c2 dimmed, counted out")
+    # The counts read after that change arrive too, and are drawn.
+    poll(lambda: js(page, summaries) >= before + 2, 6, "the counts read again")
+    page.execute_async_script("const done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(done));")
+    assert js(page, "return window.countChecks") > 0
+    assert js(page, "return window.countMismatches") == []
+    assert count() == "3"
+    assert console_errors(page) == []
+
+
+PRESSED_TAB_CONTRAST = """
+    const rgb = (text) => text.match(/[\\d.]+/g).slice(0, 4).map(Number);
+    const lum = ([r, g, b]) => {
+      const f = (c) => { c /= 255; return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4; };
+      return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    const ratio = (x, y) => { const [a, b] = [lum(x), lum(y)].sort((p, q) => q - p); return (a + 0.05) / (b + 0.05); };
+    const button = arguments[0];
+    let behind = null;
+    for (let n = button.parentElement; n && !behind; n = n.parentElement) {
+      const c = rgb(getComputedStyle(n).backgroundColor);
+      if (c.length < 4 || c[3] > 0) behind = c;
+    }
+    return ratio(rgb(getComputedStyle(button).backgroundColor), behind ?? [255, 255, 255]);"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_pressed_tab_stands_out_and_its_text_reads(page, headwayd, scheme):
+    register(headwayd, id="one", name="One", total=10)
+    page.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]})
+    open_dashboard(page, headwayd)
+    pressed = page.find_element(By.CSS_SELECTOR, '[data-filter][aria-pressed="true"]')
+    poll(lambda: pressed.find_element(By.CSS_SELECTOR, ".count").text == "1", 5, "the count")
+    # WCAG: the pressed state (a non-text indicator) 3:1 against what is behind the tab,
+    # its label and count 4.5:1 against the tab, with the count's opacity applied.
+    assert js(page, PRESSED_TAB_CONTRAST, pressed) >= 3
+    for part in ["[data-i18n]", ".count"]:
+        assert contrast(page, pressed.find_element(By.CSS_SELECTOR, part)) >= 4.5, part
+    assert console_errors(page) == []

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  badgeOf, childFacts, elapsedSeconds, errorWords, lastSignalAge, matchesSearch, noProgressSeconds, noSignalSeconds,
+  actionsOf, badgeOf, childFacts, elapsedSeconds, errorWords, lastSignalAge, matchesSearch, noProgressSeconds, noSignalSeconds,
   percentOf, secondsLeft, showsRate, stallFact, tabCounts, terminateOffered,
 } from "../../dashboard/facts.js";
 
@@ -143,4 +143,24 @@ test("search: case-insensitive substring of name or id", () => {
   assert.equal(matchesSearch(photos, "B-4"), true);
   assert.equal(matchesSearch(photos, "video"), false);
   assert.equal(matchesSearch(photos, ""), true);
+});
+
+test("a row's buttons: Cancel for a control token, the confirmation while it applies, Terminate after 10 s", () => {
+  const running = task();
+  const base = { canCancel: true, askedHere: false, asking: undefined, askedAt: undefined, now: 50_000 };
+  assert.deepEqual(actionsOf(running, base),
+    { cancellable: true, canceling: false, asking: undefined, confirming: false, terminate: false });
+  assert.equal(actionsOf(running, { ...base, canCancel: false }).cancellable, false);
+  assert.equal(actionsOf(running, { ...base, canCancel: false, asking: "cancel" }).confirming, false);
+  assert.equal(actionsOf(running, { ...base, asking: "cancel" }).confirming, true);
+  // Asked by someone else meanwhile: the cancel confirmation no longer applies.
+  const asked = task({ cancel_requested: true });
+  assert.equal(actionsOf(asked, { ...base, asking: "cancel" }).confirming, false);
+  assert.equal(actionsOf(asked, base).canceling, true);
+  assert.equal(actionsOf(asked, { ...base, askedAt: 40_001 }).terminate, false);
+  assert.equal(actionsOf(asked, { ...base, askedAt: 40_000 }).terminate, true);
+  assert.equal(actionsOf(asked, { ...base, askedAt: 40_000, asking: "terminate" }).confirming, true);
+  const done = task({ state: "canceled", cancel_requested: true });
+  assert.deepEqual(actionsOf(done, { ...base, askedHere: true, askedAt: 0, asking: "terminate" }),
+    { cancellable: false, canceling: false, asking: undefined, confirming: false, terminate: false });
 });

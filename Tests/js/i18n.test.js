@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  formatDuration, formatPercent, formatPercentText, initialLanguage, setLanguage, t, tn,
+  formatDuration, formatInteger, formatWhen, formatPercent, formatPercentText, initialLanguage, setLanguage, t, tn,
 } from "../../dashboard/i18n.js";
 
 test("the language: ?lang=, then the stored choice, then the browser's", () => {
@@ -79,4 +79,20 @@ test("durations: the largest readable unit", () => {
   assert.equal(formatDuration(180, "short"), "3 min");
   setLanguage("ko");
   assert.equal(formatDuration(180, "short"), "3분");
+});
+
+test("a moment on a row: its time of day when it was today, else its date too", () => {
+  setLanguage("en");
+  const now = new Date(2026, 11, 5, 15, 0);
+  assert.doesNotMatch(formatWhen(new Date(2026, 11, 5, 9, 30), now), /2026|26/);
+  assert.match(formatWhen(new Date(2026, 11, 4, 9, 30), now), /12\/4\/26/);
+});
+
+test("numbers are grouped in the page's language, and the Korean count with a unit is n/total", () => {
+  setLanguage("en");
+  assert.equal(formatInteger(12345), "12,345");
+  assert.equal(t("ofTotalUnit", { completed: "17", total: "40", unit: "steps" }), "17 of 40 steps");
+  setLanguage("ko");
+  assert.equal(formatInteger(12345), "12,345");
+  assert.equal(t("ofTotalUnit", { completed: "17", total: "40", unit: "steps" }), "17/40 steps");
 });

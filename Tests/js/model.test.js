@@ -58,3 +58,45 @@ test("newest first: by creation time, then id", () => {
   assert.deepEqual([older, newer].sort(newestFirst).map((t) => t.id), ["y", "x"]);
   assert.deepEqual([task("a"), task("b")].sort(newestFirst).map((t) => t.id), ["b", "a"]);
 });
+
+/// Clocks the test moves: `monotonic` and `wall`, in milliseconds.
+function movableClock() {
+  const clock = { at: 1000, wallAt: Date.parse("2026-12-05T10:01:00.000Z") };
+  return { clock, model: new TaskModel({ monotonic: () => clock.at, wall: () => clock.wallAt }) };
+}
+
+test("a deleted id is remembered for a minute, then forgotten (also by prune)", () => {
+  const { clock, model } = movableClock();
+  model.put(task("a"), false);
+  model.markDeleted("a");
+  clock.at += 59_999;
+  assert.equal(model.wasDeleted("a"), true);
+  clock.at += 1;
+  assert.equal(model.wasDeleted("a"), false);
+  model.markDeleted("b");
+  clock.at += 60_000;
+  model.prune(() => true);
+  assert.equal(model.deleted.has("b"), false);
+});
+
+test("a finished task is dated on the monotonic clock by its finished_at", () => {
+  const { clock, model } = movableClock();
+  // Finished 20 s before the wall clock's now: seen as finished 20 s ago.
+  model.put(task("done", { state: "failed", finished_at: "2026-12-05T10:00:40.000Z" }), false);
+  assert.equal(model.finishedSeen.get("done"), clock.at - 20_000);
+  // A finish stamped ahead of this machine's clock counts from now, not from the future.
+  model.put(task("ahead", { state: "failed", finished_at: "2026-12-05T10:02:00.000Z" }), false);
+  assert.equal(model.finishedSeen.get("ahead"), clock.at);
+});
+
+test("an update with the same time replaces the task (a repeat is not older), and removal forgets it whole", () => {
+  const model = new TaskModel();
+  model.put(task("a", { completed: 1 }), true);
+  assert.equal(model.put(task("a", { completed: 2 }), false), true);
+  assert.equal(model.get("a").completed, 2);
+  model.put(task("c", { parent_id: "a" }), false);
+  model.remove("a");
+  assert.equal(model.get("a"), undefined);
+  assert.equal(model.streamed.has("a"), false);
+  assert.ok(model.takeDirty().has("a"));
+});
