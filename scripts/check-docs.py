@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Checks that the documentation names what exists.
 
-    scripts/check-docs.py [--names-in FILE.md]...
+    scripts/check-docs.py [--headwayd PATH] [--names-in FILE.md]...
 
 - Every `Sources/...` path named in README.md, ARCHITECTURE.md, CONTRIBUTING.md and
   docs/*.md exists.
@@ -12,6 +12,8 @@
   Tests/; `--names-in` checks another page's names too.
 - Every relative link of those pages leads to a file that exists, and every `#anchor` to a
   heading of that file.
+- With `--headwayd PATH`, every option `headwayd --help` lists is named in
+  docs/operating.md as `--name`.
 - Every metric family the daemon renders (`out.family("headway_…"` and the like) is in
   the metrics table of docs/operating.md.
 
@@ -143,10 +145,25 @@ def check_metrics(problems):
         problems.append("no metric family found in Sources/: the pattern of check_metrics needs updating")
 
 
+def check_settings(headwayd, problems):
+    """Every option of `headwayd --help` is named in docs/operating.md."""
+    import subprocess
+    help_text = subprocess.run([headwayd, "--help"], capture_output=True, text=True, timeout=30).stdout
+    names = set(re.findall(r"^  --([a-z][a-z-]*)", help_text, re.M)) - {"help", "version"}
+    if not names:
+        problems.append(f"{headwayd} --help lists no option: the pattern of check_settings needs updating")
+    page = (ROOT / "docs/operating.md").read_text()
+    for name in sorted(names):
+        if not re.search(r"`--" + re.escape(name) + r"\b", page):
+            problems.append(f"docs/operating.md: the setting --{name} is named nowhere")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--names-in", action="append", default=[], metavar="FILE.md",
                         help="also check the Swift names in backticks of this page")
+    parser.add_argument("--headwayd", metavar="PATH",
+                        help="a built headwayd, whose --help options docs/operating.md must name")
     args = parser.parse_args()
     problems = []
     check_paths(problems)
@@ -154,6 +171,8 @@ def main():
     check_names(NAME_PAGES + args.names_in, problems)
     check_links(problems)
     check_metrics(problems)
+    if args.headwayd:
+        check_settings(args.headwayd, problems)
     for problem in problems:
         print(problem)
     return 1 if problems else 0
