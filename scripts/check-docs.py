@@ -92,8 +92,13 @@ def check_names(pages, problems):
     targets = {p.name for p in (ROOT / "Sources").iterdir() if p.is_dir()}
     for page in pages:
         text = (ROOT / page).read_text()
+        # In drawings, names in CamelCase (two humps at least, as `EventBroker`).
+        drawn = set()
+        for block in re.findall(r"```\n(.*?)```", text, flags=re.S) if page == "ARCHITECTURE.md" else []:
+            drawn |= set(re.findall(r"\b((?:[A-Z][a-z0-9]+){2,}[A-Za-z0-9]*(?:\.[a-z][A-Za-z0-9]*)?)\b", block))
         text = re.sub(r"```.*?```", "", text, flags=re.S)
-        for word in sorted(set(re.findall(r"`([A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*(?:\.[a-z][A-Za-z0-9]*)?)`", text))):
+        quoted = set(re.findall(r"`([A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*(?:\.[a-z][A-Za-z0-9]*)?)`", text))
+        for word in sorted(quoted | drawn):
             if word in targets or word in NOT_SWIFT:
                 continue
             head, _, member = word.partition(".")
