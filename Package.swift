@@ -1,9 +1,14 @@
 // swift-tools-version:6.0
 import PackageDescription
 
-/// Headway: a progress-reporting daemon. The targets are layered from the bottom up:
-/// C system libraries, a pure domain core, the SQLite store, an HTTP layer that knows
-/// nothing of tasks, the service that wires them together, and thin executables.
+/// Headway: a progress-reporting daemon. The targets are layered from the bottom up, each
+/// importing only the ones below it (the dependencies declared here keep the direction):
+/// C system libraries; the lifecycle of long-running parts; a pure domain core; the store
+/// (SQLite or PostgreSQL); an HTTP layer that knows nothing of tasks; telemetry (logs,
+/// metrics); access (tokens, secrets); the event stream (broker, subscribers, catch-ups);
+/// webhook delivery; the HTTP API (routes, problems, browser checks), which imports neither
+/// the webhook transport nor the composition root; the daemon that wires them together;
+/// and thin executables.
 /// Linux only: the HTTP layer waits on epoll and eventfd, and threads are named through /proc.
 
 /// Release builds of the daemon's code leave out the run-time checks of exclusive access
@@ -59,14 +64,33 @@ let package = Package(
         .target(name: "HeadwayStore", dependencies: ["CLibPQ", "CSQLite", "HeadwayCore", "Lifecycle"],
                 swiftSettings: daemonSettings),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CGnuTLS", "Lifecycle"], swiftSettings: daemonSettings),
-        .target(name: "HeadwayService", dependencies: ["CCurl", "CGnuTLS", "HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"],
+        // The daemon's logger, its metrics and the access log of HTTP exchanges.
+        .target(name: "Telemetry", dependencies: ["HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle"],
+                swiftSettings: daemonSettings),
+        // Tokens (their secrets, the in-memory registry, scopes) and webhook secrets.
+        .target(name: "Access", dependencies: ["CGnuTLS", "HeadwayCore", "HeadwayStore", "Lifecycle"],
+                swiftSettings: daemonSettings),
+        // The event broker: subscribers, fan-out rounds, catch-ups and their memory budget.
+        .target(name: "EventStream", dependencies: ["HeadwayCore", "HeadwayStore", "HTTPServer", "Lifecycle", "Telemetry"],
+                swiftSettings: daemonSettings),
+        // Webhook delivery: the dispatcher, the HTTP transport (libcurl) and host lookups.
+        .target(name: "Webhooks", dependencies: ["Access", "CCurl", "HeadwayCore", "HeadwayStore", "Lifecycle", "Telemetry"],
+                swiftSettings: daemonSettings),
+        // The HTTP API: routes, problem replies, browser checks, the dashboard's files.
+        .target(name: "HeadwayAPI", dependencies: ["Access", "EventStream", "HeadwayCore", "HeadwayStore", "HTTPServer",
+                                                   "Lifecycle", "Telemetry"],
+                swiftSettings: daemonSettings),
+        // The composition root: configuration and reload, maintenance, the application that
+        // starts every part, and `headwayd token`.
+        .target(name: "Daemon", dependencies: ["Access", "EventStream", "HeadwayAPI", "HeadwayCore", "HeadwayStore", "HTTPServer",
+                                               "Lifecycle", "Telemetry", "Webhooks"],
                 swiftSettings: daemonSettings),
         // Release builds of the daemon allocate with jemalloc (Debian `libjemalloc-dev`) instead
         // of glibc's malloc: requests are parsed on one thread, written on another, their
         // events freed on a third, the pattern its per-thread caches serve best (3 % less CPU
         // per update, 3 % more updates/s while 10,000 subscribers receive). Debug builds, which
         // the sanitizers instrument with their own allocator, keep glibc's.
-        .executableTarget(name: "headwayd", dependencies: ["HeadwayService"], swiftSettings: daemonSettings,
+        .executableTarget(name: "headwayd", dependencies: ["Daemon", "HeadwayCore", "Telemetry"], swiftSettings: daemonSettings,
                           linkerSettings: [.linkedLibrary("jemalloc", .when(configuration: .release))]),
         // The `headway` command: its parser, client and commands in a library the tests use;
         // the executable only calls it.
@@ -81,8 +105,10 @@ let package = Package(
         .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore", "CCurl"]),
         .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayCore", "HeadwayTestSupport", "Lifecycle"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "HeadwayTestSupport", "Lifecycle"]),
+        // The daemon's targets, tested together: in-process units and live daemons.
         .testTarget(name: "HeadwayServiceTests", dependencies: [
-            "HeadwayService", "HeadwayCore", "HeadwayStore", "HTTPServer", "HeadwayTestSupport", "Lifecycle",
+            "Access", "Daemon", "EventStream", "HeadwayAPI", "Telemetry", "Webhooks",
+            "HeadwayCore", "HeadwayStore", "HTTPServer", "HeadwayTestSupport", "Lifecycle",
         ]),
     ],
     swiftLanguageModes: [.v6]

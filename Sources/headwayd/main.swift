@@ -1,5 +1,7 @@
 import Foundation
-import HeadwayService
+import Daemon
+import HeadwayCore
+import Telemetry
 
 // headwayd: parse the configuration, start, wait for SIGTERM or SIGINT, stop cleanly.
 // Signals are blocked before any thread starts, so only `sigwait` below receives them.

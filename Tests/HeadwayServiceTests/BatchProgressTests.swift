@@ -5,7 +5,8 @@ import HeadwayStore
 import HeadwayTestSupport
 import Lifecycle
 import Testing
-@testable import HeadwayService
+@testable import Daemon
+@testable import HeadwayAPI
 
 /// `POST /v1/progress` against the real daemon: each item applied in order as the single
 /// route would apply it, or refused alone with the single route's problem and nothing of

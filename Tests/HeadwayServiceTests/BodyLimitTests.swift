@@ -1,5 +1,6 @@
 import Testing
-@testable import HeadwayService
+@testable import Daemon
+import HeadwayCore
 
 /// `--max-body-bytes`: a body of exactly the limit is read, one byte more is refused 413
 /// `body_too_large` naming the limit, and the refusal stores nothing.

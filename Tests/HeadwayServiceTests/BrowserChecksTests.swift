@@ -4,7 +4,9 @@ import HeadwayStore
 import HeadwayTestSupport
 import Lifecycle
 import Testing
-@testable import HeadwayService
+@testable import Daemon
+@testable import HeadwayAPI
+@testable import Telemetry
 
 /// What web pages may do to a daemon on this machine: a foreign `Host` (DNS rebinding) is
 /// 400, a foreign `Origin` may change nothing (403), a POST must declare JSON even with no

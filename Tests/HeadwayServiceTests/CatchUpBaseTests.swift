@@ -2,7 +2,7 @@ import HTTPServer
 import HeadwayCore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import EventStream
 
 /// A catch-up read once and seen through each stream's `min_duration`: every stream gets
 /// exactly the bytes a read of its own would give, referencing the shared blocks for all

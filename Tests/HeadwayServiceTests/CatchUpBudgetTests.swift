@@ -1,7 +1,7 @@
 import HeadwayCore
 import Lifecycle
 import Testing
-@testable import HeadwayService
+@testable import EventStream
 
 extension CatchUpBudget {
     /// A hold of `party` on `charge` (a catch-up built elsewhere), as a stream has once its

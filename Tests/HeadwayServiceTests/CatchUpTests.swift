@@ -4,7 +4,10 @@ import Foundation
 import HeadwayStore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import Daemon
+@testable import EventStream
+@testable import HeadwayAPI
+import HeadwayCore
 
 /// Reads off the request thread: catch-ups filtered in SQL, skipped for clients that left,
 /// read side by side; API reads from a bounded pool; a stop that waits for them.

@@ -1,7 +1,8 @@
 import Foundation
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import Daemon
+import HeadwayCore
 
 /// The configuration file (`--config`): its syntax, its place under flags and variables, and
 /// its mistakes named by file and line.

@@ -1,5 +1,5 @@
 import Testing
-@testable import HeadwayService
+@testable import Daemon
 import HeadwayStore
 import HeadwayCore
 

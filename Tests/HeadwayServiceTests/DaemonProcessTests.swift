@@ -2,7 +2,7 @@ import Foundation
 import HeadwayStore
 import HeadwayTestSupport
 import Testing
-import HeadwayService
+import HeadwayCore
 
 @Suite(.serialized) struct DaemonProcessTests {
     @Test func helpAndUsageErrors() throws {

@@ -2,7 +2,8 @@ import Foundation
 import Testing
 import HeadwayCore
 import HeadwayTestSupport
-@testable import HeadwayService
+@testable import Access
+@testable import HeadwayAPI
 
 /// The dashboard's files as served (compiled in, ETag and 304, the security headers, 404)
 /// and `GET /v1/token`.

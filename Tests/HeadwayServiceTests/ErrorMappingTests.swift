@@ -5,7 +5,9 @@ import HeadwayCore
 import HeadwayStore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import HeadwayAPI
+@testable import Telemetry
+@testable import Daemon
 
 /// Every error becomes a reply in one place (`ErrorReplies`): the domain's refusals, the
 /// service's and the HTTP layer's, a stopped writer, and anything unexpected.

@@ -1,7 +1,8 @@
 import HeadwayCore
 import Lifecycle
 import Testing
-@testable import HeadwayService
+@testable import EventStream
+@testable import Telemetry
 
 /// The broker's thread with fake sinks: the loop moves commands and calls the parts; no
 /// sockets, a manual clock for `min_duration`, and waits only for writes to arrive.

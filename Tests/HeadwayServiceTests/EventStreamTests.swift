@@ -2,7 +2,8 @@ import Foundation
 import HeadwayCore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import Daemon
+@testable import HeadwayAPI
 
 /// `GET /v1/events` against the real daemon, read with a raw-socket SSE client.
 @Suite(.serialized) struct EventStreamTests {

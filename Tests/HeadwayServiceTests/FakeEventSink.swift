@@ -1,7 +1,7 @@
 import Lifecycle
 import Dispatch
 import HeadwayCore
-@testable import HeadwayService
+@testable import EventStream
 
 /// An event sink without a socket: it records every write, and its peer reads nothing
 /// until told (`fill`, `peerRead`), so a test decides when the stream is full.

@@ -1,7 +1,7 @@
 import HeadwayCore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import EventStream
 
 /// What a fan-out round carries and when it may run, with explicit times (nanoseconds):
 /// every event below the backlog bound, each task's latest past it or after a pause.

@@ -3,7 +3,8 @@ import Foundation
 import HTTPServer
 import HeadwayCore
 import HeadwayTestSupport
-@testable import HeadwayService
+@testable import Daemon
+@testable import Telemetry
 
 /// How a test reaches the daemon: over a loopback socket, or by handing requests to its
 /// pipeline in process (no socket; the same middleware, routes, writer and store). API

@@ -2,7 +2,8 @@ import Foundation
 import HeadwayCore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import Daemon
+@testable import Telemetry
 
 /// Stall flags, estimates, roll-up, history and retention through the real daemon.
 @Suite(.serialized) struct LivenessAPITests {

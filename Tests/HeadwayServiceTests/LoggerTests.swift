@@ -2,7 +2,7 @@ import Foundation
 import HeadwayCore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import Telemetry
 
 /// Log lines: logfmt, values quoted only when they must be.
 @Suite struct LoggerTests {

@@ -4,7 +4,9 @@ import HTTPServer
 import Lifecycle
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import Telemetry
+@testable import Daemon
+import HeadwayCore
 
 /// The Prometheus exposition, the counters moving with requests, and the health routes.
 @Suite struct MetricsTests {

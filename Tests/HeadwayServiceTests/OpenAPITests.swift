@@ -2,7 +2,8 @@ import Foundation
 import HeadwayTestSupport
 import Testing
 import HeadwayCore
-@testable import HeadwayService
+@testable import Daemon
+@testable import HeadwayAPI
 
 /// `openapi.yaml` is valid, names exactly the routes the daemon serves, and the daemon's
 /// replies match its schemas.

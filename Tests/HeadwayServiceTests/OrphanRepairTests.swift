@@ -2,7 +2,6 @@ import Foundation
 import HeadwayStore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
 
 /// A subtree delete runs in steps; a crash between them leaves tasks whose parent is gone.
 /// The next start deletes them, with their subtrees and tombstones.

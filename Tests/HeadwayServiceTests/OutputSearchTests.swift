@@ -2,7 +2,7 @@ import Foundation
 import HeadwayCore
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import Daemon
 
 /// Issue 46's server parts beside the parents' truth: each task's output tail
 /// (`output` on progress, heartbeat, finish and the batch; `GET /v1/tasks/{id}/output`;

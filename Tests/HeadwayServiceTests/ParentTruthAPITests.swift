@@ -5,7 +5,7 @@ import HeadwayStore
 import HeadwayTestSupport
 import Lifecycle
 import Testing
-@testable import HeadwayService
+@testable import Daemon
 
 /// Parents that tell the truth and one clock (issue 46, items 1 and 2) through the real
 /// daemon: `fraction` with failed and canceled children, `children`, `attention`, a

@@ -2,7 +2,6 @@ import Foundation
 import Testing
 import HeadwayCore
 import HeadwayTestSupport
-@testable import HeadwayService
 
 /// Cancel and delete of a subtree by a token with a task prefix, on a tree that an
 /// unprefixed token built across prefixes: the cancel reaches only the prefix's part of

@@ -5,7 +5,9 @@ import HeadwayStore
 import HeadwayTestSupport
 import Lifecycle
 import Testing
-@testable import HeadwayService
+@testable import HeadwayAPI
+@testable import Telemetry
+@testable import Daemon
 
 /// `ReadPool.answer`, the way every API read is served: a read whose client went away
 /// while it waited is not run, and a stop answers the reads still waiting with 503.

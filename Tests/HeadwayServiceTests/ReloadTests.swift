@@ -2,7 +2,9 @@ import Foundation
 import HeadwayTestSupport
 import Lifecycle
 import Testing
-@testable import HeadwayService
+@testable import Daemon
+@testable import Telemetry
+import HeadwayCore
 
 /// SIGHUP's reload of the configuration file, on the whole application in this process:
 /// the log level applied at once, other changes left for a restart, a bad file changing

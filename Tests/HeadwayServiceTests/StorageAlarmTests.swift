@@ -6,7 +6,9 @@ import HeadwayCore
 import HeadwayStore
 import Lifecycle
 import Testing
-@testable import HeadwayService
+@testable import Daemon
+@testable import HeadwayAPI
+@testable import Telemetry
 
 /// SQLite's extended result codes used here (C macros that Swift does not import).
 private let SQLITE_IOERR_WRITE: Int32 = SQLITE_IOERR | (3 << 8)

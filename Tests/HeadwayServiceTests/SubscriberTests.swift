@@ -1,6 +1,6 @@
 import HeadwayCore
 import Testing
-@testable import HeadwayService
+@testable import EventStream
 
 /// One subscriber, driven by hand with a fake sink and a manual clock: what it writes,
 /// what it keeps waiting, when it is cut off, and how its catch-up joins live events.

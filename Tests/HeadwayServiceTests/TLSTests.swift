@@ -1,8 +1,9 @@
 import Foundation
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import Daemon
 @testable import HTTPServer
+import HeadwayCore
 
 /// A self-signed certificate for 127.0.0.1 and localhost, made with the `openssl` command.
 struct TestCertificate {

@@ -1,7 +1,7 @@
 import Foundation
 import HeadwayTestSupport
 import Testing
-@testable import HeadwayService
+@testable import HeadwayAPI
 
 /// The task routes against the real daemon on a loopback port: the life cycle, every
 /// accuracy rule, and that a refused request changes nothing.

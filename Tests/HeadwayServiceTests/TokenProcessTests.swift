@@ -2,7 +2,6 @@ import Foundation
 import Testing
 import HeadwayCore
 import HeadwayTestSupport
-import HeadwayService
 
 /// `headwayd token create` as a process: the secret alone on stdout, picked up by a daemon
 /// already running on the same database; beyond loopback the daemon starts only once a

@@ -1,7 +1,7 @@
 import Testing
 import HeadwayCore
 import HeadwayStore
-@testable import HeadwayService
+@testable import Access
 
 /// The token registry in memory, on an injected clock: it holds only tokens that can
 /// still be presented, applies the rows it is given one by one, and remembers for a

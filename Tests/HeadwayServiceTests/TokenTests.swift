@@ -4,7 +4,9 @@ import HeadwayCore
 import HeadwayTestSupport
 import HeadwayStore
 import Lifecycle
-@testable import HeadwayService
+@testable import Access
+@testable import Daemon
+@testable import Telemetry
 
 extension LiveDaemon {
     /// Makes a token offline, as `headwayd token create` does, and has the daemon look at

@@ -1,6 +1,6 @@
 import HeadwayCore
 import Testing
-@testable import HeadwayService
+@testable import Daemon
 
 /// The tree's limits as flags and as replies: `--max-depth`, `--max-children` and
 /// `--max-tasks` at their limit and one past it, each refusal a problem with its code,

@@ -1,5 +1,5 @@
 import Testing
-@testable import HeadwayService
+@testable import Access
 
 /// The signature of deliveries (GnuTLS's HMAC-SHA256) against RFC 4231's vectors, and the
 /// form of new ids and secrets.

@@ -4,7 +4,7 @@ import Testing
 import HeadwayCore
 import HeadwayStore
 import Lifecycle
-@testable import HeadwayService
+@testable import Webhooks
 
 /// The connection of an attempt is pinned to every address its host was checked to
 /// resolve to, in the resolver's order, for every URL (a name or an address written out):

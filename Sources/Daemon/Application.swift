@@ -1,0 +1,470 @@
+import Access
+import EventStream
+import Foundation
+import HeadwayAPI
+import HeadwayCore
+import HeadwayStore
+import HTTPServer
+import Lifecycle
+import Telemetry
+import Webhooks
+
+/// The assembled daemon: database (migrated), writer, reader, routes and HTTP server.
+/// The executable and the tests build it the same way, with `buildApplication`.
+///
+/// Its long-running parts are services of one group, started in this order and stopped in
+/// the reverse one: the log flusher (last to stop, so the stop's own lines are written),
+/// the event broker, the writer, maintenance (stall sweeper and retention), the webhook
+/// dispatcher, and the HTTP server (first to stop: no new connections, every event stream
+/// ended, requests under way answered; then the dispatcher and maintenance stop, the
+/// writer commits what is queued, the broker ends).
+public final class HeadwayApplication: Sendable {
+    public let configuration: Configuration
+    public let logger: Logger
+    let writer: GroupCommitWriter
+    /// Where API reads run (`GET /v1/tasks…`, `/readyz`, `/metrics`).
+    let apiReads: ReadPool
+    /// Where event-stream catch-ups are read, with connections of their own.
+    let catchUpReads: ReadPool
+    let broker: EventBroker
+    let maintenance: Maintenance
+    let server: MicroHTTPServer
+    /// The catch-ups event-stream subscribers shared lately.
+    let recentCatchUps: CatchUpCache
+    /// What the catch-ups cost.
+    let catchUpStatistics: CatchUpStatistics
+    /// The bound on catch-up bytes held in memory (`--max-catch-up-bytes`).
+    let catchUpBudget: CatchUpBudget
+    /// Every route served, with the access it needs (tests build their matrix from it).
+    public let routes: [RouteEntry]
+    /// The tokens, in memory.
+    let tokens: TokenRegistry
+    /// Keeps `tokens` current (the maintenance thread calls it about once a second).
+    let tokenKeeper: TokenKeeper
+    /// What the server does with each request (tests may hand requests to it directly).
+    let pipeline: HTTPPipeline
+    /// What `GET /metrics` shows.
+    let metrics: ServiceMetrics
+    /// The services, once started.
+    private let services = Locked<ServiceGroup?>(nil)
+    /// On PostgreSQL: wakes the writer for other daemons' changes.
+    let changeListener: ChangeListener?
+    /// Sends webhook deliveries.
+    let webhookDispatcher: WebhookDispatcher
+    /// Where large batches of `POST /v1/progress` are parsed, off the server's thread.
+    let batchParsing: DispatchQueue
+
+    init(configuration: Configuration, writer: GroupCommitWriter, apiReads: ReadPool, catchUpReads: ReadPool,
+         broker: EventBroker, maintenance: Maintenance, server: MicroHTTPServer, pipeline: HTTPPipeline,
+         recentCatchUps: CatchUpCache, catchUpStatistics: CatchUpStatistics, catchUpBudget: CatchUpBudget,
+         logger: Logger, routes: [RouteEntry], tokens: TokenRegistry, tokenKeeper: TokenKeeper, metrics: ServiceMetrics,
+         webhookDispatcher: WebhookDispatcher, changeListener: ChangeListener? = nil,
+         batchParsing: DispatchQueue = DispatchQueue(label: "headway.batches")) {
+        self.batchParsing = batchParsing
+        self.webhookDispatcher = webhookDispatcher
+        self.changeListener = changeListener
+        self.metrics = metrics
+        self.tokens = tokens
+        self.tokenKeeper = tokenKeeper
+        self.maintenance = maintenance
+        self.recentCatchUps = recentCatchUps
+        self.catchUpStatistics = catchUpStatistics
+        self.catchUpBudget = catchUpBudget
+        self.configuration = configuration
+        self.writer = writer
+        self.apiReads = apiReads
+        self.catchUpReads = catchUpReads
+        self.broker = broker
+        self.server = server
+        self.logger = logger
+        self.routes = routes
+        self.pipeline = pipeline
+    }
+
+    /// The port served (useful with port 0).
+    public var port: Int { server.port }
+
+    /// Starts every service; listening once this returns. Without `listening` (tests that
+    /// hand requests to the pipeline in process) the HTTP server is left out.
+    public func start(listening: Bool = true) throws {
+        var members = [
+            ServiceGroup.Member("headway-log", logger.flusher),
+            ServiceGroup.Member("headway-events", broker),
+            ServiceGroup.Member("headway-writer", writer),
+            ServiceGroup.Member("headway-sweeper", maintenance),
+            ServiceGroup.Member("headway-webhooks", webhookDispatcher),
+        ]
+        if let changeListener { members.insert(ServiceGroup.Member("headway-listen", changeListener), at: 3) }
+        if listening { members.append(ServiceGroup.Member("headway-accept", server)) }
+        let group = ServiceGroup(members)
+        try group.start()
+        services.withLock { $0 = group }
+        guard listening else { return }
+        logger.log(.info, "server.listening", [
+            "address": configuration.host.contains(":") ? "[\(configuration.host)]:\(port)" : "\(configuration.host):\(port)",
+            "socket": configuration.inheritedListenFD == nil ? "bound" : "inherited",
+            "db": redactedLocation(configuration.databasePath), "durability": configuration.durability.rawValue,
+            "tls": server.isTLS ? "on" : "off", "certificate_sha256": server.certificateFingerprint ?? "-",
+            "version": HeadwayVersion.current,
+        ])
+        warnIfCertificateIsNotValidNow()
+    }
+
+    /// Logs `tls.certificate_expired` or `tls.certificate_not_yet_valid` (with its dates) if
+    /// the certificate served is outside its validity dates now. It is served all the same:
+    /// an operator may be in the middle of a renewal.
+    private func warnIfCertificateIsNotValidNow() {
+        guard let validity = server.certificateValidity, let problem = validity.problem(at: Date()) else { return }
+        let dates = ISO8601DateFormatter()
+        logger.log(.warn, problem.rawValue, [
+            "cert": configuration.tlsCertificatePath ?? "", "not_before": dates.string(from: validity.notBefore),
+            "not_after": dates.string(from: validity.notAfter), "certificate_sha256": server.certificateFingerprint ?? "",
+            "detail": "served anyway: clients that check dates will refuse it",
+        ])
+    }
+
+    /// Reloads the TLS certificate and key from their files (SIGHUP): new connections get
+    /// the new certificate, open ones keep going; a file that cannot serve keeps the old
+    /// certificate. Logs what happened (`tls.reloaded`, `tls.reload_failed`, or
+    /// `tls.reload_skipped` without TLS) and returns whether a new certificate is served.
+    @discardableResult
+    public func reloadCertificate() -> Bool {
+        guard let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath else {
+            logger.log(.info, "tls.reload_skipped", ["reason": "TLS is off (no --tls-cert): nothing to reload"])
+            return false
+        }
+        do {
+            let fingerprint = try server.reloadCertificate() ?? ""
+            logger.log(.info, "tls.reloaded", ["cert": certificatePath, "key": keyPath, "certificate_sha256": fingerprint])
+            warnIfCertificateIsNotValidNow()
+            return true
+        } catch {
+            logger.log(.error, "tls.reload_failed", [
+                "error": "\(error)", "kept_certificate_sha256": server.certificateFingerprint ?? "",
+            ])
+            return false
+        }
+    }
+
+    /// Event-stream subscribers connected now.
+    public var subscriberCount: Int { broker.subscriberCount }
+
+    /// Makes the event stream look at the clock now (for tests that move a manual clock).
+    func wakeEventStream() { broker.wake() }
+
+    /// Holds or releases the event broker's queue (for tests of a broker that is behind).
+    func pauseEventStream(_ paused: Bool) { broker.setPaused(paused) }
+
+    /// Runs the stall sweeper now and waits for its commit; returns the events it raised.
+    @discardableResult
+    func sweepStalls() -> Int { maintenance.sweepNow() }
+
+    /// Looks at the tokens table now, as the maintenance thread does about once a second,
+    /// and waits (for tests: a token made by `headwayd token create`, one that expired).
+    func refreshTokens() { tokenKeeper.refresh() }
+
+    /// Runs one retention pass now; returns the rows forgotten.
+    @discardableResult
+    func pruneOldTasks() -> Int { maintenance.pruneNow() }
+
+    /// Every reader connection (for tests of reads that fail).
+    var readers: [DatabaseReader] { apiReads.readers + catchUpReads.readers }
+
+    /// Stops every service in order (see the type), waits for the reads still running or
+    /// waiting (catch-ups, API reads), then closes the readers and writes the last log
+    /// lines (the flusher has stopped).
+    public func shutdown() {
+        logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
+        // Reads still waiting are answered 503 now: the drain below waits for the reads
+        // running, not for a queue that one client may have filled with heavy pages.
+        apiReads.refuseWaiting()
+        services.withLock { $0 }?.stop()
+        catchUpReads.close()
+        apiReads.close()
+        logger.log(.info, "server.stopped", ["batches": "\(writer.statistics.batches)", "writes": "\(writer.statistics.jobs)"])
+        logger.flush()
+    }
+}
+
+/// Opens and migrates the database and assembles the daemon (not yet listening).
+public func buildApplication(_ configuration: Configuration, clock: any WallClock = SystemClock(),
+                             logger: Logger? = nil) throws -> HeadwayApplication {
+    let logger = logger ?? Logger(minimumLevel: configuration.logLevel)
+    // TLS files that cannot serve are refused before anything is created: a mistyped
+    // --tls-cert leaves no new database behind.
+    if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
+        try TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath).check()
+    }
+    // The start refusals that need tokens look first without creating or migrating the
+    // database (a missing file has no tokens), then again once the table is loaded.
+    if let refusal = StartRefusal.check(configuration, tokensRequired: TokenRepository.requiredWithoutCreating(
+        path: configuration.databasePath)) {
+        throw refusal
+    }
+    let setup = try DatabaseSetup.open(path: configuration.databasePath)
+    if !setup.appliedMigrations.isEmpty {
+        logger.log(.info, "database.migrated", ["versions": setup.appliedMigrations.map(String.init).joined(separator: ",")])
+    }
+    if !isPostgresLocation(configuration.databasePath), let mode = PrivateFile.modeOpenToOthers(configuration.databasePath) {
+        // Made before database files were created 0600, or opened up by hand: its -wal and
+        // -shm get the same mode.
+        logger.log(.warn, "security.database_mode", [
+            "path": configuration.databasePath, "mode": "0" + String(mode, radix: 8),
+            "detail": "the database holds webhook secrets and token hashes, and others than its owner may read or "
+                + "write it: chmod 600 it (and its -wal and -shm)",
+        ])
+    }
+    let changeCounter = setup.changeCounter
+    let tokens = TokenRegistry()
+    let tokenDatabase = try Database(path: configuration.databasePath)
+    defer { tokenDatabase.close() }
+    let (storedTokens, storedWebhooks) = try tokenDatabase.inTransaction {
+        (try TokenRepository.changes(since: -1, in: tokenDatabase), try WebhookRepository.all(in: tokenDatabase))
+    }
+    let webhookOutbox = WebhookOutbox()
+    webhookOutbox.load(storedWebhooks)
+    let webhookDoorbell = Doorbell()
+    tokens.apply(storedTokens, now: clock.now())
+    if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
+    let exactCORSOrigins = configuration.corsOrigins.compactMap { origin -> String? in
+        if case .exact(let exact) = origin { return exact.description }
+        return nil
+    }
+    if !tokens.authenticationRequired && !exactCORSOrigins.isEmpty {
+        // Trusted explicitly by the operator, but while no token exists its pages may do
+        // everything, making the first admin token included.
+        logger.log(.warn, "security.cors_without_tokens", [
+            "cors_origins": exactCORSOrigins.joined(separator: ","),
+            "detail": "no access token exists: pages of these origins may do everything, create tokens included; "
+                + "create one with: headwayd token create --scope admin --db \(configuration.databasePath)",
+        ])
+    }
+    let connectionLimit = configuration.maximumSubscribers + 1024
+    raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
+    let metrics = ServiceMetrics()
+    let storageAlarm = StorageAlarm(logger: logger, clock: clock)
+    // On PostgreSQL other daemons may write the same database: each batch takes the
+    // writers' lock, continues their numbering and delivers their changes (`SharedWriting`).
+    let taskCache = TaskCache()
+    let isShared = isPostgresLocation(configuration.databasePath)
+    let sharedWriting = isShared ? SharedWriting(changeCounter: changeCounter, cache: taskCache) : nil
+    let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
+                                       walSizeLimit: configuration.walSizeLimitBytes, coordinator: sharedWriting,
+                                       heldWrites: taskCache,
+                                       observeBatch: { batch in
+                                           metrics.observe(batch)
+                                           storageAlarm.observe(batch)
+                                           if webhookOutbox.takeWritten() { webhookDoorbell.ring() }
+                                       },
+                                       observeCheckpoint: { metrics.observeCheckpoint(seconds: $0) })
+    let apiReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
+                                maximumWaiting: configuration.maximumQueuedReads, label: "headway.reads")
+    // Every waiting catch-up holds a subscriber's place, so the subscriber limit bounds them.
+    let catchUpReads = try ReadPool(path: configuration.databasePath, connections: configuration.readConnections,
+                                    maximumWaiting: max(1, configuration.maximumSubscribers), label: "headway.events.catch-up")
+    var brokerSettings = EventBroker.Settings()
+    brokerSettings.maximumSubscribers = configuration.maximumSubscribers
+    brokerSettings.heartbeatSeconds = configuration.sseHeartbeatSeconds
+    brokerSettings.streamBufferBytes = configuration.streamBufferBytes
+    brokerSettings.maximumPendingTasks = configuration.maximumPendingTasks
+    brokerSettings.pacing = configuration.fanOutPacing
+    let broker = EventBroker(settings: brokerSettings, clock: clock, logger: logger, counters: metrics.events)
+    sharedWriting?.deliverOtherChanges { events in broker.publish(events) }
+    let listener = sharedWriting.map { sharedWriting in
+        ChangeListener(location: configuration.databasePath, writer: writer, sharedWriting: sharedWriting,
+                       reportFailure: { error in logger.log(.warn, "database.listen_failed", ["error": error]) })
+    }
+    let leadership = isShared ? Leadership(location: configuration.databasePath) { leading, detail in
+        switch (leading, detail) {
+        case (true, _):
+            logger.log(.info, "leadership.acquired", ["detail": "this daemon now sweeps stalls and applies retention"])
+        case (false, let error?): logger.log(.warn, "leadership.lost", ["error": error])
+        case (false, nil): logger.log(.info, "leadership.released", [:])
+        }
+    } : nil
+    let store = TaskStore(changeCounter: changeCounter, defaultStallTimeoutSeconds: configuration.stallTimeoutSeconds,
+                          graceStart: clock.now(), cache: taskCache, limits: configuration.treeLimits,
+                          webhooks: webhookOutbox)
+    var maintenanceSettings = Maintenance.Settings()
+    maintenanceSettings.retentionMilliseconds = Int64(configuration.retentionSeconds * 1000)
+    let keeper = TokenKeeper(registry: tokens, writer: writer, broker: broker, clock: clock, logger: logger)
+    let maintenance = Maintenance(settings: maintenanceSettings, writer: writer, store: store, broker: broker,
+                                  clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned,
+                                  leadership: leadership)
+    var dispatcherSettings = WebhookDispatcher.Settings()
+    if let concurrency = configuration.webhookConcurrency {
+        logger.log(.warn, "config.deprecated", [
+            "setting": "webhook-concurrency", "value": "\(concurrency)",
+            "detail": "ignored: every webhook has its own delivery attempt in flight, all on one thread; "
+                + "remove the setting",
+        ])
+    }
+    dispatcherSettings.timeoutSeconds = configuration.webhookTimeoutSeconds
+    dispatcherSettings.retry = configuration.webhookRetry
+    dispatcherSettings.allowPrivate = configuration.webhookAllowPrivate
+    let webhookDispatcher = WebhookDispatcher(settings: dispatcherSettings, location: configuration.databasePath,
+                                              writer: writer, outbox: webhookOutbox, clock: clock, logger: logger,
+                                              leadership: leadership, counters: metrics.webhookAttempts,
+                                              doorbell: webhookDoorbell)
+    var routes = ServiceRoutes(gate: AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path))
+    let errors = ErrorReplies(logger: logger)
+    let unreadReplies = UnreadReplies(limitBytes: configuration.maximumUnsentReplyBytes)
+    let batchParsing = DispatchQueue(label: "headway.batches")
+    let catchUpBudget = CatchUpBudget(limitBytes: configuration.maximumCatchUpBytes)
+    OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker, catchUpBudget: catchUpBudget,
+                  databasePath: configuration.databasePath, errors: errors, unreadReplies: unreadReplies)
+        .register(in: &routes)
+    TaskAPI(writer: writer, reads: apiReads, store: store, broker: broker, clock: clock, logger: logger, errors: errors,
+            metrics: metrics, maximumBatchItems: configuration.maximumBatchItems,
+            unreadReplies: unreadReplies, batchParsing: batchParsing)
+        .register(in: &routes)
+    TokensAPI(writer: writer, registry: tokens, broker: broker, clock: clock, logger: logger, errors: errors,
+              maximumTokens: configuration.maximumTokens)
+        .register(in: &routes)
+    let checkWebhookURL: WebhookURLCheck = { [allowPrivate = configuration.webhookAllowPrivate,
+                                              seconds = configuration.webhookTimeoutSeconds] url, then in
+        WebhookTransport.check(url, allowPrivate: allowPrivate, within: seconds, lookups: .checks) { check in
+            if case .refused(let reason, _) = check { then(reason) } else { then(nil) }
+        }
+    }
+    WebhooksAPI(writer: writer, reads: apiReads, outbox: webhookOutbox, checkURL: checkWebhookURL, clock: clock,
+                logger: logger, errors: errors, changed: { webhookDoorbell.ring() })
+        .register(in: &routes)
+    DashboardAPI(registry: tokens).register(in: &routes)
+    let recentCatchUps = CatchUpCache(budget: catchUpBudget)
+    let catchUpStatistics = CatchUpStatistics()
+    EventsAPI(broker: broker, reads: catchUpReads, clock: clock, logger: logger, errors: errors,
+              recentCatchUps: recentCatchUps, statistics: catchUpStatistics, budget: catchUpBudget)
+        .register(in: &routes)
+    let router = routes.router
+    var serverConfiguration = MicroHTTPServer.Configuration()
+    serverConfiguration.host = configuration.host
+    serverConfiguration.port = configuration.port
+    serverConfiguration.inheritedListenFD = configuration.inheritedListenFD
+    serverConfiguration.connectionLimit = connectionLimit
+    serverConfiguration.streamStallTimeoutSeconds = configuration.streamStallTimeoutSeconds
+    serverConfiguration.unreadReplies = unreadReplies
+    if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
+        serverConfiguration.tls = TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath)
+    }
+    // Each connection's buffers: 10,000 connections cost ~280 MB at the default 32 KiB.
+    // The library keeps each query parameter in about 50 bytes more. Requests: a target of
+    // up to 8 KiB, headers and the most query parameters allowed fit; bodies arrive in
+    // pieces. Event streams send their frames themselves and need only room for a small
+    // request head: a stream request whose head passes 1 KiB or carries more than 8 query
+    // parameters is served by the request daemon instead (10,000 streams cost 4.5 KiB
+    // each, not the request daemon's 22 KiB). Under TLS one daemon, with the request
+    // daemon's memory, serves both (an HTTPS stream costs about 37 KiB).
+    serverConfiguration.maximumQueryParameters = configuration.maximumQueryParameters
+    serverConfiguration.maximumBodyBytes = configuration.maximumBodyBytes
+    serverConfiguration.bodyLimitsByPath[TaskAPI.batchPath] = max(configuration.maximumBodyBytes, TaskAPI.batchBodyBytes)
+    // Only a request whose token may report sends the batch route's larger body: another,
+    // refused once read, is held to the usual limit before any of it is read.
+    let batchGate = AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path)
+    serverConfiguration.mayTakeLargerBody = { request in
+        if case .success = batchGate.admit(request, .scope(.report)) { return true }
+        return false
+    }
+    // A batch's reply bytes are reserved from its head: a client past its share is refused
+    // before its body is read or parsed.
+    let maximumBatchItems = configuration.maximumBatchItems
+    serverConfiguration.largerBodyReplyBytes = { announced in
+        TaskAPI.replyBytesReserved(announcedBodyBytes: announced, maximumItems: maximumBatchItems)
+    }
+    let bytesPerQueryParameter = 64
+    serverConfiguration.connectionMemoryLimit = 16 * 1024 + configuration.maximumQueryParameters * bytesPerQueryParameter
+    serverConfiguration.streamPaths = [EventsAPI.path]
+    serverConfiguration.maximumStreamHeadBytes = 1024
+    serverConfiguration.maximumStreamQueryParameters = 8
+    serverConfiguration.streamConnectionMemoryLimit = 4 * 1024 + serverConfiguration.maximumStreamQueryParameters
+        * bytesPerQueryParameter
+    // Connection floods: a deadline for each head and for each body, a bounded waiting set,
+    // a cap per address; what is refused is logged as counts, at most once a second.
+    serverConfiguration.headTimeoutNanoseconds = UInt64(configuration.headTimeoutSeconds * 1e9)
+    serverConfiguration.bodyTimeoutNanoseconds = UInt64(configuration.bodyTimeoutSeconds * 1e9)
+    serverConfiguration.maximumWaitingConnections = max(16, min(1024, connectionLimit / 8))
+    serverConfiguration.maximumConnectionsPerAddress = configuration.maximumConnectionsPerAddress
+    serverConfiguration.connectionsRefused = { counts in
+        logger.log(.warn, "http.connections_refused", [
+            ConnectionRefusal.headTimeout.rawValue: "\(counts[.headTimeout] ?? 0)",
+            ConnectionRefusal.bodyTimeout.rawValue: "\(counts[.bodyTimeout] ?? 0)",
+            ConnectionRefusal.waitingFull.rawValue: "\(counts[.waitingFull] ?? 0)",
+            ConnectionRefusal.tooManyFromAddress.rawValue: "\(counts[.tooManyFromAddress] ?? 0)",
+            ConnectionRefusal.notTLS.rawValue: "\(counts[.notTLS] ?? 0)",
+            ConnectionRefusal.malformedHead.rawValue: "\(counts[.malformedHead] ?? 0)",
+        ])
+    }
+    // Every request gets an id and, once over, a log line and its count from the HTTP layer
+    // (`AccessLog`); it passes the middleware, and the HTTP layer's refusals look like every
+    // other problem. What browsers may do (Host, Origin, Content-Type, CORS) is checked
+    // before anything else, with the port the server binds.
+    let servedPort = ServedPort(configured: configuration.port)
+    let accessLog = AccessLog(logger: logger, metrics: metrics)
+    let browserChecks = BrowserChecks(listenHost: configuration.host, publicOrigins: configuration.publicOrigins,
+                                      allowedOrigins: configuration.corsOrigins, router: router, servedPort: servedPort,
+                                      errors: errors, tokensRequired: { tokens.authenticationRequired })
+    let pipeline = HTTPPipeline(middleware: [browserChecks],
+                                router: router, renderRefusal: errors.response(for:_:),
+                                requestIDs: RequestIDs(), observeExchange: accessLog.record)
+    let server = try MicroHTTPServer(configuration: serverConfiguration, pipeline: pipeline, libraryLog: { message, clientGone in
+        // The library's messages may quote a request target: `access_token=` is redacted
+        // (the logger redacts it in every value too).
+        logger.log(clientGone ? .debug : .warn, "http.library", ["message": Redaction.redact(message)])
+    })
+    servedPort.follow(server)
+    return HeadwayApplication(configuration: configuration, writer: writer, apiReads: apiReads,
+                              catchUpReads: catchUpReads, broker: broker, maintenance: maintenance, server: server,
+                              pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
+                              catchUpBudget: catchUpBudget,
+                              logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper,
+                              metrics: metrics, webhookDispatcher: webhookDispatcher, changeListener: listener,
+                              batchParsing: batchParsing)
+}
+
+/// Why the daemon refuses to start.
+public enum StartRefusal: Error, CustomStringConvertible {
+    /// Listening beyond loopback while no token exists.
+    case noTokens(host: String, port: Int, databasePath: String)
+    /// `--cors-origin '*'` while no token exists: any page could make the first admin token.
+    case anyCORSOriginWithoutTokens(databasePath: String)
+
+    /// Why `configuration` may not start, given whether tokens are required, or nil.
+    static func check(_ configuration: Configuration, tokensRequired: Bool) -> StartRefusal? {
+        guard !tokensRequired else { return nil }
+        if !Configuration.isLoopback(configuration.host) {
+            return .noTokens(host: configuration.host, port: configuration.port, databasePath: configuration.databasePath)
+        }
+        if configuration.corsOrigins.contains(.any) { return .anyCORSOriginWithoutTokens(databasePath: configuration.databasePath) }
+        return nil
+    }
+
+    public var description: String {
+        switch self {
+        case .anyCORSOriginWithoutTokens(let databasePath):
+            return "--cors-origin '*': no access token exists in \(databasePath), so any web page anyone opens could "
+                + "use the API, and make the first admin token. Create the first token with: "
+                + "headwayd token create --scope admin --db \(databasePath) (or name the dashboard's exact origin, "
+                + "e.g. --cors-origin https://dash.example.com)"
+        case .noTokens(let host, let port, let databasePath):
+            let address = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+            return "--listen \(address): no access token exists in \(databasePath), so Headway serves only on "
+                + "loopback (127.0.0.0/8, ::1, localhost). Create the first token with: "
+                + "headwayd token create --scope admin --db \(databasePath)"
+        }
+    }
+}
+
+/// Raises the soft limit of open files toward `wanted` (each connection is a file), as far
+/// as the hard limit allows, and says so when that is not enough.
+private func raiseOpenFileLimit(to wanted: Int, logger: Logger) {
+    var limit = rlimit()
+    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
+    let target = min(rlim_t(wanted), limit.rlim_max)
+    if limit.rlim_cur < target {
+        limit.rlim_cur = target
+        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    }
+    if target < rlim_t(wanted) {
+        logger.log(.warn, "limits.open_files", ["wanted": "\(wanted)", "allowed": "\(target)"])
+    }
+}

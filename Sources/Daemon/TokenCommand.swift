@@ -1,0 +1,110 @@
+import Access
+import HeadwayCore
+import HeadwayStore
+
+/// `headwayd token create`: makes a token offline, straight in the database (migrating it
+/// first if need be), and prints its secret alone on stdout, once. The way to make the
+/// first admin token; a daemon running on the same database sees the new token within
+/// about a second.
+public enum TokenCommand {
+    /// The usage text of `headwayd token --help`.
+    public static let usage = """
+        Usage: headwayd token create --scope S [--scope S…] [--name N] [--task-prefix P]
+                                     [--expires-in DURATION] --db PATH
+
+        Makes an access token in the database at PATH and prints its secret alone on
+        stdout. The secret is shown only this once; only its SHA-256 is stored.
+
+          --scope S          report, read, control or admin (repeatable; admin allows all)
+          --name N           a name for logs and listings (default: cli)
+          --task-prefix P    the token sees and touches only tasks whose id starts with P
+          --expires-in D     expires this long from now: seconds, or with s, m, h or d;
+                             1 minute to 100 years (60 to 3155760000 s, 1m to 36525d);
+                             without it the token never expires
+          --db PATH|URI      the daemon's SQLite database (created if missing), or
+                             its PostgreSQL database (postgresql://…)
+
+        """
+
+    /// What `arguments` (after `token`) ask for.
+    public enum Parsed: Equatable, Sendable {
+        case help
+        case create(TokenRequest, expiresInSeconds: Double?, databasePath: String)
+    }
+
+    /// Reads `create` and its flags (`--name value` or `--name=value`).
+    public static func parse(_ arguments: [String]) throws(UsageError) -> Parsed {
+        guard let verb = arguments.first else { throw UsageError("token needs a command: create") }
+        if verb == "-h" || verb == "--help" { return .help }
+        guard verb == "create" else { throw UsageError("unknown token command '\(verb)' (known: create)") }
+        var scopes: Set<Scope> = []
+        var name = "cli"
+        var prefix: String?
+        var expiresIn: Double?
+        var databasePath: String?
+        var index = 1
+        while index < arguments.count {
+            var flag = arguments[index]
+            index += 1
+            if flag == "-h" || flag == "--help" { return .help }
+            var value: String?
+            if let equals = flag.firstIndex(of: "=") {
+                value = String(flag[flag.index(after: equals)...])
+                flag = String(flag[..<equals])
+            }
+            guard ["--scope", "--name", "--task-prefix", "--expires-in", "--db"].contains(flag) else {
+                throw UsageError("unknown option '\(flag)' for token create")
+            }
+            if value == nil {
+                guard index < arguments.count else { throw UsageError("option '\(flag)' needs a value") }
+                value = arguments[index]
+                index += 1
+            }
+            let text = value ?? ""
+            switch flag {
+            case "--scope":
+                guard let scope = Scope(rawValue: text) else {
+                    throw UsageError("--scope must be report, read, control or admin, not '\(text)'")
+                }
+                scopes.insert(scope)
+            case "--name":
+                guard !text.isEmpty, text.unicodeScalars.count <= Limits.nameLength else {
+                    throw UsageError("--name must be 1 to \(Limits.nameLength) characters")
+                }
+                name = text
+            case "--task-prefix":
+                guard TaskIDPrefix.isValid(text) else {
+                    throw UsageError("--task-prefix must match [A-Za-z0-9._~:-]{1,\(Limits.idLength)}, not '\(text)'")
+                }
+                prefix = text
+            case "--expires-in":
+                guard let seconds = Configuration.parseDuration(text), TokenRequest.isLifetimeAllowed(seconds: seconds) else {
+                    throw UsageError("--expires-in must be a duration from 1 minute to 100 years (e.g. 3600, 90m, 12h, "
+                                     + "30d; at most 36525d), not '\(text)'")
+                }
+                expiresIn = seconds
+            default:
+                guard !text.isEmpty else { throw UsageError("--db needs a file path") }
+                databasePath = text
+            }
+        }
+        guard !scopes.isEmpty else { throw UsageError("token create needs at least one --scope") }
+        guard let databasePath else { throw UsageError("token create needs --db PATH") }
+        return .create(TokenRequest(name: name, scopes: scopes, taskPrefix: prefix), expiresInSeconds: expiresIn,
+                       databasePath: databasePath)
+    }
+
+    /// Makes the token and returns its secret (the caller prints it).
+    public static func create(_ request: TokenRequest, expiresInSeconds: Double?, databasePath: String,
+                              clock: any WallClock = SystemClock()) throws -> String {
+        _ = try DatabaseSetup.open(path: databasePath)
+        let database = try Database(path: databasePath)
+        defer { database.close() }
+        let now = clock.now()
+        var request = request
+        request.expiresAt = expiresInSeconds.map { now + Int64(($0 * 1000).rounded()) }
+        let (token, secret) = try TokenCrypto.newToken(request, now: now)
+        try database.inTransaction(.immediate) { try TokenRepository.insert(token, in: database) }
+        return secret
+    }
+}

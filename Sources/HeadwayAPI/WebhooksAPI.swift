@@ -1,0 +1,273 @@
+import Access
+import Dispatch
+import HeadwayCore
+import HeadwayStore
+import HTTPServer
+import Telemetry
+
+/// `/v1/webhooks` (scope `admin`): make a webhook (its signing secret is shown in that
+/// reply only), list them without secrets, delete one (its pending deliveries with it),
+/// and read a webhook's latest deliveries. A new webhook's URL must be an `http` or
+/// `https` URL and, unless `--webhook-allow-private`, its host must resolve to public
+/// addresses only (else 422 `webhook_url_refused`, as when its lookup takes longer than
+/// `--webhook-timeout` or eight others are still running: `HostLookup.checks`; no thread
+/// waits for the lookup). Each change goes through the writer, which reads the table back
+/// in the same transaction for the writer's in-memory list (`WebhookOutbox`), so the very
+/// next change is delivered to it.
+///
+/// A token with a task prefix manages only the webhooks inside it: a webhook it makes
+/// must have a task prefix that starts with its own (403 `prefix_not_allowed`), and any
+/// other webhook is 404 to it.
+/// Looks the host of a new webhook's URL up and calls `then` once with the reason the URL
+/// is refused, or nil when deliveries may be posted to it. The daemon passes the webhook
+/// transport's check, which the routes do not import.
+package typealias WebhookURLCheck = @Sendable (_ url: WebhookURL, _ then: @escaping @Sendable (_ refusal: String?) -> Void) -> Void
+
+package struct WebhooksAPI: Sendable {
+    let writer: GroupCommitWriter
+    let reads: ReadPool
+    let outbox: WebhookOutbox
+    /// Checks a new webhook's URL (its host's lookup, `--webhook-allow-private`,
+    /// `--webhook-timeout`).
+    let checkURL: WebhookURLCheck
+    let clock: any WallClock
+    let logger: Logger
+    let errors: ErrorReplies
+    /// Called once a webhook was made or deleted (the dispatcher looks again).
+    let changed: @Sendable () -> Void
+
+    /// Deliveries listed by `GET /v1/webhooks/{id}/deliveries`, newest first.
+    static let listedDeliveries = 100
+
+    package func register(in routes: inout ServiceRoutes) {
+        routes.add("POST", "/v1/webhooks", .scope(.admin)) { request, grant, responder in create(request, grant, responder) }
+        routes.add("GET", "/v1/webhooks", .scope(.admin)) { _, grant, responder in list(grant, responder) }
+        routes.add("DELETE", "/v1/webhooks/{id}", .scope(.admin)) { request, grant, responder in
+            delete(request, grant, responder)
+        }
+        routes.add("GET", "/v1/webhooks/{id}/deliveries", .scope(.admin)) { request, grant, responder in
+            deliveries(request, grant, responder)
+        }
+    }
+
+    private func create(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let asked: WebhookRequest
+        let url: WebhookURL
+        do {
+            guard !request.body.isEmpty else { throw TaskError.malformedJSON("This request needs a JSON object as its body.") }
+            let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
+            guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
+                throw Problem.unsupportedMediaType(mediaType)
+            }
+            let body: JSONValue
+            switch JSONParser.parse(request.body) {
+            case .success(let value): body = value
+            case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
+            }
+            asked = try WebhookRequest.parse(body)
+            do throws(WebhookURL.Refusal) { url = try WebhookURL.parse(asked.url) } catch {
+                throw Problem.webhookURLRefused(error.message)
+            }
+            if !grant.manages(tokenPrefix: asked.filter.taskPrefix), let prefix = grant.taskPrefix {
+                throw AccessRefusal.prefixNotAllowed(prefix: prefix, field: "task_prefix")
+            }
+        } catch {
+            return responder.respond(errors.response(for: error, request))
+        }
+        // The host's lookup may take a while: the reply follows its answer, and no thread
+        // waits for it.
+        checkURL(url) { [self] refusal in
+            let made: WebhookRecord
+            do {
+                if let refusal { throw Problem.webhookURLRefused(refusal) }
+                made = WebhookRecord(id: try WebhookCrypto.newWebhookID(), url: url.text, filter: asked.filter,
+                                     format: asked.format, secret: try WebhookCrypto.newSecret(), createdAt: clock.now())
+            } catch {
+                return responder.respond(errors.response(for: error, request))
+            }
+            writer.submit({ database in
+                guard try WebhookRepository.count(in: database) < WebhookRepository.maximumWebhooks else {
+                    throw Problem.tooManyWebhooks
+                }
+                try WebhookRepository.insert(made, in: database)
+                return try WebhookRepository.all(in: database)
+            }) { [outbox, logger, errors, changed] result in
+                switch result {
+                case .success(let webhooks):
+                    outbox.load(webhooks)
+                    changed()
+                    logger.log(.info, "audit.webhook_create", [
+                        "request_id": request.requestID, "token_id": grant.tokenID ?? "none",
+                        "token_name": grant.tokenName ?? "none", "webhook_id": made.id,
+                        "events": made.filter.events.map(\.rawValue).sorted().joined(separator: ","),
+                        "task_prefix": made.filter.taskPrefix ?? "",
+                    ])
+                    responder.respond(.json(201, Self.json(made, secret: made.secret),
+                                            headers: [HTTPField("Location", "/v1/webhooks/\(made.id)"),
+                                                      HTTPField("Cache-Control", "no-store")]))
+                case .failure(let error):
+                    responder.respond(errors.response(for: error, request))
+                }
+            }
+        }
+    }
+
+    private func list(_ grant: Grant, _ responder: any Responder) {
+        var body = JSONText()
+        body.appendRaw(#"{"webhooks":["#)
+        for (index, webhook) in outbox.current.filter({ grant.manages(tokenPrefix: $0.filter.taskPrefix) }).enumerated() {
+            if index > 0 { body.appendRaw(",") }
+            body.appendRaw(Self.json(webhook, secret: nil))
+        }
+        body.appendRaw("]}")
+        responder.respond(.json(200, body.text))
+    }
+
+    /// One step of a webhook's deletion.
+    struct DeletionStep: Sendable, BatchSized {
+        /// Whether the webhook existed (false: nothing was deleted).
+        var existed: Bool
+        /// Whether the webhook is gone (else another step follows).
+        var finished: Bool
+        var estimatedBytes: Int { 0 }
+    }
+
+    /// Deliveries deleted per writer job when a webhook is deleted: a long backlog does not
+    /// hold the writer for long.
+    static let deletionStepRows = 10_000
+
+    private func delete(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let id = request.pathParameters["id"] ?? ""
+        guard let webhook = outbox.current.first(where: { $0.id == id }), grant.manages(tokenPrefix: webhook.filter.taskPrefix)
+        else { return responder.respond(errors.response(for: Problem.webhookNotFound(id), request)) }
+        // From the first step on, no change writes deliveries for it; its backlog goes in
+        // steps of their own; the row last, so that until the reply the webhook exists.
+        let first: @Sendable (Database) throws -> DeletionStep = { [outbox] database in
+            outbox.forget(id)
+            return try Self.deletionStep(id, in: database)
+        }
+        let next: @Sendable (DeletionStep) -> (@Sendable (Database) throws -> DeletionStep)? = { step in
+            guard !step.finished else { return nil }
+            return { database in try Self.deletionStep(id, in: database) }
+        }
+        writer.submitSteps(first, nextStep: next, afterEachCommit: { _ in }) { [writer, outbox, logger, errors, changed] result in
+            switch result {
+            case .success(let step) where step.existed:
+                changed()
+                logger.log(.info, "audit.webhook_delete", [
+                    "request_id": request.requestID, "token_id": grant.tokenID ?? "none",
+                    "token_name": grant.tokenName ?? "none", "webhook_id": id,
+                ])
+                responder.respond(HTTPResponse(status: 204))
+            case .success:
+                responder.respond(errors.response(for: Problem.webhookNotFound(id), request))
+            case .failure(let error):
+                // Not deleted (wholly): the list is read again, with the webhook if it is still there.
+                writer.submit({ database in try WebhookRepository.all(in: database) }) { reloaded in
+                    if case .success(let webhooks) = reloaded { outbox.load(webhooks) }
+                }
+                responder.respond(errors.response(for: error, request))
+            }
+        }
+    }
+
+    /// Deletes up to `deletionStepRows` deliveries of the webhook `id`, and the webhook
+    /// itself once fewer were left.
+    private static func deletionStep(_ id: String, in database: Database) throws -> DeletionStep {
+        let deleted = try WebhookRepository.deleteDeliveries(of: id, limit: deletionStepRows, in: database)
+        if deleted == deletionStepRows { return DeletionStep(existed: true, finished: false) }
+        return DeletionStep(existed: try WebhookRepository.delete(id, in: database), finished: true)
+    }
+
+    private func deliveries(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let id = request.pathParameters["id"] ?? ""
+        guard let webhook = outbox.current.first(where: { $0.id == id }), grant.manages(tokenPrefix: webhook.filter.taskPrefix)
+        else { return responder.respond(errors.response(for: Problem.webhookNotFound(id), request)) }
+        reads.answer(request, responder, errors: errors) { reader in
+            let deliveries = try reader.read { database in
+                try WebhookRepository.recent(of: id, limit: Self.listedDeliveries, in: database)
+            }
+            var body = JSONText()
+            body.appendRaw(#"{"deliveries":["#)
+            for (index, delivery) in deliveries.enumerated() {
+                if index > 0 { body.appendRaw(",") }
+                body.appendRaw(Self.json(delivery))
+            }
+            body.appendRaw("]}")
+            return .json(200, body.text)
+        }
+    }
+
+    /// A webhook as the API shows it; `secret` only in the reply that made it.
+    static func json(_ webhook: WebhookRecord, secret: String?) -> String {
+        var object = JSONObjectWriter()
+        object.string("id", webhook.id)
+        object.string("url", webhook.url)
+        object.raw("events", stringArray(webhook.filter.events.map(\.rawValue).sorted()))
+        object.string("task_prefix", webhook.filter.taskPrefix)
+        object.raw("outcomes", webhook.filter.outcomes.map { stringArray($0.map(\.rawValue).sorted()) })
+        object.string("format", webhook.format.rawValue)
+        object.string("created_at", Timestamp.rfc3339(webhook.createdAt))
+        if let secret { object.string("secret", secret) }
+        return object.finish()
+    }
+
+    /// A delivery as the API shows it (its body left out).
+    static func json(_ delivery: WebhookDelivery) -> String {
+        var object = JSONObjectWriter()
+        object.string("id", delivery.id)
+        object.string("event", delivery.eventType.rawValue)
+        object.integer("event_id", delivery.eventID)
+        object.string("state", delivery.state.rawValue)
+        object.integer("attempts", Int64(delivery.attempts))
+        object.string("created_at", Timestamp.rfc3339(delivery.createdAt))
+        object.string("last_attempt_at", delivery.lastAttemptAt.map(Timestamp.rfc3339))
+        object.string("next_attempt_at", delivery.state == .pending ? Timestamp.rfc3339(delivery.nextAttemptAt) : nil)
+        object.integer("status_code", delivery.lastStatus.map { Int64($0) })
+        object.integer("latency_ms", delivery.lastLatencyMilliseconds)
+        object.string("error", delivery.lastError)
+        return object.finish()
+    }
+
+    private static func stringArray(_ items: [String]) -> String {
+        var text = JSONText()
+        text.appendRaw("[")
+        for (index, item) in items.enumerated() {
+            if index > 0 { text.appendRaw(",") }
+            text.appendString(item)
+        }
+        text.appendRaw("]")
+        return text.text
+    }
+
+    package init(writer: GroupCommitWriter, reads: ReadPool, outbox: WebhookOutbox, checkURL: @escaping WebhookURLCheck,
+                 clock: any WallClock, logger: Logger, errors: ErrorReplies, changed: @escaping @Sendable () -> Void) {
+        self.writer = writer
+        self.reads = reads
+        self.outbox = outbox
+        self.checkURL = checkURL
+        self.clock = clock
+        self.logger = logger
+        self.errors = errors
+        self.changed = changed
+    }
+}
+
+extension Problem {
+    /// No webhook has this id (or none the token may manage).
+    static func webhookNotFound(_ id: String) -> Problem {
+        Problem(status: 404, code: "webhook_not_found", title: "Webhook not found",
+                detail: "No webhook has the id '\(id)'.")
+    }
+
+    /// The URL's target may not be posted to.
+    static func webhookURLRefused(_ detail: String) -> Problem {
+        Problem(status: 422, code: "webhook_url_refused", title: "Webhook URL refused", detail: "url: \(detail).",
+                errors: [FieldError(field: "url", message: detail)])
+    }
+
+    /// As many webhooks as may be stored exist already.
+    static let tooManyWebhooks = Problem(
+        status: 422, code: "too_many_webhooks", title: "Too many webhooks",
+        detail: "At most \(WebhookRepository.maximumWebhooks) webhooks may exist; delete one first.")
+}

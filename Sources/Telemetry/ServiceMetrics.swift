@@ -1,0 +1,229 @@
+import Foundation
+import HTTPServer
+import Lifecycle
+import HeadwayCore
+import HeadwayStore
+import Synchronization
+
+/// What the daemon counts as it works, for `GET /metrics`. Each part is bumped where the
+/// thing happens (the access-log middleware, the update handlers, the broker thread, the
+/// writer's batch observer, retention); gauges (tasks, subscribers, queue depth, file
+/// sizes) are read at scrape time instead.
+package final class ServiceMetrics: Sendable {
+    /// HTTP exchanges by method, route pattern and status.
+    let httpRequests = LabeledCounters<HTTPExchangeLabels>()
+    /// How long exchanges took, by route pattern (an event stream: how long it lasted).
+    let httpDuration = Histograms<RouteLabel>(bounds: secondsBuckets)
+    /// Updates (progress, heartbeat, finish) stored, by kind.
+    package let updatesAccepted = LabeledCounters<UpdateKind>()
+    /// Updates refused, by kind and problem code.
+    package let updatesRefused = LabeledCounters<[String]>()
+    /// Counts of the event broker.
+    package let events = EventCounters()
+    /// Jobs per committed batch of the writer.
+    let batchSize = Histograms<NoLabels>(bounds: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048])
+    /// From `BEGIN IMMEDIATE` to the end of `COMMIT`, per batch.
+    let commitDuration = Histograms<NoLabels>(bounds: secondsBuckets)
+    /// Each WAL checkpoint the writer ran after a batch (SQLite).
+    let checkpointDuration = Histograms<NoLabels>(bounds: secondsBuckets)
+    /// Batches that could not be stored.
+    let batchesFailed = MetricCounter()
+    /// Rows forgotten by retention.
+    package let retentionPruned = MetricCounter()
+    /// Webhook delivery attempts by result.
+    package let webhookAttempts = WebhookAttemptCounters()
+
+    /// The series whose labels are known in advance start at 0, so `rate()` and alerts see
+    /// them before the first event.
+    package init() {
+        for kind in UpdateKind.allCases { updatesAccepted.add(kind, 0) }
+        for reason in ["bytes", "pending_tasks", "stalled"] { events.cutOff.add([reason], 0) }
+    }
+
+    /// The writer's observer: one batch over.
+    package func observe(_ batch: GroupCommitWriter.BatchReport) {
+        if batch.committed {
+            batchSize.observe(Double(batch.jobs))
+            commitDuration.observe(batch.seconds)
+        } else {
+            batchesFailed.add()
+        }
+    }
+
+    /// The writer's observer: one checkpoint over, which took `seconds`.
+    package func observeCheckpoint(seconds: Double) {
+        checkpointDuration.observe(seconds)
+    }
+
+    /// What is read at scrape time, beside the counters.
+    package struct Gauges {
+        package var tasks: [TaskCount] = []
+        package var subscribers = 0
+        package var catchUpBytes = 0
+        package var writerQueueDepth = 0
+        package var databaseBytes: Int64 = 0
+        package var walBytes: Int64 = 0
+        package var schemaVersion = 0
+        package var webhookDeliveriesPending: Int64 = 0
+        package var unsentReplyBytes = 0
+
+        package init() {}
+    }
+
+    /// The whole exposition.
+    package func render(_ gauges: Gauges) -> String {
+        var out = PrometheusText()
+        out.family("headway_build_info", .gauge, "Always 1; the labels name the build.")
+        out.sample("headway_build_info", ["version": HeadwayVersion.current], 1)
+        out.family("headway_schema_version", .gauge, "Schema version recorded in the database.")
+        out.sample("headway_schema_version", [:], Double(gauges.schemaVersion))
+
+        out.family("headway_tasks", .gauge, "Tasks stored, by state and mode (from the counts the triggers keep).")
+        var byStateAndMode: [String: Int64] = [:]
+        var stalledByReason: [StallReason: Int64] = [:]
+        for row in gauges.tasks {
+            byStateAndMode[row.state + " " + row.mode.rawValue, default: 0] += row.count
+            if let reason = row.stallReason { stalledByReason[reason, default: 0] += row.count }
+        }
+        for state in TaskState.allCases {
+            for mode in TaskMode.allCases {
+                out.sample("headway_tasks", ["state": state.rawValue, "mode": mode.rawValue],
+                           Double(byStateAndMode[state.rawValue + " " + mode.rawValue] ?? 0))
+            }
+        }
+        out.family("headway_tasks_stalled", .gauge,
+                   "Tasks flagged stalled now, by reason (silent: no signal; no_progress: signals but no progress).")
+        for reason in StallReason.allCases {
+            out.sample("headway_tasks_stalled", ["reason": reason.rawValue], Double(stalledByReason[reason] ?? 0))
+        }
+
+        out.counters("headway_updates_accepted_total", "Updates stored (progress, heartbeat, finish), by kind.",
+                     labels: ["kind"], updatesAccepted.values)
+        out.counters("headway_updates_refused_total", "Updates refused, by kind and problem code.",
+                     labels: ["kind", "code"], updatesRefused.values)
+
+        out.family("headway_event_subscribers", .gauge, "Event-stream subscribers connected.")
+        out.sample("headway_event_subscribers", [:], Double(gauges.subscribers))
+        out.family("headway_catch_up_bytes", .gauge,
+                   "Bytes of event-stream catch-ups held in memory (--max-catch-up-bytes bounds them).")
+        out.sample("headway_catch_up_bytes", [:], Double(gauges.catchUpBytes))
+        out.family("headway_events_sent_total", .counter,
+                   "Events carried by the broker's fan-out rounds (each once, however many subscribers).")
+        out.sample("headway_events_sent_total", [:], Double(events.sent.value))
+        out.family("headway_events_coalesced_total", .counter,
+                   "Events replaced by a later event of their task before fan-out (the broker was behind).")
+        out.sample("headway_events_coalesced_total", [:], Double(events.coalesced.value))
+        out.counters("headway_event_subscribers_cut_off_total", "Subscribers disconnected for being too slow, by reason.",
+                     labels: ["reason"], events.cutOff.values)
+
+        out.counters("headway_http_requests_total", "HTTP exchanges over, by method, route pattern and status "
+                     + "(route \"unmatched\" when none matched; status 0 when the client left first).",
+                     labels: ["method", "route", "status"], httpRequests.values)
+        out.histograms("headway_http_request_duration_seconds",
+                       "From the request head to the end of the response (an event stream: its whole life), by route.",
+                       labels: ["route"], httpDuration.snapshot)
+
+        out.histograms("headway_writer_batch_size", "Jobs per committed batch of the group-commit writer.",
+                       labels: [], batchSize.snapshot)
+        out.histograms("headway_writer_commit_duration_seconds",
+                       "Time from BEGIN IMMEDIATE to the end of COMMIT, per committed batch.",
+                       labels: [], commitDuration.snapshot)
+        out.histograms("headway_writer_checkpoint_duration_seconds",
+                       "Time of each WAL checkpoint the writer runs after a batch whose commit left 1,000 pages in the WAL "
+                       + "(SQLite; the next batch waits for it).",
+                       labels: [], checkpointDuration.snapshotFromZero)
+        out.family("headway_writer_batches_failed_total", .counter, "Batches that could not be stored.")
+        out.sample("headway_writer_batches_failed_total", [:], Double(batchesFailed.value))
+        out.family("headway_writer_queue_depth", .gauge, "Jobs waiting for the writer now.")
+        out.sample("headway_writer_queue_depth", [:], Double(gauges.writerQueueDepth))
+
+        out.family("headway_database_size_bytes", .gauge, "Size of the database file.")
+        out.sample("headway_database_size_bytes", [:], Double(gauges.databaseBytes))
+        out.family("headway_database_wal_size_bytes", .gauge, "Size of the write-ahead log (-wal) file.")
+        out.sample("headway_database_wal_size_bytes", [:], Double(gauges.walBytes))
+        out.family("headway_retention_pruned_rows_total", .counter, "Rows forgotten by retention.")
+        out.sample("headway_retention_pruned_rows_total", [:], Double(retentionPruned.value))
+        out.family("headway_webhook_attempts_total", .counter,
+                   "Webhook delivery attempts, by result (delivered; retried later; failed: given up).")
+        out.sample("headway_webhook_attempts_total", ["result": "delivered"], Double(webhookAttempts.delivered.value))
+        out.sample("headway_webhook_attempts_total", ["result": "retried"], Double(webhookAttempts.retried.value))
+        out.sample("headway_webhook_attempts_total", ["result": "failed"], Double(webhookAttempts.failed.value))
+        out.family("headway_webhook_deliveries_pending", .gauge, "Webhook deliveries not delivered or given up yet.")
+        out.sample("headway_webhook_deliveries_pending", [:], Double(gauges.webhookDeliveriesPending))
+        out.family("headway_unsent_reply_bytes", .gauge,
+                   "Bytes of replies that their clients have not taken yet (--max-unsent-reply-bytes).")
+        out.sample("headway_unsent_reply_bytes", [:], Double(gauges.unsentReplyBytes))
+        return out.text
+    }
+
+    /// The size of the file at `path`, 0 if there is none.
+    package static func fileSize(_ path: String) -> Int64 {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_size) : 0
+    }
+}
+
+/// The kinds of update a runner sends, as counted.
+package enum UpdateKind: Int, CaseIterable, MetricLabels {
+    case progress, heartbeat, finish
+
+    package var name: String { ["progress", "heartbeat", "finish"][rawValue] }
+    package var labelValues: [String] { [name] }
+}
+
+/// An HTTP method as labelled: one the router may serve, else `other` (a client may send
+/// any token as a method; a label must not grow with what clients send).
+enum MethodLabel: Int, MetricLabels {
+    case get, head, post, put, delete, patch, options, other
+
+    init(_ method: String) {
+        switch method {
+        case "GET": self = .get
+        case "HEAD": self = .head
+        case "POST": self = .post
+        case "PUT": self = .put
+        case "DELETE": self = .delete
+        case "PATCH": self = .patch
+        case "OPTIONS": self = .options
+        default: self = .other
+        }
+    }
+
+    var name: String { ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "other"][rawValue] }
+    var labelValues: [String] { [name] }
+}
+
+/// The route pattern an exchange matched (`unmatched` when none did).
+struct RouteLabel: MetricLabels {
+    var route: RoutePattern?
+
+    var labelValues: [String] { [route?.text ?? "unmatched"] }
+}
+
+/// One series of `headway_http_requests_total`: method, route pattern, status.
+struct HTTPExchangeLabels: MetricLabels {
+    var method: MethodLabel
+    var route: RouteLabel
+    var status: Int
+
+    var labelValues: [String] { method.labelValues + route.labelValues + [String(status)] }
+}
+
+/// What the event broker counts (bumped on its thread).
+package final class EventCounters: Sendable {
+    package let sent = MetricCounter()
+    package let coalesced = MetricCounter()
+    /// By reason (`bytes`, `pending_tasks`, `stalled`).
+    package let cutOff = LabeledCounters<[String]>()
+
+    package init() {}
+}
+
+/// Webhook delivery attempts by result (bumped by the webhook dispatcher).
+package struct WebhookAttemptCounters: Sendable {
+    package let delivered = MetricCounter()
+    package let retried = MetricCounter()
+    package let failed = MetricCounter()
+
+    package init() {}
+}
