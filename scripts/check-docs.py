@@ -89,7 +89,7 @@ def check_targets(problems):
 
 def check_names(pages, problems):
     source = swift_sources()
-    targets = {p.name for p in (ROOT / "Sources").iterdir() if p.is_dir()}
+    targets = {p.name for folder in ("Sources", "Tests") for p in (ROOT / folder).iterdir() if p.is_dir()}
     for page in pages:
         text = (ROOT / page).read_text()
         # In drawings, names in CamelCase (two humps at least, as `EventBroker`).
