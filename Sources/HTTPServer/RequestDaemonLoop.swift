@@ -7,9 +7,9 @@ import Synchronization
 /// (its external-loop mode), driven by `MHD_run` from this loop.
 ///
 /// Why: an answer that comes later (a progress update, answered once its batch has
-/// committed) no longer suspends and resumes its connection. In this mode libmicrohttpd
-/// hands a request left without an answer to the access handler again at every
-/// `MHD_run`, so the answer is simply queued then: no `epoll_ctl` to take the socket out of
+/// committed) is queued without suspending and resuming its connection. In this mode
+/// libmicrohttpd hands a request left without an answer to the access handler again at
+/// every `MHD_run`, so the answer is simply queued then: no `epoll_ctl` to take the socket out of
 /// the library's epoll set and put it back, and no write to the library's eventfd for each
 /// answer. Whoever answers sets the answer and wakes this loop (`wake()`), once for all the
 /// answers that come while it runs; it queues them all in its next `MHD_run`.

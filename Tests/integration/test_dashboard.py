@@ -4,7 +4,7 @@ when a task stalls), cancels, never shows a task shorter than min_duration, page
 survives a restart of the daemon, speaks Korean, and asks for a token when one is needed.
 
 Screenshots go to a temporary folder, or to $HEADWAY_SCREENSHOTS when set
-(`HEADWAY_SCREENSHOTS=docs/screenshots` refreshes the README's)."""
+(`HEADWAY_SCREENSHOTS=docs/screenshots` refreshes those of docs/dashboard.md)."""
 import contextlib
 import os
 import pathlib
