@@ -62,7 +62,7 @@ import Testing
         filter.search = text
         filter.taskPrefix = prefix
         let page = try fixture.read { database in try TaskRepository.page(filter, size: 100, beforeKey: nil, in: database) }
-        let counted = try fixture.read { database in try TaskSearch.count(text, filter: filter, in: database) }
+        let counted = try fixture.read { database in try SQLiteTaskSearch.count(text, filter: filter, in: database) }
         return (Set(page.tasks.map(\.name)), counted)
     }
 
@@ -102,7 +102,7 @@ import Testing
             filter.search = query
             filter.taskPrefix = "p."
             filter.states = [.running]
-            let statement = TaskSearch.keysWithinPrefix(query, filter: filter, limit: 21, beforeKey: 99)
+            let statement = SQLiteTaskSearch.keysWithinPrefix(query, filter: filter, limit: 21, beforeKey: 99)
             let plan = try fixture.read { database in
                 try database.rows("EXPLAIN QUERY PLAN " + statement.sql, statement.arguments) { $0.text(3) }
             }
