@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes Sources/HeadwayStore/SearchFolding+Table.swift: how SQLite's FTS5 trigram
+"""Writes Sources/HeadwayStore/SQLite/SearchFolding+Table.swift: how SQLite's FTS5 trigram
 tokenizer folds case, read from the tokenizer itself, so that the listing's search folds
 a query of one or two characters exactly as the index folded the names (TaskSearch).
 
@@ -13,7 +13,7 @@ import pathlib
 import sqlite3
 
 root = pathlib.Path(__file__).resolve().parent.parent
-target = root / "Sources/HeadwayStore/SearchFolding+Table.swift"
+target = root / "Sources/HeadwayStore/SQLite/SearchFolding+Table.swift"
 
 db = sqlite3.connect(":memory:")
 db.execute("CREATE VIRTUAL TABLE f USING fts5(x, tokenize = 'trigram')")
