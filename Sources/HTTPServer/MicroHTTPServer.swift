@@ -31,7 +31,7 @@ public struct HTTPServerError: Error, CustomStringConvertible {
 /// begins with a ClientHello, so the accept loop cannot see which route it will ask for:
 /// one daemon (with the request daemon's memory) serves every connection, and event
 /// streams stay library-driven — suspended while idle, resumed for each write — because
-/// only the library's thread may use the connection's GnuTLS session (ARCHITECTURE.md,
+/// only the library's thread may use the connection's GnuTLS session (docs/internals.md,
 /// "HTTPS", gives the measurements behind this).
 ///
 /// libmicrohttpd aborts the process if a daemon is stopped while one of its connections is
@@ -66,9 +66,9 @@ public final class MicroHTTPServer: Service {
         var answersUnsent = 0
         /// The stop waits for the answers that have come to be sent (for tests).
         var awaitingSends = false
-        /// The stop no longer waits for requests still arriving: one that reaches the point
-        /// of being handed to its handler is refused at once instead (its connection is
-        /// never suspended).
+        /// Set by the stop: from then on a request reaching its handler is refused at once
+        /// (its connection is never suspended), so the stop does not wait for requests still
+        /// arriving.
         var closing = false
     }
 

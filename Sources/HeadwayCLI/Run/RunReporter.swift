@@ -32,8 +32,8 @@ final class RunReporter: Sendable {
         var stopping = false
         /// Output lines not yet sent, the latest `OutputLines.kept`.
         var output: [String] = []
-        /// Set once the server refused a report for its `output` (a server from before the
-        /// output tail): lines are no longer sent.
+        /// Set once the server refused a report for its `output` (a server without the
+        /// output tail): from then on no lines are sent.
         var outputRefused = false
 
         /// The output lines to send, as JSON, emptied; nil when there are none.

@@ -288,7 +288,7 @@ extension Database {
     }
 
     /// Tells `waits` whenever a statement of this connection waits for a lock another
-    /// connection holds (SQLite's busy handler; the wait itself is as long as before:
+    /// connection holds (SQLite's busy handler; the wait itself stays
     /// `busyTimeoutMilliseconds`).
     public func reportLockWaits(to waits: LockWaits) {
         connection.reportLockWaits(to: waits)

@@ -89,7 +89,7 @@ protocol EngineConnection: AnyObject {
     /// locks told to `lockWaits`.
     func prepareForWriting(durability: Durability, walSizeLimit: Int, lockWaits: LockWaits) throws(DatabaseError)
     /// Tells `waits` whenever a statement waits for a lock another connection holds (the
-    /// wait itself is as long as before: `Database.busyTimeoutMilliseconds`).
+    /// wait itself stays `Database.busyTimeoutMilliseconds`).
     func reportLockWaits(to waits: LockWaits)
     /// A statement that waited for another connection's lock has returned.
     func lockWaitEnded()

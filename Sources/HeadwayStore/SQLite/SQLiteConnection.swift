@@ -190,7 +190,7 @@ final class SQLiteConnection: EngineConnection, @unchecked Sendable {
     }
 
     /// Tells `waits` whenever a statement of this connection waits for a lock another
-    /// connection holds (the wait itself is as long as before: `busyTimeoutMilliseconds`).
+    /// connection holds (the wait itself stays `busyTimeoutMilliseconds`).
     func reportLockWaits(to waits: LockWaits) {
         busyHandler = ReportingBusyHandler(waits: waits, timeoutMilliseconds: Database.busyTimeoutMilliseconds)
         restoreBusyWaits()
