@@ -47,14 +47,14 @@ core=("$PWD"/Sources/HeadwayCore/*.swift)
 if stale "$out/libHeadwayCore.a" "${core[@]}"; then
   echo "fuzz: building HeadwayCore with coverage and AddressSanitizer"
   # Built inside $out, where the library and its module (for the harnesses' import) land.
-  (cd "$out" && "$swiftc" "${flags[@]}" -module-name HeadwayCore -emit-module -emit-library -static "${core[@]}")
+  (cd "$out" && "$swiftc" "${flags[@]}" -package-name Headway -module-name HeadwayCore -emit-module -emit-library -static "${core[@]}")
 fi
 
 for target in "${targets[@]}"; do
   harness=(Fuzz/Support/*.swift Fuzz/"$target"/*.swift)
   if stale "$out/$target" "${harness[@]}" "$out/libHeadwayCore.a"; then
     echo "fuzz: building $target"
-    "$swiftc" "${flags[@]}" -module-name "Fuzz_${target//-/_}" -I "$out" -L "$out" -lHeadwayCore \
+    "$swiftc" "${flags[@]}" -package-name Headway -module-name "Fuzz_${target//-/_}" -I "$out" -L "$out" -lHeadwayCore \
       "${harness[@]}" -o "$out/$target"
   fi
 done
