@@ -95,6 +95,28 @@ import Testing
         #expect(try task(daemon, "c")["state"] as? String == "canceled")
     }
 
+    /// When the reader of `run`'s stdout goes away, a command that never stops writing
+    /// still ends: its pseudo-terminal is closed, and its next write fails (EIO: `yes`
+    /// exits 1, where through a pipe SIGPIPE would kill it).
+    @Test func aReaderGoneStopsAWriterThatNeverEnds() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: builtExecutable("headway"))
+        process.arguments = ["--server", "http://127.0.0.1:\(unusedPort())", "run", "--pty", "--", "yes"]
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        DispatchQueue.global().asyncAfter(deadline: .now() + 20) { [process] in
+            if process.isRunning { process.terminate() }
+        }
+        let first = out.fileHandleForReading.readData(ofLength: 2)
+        try out.fileHandleForReading.close()
+        process.waitUntilExit()
+        #expect(first == Data("y\n".utf8))
+        #expect(process.terminationStatus == 1)
+    }
+
     /// Without a terminal of its own, `run` gives the command 80×24.
     @Test func withoutATerminalTheSizeIs80By24() throws {
         let daemon = try LiveDaemon()
