@@ -6,6 +6,7 @@
 // imported into Swift: these wrappers pass one typed argument each.
 #include <curl/curl.h>
 #include <sys/prctl.h>
+#include <pty.h>
 
 static inline CURLcode headway_curl_set_long(CURL *handle, CURLoption option, long value) {
     return curl_easy_setopt(handle, option, value);
@@ -49,6 +50,15 @@ static inline CURLcode headway_curl_get_string(CURL *handle, CURLINFO info, char
 // the same user, its children included (they become dumpable again when they exec).
 static inline int headway_forbid_inspection(void) {
     return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+// `headway run --pty`: a pseudo-terminal pair of `rows` by `columns`, its leader in
+// `*leader`, its follower in `*follower`; -1 with errno when it cannot. Here because Swift's
+// Glibc module declares neither openpty (<pty.h>) nor posix_openpt (<stdlib.h> under
+// _XOPEN_SOURCE only).
+static inline int headway_open_pseudo_terminal(int *leader, int *follower, unsigned short rows, unsigned short columns) {
+    struct winsize size = { .ws_row = rows, .ws_col = columns, .ws_xpixel = 0, .ws_ypixel = 0 };
+    return openpty(leader, follower, NULL, NULL, &size);
 }
 
 #endif

@@ -23,6 +23,19 @@ import Testing
         #expect(recognizer.parse("done 100%") == percent(100))
     }
 
+    /// Counts with decimals (pip draws `1.2/3.4 MB`) are scaled, both sides alike, never
+    /// cut at the point; rsync's `to-chk=N/M` (files left to check) is not a count.
+    @Test func decimalCountsAndRsyncsCheckCounts() {
+        let recognizer = ProgressRecognizer(pattern: nil)
+        #expect(recognizer.parse("   ━━━━━━━━━━━━━━━━━━━ 1.2/3.4 MB 5.2 MB/s eta 0:00:01") == reading(12, 34))
+        #expect(recognizer.parse("0.5/12.25 GB") == reading(50, 1225))
+        #expect(recognizer.parse("copied 3/4.") == reading(3, 4), "a full stop after the count")
+        #expect(recognizer.parse("1.8/1.8 MB") == reading(18, 18))
+        #expect(recognizer.parse("2.5/1.8 MB") == nil, "no more done than the total")
+        #expect(recognizer.parse("     1,234,567  45%    1.23MB/s    0:00:01 (xfr#12, to-chk=108/120)") == percent(45))
+        #expect(recognizer.parse("        567  10%  1.0MB/s  0:00:00 (xfr#1, ir-chk=1000/1234)") == percent(10))
+    }
+
     @Test func lookAlikesAreNotProgress() {
         let recognizer = ProgressRecognizer(pattern: nil)
         #expect(recognizer.parse("built on 2026/11/30") == nil, "a date is a chain of slashes")

@@ -25,6 +25,12 @@ final class TmuxPane {
         _ = try? tmux(["send-keys", "-t", "test"] + keys)
     }
 
+    /// Changes the terminal's size, as a user resizing the window does (the command gets
+    /// SIGWINCH).
+    func resize(columns: Int, rows: Int) {
+        _ = try? tmux("resize-window", "-t", "test", "-x", "\(columns)", "-y", "\(rows)")
+    }
+
     /// Kills the command and the tmux server.
     func close() {
         if panePID > 0 { kill(panePID, SIGKILL) }

@@ -20,7 +20,10 @@ public struct RunCommand: ParsableCommand {
         and total; without total, completed is a percent), following the form shown last:
         a percent is a share of the work, never a count. A command that cannot show its
         progress on its output appends lines like '12/40 label' or '37%' to the file
-        HEADWAY_PROGRESS_FILE names. SIGINT and SIGTERM
+        HEADWAY_PROGRESS_FILE names. With --pty the command's stdout and stderr are each
+        a pseudo-terminal (of this terminal's size and following it, else 80x24), for tools
+        that draw their progress only on a terminal; stdin stays this one's, and the bytes
+        pass through unchanged. SIGINT and SIGTERM
         go to the command. When the task is canceled, the command gets SIGTERM, then
         SIGKILL after --kill-after seconds (the command itself: one that starts jobs in
         the background passes the signal on). Exits with the command's status (128+n when
@@ -31,8 +34,10 @@ public struct RunCommand: ParsableCommand {
         this run uses them (from --token and --server too), for headway commands inside it.
         """,
         usage: "[--name <name>] [--id <id>] [--parent <id>] [--progress-pattern <regex>] [--kill-after <seconds>] "
-            + "[--pass-token] -- <command> [<argument>...]",
-        examples: ["headway run --name \"Resize photos\" -- ./resize.sh photos/", "# a command that cannot print its progress writes it to a file:", "headway run -- sh -c 'echo \"12/40 resizing\" >> \"$HEADWAY_PROGRESS_FILE\"; …'"])
+            + "[--pass-token] [--pty] -- <command> [<argument>...]",
+        examples: ["headway run --name \"Resize photos\" -- ./resize.sh photos/",
+                   "# a tool that draws its progress only on a terminal:", "headway run --pty -- pip install -r requirements.txt",
+                   "# a command that cannot print its progress writes it to a file:", "headway run -- sh -c 'echo \"12/40 resizing\" >> \"$HEADWAY_PROGRESS_FILE\"; …'"])
     static let command = Argument<String>("command", help: "The command to run, after --, then its arguments")
     static let name = Option<String>("name", valueName: "name", help: "What the task does (default: the command line)")
     static let id = Option<String>("id", valueName: "id", help: "The task's id (default: chosen by the server)")
@@ -42,8 +47,9 @@ public struct RunCommand: ParsableCommand {
     static let killAfter = Option<Double>("kill-after", valueName: "seconds",
                                           help: "After a cancel, SIGKILL this long after SIGTERM (default 10)")
     static let passToken = Flag("pass-token", help: "Give the command the token and server (HEADWAY_TOKEN, HEADWAY_URL)")
+    static let pty = Flag("pty", help: "Give the command a pseudo-terminal for stdout and stderr")
     public static let arguments = [command.definition, name.definition, id.definition, parent.definition,
-                                   progressPattern.definition, killAfter.definition, passToken.definition]
+                                   progressPattern.definition, killAfter.definition, passToken.definition, pty.definition]
     public static var takesTrailingArguments: Bool { true }
 
     let values: ParsedValues
@@ -79,7 +85,8 @@ public struct RunCommand: ParsableCommand {
                 let name = Array("HEADWAY_PROGRESS_FILE=".utf8)
                 environment = environment.filter { !$0.starts(with: name) } + [name + Array(progressFile.path.utf8)]
             }
-            child = try ChildProcess(arguments: commandLine, environment: environment)
+            child = try ChildProcess(arguments: commandLine, environment: environment,
+                                     terminalSize: values[Self.pty] ? PseudoTerminal.windowSize : nil)
         } catch {
             switch error {
             case .commandExit(let status): throw CommandExit(status: status)
@@ -87,6 +94,7 @@ public struct RunCommand: ParsableCommand {
             }
         }
         child.forwardSignals()
+        if values[Self.pty] { child.followTerminalResizes() }
         let stopper = ChildStopper(child: child, killAfter: values[Self.killAfter] ?? 10)
         let finalAPI = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,
                                                   connectTimeoutSeconds: 2, totalTimeoutSeconds: 5))

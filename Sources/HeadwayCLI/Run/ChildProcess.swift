@@ -60,22 +60,36 @@ enum ChildProcessError: Error {
 }
 
 /// A command started with posix_spawn: stdin inherited, stdout and stderr through pipes
-/// that this process reads. posix_spawn rather than Foundation.Process: Process reads
+/// (or pseudo-terminals, one each) that this process reads. posix_spawn rather than Foundation.Process: Process reads
 /// pipes on its own threads through FileHandle and installs its own SIGCHLD handling,
 /// while here the exact bytes, their order per stream, the signal dispositions the child
 /// starts with (default SIGINT, SIGTERM, SIGPIPE) and the wait status must be ours.
 final class ChildProcess {
     let pid: pid_t
-    /// The read ends of the child's stdout and stderr pipes.
+    /// The read ends of the child's stdout and stderr pipes (or pseudo-terminals).
     let outputFD: Int32
     let errorFD: Int32
 
     /// Starts `arguments` (the first is looked up in PATH) with `environment` (`NAME=value`
-    /// entries) or throws the reason it cannot.
-    init(arguments: [String], environment: [[UInt8]]) throws(ChildProcessError) {
+    /// entries) or throws the reason it cannot. With `terminalSize`, the child's stdout
+    /// and stderr are each a pseudo-terminal of that window size instead of a pipe.
+    init(arguments: [String], environment: [[UInt8]], terminalSize: winsize? = nil) throws(ChildProcessError) {
         var outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0]
-        guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
-            throw .unavailable("cannot make pipes: \(String(cString: strerror(errno)))")
+        if let terminalSize {
+            // [read end, write end], as a pipe's.
+            let output = try PseudoTerminal.open(size: terminalSize).get()
+            let errors: PseudoTerminal
+            do throws(ChildProcessError) { errors = try PseudoTerminal.open(size: terminalSize).get() } catch {
+                close(output.leader)
+                close(output.follower)
+                throw error
+            }
+            outPipe = [output.leader, output.follower]
+            errPipe = [errors.leader, errors.follower]
+        } else {
+            guard pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
+                throw .unavailable("cannot make pipes: \(String(cString: strerror(errno)))")
+            }
         }
         // Not inherited by the child (dup2 gives it its own 1 and 2) nor by its children.
         for fd in outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }

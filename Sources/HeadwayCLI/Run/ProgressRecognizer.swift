@@ -31,7 +31,10 @@ public struct ProgressRecognizer {
     /// The last reading given out; later ones must not fall behind it.
     private(set) var last: ProgressReading?
 
-    static let fraction = try! NSRegularExpression(pattern: #"(?<![\d/])(\d{1,18})\s*/\s*(\d{1,18})(?![\d/])"#)
+    /// `N/M`, either side with up to 6 decimals (pip's `1.2/3.4 MB`); not rsync's
+    /// `to-chk=N/M` and `ir-chk=N/M`, which count the files left to check.
+    static let fraction = try! NSRegularExpression(
+        pattern: #"(?<![\d./])(?<!-chk=)(\d{1,18}(?:\.\d{1,6})?)\s*/\s*(\d{1,18}(?:\.\d{1,6})?)(?![\d/]|\.\d)"#)
     static let percent = try! NSRegularExpression(pattern: #"(?<![\d.])(\d{1,3})(?:\.\d+)?\s*%"#)
 
     /// A recognizer with `pattern` (already checked by `compile`) or the built-in forms.
@@ -107,8 +110,21 @@ public struct ProgressRecognizer {
         // Most output shows no progress: the forms need a slash or a percent sign.
         guard line.utf8.contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "%") }) else { return nil }
         // Both forms on one line: the one shown last ("file 3/40 … 37%" is at 37%).
+        /// The two sides of a count as whole numbers: with decimals, both scaled by the
+        /// same power of ten (`1.2/3.45` is 120/345).
+        func counts(_ match: NSTextCheckingResult) -> (Int64?, Int64?) {
+            guard let first = Range(match.range(at: 1), in: line), let second = Range(match.range(at: 2), in: line)
+            else { return (nil, nil) }
+            let sides = [line[first], line[second]].map { $0.split(separator: ".", omittingEmptySubsequences: false) }
+            let decimals = sides.map { $0.count > 1 ? $0[1].count : 0 }.max() ?? 0
+            let whole = sides.map { parts in
+                Int64(parts[0] + (parts.count > 1 ? parts[1] : "") + String(repeating: "0", count: decimals - (parts.count > 1 ? parts[1].count : 0)))
+            }
+            return (whole[0], whole[1])
+        }
         let count = Self.fraction.matches(in: line, range: range).last.flatMap { match in
-            valid(integer(match, match.range(at: 1)), integer(match, match.range(at: 2))).map { (match.range.location, $0) }
+            let (completed, total) = counts(match)
+            return valid(completed, total).map { (match.range.location, $0) }
         }
         let percent = Self.percent.matches(in: line, range: range).last.flatMap { match in
             valid(integer(match, match.range(at: 1)), 100).map { (match.range.location, Self.asPercent($0)) }
