@@ -1,0 +1,122 @@
+import Foundation
+import HeadwayClient
+import HeadwayTestSupport
+import Testing
+
+/// `ProgressReporter` against a live headwayd: a `Progress` tree as a task tree, coalescing
+/// on an injected clock, cancel from the API, and a server that goes away mid-run.
+@Suite(.serialized) struct ProgressReporterTests {
+    /// A parent of two children: the stored tasks hold exactly Foundation's counts, the
+    /// children weighted by their pending units, and all finish succeeded.
+    @Test func aProgressTreeIsReportedAsATaskTree() async throws {
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        let client = daemon.client
+        let root = LabeledProgress(totalUnitCount: 3, label: "Importing")
+        let reporter = ProgressReporter(progress: root, taskID: "import", name: "Import", client: client, clock: ManualClock())
+        let download = LabeledProgress(totalUnitCount: 10, label: "Downloading")
+        reporter.addChild(download, withPendingUnitCount: 1, name: "Download")
+        let unpack = Progress(totalUnitCount: 4)
+        reporter.addChild(unpack, withPendingUnitCount: 2, name: "Unpack", taskID: "import-unpack")
+
+        download.completedUnitCount = 5
+        #expect(await reporter.flush())
+        var parent = try await client.task("import")
+        var child = try await client.task("import.1")
+        #expect(parent.completed == 0 && parent.total == 3 && parent.label == "Importing")
+        #expect(child.parentID == "import" && child.completed == 5 && child.total == 10 && child.weight == 1
+                && child.label == "Downloading")
+        #expect(abs((parent.fraction ?? 0) - root.fractionCompleted) < 1e-9, "\(String(describing: parent.fraction)) \(root.fractionCompleted)")
+
+        download.completedUnitCount = 10
+        unpack.completedUnitCount = 1
+        #expect(await reporter.flush())
+        child = try await client.task("import.1")
+        parent = try await client.task("import")
+        #expect(child.state == .succeeded && child.completed == 10)
+        #expect(parent.completed == 1 && root.completedUnitCount == 1, "a finished child's units, counted once")
+        #expect(abs((parent.fraction ?? 0) - root.fractionCompleted) < 1e-9, "\(String(describing: parent.fraction)) \(root.fractionCompleted)")
+
+        unpack.completedUnitCount = 4
+        #expect(await reporter.finish(outcome: .succeeded, message: "imported"))
+        #expect(reporter.isDone)
+        parent = try await client.task("import")
+        let unpacked = try await client.task("import-unpack")
+        #expect(parent.state == .succeeded && parent.completed == 3 && parent.total == 3 && parent.fraction == 1
+                && parent.message == "imported")
+        #expect(parent.children?.total == 2 && parent.children?.succeeded == 2)
+        #expect(unpacked.state == .succeeded && unpacked.completed == 4 && unpacked.total == 4 && unpacked.weight == 2
+                && unpacked.parentID == "import")
+        let tree = try await client.tasks(TaskFilter(parentID: "import"))
+        #expect(Set(tree.tasks.map(\.id)) == ["import.1", "import-unpack"])
+    }
+
+    /// A thousand changes between two ticks of the clock are one report: the server
+    /// applied one item (`seq` 1) holding the last count; nothing is sent without a tick.
+    @Test func changesBetweenTicksAreCoalesced() async throws {
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        let client = daemon.client
+        let clock = ManualClock()
+        let progress = Progress(totalUnitCount: 1000)
+        let reporter = ProgressReporter(progress: progress, taskID: "loop", name: "Loop", client: client,
+                                        interval: .milliseconds(250), clock: clock)
+        for step in 1...1000 { progress.completedUnitCount = Int64(step) }
+        await #expect(throws: HeadwayError.self, "nothing is sent before the clock ticks") { try await client.task("loop") }
+        #expect(await eventually {
+            clock.advance(by: .milliseconds(250))
+            return (try? await client.task("loop").completed) == 1000
+        })
+        let task = try await client.task("loop")
+        #expect(task.seq == 1 && task.completed == 1000 && task.total == 1000, "one report: seq \(String(describing: task.seq))")
+        for _ in 0..<3 { clock.advance(by: .milliseconds(250)) }
+        #expect(await reporter.finish(outcome: .succeeded))
+        #expect(try await client.task("loop").seq == 1, "nothing changed, nothing sent")
+    }
+
+    /// A cancel asked through the API reaches the job: the next reply says so, and the
+    /// reporter cancels the `Progress` (Foundation cancels its children with it).
+    @Test func aCancelFromTheAPICancelsTheProgress() async throws {
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        let client = daemon.client
+        let root = Progress(totalUnitCount: 10)
+        let reporter = ProgressReporter(progress: root, taskID: "job", name: "Job", client: client, clock: ManualClock())
+        let part = Progress(totalUnitCount: 5)
+        reporter.addChild(part, withPendingUnitCount: 5, name: "Part")
+        #expect(await reporter.flush())
+        #expect(!root.isCancelled)
+        _ = try await client.cancel("job")
+        root.completedUnitCount = 1
+        #expect(await reporter.flush())
+        #expect(root.isCancelled && part.isCancelled)
+        #expect(await reporter.finish(outcome: .canceled, message: "stopped on request"))
+        let task = try await client.task("job")
+        #expect(task.state == .canceled && task.message == "stopped on request")
+        #expect(try await client.task("job.1").state == .canceled)
+    }
+
+    /// The server goes away mid-run: the job goes on, one warning is given, and once the
+    /// server is back the final state arrives by itself.
+    @Test func theFinalStateArrivesAfterTheServerComesBack() async throws {
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        let client = daemon.client
+        let warnings = Warnings()
+        let progress = Progress(totalUnitCount: 100)
+        let reporter = ProgressReporter(progress: progress, taskID: "sync", name: "Sync", client: client,
+                                        interval: .milliseconds(10), maximumBackoff: .milliseconds(50),
+                                        warn: { warnings.record($0) })
+        progress.completedUnitCount = 30
+        #expect(await reporter.flush())
+        daemon.stop()
+        for step in 31...100 { progress.completedUnitCount = Int64(step) }
+        #expect(await reporter.finish(outcome: .succeeded) == false, "the server is away")
+        #expect(!reporter.isDone)
+        try daemon.restart()
+        #expect(await eventually { reporter.isDone })
+        let task = try await client.task("sync")
+        #expect(task.state == .succeeded && task.completed == 100 && task.total == 100)
+        #expect(warnings.all.count == 1 && warnings.all[0].hasPrefix("cannot reach http://127.0.0.1:"), "\(warnings.all)")
+    }
+}
