@@ -10,6 +10,7 @@ public struct EventFilter: Sendable, Equatable {
     /// Tasks younger than this many seconds are held back; those that finish sooner never show.
     public var minDurationSeconds: Double?
 
+    /// A filter; the defaults select every task, however young.
     public init(taskIDs: [String] = [], parentID: String? = nil, minDurationSeconds: Double? = nil) {
         self.taskIDs = taskIDs
         self.parentID = parentID
@@ -37,8 +38,11 @@ public enum HeadwayEvent: Sendable, Equatable {
 
     /// What happened to a task: the event's name (`task.updated`).
     public struct Kind: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        /// The event's name (`task.updated`).
         public let rawValue: String
+        /// The kind named `rawValue`.
         public init(rawValue: String) { self.rawValue = rawValue }
+        /// The event's name.
         public var description: String { rawValue }
 
         public static let created = Kind(rawValue: "task.created")
@@ -88,7 +92,7 @@ extension HeadwayClient {
     /// ```
     public func events(_ filter: EventFilter = EventFilter(), lastEventID: String? = nil,
                        idleTimeout: Duration = .seconds(60)) -> HeadwayEvents {
-        HeadwayEvents(client: with(totalTimeoutSeconds: 0, idleTimeoutSeconds: Int(idleTimeout.components.seconds)),
+        HeadwayEvents(client: with(totalTimeoutSeconds: 0, idleTimeoutSeconds: max(1, Int(idleTimeout.components.seconds))),
                       path: filter.path, lastEventID: lastEventID)
     }
 }
@@ -104,6 +108,7 @@ public struct HeadwayEvents: AsyncSequence, Sendable {
     let path: String
     let lastEventID: String?
 
+    /// An iterator that connects at its first `next()`; each iterator reads a stream of its own.
     public func makeAsyncIterator() -> Iterator {
         Iterator(channel: EventChannel(), sequence: self)
     }
@@ -137,6 +142,7 @@ public struct HeadwayEvents: AsyncSequence, Sendable {
             return try await channel.take()
         }
 
+        /// The next event (see `next(isolation:)`).
         public func next() async throws(HeadwayError) -> HeadwayEvent? {
             try await next(isolation: nil)
         }

@@ -66,6 +66,7 @@ public enum HeadwayError: Error, Sendable, Equatable {
 }
 
 extension HeadwayError: CustomStringConvertible {
+    /// The error in one line: a problem's status, title, detail and code.
     public var description: String {
         switch self {
         case .problem(let problem): "\(problem.status) \(problem.title): \(problem.detail) (\(problem.code))"
@@ -81,9 +82,12 @@ extension HeadwayError: CustomStringConvertible {
 public struct HeadwayProblem: Sendable, Equatable {
     /// One field a request got wrong (`output[3]`), and why.
     public struct FieldError: Sendable, Equatable {
+        /// The field, as the request named it (`output[3]`).
         public var field: String
+        /// What is wrong with it.
         public var message: String
 
+        /// A field error.
         public init(field: String, message: String) {
             self.field = field
             self.message = message
@@ -101,6 +105,7 @@ public struct HeadwayProblem: Sendable, Equatable {
     /// The fields at fault, for `invalid_request` and `malformed_json`.
     public var errors: [FieldError]
 
+    /// A problem, as a test or a wrapper may make one.
     public init(code: ProblemCode, status: Int, title: String, detail: String, errors: [FieldError] = []) {
         self.code = code
         self.status = status
@@ -113,10 +118,14 @@ public struct HeadwayProblem: Sendable, Equatable {
 /// A problem's machine code. The codes a runner meets are named here; any other code the
 /// server sends (see `openapi.yaml`) is kept as it came.
 public struct ProblemCode: RawRepresentable, Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
+    /// The code as the server spells it (`not_found`).
     public let rawValue: String
 
+    /// The code spelled `rawValue`.
     public init(rawValue: String) { self.rawValue = rawValue }
+    /// The code spelled `value`.
     public init(stringLiteral value: String) { rawValue = value }
+    /// The code as the server spells it.
     public var description: String { rawValue }
 
     /// No task (or webhook, or token) has that id.

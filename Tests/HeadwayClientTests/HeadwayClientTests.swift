@@ -129,6 +129,24 @@ import Testing
         #expect(seen.error == nil)
     }
 
+    /// A reader that stops taking events closes its connection: the daemon counts no
+    /// subscriber once the loop is left.
+    @Test func leavingTheLoopClosesTheStream() async throws {
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        let client = daemon.client
+        _ = try await client.register(TaskRegistration(id: "t", name: "Watched"))
+        for try await event in client.events() {
+            if case .snapshot(let tasks, _) = event {
+                #expect(tasks.map(\.id) == ["t"])
+                break
+            }
+        }
+        #expect(await eventually(300) {
+            (try? TestHTTPClient(port: daemon.port).request("GET", "/metrics").text.contains("\nheadway_event_subscribers 0\n")) == true
+        })
+    }
+
     @Test func theEventStreamOfAnUnreachableServerFails() async throws {
         let daemon = try RestartableDaemon()
         let client = daemon.client

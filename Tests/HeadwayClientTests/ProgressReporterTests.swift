@@ -103,10 +103,10 @@ import Testing
         defer { daemon.remove() }
         let client = daemon.client
         let warnings = Warnings()
+        let clock = ManualClock()
         let progress = Progress(totalUnitCount: 100)
         let reporter = ProgressReporter(progress: progress, taskID: "sync", name: "Sync", client: client,
-                                        interval: .milliseconds(10), maximumBackoff: .milliseconds(50),
-                                        warn: { warnings.record($0) })
+                                        maximumBackoff: .seconds(1), clock: clock, warn: { warnings.record($0) })
         progress.completedUnitCount = 30
         #expect(await reporter.flush())
         daemon.stop()
@@ -114,9 +114,66 @@ import Testing
         #expect(await reporter.finish(outcome: .succeeded) == false, "the server is away")
         #expect(!reporter.isDone)
         try daemon.restart()
-        #expect(await eventually { reporter.isDone })
+        #expect(await eventually {
+            clock.advance(by: .milliseconds(250))
+            return reporter.isDone
+        })
         let task = try await client.task("sync")
         #expect(task.state == .succeeded && task.completed == 100 && task.total == 100)
         #expect(warnings.all.count == 1 && warnings.all[0].hasPrefix("cannot reach http://127.0.0.1:"), "\(warnings.all)")
+    }
+
+    /// A task that does not change is signaled every `heartbeatInterval`: the server
+    /// does not flag it stalled, and a cancel reaches the job without a change to report.
+    @Test func anIdleTaskIsSignaledAndLearnsOfItsCancel() async throws {
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        let client = daemon.client
+        let clock = ManualClock()
+        let warnings = Warnings()
+        let progress = Progress(totalUnitCount: 10)
+        let reporter = ProgressReporter(progress: progress, taskID: "idle", name: "Idle", client: client,
+                                        heartbeatInterval: .seconds(1), clock: clock, warn: { warnings.record($0) })
+        #expect(await reporter.flush())
+        let registered = try await client.task("idle")
+        _ = try await client.cancel("idle")
+        #expect(await eventually {
+            clock.advance(by: .milliseconds(250))
+            return progress.isCancelled
+        })
+        let task = try await client.task("idle")
+        #expect((task.seq ?? 0) >= 1 && task.lastSignalAt! > registered.lastSignalAt!, "a heartbeat item was applied")
+        #expect(task.completed == 0 && warnings.all.isEmpty, "\(warnings.all)")
+        #expect(await reporter.finish(outcome: .canceled))
+    }
+
+    /// The README's Swift example, as it is written there, reports a loop.
+    @Test func theReadmeExampleRuns() async throws {
+        let readme = try String(contentsOf: packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        let block = try #require(readme.components(separatedBy: "```swift\n").dropFirst().first?.components(separatedBy: "\n```").first)
+        let source = try String(contentsOfFile: #filePath, encoding: .utf8)
+        let body = try #require(source.components(separatedBy: "// The README's example:\n").dropFirst().first?
+            .components(separatedBy: "\n    }\n").first)
+        let dedented = body.split(separator: "\n", omittingEmptySubsequences: false).map { $0.dropFirst(8) }.joined(separator: "\n")
+        #expect(dedented == block.replacingOccurrences(of: #"URL(string: "http://127.0.0.1:8080")!"#, with: "url"))
+
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        try await Self.readmeExample(url: daemon.url, paths: ["a.jpg", "b.jpg", "c.jpg"]) { _ in }
+        let task = try await daemon.client.task("photo-resize")
+        #expect(task.state == .succeeded && task.completed == 3 && task.total == 3 && task.name == "Nightly photo resize")
+    }
+
+    static func readmeExample(url: URL, paths: [String], resize: (String) throws -> Void) async throws {
+        // The README's example:
+        let client = HeadwayClient(url: url)
+        let progress = Progress(totalUnitCount: Int64(paths.count))
+        let reporter = ProgressReporter(progress: progress, taskID: "photo-resize", name: "Nightly photo resize",
+                                        client: client)
+        for path in paths where !progress.isCancelled {
+            try resize(path)
+            progress.completedUnitCount += 1
+        }
+        await reporter.finish(outcome: progress.isCancelled ? .canceled : .succeeded)
     }
 }
