@@ -403,7 +403,11 @@ final class ReportingEngine: Sendable {
             let sample = sampleToSend(index, members, readings, records)
             let acknowledged = records[index].acknowledged
             let heartbeatDue = records[index].ticksSinceSignal >= heartbeatTicks
-            guard sample != acknowledged || heartbeatDue else { continue }
+            guard sample != acknowledged || heartbeatDue else {
+                // Back to what the server holds: an item lost on the way carries nothing to send.
+                records[index].inflight = nil
+                continue
+            }
             let seq: Int64
             if let inflight = records[index].inflight, inflight.sample == sample {
                 seq = inflight.seq
@@ -460,11 +464,9 @@ final class ReportingEngine: Sendable {
                   sampleToSend(index, members, readings, records) == records[index].acknowledged,
                   !members.indices.contains(where: { members[$0].parent == index && !records[$0].done }) else { continue }
             do {
-                let task = try await client.finish(members[index].taskID, outcome: outcome, message: message)
-                adopt(task, index, members, &records)
+                _ = try await client.finish(members[index].taskID, outcome: outcome, message: message)
             } catch {
                 try handle(error, giving: index, "finish", members, &records)
-                guard records[index].done else { continue }
             }
             records[index].done = true
             finishedOne = true
@@ -479,7 +481,10 @@ final class ReportingEngine: Sendable {
             records[index].cancelSeen = true
             members[index].progress.cancel()
         }
-        if task.state.isFinished { records[index].done = true }
+        if task.state.isFinished && !records[index].done {
+            records[index].done = true
+            warn("finished:\(task.id)", "task \(task.id) is finished on the server (\(task.state.rawValue)); it is not reported any more")
+        }
     }
 
     /// What an error of a call about member `index` means: the server away (throws

@@ -147,6 +147,23 @@ import Testing
         #expect(await reporter.finish(outcome: .canceled))
     }
 
+    /// A task the server refuses (an id it cannot take) is given up with one warning;
+    /// the job goes on, and nothing more is sent.
+    @Test func aRefusedTaskIsGivenUpWithOneWarning() async throws {
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        let warnings = Warnings()
+        let progress = Progress(totalUnitCount: 10)
+        let reporter = ProgressReporter(progress: progress, taskID: "no spaces", name: "Job", client: daemon.client,
+                                        clock: ManualClock(), warn: { warnings.record($0) })
+        #expect(await reporter.flush())
+        #expect(reporter.isDone)
+        progress.completedUnitCount = 5
+        #expect(await reporter.finish(outcome: .succeeded))
+        #expect(warnings.all.count == 1 && warnings.all[0].contains("(invalid_request)"), "\(warnings.all)")
+        #expect(try await daemon.client.tasks().tasks.isEmpty)
+    }
+
     /// The README's Swift example, as it is written there, reports a loop.
     @Test func theReadmeExampleRuns() async throws {
         let readme = try String(contentsOf: packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
