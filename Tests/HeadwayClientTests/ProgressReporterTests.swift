@@ -147,6 +147,23 @@ import Testing
         #expect(await reporter.finish(outcome: .canceled))
     }
 
+    /// Asked to, the reporter finishes the task `succeeded` by itself once its `Progress`
+    /// is finished; until then it leaves it running.
+    @Test func aCompletedProgressFinishesItsTaskWhenAsked() async throws {
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        let progress = Progress(totalUnitCount: 3)
+        let reporter = ProgressReporter(progress: progress, taskID: "auto", name: "Auto", client: daemon.client,
+                                        finishWhenCompleted: true, clock: ManualClock())
+        progress.completedUnitCount = 2
+        #expect(await reporter.flush())
+        #expect(try await daemon.client.task("auto").state == .running && !reporter.isDone)
+        progress.completedUnitCount = 3
+        #expect(await reporter.flush())
+        let task = try await daemon.client.task("auto")
+        #expect(task.state == .succeeded && task.completed == 3 && reporter.isDone)
+    }
+
     /// A task the server refuses (an id it cannot take) is given up with one warning;
     /// the job goes on, and nothing more is sent.
     @Test func aRefusedTaskIsGivenUpWithOneWarning() async throws {
