@@ -37,13 +37,14 @@ let package = Package(
             pkgConfig: "libmicrohttpd",
             providers: [.apt(["libmicrohttpd-dev"])]
         ),
-        // GnuTLS: the CSPRNG and SHA-256 of token secrets, and the certificates of HTTPS.
+        // GnuTLS: the CSPRNG and SHA-256 of token secrets, the HMAC of webhook signatures, and
+        // the certificates of HTTPS.
         .systemLibrary(
             name: "CGnuTLS",
             pkgConfig: "gnutls",
             providers: [.apt(["libgnutls28-dev"])]
         ),
-        // libcurl: the HTTP client of the `headway` command.
+        // libcurl: the HTTP client of the `headway` command and of webhook deliveries.
         .systemLibrary(
             name: "CCurl",
             pkgConfig: "libcurl",

@@ -13,11 +13,12 @@ import Webhooks
 /// The executable and the tests build it the same way, with `buildApplication`.
 ///
 /// Its long-running parts are services of one group, started in this order and stopped in
-/// the reverse one: the log flusher (last to stop, so the stop's own lines are written),
-/// the event broker, the writer, maintenance (stall sweeper and retention), the webhook
-/// dispatcher, and the HTTP server (first to stop: no new connections, every event stream
-/// ended, requests under way answered; then the dispatcher and maintenance stop, the
-/// writer commits what is queued, the broker ends).
+/// the reverse one (`start`): the log flusher (last to stop, so the stop's own lines are
+/// written), the event broker, the writer, on PostgreSQL the change listener, maintenance
+/// (stall sweeper and retention), the webhooks' host lookups, transfers and dispatcher,
+/// and the HTTP server (first to stop: no new connections, every event stream ended,
+/// requests under way answered; then the webhooks and maintenance stop, the writer
+/// commits what is queued, the broker ends).
 public final class HeadwayApplication: Sendable {
     public let configuration: Configuration
     public let logger: Logger

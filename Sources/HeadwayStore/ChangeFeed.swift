@@ -9,7 +9,8 @@ public enum ChangeFeed {
         public var first: Int64
         /// The latest committed change (`first` while nothing has changed).
         public var last: Int64
-        /// Ids at or below this can no longer be resumed (their tombstones may be gone).
+        /// The highest change that may have been forgotten (a task or tombstone pruned): ids
+        /// below it can no longer be resumed; a client at it has seen every forgotten change.
         public var prunedThrough: Int64
 
         /// Whether a subscriber that saw everything up to `id` can resume from here.

@@ -719,7 +719,7 @@ public struct TaskStore: Sendable {
     /// `cutoff`. A parent keeps what a forgotten child contributed: its share of the
     /// fraction, its count by state, its failure (only `child_count`, the children stored,
     /// goes down), so a parent that never finishes does not fill up with finished children;
-    /// resuming from an id at or below what was forgotten then gets a snapshot. Also
+    /// resuming from an id below the last change forgotten then gets a snapshot. Also
     /// forgets each webhook's finished deliveries beyond its latest 100.
     public func prune(finishedBefore cutoff: EpochMilliseconds, limit: Int, in database: Database) throws -> Int {
         try cache.writeHeld(in: database)
