@@ -27,6 +27,9 @@ let package = Package(
     products: [
         .executable(name: "headwayd", targets: ["headwayd"]),
         .executable(name: "headway", targets: ["headway"]),
+        // The Swift client: `HeadwayClient` (async calls, the event stream) and
+        // `ProgressReporter` (a Foundation `Progress` tree reported as a task tree).
+        .library(name: "HeadwayClient", targets: ["HeadwayClient"]),
     ],
     targets: [
         .systemLibrary(
@@ -95,15 +98,19 @@ let package = Package(
         // the sanitizers instrument with their own allocator, keep glibc's.
         .executableTarget(name: "headwayd", dependencies: ["Daemon", "HeadwayCore", "Telemetry"], swiftSettings: daemonSettings,
                           linkerSettings: [.linkedLibrary("jemalloc", .when(configuration: .release))]),
-        // The `headway` command: its parser, client and commands in a library the tests use;
-        // the executable only calls it.
-        .target(name: "HeadwayCLI", dependencies: ["ArgumentParsing", "CCurl", "HeadwayCore", "HeadwayStore", "Lifecycle"]),
+        // The Swift client of the API, on libcurl: the `headway` command's and any Swift runner's.
+        .target(name: "HeadwayClient", dependencies: ["CCurl", "HeadwayCore", "Lifecycle"]),
+        // The `headway` command: its parser and commands in a library the tests use; the
+        // executable only calls it.
+        .target(name: "HeadwayCLI", dependencies: ["ArgumentParsing", "CCurl", "HeadwayClient", "HeadwayCore", "HeadwayStore", "Lifecycle"]),
         .executableTarget(name: "headway", dependencies: ["HeadwayCLI", "HeadwayCore"]),
         // Helpers shared by the test targets only (a raw HTTP client, temporary files).
         .target(name: "HeadwayTestSupport"),
         .testTarget(name: "LifecycleTests", dependencies: ["Lifecycle"]),
-        .testTarget(name: "HeadwayCLITests", dependencies: ["ArgumentParsing", "HeadwayCLI", "HeadwayCore", "HeadwayStore", "HeadwayTestSupport"],
+        .testTarget(name: "HeadwayCLITests", dependencies: ["ArgumentParsing", "HeadwayCLI", "HeadwayClient", "HeadwayCore", "HeadwayStore",
+                                                            "HeadwayTestSupport"],
                     exclude: ["golden"]),
+        .testTarget(name: "HeadwayClientTests", dependencies: ["HeadwayClient", "HeadwayTestSupport"]),
         // libcurl: the webhook URL rules are checked against its own URL parser.
         .testTarget(name: "HeadwayCoreTests", dependencies: ["HeadwayCore", "CCurl"]),
         .testTarget(name: "HeadwayStoreTests", dependencies: ["HeadwayStore", "HeadwayCore", "HeadwayTestSupport", "Lifecycle"]),

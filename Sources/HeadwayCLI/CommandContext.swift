@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayClient
 
 /// What a command runs with: the global options, the API, and its terminal.
 public struct CommandContext: Sendable {
@@ -9,7 +10,7 @@ public struct CommandContext: Sendable {
 
     public init(options: GlobalOptions, isInteractive: Bool) {
         self.options = options
-        self.api = TaskAPI(client: HTTPClient(baseURL: options.serverURL, token: options.token))
+        self.api = TaskAPI(client: HeadwayClient(baseURL: options.serverURL, token: options.token))
         self.isInteractive = isInteractive
     }
 

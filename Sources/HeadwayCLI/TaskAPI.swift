@@ -1,12 +1,14 @@
 import Foundation
+import HeadwayClient
 import HeadwayCore
 
-/// The REST API of headwayd as the commands use it: sends through `HTTPClient` and turns
-/// replies into JSON values or `CLIError`s (problem documents decoded here, once).
+/// The REST API of headwayd as the commands use it: sends through `HeadwayClient` (the
+/// one client of the API) and turns replies into JSON values, and its errors into
+/// `CLIError`s.
 public struct TaskAPI: Sendable {
-    let client: HTTPClient
+    let client: HeadwayClient
 
-    public init(client: HTTPClient) { self.client = client }
+    public init(client: HeadwayClient) { self.client = client }
 
     /// The reply to a successful request: its body text, every control character in it
     /// escaped (`JSONText.escapingControls`), and its parsed JSON (nil for an empty body,
@@ -18,43 +20,34 @@ public struct TaskAPI: Sendable {
 
     /// POSTs `body` (a JSON object) to `path`.
     public func post(_ path: String, _ body: JSONObject = [:]) throws(CLIError) -> Reply {
-        try send(HTTPRequest(method: "POST", path: path, jsonBody: JSONValue.object(body).canonicalText))
+        try send("POST", path, json: JSONValue.object(body).canonicalText)
     }
 
     /// DELETEs `path`.
     public func delete(_ path: String) throws(CLIError) -> Reply {
-        try send(HTTPRequest(method: "DELETE", path: path))
+        try send("DELETE", path)
     }
 
     /// GETs `path`.
     public func get(_ path: String) throws(CLIError) -> Reply {
-        try send(HTTPRequest(method: "GET", path: path))
+        try send("GET", path)
     }
 
-    /// The path of a task (`/v1/tasks/ID`), its id escaped for a URL path; dots too, so
-    /// that the ids `.` and `..` stay ids and are not read as "this" or "up" segments.
+    /// The path of a task (`/v1/tasks/ID`), its id escaped for a URL path (`HeadwayClient.taskPath`).
     public static func taskPath(_ id: String, _ action: String? = nil) -> String {
-        var allowed = CharacterSet.urlPathAllowed
-        allowed.remove(charactersIn: "/;?#%.")
-        let escaped = id.addingPercentEncoding(withAllowedCharacters: allowed) ?? id
-        return "/v1/tasks/" + escaped + (action.map { "/" + $0 } ?? "")
+        HeadwayClient.taskPath(id, action)
     }
 
-    func send(_ request: HTTPRequest) throws(CLIError) -> Reply {
+    func send(_ method: String, _ path: String, json: String? = nil) throws(CLIError) -> Reply {
         let response: HTTPResponse
         do {
-            response = try client.send(request)
+            response = try client.send(method, path, json: json)
         } catch {
-            if error.replyRefused { throw .unexpectedReply(error.message) }
-            throw .unreachable(server: client.displayURL, reason: error.message)
+            throw Self.cliError(error, server: client.displayURL)
         }
         // Printed as it came with --json: no control character of it may reach the terminal.
         let text = JSONText.escapingControls(String(decoding: response.body, as: UTF8.self))
-        let json = JSONValue.parse(response.body)
-        guard (200..<300).contains(response.status) else {
-            throw Self.refusal(status: response.status, contentType: response.contentType, json: json)
-        }
-        return Reply(text: text, json: json)
+        return Reply(text: text, json: JSONValue.parse(response.body))
     }
 
     /// The code of an `.unavailable` reply that had no problem document (a proxy's 502
@@ -62,19 +55,31 @@ public struct TaskAPI: Sendable {
     static let noProblemCode = "unavailable"
 
     /// The error a non-2xx reply stands for: its problem document when it has one.
-    static func refusal(status: Int, contentType: String?, json: JSONValue?) -> CLIError {
-        if contentType == "application/problem+json", case .object(let problem)? = json,
-           case .string(let title)? = problem["title"], case .string(let code)? = problem["code"] {
-            var detail = ""
-            if case .string(let text)? = problem["detail"] { detail = text }
-            if status == 429 || status >= 500 { return .unavailable(status: status, title: title, detail: detail, code: code) }
-            return .refused(title: title, detail: detail, code: code)
+    static func refusal(status: Int, contentType: String?, body: [UInt8]) -> CLIError {
+        cliError(HeadwayError.refusal(status: status, contentType: contentType, body: body), server: "")
+    }
+
+    /// How the command reports `error` of the client talking to `server`: a refusal is
+    /// `unavailable` when the server cannot serve now (429, 5xx: exit 69, as when it cannot
+    /// be reached), else `refused` (exit 1).
+    static func cliError(_ error: HeadwayError, server: String) -> CLIError {
+        switch error {
+        case .problem(let problem):
+            if problem.status == 429 || problem.status >= 500 {
+                return .unavailable(status: problem.status, title: problem.title, detail: problem.detail, code: problem.code.rawValue)
+            }
+            return .refused(title: problem.title, detail: problem.detail, code: problem.code.rawValue)
+        case .status(let status) where status == 429 || status >= 500:
+            return .unavailable(status: status, title: "HTTP \(status)", detail: "the server cannot answer now", code: noProblemCode)
+        case .status(let status):
+            return .unexpectedReply("the server answered HTTP \(status) without a problem document")
+        case .unreachable(let reason):
+            return .unreachable(server: server, reason: reason)
+        case .invalidReply(let reason):
+            return .unexpectedReply(reason)
+        case .canceled:
+            return .unreachable(server: server, reason: "the request was stopped")
         }
-        if status == 429 || status >= 500 {
-            return .unavailable(status: status, title: "HTTP \(status)", detail: "the server cannot answer now",
-                                code: noProblemCode)
-        }
-        return .unexpectedReply("the server answered HTTP \(status) without a problem document")
     }
 }
 

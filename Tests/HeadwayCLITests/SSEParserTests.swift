@@ -1,4 +1,5 @@
 @testable import HeadwayCLI
+import HeadwayClient
 import HeadwayCore
 import Testing
 

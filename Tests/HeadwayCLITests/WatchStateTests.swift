@@ -1,4 +1,5 @@
 import HeadwayCLI
+import HeadwayClient
 import HeadwayCore
 import Testing
 

@@ -1,3 +1,4 @@
+import HeadwayClient
 import HeadwayCore
 
 /// A shell `headway completion` writes a script for.
@@ -256,8 +257,8 @@ public struct CompleteCommand: ParsableCommand {
     }
 
     public func run(_ context: CommandContext) throws {
-        let api = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,
-                                             connectTimeoutSeconds: 1, totalTimeoutSeconds: 2))
+        let api = TaskAPI(client: HeadwayClient(baseURL: context.options.serverURL, token: context.options.token,
+                                                connectTimeoutSeconds: 1, totalTimeoutSeconds: 2))
         let prefix = values[Self.prefix].first.flatMap { TaskIDPrefix.isValid($0) ? $0 : nil }
         guard let page = try? api.listPage(TaskListQuery(pageSize: Self.limit, idPrefix: prefix)) else { return }
         for task in page.tasks {

@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import HeadwayClient
 import Lifecycle
 import HeadwayCore
 #if canImport(Glibc)
@@ -64,8 +65,8 @@ public struct RunCommand: ParsableCommand {
     var commandLine: [String] { [values[Self.command]] + values.trailing }
 
     public func run(_ context: CommandContext) throws {
-        let api = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,
-                                             connectTimeoutSeconds: 3, totalTimeoutSeconds: 10))
+        let api = TaskAPI(client: HeadwayClient(baseURL: context.options.serverURL, token: context.options.token,
+                                                connectTimeoutSeconds: 3, totalTimeoutSeconds: 10))
         if !values[Self.passToken] {
             // The command runs as this user, so it could read this process's environment
             // (HEADWAY_TOKEN) and memory from /proc; a process that is not dumpable keeps
@@ -96,8 +97,8 @@ public struct RunCommand: ParsableCommand {
         child.forwardSignals()
         if values[Self.pty] { child.followTerminalResizes() }
         let stopper = ChildStopper(child: child, killAfter: values[Self.killAfter] ?? 10)
-        let finalAPI = TaskAPI(client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token,
-                                                  connectTimeoutSeconds: 2, totalTimeoutSeconds: 5))
+        let finalAPI = TaskAPI(client: HeadwayClient(baseURL: context.options.serverURL, token: context.options.token,
+                                                     connectTimeoutSeconds: 2, totalTimeoutSeconds: 5))
         let reporter = RunReporter(api: api, finalAPI: finalAPI, registration: registration(parent: parent), onCancel: { stopper.stop() })
         reporter.start()
         let outcome = pass(child, to: reporter, progressFile: progressFile)

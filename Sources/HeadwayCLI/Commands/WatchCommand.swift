@@ -1,4 +1,5 @@
 import Foundation
+import HeadwayClient
 import Lifecycle
 import HeadwayCore
 
@@ -78,8 +79,8 @@ public struct WatchCommand: ParsableCommand {
         let mode: WatchSession.Mode = context.options.json ? .json : isTTY
             ? .terminal(color: Style.useColor(isTTY: true, environment: environment)) : .plain
         let session = WatchSession(
-            client: HTTPClient(baseURL: context.options.serverURL, token: context.options.token, totalTimeoutSeconds: 0,
-                               idleTimeoutSeconds: Int(values[Self.idleTimeout] ?? 60)),
+            client: HeadwayClient(baseURL: context.options.serverURL, token: context.options.token, totalTimeoutSeconds: 0,
+                                  idleTimeoutSeconds: Int(values[Self.idleTimeout] ?? 60)),
             path: "/v1/events" + (query.isEmpty ? "" : "?" + query.joined(separator: "&")),
             state: WatchState(awaited: Set(ids), finishedBefore: finishedBefore), mode: mode, untilDone: untilDone,
             environment: environment)
@@ -111,7 +112,7 @@ final class WatchSession: Sendable {
         }
     }
 
-    private let client: HTTPClient
+    private let client: HeadwayClient
     private let path: String
     private let mode: Mode
     private let untilDone: Bool
@@ -137,7 +138,7 @@ final class WatchSession: Sendable {
     /// The shortest and longest waits before reconnecting.
     static let firstDelay = 0.25, maximumDelay = 4.0
 
-    init(client: HTTPClient, path: String, state: WatchState, mode: Mode, untilDone: Bool, environment: [String: String]) {
+    init(client: HeadwayClient, path: String, state: WatchState, mode: Mode, untilDone: Bool, environment: [String: String]) {
         self.client = client
         self.path = path
         screen = Locked(Screen(state: state))
@@ -157,17 +158,16 @@ final class WatchSession: Sendable {
         var connectedOnce = false
         while true {
             let receiver = StreamReceiver(session: self)
-            var request = HTTPRequest(method: "GET", path: path)
-            request.headers = ["Accept: text/event-stream"]
             let lastID = screen.withLock { $0.parser.lastEventID }
-            if !lastID.isEmpty { request.headers.append("Last-Event-ID: \(lastID)") }
-            switch Result(catching: { () throws(TransportError) in try client.send(request, receiver: receiver) }) {
+            switch Result(catching: { () throws(TransportError) in
+                try client.stream(path, lastEventID: lastID, receiver: BodyReceiver(receiver.receive))
+            }) {
             case .success(let (status, contentType)):
                 // Once watching, a server that is busy or restarting (503, 502, 504, 429)
                 // is waited for, as a dropped connection is.
                 let transient = [429, 502, 503, 504].contains(status) && connectedOnce
                 if !(200..<300).contains(status) && !transient {
-                    throw TaskAPI.refusal(status: status, contentType: contentType, json: JSONValue.parse(receiver.raw))
+                    throw TaskAPI.refusal(status: status, contentType: contentType, body: receiver.raw)
                 }
             case .failure(let error):
                 let (overflowed, maximumEventBytes) = screen.withLock { ($0.parser.overflowed, $0.parser.maximumEventBytes) }
@@ -316,14 +316,14 @@ final class WatchSession: Sendable {
 
 /// Hands the stream's chunks to the session; keeps the start of a body that is not an
 /// event stream (a problem document) for the error.
-final class StreamReceiver: BodyReceiver {
+final class StreamReceiver {
     private let session: WatchSession
     private(set) var receivedEvents = false
     private(set) var raw: [UInt8] = []
 
     init(session: WatchSession) { self.session = session }
 
-    override func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
+    func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
         if !receivedEvents && raw.count < 65_536 { raw.append(contentsOf: chunk) }
         let (events, more) = session.receive(chunk)
         if events { receivedEvents = true }

@@ -1,3 +1,4 @@
+import HeadwayClient
 import HeadwayCore
 
 /// What `headway watch` knows, built from the event stream alone: the tasks in the order
@@ -28,7 +29,7 @@ public struct WatchState: Sendable {
 
     /// Applies one event; returns the tasks it changed (for plain output), in order.
     @discardableResult
-    public mutating func apply(_ event: SSEParser.Event) -> [TaskView] {
+    package mutating func apply(_ event: SSEParser.Event) -> [TaskView] {
         guard let json = JSONValue.parse(Array(event.data.utf8)) else { return [] }
         if event.name == "snapshot" {
             guard case .object(let object) = json, case .array(let items)? = object["tasks"] else { return [] }

@@ -1,18 +1,19 @@
 import CCurl
 import Foundation
 import HeadwayCore
+import Lifecycle
 
 /// One HTTP request as the client sends it.
-public struct HTTPRequest: Sendable {
-    public var method: String
+package struct HTTPRequest: Sendable {
+    package var method: String
     /// The path and query, appended to the server's URL (`/v1/tasks`).
-    public var path: String
+    package var path: String
     /// The JSON body; POSTs always send one (empty when nil) with a JSON content type.
-    public var jsonBody: String?
+    package var jsonBody: String?
     /// More header lines to send (`Last-Event-ID: 1042`).
-    public var headers: [String] = []
+    package var headers: [String] = []
 
-    public init(method: String, path: String, jsonBody: String? = nil) {
+    package init(method: String, path: String, jsonBody: String? = nil) {
         self.method = method
         self.path = path
         self.jsonBody = jsonBody
@@ -20,34 +21,36 @@ public struct HTTPRequest: Sendable {
 }
 
 /// A whole reply.
-public struct HTTPResponse: Sendable {
-    public var status: Int
+package struct HTTPResponse: Sendable {
+    package var status: Int
     /// The `Content-Type` without parameters, lowercased (`application/problem+json`).
-    public var contentType: String?
-    public var body: [UInt8]
+    package var contentType: String?
+    package var body: [UInt8]
 }
 
 /// Why no reply came: the server could not be reached or the exchange failed midway, or
 /// (`replyRefused`) the reply itself was refused: larger than the client takes.
-public struct TransportError: Error, Equatable {
-    public let message: String
-    public var replyRefused = false
+package struct TransportError: Error, Equatable {
+    package let message: String
+    package var replyRefused = false
 }
 
 /// A small HTTP/1.1 client on libcurl: one easy handle per request, connect, total and
 /// idle timeouts, JSON bodies, a bearer token. The body arrives through `BodyReceiver`, chunk by
 /// chunk, so a streaming reader (SSE) can be given instead of collecting the whole body.
-public struct HTTPClient: Sendable {
-    public let baseURL: String
-    public let token: String?
-    public let connectTimeoutSeconds: Int
+/// Each request blocks the thread that sends it (libcurl's easy interface): `HeadwayClient`
+/// sends its async calls from threads of their own.
+package struct HTTPTransport: Sendable {
+    package let baseURL: String
+    package let token: String?
+    package let connectTimeoutSeconds: Int
     /// The whole exchange's limit; 0 for none (an event stream).
-    public let totalTimeoutSeconds: Int
+    package let totalTimeoutSeconds: Int
     /// The longest the reply may go without a byte before the exchange is given up; nil
     /// for no limit. An event stream's keep-alive comments keep a live one under it.
-    public let idleTimeoutSeconds: Int?
+    package let idleTimeoutSeconds: Int?
 
-    public init(baseURL: String, token: String?, connectTimeoutSeconds: Int = 5, totalTimeoutSeconds: Int = 30,
+    package init(baseURL: String, token: String?, connectTimeoutSeconds: Int = 5, totalTimeoutSeconds: Int = 30,
                 idleTimeoutSeconds: Int? = nil) {
         self.baseURL = baseURL.hasSuffix("/") ? String(baseURL.dropLast()) : baseURL
         self.token = token
@@ -57,7 +60,7 @@ public struct HTTPClient: Sendable {
     }
 
     /// The server's URL as messages show it: without a `user:password@` part.
-    public var displayURL: String {
+    package var displayURL: String {
         guard var components = URLComponents(string: baseURL), components.user != nil || components.password != nil else {
             return baseURL
         }
@@ -69,13 +72,13 @@ public struct HTTPClient: Sendable {
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
     /// The largest whole reply `send` keeps (a page of the largest tasks fits many times).
-    public static let maximumReplyBytes = 256 << 20
+    package static let maximumReplyBytes = 256 << 20
 
     /// Sends `request` and returns the whole reply.
-    public func send(_ request: HTTPRequest) throws(TransportError) -> HTTPResponse {
+    package func send(_ request: HTTPRequest, stop: TransferStop? = nil) throws(TransportError) -> HTTPResponse {
         let collector = BodyCollector(limit: Self.maximumReplyBytes)
         do {
-            let (status, contentType) = try send(request, receiver: collector)
+            let (status, contentType) = try send(request, receiver: BodyReceiver(collector.receive), stop: stop)
             return HTTPResponse(status: status, contentType: contentType, body: collector.bytes)
         } catch where collector.overflowed {
             throw TransportError(message: "the server's reply is larger than \(Self.maximumReplyBytes >> 20) MiB",
@@ -84,8 +87,9 @@ public struct HTTPClient: Sendable {
     }
 
     /// Sends `request`, handing each chunk of the body to `receiver` as it arrives; returns
-    /// the status and content type once the body has ended.
-    public func send(_ request: HTTPRequest, receiver: BodyReceiver) throws(TransportError) -> (Int, String?) {
+    /// the status and content type once the body has ended. Setting `stop` ends the
+    /// transfer within about a second (libcurl asks its progress callback at least that often).
+    package func send(_ request: HTTPRequest, receiver: BodyReceiver, stop: TransferStop? = nil) throws(TransportError) -> (Int, String?) {
         _ = Self.globalInit
         guard let handle = curl_easy_init() else { throw TransportError(message: "libcurl could not start") }
         defer { curl_easy_cleanup(handle) }
@@ -120,7 +124,8 @@ public struct HTTPClient: Sendable {
         headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION, headwayCurlWrite)
         headway_curl_set_pointer(handle, CURLOPT_WRITEDATA, context.toOpaque())
 
-        let idleWatch = idleTimeoutSeconds.map { Unmanaged.passRetained(IdleWatch(limitSeconds: Double($0))) }
+        let idleWatch = idleTimeoutSeconds != nil || stop != nil
+            ? Unmanaged.passRetained(IdleWatch(limitSeconds: idleTimeoutSeconds.map(Double.init), stop: stop)) : nil
         defer { idleWatch?.release() }
         if let idleWatch {
             headway_curl_set_long(handle, CURLOPT_NOPROGRESS, 0)
@@ -130,6 +135,9 @@ public struct HTTPClient: Sendable {
 
         let result = curl_easy_perform(handle)
         guard result == CURLE_OK else {
+            if result == CURLE_ABORTED_BY_CALLBACK, stop?.isSet == true {
+                throw TransportError(message: "the request was stopped")
+            }
             if result == CURLE_ABORTED_BY_CALLBACK, let idleTimeoutSeconds {
                 throw TransportError(message: "no data from the server for \(idleTimeoutSeconds) s")
             }
@@ -148,22 +156,23 @@ public struct HTTPClient: Sendable {
 
 /// Takes a reply's body chunk by chunk as libcurl reads it, on the thread that sends the
 /// request (libcurl's easy interface calls back on it).
-open class BodyReceiver {
-    public init() {}
-    /// Called for each chunk; return false to abort the transfer.
-    open func receive(_ chunk: UnsafeRawBufferPointer) -> Bool { true }
+package final class BodyReceiver {
+    /// Called for each chunk; returns false to abort the transfer.
+    let receive: (UnsafeRawBufferPointer) -> Bool
+
+    package init(_ receive: @escaping (UnsafeRawBufferPointer) -> Bool) { self.receive = receive }
 }
 
 /// Keeps the whole body, up to `limit` bytes (past it the transfer stops). Used by one
 /// request on one thread only.
-final class BodyCollector: BodyReceiver {
-    let limit: Int
-    private(set) var bytes: [UInt8] = []
-    private(set) var overflowed = false
+package final class BodyCollector {
+    package let limit: Int
+    package private(set) var bytes: [UInt8] = []
+    package private(set) var overflowed = false
 
-    init(limit: Int) { self.limit = limit }
+    package init(limit: Int) { self.limit = limit }
 
-    override func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
+    package func receive(_ chunk: UnsafeRawBufferPointer) -> Bool {
         guard bytes.count + chunk.count <= limit else {
             overflowed = true
             return false
@@ -183,17 +192,36 @@ private func headwayCurlWrite(_ data: UnsafeMutablePointer<CChar>?, _ size: Int,
     return receiver.receive(chunk) ? length : 0
 }
 
-/// Notices a reply that has stopped arriving: libcurl reports the bytes received about
-/// once a second, even while none come (on the thread that sends the request).
+/// Asks a transfer in progress to stop, from any thread (a canceled Swift task, an event
+/// sequence its reader dropped).
+package final class TransferStop: Sendable {
+    private let flag = Locked(false)
+
+    package init() {}
+
+    package var isSet: Bool { flag.withLock { $0 } }
+
+    package func set() { flag.withLock { $0 = true } }
+}
+
+/// Notices a reply that has stopped arriving, or a transfer asked to stop: libcurl reports
+/// the bytes received about once a second, even while none come (on the thread that sends
+/// the request).
 final class IdleWatch {
-    let limitSeconds: Double
+    let limitSeconds: Double?
+    let stop: TransferStop?
     private var received: Int64 = -1
     private var since = DispatchTime.now()
 
-    init(limitSeconds: Double) { self.limitSeconds = limitSeconds }
+    init(limitSeconds: Double?, stop: TransferStop?) {
+        self.limitSeconds = limitSeconds
+        self.stop = stop
+    }
 
-    /// Whether the transfer has gone `limitSeconds` without a new byte.
+    /// Whether the transfer should end: asked to stop, or `limitSeconds` without a new byte.
     func idle(received now: Int64) -> Bool {
+        if stop?.isSet == true { return true }
+        guard let limitSeconds else { return false }
         let clock = DispatchTime.now()
         if now != received {
             received = now

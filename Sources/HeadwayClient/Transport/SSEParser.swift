@@ -8,17 +8,17 @@
 /// `data` lines join with LF; `id` sets the last event id (kept for the next events too,
 /// ignored when it contains NUL); `retry` with only ASCII digits sets the reconnection
 /// delay. A leading byte order mark is skipped.
-public struct SSEParser: Sendable {
+package struct SSEParser: Sendable {
     /// One dispatched event.
-    public struct Event: Equatable, Sendable {
+    package struct Event: Equatable, Sendable {
         /// The `event` field; `message` when the event had none.
-        public var name: String
+        package var name: String
         /// The `data` lines joined with LF.
-        public var data: String
+        package var data: String
         /// The last event id in force when the event was dispatched ("" when none yet).
-        public var lastEventID: String
+        package var lastEventID: String
 
-        public init(name: String, data: String, lastEventID: String) {
+        package init(name: String, data: String, lastEventID: String) {
             self.name = name
             self.data = data
             self.lastEventID = lastEventID
@@ -26,11 +26,11 @@ public struct SSEParser: Sendable {
     }
 
     /// The last event id seen, kept across events; send it as `Last-Event-ID` to resume.
-    public private(set) var lastEventID = ""
+    package private(set) var lastEventID = ""
     /// The reconnection delay the server last asked for, in milliseconds.
-    public private(set) var retryMilliseconds: Int?
+    package private(set) var retryMilliseconds: Int?
     /// How many comment lines were seen (the server's keep-alives).
-    public private(set) var commentCount = 0
+    package private(set) var commentCount = 0
 
     private var line: [UInt8] = []
     private var afterCR = false
@@ -40,17 +40,17 @@ public struct SSEParser: Sendable {
     private var hasData = false
 
     /// The most bytes one event (its lines together) may hold; past it the parser stops.
-    public let maximumEventBytes: Int
+    package let maximumEventBytes: Int
     /// Whether an event grew past `maximumEventBytes`: nothing more is parsed.
-    public private(set) var overflowed = false
+    package private(set) var overflowed = false
     private var eventBytes = 0
 
     /// A parser; `maximumEventBytes` bounds the memory a stream that never ends a line or
     /// an event can take (a snapshot of many tasks is one large event).
-    public init(maximumEventBytes: Int = 256 << 20) { self.maximumEventBytes = maximumEventBytes }
+    package init(maximumEventBytes: Int = 256 << 20) { self.maximumEventBytes = maximumEventBytes }
 
     /// Parses the next chunk of the stream and returns the events it completed.
-    public mutating func feed(_ bytes: some Sequence<UInt8>) -> [Event] {
+    package mutating func feed(_ bytes: some Sequence<UInt8>) -> [Event] {
         var events: [Event] = []
         guard !overflowed else { return events }
         for byte in bytes {
