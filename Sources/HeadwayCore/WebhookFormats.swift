@@ -350,9 +350,10 @@ extension WebhookBody {
     /// `tags` (an emoji and `headway`), `click` (the task's page, when known).
     static func ntfy(_ event: TaskEvent, topic: String, context: AlertContext?, occurredAt: EpochMilliseconds) -> String {
         let facts = AlertFacts(event, at: occurredAt)
-        var lines = [facts.headline]
+        // Within ntfy's 4,096 bytes, whatever the task's message and parents.
+        var lines = [WebhookText.truncated(facts.headline, to: 1000)]
         if let context {
-            lines += WebhookText.contextLines(context)
+            lines += WebhookText.contextLines(context).map { WebhookText.truncated($0, to: 500) }
             if !context.output.isEmpty {
                 let used = lines.joined(separator: "\n").utf8.count + 2
                 // Bytes, not characters, bound the message: four a character at most.
@@ -374,9 +375,13 @@ extension WebhookBody {
     /// within 4,096 characters), `parse_mode`, link previews off.
     static func telegram(_ event: TaskEvent, chatID: String, context: AlertContext?, occurredAt: EpochMilliseconds) -> String {
         let facts = AlertFacts(event, at: occurredAt)
-        var text = "<b>\(htmlEscaped(facts.headline))</b>"
+        // A message may be 4,000 characters and a chain of parents long: the line and the
+        // parents are cut so that the whole stays within Telegram's 4,096.
+        var text = "<b>\(htmlEscaped(WebhookText.truncated(facts.headline, to: 1000)))</b>"
         if let context {
-            if !context.parents.isEmpty { text += "\nParents: \(htmlEscaped(context.parentsText))" }
+            if !context.parents.isEmpty {
+                text += "\nParents: \(htmlEscaped(WebhookText.truncated(context.parentsText, to: 500)))"
+            }
             text += "\nRan: \(WebhookText.duration(context.ranSeconds))"
             if let link = context.link { text += "\n<a href=\"\(htmlEscaped(link))\">Open in Headway</a>" }
             if !context.output.isEmpty {

@@ -179,6 +179,15 @@ struct WebhookFormatsTests {
         #expect(html.hasPrefix("<b>Backup &lt;db&gt; &amp; co failed: disk full"))
         #expect(html.contains("<pre>copying base/16384\nERROR: disk full\n```oops```</pre>"))
         #expect(html.contains(#"<a href="https://headway.example.com/#task=db-3">Open in Headway</a>"#))
+        // The longest message a task may have still fits, with the output.
+        var long = Self.failedEvent()
+        long.data = long.data.replacingOccurrences(of: #""message":"disk full""#,
+                                                   with: #""message":""# + String(repeating: "<é>", count: 1333) + #"""#)
+        let longBody = try Self.render(.telegram, destination: WebhookDestination(chatID: "1"), event: long)
+        let visible = try #require(Self.telegramVisibleText(Self.text(longBody["text"]) ?? ""))
+        #expect(visible.count <= 4096 && visible.hasSuffix("ERROR: disk full\n```oops```"))
+        let ntfyBody = try Self.render(.ntfy, url: "https://ntfy.sh/backups", event: long)
+        #expect((Self.text(ntfyBody["message"])?.utf8.count ?? 0) <= 4096)
         let channel = try Self.render(.telegram, destination: WebhookDestination(chatID: "@ops_alerts"), context: nil)
         #expect(channel["chat_id"] == .string("@ops_alerts"))
     }

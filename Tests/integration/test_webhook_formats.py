@@ -14,7 +14,8 @@ import pytest
 from aiosmtpd.controller import Controller
 
 from conftest import free_port, run_headwayd
-from test_webhooks import FAST_RETRIES, PATIENCE, create_webhook, make_token, receiving, wait_for_state
+from test_webhooks import (FAST_RETRIES, PATIENCE, create_webhook, database, make_token, receiving,  # noqa: F401
+                           wait_for_state)
 
 PUBLIC = ["--public-url", "https://headway.example.com"]
 
@@ -64,8 +65,8 @@ def make_failing_task(base, output_lines=25):
     assert httpx.post(f"{base}/v1/tasks/db-3/finish", json={"outcome": "failed", "message": "disk full"}).status_code == 200
 
 
-def test_an_email_reaches_a_real_smtp_server(tmp_path):
-    with Mailbox() as mailbox, run_headwayd(tmp_path, *FAST_RETRIES, *PUBLIC) as base:
+def test_an_email_reaches_a_real_smtp_server(tmp_path, database):
+    with Mailbox() as mailbox, run_headwayd(tmp_path, *FAST_RETRIES, *PUBLIC, db=database) as base:
         reply = create_webhook(base, {"url": f"smtp://127.0.0.1:{mailbox.port}", "events": ["task.finished"],
                                       "format": "email", "mail_from": "headway@example.com",
                                       "mail_to": ["ops@example.com", "dba@example.org"]})
@@ -113,8 +114,8 @@ def test_an_smtp_refusal_fails_and_a_temporary_one_is_retried(tmp_path):
         assert failed["attempts"] == 1 and failed["status_code"] == 550 and "SMTP 550" in failed["error"]
 
 
-def test_the_context_is_built_once_and_sent_the_same_at_every_attempt(tmp_path):
-    with receiving([500, 200]) as receiver, run_headwayd(tmp_path, *FAST_RETRIES, *PUBLIC) as base:
+def test_the_context_is_built_once_and_sent_the_same_at_every_attempt(tmp_path, database):
+    with receiving([500, 200]) as receiver, run_headwayd(tmp_path, *FAST_RETRIES, *PUBLIC, db=database) as base:
         webhook = create_webhook(base, {"url": receiver.url, "events": ["task.finished"]}).json()
         make_failing_task(base)
         first, second = receiver.wait_for(2)
