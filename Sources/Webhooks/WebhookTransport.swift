@@ -229,6 +229,7 @@ package final class WebhookTransfers: Service, @unchecked Sendable {
         /// Copies the next bytes into `buffer` (at most `capacity`); 0 once all were read.
         func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
             let count = min(capacity, bytes.count - offset)
+            guard count > 0 else { return 0 }
             bytes.withUnsafeBufferPointer { source in
                 UnsafeMutableRawPointer(buffer).copyMemory(from: source.baseAddress! + offset, byteCount: count)
             }
