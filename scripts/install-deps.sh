@@ -38,8 +38,9 @@ fi
 cd "$(dirname "$0")/.."
 venv=.build/venv
 python_tools=()
-# tqdm and celery: the Python client's tqdm drop-in and its Celery example (clients/python).
-[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium schemathesis tqdm celery)
+# tqdm and celery: the Python client's tqdm drop-in and its Celery example (clients/python);
+# aiosmtpd: a real SMTP server the e-mail webhooks deliver to (Tests/integration/test_webhook_formats.py).
+[ "${HEADWAY_TEST_TOOLS:-0}" = 1 ] && python_tools+=(openapi-spec-validator pyyaml pytest httpx httpx-sse selenium schemathesis tqdm celery aiosmtpd)
 # bullmq: BullMQ's own scripts and Queue.add, for the Redis comparison; tqdm: the Python
 # client's overhead beside plain tqdm.
 [ "${HEADWAY_BENCH:-0}" = 1 ] && python_tools+=(matplotlib bullmq tqdm)

@@ -227,7 +227,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let (storedTokens, storedWebhooks) = try tokenDatabase.inTransaction {
         (try TokenRepository.changes(since: -1, in: tokenDatabase), try WebhookRepository.all(in: tokenDatabase))
     }
-    let webhookOutbox = WebhookOutbox()
+    // Alerts link to the task's page under the first --public-url.
+    let webhookOutbox = WebhookOutbox(site: configuration.publicOrigins.first?.description)
     webhookOutbox.load(storedWebhooks)
     let webhookDoorbell = Doorbell()
     tokens.apply(storedTokens, now: clock.now())

@@ -68,6 +68,8 @@ package struct WebhooksAPI: Sendable {
             do throws(WebhookURL.Refusal) { url = try WebhookURL.parse(asked.url) } catch {
                 throw Problem.webhookURLRefused(error.message)
             }
+            let refusals = asked.refusals(url: url)
+            if !refusals.isEmpty { throw Problem.webhookFormatInvalid(asked.format, refusals) }
             if !grant.manages(tokenPrefix: asked.filter.taskPrefix), let prefix = grant.taskPrefix {
                 throw AccessRefusal.prefixNotAllowed(prefix: prefix, field: "task_prefix")
             }
@@ -81,7 +83,8 @@ package struct WebhooksAPI: Sendable {
             do {
                 if let refusal { throw Problem.webhookURLRefused(refusal) }
                 made = WebhookRecord(id: try WebhookCrypto.newWebhookID(), url: url.text, filter: asked.filter,
-                                     format: asked.format, secret: try WebhookCrypto.newSecret(), createdAt: clock.now())
+                                     format: asked.format, secret: try WebhookCrypto.newSecret(), createdAt: clock.now(),
+                                     destination: asked.destination)
             } catch {
                 return responder.respond(errors.response(for: error, request))
             }
@@ -100,9 +103,9 @@ package struct WebhooksAPI: Sendable {
                         "request_id": request.requestID, "token_id": grant.tokenID ?? "none",
                         "token_name": grant.tokenName ?? "none", "webhook_id": made.id,
                         "events": made.filter.events.map(\.rawValue).sorted().joined(separator: ","),
-                        "task_prefix": made.filter.taskPrefix ?? "",
+                        "task_prefix": made.filter.taskPrefix ?? "", "format": made.format.rawValue,
                     ])
-                    responder.respond(.json(201, Self.json(made, secret: made.secret),
+                    responder.respond(.json(201, Self.json(made, revealingSecrets: true),
                                             headers: [HTTPField("Location", "/v1/webhooks/\(made.id)"),
                                                       HTTPField("Cache-Control", "no-store")]))
                 case .failure(let error):
@@ -117,7 +120,7 @@ package struct WebhooksAPI: Sendable {
         body.appendRaw(#"{"webhooks":["#)
         for (index, webhook) in outbox.current.filter({ grant.manages(tokenPrefix: $0.filter.taskPrefix) }).enumerated() {
             if index > 0 { body.appendRaw(",") }
-            body.appendRaw(Self.json(webhook, secret: nil))
+            body.appendRaw(Self.json(webhook, revealingSecrets: false))
         }
         body.appendRaw("]}")
         responder.respond(.json(200, body.text))
@@ -198,17 +201,28 @@ package struct WebhooksAPI: Sendable {
         }
     }
 
-    /// A webhook as the API shows it; `secret` only in the reply that made it.
-    static func json(_ webhook: WebhookRecord, secret: String?) -> String {
+    /// A webhook as the API shows it. Its secrets — `secret`, `routing_key` and the
+    /// credentials its URL may carry (`WebhookRecord.listedURL`) — only when
+    /// `revealingSecrets`, in the reply that made it.
+    static func json(_ webhook: WebhookRecord, revealingSecrets: Bool) -> String {
         var object = JSONObjectWriter()
         object.string("id", webhook.id)
-        object.string("url", webhook.url)
+        object.string("url", revealingSecrets ? webhook.url : webhook.listedURL)
         object.raw("events", stringArray(webhook.filter.events.map(\.rawValue).sorted()))
         object.string("task_prefix", webhook.filter.taskPrefix)
         object.raw("outcomes", webhook.filter.outcomes.map { stringArray($0.map(\.rawValue).sorted()) })
         object.string("format", webhook.format.rawValue)
         object.string("created_at", Timestamp.rfc3339(webhook.createdAt))
-        if let secret { object.string("secret", secret) }
+        let destination = webhook.destination
+        if webhook.format == .telegram { object.string("chat_id", destination.chatID) }
+        if webhook.format == .email {
+            object.string("mail_from", destination.mailFrom)
+            object.raw("mail_to", stringArray(destination.mailTo))
+        }
+        if revealingSecrets {
+            object.string("secret", webhook.secret)
+            if webhook.format == .pagerduty { object.string("routing_key", destination.routingKey) }
+        }
         return object.finish()
     }
 
@@ -264,6 +278,14 @@ extension Problem {
     static func webhookURLRefused(_ detail: String) -> Problem {
         Problem(status: 422, code: "webhook_url_refused", title: "Webhook URL refused", detail: "url: \(detail).",
                 errors: [FieldError(field: "url", message: detail)])
+    }
+
+    /// A request its format refuses: a scheme it does not speak, a field it needs and
+    /// lacks, another format's field, an event it never sends.
+    static func webhookFormatInvalid(_ format: WebhookFormat, _ errors: [FieldError]) -> Problem {
+        Problem(status: 422, code: "webhook_format_invalid", title: "Webhook fields do not suit its format",
+                detail: "A \(format.rawValue) webhook: " + errors.map { "\($0.field): \($0.message)" }.joined(separator: "; ") + ".",
+                errors: errors)
     }
 
     /// As many webhooks as may be stored exist already.

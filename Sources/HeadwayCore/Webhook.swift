@@ -1,12 +1,29 @@
 import Foundation
 
-/// How a webhook's deliveries are written.
+/// How a webhook's deliveries are written, and to which kind of receiver
+/// (`WebhookBody.render`; the table of docs/webhooks.md says which events each sends).
 public enum WebhookFormat: String, Sendable, CaseIterable {
-    /// `{"id", "type", "event_id", "occurred_at", "task"}`: the event and the task as the API shows it.
+    /// `{"id", "type", "event_id", "occurred_at", "task", "context"?}`: the event and the
+    /// task as the API shows it, signed (`Headway-Signature`).
     case json
-    /// `{"text": …}`: one short line for a person, which Slack (and tools that copy its
-    /// incoming webhooks) posts as it is.
+    /// `{"text": …}`: a line for a person (and, for an alert, its context), which Slack
+    /// (and tools that copy its incoming webhooks) posts as it is.
     case slack
+    /// Discord's execute-webhook body: `content` and one embed, mentions disabled.
+    case discord
+    /// ntfy's JSON publishing (`topic`, `title`, `message`, `priority`, `tags`, `click`),
+    /// posted to the server's root URL; the webhook's URL is the topic's.
+    case ntfy
+    /// The Telegram Bot API's `sendMessage` (`chat_id`, HTML `text`); the URL is the bot's
+    /// `…/bot<token>/sendMessage`.
+    case telegram
+    /// PagerDuty's Events API v2: `trigger` and `resolve`, one alert per webhook and task.
+    case pagerduty
+    /// An RFC 5322 message through SMTP (`smtp://` or `smtps://`), to `mail_to`.
+    case email
+
+    /// Whether the format's deliveries go out over SMTP rather than HTTP.
+    public var isMail: Bool { self == .email }
 }
 
 /// What a webhook is told about: which kinds of event, of which tasks.
@@ -51,15 +68,93 @@ public struct WebhookRecord: Sendable, Equatable {
     /// delivery is signed with it. Shown only in the reply that made the webhook.
     public var secret: String
     public var createdAt: EpochMilliseconds
+    /// Where the format's receiver is told to put the message, besides its URL: the
+    /// fields of `WebhookDestination` the format takes, the others nil or empty.
+    public var destination: WebhookDestination
 
     public init(id: String, url: String, filter: WebhookFilter, format: WebhookFormat, secret: String,
-                createdAt: EpochMilliseconds) {
+                createdAt: EpochMilliseconds, destination: WebhookDestination = WebhookDestination()) {
         self.id = id
         self.url = url
         self.filter = filter
         self.format = format
         self.secret = secret
         self.createdAt = createdAt
+        self.destination = destination
+    }
+
+    /// The URL as listings show it: without what lets anyone post as the webhook's owner
+    /// (`WebhookURL.redacted`).
+    public var listedURL: String { WebhookURL.redacted(url, format: format) }
+}
+
+/// The per-format fields of a webhook: Telegram's chat, PagerDuty's routing key, the
+/// e-mail sender and recipients.
+public struct WebhookDestination: Sendable, Equatable {
+    /// `telegram`: the chat the bot writes to (a number, or `@channelname`).
+    public var chatID: String?
+    /// `pagerduty`: the Events API v2 integration key. A secret: whoever holds it can open
+    /// and resolve alerts on the service, so it is shown only in the reply that made the
+    /// webhook, like `secret`.
+    public var routingKey: String?
+    /// `email`: the sender (`MAIL FROM` and `From:`).
+    public var mailFrom: String?
+    /// `email`: the recipients (`RCPT TO` and `To:`), each sent one message per event.
+    public var mailTo: [String]
+
+    public init(chatID: String? = nil, routingKey: String? = nil, mailFrom: String? = nil, mailTo: [String] = []) {
+        self.chatID = chatID
+        self.routingKey = routingKey
+        self.mailFrom = mailFrom
+        self.mailTo = mailTo
+    }
+
+    /// The most recipients an e-mail webhook may have.
+    public static let maximumRecipients = 10
+    /// The longest e-mail address accepted (RFC 5321's path limit, less its brackets).
+    public static let maximumAddressBytes = 254
+
+    /// Whether `text` is an e-mail address this daemon writes into a header and an SMTP
+    /// command as it is: `local@domain`, a dot-atom local part and a host name, nothing a
+    /// header or a command line could be broken by (no spaces, quotes, brackets, commas,
+    /// controls or non-ASCII).
+    public static func isMailAddress(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        guard bytes.count <= maximumAddressBytes, let at = bytes.lastIndex(of: UInt8(ascii: "@")) else { return false }
+        let local = bytes[..<at], domain = bytes[(at + 1)...]
+        let localAllowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.!#$%&'*+/=?^_`{|}~-".utf8)
+        guard (1...64).contains(local.count), local.allSatisfy(localAllowed.contains), local.first != UInt8(ascii: "."),
+              local.last != UInt8(ascii: "."), !zip(local, local.dropFirst()).contains(where: { $0 == $1 && $0 == UInt8(ascii: ".") })
+        else { return false }
+        let labels = domain.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        let labelAllowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-".utf8)
+        return !domain.isEmpty && labels.allSatisfy { label in
+            (1...63).contains(label.count) && label.allSatisfy(labelAllowed.contains)
+                && label.first != UInt8(ascii: "-") && label.last != UInt8(ascii: "-")
+        }
+    }
+
+    /// Whether `text` names a Telegram chat: a chat's number (negative for groups and
+    /// channels) or a public channel's `@username` (5 to 32 letters, digits, underscores).
+    public static func isTelegramChat(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        let digit = { (byte: UInt8) in (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) }
+        if bytes.first == UInt8(ascii: "@") {
+            return (6...33).contains(bytes.count) && bytes.dropFirst().allSatisfy { byte in
+                digit(byte) || byte == UInt8(ascii: "_") || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20)
+            }
+        }
+        let digits = bytes.first == UInt8(ascii: "-") ? bytes.dropFirst() : bytes[...]
+        return (1...20).contains(digits.count) && digits.allSatisfy(digit)
+    }
+
+    /// Whether `text` may be a PagerDuty routing key: PagerDuty's are 32 letters and
+    /// digits; 1 to 64 letters, digits, `_` and `-` are taken, for receivers that copy the API.
+    public static func isRoutingKey(_ text: String) -> Bool {
+        (1...64).contains(text.utf8.count) && text.utf8.allSatisfy { byte in
+            (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(byte | 0x20)
+                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+        }
     }
 }
 
@@ -129,12 +224,15 @@ public struct WebhookDelivery: Sendable, Equatable {
     }
 }
 
-/// Reads a `POST /v1/webhooks` body: `{url, events, task_prefix?, outcomes?, format?}`.
+/// Reads a `POST /v1/webhooks` body: `{url, events, task_prefix?, outcomes?, format?,
+/// chat_id?, routing_key?, mail_from?, mail_to?}`.
 public struct WebhookRequest: Sendable, Equatable {
     /// The URL as given (a string of at most `maximumURLBytes`; `WebhookURL.parse` judges it).
     public var url: String
     public var filter: WebhookFilter
     public var format: WebhookFormat
+    /// The format's own fields as given (whether the format takes them is judged by `refusals`).
+    public var destination: WebhookDestination
 
     /// The longest URL accepted, in bytes.
     public static let maximumURLBytes = 2048
@@ -143,22 +241,25 @@ public struct WebhookRequest: Sendable, Equatable {
     /// The most items `events` and `outcomes` may hold (repeats allowed, as in openapi.yaml).
     static let maximumEvents = 14, maximumOutcomes = 6
 
-    public init(url: String, filter: WebhookFilter, format: WebhookFormat) {
+    public init(url: String, filter: WebhookFilter, format: WebhookFormat, destination: WebhookDestination = WebhookDestination()) {
         self.url = url
         self.filter = filter
         self.format = format
+        self.destination = destination
     }
 
     /// The request in `body`, or every field error at once (400). Whether the URL is one a
     /// webhook may post to is judged after (`WebhookURL.parse`, then `AddressPolicy`).
     public static func parse(_ body: JSONValue) throws(TaskError) -> WebhookRequest {
-        var reader = FieldReader(body, allowed: ["url", "events", "task_prefix", "outcomes", "format"])
+        var reader = FieldReader(body, allowed: ["url", "events", "task_prefix", "outcomes", "format", "chat_id", "routing_key",
+                                                 "mail_from", "mail_to"])
         let format = reader.choice("format", of: WebhookFormat.allCases) ?? .json
         var errors: [FieldError] = []
         var url: String?
         var events: Set<TaskEventKind> = []
         var prefix: String?
         var outcomes: Set<TaskState>?
+        var destination = WebhookDestination()
         if case .object(let members) = body {
             switch members["url"] {
             case .string(let text)?: url = text
@@ -202,15 +303,113 @@ public struct WebhookRequest: Sendable, Equatable {
                 }
             default: errors.append(FieldError(field: "outcomes", message: "must be 1 to \(maximumOutcomes) of \(names)"))
             }
+            switch members["chat_id"] {
+            case nil, .null?: break
+            case .string(let text)? where (1...64).contains(text.utf8.count): destination.chatID = text
+            case .integer(let number)?: destination.chatID = String(number)
+            default: errors.append(FieldError(field: "chat_id", message: "must be a chat's number or @channelname"))
+            }
+            for (field, path) in [("routing_key", \WebhookDestination.routingKey), ("mail_from", \.mailFrom)] {
+                switch members[field] {
+                case nil, .null?: break
+                case .string(let text)? where (1...WebhookDestination.maximumAddressBytes).contains(text.utf8.count):
+                    destination[keyPath: path] = text
+                default: errors.append(FieldError(field: field, message: "must be a string of 1 to 254 bytes"))
+                }
+            }
+            switch members["mail_to"] {
+            case nil, .null?: break
+            case .array(let items)? where (1...WebhookDestination.maximumRecipients).contains(items.count):
+                for item in items {
+                    guard case .string(let text) = item else {
+                        errors.append(FieldError(field: "mail_to", message: "must hold only e-mail addresses (strings)"))
+                        break
+                    }
+                    if !destination.mailTo.contains(text) { destination.mailTo.append(text) }
+                }
+            default:
+                errors.append(FieldError(field: "mail_to", message: "must be a list of 1 to \(WebhookDestination.maximumRecipients) e-mail addresses"))
+            }
         }
         let all = reader.errors + errors
         guard all.isEmpty, let url else { throw .invalidRequest(all) }
         return WebhookRequest(url: url, filter: WebhookFilter(events: events, taskPrefix: prefix, outcomes: outcomes),
-                              format: format)
+                              format: format, destination: destination)
+    }
+
+    /// What the format refuses in a well-formed request whose URL parsed as `url`: a
+    /// scheme it does not speak, a field it needs and lacks, a field of another format, an
+    /// event it never sends (each a field error; the API answers 422
+    /// `webhook_format_invalid` and stores nothing).
+    public func refusals(url: WebhookURL) -> [FieldError] {
+        var errors: [FieldError] = []
+        let name = format.rawValue
+        if format.isMail != url.isMail {
+            errors.append(FieldError(field: "url", message: format.isMail
+                ? "an email webhook sends through an smtp:// or smtps:// URL"
+                : "a \(name) webhook posts to an http:// or https:// URL"))
+        }
+        if url.hasUserInfo && !url.isMail {
+            errors.append(FieldError(field: "url", message: "must not carry a user name or password"))
+        }
+        let uses: [(field: String, given: Bool, format: WebhookFormat)] = [
+            ("chat_id", destination.chatID != nil, .telegram), ("routing_key", destination.routingKey != nil, .pagerduty),
+            ("mail_from", destination.mailFrom != nil, .email), ("mail_to", !destination.mailTo.isEmpty, .email),
+        ]
+        for use in uses where use.given && use.format != format {
+            errors.append(FieldError(field: use.field, message: "applies to the \(use.format.rawValue) format only"))
+        }
+        switch format {
+        case .telegram:
+            if let chat = destination.chatID {
+                if !WebhookDestination.isTelegramChat(chat) {
+                    errors.append(FieldError(field: "chat_id", message: "must be a chat's number (e.g. -1001234567890) or @channelname"))
+                }
+            } else {
+                errors.append(FieldError(field: "chat_id", message: "is required for a telegram webhook: the chat the bot writes to"))
+            }
+        case .pagerduty:
+            if let key = destination.routingKey {
+                if !WebhookDestination.isRoutingKey(key) {
+                    errors.append(FieldError(field: "routing_key", message: "must be the integration key: 1 to 64 letters, digits, _ or -"))
+                }
+            } else {
+                errors.append(FieldError(field: "routing_key", message: "is required for a pagerduty webhook: its integration key"))
+            }
+            let never = filter.events.filter { !PagerDutyBody.sends($0) }.map(\.rawValue).sorted()
+            if !never.isEmpty {
+                errors.append(FieldError(field: "events", message: "a pagerduty webhook never sends \(never.joined(separator: ", ")): "
+                                            + "it triggers and resolves alerts on task.stalled, task.recovered, task.finished"
+                                            + " and task.overdue"))
+            }
+        case .email:
+            if let from = destination.mailFrom {
+                if !WebhookDestination.isMailAddress(from) {
+                    errors.append(FieldError(field: "mail_from", message: "must be an address such as headway@example.com"))
+                }
+            } else {
+                errors.append(FieldError(field: "mail_from", message: "is required for an email webhook: the sender"))
+            }
+            if destination.mailTo.isEmpty {
+                errors.append(FieldError(field: "mail_to", message: "is required for an email webhook: 1 to "
+                                            + "\(WebhookDestination.maximumRecipients) recipients"))
+            }
+            for address in destination.mailTo where !WebhookDestination.isMailAddress(address) {
+                errors.append(FieldError(field: "mail_to", message: "'\(address)' is not an address such as ops@example.com"))
+            }
+        case .ntfy:
+            if NtfyBody.topic(of: url) == nil {
+                errors.append(FieldError(field: "url", message: "must be an ntfy topic's URL, such as https://ntfy.sh/backups "
+                                            + "(the topic: 1 to 64 letters, digits, _ or -)"))
+            }
+        case .json, .slack, .discord: break
+        }
+        return errors
     }
 }
 
-/// An `http` or `https` URL a webhook posts to, split into what the daemon checks.
+/// An `http` or `https` URL a webhook posts to, or the `smtp` or `smtps` URL an e-mail
+/// webhook sends through, split into what the daemon checks.
 public struct WebhookURL: Sendable, Equatable {
     /// Why a text is not a URL a webhook may post to.
     public struct Refusal: Error, Equatable, Sendable {
@@ -219,15 +418,26 @@ public struct WebhookURL: Sendable, Equatable {
 
     /// The URL as given.
     public var text: String
-    /// `http` or `https`.
+    /// `http`, `https`, `smtp` or `smtps`.
     public var scheme: String
     /// The host: a name, an IPv4 literal, or an IPv6 literal without its brackets.
     public var host: String
-    /// The port: given, or the scheme's (80, 443).
+    /// The port: given, or the scheme's (80, 443, 25, 465).
     public var port: Int
+    /// Whether a user name (and password) precede the host: SMTP's login, refused for HTTP.
+    public var hasUserInfo = false
 
-    /// Parses `text`: `http://` or `https://` (any case), a host, an optional port, then a
-    /// path, query or nothing; no user information, no fragment, no spaces or controls.
+    /// Whether this is an SMTP URL.
+    public var isMail: Bool { scheme == "smtp" || scheme == "smtps" }
+
+    /// The port each scheme defaults to.
+    static let defaultPorts = ["http": 80, "https": 443, "smtp": 25, "smtps": 465]
+
+    /// Parses `text`: `http://`, `https://`, `smtp://` or `smtps://` (any case), a host, an
+    /// optional port, then a path, query or nothing; no fragment, no spaces or controls; a
+    /// user name and password (percent-encoded) only before an SMTP host, whose server
+    /// may ask for a login. Whether the scheme suits the webhook's format is judged after
+    /// (`WebhookRequest.refusals`).
     public static func parse(_ text: String) throws(Refusal) -> WebhookURL {
         let bytes = text.utf8
         guard bytes.count <= WebhookRequest.maximumURLBytes else {
@@ -237,16 +447,22 @@ public struct WebhookURL: Sendable, Equatable {
             throw Refusal(message: "must be printable ASCII without spaces (percent-encode the rest)")
         }
         guard let schemeEnd = text.range(of: "://") else {
-            throw Refusal(message: "must be an absolute http:// or https:// URL")
+            throw Refusal(message: "must be an absolute http:// or https:// URL (smtp:// or smtps:// for email)")
         }
         let scheme = text[..<schemeEnd.lowerBound].lowercased()
-        guard scheme == "http" || scheme == "https" else {
-            throw Refusal(message: "must use http or https, not '\(scheme)'")
+        guard let defaultPort = defaultPorts[scheme] else {
+            throw Refusal(message: "must use http or https (smtp or smtps for email), not '\(scheme)'")
         }
         let rest = text[schemeEnd.upperBound...]
         guard !rest.contains("#") else { throw Refusal(message: "must not have a fragment (#…)") }
-        let authority = rest.prefix { $0 != "/" && $0 != "?" }
-        guard !authority.contains("@") else { throw Refusal(message: "must not carry a user name or password") }
+        var authority = rest.prefix { $0 != "/" && $0 != "?" }
+        var hasUserInfo = false
+        if let at = authority.lastIndex(of: "@") {
+            guard scheme == "smtp" || scheme == "smtps" else { throw Refusal(message: "must not carry a user name or password") }
+            guard at != authority.startIndex else { throw Refusal(message: "has an empty user name before its host") }
+            authority = authority[authority.index(after: at)...]
+            hasUserInfo = true
+        }
         var host: Substring
         var portText: Substring?
         if authority.hasPrefix("[") {
@@ -286,7 +502,7 @@ public struct WebhookURL: Sendable, Equatable {
                                 + "parsers (libcurl reads 012.9.9.9 as 10.9.9.9)")
             }
         }
-        var port = scheme == "https" ? 443 : 80
+        var port = defaultPort
         if let portText {
             // Digits only: `Int` would take a sign ("+80"), which libcurl does not.
             guard portText.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
@@ -295,7 +511,35 @@ public struct WebhookURL: Sendable, Equatable {
             }
             port = number
         }
-        return WebhookURL(text: text, scheme: scheme, host: String(host).lowercased(), port: port)
+        return WebhookURL(text: text, scheme: scheme, host: String(host).lowercased(), port: port, hasUserInfo: hasUserInfo)
+    }
+
+    /// `text` as listings show it, without the credentials a format's URL carries: an SMTP
+    /// URL's password, a Telegram bot's token (`/bot<id>:<secret>/`), a Discord webhook's
+    /// token (`/api/webhooks/<id>/<token>`); each replaced by `…`.
+    public static func redacted(_ text: String, format: WebhookFormat) -> String {
+        guard let schemeEnd = text.range(of: "://") else { return text }
+        let rest = text[schemeEnd.upperBound...]
+        let authorityEnd = rest.firstIndex { $0 == "/" || $0 == "?" } ?? rest.endIndex
+        var authority = String(rest[..<authorityEnd])
+        var path = String(rest[authorityEnd...])
+        if let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") {
+            authority = String(authority[...colon]) + "…" + String(authority[at...])
+        }
+        switch format {
+        case .telegram:
+            if let bot = path.range(of: "/bot"), let colon = path[bot.upperBound...].firstIndex(of: ":") {
+                let end = path[colon...].firstIndex(of: "/") ?? path.endIndex
+                path = String(path[...colon]) + "…" + String(path[end...])
+            }
+        case .discord:
+            if let hooks = path.range(of: "/webhooks/"), let slash = path[hooks.upperBound...].firstIndex(of: "/") {
+                let end = path[path.index(after: slash)...].firstIndex { $0 == "/" || $0 == "?" } ?? path.endIndex
+                path = String(path[...slash]) + "…" + String(path[end...])
+            }
+        default: break
+        }
+        return text[..<schemeEnd.upperBound] + authority + path
     }
 
     /// Whether a URL parser may read `host` as an IPv4 address: the WHATWG URL Standard's
@@ -509,22 +753,17 @@ public enum WebhookAttemptVerdict: Sendable, Equatable {
 
 /// The body of a delivery, in the webhook's format.
 public enum WebhookBody {
-    /// The body posted for an event: `json`: `{"id", "type", "event_id", "occurred_at",
-    /// "task"}` (`task` the event's data: the task as the API shows it, or `{"id"}` for a
-    /// deletion); `slack`: `{"text"}`, a line for a person (`slackText`).
-    public static func render(_ format: WebhookFormat, deliveryID: String, event: TaskEvent,
-                              occurredAt: EpochMilliseconds) -> String {
+    /// The `json` format: `{"id", "type", "event_id", "occurred_at", "task", "context"?}`
+    /// (`task` the event's data: the task as the API shows it, or `{"id"}` for a deletion;
+    /// `context` an alert's, `AlertContext.json`).
+    static func json(deliveryID: String, event: TaskEvent, occurredAt: EpochMilliseconds, context: AlertContext?) -> String {
         var object = JSONObjectWriter(capacity: event.data.utf8.count + 160)
-        switch format {
-        case .json:
-            object.string("id", deliveryID)
-            object.string("type", event.kind.rawValue)
-            object.integer("event_id", event.changeNumber)
-            object.string("occurred_at", Timestamp.rfc3339(occurredAt))
-            object.raw("task", event.data)
-        case .slack:
-            object.string("text", slackEscaped(slackText(event)))
-        }
+        object.string("id", deliveryID)
+        object.string("type", event.kind.rawValue)
+        object.integer("event_id", event.changeNumber)
+        object.string("occurred_at", Timestamp.rfc3339(occurredAt))
+        object.raw("task", event.data)
+        if let context { object.raw("context", context.json) }
         return object.finish()
     }
 

@@ -48,6 +48,12 @@ public enum TaskOutput {
         return lines.isEmpty ? nil : OutputTail(lines: lines).trimmed().json
     }
 
+    /// The task's newest `count` lines (at most), oldest first: what an alert shows.
+    public static func lastLines(of id: String, count: Int, in database: Database) throws(DatabaseError) -> [String] {
+        try database.rows("SELECT line FROM task_output WHERE task_id = ? ORDER BY n DESC LIMIT ?",
+                          [.text(id), .integer(Int64(count))]) { $0.text(0) }.reversed()
+    }
+
     /// Forgets a task's tail.
     static func delete(_ taskID: String, in database: Database) throws(DatabaseError) {
         try database.run("DELETE FROM task_output WHERE task_id = ?", [.text(taskID)])

@@ -429,7 +429,7 @@ public struct TaskStore: Sendable {
                 let events = try parentShares.ordered.flatMap { parentID, change in
                     try rollUp(from: parentID, change, now: now, in: database)
                 }
-                try webhooks.record(events, now: now, in: database)
+                try recordDeliveries(events, now: now, in: database)
                 return events
             }
         } catch {
@@ -469,7 +469,7 @@ public struct TaskStore: Sendable {
             let (changed, share) = try modifyAlone(id, .updated, output: update.output, now: now, in: database) { task throws(TaskError) in
                 try TaskRules.progress(update, to: task, now: now)
             }
-            try webhooks.record(changed.events, now: now, in: database)
+            try recordDeliveries(changed.events, now: now, in: database)
             return (changed, share)
         }
     }
@@ -709,7 +709,7 @@ public struct TaskStore: Sendable {
                     events += try rollUp(from: parentID, change, isSignal: false, now: now, in: database)
                 }
             }
-            try webhooks.record(events, now: now, in: database)
+            try recordDeliveries(events, now: now, in: database)
             return Swept(events: events, examined: due.count)
         }
     }
@@ -751,9 +751,15 @@ public struct TaskStore: Sendable {
                                                     _ operation: () throws -> Value) throws -> Value {
         try numbered {
             let value = try operation()
-            try webhooks.record(value.events, now: now, in: database)
+            try recordDeliveries(value.events, now: now, in: database)
             return value
         }
+    }
+
+    /// Writes the deliveries of `events` to the webhooks that want them (`WebhookOutbox.record`),
+    /// an alert's ancestors read as this batch left them (the cache holds writes not yet made).
+    private func recordDeliveries(_ events: [TaskEvent], now: EpochMilliseconds, in database: Database) throws {
+        try webhooks.record(events, now: now, in: database) { id in try load(id, in: database) }
     }
 
     /// Runs one operation; if it throws, the numbers it took are given back (its savepoint

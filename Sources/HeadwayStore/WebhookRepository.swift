@@ -2,10 +2,12 @@ import HeadwayCore
 import Lifecycle
 import Synchronization
 
-/// SQL for the `webhooks` table and its outbox `webhook_deliveries` (migrations 0007, 0008).
+/// SQL for the `webhooks` table and its outbox `webhook_deliveries` (migrations 0007, 0008, 0015).
 /// Every function runs on the connection it is given; the caller decides about transactions.
 public enum WebhookRepository {
-    private static let webhookColumns = "id, url, events, task_prefix, outcomes, format, secret, created_at"
+    private static let webhookColumns = """
+        id, url, events, task_prefix, outcomes, format, secret, created_at, chat_id, routing_key, mail_from, mail_to
+        """
     private static let deliveryColumns = """
         webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at, last_attempt_at, \
         last_status, last_error, last_latency_ms, open_task_id, revision
@@ -18,12 +20,16 @@ public enum WebhookRepository {
 
     /// Stores a new webhook.
     public static func insert(_ webhook: WebhookRecord, in database: Database) throws(DatabaseError) {
-        try database.run("INSERT INTO webhooks (\(webhookColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+        let destination = webhook.destination
+        try database.run("INSERT INTO webhooks (\(webhookColumns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
             .text(webhook.id), .text(webhook.url),
             .text(webhook.filter.events.map(\.rawValue).sorted().joined(separator: ",")),
             webhook.filter.taskPrefix.map { .text($0) } ?? .null,
             webhook.filter.outcomes.map { .text($0.map(\.rawValue).sorted().joined(separator: ",")) } ?? .null,
             .text(webhook.format.rawValue), .text(webhook.secret), .integer(webhook.createdAt),
+            destination.chatID.map { .text($0) } ?? .null, destination.routingKey.map { .text($0) } ?? .null,
+            destination.mailFrom.map { .text($0) } ?? .null,
+            destination.mailTo.isEmpty ? .null : .text(destination.mailTo.joined(separator: ",")),
         ])
     }
 
@@ -56,7 +62,10 @@ public enum WebhookRepository {
             return WebhookRecord(id: row.text(0), url: row.text(1),
                                  filter: WebhookFilter(events: events, taskPrefix: row.optionalText(3), outcomes: outcomes),
                                  format: WebhookFormat(rawValue: row.text(5)) ?? .json, secret: row.text(6),
-                                 createdAt: row.int(7))
+                                 createdAt: row.int(7),
+                                 destination: WebhookDestination(chatID: row.optionalText(8), routingKey: row.optionalText(9),
+                                                                 mailFrom: row.optionalText(10),
+                                                                 mailTo: row.optionalText(11)?.split(separator: ",").map(String.init) ?? []))
         }
     }
 
@@ -186,8 +195,10 @@ public final class WebhookOutbox: Sendable {
     /// Written by the writer's thread (a webhook made or deleted); read by the dispatcher's and the API's threads.
     private let webhooks = Locked<[WebhookRecord]>([])
     private let wroteDeliveries = Atomic(false)
+    /// The first `--public-url`, if any: alerts link to the task's page under it.
+    public let site: String?
 
-    public init() {}
+    public init(site: String? = nil) { self.site = site }
 
     /// Replaces the webhooks known (as read in the transaction of their change, or at start).
     public func load(_ webhooks: [WebhookRecord]) { self.webhooks.withLock { $0 = webhooks } }
@@ -209,18 +220,28 @@ public final class WebhookOutbox: Sendable {
     /// delivery for the webhook is a `task.updated` waiting unsent replaces that one's body
     /// instead (`WebhookRepository.openUpdate`): updates coalesce, so a receiver slower than
     /// them does not grow the outbox without bound. Any other delivery of the task closes
-    /// that open one first, so that no later update overtakes it.
-    public func record(_ events: [TaskEvent], now: EpochMilliseconds, in database: Database) throws(DatabaseError) {
+    /// that open one first, so that no later update overtakes it. An alert's delivery
+    /// (`AlertContext.applies`) carries its context, read here, in the transaction of the
+    /// change (`context`): `task` gives a task as the change left it (the writer's cache),
+    /// by default as stored.
+    public func record(_ events: [TaskEvent], now: EpochMilliseconds, in database: Database,
+                       task: (String) throws -> TaskRecord? = { _ in nil }) throws {
         let webhooks = self.webhooks.withLock { $0 }
         guard !webhooks.isEmpty, !events.isEmpty else { return }
         var wrote = false
         for event in events {
             var state: TaskState?? = .none
+            var context: AlertContext?? = .none
             for webhook in webhooks where webhook.filter.mayMatch(kind: event.kind, taskID: event.taskID) {
                 if event.kind == .finished, webhook.filter.outcomes != nil {
                     if state == nil { state = .some(Self.state(of: event)) }
                     guard webhook.filter.matches(kind: event.kind, taskID: event.taskID, state: state!) else { continue }
                 }
+                if context == nil {
+                    context = .some(AlertContext.applies(to: event)
+                        ? try self.context(of: event, now: now, in: database, task: task) : nil)
+                }
+                let shownContext = context!.map { $0.visible(within: webhook.filter.taskPrefix) }
                 // A webhook limited to a prefix shows a task's parent outside it as null,
                 // as a token with that prefix sees the task.
                 let shown = event.hidingParent(outside: webhook.filter.taskPrefix)
@@ -228,15 +249,17 @@ public final class WebhookOutbox: Sendable {
                    let open = try WebhookRepository.openUpdate(of: event.taskID, for: webhook.id, in: database) {
                     let revision = open.revision + 1
                     let id = WebhookDelivery.id(webhookID: webhook.id, eventID: open.eventID, revision: revision)
-                    let body = WebhookBody.render(webhook.format, deliveryID: id, event: shown, occurredAt: now)
+                    guard let body = WebhookBody.render(for: webhook, deliveryID: id, event: shown, occurredAt: now,
+                                                        context: shownContext, site: site) else { continue }
                     try WebhookRepository.revise(webhookID: webhook.id, eventID: open.eventID, revision: revision,
                                                  body: body, createdAt: now, in: database)
                 } else {
+                    let id = WebhookDelivery.id(webhookID: webhook.id, eventID: event.changeNumber)
+                    guard let body = WebhookBody.render(for: webhook, deliveryID: id, event: shown, occurredAt: now,
+                                                        context: shownContext, site: site) else { continue }
                     if event.kind != .updated {
                         try WebhookRepository.closeOpenUpdate(of: event.taskID, for: webhook.id, in: database)
                     }
-                    let id = WebhookDelivery.id(webhookID: webhook.id, eventID: event.changeNumber)
-                    let body = WebhookBody.render(webhook.format, deliveryID: id, event: shown, occurredAt: now)
                     try WebhookRepository.enqueue(WebhookDelivery(webhookID: webhook.id, eventID: event.changeNumber,
                                                                   eventType: event.kind, body: body, state: .pending,
                                                                   attempts: 0, createdAt: now, nextAttemptAt: now,
@@ -247,6 +270,26 @@ public final class WebhookOutbox: Sendable {
             }
         }
         if wrote { wroteDeliveries.store(true, ordering: .releasing) }
+    }
+
+    /// The most ancestors an alert names (the tree's depth is bounded lower: `TreeLimits`).
+    static let maximumAncestors = 64
+
+    /// The context of an alert about the event's task: its ancestors (through `task`, else
+    /// as stored), its last output lines, how long it ran, its page under `site`.
+    private func context(of event: TaskEvent, now: EpochMilliseconds, in database: Database,
+                         task: (String) throws -> TaskRecord?) throws -> AlertContext {
+        var parents: [AlertContext.Ancestor] = []
+        var next = event.parentID
+        while let id = next, parents.count < Self.maximumAncestors,
+              let ancestor = try task(id) ?? TaskRepository.find(id, in: database) {
+            parents.append(AlertContext.Ancestor(id: ancestor.id, name: ancestor.name))
+            next = ancestor.parentID
+        }
+        return AlertContext(parents: parents.reversed(),
+                            output: try TaskOutput.lastLines(of: event.taskID, count: AlertContext.outputLines, in: database),
+                            ranSeconds: Double((event.finishedAt ?? now) - event.createdAt) / 1000,
+                            link: site.map { AlertContext.link(base: $0, taskID: event.taskID) })
     }
 
     /// The state of the task in an event's data.

@@ -24,6 +24,13 @@ import Telemetry
 /// webhooks: the list is then read again, at most once a second). On such a database
 /// only the leader (`Leadership`) sends. A crash loses nothing: a delivery stays pending
 /// until its outcome is stored, and is sent again after a restart (at least once).
+///
+/// Every format keeps these rules: an e-mail is one delivery like a POST (an SMTP reply
+/// of 250 delivers it, a 4xx or a lost connection retries it, a 5xx fails it), and waits
+/// its turn when one of its recipients had as many messages as `MailRateLimit` allows;
+/// a PagerDuty trigger and its resolve go out in their events' order, so a resolve never
+/// overtakes the trigger it closes. Only `json` deliveries need their signature (the
+/// headers go with every HTTP format; an e-mail carries none).
 package final class WebhookDispatcher: Service {
     package struct Settings: Sendable, Equatable {
         /// How long one attempt may take.
@@ -51,6 +58,9 @@ package final class WebhookDispatcher: Service {
     /// The webhooks with an attempt in flight: shared by this service's thread and the
     /// threads that give outcomes (the transfers', a Dispatch worker after a lookup).
     private let inFlight = Locked<Set<String>>([])
+    /// How many e-mails each address may get now (this service's thread only; `Locked`
+    /// for `Sendable`).
+    private let mailLimit = Locked(MailRateLimit())
     /// Opened by `prepare` (the group's thread), then used by this service's thread.
     private let reader = Locked<DatabaseReader?>(nil)
     /// Every attempt's POST, on one thread (`headway-webhook`, a service of the group).
@@ -149,6 +159,10 @@ package final class WebhookDispatcher: Service {
                 nextDue = min(nextDue ?? delivery.nextAttemptAt, delivery.nextAttemptAt)
                 continue
             }
+            if webhook.format.isMail, let readyAt = mailLimit.withLock({ $0.admit(webhook.destination.mailTo, now: now) }) {
+                nextDue = min(nextDue ?? readyAt, readyAt)
+                continue
+            }
             inFlight.withLock { _ = $0.insert(webhook.id) }
             attempt(delivery, webhook)
         }
@@ -173,13 +187,21 @@ package final class WebhookDispatcher: Service {
         }
         let transport = WebhookTransport(timeoutSeconds: settings.timeoutSeconds, allowPrivate: settings.allowPrivate,
                                          lookups: lookups.deliveries)
-        let signature = WebhookCrypto.signature(secret: webhook.secret, unixSeconds: startedAt / 1000, body: delivery.body)
-        transport.post(url, body: delivery.body, headers: [
-            "Headway-Event: \(delivery.eventType.rawValue)", "Headway-Delivery: \(delivery.id)",
-            "Headway-Signature: \(signature)",
-        ], owner: webhook.id, through: transfers) { [self] outcome in
+        let then: @Sendable (WebhookTransport.Outcome) -> Void = { [self] outcome in
             record(outcome, of: delivery, to: webhook, startedAt: startedAt, started: started)
         }
+        if webhook.format.isMail {
+            let envelope = WebhookTransfers.MailEnvelope(from: webhook.destination.mailFrom ?? "", to: webhook.destination.mailTo)
+            return transport.post(url, body: delivery.body, headers: [], mail: envelope, owner: webhook.id,
+                                  through: transfers, then: then)
+        }
+        let signature = WebhookCrypto.signature(secret: webhook.secret, unixSeconds: startedAt / 1000, body: delivery.body)
+        // ntfy takes JSON at the server's root, the topic in the body (`NtfyBody`).
+        let target = webhook.format == .ntfy ? NtfyBody.publishURL(of: url) ?? url : url
+        transport.post(target, body: delivery.body, headers: [
+            "Headway-Event: \(delivery.eventType.rawValue)", "Headway-Delivery: \(delivery.id)",
+            "Headway-Signature: \(signature)",
+        ], owner: webhook.id, through: transfers, then: then)
     }
 
     /// Stores an attempt's outcome through the writer; the webhook's next attempt may start

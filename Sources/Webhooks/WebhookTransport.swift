@@ -14,7 +14,10 @@ import Lifecycle
 /// past the check. Redirects are not followed, only `http` and `https` are spoken,
 /// proxies from the environment are not used, and the whole attempt, the lookup included,
 /// ends after `timeoutSeconds`. The reply's body is not read: the attempt ends when it
-/// begins.
+/// begins. An e-mail webhook's message goes the same way, through libcurl's SMTP (`smtp`
+/// and `smtps` only, the same check and pin): `MAIL FROM`, a `RCPT TO` per recipient, the
+/// message uploaded as stored; STARTTLS is required when the URL carries a login (a
+/// password never crosses the network in clear), tried otherwise.
 package struct WebhookTransport: Sendable {
     /// What one attempt came to.
     struct Outcome: Sendable, Equatable {
@@ -114,13 +117,14 @@ package struct WebhookTransport: Sendable {
     }
 
     /// Posts `body` to `url` with `headers` (each `Name: value`) through `transfers`, as an
-    /// attempt of the webhook `owner`;
+    /// attempt of the webhook `owner` (or, with `mail`, sends `body` as a message over
+    /// SMTP: the headers are then the message's own);
     /// calls `then` once with the outcome: on the transfers' thread, on a Dispatch worker
     /// (a refusal after a lookup) or at once on the caller's thread (an address refused).
     /// Not called at all when the transfers stop first (the delivery, still pending, is
     /// sent again after a restart).
-    func post(_ url: WebhookURL, body: String, headers: [String], owner: String, through transfers: WebhookTransfers,
-              then: @escaping @Sendable (Outcome) -> Void) {
+    func post(_ url: WebhookURL, body: String, headers: [String], mail: WebhookTransfers.MailEnvelope? = nil, owner: String,
+              through transfers: WebhookTransfers, then: @escaping @Sendable (Outcome) -> Void) {
         let deadline = DispatchTime.now() + timeoutSeconds
         Self.check(url, allowPrivate: allowPrivate, within: timeoutSeconds, lookups: lookups) { check in
             switch check {
@@ -128,9 +132,22 @@ package struct WebhookTransport: Sendable {
                 then(Outcome(verdict: final ? .fail : .retry, status: nil, error: reason))
             case .allowed(let addresses):
                 transfers.add(WebhookTransfers.Request(owner: owner, url: url, addresses: addresses, body: body,
-                                                       headers: headers, deadline: deadline), then: then)
+                                                       headers: headers, mail: mail, deadline: deadline), then: then)
             }
         }
+    }
+
+    /// What a finished SMTP transfer came to: its result code, and the server's last reply
+    /// code. A 5xx reply (a recipient or sender refused for good), a refused login, a
+    /// server that will not start TLS for a login is final; anything else (a 4xx, a
+    /// connection refused or lost, a timeout) is retried.
+    static func mailOutcome(of result: CURLcode, status: Int) -> Outcome {
+        if result == CURLE_OK { return Outcome(verdict: .delivered, status: status, error: nil) }
+        let error = String(cString: curl_easy_strerror(result))
+        let final = (500...599).contains(status) || result == CURLE_LOGIN_DENIED || result == CURLE_USE_SSL_FAILED
+            || result == CURLE_UNSUPPORTED_PROTOCOL || result == CURLE_URL_MALFORMAT
+        return Outcome(verdict: final ? .fail : .retry, status: status == 0 ? nil : status,
+                       error: status == 0 ? error : "SMTP \(status): \(error)")
     }
 
     /// What a finished transfer came to: its result code, and the status when a reply came.
@@ -164,7 +181,13 @@ package struct WebhookTransport: Sendable {
 /// for `curl_multi_wakeup`, which libcurl lets any thread call, here under `state`'s lock
 /// and only until `run` frees the handle.
 package final class WebhookTransfers: Service, @unchecked Sendable {
-    /// A POST ready to be made: its host checked.
+    /// Who an e-mail is from and to (`MAIL FROM`, `RCPT TO`).
+    struct MailEnvelope: Sendable, Equatable {
+        var from: String
+        var to: [String]
+    }
+
+    /// A POST (or an e-mail) ready to be made: its host checked.
     struct Request: Sendable {
         /// The webhook whose attempt this is (`cancel` ends it).
         var owner: String
@@ -174,6 +197,8 @@ package final class WebhookTransfers: Service, @unchecked Sendable {
         var body: String
         /// Extra header lines (`Name: value`).
         var headers: [String]
+        /// For an e-mail: its envelope (the body is then the message, sent over SMTP).
+        var mail: MailEnvelope?
         /// When the attempt, its lookup included, ends.
         var deadline: DispatchTime
     }
@@ -194,11 +219,34 @@ package final class WebhookTransfers: Service, @unchecked Sendable {
         var inFlight = 0
     }
 
+    /// An e-mail's bytes, read by libcurl as it uploads them (`CURLOPT_READFUNCTION`).
+    private final class Upload {
+        let bytes: [UInt8]
+        var offset = 0
+
+        init(_ text: String) { bytes = Array(text.utf8) }
+
+        /// Copies the next bytes into `buffer` (at most `capacity`); 0 once all were read.
+        func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
+            let count = min(capacity, bytes.count - offset)
+            guard count > 0 else { return 0 }
+            bytes.withUnsafeBufferPointer { source in
+                UnsafeMutableRawPointer(buffer).copyMemory(from: source.baseAddress! + offset, byteCount: count)
+            }
+            offset += count
+            return count
+        }
+    }
+
     /// One POST in flight: its easy handle and what the handle points to, freed together.
     private final class Transfer {
         let handle: UnsafeMutableRawPointer
         /// The webhook whose attempt this is.
         let owner: String
+        /// Whether this is an e-mail (its outcome is read as SMTP's).
+        var isMail = false
+        /// An e-mail's bytes, which the handle reads until `free`.
+        var upload: Upload?
         let then: @Sendable (WebhookTransport.Outcome) -> Void
         /// A DNS cache of the transfer's own, holding its pin's name alone (an entry of
         /// `CURLOPT_RESOLVE` is never dropped from the cache it lands in: in the multi
@@ -345,7 +393,6 @@ package final class WebhookTransfers: Service, @unchecked Sendable {
         headway_curl_set_pointer(handle, CURLOPT_CONNECT_TO, transfer.list([pin.connectTo]))
         headway_curl_set_pointer(handle, CURLOPT_RESOLVE, transfer.list([pin.resolve]))
         headway_curl_set_string(handle, CURLOPT_URL, request.url.text)
-        headway_curl_set_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
         headway_curl_set_long(handle, CURLOPT_FOLLOWLOCATION, 0)
         headway_curl_set_string(handle, CURLOPT_PROXY, "")
         headway_curl_set_long(handle, CURLOPT_NOSIGNAL, 1)
@@ -354,21 +401,50 @@ package final class WebhookTransfers: Service, @unchecked Sendable {
         headway_curl_set_long(handle, CURLOPT_FRESH_CONNECT, 1)
         headway_curl_set_long(handle, CURLOPT_TIMEOUT_MS, max(1, Int(remaining / 1_000_000)))
         headway_curl_set_string(handle, CURLOPT_USERAGENT, "headwayd/\(HeadwayVersion.current)")
-        headway_curl_set_long(handle, CURLOPT_POST, 1)
-        headway_curl_set_long(handle, CURLOPT_POSTFIELDSIZE, request.body.utf8.count)
-        headway_curl_set_string(handle, CURLOPT_COPYPOSTFIELDS, request.body)
-        headway_curl_set_pointer(handle, CURLOPT_HTTPHEADER,
-                                 transfer.list(["Content-Type: application/json", "Expect:"] + request.headers))
-        // The answer is the status: the first piece of a body ends the attempt (returning
-        // 0 stops the transfer), so a receiver that says yes and then sends an endless or
-        // slow body has its delivery delivered, not timed out and sent again.
-        headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION) { _, _, _, _ in 0 }
+        if let mail = request.mail {
+            Self.setMail(mail, request, on: transfer)
+        } else {
+            headway_curl_set_string(handle, CURLOPT_PROTOCOLS_STR, "http,https")
+            headway_curl_set_long(handle, CURLOPT_POST, 1)
+            headway_curl_set_long(handle, CURLOPT_POSTFIELDSIZE, request.body.utf8.count)
+            headway_curl_set_string(handle, CURLOPT_COPYPOSTFIELDS, request.body)
+            headway_curl_set_pointer(handle, CURLOPT_HTTPHEADER,
+                                     transfer.list(["Content-Type: application/json", "Expect:"] + request.headers))
+            // The answer is the status: the first piece of a body ends the attempt (returning
+            // 0 stops the transfer), so a receiver that says yes and then sends an endless or
+            // slow body has its delivery delivered, not timed out and sent again.
+            headway_curl_set_callback(handle, CURLOPT_WRITEFUNCTION) { _, _, _, _ in 0 }
+        }
         guard curl_multi_add_handle(multi, handle) == CURLM_OK else {
             transfer.free()
             return item.then(WebhookTransport.Outcome(verdict: .retry, status: nil, error: "libcurl could not start"))
         }
         running[handle] = transfer
         state.withLock { [count = running.count] in $0.inFlight = count }
+    }
+
+    /// Makes `transfer`'s handle send `request.body` as an e-mail over SMTP: the envelope,
+    /// the upload, and TLS (STARTTLS required for a login on `smtp://`, tried otherwise;
+    /// `smtps://` is TLS from the start).
+    private static func setMail(_ mail: MailEnvelope, _ request: Request, on transfer: Transfer) {
+        let handle = transfer.handle
+        transfer.isMail = true
+        let upload = Upload(request.body)
+        transfer.upload = upload
+        headway_curl_set_string(handle, CURLOPT_PROTOCOLS_STR, "smtp,smtps")
+        headway_curl_set_string(handle, CURLOPT_MAIL_FROM, "<\(mail.from)>")
+        headway_curl_set_pointer(handle, CURLOPT_MAIL_RCPT, transfer.list(mail.to.map { "<\($0)>" }))
+        headway_curl_set_long(handle, CURLOPT_UPLOAD, 1)
+        headway_curl_set_long(handle, CURLOPT_INFILESIZE, upload.bytes.count)
+        headway_curl_set_pointer(handle, CURLOPT_READDATA, Unmanaged.passUnretained(upload).toOpaque())
+        headway_curl_set_callback(handle, CURLOPT_READFUNCTION) { buffer, size, count, context in
+            guard let buffer, let context else { return 0 }
+            return Unmanaged<Upload>.fromOpaque(context).takeUnretainedValue().read(into: buffer, capacity: size * count)
+        }
+        if request.url.scheme == "smtp" {
+            let level = request.url.hasUserInfo ? CURLUSESSL_ALL : CURLUSESSL_TRY
+            headway_curl_set_long(handle, CURLOPT_USE_SSL, Int(level.rawValue))
+        }
     }
 
     /// Ends `transfers` before libcurl is done with them (their connections closed), each
@@ -395,7 +471,8 @@ package final class WebhookTransfers: Service, @unchecked Sendable {
             curl_multi_remove_handle(multi, handle)
             transfer.free()
             state.withLock { [count = running.count] in $0.inFlight = count }
-            transfer.then(WebhookTransport.outcome(of: result, status: status))
+            transfer.then(transfer.isMail ? WebhookTransport.mailOutcome(of: result, status: status)
+                                          : WebhookTransport.outcome(of: result, status: status))
         }
     }
 }

@@ -136,13 +136,35 @@ import Testing
         #expect(try headway("webhook", "list", "--server", server, "--token", admin).output.split(separator: "\n").count == 1)
     }
 
+    /// create passes each format's own fields: an email webhook's sender and recipients,
+    /// listed back; a telegram one without --chat-id is refused by the daemon (422).
+    @Test func webhookCreateTakesEachFormatsFields() throws {
+        let (daemon, admin) = try Self.daemonWithAdminToken(arguments: ["--webhook-allow-private"])
+        defer { daemon.stop() }
+        let server = daemon.url
+        let created = try headway("webhook", "create", "smtp://127.0.0.1:\(unusedPort())", "--event", "task.stalled",
+                                  "--format", "email", "--mail-from", "headway@example.com", "--mail-to", "ops@example.com",
+                                  "--mail-to", "dba@example.com", "--server", server, "--token", admin)
+        #expect(created.status == 0, "\(created.errors)")
+        let listed = try headway("webhook", "list", "--json", "--server", server, "--token", admin)
+        guard case .object(let webhook)? = Self.lines(listed.output).first else {
+            Issue.record("no webhook listed: \(listed.output) \(listed.errors)")
+            return
+        }
+        #expect(webhook["format"] == .string("email") && webhook["mail_from"] == .string("headway@example.com"))
+        #expect(webhook["mail_to"] == .array([.string("ops@example.com"), .string("dba@example.com")]))
+        let refused = try headway("webhook", "create", "https://api.telegram.org/bot1:x/sendMessage", "--event",
+                                  "task.stalled", "--format", "telegram", "--server", server, "--token", admin)
+        #expect(refused.status == 1 && refused.errors.hasSuffix(" (webhook_format_invalid)\n"), "\(refused.errors)")
+    }
+
     @Test(arguments: [
         (["webhook", "create", "http://x.example/"],
          "headway: missing --event <event>\nSee 'headway webhook create --help'.\n"),
         (["webhook", "create", "http://x.example/", "--event", "task.stalled", "--outcome", "lost"],
          "headway: --outcome must be succeeded, failed or canceled, not 'lost'\nSee 'headway webhook create --help'.\n"),
         (["webhook", "create", "http://x.example/", "--event", "task.stalled", "--format", "xml"],
-         "headway: --format must be json or slack, not 'xml'\nSee 'headway webhook create --help'.\n"),
+         "headway: --format must be json, slack, discord, ntfy, telegram, pagerduty or email, not 'xml'\nSee 'headway webhook create --help'.\n"),
         (["webhook", "deliveries"], "headway: missing <id>\nSee 'headway webhook deliveries --help'.\n"),
         (["token", "create"], "headway: missing --scope <scope>\nSee 'headway token create --help'.\n"),
         (["token", "create", "--scope", "root"],

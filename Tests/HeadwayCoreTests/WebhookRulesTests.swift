@@ -314,7 +314,9 @@ struct WebhookRulesTests {
         let task = TaskRecord(id: "t", name: "T", createdAt: 0, updatedAt: 0, lastSignalAt: 0)
         var event = TaskEvent(.stalled, task)
         event.changeNumber = 42
-        let body = WebhookBody.render(.json, deliveryID: "whk_1-42", event: event, occurredAt: 1_000)
+        let webhook = WebhookRecord(id: "whk_1", url: "https://x.example/h", filter: WebhookFilter(events: [.stalled]),
+                                    format: .json, secret: "s", createdAt: 0)
+        let body = try #require(WebhookBody.render(for: webhook, deliveryID: "whk_1-42", event: event, occurredAt: 1_000))
         guard case .object(let object)? = JSONValue.parse(body.utf8) else { Issue.record("not an object: \(body)"); return }
         #expect(object["id"] == .string("whk_1-42") && object["type"] == .string("task.stalled"))
         #expect(object["event_id"] == .integer(42) && object["occurred_at"] == .string("1970-01-01T00:00:01.000Z"))

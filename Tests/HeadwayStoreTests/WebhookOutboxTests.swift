@@ -66,6 +66,40 @@ import Testing
         #expect(rows.filter { $0.0 == "b" }.contains { $0.2.contains(#""parent_id":"team-b.root""#) })
     }
 
+    /// A failure's delivery carries its context, read in the change's transaction: the
+    /// ancestors as the batch left them (a parent made in the same transaction), the last
+    /// 20 output lines, how long it ran, the page under the site; a webhook limited to a
+    /// prefix sees only the ancestors inside it. The per-format fields are stored and read back.
+    @Test func aFailureCarriesItsContextReadInItsTransaction() throws {
+        let fixture = try StoreFixture()
+        let outbox = WebhookOutbox(site: "https://headway.example.com")
+        let store = TaskStore(changeCounter: fixture.store.changeCounter, cache: fixture.store.cache, webhooks: outbox)
+        let mail = WebhookRecord(id: "m", url: "smtp://mail.example.com", filter: WebhookFilter(events: [.finished]),
+                                 format: .email, secret: "whsec_x", createdAt: 1,
+                                 destination: WebhookDestination(mailFrom: "h@example.com", mailTo: ["a@example.com", "b@example.com"]))
+        let webhooks = [Self.webhook("a", [.finished]), Self.webhook("b", [.finished], prefix: "job-"), mail]
+        try fixture.write { database in for webhook in webhooks { try WebhookRepository.insert(webhook, in: database) } }
+        #expect(try fixture.read { try WebhookRepository.all(in: $0) } == webhooks)
+        outbox.load(webhooks)
+        try fixture.write { database in
+            _ = try store.register(Registration(id: "nightly", name: "Nightly"), now: 1_000, in: database)
+            _ = try store.register(Registration(id: "job-1", name: "Job", parentID: "nightly"), now: 2_000, in: database)
+            _ = try store.progress("job-1", ProgressUpdate(output: (0..<25).map { "line \($0)" }), now: 3_000, in: database)
+            _ = try store.finish("job-1", Finish(outcome: .failed), now: 9_500, in: database)
+        }
+        let bodies = Dictionary(uniqueKeysWithValues: try Self.pending(fixture).filter { $0.1 == "task.finished" && $0.0 != "m" }
+            .map { ($0.0, $0.2) })
+        for (id, parents) in [("a", #"[{"id":"nightly","name":"Nightly"}]"#), ("b", "[]")] {
+            guard case .object(let body)? = JSONValue.parse((bodies[id] ?? "").utf8), case .object(let context)? = body["context"] else {
+                Issue.record("no context for \(id): \(bodies)")
+                continue
+            }
+            #expect(context["parents"] == JSONValue.parse(parents.utf8))
+            #expect(context["output"] == .array((5..<25).map { .string("line \($0)") }))
+            #expect(context["ran_seconds"] == .number(7.5) && context["url"] == .string("https://headway.example.com/#task=job-1"))
+        }
+    }
+
     @Test func aChangeRolledBackTakesItsDeliveriesWithIt() throws {
         let fixture = try StoreFixture()
         let store = fixture.store

@@ -154,7 +154,9 @@ def test_the_slack_format_is_a_line_for_a_person(tmp_path):
             assert httpx.post(f"{base}/v1/tasks/{id}/progress", json={"completed": 4}).status_code == 200
             assert httpx.post(f"{base}/v1/tasks/{id}/finish", json={"outcome": state}).status_code == 200
         [only] = receiver.wait_for(1)
-        assert json.loads(only["body"]) == {"text": "Backup db-2 failed — 40%, 4 of 10"}
+        # The line, then (a failure is an alert) its context: no parents, no output, how long it ran.
+        text = json.loads(only["body"])["text"]
+        assert text.startswith("Backup db-2 failed — 40%, 4 of 10\nRan: ") and text.count("\n") == 1
         # Nothing else was queued for it: the listing holds that one delivery.
         assert [d["id"] for d in wait_for_state(base, reply.json()["id"], 1, "delivered")] == \
             [only["headers"]["Headway-Delivery"]]

@@ -22,10 +22,12 @@ extension TaskEventKind: ArgumentValue {
     public static var kindDescription: String { allCases.map(\.rawValue).joined(separator: ", ") }
 }
 
-/// A webhook's format as an option value: json or slack.
+/// A webhook's format as an option value: json, slack, discord, ntfy, telegram, pagerduty or email.
 extension WebhookFormat: ArgumentValue {
     public init?(argument text: String) { self.init(rawValue: text) }
-    public static var kindDescription: String { "json or slack" }
+    public static var kindDescription: String {
+        allCases.dropLast().map(\.rawValue).joined(separator: ", ") + " or " + allCases.last!.rawValue
+    }
 }
 
 /// `headway webhook create URL --event E…`: makes a webhook and prints its signing secret alone.
@@ -38,7 +40,7 @@ public struct WebhookCreateCommand: ParsableCommand {
         --json prints the whole reply, with the webhook's id.
         """,
         examples: ["headway webhook create https://hooks.example.com/headway --event task.stalled --event task.finished"])
-    static let url = Argument<String>("url", help: "Where events are posted (http:// or https://)")
+    static let url = Argument<String>("url", help: "Where events are posted (http:// or https://; smtp:// or smtps:// for email)")
     static let event = Option<TaskEventKind>("event", valueName: "event",
                                              help: "task.stalled, task.recovered, task.finished, task.cancel_requested, "
                                                  + "… (repeatable)", required: true)
@@ -46,9 +48,14 @@ public struct WebhookCreateCommand: ParsableCommand {
     static let outcome = Option<String>("outcome", valueName: "outcome",
                                         help: "For task.finished: only succeeded, failed or canceled (repeatable)")
     static let format = Option<WebhookFormat>("format", valueName: "format",
-                                              help: "json (the event and the task; default) or slack (a line of text)")
+                                              help: "json (default), slack, discord, ntfy, telegram, pagerduty or email")
+    static let chatID = Option<String>("chat-id", valueName: "chat", help: "telegram: the chat the bot writes to")
+    static let routingKey = Option<String>("routing-key", valueName: "key", help: "pagerduty: the integration key")
+    static let mailFrom = Option<String>("mail-from", valueName: "address", help: "email: the sender")
+    static let mailTo = Option<String>("mail-to", valueName: "address", help: "email: a recipient (repeatable)")
     public static let arguments = [url.definition, event.definition, prefix.definition, outcome.definition,
-                                   format.definition]
+                                   format.definition, chatID.definition, routingKey.definition, mailFrom.definition,
+                                   mailTo.definition]
 
     let values: ParsedValues
     public init(_ values: ParsedValues) { self.values = values }
@@ -73,6 +80,11 @@ public struct WebhookCreateCommand: ParsableCommand {
         if let prefix = values[Self.prefix] { body["task_prefix"] = .string(prefix) }
         let outcomes = values.all(Self.outcome)
         if !outcomes.isEmpty { body["outcomes"] = .array(outcomes.map { .string($0) }) }
+        if let chat = values[Self.chatID] { body["chat_id"] = .string(chat) }
+        if let key = values[Self.routingKey] { body["routing_key"] = .string(key) }
+        if let from = values[Self.mailFrom] { body["mail_from"] = .string(from) }
+        let recipients = values.all(Self.mailTo)
+        if !recipients.isEmpty { body["mail_to"] = .array(recipients.map { .string($0) }) }
         try TokenCreateCommand.printCreated(try context.api.post("/v1/webhooks", body), context)
     }
 }
