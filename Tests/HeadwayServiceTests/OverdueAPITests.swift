@@ -150,7 +150,7 @@ import Testing
         let first = try start()
         let client = try TestHTTPClient(port: first.port)
         _ = try client.request("POST", "/v1/tasks", json:
-            #"{"id":"crossed","name":"Crossed","deadline":"\#(time(Self.start + 10_000))","stall_timeout_seconds":3600}"#)
+            #"{"id":"crossed","name":"Crossed","deadline":"\#(time(Self.start + 10_000))","min_seconds":2.5,"stall_timeout_seconds":3600}"#)
         _ = try client.request("POST", "/v1/tasks", json:
             #"{"id":"ahead","name":"Ahead","expected_seconds":120,"stall_timeout_seconds":3600}"#)
         clock.advance(by: 5_000)
@@ -164,6 +164,9 @@ import Testing
         let crossed = try reader.request("GET", "/v1/tasks/crossed").json
         #expect(crossed["overdue"] as? Bool == true)
         #expect(crossed["overdue_since"] as? String == time(Self.start + 10_000), "since the deadline, not the restart")
+        // The rules as stored, read back by a daemon that never saw them in memory.
+        #expect(crossed["deadline"] as? String == time(Self.start + 10_000) && crossed["min_seconds"] as? Double == 2.5)
+        #expect(crossed["expected_seconds"] is NSNull && crossed["too_quick"] as? Bool == false)
         #expect(try reader.request("GET", "/v1/tasks/ahead").json["overdue"] as? Bool == false)
         clock.advance(by: 59_999)  // 1 ms before the start plus 120 s
         second.sweepStalls()
@@ -173,5 +176,6 @@ import Testing
         let ahead = try reader.request("GET", "/v1/tasks/ahead").json
         #expect(ahead["overdue"] as? Bool == true)
         #expect(ahead["overdue_since"] as? String == time(Self.start + 120_000))
+        #expect(ahead["expected_seconds"] as? Double == 120 && ahead["deadline"] is NSNull)
     }
 }
