@@ -12,7 +12,7 @@ SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 
 # The suites that run a second time against PostgreSQL (HEADWAY_TEST_DB=postgres: each
 # daemon of a test gets a fresh database on the server scripts/with-postgres.sh starts).
-POSTGRES_SUITES := TaskAPITests|EventStreamTests|LivenessAPITests|ListingTests|CatchUpTests|TokenTests|MetricsTests|TreeLimitsAPITests|PrefixSubtreeTests|OrphanRepairTests|ErrorRepliesLiveTests|OpenAPITests|BatchProgressTests|ParentTruthAPITests|OutputSearchTests
+POSTGRES_SUITES := TaskAPITests|EventStreamTests|LivenessAPITests|ListingTests|CatchUpTests|TokenTests|MetricsTests|TreeLimitsAPITests|PrefixSubtreeTests|OrphanRepairTests|ErrorRepliesLiveTests|OpenAPITests|BatchProgressTests|ParentTruthAPITests|OutputSearchTests|OverdueAPITests
 
 .PHONY: run test build release deps test-deps migrations dashboard bench bench-redis bench-postgres bench-abuse bench-python python-client crash-proof soak clean fuzz sanitize
 

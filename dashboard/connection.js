@@ -11,7 +11,7 @@ import { formatClock, t } from "./i18n.js";
 /// A stream away this long is shown offline.
 const OFFLINE_AFTER_MS = 10_000;
 const TASK_EVENTS = ["task.created", "task.updated", "task.stalled", "task.recovered", "task.cancel_requested",
-  "task.finished", "task.deleted"];
+  "task.finished", "task.deleted", "task.overdue", "task.too_quick"];
 
 const state = {
   /// "connecting", "live", "reconnecting", "offline" or "signedOut".

@@ -68,6 +68,8 @@ export function applyTaskEvent(type, data) {
     if (type === "task.finished") announce(t("announceFinished", { name: isolate(displayName(data)), state: t(`state_${data.state}`) }));
     else if (type === "task.stalled") announce(t("announceStalled", { name: isolate(displayName(data)) }));
     else if (type === "task.recovered") announce(t("announceRecovered", { name: isolate(displayName(data)) }));
+    else if (type === "task.overdue") announce(t("announceOverdue", { name: isolate(displayName(data)) }));
+    else if (type === "task.too_quick") announce(t("announceTooQuick", { name: isolate(displayName(data)) }));
   }
   if (list.isShown(data.id)) {
     if (!list.matches(data)) list.leave(data.id);

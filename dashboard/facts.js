@@ -55,6 +55,19 @@ export function stallFact(task, now) {
   return { key: "stalledSilent", seconds: noSignalSeconds(task, now) ?? 0 };
 }
 
+/// The run-time line of a task (DESIGN.md, "Webhooks": run-time rules): `overdueFor` while
+/// it runs past its due moment (seconds since `overdue_since`), `endedLate` once it finished
+/// past it (how late), `tooQuick` for a success sooner than its `min_seconds` (those
+/// seconds); null otherwise. Each `{key, seconds}`.
+export function runTimeFact(task, now) {
+  if (task.too_quick) return { key: "tooQuick", seconds: task.min_seconds ?? 0 };
+  if (!task.overdue) return null;
+  if (!isFinished(task)) return { key: "overdueFor", seconds: secondsSince(task.overdue_since, now) ?? 0 };
+  const end = Date.parse(task.finished_at ?? "");
+  const since = Date.parse(task.overdue_since ?? "");
+  return { key: "endedLate", seconds: Number.isFinite(end) && Number.isFinite(since) ? Math.max(0, (end - since) / 1000) : 0 };
+}
+
 /// Seconds since a running task's last signal, once older than LAST_SIGNAL_AFTER_S; null
 /// when the row has nothing to say about it (not running, stalled: its stall line says it).
 export function lastSignalAge(task, now) {
@@ -85,12 +98,14 @@ export function showsRate(task) {
     && !task.attention && !isFinished(task);
 }
 
-/// What the badge says: the outcome of a finished task; "stalled"; for an unfinished parent
-/// with `attention`, "attention_failed" or "attention_stalled" (never a plain "running"
-/// while something below needs a look); else the state.
+/// What the badge says: the outcome of a finished task; "stalled"; "overdue" (a stall, with
+/// nothing moving, says more); for an unfinished parent with `attention`,
+/// "attention_failed" or "attention_stalled" (never a plain "running" while something
+/// below needs a look); else the state.
 export function badgeOf(task) {
   if (isFinished(task)) return task.state;
   if (task.stalled) return "stalled";
+  if (task.overdue) return "overdue";
   if (task.attention === "failed" || task.attention === "stalled") return `attention_${task.attention}`;
   return task.state;
 }

@@ -10,7 +10,8 @@ import { stats } from "./frame.js";
 import { formatDuration, formatPercentText, t } from "./i18n.js";
 import { hasChildren } from "./model.js";
 import {
-  amountText, badgeText, childrenText, countText, displayName, plain, rateText, stallText, valueText, whenText,
+  amountText, badgeText, childrenText, countText, displayName, plain, rateText, runTimeText, stallText, valueText,
+  whenText,
 } from "./wording.js";
 
 /// Row elements drawn for each task id (its list row, a child row, the detail row).
@@ -98,7 +99,7 @@ export function createRow(task) {
   activity.setAttribute("role", "progressbar");
   activity.append(element("div", "sweep"));
   const facts = element("div", "facts");
-  for (const name of ["percent", "count", "rate", "eta", "stall", "when", "signal"]) facts.append(element("span", name));
+  for (const name of ["percent", "count", "rate", "eta", "stall", "runtime", "when", "signal"]) facts.append(element("span", name));
   meter.append(bar, activity, facts);
   const buttons = element("div", "actions");
   const cancel = element("button", "cancel");
@@ -149,6 +150,8 @@ export function updateRow(row, task) {
   const away = offline();
   row.classList.toggle("finished", finished);
   row.classList.toggle("stalled", task.stalled && !finished);
+  // Overdue while running; a finished task keeps its late (or too quick) line, not the colour of its bar.
+  row.classList.toggle("overdue", task.overdue && !finished);
   row.dataset.state = task.state;
   setAttr(row, "data-attention", !finished && task.attention ? task.attention : null);
   setText(row.querySelector(".name"), displayName(task));
@@ -200,6 +203,7 @@ export function updateRow(row, task) {
   bar.classList.toggle("stopped", task.stalled && !finished);
   setText(row.querySelector(".eta"), left !== null ? t("etaLeft", { duration: formatDuration(left) }) : "");
   setText(row.querySelector(".stall"), stallText(task, now));
+  setText(row.querySelector(".runtime"), runTimeText(task, now));
   setText(row.querySelector(".when"), whenText(task, now));
   const signal = lastSignalAge(task, now);
   setText(row.querySelector(".signal"), signal !== null ? t("lastSignal", { age: formatDuration(signal, "short") }) : "");

@@ -3,7 +3,8 @@
 // the same sentences the page shows.
 
 import {
-  badgeOf, childFacts, elapsedSeconds, errorWords, isFinished, noSignalSeconds, secondsLeft, showsRate, stallFact,
+  badgeOf, childFacts, elapsedSeconds, errorWords, isFinished, noSignalSeconds, runTimeFact, secondsLeft, showsRate,
+  stallFact,
 } from "./facts.js";
 import {
   formatDateTime, formatDuration, formatInteger, formatNumber, formatPercent, formatPercentText, formatWhen, t,
@@ -54,6 +55,7 @@ export function rateText(task) {
 export function badgeText(task) {
   const kind = badgeOf(task);
   if (kind === "stalled") return t("stalled");
+  if (kind === "overdue") return t("overdue");
   if (kind.startsWith("attention_")) return t(`badge_${kind}`);
   return t(`state_${task.state}`);
 }
@@ -62,6 +64,18 @@ export function badgeText(task) {
 export function stallText(task, now) {
   const stall = stallFact(task, now);
   return stall ? t(stall.key, { age: formatDuration(stall.seconds, "short") }) : "";
+}
+
+/// The run-time line of `task` at `now` ("Overdue by 4 min", "Ended 2 min late", "Too
+/// quick: under 1 min"), or "".
+export function runTimeText(task, now) {
+  const fact = runTimeFact(task, now);
+  return fact ? t(fact.key, { age: formatDuration(fact.seconds, "short") }) : "";
+}
+
+/// Whether the task has a run-time rule (`expected_seconds`, `deadline` or `min_seconds`).
+function hasRunTimeRule(task) {
+  return typeof task.expected_seconds === "number" || Boolean(task.deadline) || typeof task.min_seconds === "number";
 }
 
 /// A parent's child counts as one line ("1 of 3 failed · 1 stalled"), or "".
@@ -118,6 +132,11 @@ export function detailFields(task, now, away) {
     ["field_last_signal", signal !== null && !finished ? t("ago", { age: formatDuration(signal, "short") }) : none],
     ["field_ran", formatDuration(elapsedSeconds(task, now), "short")],
     ["field_stall_timeout", formatDuration(task.stall_timeout_seconds)],
+    // A task with a run-time rule is on time until a rule says otherwise.
+    ["field_run_time", runTimeText(task, now) || (hasRunTimeRule(task) ? t("onTime") : none)],
+    ["field_expected", typeof task.expected_seconds === "number" ? formatDuration(task.expected_seconds) : none],
+    ["field_deadline", date(task.deadline)],
+    ["field_min", typeof task.min_seconds === "number" ? formatDuration(task.min_seconds) : none],
     ["field_cancel", task.cancel_requested ? t("yes") : t("no")],
     ["field_parent", task.parent_id || none], ["field_created", date(task.created_at)],
     ["field_updated", date(task.updated_at)], ["field_finished", date(task.finished_at)],

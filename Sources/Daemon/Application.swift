@@ -279,7 +279,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let keeper = TokenKeeper(registry: tokens, writer: writer, broker: broker, clock: clock, logger: logger)
     let maintenance = Maintenance(settings: configuration.maintenance, writer: writer, store: store,
                                   clock: clock, logger: logger, tokens: keeper, prunedRows: metrics.retentionPruned,
-                                  leadership: leadership)
+                                  leadership: leadership, countFlags: { metrics.countFlags($0) })
     let webhookDispatcher = WebhookDispatcher(settings: configuration.webhooks, location: configuration.databasePath,
                                               writer: writer, outbox: webhookOutbox, clock: clock, logger: logger,
                                               leadership: leadership, counters: metrics.webhookAttempts,

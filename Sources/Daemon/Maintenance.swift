@@ -39,11 +39,15 @@ final class Maintenance: Service {
     private let tokens: TokenKeeper?
     /// Counts the rows retention forgets.
     private let prunedRows: MetricCounter
+    /// Counts the run-time flags the sweeps raise (`ServiceMetrics.countFlags`).
+    private let countFlags: @Sendable ([TaskEvent]) -> Void
     /// On a database shared with other daemons: whether this one sweeps and prunes now.
     private let leadership: Leadership?
 
     init(settings: Settings, writer: GroupCommitWriter, store: TaskStore, clock: any WallClock, logger: Logger,
-         tokens: TokenKeeper? = nil, prunedRows: MetricCounter = MetricCounter(), leadership: Leadership? = nil) {
+         tokens: TokenKeeper? = nil, prunedRows: MetricCounter = MetricCounter(), leadership: Leadership? = nil,
+         countFlags: @escaping @Sendable ([TaskEvent]) -> Void = { _ in }) {
+        self.countFlags = countFlags
         self.leadership = leadership
         self.tokens = tokens
         self.prunedRows = prunedRows
@@ -158,6 +162,7 @@ final class Maintenance: Service {
         }) { [self] result in
             switch result {
             case .success(let swept):
+                countFlags(swept.events)
                 if swept.examined == settings.sweepBatch {
                     submitSweep(events: total + swept.events.count, completion: completion)
                 } else {

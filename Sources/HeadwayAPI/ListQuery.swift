@@ -11,7 +11,8 @@ struct ListQuery {
     /// Only tasks whose id starts with this (`id_prefix`: a search by id).
     var idPrefix: String?
 
-    static let allowed: Set<String> = ["state", "stalled", "parent_id", "root", "page_size", "page_token", "id_prefix", "q"]
+    static let allowed: Set<String> = ["state", "stalled", "parent_id", "root", "page_size", "page_token", "id_prefix", "q",
+                                       "overdue"]
 
     static func parse(_ parameters: [(name: String, value: String)]) throws -> ListQuery {
         var result = ListQuery()
@@ -19,6 +20,8 @@ struct ListQuery {
         result.filter.states = query.choices("state", of: TaskState.allCases).sorted { $0.rawValue < $1.rawValue }
         result.filter.stalled = query.boolean("stalled")
         result.filter.rootOnly = query.boolean("root") ?? false
+        // As `root`: true keeps only the overdue tasks; false is every task.
+        result.filter.overdueOnly = query.boolean("overdue") ?? false
         result.filter.parentID = query.id("parent_id")
         result.pageSize = query.integer("page_size", in: 1...500) ?? result.pageSize
         result.idPrefix = query.id("id_prefix")
@@ -91,6 +94,7 @@ struct PageToken: Equatable {
         // A search adds its text (after a character no text holds); a listing without one
         // keeps the fingerprint it always had.
         if let search = filter.search { text += "|\u{1}" + search }
+        if filter.overdueOnly { text += "|\u{2}overdue" }
         return text.utf8.reduce(0xcbf2_9ce4_8422_2325) { ($0 ^ UInt64($1)) &* 0x100_0000_01b3 }
     }
 }

@@ -130,6 +130,7 @@ package struct OperationsAPI: Sendable {
                 gauges.tasks = try database.taskCountsByStateModeAndStall()
                 gauges.schemaVersion = try Migrator.recordedVersion(in: database)
                 gauges.webhookDeliveriesPending = try WebhookRepository.pendingCount(in: database)
+                gauges.overdueTasks = try TaskRepository.overdueUnfinishedCount(in: database)
                 let sizes = try database.storageSizes()
                 gauges.databaseBytes = sizes.databaseBytes
                 gauges.walBytes = sizes.writeAheadLogBytes

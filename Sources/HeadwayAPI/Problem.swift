@@ -131,6 +131,12 @@ extension Problem {
             self.init(status: 413, code: code, title: "Too many items",
                       detail: "A batch may hold at most \(maximum) updates (got \(count)); send the rest in another request.",
                       errors: [FieldError(field: "updates", message: "must hold at most \(maximum) items")])
+        case .deadlineOutOfRange(let deadline, let now):
+            let passed = deadline <= now
+            self.init(status: 422, code: code, title: passed ? "Deadline already passed" : "Deadline too far ahead",
+                      detail: "deadline \(Timestamp.rfc3339(deadline)) is " + (passed ? "not after" : "more than a year after")
+                        + " the server's time of registration, \(Timestamp.rfc3339(now)).",
+                      errors: [FieldError(field: "deadline", message: "must be after now and at most 366 days ahead")])
         }
     }
 }

@@ -315,6 +315,7 @@ package struct TaskAPI: Sendable {
             switch result {
             case .success(let changed):
                 metrics.updatesAccepted.add(kind)
+                metrics.countFlags(changed.events)
                 responder.respond(Self.taskReply(200, changed.outcome, events: changed.events, grant))
             case .failure(let error):
                 Self.refuseUpdate(kind, error, request, responder, errors: errors, metrics: metrics)

@@ -3,7 +3,7 @@ import HeadwayCore
 
 /// The query of the list API (`GET /v1/tasks`), with its parameters named exactly as
 /// `openapi.yaml` names them: `state` (repeated), `stalled`, `parent_id`, `root`,
-/// `page_size`, `page_token`, `id_prefix`.
+/// `page_size`, `page_token`, `id_prefix`, `overdue`.
 public struct TaskListQuery: Sendable, Equatable {
     public var states: [String] = []
     /// Only stalled (true) or only not stalled (false) tasks; nil for both.
@@ -15,9 +15,12 @@ public struct TaskListQuery: Sendable, Equatable {
     public var pageToken: String?
     /// Only tasks whose id starts with this (`id_prefix`).
     public var idPrefix: String?
+    /// Only tasks flagged overdue.
+    public var overdue = false
 
     public init(states: [String] = [], stalled: Bool? = nil, parentID: String? = nil, root: Bool = false,
-                pageSize: Int64? = nil, pageToken: String? = nil, idPrefix: String? = nil) {
+                pageSize: Int64? = nil, pageToken: String? = nil, idPrefix: String? = nil, overdue: Bool = false) {
+        self.overdue = overdue
         self.idPrefix = idPrefix
         self.states = states
         self.stalled = stalled
@@ -33,6 +36,7 @@ public struct TaskListQuery: Sendable, Equatable {
         if let stalled { items.append(("stalled", stalled ? "true" : "false")) }
         if let parentID { items.append(("parent_id", parentID)) }
         if root { items.append(("root", "true")) }
+        if overdue { items.append(("overdue", "true")) }
         if let pageSize { items.append(("page_size", String(pageSize))) }
         if let pageToken { items.append(("page_token", pageToken)) }
         if let idPrefix { items.append(("id_prefix", idPrefix)) }

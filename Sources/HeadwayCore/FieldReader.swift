@@ -98,6 +98,15 @@ public struct FieldReader {
         return number
     }
 
+    /// An RFC 3339 date-time with its offset (`Timestamp.parseRFC3339`), as milliseconds since the epoch.
+    public mutating func timestamp(_ field: String) -> EpochMilliseconds? {
+        guard let value = present(field) else { return nil }
+        guard case .string(let text) = value, let milliseconds = Timestamp.parseRFC3339(text) else {
+            return fail(field, "must be an RFC 3339 date-time with an offset, such as 2026-12-05T09:30:00Z")
+        }
+        return milliseconds
+    }
+
     /// One of the raw values of `Choice`, limited to `allowed`.
     public mutating func choice<Choice: RawRepresentable<String>>(_ field: String, of allowed: [Choice],
                                                                  required: Bool = false) -> Choice? {

@@ -11,12 +11,20 @@ public struct Registration: Equatable, Sendable {
     public var unit: String?
     public var stallTimeoutSeconds: Double?
     public var progressTimeoutSeconds: Double?
+    /// How long the task is expected to run, from its start (`expected_seconds`, `RunTimeRule`).
+    public var expectedSeconds: Double?
+    /// When the task should have finished (`deadline`), in milliseconds since the epoch.
+    public var deadline: EpochMilliseconds?
+    /// The shortest run that is believable: a success sooner is flagged (`min_seconds`).
+    public var minSeconds: Double?
     /// Canonical JSON text of the metadata object.
     public var metadata: String?
 
     public init(id: String? = nil, name: String, label: String? = nil, parentID: String? = nil, weight: Double = 1,
                 state: TaskState = .running, completed: Int64 = 0, total: Int64? = nil, unit: String? = nil,
-                stallTimeoutSeconds: Double? = nil, progressTimeoutSeconds: Double? = nil, metadata: String? = nil) {
+                stallTimeoutSeconds: Double? = nil, progressTimeoutSeconds: Double? = nil,
+                expectedSeconds: Double? = nil, deadline: EpochMilliseconds? = nil, minSeconds: Double? = nil,
+                metadata: String? = nil) {
         self.id = id
         self.name = name
         self.label = label
@@ -28,6 +36,9 @@ public struct Registration: Equatable, Sendable {
         self.unit = unit
         self.stallTimeoutSeconds = stallTimeoutSeconds
         self.progressTimeoutSeconds = progressTimeoutSeconds
+        self.expectedSeconds = expectedSeconds
+        self.deadline = deadline
+        self.minSeconds = minSeconds
         self.metadata = metadata
     }
 
@@ -35,7 +46,7 @@ public struct Registration: Equatable, Sendable {
     public static func parse(_ body: JSONValue) throws(TaskError) -> Registration {
         var reader = FieldReader(body, allowed: [
             "id", "name", "label", "parent_id", "weight", "state", "completed", "total", "unit",
-            "stall_timeout_seconds", "progress_timeout_seconds", "metadata",
+            "stall_timeout_seconds", "progress_timeout_seconds", "expected_seconds", "deadline", "min_seconds", "metadata",
         ])
         let id = reader.id("id")
         let name = reader.string("name", maxLength: Limits.nameLength, required: true)
@@ -48,12 +59,20 @@ public struct Registration: Equatable, Sendable {
         let unit = reader.string("unit", maxLength: Limits.unitLength)
         let stallTimeout = reader.number("stall_timeout_seconds", in: Limits.timeoutSeconds)
         let progressTimeout = reader.number("progress_timeout_seconds", in: Limits.timeoutSeconds)
+        let expected = reader.number("expected_seconds", in: Limits.runTimeSeconds)
+        let deadline = reader.timestamp("deadline")
+        let minimum = reader.number("min_seconds", in: Limits.runTimeSeconds)
         let metadata = reader.object("metadata", maxBytes: Limits.metadataBytes)
-        guard reader.errors.isEmpty, let name else { throw .invalidRequest(reader.errors) }
+        var errors = reader.errors
+        // A run could then never be both long enough and on time.
+        if let expected, let minimum, minimum >= expected {
+            errors.append(FieldError(field: "min_seconds", message: "must be below expected_seconds"))
+        }
+        guard errors.isEmpty, let name else { throw .invalidRequest(errors) }
         return Registration(id: id, name: name, label: label, parentID: parentID, weight: weight ?? 1,
                             state: state ?? .running, completed: completed ?? 0, total: total, unit: unit,
                             stallTimeoutSeconds: stallTimeout, progressTimeoutSeconds: progressTimeout,
-                            metadata: metadata)
+                            expectedSeconds: expected, deadline: deadline, minSeconds: minimum, metadata: metadata)
     }
 
     /// The registration without its id, defaults filled in, as canonical JSON: two bodies
@@ -69,6 +88,10 @@ public struct Registration: Equatable, Sendable {
         if let unit { members["unit"] = .string(unit) }
         if let stallTimeoutSeconds { members["stall_timeout_seconds"] = .number(stallTimeoutSeconds) }
         if let progressTimeoutSeconds { members["progress_timeout_seconds"] = .number(progressTimeoutSeconds) }
+        if let expectedSeconds { members["expected_seconds"] = .number(expectedSeconds) }
+        // The instant, not the text: the same moment written with another offset is the same task.
+        if let deadline { members["deadline"] = .string(Timestamp.rfc3339(deadline)) }
+        if let minSeconds { members["min_seconds"] = .number(minSeconds) }
         if let metadata { members["metadata"] = JSONValue.parse(Array(metadata.utf8)) }
         return JSONValue.object(members).canonicalText
     }

@@ -149,6 +149,10 @@ public enum Limits {
     public static let maxCount: Int64 = 9_007_199_254_740_991
     /// Timeouts are between one second and thirty days.
     public static let timeoutSeconds: ClosedRange<Double> = 1...2_592_000
+    /// `expected_seconds` and `min_seconds` are between one second and a year.
+    public static let runTimeSeconds: ClosedRange<Double> = 1...31_536_000
+    /// A `deadline` is after its registration and at most a year (366 days) ahead of it.
+    public static let deadlineHorizonMilliseconds: Int64 = 366 * 86_400_000
     /// A child's weight in its parent.
     public static let weight: ClosedRange<Double> = 0.000001...1_000_000
 }
@@ -224,6 +228,21 @@ public struct TaskRecord: Equatable, Sendable {
         public var stallDeadline: EpochMilliseconds?
         /// The rate estimator's state.
         public var rate: RateEstimator = RateEstimator()
+        /// How long the task is expected to run from its start (`expected_seconds`), if set.
+        public var expectedMilliseconds: Int64?
+        /// When the task should have finished (`deadline`), if set.
+        public var deadline: EpochMilliseconds?
+        /// The shortest believable successful run (`min_seconds`), if set.
+        public var minMilliseconds: Int64?
+        /// Whether the task ran past its due moment unfinished (`RunTimeRule`); kept once finished.
+        public var overdue = false
+        /// The due moment it ran past, while `overdue`.
+        public var overdueSince: EpochMilliseconds?
+        /// When the sweeper must look at the task (`RunTimeRule.sweepAt`): its due moment while
+        /// it is unfinished and not flagged yet, else nil. What the overdue index holds.
+        public var overdueAt: EpochMilliseconds?
+        /// Whether the task succeeded sooner than `minMilliseconds` after its start.
+        public var tooQuick = false
         /// For a parent: the sum of its children's weights, and of weight × child fraction.
         public var childrenWeight: Double = 0.0
         public var childrenDone: Double = 0.0
@@ -403,6 +422,12 @@ public struct TaskRecord: Equatable, Sendable {
         object.timestamp("stalled_since", self.stalledSince)
         object.number("stall_timeout_seconds", Double(self.stallTimeoutMilliseconds) / 1000)
         object.number("progress_timeout_seconds", self.progressTimeoutMilliseconds.map { Double($0) / 1000 })
+        object.number("expected_seconds", self.expectedMilliseconds.map { Double($0) / 1000 })
+        object.timestamp("deadline", self.deadline)
+        object.number("min_seconds", self.minMilliseconds.map { Double($0) / 1000 })
+        object.bool("overdue", self.overdue)
+        object.timestamp("overdue_since", self.overdueSince)
+        object.bool("too_quick", self.tooQuick)
         object.bool("cancel_requested", self.cancelRequested)
         object.integer("seq", self.lastRunnerSeq)
         object.timestamp("created_at", self.createdAt)

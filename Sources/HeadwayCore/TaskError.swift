@@ -54,6 +54,8 @@ public enum TaskError: Error, Equatable, Sendable {
     case storageFull(maximumTasks: Int64)
     /// A batch holds `count` items, more than the `maximum` one request may carry.
     case tooManyItems(count: Int, maximum: Int)
+    /// A new task's `deadline` has passed already at `now`, or lies more than a year ahead.
+    case deadlineOutOfRange(deadline: EpochMilliseconds, now: EpochMilliseconds)
 
     /// The stable machine-readable code of the refusal (`progress_regression`, …).
     public var code: String {
@@ -77,6 +79,7 @@ public enum TaskError: Error, Equatable, Sendable {
         case .tooManyChildren: "too_many_children"
         case .storageFull: "storage_full"
         case .tooManyItems: "too_many_items"
+        case .deadlineOutOfRange: "deadline_out_of_range"
         }
     }
 }

@@ -4,6 +4,10 @@ public enum TaskEventKind: String, Sendable, CaseIterable {
     case updated = "task.updated"
     case stalled = "task.stalled"
     case recovered = "task.recovered"
+    /// The task ran past its `expected_seconds` or `deadline` unfinished (`RunTimeRule`).
+    case overdue = "task.overdue"
+    /// The task succeeded sooner than its `min_seconds` (`RunTimeRule`).
+    case tooQuick = "task.too_quick"
     case cancelRequested = "task.cancel_requested"
     case finished = "task.finished"
     case deleted = "task.deleted"

@@ -26,6 +26,7 @@ public enum TaskRules {
         if registration.parentID == id {
             throw .ownParent(id)
         }
+        try RunTimeRule.checkDeadline(registration.deadline, now: now)
         var task = TaskRecord(
             id: id, name: registration.name, label: registration.label, parentID: registration.parentID,
             weight: registration.weight, state: registration.state, completed: registration.completed,
@@ -39,6 +40,10 @@ public enum TaskRules {
             task.startedAt = now
             task.rate.observe(task.progressValue, at: now)
         }
+        task.expectedMilliseconds = registration.expectedSeconds.map(milliseconds)
+        task.deadline = registration.deadline
+        task.minMilliseconds = registration.minSeconds.map(milliseconds)
+        task.overdueAt = RunTimeRule.sweepAt(task)
         return task
     }
 
@@ -124,6 +129,8 @@ public enum TaskRules {
             next.completed = total
             next.lastProgressAt = now
         }
+        next.tooQuick = RunTimeRule.isTooQuick(next)
+        next.overdueAt = RunTimeRule.sweepAt(next)
         return .applied(next)
     }
 
@@ -234,6 +241,8 @@ public enum TaskRules {
         if next.state == .pending {
             next.state = .running
             next.startedAt = now
+            // `expected_seconds` counts from here (`RunTimeRule`).
+            next.overdueAt = RunTimeRule.sweepAt(next)
         }
         if let runnerSeq { next.lastRunnerSeq = runnerSeq }
         if let label { next.label = label }

@@ -804,6 +804,8 @@ public enum WebhookBody {
             }
             return "\(name) stalled: \(reason)\(tail)"
         case .recovered: return "\(name) is moving again\(tail)"
+        case .overdue: return "\(name) is overdue\(tail)"
+        case .tooQuick: return "\(name) finished sooner than its min_seconds\(tail)"
         case .finished:
             let message = text("message").map { ": \($0)" } ?? ""
             switch text("state") {

@@ -18,9 +18,13 @@ public struct TaskFilter: Equatable, Sendable {
     /// Only tasks whose id or name holds this text, whatever its case (`q`): read from the
     /// search index (`SQLDialect.searchKeys`: `SQLiteTaskSearch`, `PostgresTaskSearch`).
     public var search: String?
+    /// Only tasks flagged overdue (`overdue=true`): read from the overdue tasks' own index,
+    /// and counted there, not from the kept counts.
+    public var overdueOnly = false
 
     public init(states: [TaskState] = [], stalled: Bool? = nil, parentID: String? = nil, rootOnly: Bool = false,
-                taskPrefix: String? = nil, search: String? = nil) {
+                taskPrefix: String? = nil, search: String? = nil, overdueOnly: Bool = false) {
+        self.overdueOnly = overdueOnly
         self.states = states
         self.stalled = stalled
         self.parentID = parentID
@@ -59,6 +63,7 @@ public enum TaskRepository {
         "children_pending", "children_running", "children_stalled", "children_succeeded", "children_failed",
         "children_canceled", "failing_children", "stalling_children",
         "last_output", "output_lines", "unfinished_children_done",
+        "expected_ms", "deadline", "min_ms", "overdue", "overdue_since", "overdue_at", "too_quick",
     ]
     static let columns = columnNames.joined(separator: ", ")
 
@@ -98,7 +103,8 @@ public enum TaskRepository {
         case childrenFailed = "children_failed", childrenCanceled = "children_canceled"
         case failingChildren = "failing_children", stallingChildren = "stalling_children"
         case lastOutput = "last_output", outputLines = "output_lines"
-        case unfinishedChildrenDone = "unfinished_children_done", state, stalled
+        case unfinishedChildrenDone = "unfinished_children_done", overdue, overdueSince = "overdue_since"
+        case overdueAt = "overdue_at", tooQuick = "too_quick", state, stalled
 
         /// Whether the column's value differs between `task` and `previous`.
         func differs(_ task: TaskRecord, _ previous: TaskRecord) -> Bool {
@@ -140,6 +146,10 @@ public enum TaskRepository {
             case .stallingChildren: task.stallingChildren != previous.stallingChildren
             case .lastOutput: task.lastOutput != previous.lastOutput
             case .outputLines: task.outputLines != previous.outputLines
+            case .overdue: task.overdue != previous.overdue
+            case .overdueSince: task.overdueSince != previous.overdueSince
+            case .overdueAt: task.overdueAt != previous.overdueAt
+            case .tooQuick: task.tooQuick != previous.tooQuick
             case .state: task.state != previous.state
             case .stalled: task.stalled != previous.stalled
             }
@@ -185,6 +195,10 @@ public enum TaskRepository {
             case .stallingChildren: .integer(Int64(task.stallingChildren))
             case .lastOutput: text(task.lastOutput)
             case .outputLines: .integer(task.outputLines)
+            case .overdue: .integer(task.overdue ? 1 : 0)
+            case .overdueSince: integer(task.overdueSince)
+            case .overdueAt: integer(task.overdueAt)
+            case .tooQuick: .integer(task.tooQuick ? 1 : 0)
             case .state: .text(task.state.rawValue)
             case .stalled: .integer(task.stalled ? 1 : 0)
             }
@@ -256,6 +270,19 @@ public enum TaskRepository {
                                         in database: Database) throws(DatabaseError) -> [TaskRecord] {
         try database.rows("SELECT \(columns) FROM tasks WHERE stall_deadline <= ? ORDER BY stall_deadline LIMIT ?",
                           [.integer(now), .integer(Int64(limit))], map: record)
+    }
+
+    /// Unfinished tasks not flagged overdue whose due moment has passed at `now`, earliest
+    /// first (an index range: `RunTimeRule.sweepAt`).
+    public static func dueForOverdueCheck(at now: EpochMilliseconds, limit: Int,
+                                          in database: Database) throws(DatabaseError) -> [TaskRecord] {
+        try database.rows("SELECT \(columns) FROM tasks WHERE overdue_at <= ? ORDER BY overdue_at LIMIT ?",
+                          [.integer(now), .integer(Int64(limit))], map: record)
+    }
+
+    /// How many unfinished tasks are flagged overdue now (a range of the overdue tasks' index).
+    public static func overdueUnfinishedCount(in database: Database) throws(DatabaseError) -> Int64 {
+        try database.scalar("SELECT count(*) FROM tasks WHERE overdue = 1 AND state IN ('pending', 'running')") ?? 0
     }
 
     /// Tasks that finished before `cutoff` and have no stored children, whatever their
@@ -357,7 +384,7 @@ public enum TaskRepository {
 
     /// The index ranges that together hold exactly the tasks matching `filter`.
     private static func keyRanges(_ filter: TaskFilter) -> [([String], [SQLValue])] {
-        if filter.parentID != nil { return [whereClause(filter)] }
+        if filter.parentID != nil || filter.overdueOnly { return [whereClause(filter)] }
         var ranges: [([String], [SQLValue])] = []
         let prefix = prefixClause(filter)
         for state in filter.states.isEmpty ? TaskState.allCases : filter.states {
@@ -374,10 +401,10 @@ public enum TaskRepository {
     /// How many tasks match `filter`.
     public static func count(_ filter: TaskFilter, in database: Database) throws(DatabaseError) -> Int64 {
         if let search = filter.search { return try database.dialect.searchCount(search, filter: filter, in: database) }
-        // Under one parent, count its children (an index range); otherwise the filter names
-        // only columns that task_counts also has.
+        // Under one parent, count its children (an index range), and the overdue tasks in
+        // their own index; otherwise the filter names only columns that task_counts also has.
         let (conditions, arguments) = whereClause(filter)
-        let source = filter.parentID != nil || filter.taskPrefix != nil
+        let source = filter.parentID != nil || filter.taskPrefix != nil || filter.overdueOnly
             ? "count(*) FROM tasks" : "coalesce(sum(n), 0) FROM task_counts"
         return try database.scalar("SELECT " + source + whereText(conditions), arguments) ?? 0
     }
@@ -405,6 +432,7 @@ public enum TaskRepository {
             arguments.append(.text(parentID))
         }
         if filter.rootOnly { conditions.append(column("is_root") + " = 1") }
+        if filter.overdueOnly { conditions.append(column("overdue") + " = 1") }
         let prefix = prefixClause(filter, table: table)
         return (conditions + prefix.0, arguments + prefix.1)
     }
@@ -464,6 +492,9 @@ public enum TaskRepository {
             .integer(Int64(task.children.failed)), .integer(Int64(task.children.canceled)),
             .integer(Int64(task.failingChildren)), .integer(Int64(task.stallingChildren)), text(task.lastOutput),
             .integer(task.outputLines), .real(task.unfinishedChildrenDone),
+            integer(task.expectedMilliseconds), integer(task.deadline), integer(task.minMilliseconds),
+            .integer(task.overdue ? 1 : 0), integer(task.overdueSince), integer(task.overdueAt),
+            .integer(task.tooQuick ? 1 : 0),
         ]
     }
 
@@ -497,6 +528,13 @@ public enum TaskRepository {
         task.lastOutput = row.optionalText(47)
         task.outputLines = row.int(48)
         task.unfinishedChildrenDone = row.double(49)
+        task.expectedMilliseconds = row.optionalInt(50)
+        task.deadline = row.optionalInt(51)
+        task.minMilliseconds = row.optionalInt(52)
+        task.overdue = row.int(53) != 0
+        task.overdueSince = row.optionalInt(54)
+        task.overdueAt = row.optionalInt(55)
+        task.tooQuick = row.int(56) != 0
         return task
     }
 

@@ -484,14 +484,48 @@ public struct TaskStore: Sendable {
         }
     }
 
-    /// Finishes a task.
+    /// Finishes a task. Its events, in order: its `task.overdue` when it ran past its due
+    /// moment and the sweep had not flagged it yet (`flagIfOverdue`), its `task.finished`,
+    /// its `task.too_quick` when it succeeded sooner than its `min_seconds` (a change of its
+    /// own, after the finish it judges), then its ancestors' roll-ups.
     public func finish(_ id: String, _ finish: Finish, now: EpochMilliseconds,
                        in database: Database) throws -> Changed {
         try numbered(now: now, in: database) {
-            try modify(id, .finished, output: finish.output, now: now, in: database) { task throws(TaskError) in
+            let overdue = try flagIfOverdue(id, now: now, in: database)
+            let (finished, share) = try modifyAlone(id, .finished, output: finish.output, now: now,
+                                                    in: database) { task throws(TaskError) in
                 try TaskRules.finish(finish, task: task, now: now)
             }
+            var changed = finished
+            if case .applied(var task) = changed.outcome, task.tooQuick {
+                let previous = task
+                stamp(&task, .tooQuick)
+                try save(&task, previous: previous, in: database)
+                changed = Changed(outcome: .applied(task), events: changed.events + [TaskEvent(.tooQuick, task)])
+            }
+            changed.events = overdue + changed.events
+            if let share { changed.events += try rollUp(from: share.parentID, share.change, now: now, in: database) }
+            return changed
         }
+    }
+
+    /// Raises the overdue flag of the task with `id` when it is unfinished and due at `now`
+    /// (`RunTimeRule`), as a change of its own, and returns its `task.overdue` (nothing
+    /// otherwise). The sweep calls it for the tasks its index finds due; a finish calls it
+    /// first, so that a task finishing past its due moment before the sweep came by (at most
+    /// the sweep interval) still gets its `task.overdue`, just as if the sweep had. The flag
+    /// is the task's own: it does not roll up to the ancestors.
+    private func flagIfOverdue(_ id: String, now: EpochMilliseconds, in database: Database) throws -> [TaskEvent] {
+        guard let task = try load(id, in: database), task.overdueAt != nil || RunTimeRule.sweepAt(task) != nil else {
+            return []
+        }
+        var next = task
+        let kind = RunTimeRule.apply(to: &next, now: now)
+        if let kind { stamp(&next, kind) }
+        // Without a flag, an `overdue_at` found out of step is put right, or the sweep would
+        // find the task due again at once.
+        if next != task { try save(&next, previous: task, in: database) }
+        return kind.map { [TaskEvent($0, next)] } ?? []
     }
 
     /// The message of a task ended by `terminate`.
@@ -541,9 +575,11 @@ public struct TaskStore: Sendable {
         let ending = Finish(outcome: .canceled, message: Self.terminatedMessage)
         /// Ends `taskID` if it is unfinished (read as the cache holds it: its row may be older).
         func end(_ taskID: String) throws -> TaskStore.Changed {
-            let changed = try modify(taskID, .finished, isSignal: false, now: walk.now, in: database) { task throws(TaskError) in
+            let overdue = try flagIfOverdue(taskID, now: walk.now, in: database)
+            var changed = try modify(taskID, .finished, isSignal: false, now: walk.now, in: database) { task throws(TaskError) in
                 try TaskRules.finish(ending, task: task, now: walk.now)
             }
+            changed.events = overdue + changed.events
             step.count += changed.events.isEmpty ? 0 : 1
             bytes += changed.events.estimatedBytes
             step.events += changed.events
@@ -684,9 +720,11 @@ public struct TaskStore: Sendable {
     }
 
     /// Raises (or changes) the stall flag of every task whose deadline has passed, at most
-    /// `limit` of them, in deadline order; returns the events and how many were looked at.
-    /// A flag raised is carried up to the task's ancestors (their counts of children and
-    /// `attention`), not as a signal.
+    /// `limit` of them, in deadline order, then the overdue flag of every unfinished task
+    /// whose due moment has passed (`RunTimeRule`), at most `limit` of them, in that order;
+    /// returns the events and how many were looked at (the larger of the two lists, so a
+    /// full one is followed by another sweep). A stall flag raised is carried up to the
+    /// task's ancestors (their counts of children and `attention`), not as a signal.
     public func sweep(now: EpochMilliseconds, limit: Int, in database: Database) throws -> Swept {
         try cache.writeHeld(in: database)
         return try numbered {
@@ -709,8 +747,10 @@ public struct TaskStore: Sendable {
                     events += try rollUp(from: parentID, change, isSignal: false, now: now, in: database)
                 }
             }
+            let overdue = try TaskRepository.dueForOverdueCheck(at: now, limit: limit, in: database)
+            for row in overdue { events += try flagIfOverdue(row.id, now: now, in: database) }
             try recordDeliveries(events, now: now, in: database)
-            return Swept(events: events, examined: due.count)
+            return Swept(events: events, examined: max(due.count, overdue.count))
         }
     }
 

@@ -32,12 +32,24 @@ package final class ServiceMetrics: Sendable {
     package let retentionPruned = MetricCounter()
     /// Webhook delivery attempts by result.
     package let webhookAttempts = WebhookAttemptCounters()
+    /// Run-time flags raised by this daemon (`overdue`, `too_quick`), by flag.
+    package let tasksFlagged = LabeledCounters<[String]>()
 
     /// The series whose labels are known in advance start at 0, so `rate()` and alerts see
     /// them before the first event.
     package init() {
         for kind in UpdateKind.allCases { updatesAccepted.add(kind, 0) }
         for reason in ["bytes", "pending_tasks", "stalled"] { events.cutOff.add([reason], 0) }
+        for flag in Self.runTimeFlags.values { tasksFlagged.add([flag], 0) }
+    }
+
+    /// The flag each run-time event raises, as `headway_tasks_flagged_total` labels it.
+    private static let runTimeFlags: [TaskEventKind: String] = [.overdue: "overdue", .tooQuick: "too_quick"]
+
+    /// Counts the run-time flags among the events of changes this daemon committed (its
+    /// sweeps and finishes; not other daemons' changes it relays).
+    package func countFlags(_ events: [TaskEvent]) {
+        for event in events { if let flag = Self.runTimeFlags[event.kind] { tasksFlagged.add([flag]) } }
     }
 
     /// The writer's observer: one batch over.
@@ -65,6 +77,8 @@ package final class ServiceMetrics: Sendable {
         package var walBytes: Int64 = 0
         package var schemaVersion = 0
         package var webhookDeliveriesPending: Int64 = 0
+        /// Unfinished tasks flagged overdue.
+        package var overdueTasks: Int64 = 0
         package var unsentReplyBytes = 0
 
         package init() {}
@@ -96,6 +110,13 @@ package final class ServiceMetrics: Sendable {
         for reason in StallReason.allCases {
             out.sample("headway_tasks_stalled", ["reason": reason.rawValue], Double(stalledByReason[reason] ?? 0))
         }
+
+        out.family("headway_tasks_overdue", .gauge,
+                   "Unfinished tasks flagged overdue now (past expected_seconds from their start, or past their deadline).")
+        out.sample("headway_tasks_overdue", [:], Double(gauges.overdueTasks))
+        out.counters("headway_tasks_flagged_total",
+                     "Run-time flags raised (overdue: past the due moment unfinished; too_quick: succeeded sooner than "
+                     + "min_seconds), by flag.", labels: ["flag"], tasksFlagged.values)
 
         out.counters("headway_updates_accepted_total", "Updates stored (progress, heartbeat, finish), by kind.",
                      labels: ["kind"], updatesAccepted.values)

@@ -305,6 +305,32 @@ import Testing
         #expect(lines.last == "… 28 more: 23 running, 5 succeeded", "\(lines)")
     }
 
+    /// A task that runs past its expected time turns up first in `watch`, live, its note
+    /// and state word in magenta (a stall keeps yellow), in a real terminal.
+    @Test func watchShowsAnOverdueTaskFirstInItsOwnColour() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let client = try TestHTTPClient(port: daemon.port)
+        for index in 0..<3 {
+            let reply = try client.request("POST", "/v1/tasks", json: #"{"id":"r\#(index)","name":"Run \#(index)","stall_timeout_seconds":3600}"#)
+            #expect(reply.status == 201, "\(reply.text)")
+        }
+        let terminal = try TmuxPane(columns: 100, rows: 8, command: "TERM=xterm-256color exec \(builtExecutable("headway")) watch "
+                                    + "--min-duration 0 --server \(daemon.url)")
+        defer { terminal.close() }
+        #expect(waitUntil(15) { terminal.screen().contains("Run 2") }, "\(terminal.screen())")
+        let late = try client.request("POST", "/v1/tasks", json: #"{"id":"late","name":"Late export","expected_seconds":1,"stall_timeout_seconds":3600}"#)
+        #expect(late.status == 201, "\(late.text)")
+        // The daemon's own sweeper flags it a second or so after its start; the stream brings it.
+        func overdueFirst() -> Bool {
+            let lines = terminal.screen().split(separator: "\n")
+            return lines.count > 1 && lines[1].hasPrefix("Late export ") && lines[1].contains("overdue by")
+        }
+        #expect(waitUntil(15, overdueFirst), "\(terminal.screen())")
+        let styled = terminal.styledScreen()
+        #expect(styled.contains("\u{1B}[35mrunning") && styled.contains("\u{1B}[35moverdue by"), "\(styled)")
+    }
+
     /// Completion offers the server's task ids and the values of --state.
     @Test func completionOffersTaskIDsAndStates() throws {
         let daemon = try LiveDaemon()

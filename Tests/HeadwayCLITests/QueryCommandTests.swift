@@ -97,6 +97,36 @@ import Testing
         #expect(try ok("tasks", "--stalled", server: server) == "no tasks\n")
     }
 
+    /// The run-time flags in the table (a golden file): a success sooner than its `--min`,
+    /// a task running past its `--expected` run, and one that finished past it.
+    @Test func runTimeFlagsShowInTheTable() throws {
+        let daemon = try LiveDaemon()
+        defer { daemon.stop() }
+        let server = daemon.url
+        try ok("start", "Backup db-4", "--id", "quick", "--min", "3600", "--stall-timeout", "3600", server: server)
+        try ok("finish", "quick", "--outcome", "succeeded", server: server)
+        try ok("start", "Nightly export", "--id", "late", "--expected", "1", "--stall-timeout", "3600", server: server)
+        try ok("start", "Backup db-3", "--id", "ran-late", "--expected", "1", "--stall-timeout", "3600", server: server)
+        // The daemon's own sweeper flags both about a second after their start.
+        let giveUp = Date().addingTimeInterval(10)
+        while ids(try ok("tasks", "--overdue", "--json", server: server)).count < 2 {
+            guard Date() < giveUp else {
+                Issue.record("the sweeper flagged no task within 10 s")
+                return
+            }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        try ok("finish", "ran-late", "--outcome", "succeeded", server: server)
+        let output = try ok("tasks", server: server, environment: ["COLUMNS": "100", "TZ": "UTC"])
+        let table = Self.clockless(output)
+            .replacingOccurrences(of: "overdue by [0-9] s", with: "overdue by 1 s", options: .regularExpression)
+            .replacingOccurrences(of: "ran [0-9] s late", with: "ran 1 s late", options: .regularExpression)
+        #expect(table == (try Self.golden("tasks-run-time-100.txt")), "\(output)")
+        #expect(ids(try ok("tasks", "--overdue", "--json", server: server)) == ["ran-late", "late"])
+        let refused = try runBuilt("headway", ["start", "Job", "--deadline", "tomorrow", "--server", server])
+        #expect(refused.status == 64 && refused.errors.contains("--deadline must be an RFC 3339 time"))
+    }
+
     /// Five tasks by pages of two: the first page says how many more; --all follows the
     /// page tokens to the end, newest first.
     @Test func pagingFollowsTokensWithAllAndCountsTheRestWithout() throws {

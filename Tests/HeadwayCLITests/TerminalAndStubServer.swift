@@ -20,6 +20,9 @@ final class TmuxPane {
     /// The visible screen as text, one line per row, trailing blanks removed.
     func screen() -> String { (try? tmux("capture-pane", "-p", "-t", "test")) ?? "" }
 
+    /// The screen with its colours, as SGR escape sequences (`capture-pane -e`).
+    func styledScreen() -> String { (try? tmux("capture-pane", "-p", "-e", "-t", "test")) ?? "" }
+
     /// Types `keys` (tmux key names: `C-c`, `Enter`, or text).
     func sendKeys(_ keys: String...) {
         _ = try? tmux(["send-keys", "-t", "test"] + keys)

@@ -729,3 +729,20 @@ def test_an_older_server_without_the_output_tail_gets_everything_else(headwayd, 
     assert json.loads(result.stdout) == {"accepts_output": False}
     stored = task(headwayd, "talks")
     assert (stored["completed"], stored["state"], stored["label"]) == (3, "succeeded", "waiting")
+
+
+def test_run_time_rules_reach_the_server(headwayd, tmp_path):
+    """`expected`, `deadline` and `minimum` are registered as the run-time rules: a backup
+    that succeeds at once is flagged too quick."""
+    result = run_job(tmp_path, """
+        import datetime, headway
+        deadline = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=2)
+        with headway.Task("Nightly backup", id="backup", expected=3600, deadline=deadline, minimum=600):
+            pass
+        headway.flush()
+    """, headwayd)
+    assert result.returncode == 0, result.stderr
+    stored = wait_until(lambda: (t := task(headwayd, "backup"))["state"] == "succeeded" and t, "the finish")
+    assert (stored["expected_seconds"], stored["min_seconds"]) == (3600, 600)
+    assert stored["deadline"] is not None and stored["overdue"] is False
+    assert stored["too_quick"] is True

@@ -144,6 +144,38 @@ def test_a_stall_is_delivered_once_and_signed(tmp_path, database):
         assert len(receiver.requests) == 2
 
 
+def test_overdue_and_too_quick_are_delivered(tmp_path, database):
+    """A webhook that asks for `task.overdue` and `task.too_quick` gets each, signed, with
+    the task's flags in its body; one that asks for `task.finished` only gets neither."""
+    with receiving() as receiver, receiving() as finished_only, \
+            run_headwayd(tmp_path, *FAST_RETRIES, db=database) as base:
+        reply = create_webhook(base, {"url": receiver.url, "events": ["task.overdue", "task.too_quick"]})
+        assert reply.status_code == 201, reply.text
+        webhook = reply.json()
+        assert create_webhook(base, {"url": finished_only.url, "events": ["task.finished"]}).status_code == 201
+        # A backup that "succeeded" in no time, and a job past its one expected second: the
+        # daemon's sweeper flags it about a second after its start, on its own.
+        assert httpx.post(f"{base}/v1/tasks", json={"id": "backup", "name": "Nightly backup", "min_seconds": 600,
+                                                    "stall_timeout_seconds": 3600}).status_code == 201
+        assert httpx.post(f"{base}/v1/tasks/backup/finish", json={"outcome": "succeeded"}).status_code == 200
+        assert httpx.post(f"{base}/v1/tasks", json={"id": "report", "name": "Monthly report", "expected_seconds": 1,
+                                                    "stall_timeout_seconds": 3600}).status_code == 201
+        quick, overdue = receiver.wait_for(2)
+        assert [r["headers"]["Headway-Event"] for r in (quick, overdue)] == ["task.too_quick", "task.overdue"]
+        assert all(verify_signature(r, webhook["secret"]) for r in (quick, overdue))
+        quick_body, overdue_body = json.loads(quick["body"]), json.loads(overdue["body"])
+        assert quick_body["type"] == "task.too_quick" and quick_body["task"]["too_quick"] is True
+        assert quick_body["task"]["state"] == "succeeded" and quick_body["task"]["min_seconds"] == 600
+        assert overdue_body["type"] == "task.overdue" and overdue_body["task"]["id"] == "report"
+        assert overdue_body["task"]["overdue"] is True and overdue_body["task"]["state"] == "running"
+        assert overdue_body["task"]["overdue_since"] is not None
+        [finish] = finished_only.wait_for(1)
+        assert finish["headers"]["Headway-Event"] == "task.finished"
+        assert json.loads(finish["body"])["task"]["too_quick"] is True
+        assert [d["event"] for d in wait_for_state(base, webhook["id"], 2, "delivered")] == \
+            ["task.overdue", "task.too_quick"]
+
+
 def test_the_slack_format_is_a_line_for_a_person(tmp_path):
     with receiving() as receiver, run_headwayd(tmp_path, *FAST_RETRIES) as base:
         reply = create_webhook(base, {"url": receiver.url, "events": ["task.finished"], "outcomes": ["failed"],

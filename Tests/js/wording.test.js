@@ -6,7 +6,7 @@ import { test } from "node:test";
 import { setLanguage } from "../../dashboard/i18n.js";
 import {
   amountText, badgeText, childrenText, countText, detailFields, displayName, errorText, isolate, plain, rateText,
-  stallText, valueText, whenText,
+  runTimeText, stallText, valueText, whenText,
 } from "../../dashboard/wording.js";
 
 const T0 = Date.parse("2026-12-05T10:00:00.000Z");
@@ -118,4 +118,29 @@ test("detail fields: why first; offline leaves out the time left", () => {
   assert.equal(value(fields, "field_eta"), "40 seconds");
   assert.equal(value(detailFields(moving, T0 + 30_000, true), "field_eta"), "—");
   assert.equal(value(detailFields(task({ attention: "stalled" }), T0, false), "field_state"), "Running · Part stalled");
+});
+
+test("run-time rules: overdue by, ended late, too quick, in their own words in both languages", () => {
+  const late = task({ overdue: true, overdue_since: at(60), expected_seconds: 60 });
+  const ranLate = task({ state: "succeeded", overdue: true, overdue_since: at(60), finished_at: at(180) });
+  const quick = task({ state: "succeeded", too_quick: true, min_seconds: 60, finished_at: at(3) });
+  setLanguage("en");
+  assert.equal(badgeText(late), "Overdue");
+  assert.equal(badgeText(task({ overdue: true, overdue_since: at(0), stalled: true })), "Stalled", "a stall says more");
+  assert.equal(badgeText(ranLate), "Succeeded", "a finished task shows its outcome, and its line says it was late");
+  assert.equal(runTimeText(late, T0 + 300_000), "Overdue by 4 min");
+  assert.equal(runTimeText(ranLate, T0 + 300_000), "Ended 2 min late");
+  assert.equal(runTimeText(quick, T0 + 300_000), "Too quick: under 1 min");
+  assert.equal(runTimeText(task(), T0), "");
+  const field = (t0, key) => detailFields(t0, T0 + 300_000, false).find(([name]) => name === key)[1];
+  assert.equal(field(late, "field_run_time"), "Overdue by 4 min");
+  assert.equal(field(task({ expected_seconds: 600 }), "field_run_time"), "On time");
+  assert.equal(field(task(), "field_run_time"), "—");
+  assert.equal(field(late, "field_expected"), "1 minute");
+  setLanguage("ko");
+  assert.equal(badgeText(late), "기한 초과");
+  assert.equal(runTimeText(late, T0 + 300_000), "4분 초과");
+  assert.equal(runTimeText(ranLate, T0 + 300_000), "2분 늦게 종료");
+  assert.equal(runTimeText(quick, T0 + 300_000), "너무 빨리 종료: 1분 미만");
+  setLanguage("en");
 });

@@ -19,18 +19,27 @@ public struct StartCommand: ParsableCommand {
                                              help: "Flag it stalled after this long without a signal")
     static let progressTimeout = Option<Double>("progress-timeout", valueName: "seconds",
                                                 help: "Flag it stalled when its count has not grown for this long")
+    static let expected = Option<Double>("expected", valueName: "seconds",
+                                         help: "Flag it overdue when it runs longer than this from its start")
+    static let deadline = Option<String>("deadline", valueName: "time",
+                                         help: "Flag it overdue when unfinished at this RFC 3339 time")
+    static let minimum = Option<Double>("min", valueName: "seconds",
+                                        help: "Flag a success sooner than this after its start as too quick")
     static let metadata = Option<String>("metadata", valueName: "json",
                                          help: "A JSON object kept with the task (at most 4 KiB)")
     public static let arguments = [name.definition, id.definition, label.definition, total.definition,
                                    completed.definition, unit.definition, parent.definition, weight.definition,
                                    pending.definition, stallTimeout.definition, progressTimeout.definition,
-                                   metadata.definition]
+                                   expected.definition, deadline.definition, minimum.definition, metadata.definition]
 
     let values: ParsedValues
     public init(_ values: ParsedValues) { self.values = values }
 
     public func validate() throws {
         if values[Self.unit] != nil && values[Self.total] == nil { throw UsageError("--unit needs --total") }
+        if let text = values[Self.deadline], Timestamp.parseRFC3339(text) == nil {
+            throw UsageError("--deadline must be an RFC 3339 time such as 2026-12-05T09:30:00Z, not '\(text)'")
+        }
         if let text = values[Self.metadata] {
             guard case .object? = JSONValue.parse(Array(text.utf8)) else {
                 throw UsageError("--metadata must be a JSON object, not '\(text)'")
@@ -50,6 +59,9 @@ public struct StartCommand: ParsableCommand {
         if values[Self.pending] { body["state"] = .string("pending") }
         if let timeout = values[Self.stallTimeout] { body["stall_timeout_seconds"] = .number(timeout) }
         if let timeout = values[Self.progressTimeout] { body["progress_timeout_seconds"] = .number(timeout) }
+        if let seconds = values[Self.expected] { body["expected_seconds"] = .number(seconds) }
+        if let deadline = values[Self.deadline] { body["deadline"] = .string(deadline) }
+        if let seconds = values[Self.minimum] { body["min_seconds"] = .number(seconds) }
         if let text = values[Self.metadata], let metadata = JSONValue.parse(Array(text.utf8)) { body["metadata"] = metadata }
         let reply = try context.api.post("/v1/tasks", body)
         guard let id = reply.string("id") else {

@@ -10,17 +10,18 @@ public struct TasksCommand: ParsableCommand {
         and never with NO_COLOR. Without --all a last line says how many more tasks match.
         With --json: one task object per line.
         """,
-        usage: "[--state <state>]… [--stalled] [--parent <id>] [--root] [--page-size <n>] [--all]",
+        usage: "[--state <state>]… [--stalled] [--overdue] [--parent <id>] [--root] [--page-size <n>] [--all]",
         examples: ["headway tasks --state running --state pending", "headway tasks --parent release-42 --all"])
     static let states = ["pending", "running", "succeeded", "failed", "canceled"]
     static let state = Option<String>("state", valueName: "state",
                                       help: "Only tasks in this state (repeat for several)")
     static let stalled = Flag("stalled", help: "Only stalled tasks")
+    static let overdue = Flag("overdue", help: "Only tasks flagged overdue (finished late ones too)")
     static let parent = Option<String>("parent", valueName: "id", help: "Only children of this task")
     static let root = Flag("root", help: "Only tasks without a parent")
     static let pageSize = Option<Int64>("page-size", valueName: "n", help: "Tasks per page, 1 to 500 (default 50)")
     static let all = Flag("all", help: "Follow every page instead of the first")
-    public static let arguments = [state.definition, stalled.definition, parent.definition, root.definition,
+    public static let arguments = [state.definition, stalled.definition, overdue.definition, parent.definition, root.definition,
                                    pageSize.definition, all.definition]
 
     let values: ParsedValues
@@ -39,7 +40,8 @@ public struct TasksCommand: ParsableCommand {
     /// The list API's query for these options, with the parent's id as resolved.
     func query(parentID: String?) -> TaskListQuery {
         TaskListQuery(states: values.all(Self.state), stalled: values[Self.stalled] ? true : nil,
-                      parentID: parentID, root: values[Self.root], pageSize: values[Self.pageSize])
+                      parentID: parentID, root: values[Self.root], pageSize: values[Self.pageSize],
+                      overdue: values[Self.overdue])
     }
 
     public func run(_ context: CommandContext) throws {

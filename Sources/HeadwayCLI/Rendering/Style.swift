@@ -2,7 +2,7 @@
 /// on plain text; a style wraps a cell after its width is fixed, so escape codes never
 /// count toward a width.
 public enum Style: Sendable {
-    case plain, dim, bold, red, green, yellow, cyan
+    case plain, dim, bold, red, green, yellow, cyan, magenta
 
     /// True when colors should be used: standard output is a terminal, `NO_COLOR` is
     /// absent or empty (no-color.org), and `TERM` is not `dumb`.
@@ -21,6 +21,7 @@ public enum Style: Sendable {
         case .green: "32"
         case .yellow: "33"
         case .cyan: "36"
+        case .magenta: "35"
         }
     }
 
@@ -31,13 +32,14 @@ public enum Style: Sendable {
     }
 
     /// The style of a task's state word: green succeeded, red failed, yellow canceled or
-    /// stalled, cyan running, dim pending.
+    /// stalled, magenta running overdue (a stall, more urgent, stays yellow), cyan running,
+    /// dim pending.
     public static func of(_ task: TaskView) -> Style {
         switch task.state {
         case .succeeded: .green
         case .failed: .red
         case .canceled: .yellow
-        case .running: task.stalled ? .yellow : .cyan
+        case .running: task.stalled ? .yellow : task.overdue ? .magenta : .cyan
         case .pending: .dim
         case .other: .plain
         }

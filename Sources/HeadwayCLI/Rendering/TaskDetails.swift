@@ -11,6 +11,7 @@ public enum TaskDetails {
         "rate", "eta_seconds", "stalled", "stall_reason", "stalled_since", "stall_timeout_seconds",
         "progress_timeout_seconds", "cancel_requested", "seq", "created_at", "updated_at", "last_progress_at",
         "last_signal_at", "finished_at", "message", "metadata", "children", "attention", "last_output",
+        "expected_seconds", "deadline", "min_seconds", "overdue", "overdue_since", "too_quick",
     ]
 
     /// A task as people read it: labelled lines (`State:`, `Progress:`, `Started:`…),
@@ -37,6 +38,7 @@ public enum TaskDetails {
         var state = view.state.text
         if view.stalled && !view.state.isFinished { state += " · stalled: " + TaskTable.stallNote(view, now: now) }
         if view.cancelRequested && !view.state.isFinished { state += " · cancel requested" }
+        if let note = TaskTable.runTimeNote(view, now: now) { state += " · " + note }
         rows.append(("State", state))
         if view.isQuantified {
             var progress = Formatting.barWithPercent(view.displayFraction ?? 0, percent: view.percent, cells: 20)
@@ -76,6 +78,10 @@ public enum TaskDetails {
         if view.stalled, let since = view.stalledSince { rows.append(("Stalled since", moment(since))) }
         rows.append(("Stall timeout", seconds("stall_timeout_seconds")))
         rows.append(("Progress timeout", seconds("progress_timeout_seconds")))
+        if fields["expected_seconds"].map({ $0 != .null }) == true { rows.append(("Expected run", seconds("expected_seconds"))) }
+        if case .string(let text)? = fields["deadline"] { rows.append(("Deadline", moment(Timestamp.parseRFC3339(text)))) }
+        if fields["min_seconds"].map({ $0 != .null }) == true { rows.append(("Shortest run", seconds("min_seconds"))) }
+        if view.overdue, let since = view.overdueSince { rows.append(("Overdue since", moment(since))) }
         if let seq = fields["seq"], seq != .null { rows.append(("Sequence", Self.value(seq))) }
         if let metadata = fields["metadata"], metadata != .null { rows.append(("Metadata", Self.value(metadata))) }
         // A newer server's fields are shown as they come, made safe for the terminal.

@@ -14,7 +14,8 @@ import HeadwayCore
 /// a stationary indicator means stalled. TIME is how long a task has been running (how
 /// long it ran, once finished). LABEL says why before what: a stall (`no signal for 42 s`,
 /// `no progress for 3 min`, counted from `last_signal_at` and `last_progress_at` as the
-/// page counts them), a parent's children (`1 of 3 failed · 1 stalled`), a finished
+/// page counts them), a run-time flag (`overdue by 4 min`, `ran 4 min late`, `too quick`,
+/// in magenta: `runTimeNote`), a parent's children (`1 of 3 failed · 1 stalled`), a finished
 /// task's message and finish time, then the label, then `last signal 8 s ago` once a
 /// running task has been quiet for a few seconds.
 ///
@@ -104,6 +105,10 @@ public struct TaskTable: Sendable {
             notes.append(Self.stallNote(task, now: now))
             style = .yellow
         }
+        if let note = Self.runTimeNote(task, now: now) {
+            notes.append(note)
+            if style == .plain { style = .magenta }
+        }
         if let children = task.children {
             notes.append(children.summary)
             if task.attention == "failed" { style = .red } else if task.attention == "stalled" { style = .yellow }
@@ -135,6 +140,21 @@ public struct TaskTable: Sendable {
         }
         let since = task.lastSignalAt ?? task.stalledSince ?? task.updatedAt
         return since.map { "no signal for \(Formatting.age(milliseconds: now - $0))" } ?? "no signal"
+    }
+
+    /// What the run-time rules say of the task, in magenta, or nil: `overdue by 4 min` while
+    /// it runs past its due moment, `ran 4 min late` once finished, `too quick (under 1 min)`
+    /// for a success sooner than its `min_seconds`.
+    public static func runTimeNote(_ task: TaskView, now: EpochMilliseconds) -> String? {
+        if task.tooQuick {
+            return "too quick" + (task.minSeconds.map { " (under " + Formatting.age(milliseconds: Int64($0 * 1000)) + ")" } ?? "")
+        }
+        guard task.overdue else { return nil }
+        guard let since = task.overdueSince else { return "overdue" }
+        if task.state.isFinished {
+            return task.finishedAt.map { "ran \(Formatting.age(milliseconds: max(0, $0 - since))) late" } ?? "ran late"
+        }
+        return "overdue by \(Formatting.age(milliseconds: max(0, now - since)))"
     }
 
     /// TIME: how long the task has run, or ran once finished; empty when unknown.

@@ -64,6 +64,13 @@ public struct TaskView: Equatable, Sendable {
     public var stallReason: String?
     public var stalledSince: EpochMilliseconds?
     public var cancelRequested: Bool
+    /// Whether the task ran past its due moment unfinished (`overdue`), and since when.
+    public var overdue: Bool
+    public var overdueSince: EpochMilliseconds?
+    /// Whether the task succeeded sooner than its `min_seconds` (`too_quick`).
+    public var tooQuick: Bool
+    /// Its `min_seconds`, when it has one.
+    public var minSeconds: Double?
     public var createdAt: EpochMilliseconds?
     public var updatedAt: EpochMilliseconds?
     public var lastProgressAt: EpochMilliseconds?
@@ -145,6 +152,10 @@ public struct TaskView: Equatable, Sendable {
         stallReason = string("stall_reason")
         stalledSince = time("stalled_since")
         cancelRequested = bool("cancel_requested")
+        overdue = bool("overdue")
+        overdueSince = time("overdue_since")
+        tooQuick = bool("too_quick")
+        minSeconds = number("min_seconds")
         createdAt = time("created_at")
         updatedAt = time("updated_at")
         lastProgressAt = time("last_progress_at")

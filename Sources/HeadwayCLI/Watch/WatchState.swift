@@ -77,12 +77,12 @@ public struct WatchState: Sendable {
         return 0
     }
 
-    /// Where a task stands in the frame: what went wrong first (failed or stalled, or a
-    /// parent with such a descendant), then the unfinished, then the rest.
+    /// Where a task stands in the frame: what went wrong first (failed, stalled or overdue,
+    /// or a parent with such a descendant), then the unfinished, then the rest.
     static func rank(_ task: TaskView) -> Int {
         if task.state == .failed { return 0 }
         if task.state.isFinished { return 2 }
-        return task.stalled || task.attention != nil ? 0 : 1
+        return task.stalled || task.overdue || task.attention != nil ? 0 : 1
     }
 
     /// The tasks to draw in `rows` table lines (at least one): failed and stalled tasks

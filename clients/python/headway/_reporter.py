@@ -290,7 +290,9 @@ class Reporter:
         for key, value in (("total", task.initial["total"]), ("unit", task.initial["unit"]),
                            ("label", task.initial["label"]), ("weight", task.weight),
                            ("metadata", task.metadata), ("stall_timeout_seconds", task.stall_timeout),
-                           ("progress_timeout_seconds", task.progress_timeout)):
+                           ("progress_timeout_seconds", task.progress_timeout),
+                           ("expected_seconds", task.expected), ("deadline", task.deadline),
+                           ("min_seconds", task.minimum)):
             if isinstance(value, str):
                 value = _text(value)
             if value is not None:

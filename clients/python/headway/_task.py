@@ -130,7 +130,7 @@ class Task:
 
     def __init__(self, name, *, id=None, total=None, unit=None, label=None, parent=None,
                  weight=None, metadata=None, stall_timeout=None, progress_timeout=None,
-                 pending=False, _bar=None, _position=None):
+                 expected=None, deadline=None, minimum=None, pending=False, _bar=None, _position=None):
         reporter = _reporter()
         if parent is None and _bar is None:
             parent = current_parent()
@@ -141,6 +141,11 @@ class Task:
         self.metadata = metadata
         self.stall_timeout = stall_timeout
         self.progress_timeout = progress_timeout
+        # The run-time rules: seconds from the start, a time to be done by, the shortest
+        # believable run (`expected_seconds`, `deadline`, `min_seconds` to the server).
+        self.expected = expected
+        self.deadline = _rfc3339(deadline)
+        self.minimum = minimum
         self.pending = pending
         self.initial = {"total": _count(total), "unit": unit, "label": label}
         # What the job wants the server to hold; read by the sender's thread.
@@ -393,6 +398,14 @@ def caller_name(skip_modules=("headway", "tqdm")):
             return f"{os.path.basename(frame.f_code.co_filename)} line {frame.f_lineno}"
         frame = frame.f_back
     return "loop"
+
+
+def _rfc3339(moment):
+    """`moment` as the server reads a time: a `datetime` as RFC 3339 (a naive one taken as
+    local time, as `datetime.astimezone` does), a string as it is, None as None."""
+    if moment is None or isinstance(moment, str):
+        return moment
+    return moment.astimezone().isoformat()
 
 
 def track(iterable, name=None, *, total=None, unit=None, id=None, parent=None, label=None):
