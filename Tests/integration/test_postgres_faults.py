@@ -139,12 +139,14 @@ class Watcher:
     """A subscriber of `base`'s event stream on a thread of its own, resuming with
     Last-Event-ID whenever the stream ends or it is `cut`: `events` holds (id, task,
     completed) in arrival order, `view` each task's `completed` as the events tell it,
-    `connections` how many times the stream was opened, `refusals` the resumes refused."""
+    `connections` how many times the stream was opened, `refusals` the resumes refused,
+    `ended_empty` the `retry:` of each stream the daemon ended before any event."""
 
     def __init__(self, base):
         self.base, self.events, self.view, self.connections = base, [], {}, 0
         self.last_id = None
         self.refusals = []  # (status, code, Retry-After) of each resume refused
+        self.ended_empty = []  # the `retry:` of each stream the daemon ended before any event (None: none)
         self.stop, self.cut = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -161,16 +163,20 @@ class Watcher:
                     time.sleep(0.2)
                     continue
                 self.connections += 1
-                event_id = None
+                event_id, retry, had_event, left = None, None, False, False
                 for line in stream.iter_lines():
                     if self.stop.is_set():
                         return
                     if self.cut.is_set():  # the client leaves, to resume (heartbeats come every second)
                         self.cut.clear()
+                        left = True
                         break
-                    if line.startswith("id:"):
+                    if line.startswith("retry:"):
+                        retry = int(line[6:])
+                    elif line.startswith("id:"):
                         event_id = int(line[3:])
                     elif line.startswith("data:"):
+                        had_event = True
                         data = json.loads(line[5:])
                         for task in data.get("tasks", [data]):
                             if "completed" in task:
@@ -179,6 +185,8 @@ class Watcher:
                         if "tasks" in data:
                             self.events.append((event_id, "snapshot", None))
                         self.last_id = event_id
+                if not left and not had_event:
+                    self.ended_empty.append(retry)
             time.sleep(0.05)
 
     def check_order(self):
@@ -277,7 +285,13 @@ def test_a_server_stopped_and_restarted_under_load_is_503_meanwhile_and_the_daem
                 watcher.stop.set()
             for watcher in watchers:
                 watcher.check_order()
+                # A resume whose catch-up could not be read ends with the problem's Retry-After
+                # as `retry:` (the head, 200, was sent already), so that EventSource waits as long.
                 assert set(watcher.refusals) <= {(503, "database_unavailable", "2")}, watcher.refusals
+                assert set(watcher.ended_empty) <= {2000}, watcher.ended_empty
+            # Nothing the outage did is an error of the daemon: no line at level error.
+            for directory in (tmp_path / "a", tmp_path / "b"):
+                assert [line for line in log_of(directory).splitlines() if "level=error" in line] == []
 
             # What an operator reads in /metrics: the connections made again, and how long
             # the writer found the database unavailable.
