@@ -199,6 +199,16 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
         try TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath).check()
     }
+    // A PostgreSQL server still starting (or down a moment: a restart, a host booting) is
+    // waited for, with a line now and then, rather than failing the start: a supervisor
+    // restarting the daemon every few seconds would give up on it after a few tries.
+    storageEngine(for: configuration.databasePath).waitForServer(upTo: configuration.databaseStartWaitSeconds) {
+        waited, finding in
+        logger.log(.warn, "database.waiting", [
+            "location": redactedLocation(configuration.databasePath), "finding": finding,
+            "waited_seconds": "\(Int(waited))", "gives_up_after_seconds": "\(Int(configuration.databaseStartWaitSeconds))",
+        ])
+    }
     // The start refusals that need tokens look first without creating or migrating the
     // database (a missing file has no tokens), then again once the table is loaded.
     if let refusal = StartRefusal.check(configuration, tokensRequired: TokenRepository.requiredWithoutCreating(
@@ -245,9 +255,16 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // The writer hands the events of every committed change to the broker (other daemons'
     // changes too, through `SharedWriting`); a change's webhook deliveries are written in
     // its own transaction, and the dispatcher is rung after each batch that wrote some.
+    let availability = DatabaseAvailability(report: { change in
+        switch change {
+        case .unavailable(let error): logger.log(.warn, "database.unavailable", ["error": error])
+        case .available(let seconds):
+            logger.log(.info, "database.available", ["unavailable_seconds": String(format: "%.3f", seconds)])
+        }
+    })
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
                                        walSizeLimit: configuration.walSizeLimitBytes, coordinator: sharedWriting,
-                                       heldWrites: taskCache, events: broker,
+                                       heldWrites: taskCache, events: broker, availability: availability,
                                        observeBatch: { batch in
                                            metrics.observe(batch)
                                            storageAlarm.observe(batch)
@@ -261,7 +278,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                     maximumWaiting: max(1, configuration.broker.maximumSubscribers), label: "headway.events.catch-up")
     let listener = sharedWriting.map { sharedWriting in
         ChangeListener(location: configuration.databasePath, writer: writer, sharedWriting: sharedWriting,
-                       reportFailure: { error in logger.log(.warn, "database.listen_failed", ["error": error]) })
+                       reportFailure: { error in logger.log(.warn, "database.listen_failed", ["error": error]) },
+                       reportListening: { logger.log(.info, "database.listening", ["detail": "listening again on a new connection"]) })
     }
     let leadership = isShared ? Leadership(location: configuration.databasePath) { leading, detail in
         switch (leading, detail) {

@@ -250,6 +250,14 @@ def test_a_server_stopped_and_restarted_under_load_is_503_meanwhile_and_the_daem
                         wait_until(lambda: sum(1 for entry in load.replies.refusals(down_at)
                                                if entry[1] == base and entry[2] == method) >= 3,
                                    f"{base} refuses {method} while the server is down")
+                # The monitoring still hears from each daemon, which says the database is gone.
+                for base in (a, b):
+                    ready = httpx.get(f"{base}/readyz", timeout=REQUEST_DEADLINE)
+                    assert ready.status_code == 503 and "Retry-After" in ready.headers, ready.text
+                    metrics = httpx.get(f"{base}/metrics", timeout=REQUEST_DEADLINE)
+                    assert metrics.status_code == 200, metrics.text
+                    assert re.search(r"^headway_database_available 0$", metrics.text, re.M), metrics.text
+                    assert "headway_tasks{" not in metrics.text
                 counts = dict(load.acknowledged)
                 server._check(server._server_command("pg_ctl", "start", "-w", "-t", "60", "-D",
                                                      str(server.data_directory), "-l", str(server.log_file)),
@@ -341,6 +349,8 @@ def test_a_session_ended_by_pg_terminate_backend_is_made_again_and_loses_nothing
             for watcher in watchers:
                 watcher.check_order()
                 assert watcher.refusals == []
+            for directory in (tmp_path / "a", tmp_path / "b"):
+                assert [line for line in log_of(directory).splitlines() if "level=error" in line] == []
 
 
 def test_a_daemon_started_while_the_server_is_down_waits_for_it_and_then_serves(tmp_path):
