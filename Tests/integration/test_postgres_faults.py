@@ -376,6 +376,23 @@ def test_a_daemon_started_while_the_server_is_down_waits_for_it_and_then_serves(
                 assert process.wait(timeout=20) == 0
 
 
+def test_a_daemon_waiting_for_the_server_stops_at_once_on_sigterm(tmp_path):
+    with PostgresServer(tmp_path / "server") as server:
+        server.create_database("faults")
+        server.stop()
+        with open(tmp_path / "headwayd.log", "w") as log:
+            process = subprocess.Popen([HEADWAYD, "--listen", "127.0.0.1:0", "--db", server.url("faults")], stderr=log)
+            try:
+                wait_until(lambda: "database.waiting" in (tmp_path / "headwayd.log").read_text(),
+                           "the daemon says it waits for the database")
+                process.terminate()
+                # Well within --db-start-wait (60 s) and systemd's TimeoutStopSec (20 s).
+                assert process.wait(timeout=10) == 0
+            finally:
+                process.kill()
+        assert "stopped while waiting for the database server" in (tmp_path / "headwayd.log").read_text()
+
+
 def test_a_daemon_whose_database_does_not_exist_fails_at_once_even_when_it_would_wait(tmp_path):
     with PostgresServer(tmp_path / "server") as server:
         completed = subprocess.run([HEADWAYD, "--listen", "127.0.0.1:0", "--db", server.url("missing")],
