@@ -202,13 +202,16 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // A PostgreSQL server still starting (or down a moment: a restart, a host booting) is
     // waited for, with a line now and then, rather than failing the start: a supervisor
     // restarting the daemon every few seconds would give up on it after a few tries.
-    storageEngine(for: configuration.databasePath).waitForServer(upTo: configuration.databaseStartWaitSeconds) {
-        waited, finding in
+    storageEngine(for: configuration.databasePath).waitForServer(upTo: configuration.databaseStartWaitSeconds,
+                                                                 stopRequested: stopSignalPending) { waited, finding in
         logger.log(.warn, "database.waiting", [
             "location": redactedLocation(configuration.databasePath), "finding": finding,
             "waited_seconds": "\(Int(waited))", "gives_up_after_seconds": "\(Int(configuration.databaseStartWaitSeconds))",
         ])
     }
+    // Signals are blocked until the daemon runs (`main`): one that came while it waited is
+    // read here, and ends the start.
+    if stopSignalPending() { throw StartInterrupted() }
     // The start refusals that need tokens look first without creating or migrating the
     // database (a missing file has no tokens), then again once the table is loaded.
     if let refusal = StartRefusal.check(configuration, tokensRequired: TokenRepository.requiredWithoutCreating(
@@ -408,6 +411,19 @@ private func logSettingWarnings(_ configuration: Configuration, tokensRequired: 
                 + "remove the setting",
         ])
     }
+}
+
+/// SIGTERM or SIGINT came while the start waited (for the database server): the daemon
+/// exits, as asked, without serving.
+public struct StartInterrupted: Error, CustomStringConvertible {
+    public var description: String { "stopped by a signal while waiting for the database server" }
+}
+
+/// Whether SIGTERM or SIGINT is pending (blocked until the daemon runs, they wait for `sigwait`).
+private func stopSignalPending() -> Bool {
+    var pending = sigset_t()
+    sigpending(&pending)
+    return sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1
 }
 
 /// Why the daemon refuses to start.

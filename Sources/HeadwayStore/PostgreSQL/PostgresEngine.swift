@@ -19,7 +19,8 @@ struct PostgresEngine: StorageEngine {
     /// (starting up, shutting down, recovering after a crash) is waited for; one that takes
     /// connections, or a URI libpq cannot use, ends the wait, and opening the database
     /// then succeeds or says what is wrong.
-    func waitForServer(upTo seconds: Double, waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool {
+    func waitForServer(upTo seconds: Double, stopRequested: () -> Bool,
+                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool {
         let target = PostgresConnection.withConnectTimeout(location)
         let start = DispatchTime.now()
         var nextReport = start
@@ -33,7 +34,7 @@ struct PostgresEngine: StorageEngine {
             }
             let now = DispatchTime.now()
             let waited = Double(now.uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
-            guard waited < seconds else { return false }
+            guard waited < seconds, !stopRequested() else { return false }
             if now >= nextReport {
                 waiting(waited, finding)
                 nextReport = now + waitReportSeconds

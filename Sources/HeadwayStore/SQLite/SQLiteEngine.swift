@@ -9,5 +9,6 @@ struct SQLiteEngine: StorageEngine {
     func fileModeOpenToOthers() -> mode_t? { PrivateFile.modeOpenToOthers(location) }
     var fileCommandsRefusal: String? { nil }
     /// A file has no server to wait for.
-    func waitForServer(upTo seconds: Double, waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool { true }
+    func waitForServer(upTo seconds: Double, stopRequested: () -> Bool,
+                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool { true }
 }
