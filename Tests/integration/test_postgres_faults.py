@@ -393,6 +393,21 @@ def test_a_daemon_waiting_for_the_server_stops_at_once_on_sigterm(tmp_path):
         assert "stopped while waiting for the database server" in (tmp_path / "headwayd.log").read_text()
 
 
+def test_a_daemon_stops_cleanly_while_the_server_is_down(tmp_path):
+    with PostgresServer(tmp_path / "server") as server:
+        server.create_database("faults")
+        # run_headwayd asserts a clean stop (status 0 within 20 s) when its block ends, here
+        # with the server down and a subscriber still connected (closed after the stop).
+        with contextlib.ExitStack() as subscriber, run_headwayd(tmp_path / "a", db=server.url("faults")) as a:
+            assert httpx.post(f"{a}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
+            client = subscriber.enter_context(httpx.Client(timeout=REQUEST_DEADLINE))
+            assert subscriber.enter_context(client.stream("GET", f"{a}/v1/events")).status_code == 200
+            server.stop()
+            reply = httpx.post(f"{a}/v1/tasks/t/progress", json={"increment": 1, "seq": 1}, timeout=REQUEST_DEADLINE)
+            assert (reply.status_code, reply.json()["code"]) == (503, "database_unavailable")
+        assert "server.stopped" in log_of(tmp_path / "a")
+
+
 def test_a_daemon_whose_database_does_not_exist_fails_at_once_even_when_it_would_wait(tmp_path):
     with PostgresServer(tmp_path / "server") as server:
         completed = subprocess.run([HEADWAYD, "--listen", "127.0.0.1:0", "--db", server.url("missing")],
