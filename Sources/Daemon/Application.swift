@@ -200,6 +200,19 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
         try TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath).check()
     }
+    // A PostgreSQL server still starting (or down a moment: a restart, a host booting) is
+    // waited for, with a line now and then, rather than failing the start: a supervisor
+    // restarting the daemon every few seconds would give up on it after a few tries.
+    storageEngine(for: configuration.databasePath).waitForServer(upTo: configuration.databaseStartWaitSeconds,
+                                                                 stopRequested: stopSignalPending) { waited, finding in
+        logger.log(.warn, "database.waiting", [
+            "location": redactedLocation(configuration.databasePath), "finding": finding,
+            "waited_seconds": "\(Int(waited))", "gives_up_after_seconds": "\(Int(configuration.databaseStartWaitSeconds))",
+        ])
+    }
+    // Signals are blocked until the daemon runs (`main`): one that came while it waited is
+    // read here, and ends the start.
+    if stopSignalPending() { throw StartInterrupted() }
     // The start refusals that need tokens look first without creating or migrating the
     // database (a missing file has no tokens), then again once the table is loaded.
     if let refusal = StartRefusal.check(configuration, tokensRequired: TokenRepository.requiredWithoutCreating(
@@ -247,9 +260,16 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // The writer hands the events of every committed change to the broker (other daemons'
     // changes too, through `SharedWriting`); a change's webhook deliveries are written in
     // its own transaction, and the dispatcher is rung after each batch that wrote some.
+    let availability = DatabaseAvailability(report: { change in
+        switch change {
+        case .unavailable(let error): logger.log(.warn, "database.unavailable", ["error": error])
+        case .available(let seconds):
+            logger.log(.info, "database.available", ["unavailable_seconds": String(format: "%.3f", seconds)])
+        }
+    })
     let writer = try GroupCommitWriter(path: configuration.databasePath, durability: configuration.durability,
                                        walSizeLimit: configuration.walSizeLimitBytes, coordinator: sharedWriting,
-                                       heldWrites: taskCache, events: broker,
+                                       heldWrites: taskCache, events: broker, availability: availability,
                                        observeBatch: { batch in
                                            metrics.observe(batch)
                                            storageAlarm.observe(batch)
@@ -263,7 +283,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                     maximumWaiting: max(1, configuration.broker.maximumSubscribers), label: "headway.events.catch-up")
     let listener = sharedWriting.map { sharedWriting in
         ChangeListener(location: configuration.databasePath, writer: writer, sharedWriting: sharedWriting,
-                       reportFailure: { error in logger.log(.warn, "database.listen_failed", ["error": error]) })
+                       reportFailure: { error in logger.log(.warn, "database.listen_failed", ["error": error]) },
+                       reportListening: { logger.log(.info, "database.listening", ["detail": "listening again on a new connection"]) })
     }
     let leadership = isShared ? Leadership(location: configuration.databasePath) { leading, detail in
         switch (leading, detail) {
@@ -392,6 +413,19 @@ private func logSettingWarnings(_ configuration: Configuration, tokensRequired: 
                 + "remove the setting",
         ])
     }
+}
+
+/// SIGTERM or SIGINT came while the start waited (for the database server): the daemon
+/// exits, as asked, without serving.
+public struct StartInterrupted: Error, CustomStringConvertible {
+    public var description: String { "stopped by a signal while waiting for the database server" }
+}
+
+/// Whether SIGTERM or SIGINT is pending (blocked until the daemon runs, they wait for `sigwait`).
+private func stopSignalPending() -> Bool {
+    var pending = sigset_t()
+    sigpending(&pending)
+    return sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1
 }
 
 /// Why the daemon refuses to start.

@@ -22,6 +22,9 @@ public struct Configuration: Sendable, Equatable {
     public var inheritedListenFD: Int32?
     /// The SQLite database file, or the `postgresql://` URI of a PostgreSQL database.
     public var databasePath = "./headway.db"
+    /// How long a start waits for a PostgreSQL server that takes no connections yet (down,
+    /// starting up, recovering), in seconds; 0: not at all.
+    public var databaseStartWaitSeconds = 60.0
     public var durability = Durability.full
     /// The stall timeout of tasks registered without one, in seconds.
     public var stallTimeoutSeconds = 30.0

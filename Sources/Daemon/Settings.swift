@@ -91,6 +91,12 @@ extension Setting {
             which several daemons may share
             ({variable}, default {default})
             """, show: { $0 }, convert: nonEmptyPath("db")),
+        .seconds("db-start-wait", at: \.databaseStartWaitSeconds, in: 0...86_400, help: """
+            at start, how long to wait for a PostgreSQL server
+            that takes no connections yet (down, starting up,
+            recovering) before giving up; 0: do not wait
+            ({variable}, default {default})
+            """),
         .choice("durability", "full|normal", at: \.durability, names: Durability.allCases.map(\.rawValue),
                 parse: Durability.init(rawValue:), show: \.rawValue, help: """
             full: a reply means the change survives power loss;

@@ -86,7 +86,8 @@ package struct EventsAPI: Sendable {
 
     /// Reads `subscriber`'s catch-up, counted against `party`'s share of the budget, and
     /// hands it to the broker — unless its client has left meanwhile (then nothing is read
-    /// and the stream is ended) or the budget refuses it (the stream gets `retry:`).
+    /// and the stream is ended), the budget refuses it (the stream gets `retry:`) or the read
+    /// fails (the stream ends, with the problem's `Retry-After` as `retry:` if it has one).
     private func catchUp(_ subscriber: SubscriberID, on stream: ResponseStream, _ query: EventsQuery,
                          _ request: HTTPRequest, _ party: CatchUpParty, with reader: DatabaseReader) {
         guard stream.isPeerConnected else {
@@ -102,7 +103,13 @@ package struct EventsAPI: Sendable {
         } catch is Refused {
             refuse(stream)
         } catch {
-            logger.log(.error, "events.catch_up_failed", ["request_id": request.requestID, "error": "\(error)"])
+            // The head (200) went out with the stream, so the problem cannot; its
+            // `Retry-After` can, as `retry:` before the stream ends (the database unavailable:
+            // EventSource comes back when a catch-up may be read, not at once, over and over).
+            // `problem(for:)` logs what is not expected.
+            if let seconds = errors.problem(for: error, request).retryAfterSeconds {
+                stream.write(Array("retry: \(seconds * 1000)\n\n".utf8))
+            }
             stream.finish()
         }
     }

@@ -126,15 +126,26 @@ package struct OperationsAPI: Sendable {
         read(request, responder) { [metrics, writer, broker, catchUpBudget, unreadReplies] reader in
             var gauges = ServiceMetrics.Gauges()
             gauges.unsentReplyBytes = unreadReplies.totalBytes
-            try reader.snapshot { database in
-                gauges.tasks = try database.taskCountsByStateModeAndStall()
-                gauges.schemaVersion = try Migrator.recordedVersion(in: database)
-                gauges.webhookDeliveriesPending = try WebhookRepository.pendingCount(in: database)
-                gauges.overdueTasks = try TaskRepository.overdueUnfinishedCount(in: database)
-                let sizes = try database.storageSizes()
-                gauges.databaseBytes = sizes.databaseBytes
-                gauges.walBytes = sizes.writeAheadLogBytes
+            do {
+                try reader.snapshot { database in
+                    gauges.tasks = try database.taskCountsByStateModeAndStall()
+                    gauges.schemaVersion = try Migrator.recordedVersion(in: database)
+                    gauges.webhookDeliveriesPending = try WebhookRepository.pendingCount(in: database)
+                    gauges.overdueTasks = try TaskRepository.overdueUnfinishedCount(in: database)
+                    let sizes = try database.storageSizes()
+                    gauges.databaseBytes = sizes.databaseBytes
+                    gauges.walBytes = sizes.writeAheadLogBytes
+                }
+            } catch let error as DatabaseError where error.isUnavailable {
+                // While PostgreSQL is down the scrape still answers, so that what says it is
+                // down (`headway_database_available`) reaches the monitoring.
+                gauges = ServiceMetrics.Gauges()
+                gauges.readFromDatabase = false
+                gauges.unsentReplyBytes = unreadReplies.totalBytes
             }
+            gauges.databaseAvailable = writer.availability.isAvailable
+            gauges.databaseUnavailableSeconds = writer.availability.unavailableSeconds
+            gauges.databaseReconnects = DatabaseAvailability.reconnects
             gauges.subscribers = broker.subscriberCount
             gauges.catchUpBytes = catchUpBudget.usedBytes
             gauges.writerQueueDepth = writer.queueDepth

@@ -22,6 +22,9 @@ struct Problem: Error, Equatable, Sendable {
     /// Headers the reply carries besides its content type (`Retry-After`, `Allow`, …).
     var headers: [HTTPField] = []
 
+    /// The seconds of its `Retry-After`, if it has one: when a later try may succeed.
+    var retryAfterSeconds: Int? { headers.first { $0.name == "Retry-After" }.flatMap { Int($0.value) } }
+
     /// The problem as `application/problem+json` text.
     var json: String {
         var object = JSONObjectWriter()

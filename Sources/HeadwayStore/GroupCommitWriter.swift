@@ -114,6 +114,9 @@ public final class GroupCommitWriter: Service {
     /// Whether the writer waits now for a lock another process holds (SQLite), and a word
     /// when such a wait begins: the readiness probe need not wait with it.
     public let lockWaits = LockWaits()
+    /// Whether the writer reaches the database now (PostgreSQL down or restarting: it does
+    /// not), and how long in all it has not.
+    public let availability: DatabaseAvailability
 
     /// The size the `-wal` file is brought back under once nothing holds it (32 MiB): well
     /// above what it reaches under steady load, when the checkpoint after a batch resets it
@@ -128,15 +131,18 @@ public final class GroupCommitWriter: Service {
     /// other daemons write the same database (`SharedWriting`). `heldWrites`: what holds
     /// the batches' changes of rows back until they commit (the store's `TaskCache`).
     /// `events`: where the events of committed changes go, in commit order (the broker).
+    /// `availability`: told whether each batch reached the database.
     public init(path: String, durability: Durability, maximumBatch: Int = 2048,
                 maximumBatchBytes: Int = 16 << 20, walSizeLimit: Int = defaultWALSizeLimit,
                 walCheckInterval: Double = 1, coordinator: (any BatchCoordinator)? = nil,
                 heldWrites: (any HeldWrites)? = nil, events: (any TaskEventSink)? = nil,
+                availability: DatabaseAvailability = DatabaseAvailability(),
                 observeBatch: (@Sendable (BatchReport) -> Void)? = nil,
                 observeCheckpoint: (@Sendable (_ seconds: Double) -> Void)? = nil) throws(DatabaseError) {
         database = try Database(path: path)
         self.heldWrites = heldWrites
         self.events = events
+        self.availability = availability
         try database.prepareForWriting(durability: durability, walSizeLimit: walSizeLimit, lockWaits: lockWaits)
         self.coordinator = coordinator
         self.maximumBatch = maximumBatch
@@ -271,6 +277,7 @@ public final class GroupCommitWriter: Service {
         while true {
             if DispatchTime.now() >= nextWALCheck {
                 limitWAL()
+                lookForTheDatabaseIfUnavailable()
                 nextWALCheck = DispatchTime.now() + walCheckInterval
             }
             let (hasWork, stopping) = queue.withLock { (!$0.jobs.isEmpty, $0.stopping) }
@@ -324,6 +331,26 @@ public final class GroupCommitWriter: Service {
         if (try? database.checkpointTruncatingWAL()) == true { diskFullSinceCheckpoint.store(false, ordering: .relaxed) }
     }
 
+    /// While the database is unavailable, tries to reach it (connecting again), so that its
+    /// return is seen, and the connection made, without waiting for a write.
+    private func lookForTheDatabaseIfUnavailable() {
+        guard !availability.isAvailable else { return }
+        do {
+            _ = try database.scalar("SELECT 1")
+            availability.reached()
+        } catch {
+            // Still unreachable: the next look, or the next batch, tries again.
+        }
+    }
+
+    /// Tells `availability` whether a batch (or a catch-up) reached the database: it did
+    /// when it succeeded, or when the database itself refused it (a lock timeout, say).
+    private func noteReach(failedWith error: (any Error)?) {
+        guard let error else { return availability.reached() }
+        guard let error = error as? DatabaseError else { return }
+        if error.isUnavailable { availability.unreachable(error) } else { availability.reached() }
+    }
+
     /// Makes `run()` commit what is queued and return; later submissions fail.
     public func requestStop() {
         queue.withLock { $0.stopping = true }
@@ -349,7 +376,14 @@ public final class GroupCommitWriter: Service {
     private func runBatch(_ batch: [Job], savepoints: Bool = false) -> ArraySlice<Job> {
         database.heldWrites = savepoints ? nil : heldWrites
         if let coordinator, batch.allSatisfy(\.isCatchUp) {
-            let delivered = (try? coordinator.catchUp(in: database, publishing: events)) != nil
+            var delivered = true
+            do {
+                try coordinator.catchUp(in: database, publishing: events)
+                noteReach(failedWith: nil)
+            } catch {
+                delivered = false
+                noteReach(failedWith: error)
+            }
             batch.forEach { job in delivered ? job.run(database, false).afterCommit() : job.abort(WriterError.transactionLost) }
             return []
         }
@@ -385,12 +419,14 @@ public final class GroupCommitWriter: Service {
             coordinator?.batchEnded(committed: false)
             if case WriterError.needsSavepoints = error, !savepoints { return runBatch(batch, savepoints: true) }
             if (error as? DatabaseError)?.storageFailure == .full { diskFullSinceCheckpoint.store(true, ordering: .relaxed) }
+            noteReach(failedWith: error)
             observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false,
                                       error: error as? DatabaseError))
             batch.forEach { $0.abort(error) }
             return []
         }
         coordinator?.batchEnded(committed: true)
+        noteReach(failedWith: nil)
         observeBatch?(BatchReport(jobs: afterCommit.count, seconds: Self.seconds(since: start), committed: true,
                                   changedRows: database.totalChanges != changesAtStart))
         stats.withLock { stats in

@@ -80,6 +80,16 @@ package final class ServiceMetrics: Sendable {
         /// Unfinished tasks flagged overdue.
         package var overdueTasks: Int64 = 0
         package var unsentReplyBytes = 0
+        /// Whether the gauges read from the database (tasks, schema version, sizes, pending
+        /// deliveries) were read: not while the database is unavailable, when they are left
+        /// out rather than shown as zeros.
+        package var readFromDatabase = true
+        /// Whether the writer reached the database the last time it tried.
+        package var databaseAvailable = true
+        /// Seconds the writer found the database unavailable, in all.
+        package var databaseUnavailableSeconds = 0.0
+        /// Connections to the database made again after the server dropped them.
+        package var databaseReconnects = 0
 
         package init() {}
     }
@@ -89,6 +99,13 @@ package final class ServiceMetrics: Sendable {
         var out = PrometheusText()
         out.family("headway_build_info", .gauge, "Always 1; the labels name the build.")
         out.sample("headway_build_info", ["version": HeadwayVersion.current], 1)
+        if gauges.readFromDatabase { renderTaskCounts(gauges, into: &out) }
+        renderActivity(gauges, into: &out)
+        return out.text
+    }
+
+    /// The schema version and the counts of tasks, read from the database.
+    private func renderTaskCounts(_ gauges: Gauges, into out: inout PrometheusText) {
         out.family("headway_schema_version", .gauge, "Schema version recorded in the database.")
         out.sample("headway_schema_version", [:], Double(gauges.schemaVersion))
 
@@ -110,10 +127,15 @@ package final class ServiceMetrics: Sendable {
         for reason in StallReason.allCases {
             out.sample("headway_tasks_stalled", ["reason": reason.rawValue], Double(stalledByReason[reason] ?? 0))
         }
-
         out.family("headway_tasks_overdue", .gauge,
                    "Unfinished tasks flagged overdue now (past expected_seconds from their start, or past their deadline).")
         out.sample("headway_tasks_overdue", [:], Double(gauges.overdueTasks))
+    }
+
+    /// Everything counted in memory, and the gauges of the database's size and deliveries
+    /// (when they were read).
+    private func renderActivity(_ gauges: Gauges, into out: inout PrometheusText) {
+
         out.counters("headway_tasks_flagged_total",
                      "Run-time flags raised (overdue: past the due moment unfinished; too_quick: succeeded sooner than "
                      + "min_seconds), by flag.", labels: ["flag"], tasksFlagged.values)
@@ -158,10 +180,23 @@ package final class ServiceMetrics: Sendable {
         out.family("headway_writer_queue_depth", .gauge, "Jobs waiting for the writer now.")
         out.sample("headway_writer_queue_depth", [:], Double(gauges.writerQueueDepth))
 
-        out.family("headway_database_size_bytes", .gauge, "Size of the database file.")
-        out.sample("headway_database_size_bytes", [:], Double(gauges.databaseBytes))
-        out.family("headway_database_wal_size_bytes", .gauge, "Size of the write-ahead log (-wal) file.")
-        out.sample("headway_database_wal_size_bytes", [:], Double(gauges.walBytes))
+        if gauges.readFromDatabase {
+            out.family("headway_database_size_bytes", .gauge, "Size of the database file.")
+            out.sample("headway_database_size_bytes", [:], Double(gauges.databaseBytes))
+            out.family("headway_database_wal_size_bytes", .gauge, "Size of the write-ahead log (-wal) file.")
+            out.sample("headway_database_wal_size_bytes", [:], Double(gauges.walBytes))
+        }
+        out.family("headway_database_available", .gauge,
+                   "1 when the writer reached the database the last time it tried, 0 while it cannot (PostgreSQL "
+                   + "down or restarting: writes are answered 503 database_unavailable).")
+        out.sample("headway_database_available", [:], gauges.databaseAvailable ? 1 : 0)
+        out.family("headway_database_unavailable_seconds_total", .counter,
+                   "Seconds the writer found the database unavailable, the episode under way included.")
+        out.sample("headway_database_unavailable_seconds_total", [:], gauges.databaseUnavailableSeconds)
+        out.family("headway_database_reconnects_total", .counter,
+                   "Connections to the database made again after the server dropped them (a restart, "
+                   + "pg_terminate_backend), of every part of the daemon.")
+        out.sample("headway_database_reconnects_total", [:], Double(gauges.databaseReconnects))
         out.family("headway_retention_pruned_rows_total", .counter, "Rows forgotten by retention.")
         out.sample("headway_retention_pruned_rows_total", [:], Double(retentionPruned.value))
         out.family("headway_webhook_attempts_total", .counter,
@@ -169,12 +204,13 @@ package final class ServiceMetrics: Sendable {
         out.sample("headway_webhook_attempts_total", ["result": "delivered"], Double(webhookAttempts.delivered.value))
         out.sample("headway_webhook_attempts_total", ["result": "retried"], Double(webhookAttempts.retried.value))
         out.sample("headway_webhook_attempts_total", ["result": "failed"], Double(webhookAttempts.failed.value))
-        out.family("headway_webhook_deliveries_pending", .gauge, "Webhook deliveries not delivered or given up yet.")
-        out.sample("headway_webhook_deliveries_pending", [:], Double(gauges.webhookDeliveriesPending))
+        if gauges.readFromDatabase {
+            out.family("headway_webhook_deliveries_pending", .gauge, "Webhook deliveries not delivered or given up yet.")
+            out.sample("headway_webhook_deliveries_pending", [:], Double(gauges.webhookDeliveriesPending))
+        }
         out.family("headway_unsent_reply_bytes", .gauge,
                    "Bytes of replies that their clients have not taken yet (--max-unsent-reply-bytes).")
         out.sample("headway_unsent_reply_bytes", [:], Double(gauges.unsentReplyBytes))
-        return out.text
     }
 }
 

@@ -73,6 +73,10 @@ do {
     try configuration.adoptInheritedSocket(environment: environment)
     application = try buildApplication(configuration, logger: logger)
     try application.start()
+} catch is StartInterrupted {
+    logger.log(.info, "signal.received", ["detail": "stopped while waiting for the database server"])
+    logger.flush()
+    exit(0)
 } catch {
     logger.flush()
     fail("cannot start: \(error)", code: 1)

@@ -27,10 +27,10 @@ def database_name(url):
     return url.split("?")[0].rsplit("/", 1)[1]
 
 
-def start_refused(url, timeout=60):
+def start_refused(url, *arguments, timeout=60):
     """Runs headwayd on `url`, which it must refuse at start; returns its stderr."""
-    completed = subprocess.run([HEADWAYD, "--listen", "127.0.0.1:0", "--db", url], capture_output=True, text=True,
-                               timeout=timeout)
+    completed = subprocess.run([HEADWAYD, "--listen", "127.0.0.1:0", "--db", url, *arguments], capture_output=True,
+                               text=True, timeout=timeout)
     assert completed.returncode == 1, completed.stderr
     return completed.stderr
 
@@ -69,7 +69,9 @@ def test_a_server_that_never_answers_fails_the_start_within_the_connect_timeout(
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         port = silent.getsockname()[1]
-        error = start_refused(f"postgresql://postgres@127.0.0.1:{port}/headway?connect_timeout=2", timeout=30)
+        # Not waited for (a start waits --db-start-wait for a server that does not answer).
+        error = start_refused(f"postgresql://postgres@127.0.0.1:{port}/headway?connect_timeout=2",
+                              "--db-start-wait", "0", timeout=30)
     assert "timeout" in error
 
 

@@ -18,7 +18,20 @@ public protocol StorageEngine: Sendable {
     /// Why `headway db` (which works on the file itself) cannot work on this database;
     /// nil when it can.
     var fileCommandsRefusal: String? { get }
+    /// Waits, at most `seconds`, while the database's server takes no connections (it does
+    /// not answer, or starts up, shuts down or recovers), telling `waiting` what it found
+    /// at once and then every `waitReportSeconds`; returns as soon as the server takes
+    /// connections, or when what stands in the way will not pass by itself (a wrong
+    /// password, a missing database: opening the database then says so), or once
+    /// `stopRequested` says so (it is asked about once a second). Returns whether the
+    /// server takes connections (true at once for a file).
+    @discardableResult
+    func waitForServer(upTo seconds: Double, stopRequested: () -> Bool,
+                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool
 }
+
+/// How often a daemon waiting for its database's server at start says it still waits.
+public let waitReportSeconds = 10.0
 
 /// The engine that `location` names: PostgreSQL for a `postgresql://` (or `postgres://`)
 /// URI, else an SQLite file.

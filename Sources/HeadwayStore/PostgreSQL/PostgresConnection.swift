@@ -97,11 +97,19 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
         if let handle {
             PQfinish(handle)
             self.handle = nil
+            wasLost = true
         }
         try connect()
         guard let handle else { throw DatabaseError.unavailable("no connection to PostgreSQL") }
+        if wasLost {
+            wasLost = false
+            DatabaseAvailability.countReconnect()
+        }
         return handle
     }
+
+    /// Whether the server dropped this connection and it has not been made again yet.
+    private var wasLost = false
 
     /// Runs `body` (one statement); if the server turns out to have dropped the connection
     /// while it was idle (a restart) and the statement is safe to send again — it begins a

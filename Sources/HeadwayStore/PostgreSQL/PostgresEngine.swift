@@ -1,3 +1,5 @@
+import CLibPQ
+import Dispatch
 import Glibc
 
 /// A PostgreSQL database (`postgresql://…`) as the daemon sees it (`StorageEngine`):
@@ -10,5 +12,34 @@ struct PostgresEngine: StorageEngine {
     var fileCommandsRefusal: String? {
         "headway db works on SQLite files; for a PostgreSQL database use its own tools "
             + "(psql, pg_dump, pg_amcheck) or the daemon's /readyz and /metrics"
+    }
+
+    /// Asks the server whether it takes connections (`PQping`, which needs no password and
+    /// no database), about once a second: a server that does not answer or refuses for now
+    /// (starting up, shutting down, recovering after a crash) is waited for; one that takes
+    /// connections, or a URI libpq cannot use, ends the wait, and opening the database
+    /// then succeeds or says what is wrong.
+    func waitForServer(upTo seconds: Double, stopRequested: () -> Bool,
+                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool {
+        let target = PostgresConnection.withConnectTimeout(location)
+        let start = DispatchTime.now()
+        var nextReport = start
+        while true {
+            let finding: String
+            switch PQping(target) {
+            case PQPING_OK: return true
+            case PQPING_REJECT: finding = "the server refuses connections for now (starting up, shutting down or recovering)"
+            case PQPING_NO_RESPONSE: finding = "the server does not answer"
+            default: return false  // PQPING_NO_ATTEMPT: a URI libpq cannot use; opening the database says why
+            }
+            let now = DispatchTime.now()
+            let waited = Double(now.uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
+            guard waited < seconds, !stopRequested() else { return false }
+            if now >= nextReport {
+                waiting(waited, finding)
+                nextReport = now + waitReportSeconds
+            }
+            usleep(UInt32(min(1, max(0, seconds - waited)) * 1_000_000))
+        }
     }
 }

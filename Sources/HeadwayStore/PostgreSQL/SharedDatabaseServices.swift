@@ -23,17 +23,21 @@ public final class ChangeListener: Service {
     /// Opened by `prepare` (the group's thread), used by the listener's thread, closed by the stop.
     private let connection: Locked<Database?> = Locked(nil)
     private let reportFailure: @Sendable (String) -> Void
+    private let reportListening: @Sendable () -> Void
 
     /// Listens on the database at `location` for `writer`'s `sharedWriting`; looks at
     /// `stream_state` every `pollInterval` seconds too. `reportFailure` gets a line when
-    /// the connection fails (it is tried again each `pollInterval`).
+    /// the connection fails (it is tried again each `pollInterval`); `reportListening` is
+    /// called once it listens again on a new connection.
     public init(location: String, writer: GroupCommitWriter, sharedWriting: SharedWriting, pollInterval: Double = 1,
-                reportFailure: @escaping @Sendable (String) -> Void = { _ in }) {
+                reportFailure: @escaping @Sendable (String) -> Void = { _ in },
+                reportListening: @escaping @Sendable () -> Void = {}) {
         self.location = location
         self.writer = writer
         self.sharedWriting = sharedWriting
         self.pollInterval = pollInterval
         self.reportFailure = reportFailure
+        self.reportListening = reportListening
     }
 
     public func prepare() throws {
@@ -58,6 +62,13 @@ public final class ChangeListener: Service {
                 if DispatchTime.now() >= nextPoll {
                     nextPoll = .now() + pollInterval
                     newest = max(newest ?? 0, try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") ?? 0)
+                }
+                if failing {
+                    // The statements above ran on a new connection, which ran `LISTEN` again
+                    // first (a session setting). What was notified meanwhile is lost: the
+                    // writer reads the feed now, so nothing waits for the next look.
+                    reportListening()
+                    wakeWriter()
                 }
                 if let newest, newest > sharedWriting.deliveredThrough { wakeWriter() }
                 failing = false
@@ -103,6 +114,8 @@ public final class Leadership: Sendable {
         var isLeader = false
         var nextCheck = DispatchTime.now()
         var nextTry = DispatchTime.now()
+        /// Whether the lock's connection was lost and not made again yet.
+        var connectionLost = false
     }
 
     private let location: String
@@ -137,7 +150,11 @@ public final class Leadership: Sendable {
                 }
                 guard now >= state.nextTry else { return false }
                 state.nextTry = now + 0.25
-                if state.database == nil { state.database = try Self.connect(location) }
+                if state.database == nil {
+                    state.database = try Self.connect(location)
+                    if state.connectionLost { DatabaseAvailability.countReconnect() }
+                    state.connectionLost = false
+                }
                 state.database!.confine(to: .currentThread)
                 let acquired = try state.database!.scalar("SELECT pg_try_advisory_lock(\(Self.lockKey))::integer") == 1
                 if acquired {
@@ -149,6 +166,7 @@ public final class Leadership: Sendable {
             } catch {
                 // A broken connection has lost the lock with its session: start afresh.
                 state.database?.close()
+                if state.database != nil { state.connectionLost = true }
                 state.database = nil
                 state.nextTry = now + 1
                 if state.isLeader { report(false, "\(error)") }

@@ -8,4 +8,7 @@ struct SQLiteEngine: StorageEngine {
     var migrations: [Migration] { EmbeddedMigrations.all }
     func fileModeOpenToOthers() -> mode_t? { PrivateFile.modeOpenToOthers(location) }
     var fileCommandsRefusal: String? { nil }
+    /// A file has no server to wait for.
+    func waitForServer(upTo seconds: Double, stopRequested: () -> Bool,
+                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool { true }
 }
