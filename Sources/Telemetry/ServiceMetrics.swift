@@ -135,7 +135,6 @@ package final class ServiceMetrics: Sendable {
     /// Everything counted in memory, and the gauges of the database's size and deliveries
     /// (when they were read).
     private func renderActivity(_ gauges: Gauges, into out: inout PrometheusText) {
-
         out.counters("headway_tasks_flagged_total",
                      "Run-time flags raised (overdue: past the due moment unfinished; too_quick: succeeded sooner than "
                      + "min_seconds), by flag.", labels: ["flag"], tasksFlagged.values)
