@@ -209,12 +209,14 @@ def main():
     largest = sizes[-1]
     plain, _, plain_cpu = results[(largest, "/v1/tasks")]
     print()
-    print(f"Searches and the summary beside a plain page (`/v1/tasks`), {largest:,} tasks, ms (p50 / p99; CPU per page)")
-    print("| query | latency | p50 ÷ plain page p50 | CPU | CPU ÷ plain page CPU |")
-    print("|---|---|---|---|---|")
+    print(f"Searches and the summary beside a plain page (`/v1/tasks`): ms, p50 / p99 and the daemon's CPU per page;"
+          f" ratios at {largest:,} tasks")
+    print("| query | " + " | ".join(f"{s:,} tasks" for s in sizes) + " | p50 ÷ plain page p50 | CPU ÷ plain page CPU |")
+    print("|---|" + "---|" * (len(sizes) + 2))
     for path in ["/v1/tasks"] + SEARCHES:
-        p50, p99, cpu = results[(largest, path)]
-        print(f"| `{path}` | {p50:.2f} / {p99:.2f} | {p50 / plain:.2f} | {cpu:.3f} | {cpu / plain_cpu:.2f} |")
+        cells = [f"{results[(s, path)][0]:.2f} / {results[(s, path)][1]:.2f}, CPU {results[(s, path)][2]:.3f}" for s in sizes]
+        p50, _, cpu = results[(largest, path)]
+        print(f"| `{path}` | " + " | ".join(cells) + f" | {p50 / plain:.2f} | {cpu / plain_cpu:.2f} |")
     judged_p50, _, judged_cpu = results[(largest, SEARCHES[0])]
     print(f"search page / plain page at {largest:,} tasks: {judged_p50 / plain:.2f} (p50), {judged_cpu / plain_cpu:.2f} (CPU)")
 
