@@ -13,35 +13,79 @@ import HeadwayCore
 /// When it begins more than `maximumTermsInOr` trigrams (names can be made to hold a
 /// million beginning with "a"), the tasks are read from the index's instances of those
 /// trigrams instead (`task_search_instances`, migration 0012).
-/// The index hands out the matching keys newest first (FTS5 reads its rowids backwards),
-/// joined with `tasks` for the listing's other conditions. The join is a `CROSS JOIN`,
+/// The index hands out the matching keys in either order without a sort (a phrase with few
+/// matches is read oldest first and the page taken from its end, see `keys`), joined with
+/// `tasks` for the listing's other conditions. The join is a `CROSS JOIN`,
 /// which keeps the index as the outer loop: with a plain join SQLite walked the listing
 /// index of a state (100,000 running tasks) and asked FTS5 about each row, 2.6 s for a
 /// count that the index answers in half a millisecond.
 ///
 /// Within a task prefix the prefix's tasks are read and each checked (`withinPrefix`).
 ///
-/// A page costs what reading its matches newest first costs, and `total_size`
-/// what counting every match does: little for a text a few tasks hold, about a
-/// microsecond per match for one that most tasks hold (docs/benchmarks.md).
+/// A page costs what reading its few matches costs (or a page's worth of them newest
+/// first), and `total_size` what counting every match does: little for a text a few tasks
+/// hold, about a microsecond per match for one that most tasks hold (docs/benchmarks.md).
 enum SQLiteTaskSearch {
     /// Up to `limit` keys of the tasks that hold `text` and match the rest of `filter`,
     /// newest first, below `beforeKey`.
-    static func keys(_ text: String, filter: TaskFilter, limit: Int, beforeKey: Int64?,
+    ///
+    /// A phrase's matches are first read in the index's own order, oldest first, up to
+    /// `fewMatches` of them (`oldestMatches`): when that is all of them, the newest are
+    /// their last. Only a phrase with more matches is read newest first (`newestMatches`).
+    /// FTS5 reads a doclist backwards slowly, and a phrase holding a trigram that most tasks
+    /// hold ("tas" of "task") seeks that trigram's doclist backwards to each candidate, in
+    /// every segment of the index: at 1,000,000 tasks (ten segments) one task's name took
+    /// 1.3–2.1 ms newest first and 0.45 ms oldest first, and a text with 11 matches 2.3 ms
+    /// against 1.3 ms (docs/benchmarks.md). A text most tasks hold finds a page near the
+    /// newest end at once and pays the first read, `fewMatches` matches, for nothing.
+    static func keys(_ text: String, filter: TaskFilter, limit: Int, beforeKey: Int64?, fewMatches: Int? = nil,
                      in database: Database) throws(DatabaseError) -> [Int64] {
-        var (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
         if filter.taskPrefix != nil {
             let query = keysWithinPrefix(text, filter: filter, limit: limit, beforeKey: beforeKey)
             return try database.rows(query.sql, query.arguments) { $0.int(0) }
         }
         guard let source = try indexSource(text, in: database) else { return [] }
+        if case .phrase = source {
+            let maximum = fewMatches ?? limit * pagesReadOldestFirst
+            let oldest = oldestMatches(source, filter: filter, beforeKey: beforeKey, maximum: maximum)
+            let matches = try database.rows(oldest.sql, oldest.arguments) { (key: $0.int(0), kept: $0.int(1) != 0) }
+            if matches.count <= maximum {
+                return matches.reversed().filter(\.kept).prefix(limit).map(\.key)
+            }
+        }
+        let newest = newestMatches(source, filter: filter, limit: limit, beforeKey: beforeKey)
+        return try database.rows(newest.sql, newest.arguments) { $0.int(0) }
+    }
+
+    /// How many pages' worth of a phrase's matches `keys` reads oldest first before it reads
+    /// them newest first instead: what a text most tasks hold pays for nothing.
+    static let pagesReadOldestFirst = 4
+
+    /// The query of `keys` reading the index newest first: up to `limit` keys of the tasks
+    /// `source` finds that match the rest of `filter`, below `beforeKey`.
+    static func newestMatches(_ source: IndexSource, filter: TaskFilter, limit: Int,
+                              beforeKey: Int64?) -> (sql: String, arguments: [SQLValue]) {
+        var (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
         if let beforeKey {
             conditions.append(source.key + " < ?")
             arguments.append(.integer(beforeKey))
         }
-        return try database.rows(
-            "SELECT t.seq FROM " + source.from + conditions.map { " AND " + $0 }.joined() + " ORDER BY " + source.key + " DESC LIMIT ?",
-            source.arguments + arguments + [.integer(Int64(limit))]) { $0.int(0) }
+        return ("SELECT t.seq FROM " + source.from + conditions.map { " AND " + $0 }.joined() + " ORDER BY " + source.key + " DESC LIMIT ?",
+                source.arguments + arguments + [.integer(Int64(limit))])
+    }
+
+    /// The query of `keys` reading a phrase's matches in the index's order, oldest first:
+    /// the first `maximum` + 1 below `beforeKey`, each with whether its task matches the
+    /// rest of `filter` (1 or 0). The filter is a column, not a condition, so that the
+    /// rows returned count the index's matches: `maximum` + 1 rows say there are more.
+    static func oldestMatches(_ source: IndexSource, filter: TaskFilter, beforeKey: Int64?,
+                              maximum: Int) -> (sql: String, arguments: [SQLValue]) {
+        let (conditions, arguments) = TaskRepository.whereClause(filter, table: "t")
+        let kept = conditions.isEmpty ? "1" : "CASE WHEN " + conditions.joined(separator: " AND ") + " THEN 1 ELSE 0 END"
+        let below = beforeKey.map { [SQLValue.integer($0)] } ?? []
+        return ("SELECT t.seq, " + kept + " FROM " + source.from + (beforeKey == nil ? "" : " AND " + source.key + " < ?")
+                    + " ORDER BY " + source.key + " LIMIT ?",
+                arguments + source.arguments + below + [.integer(Int64(maximum) + 1)])
     }
 
     /// The SQLite query of `keys` within `filter`'s task prefix (`withinPrefix`).
@@ -98,7 +142,7 @@ enum SQLiteTaskSearch {
         }
 
         /// The task's key as the query should order by it: a phrase's rowid, which FTS5
-        /// hands out newest first without a sort.
+        /// hands out in either order without a sort.
         var key: String {
             switch self {
             case .phrase: "task_search.rowid"
