@@ -65,7 +65,8 @@ let package = Package(
         // thread sleeps (Doorbell); knows nothing of tasks or HTTP.
         .target(name: "Lifecycle", swiftSettings: daemonSettings),
         .target(name: "HeadwayCore", swiftSettings: daemonSettings),
-        // The reader of command-line words both executables parse their options with.
+        // The reader of command-line words both executables parse their options with, and
+        // their "did you mean" for a mistyped one.
         .target(name: "ArgumentParsing", swiftSettings: daemonSettings),
         .target(name: "HeadwayStore", dependencies: ["CLibPQ", "CSQLite", "HeadwayCore", "Lifecycle"],
                 swiftSettings: daemonSettings),

@@ -191,12 +191,41 @@ public final class HeadwayApplication: Sendable {
     }
 }
 
-/// Opens and migrates the database and assembles the daemon (not yet listening).
+/// Opens and migrates the database and assembles the daemon (not yet listening), in steps:
+/// refuse what cannot start before touching the database, open it, load the tokens and
+/// webhooks, build the services, register the routes, make the HTTP server.
 public func buildApplication(_ configuration: Configuration, clock: any WallClock = SystemClock(),
                              logger: Logger? = nil) throws -> HeadwayApplication {
     let logger = logger ?? Logger(minimumLevel: configuration.logLevel)
-    // TLS files that cannot serve are refused before anything is created: a mistyped
-    // --tls-cert leaves no new database behind.
+    try refuseBeforeOpening(configuration, logger: logger)
+    let database = try openDatabase(configuration, logger: logger)
+    let (tokens, webhookOutbox) = try loadTokensAndWebhooks(configuration, clock: clock)
+    if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
+    logSettingWarnings(configuration, tokensRequired: tokens.authenticationRequired, logger: logger)
+    let connectionLimit = configuration.broker.maximumSubscribers + 1024
+    raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
+    let services = try buildServices(configuration, changeCounter: database.changeCounter, storage: database.storage,
+                                     tokens: tokens, webhookOutbox: webhookOutbox, clock: clock, logger: logger)
+    let routes = registerRoutes(configuration, services: services, tokens: tokens, webhookOutbox: webhookOutbox,
+                                clock: clock, logger: logger)
+    let (server, pipeline) = try buildHTTPServer(configuration, routes: routes, tokens: tokens, metrics: services.metrics,
+                                                 connectionLimit: connectionLimit, clock: clock, logger: logger)
+    return HeadwayApplication(configuration: configuration, writer: services.writer, apiReads: services.apiReads,
+                              catchUpReads: services.catchUpReads, broker: services.broker,
+                              maintenance: services.maintenance, server: server, pipeline: pipeline,
+                              recentCatchUps: routes.recentCatchUps, catchUpStatistics: routes.catchUpStatistics,
+                              catchUpBudget: routes.catchUpBudget,
+                              logger: logger, routes: routes.serviceRoutes.table, tokens: tokens, tokenKeeper: services.tokenKeeper,
+                              metrics: services.metrics, webhookDispatcher: services.webhookDispatcher,
+                              changeListener: services.changeListener, batchParsing: routes.batchParsing)
+}
+
+/// Refuses, before anything is created, TLS files that cannot serve (a mistyped
+/// --tls-cert leaves no new database behind); waits for a PostgreSQL server still
+/// starting; then refuses the start refusals that need tokens, looked for without creating
+/// or migrating the database (a missing file has no tokens; `buildApplication` looks again
+/// once the table is loaded).
+private func refuseBeforeOpening(_ configuration: Configuration, logger: Logger) throws {
     if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
         try TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath).check()
     }
@@ -213,12 +242,16 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // Signals are blocked until the daemon runs (`main`): one that came while it waited is
     // read here, and ends the start.
     if stopSignalPending() { throw StartInterrupted() }
-    // The start refusals that need tokens look first without creating or migrating the
-    // database (a missing file has no tokens), then again once the table is loaded.
     if let refusal = StartRefusal.check(configuration, tokensRequired: TokenRepository.requiredWithoutCreating(
         path: configuration.databasePath)) {
         throw refusal
     }
+}
+
+/// Opens the database, creating and migrating it as needed (logging the migrations
+/// applied), and warns when its file is open to others than its owner.
+private func openDatabase(_ configuration: Configuration,
+                          logger: Logger) throws -> (changeCounter: ChangeCounter, storage: any StorageEngine) {
     let setup = try DatabaseSetup.open(path: configuration.databasePath)
     if !setup.appliedMigrations.isEmpty {
         logger.log(.info, "database.migrated", ["versions": setup.appliedMigrations.map(String.init).joined(separator: ",")])
@@ -233,7 +266,13 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                 + "write it: chmod 600 it (and its -wal and -shm)",
         ])
     }
-    let changeCounter = setup.changeCounter
+    return (setup.changeCounter, storage)
+}
+
+/// The tokens and the webhooks as stored, read in one transaction into the registry and
+/// the outbox the daemon keeps in memory.
+private func loadTokensAndWebhooks(_ configuration: Configuration,
+                                   clock: any WallClock) throws -> (tokens: TokenRegistry, outbox: WebhookOutbox) {
     let tokens = TokenRegistry()
     let tokenDatabase = try Database(path: configuration.databasePath)
     defer { tokenDatabase.close() }
@@ -243,12 +282,35 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // Alerts link to the task's page under the first --public-url.
     let webhookOutbox = WebhookOutbox(site: configuration.publicOrigins.first?.description)
     webhookOutbox.load(storedWebhooks)
-    let webhookDoorbell = Doorbell()
     tokens.apply(storedTokens, now: clock.now())
-    if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
-    logSettingWarnings(configuration, tokensRequired: tokens.authenticationRequired, logger: logger)
-    let connectionLimit = configuration.broker.maximumSubscribers + 1024
-    raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
+    return (tokens, webhookOutbox)
+}
+
+/// The daemon's long-running parts and what they share, built before the routes that use them.
+private struct Services {
+    let metrics: ServiceMetrics
+    let broker: EventBroker
+    let writer: GroupCommitWriter
+    /// API reads (`GET /v1/tasks…`, `/readyz`, `/metrics`).
+    let apiReads: ReadPool
+    /// Event-stream catch-ups, on connections of their own.
+    let catchUpReads: ReadPool
+    /// On PostgreSQL: wakes the writer for other daemons' changes.
+    let changeListener: ChangeListener?
+    let store: TaskStore
+    let tokenKeeper: TokenKeeper
+    let maintenance: Maintenance
+    let webhookDispatcher: WebhookDispatcher
+    /// Rung when webhook deliveries were written or a webhook changed: the dispatcher looks again.
+    let webhookDoorbell: Doorbell
+}
+
+/// Builds the broker, the writer (with, on PostgreSQL, its share of the database with other
+/// daemons), the read pools, the task store, maintenance and the webhook dispatcher.
+private func buildServices(_ configuration: Configuration, changeCounter: ChangeCounter, storage: any StorageEngine,
+                           tokens: TokenRegistry, webhookOutbox: WebhookOutbox, clock: any WallClock,
+                           logger: Logger) throws -> Services {
+    let webhookDoorbell = Doorbell()
     let metrics = ServiceMetrics()
     let storageAlarm = StorageAlarm(logger: logger, clock: clock)
     let broker = EventBroker(settings: configuration.broker, clock: clock, logger: logger, counters: metrics.events)
@@ -305,6 +367,30 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
                                               writer: writer, outbox: webhookOutbox, clock: clock, logger: logger,
                                               leadership: leadership, counters: metrics.webhookAttempts,
                                               doorbell: webhookDoorbell)
+    return Services(metrics: metrics, broker: broker, writer: writer, apiReads: apiReads, catchUpReads: catchUpReads,
+                    changeListener: listener, store: store, tokenKeeper: keeper, maintenance: maintenance,
+                    webhookDispatcher: webhookDispatcher, webhookDoorbell: webhookDoorbell)
+}
+
+/// Every route, and what the routes share with the HTTP server and the application.
+private struct RegisteredRoutes {
+    let serviceRoutes: ServiceRoutes
+    /// How every error becomes a reply.
+    let errors: ErrorReplies
+    /// The bound on reply bytes waiting for their clients, shared with the HTTP server.
+    let unreadReplies: UnreadReplies
+    /// Where large batches of `POST /v1/progress` are parsed.
+    let batchParsing: DispatchQueue
+    let catchUpBudget: CatchUpBudget
+    let recentCatchUps: CatchUpCache
+    let catchUpStatistics: CatchUpStatistics
+}
+
+/// Registers the routes of every API (operations, tasks, tokens, webhooks, the dashboard,
+/// the event stream) on the services.
+private func registerRoutes(_ configuration: Configuration, services: Services, tokens: TokenRegistry,
+                            webhookOutbox: WebhookOutbox, clock: any WallClock, logger: Logger) -> RegisteredRoutes {
+    let (metrics, writer, apiReads, broker) = (services.metrics, services.writer, services.apiReads, services.broker)
     var routes = ServiceRoutes(gate: AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path))
     let errors = ErrorReplies(logger: logger)
     let unreadReplies = UnreadReplies(limitBytes: configuration.maximumUnsentReplyBytes)
@@ -313,7 +399,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     OperationsAPI(metrics: metrics, writer: writer, reads: apiReads, broker: broker, catchUpBudget: catchUpBudget,
                   databasePath: configuration.databasePath, errors: errors, unreadReplies: unreadReplies)
         .register(in: &routes)
-    TaskAPI(writer: writer, reads: apiReads, store: store, clock: clock, logger: logger, errors: errors,
+    TaskAPI(writer: writer, reads: apiReads, store: services.store, clock: clock, logger: logger, errors: errors,
             metrics: metrics, maximumBatchItems: configuration.maximumBatchItems,
             unreadReplies: unreadReplies, batchParsing: batchParsing)
         .register(in: &routes)
@@ -322,23 +408,36 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         .register(in: &routes)
     let checkWebhookURL: WebhookURLCheck = { [allowPrivate = configuration.webhooks.allowPrivate,
                                               seconds = configuration.webhooks.timeoutSeconds,
-                                              lookups = webhookDispatcher.lookups.checks] url, then in
+                                              lookups = services.webhookDispatcher.lookups.checks] url, then in
         WebhookTransport.check(url, allowPrivate: allowPrivate, within: seconds, lookups: lookups) { check in
             if case .refused(let reason, _) = check { then(reason) } else { then(nil) }
         }
     }
+    let webhookDoorbell = services.webhookDoorbell
     WebhooksAPI(writer: writer, reads: apiReads, outbox: webhookOutbox, checkURL: checkWebhookURL, clock: clock,
                 logger: logger, errors: errors, changed: { webhookDoorbell.ring() })
         .register(in: &routes)
     DashboardAPI(registry: tokens).register(in: &routes)
     let recentCatchUps = CatchUpCache(budget: catchUpBudget)
     let catchUpStatistics = CatchUpStatistics()
-    EventsAPI(broker: broker, reads: catchUpReads, clock: clock, logger: logger, errors: errors,
+    EventsAPI(broker: broker, reads: services.catchUpReads, clock: clock, logger: logger, errors: errors,
               recentCatchUps: recentCatchUps, statistics: catchUpStatistics, budget: catchUpBudget)
         .register(in: &routes)
-    let router = routes.router
+    return RegisteredRoutes(serviceRoutes: routes, errors: errors, unreadReplies: unreadReplies, batchParsing: batchParsing,
+                            catchUpBudget: catchUpBudget, recentCatchUps: recentCatchUps,
+                            catchUpStatistics: catchUpStatistics)
+}
+
+/// The HTTP server in front of `routes`: its configuration with the hooks that need the
+/// rest of the daemon (tokens, the log, the reply budget), and the pipeline every request
+/// passes (browser checks, then the router).
+private func buildHTTPServer(_ configuration: Configuration, routes: RegisteredRoutes, tokens: TokenRegistry,
+                             metrics: ServiceMetrics, connectionLimit: Int, clock: any WallClock,
+                             logger: Logger) throws -> (server: MicroHTTPServer, pipeline: HTTPPipeline) {
+    let router = routes.serviceRoutes.router
+    let errors = routes.errors
     var serverConfiguration = configuration.httpServer(connectionLimit: connectionLimit)
-    serverConfiguration.unreadReplies = unreadReplies
+    serverConfiguration.unreadReplies = routes.unreadReplies
     // Only a request whose token may report sends the batch route's larger body: another,
     // refused once read, is held to the usual limit before any of it is read.
     let batchGate = AccessGate(registry: tokens, clock: clock, queryTokenPath: EventsAPI.path)
@@ -381,13 +480,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         logger.log(clientGone ? .debug : .warn, "http.library", ["message": Redaction.redact(message)])
     })
     servedPort.follow(server)
-    return HeadwayApplication(configuration: configuration, writer: writer, apiReads: apiReads,
-                              catchUpReads: catchUpReads, broker: broker, maintenance: maintenance, server: server,
-                              pipeline: pipeline, recentCatchUps: recentCatchUps, catchUpStatistics: catchUpStatistics,
-                              catchUpBudget: catchUpBudget,
-                              logger: logger, routes: routes.table, tokens: tokens, tokenKeeper: keeper,
-                              metrics: metrics, webhookDispatcher: webhookDispatcher, changeListener: listener,
-                              batchParsing: batchParsing)
+    return (server, pipeline)
 }
 
 /// Logs what the settings allow but an operator should know at start: CORS origins trusted

@@ -181,7 +181,9 @@ public struct Configuration: Sendable, Equatable {
             }
         } catch {
             switch error {
-            case .unknownOption(let name): throw UsageError("unknown option '--\(name)'")
+            case .unknownOption(let name):
+                let known = ["--help", "--version"] + Setting.all.map { "--" + $0.name }
+                throw UsageError("unknown option '--\(name)'" + Suggestion.didYouMean("--" + name, among: known))
             case .needsValue(let name): throw UsageError("option '--\(name)' needs a value")
             case .takesNoValue(let name): throw UsageError("option '--\(name)' takes no value")
             }

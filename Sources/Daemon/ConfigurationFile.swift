@@ -1,3 +1,4 @@
+import ArgumentParsing
 import Foundation
 import HeadwayCore
 
@@ -64,7 +65,9 @@ enum ConfigurationFile {
             let name = line[..<equals].trimmingCharacters(in: .whitespaces)
             let value = SettingText(line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces), origin: origin)
             guard let setting = Setting.named(name), setting.readFromFile else {
-                throw UsageError("unknown setting '\(name)' (settings are the long option names, e.g. log-level)",
+                let suggestion = Suggestion.didYouMean(name, among: Setting.all.filter(\.readFromFile).map(\.name))
+                throw UsageError("unknown setting '\(name)'"
+                                 + (suggestion.isEmpty ? " (settings are the long option names, e.g. log-level)" : suggestion),
                                  at: origin)
             }
             if setting.shape == .list {

@@ -52,8 +52,10 @@ public enum TokenCommand {
             } catch {
                 switch error {
                 case .needsValue(let option): throw UsageError("option '--\(option)' needs a value")
-                case .unknownOption(let option), .takesNoValue(let option):
-                    throw UsageError("unknown option '--\(option)' for token create")
+                case .takesNoValue(let option): throw UsageError("option '--\(option)' takes no value")
+                case .unknownOption(let option):
+                    throw UsageError("unknown option '--\(option)' for token create"
+                                     + Suggestion.didYouMean("--" + option, among: ["--help"] + options.map { "--" + $0 }))
                 }
             }
             guard let scanned else { break }

@@ -96,6 +96,27 @@ import Testing
         #expect(throws: UsageError(message)) { _ = try Configuration.parse(arguments: arguments, environment: [:]) }
     }
 
+    /// A mistyped option of `headwayd` or of `headwayd token create` names the options it is
+    /// closest to, as the `headway` command does; one close to none gets no guess.
+    @Test func mistypedOptionsNameTheClosest() {
+        #expect(throws: UsageError("unknown option '--log-levl'; did you mean '--log-level'?")) {
+            _ = try Configuration.parse(arguments: ["--log-levl", "debug"], environment: [:])
+        }
+        #expect(throws: UsageError("unknown option '--verison'; did you mean '--version'?")) {
+            _ = try Configuration.parse(arguments: ["--verison"], environment: [:])
+        }
+        #expect(throws: UsageError("unknown option '--max-subscriber'; did you mean '--max-subscribers'?")) {
+            _ = try Configuration.parse(arguments: ["--max-subscriber=5"], environment: [:])
+        }
+        #expect(throws: UsageError("unknown option '--scopes' for token create; did you mean '--scope'?")) {
+            _ = try TokenCommand.parse(["create", "--scopes", "read", "--db", "x.db"])
+        }
+        #expect(throws: UsageError("unknown option '--frobnicate' for token create")) {
+            _ = try TokenCommand.parse(["create", "--frobnicate", "x"])
+        }
+        #expect(throws: UsageError("option '--help' takes no value")) { _ = try TokenCommand.parse(["create", "--help=yes"]) }
+    }
+
     @Test func durationsTakeUnits() throws {
         #expect(try parse([]).maintenance.retentionMilliseconds == (7 * 86_400) * 1000)
         #expect(try parse(["--retention", "12h"]).maintenance.retentionMilliseconds == 43_200_000)

@@ -85,4 +85,17 @@ import Testing
         }
         #expect(misplaced == [])
     }
+
+    /// Every table the PostgreSQL migrations create is one the foreign-tables check looks
+    /// for (`PostgresDialect.tableNames`), so a new migration's table cannot be forgotten
+    /// there: a database holding another application's table of that name is refused
+    /// before anything is created.
+    @Test func theForeignTablesCheckNamesEveryTableThePostgresMigrationsCreate() throws {
+        let create = try Regex(#"(?i)CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?([a-z_][a-z0-9_]*)"#)
+        let created = EmbeddedMigrations.postgres.flatMap { migration in
+            migration.sql.matches(of: create).compactMap { $0.output[1].substring.map(String.init) }
+        }
+        #expect(created.count >= 10)
+        #expect(Set(created) == Set(PostgresDialect.tableNames))
+    }
 }

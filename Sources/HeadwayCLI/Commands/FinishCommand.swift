@@ -1,3 +1,4 @@
+import ArgumentParsing
 import HeadwayCore
 
 /// `headway finish ID --outcome …`: ends a task.
