@@ -305,7 +305,8 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
         }
     }
     WebhooksAPI(writer: writer, reads: apiReads, outbox: webhookOutbox, checkURL: checkWebhookURL, clock: clock,
-                logger: logger, errors: errors, changed: { webhookDoorbell.ring() })
+                logger: logger, errors: errors, changed: { webhookDoorbell.ring() },
+                sendTest: { webhook, then in webhookDispatcher.sendTest(webhook, then: then) })
         .register(in: &routes)
     DashboardAPI(registry: tokens).register(in: &routes)
     let recentCatchUps = CatchUpCache(budget: catchUpBudget)
