@@ -74,16 +74,9 @@ package struct WebhooksAPI: Sendable {
         let id = request.pathParameters["id"] ?? ""
         let webhook: WebhookRecord
         do {
-            if !request.body.isEmpty {
-                let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
-                guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json"))
-                else { throw Problem.unsupportedMediaType(mediaType) }
-                switch JSONParser.parse(request.body) {
-                case .success(let value):
-                    let reader = FieldReader(value, allowed: [])
-                    if !reader.errors.isEmpty { throw TaskError.invalidRequest(reader.errors) }
-                case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
-                }
+            if let body = try Self.jsonBody(request) {
+                let reader = FieldReader(body, allowed: [])
+                if !reader.errors.isEmpty { throw TaskError.invalidRequest(reader.errors) }
             }
             guard let found = outbox.current.first(where: { $0.id == id }), grant.manages(tokenPrefix: found.filter.taskPrefix)
             else { throw Problem.webhookNotFound(id) }
@@ -111,15 +104,8 @@ package struct WebhooksAPI: Sendable {
         let asked: WebhookRequest
         let url: WebhookURL
         do {
-            guard !request.body.isEmpty else { throw TaskError.malformedJSON("This request needs a JSON object as its body.") }
-            let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
-            guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
-                throw Problem.unsupportedMediaType(mediaType)
-            }
-            let body: JSONValue
-            switch JSONParser.parse(request.body) {
-            case .success(let value): body = value
-            case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
+            guard let body = try Self.jsonBody(request) else {
+                throw TaskError.malformedJSON("This request needs a JSON object as its body.")
             }
             asked = try WebhookRequest.parse(body)
             do throws(WebhookURL.Refusal) { url = try WebhookURL.parse(asked.url) } catch {
@@ -166,6 +152,20 @@ package struct WebhooksAPI: Sendable {
                     responder.respond(errors.response(for: error, request))
                 }
             }
+        }
+    }
+
+    /// The request's body as JSON, nil when it is empty: 415 unless it is declared JSON,
+    /// 400 unless it parses.
+    private static func jsonBody(_ request: HTTPRequest) throws -> JSONValue? {
+        guard !request.body.isEmpty else { return nil }
+        let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
+        guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
+            throw Problem.unsupportedMediaType(mediaType)
+        }
+        switch JSONParser.parse(request.body) {
+        case .success(let value): return value
+        case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
         }
     }
 
