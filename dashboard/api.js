@@ -10,6 +10,8 @@ export class APIError extends Error {
     super(problem?.detail || problem?.title || `HTTP ${status}`);
     this.status = status;
     this.code = problem?.code || null;
+    /// The problem document, if the reply was one (its `errors` name the fields refused).
+    this.problem = problem ?? null;
   }
 }
 

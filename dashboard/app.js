@@ -20,6 +20,7 @@ import { TaskModel } from "./model.js";
 import { drawDirty as drawRows, forgetDetachedRows, initRows, markAllDirty, renderedCounts } from "./rows.js";
 import { initSession, start, tokenRefused } from "./session.js";
 import { initTabs } from "./tabs.js";
+import { initWebhooks, relabelWebhooks, routeWebhooks } from "./webhooks.js";
 
 const model = new TaskModel();
 
@@ -69,7 +70,14 @@ function relabel() {
   connection.setConnection(connection.connectionKind());
   setText($("search-hint"), t("searchHint"));
   if (detailID()) loadHistory();
+  relabelWebhooks();
   scheduleRender();
+}
+
+/// Shows what the location names: the webhook page (`#webhooks`), a task's detail view
+/// (`#task=ID`) or the list.
+function routeAll() {
+  if (!routeWebhooks()) route();
 }
 
 /// The setting "Hide tasks shorter than": from `?min_duration=` or the field, checked
@@ -133,10 +141,11 @@ connection.initConnection({
   onOfflineChanged: markAllDirty,
   onClosed: () => connection.retryLater(() => start({ quiet: true })),
 });
+initWebhooks({ onTokenRefused: tokenRefused });
 initSession();
 setText($("search-hint"), t("searchHint"));
 setDraw(draw);
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", routeAll);
 setInterval(tick, 1000);
 start();
-route();
+routeAll();

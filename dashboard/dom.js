@@ -38,9 +38,9 @@ export function announce(text) {
   requestAnimationFrame(() => { region.textContent = text; });
 }
 
-/// Shows one of the page's views: "token-view", "list-view" or "detail-view".
+/// Shows one of the page's views: "token-view", "list-view", "detail-view" or "webhooks-view".
 export function showView(name) {
-  for (const view of ["token-view", "list-view", "detail-view"]) $(view).hidden = view !== name;
+  for (const view of ["token-view", "list-view", "detail-view", "webhooks-view"]) $(view).hidden = view !== name;
 }
 
 /// The list's row of the task `id`, if it is on the page.

@@ -231,7 +231,10 @@ function navigate() {
   });
 }
 
-/// Starts the listing over at page 1 (a new filter or search).
+/// Starts the listing over at page 1 (a new filter or search). The rows shown that belong
+/// to the new tab and search stay, the same elements, until the listing places them: a row
+/// is never drawn again for a task it already shows (a reader's focus, or a test's
+/// reference, stays on it), and the new tab does not blink empty first.
 function restartList() {
   state.listedSearch = state.search;
   state.page = 1;
@@ -239,7 +242,10 @@ function restartList() {
   state.nextToken = null;
   state.listed = false;
   state.held.clear();
-  state.rows = [];
+  state.rows = state.rows.filter((id) => {
+    const task = model.get(id);
+    return task && !model.wasDeleted(id) && matches(task) && displayable(task);
+  });
   // Rows the stream adds from now on are this listing's.
   state.rowsKey = currentKey();
   dirty = true;

@@ -10,6 +10,7 @@ import { scheduleRender } from "./frame.js";
 import { t } from "./i18n.js";
 import { cancelRefresh, minDuration, refreshList } from "./list.js";
 import { markAllDirty } from "./rows.js";
+import { setAdmin, webhooksShown } from "./webhooks.js";
 
 let started = false;
 
@@ -27,6 +28,7 @@ export function initSession() {
 
 /// Shows the token form with `message` (if any); the stream and every retry stop.
 function needToken(message) {
+  setAdmin(false);
   disconnect();
   cancelRefresh();
   setConnection("signedOut");
@@ -63,7 +65,8 @@ export async function start({ quiet = false } = {}) {
   }
   setCanCancel(grant.scopes.includes("control"));
   setText($("token-error"), "");
-  if ($("token-view").hidden === false || !started) showView(detailID() ? "detail-view" : "list-view");
+  if (($("token-view").hidden === false || !started) && !webhooksShown()) showView(detailID() ? "detail-view" : "list-view");
+  setAdmin(grant.scopes.includes("admin"));
   if (connectionKind() === "signedOut") setConnection("connecting");
   started = true;
   if (!streaming()) connect({ minDuration: minDuration() });

@@ -413,9 +413,10 @@ private func registerRoutes(_ configuration: Configuration, services: Services, 
             if case .refused(let reason, _) = check { then(reason) } else { then(nil) }
         }
     }
-    let webhookDoorbell = services.webhookDoorbell
+    let webhookDoorbell = services.webhookDoorbell, webhookDispatcher = services.webhookDispatcher
     WebhooksAPI(writer: writer, reads: apiReads, outbox: webhookOutbox, checkURL: checkWebhookURL, clock: clock,
-                logger: logger, errors: errors, changed: { webhookDoorbell.ring() })
+                logger: logger, errors: errors, changed: { webhookDoorbell.ring() },
+                sendTest: { webhook, then in webhookDispatcher.sendTest(webhook, then: then) })
         .register(in: &routes)
     DashboardAPI(registry: tokens).register(in: &routes)
     let recentCatchUps = CatchUpCache(budget: catchUpBudget)

@@ -3,6 +3,7 @@ import Dispatch
 import HeadwayCore
 import HeadwayStore
 import HTTPServer
+import Lifecycle
 import Telemetry
 
 /// `/v1/webhooks` (scope `admin`): make a webhook (its signing secret is shown in that
@@ -23,6 +24,12 @@ import Telemetry
 /// transport's check, which the routes do not import.
 package typealias WebhookURLCheck = @Sendable (_ url: WebhookURL, _ then: @escaping @Sendable (_ refusal: String?) -> Void) -> Void
 
+/// Sends a test of a webhook now and calls `then` once with its outcome, stored among the
+/// webhook's deliveries; no thread waits. The daemon passes the dispatcher's
+/// (`WebhookDispatcher.sendTest`), which the routes do not import.
+package typealias WebhookTestSender = @Sendable (_ webhook: WebhookRecord,
+                                                 _ then: @escaping @Sendable (WebhookDelivery) -> Void) -> Void
+
 package struct WebhooksAPI: Sendable {
     let writer: GroupCommitWriter
     let reads: ReadPool
@@ -35,6 +42,11 @@ package struct WebhooksAPI: Sendable {
     let errors: ErrorReplies
     /// Called once a webhook was made or deleted (the dispatcher looks again).
     let changed: @Sendable () -> Void
+    /// Sends a test (`POST /v1/webhooks/{id}/test`).
+    let sendTest: WebhookTestSender
+    /// How often tests may be sent: shared by the request threads that start tests and
+    /// the threads that give their outcomes.
+    let testLimit: Locked<WebhookTestLimit>
 
     /// Deliveries listed by `GET /v1/webhooks/{id}/deliveries`, newest first.
     static let listedDeliveries = 100
@@ -48,21 +60,52 @@ package struct WebhooksAPI: Sendable {
         routes.add("GET", "/v1/webhooks/{id}/deliveries", .scope(.admin)) { request, grant, responder in
             deliveries(request, grant, responder)
         }
+        routes.add("POST", "/v1/webhooks/{id}/test", .scope(.admin)) { request, grant, responder in
+            test(request, grant, responder)
+        }
+    }
+
+    /// Sends a sample event to the webhook now and answers with the attempt's outcome (the
+    /// delivery, as `GET …/deliveries` then lists it) once it is known and stored: within
+    /// `--webhook-timeout`, no thread waiting meanwhile. At most one test of a webhook at
+    /// a time and one per 10 s, and 8 under way in all (`WebhookTestLimit`: else 429
+    /// `webhook_test_too_soon` with `Retry-After`). The body, if any, is `{}`.
+    private func test(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
+        let id = request.pathParameters["id"] ?? ""
+        let webhook: WebhookRecord
+        do {
+            if let body = try Self.jsonBody(request) {
+                let reader = FieldReader(body, allowed: [])
+                if !reader.errors.isEmpty { throw TaskError.invalidRequest(reader.errors) }
+            }
+            guard let found = outbox.current.first(where: { $0.id == id }), grant.manages(tokenPrefix: found.filter.taskPrefix)
+            else { throw Problem.webhookNotFound(id) }
+            webhook = found
+            let now = clock.now()
+            do throws(WebhookTestLimit.Refusal) {
+                try testLimit.withLock { limit throws(WebhookTestLimit.Refusal) in try limit.start(id, now: now) }
+            } catch {
+                throw Problem.webhookTestTooSoon(error)
+            }
+        } catch {
+            return responder.respond(errors.response(for: error, request))
+        }
+        logger.log(.info, "audit.webhook_test", [
+            "request_id": request.requestID, "token_id": grant.tokenID ?? "none",
+            "token_name": grant.tokenName ?? "none", "webhook_id": id,
+        ])
+        sendTest(webhook) { [testLimit] delivery in
+            testLimit.withLock { $0.finish(id) }
+            responder.respond(.json(200, Self.json(delivery), headers: [HTTPField("Cache-Control", "no-store")]))
+        }
     }
 
     private func create(_ request: HTTPRequest, _ grant: Grant, _ responder: any Responder) {
         let asked: WebhookRequest
         let url: WebhookURL
         do {
-            guard !request.body.isEmpty else { throw TaskError.malformedJSON("This request needs a JSON object as its body.") }
-            let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
-            guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
-                throw Problem.unsupportedMediaType(mediaType)
-            }
-            let body: JSONValue
-            switch JSONParser.parse(request.body) {
-            case .success(let value): body = value
-            case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
+            guard let body = try Self.jsonBody(request) else {
+                throw TaskError.malformedJSON("This request needs a JSON object as its body.")
             }
             asked = try WebhookRequest.parse(body)
             do throws(WebhookURL.Refusal) { url = try WebhookURL.parse(asked.url) } catch {
@@ -112,6 +155,20 @@ package struct WebhooksAPI: Sendable {
                     responder.respond(errors.response(for: error, request))
                 }
             }
+        }
+    }
+
+    /// The request's body as JSON, nil when it is empty: 415 unless it is declared JSON,
+    /// 400 unless it parses.
+    private static func jsonBody(_ request: HTTPRequest) throws -> JSONValue? {
+        guard !request.body.isEmpty else { return nil }
+        let mediaType = TaskAPI.mediaType(request.header("content-type") ?? "")
+        guard mediaType == "application/json" || (mediaType.hasPrefix("application/") && mediaType.hasSuffix("+json")) else {
+            throw Problem.unsupportedMediaType(mediaType)
+        }
+        switch JSONParser.parse(request.body) {
+        case .success(let value): return value
+        case .failure(let failure): throw TaskError.malformedJSON("The request body is not valid JSON: \(failure).")
         }
     }
 
@@ -231,7 +288,8 @@ package struct WebhooksAPI: Sendable {
         var object = JSONObjectWriter()
         object.string("id", delivery.id)
         object.string("event", delivery.eventType.rawValue)
-        object.integer("event_id", delivery.eventID)
+        object.integer("event_id", max(0, delivery.eventID))
+        object.bool("test", delivery.isTest)
         object.string("state", delivery.state.rawValue)
         object.integer("attempts", Int64(delivery.attempts))
         object.string("created_at", Timestamp.rfc3339(delivery.createdAt))
@@ -255,7 +313,10 @@ package struct WebhooksAPI: Sendable {
     }
 
     package init(writer: GroupCommitWriter, reads: ReadPool, outbox: WebhookOutbox, checkURL: @escaping WebhookURLCheck,
-                 clock: any WallClock, logger: Logger, errors: ErrorReplies, changed: @escaping @Sendable () -> Void) {
+                 clock: any WallClock, logger: Logger, errors: ErrorReplies, changed: @escaping @Sendable () -> Void,
+                 sendTest: @escaping WebhookTestSender, testLimit: WebhookTestLimit = WebhookTestLimit()) {
+        self.sendTest = sendTest
+        self.testLimit = Locked(testLimit)
         self.writer = writer
         self.reads = reads
         self.outbox = outbox
@@ -286,6 +347,18 @@ extension Problem {
         Problem(status: 422, code: "webhook_format_invalid", title: "Webhook fields do not suit its format",
                 detail: "A \(format.rawValue) webhook: " + errors.map { "\($0.field): \($0.message)" }.joined(separator: "; ") + ".",
                 errors: errors)
+    }
+
+    /// A test may not be sent now (`WebhookTestLimit`).
+    static func webhookTestTooSoon(_ refusal: WebhookTestLimit.Refusal) -> Problem {
+        let (detail, seconds): (String, Int) = switch refusal {
+        case .tooSoon(let seconds):
+            ("A test of this webhook is under way or was sent less than 10 s ago; send the next in \(seconds) s.", seconds)
+        case .busy(let seconds):
+            ("8 tests of webhooks are under way; send this one when one has ended, in \(seconds) s.", seconds)
+        }
+        return Problem(status: 429, code: "webhook_test_too_soon", title: "Webhook test too soon", detail: detail,
+                       headers: [HTTPField("Retry-After", "\(seconds)")])
     }
 
     /// As many webhooks as may be stored exist already.

@@ -218,9 +218,11 @@ public struct WebhookDelivery: Sendable, Equatable {
     /// of the same body, so a receiver can drop a repeated delivery.
     public var id: String { Self.id(webhookID: webhookID, eventID: eventID, revision: revision) }
 
-    /// The id of the delivery of event `eventID` to webhook `webhookID`, at `revision`.
+    /// The id of the delivery of event `eventID` to webhook `webhookID`, at `revision`; a
+    /// test's (`eventID` below zero, `WebhookTest`) says so: `<webhook>-test-<milliseconds>`.
     public static func id(webhookID: String, eventID: Int64, revision: Int = 0) -> String {
-        revision == 0 ? "\(webhookID)-\(eventID)" : "\(webhookID)-\(eventID)-\(revision)"
+        if eventID < 0 { return "\(webhookID)-test-\(-eventID)" }
+        return revision == 0 ? "\(webhookID)-\(eventID)" : "\(webhookID)-\(eventID)-\(revision)"
     }
 }
 

@@ -126,11 +126,43 @@ public enum WebhookRepository {
             """, [.text(webhookID)], map: delivery).first
     }
 
-    /// The webhook's latest deliveries, newest first (at most `limit`).
+    /// The webhook's latest deliveries, newest first (at most `limit`): its events' in the
+    /// order of their events, its tests placed among them by time (`WebhookTest.merged`).
     public static func recent(of webhookID: String, limit: Int, in database: Database) throws(DatabaseError) -> [WebhookDelivery] {
-        try database.rows("""
-            SELECT \(deliveryColumns) FROM webhook_deliveries WHERE webhook_id = ? ORDER BY event_id DESC LIMIT ?
+        let events = try database.rows("""
+            SELECT \(deliveryColumns) FROM webhook_deliveries WHERE webhook_id = ? AND event_id > 0
+            ORDER BY event_id DESC LIMIT ?
             """, [.text(webhookID), .integer(Int64(limit))], map: delivery)
+        // A test's event id is lower the newer it is (`WebhookTest.storedEventID`).
+        let tests = try database.rows("""
+            SELECT \(deliveryColumns) FROM webhook_deliveries WHERE webhook_id = ? AND event_id < 0
+            ORDER BY event_id LIMIT ?
+            """, [.text(webhookID), .integer(Int64(WebhookTest.keptTests))], map: delivery)
+        return WebhookTest.merged(events, tests: tests, limit: limit)
+    }
+
+    /// Stores a test's outcome (`delivery`: its event id below zero, its state final)
+    /// unless its webhook is gone, and deletes the webhook's tests beyond its latest
+    /// `WebhookTest.keptTests`.
+    public static func recordTest(_ delivery: WebhookDelivery, in database: Database) throws(DatabaseError) {
+        guard try database.scalar("SELECT count(*) FROM webhooks WHERE id = ?", [.text(delivery.webhookID)]) == 1,
+              try database.scalar("SELECT count(*) FROM webhook_deliveries WHERE webhook_id = ? AND event_id = ?",
+                                  [.text(delivery.webhookID), .integer(delivery.eventID)]) == 0 else { return }
+        // VALUES, not SELECT: PostgreSQL takes each parameter's type from its column.
+        try database.run("""
+            INSERT INTO webhook_deliveries (webhook_id, event_id, event_type, body, state, attempts, created_at, next_attempt_at,
+                                            last_attempt_at, last_status, last_error, last_latency_ms)
+            VALUES (?1, ?2, ?3, ?4, ?5, 1, ?6, ?6, ?6, ?7, ?8, ?9)
+            """, [.text(delivery.webhookID), .integer(delivery.eventID), .text(delivery.eventType.rawValue),
+                  .text(delivery.body), .text(delivery.state.rawValue), .integer(delivery.createdAt),
+                  delivery.lastStatus.map { .integer(Int64($0)) } ?? .null, delivery.lastError.map { .text($0) } ?? .null,
+                  delivery.lastLatencyMilliseconds.map { .integer($0) } ?? .null])
+        guard let oldestKept = try database.scalar("""
+            SELECT event_id FROM webhook_deliveries WHERE webhook_id = ? AND event_id < 0
+            ORDER BY event_id LIMIT 1 OFFSET ?
+            """, [.text(delivery.webhookID), .integer(Int64(WebhookTest.keptTests - 1))]) else { return }
+        try database.run("DELETE FROM webhook_deliveries WHERE webhook_id = ? AND event_id < 0 AND event_id > ?",
+                         [.text(delivery.webhookID), .integer(oldestKept)])
     }
 
     /// Pending deliveries of every webhook.
@@ -157,19 +189,21 @@ public enum WebhookRepository {
                   .integer(latencyMilliseconds), .text(webhookID), .integer(eventID)])
     }
 
-    /// Forgets the finished deliveries of each webhook beyond its latest `keep`; returns
+    /// Forgets the finished deliveries of events of each webhook beyond its latest `keep`; returns
     /// how many rows were deleted.
     public static func pruneFinished(keep: Int = keptFinishedDeliveries, in database: Database) throws(DatabaseError) -> Int {
         var deleted = 0
         let ids = try database.rows("SELECT id FROM webhooks") { $0.text(0) }
         for id in ids {
             guard let oldestKept = try database.scalar("""
-                SELECT event_id FROM webhook_deliveries WHERE webhook_id = ? AND state <> 'pending'
+                SELECT event_id FROM webhook_deliveries WHERE webhook_id = ? AND state <> 'pending' AND event_id > 0
                 ORDER BY event_id DESC LIMIT 1 OFFSET ?
                 """, [.text(id), .integer(Int64(keep - 1))]) else { continue }
             let before = database.totalChanges
-            try database.run("DELETE FROM webhook_deliveries WHERE webhook_id = ? AND state <> 'pending' AND event_id < ?",
-                             [.text(id), .integer(oldestKept)])
+            // Tests (event ids below zero) are thinned out apart, as each is stored (`recordTest`).
+            try database.run("""
+                DELETE FROM webhook_deliveries WHERE webhook_id = ? AND state <> 'pending' AND event_id > 0 AND event_id < ?
+                """, [.text(id), .integer(oldestKept)])
             deleted += Int(database.totalChanges - before)
         }
         return deleted

@@ -61,6 +61,11 @@ package final class WebhookDispatcher: Service {
     /// How many e-mails each address may get now (this service's thread only; `Locked`
     /// for `Sendable`).
     private let mailLimit = Locked(MailRateLimit())
+
+    /// The webhooks with a test under way (`sendTest`), by how many: shared by the
+    /// request threads that start tests, the threads that give outcomes and this service's
+    /// thread, which ends those of deleted webhooks.
+    private let testsUnderWay = Locked<[String: Int]>([:])
     /// Opened by `prepare` (the group's thread), then used by this service's thread.
     private let reader = Locked<DatabaseReader?>(nil)
     /// Every attempt's POST, on one thread (`headway-webhook`, a service of the group).
@@ -147,7 +152,7 @@ package final class WebhookDispatcher: Service {
         // Attempts of webhooks deleted since end now (asked again at each look until their
         // outcome comes, since one still looking its host up reaches the transfers later).
         let ids = Set(webhooks.map(\.id))
-        let deleted = inFlight.withLock { $0.subtracting(ids) }
+        let deleted = inFlight.withLock { $0.subtracting(ids) }.union(testsUnderWay.withLock { Set($0.keys) }.subtracting(ids))
         if !deleted.isEmpty { transfers.cancel(deleted) }
         for webhook in webhooks {
             if inFlight.withLock({ $0.contains(webhook.id) }) { continue }
@@ -185,23 +190,82 @@ package final class WebhookDispatcher: Service {
                                                    error: "the URL cannot be posted to: \(error.message)")
             return record(outcome, of: delivery, to: webhook, startedAt: startedAt, started: started)
         }
-        let transport = WebhookTransport(timeoutSeconds: settings.timeoutSeconds, allowPrivate: settings.allowPrivate,
-                                         lookups: lookups.deliveries)
-        let then: @Sendable (WebhookTransport.Outcome) -> Void = { [self] outcome in
+        send(delivery.body, deliveryID: delivery.id, eventKind: delivery.eventType, to: webhook, at: url,
+             signedAt: startedAt, lookups: lookups.deliveries) { [self] outcome in
             record(outcome, of: delivery, to: webhook, startedAt: startedAt, started: started)
         }
+    }
+
+    /// Sends one body to `webhook` at `url` in its format's way: an e-mail through SMTP to
+    /// its envelope, every other format POSTed signed (ntfy's JSON at its server's root, the
+    /// topic in the body: `NtfyBody`). `extraHeaders` go with a POST only.
+    private func send(_ body: String, deliveryID: String, eventKind: TaskEventKind, to webhook: WebhookRecord,
+                      at url: WebhookURL, signedAt: EpochMilliseconds, lookups: HostLookup,
+                      extraHeaders: [String] = [], then: @escaping @Sendable (WebhookTransport.Outcome) -> Void) {
+        let transport = WebhookTransport(timeoutSeconds: settings.timeoutSeconds, allowPrivate: settings.allowPrivate,
+                                         lookups: lookups)
         if webhook.format.isMail {
             let envelope = WebhookTransfers.MailEnvelope(from: webhook.destination.mailFrom ?? "", to: webhook.destination.mailTo)
-            return transport.post(url, body: delivery.body, headers: [], mail: envelope, owner: webhook.id,
+            return transport.post(url, body: body, headers: [], mail: envelope, owner: webhook.id,
                                   through: transfers, then: then)
         }
-        let signature = WebhookCrypto.signature(secret: webhook.secret, unixSeconds: startedAt / 1000, body: delivery.body)
-        // ntfy takes JSON at the server's root, the topic in the body (`NtfyBody`).
+        let signature = WebhookCrypto.signature(secret: webhook.secret, unixSeconds: signedAt / 1000, body: body)
         let target = webhook.format == .ntfy ? NtfyBody.publishURL(of: url) ?? url : url
-        transport.post(target, body: delivery.body, headers: [
-            "Headway-Event: \(delivery.eventType.rawValue)", "Headway-Delivery: \(delivery.id)",
-            "Headway-Signature: \(signature)",
-        ], owner: webhook.id, through: transfers, then: then)
+        transport.post(target, body: body, headers: [
+            "Headway-Event: \(eventKind.rawValue)", "Headway-Delivery: \(deliveryID)", "Headway-Signature: \(signature)",
+        ] + extraHeaders, owner: webhook.id, through: transfers, then: then)
+    }
+
+    /// Sends a test of `webhook` now (`WebhookTest`): a sample event in its format, signed,
+    /// posted as its deliveries are (the host looked up and checked, the connection made to
+    /// the addresses checked, `--webhook-timeout` for the whole) but beside them, out of
+    /// their queue, once, never retried. Its host is looked up with new webhooks' checks,
+    /// not with deliveries. Calls `then` once with the outcome, stored among the webhook's
+    /// deliveries (or not, if storing failed: logged), from the thread that stored it;
+    /// no thread waits for the receiver. A deletion of the webhook ends the test at once.
+    /// The HTTP server stops before the transfers, so a test started by a request always
+    /// gets its outcome.
+    package func sendTest(_ webhook: WebhookRecord, then: @escaping @Sendable (WebhookDelivery) -> Void) {
+        let startedAt = clock.now()
+        let started = DispatchTime.now()
+        let eventID = WebhookTest.storedEventID(startedAt: startedAt)
+        let deliveryID = WebhookDelivery.id(webhookID: webhook.id, eventID: eventID)
+        let event = WebhookTest.sampleEvent(for: webhook, now: startedAt)
+        // A test carries no alert context: the sample task has no parents and no output.
+        let body = WebhookBody.render(for: webhook, deliveryID: deliveryID, event: event, occurredAt: startedAt,
+                                      site: outbox.site) ?? ""
+        let finish: @Sendable (WebhookTransport.Outcome) -> Void = { [self] outcome in
+            testsUnderWay.withLock { tests in
+                let left = tests[webhook.id, default: 1] - 1
+                tests[webhook.id] = left > 0 ? left : nil
+            }
+            let latency = Int64((DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000)
+            let delivery = WebhookDelivery(webhookID: webhook.id, eventID: eventID, eventType: event.kind, body: body,
+                                           state: outcome.verdict == .delivered ? .delivered : .failed, attempts: 1,
+                                           createdAt: startedAt, nextAttemptAt: startedAt, lastAttemptAt: startedAt,
+                                           lastStatus: outcome.status, lastError: outcome.error,
+                                           lastLatencyMilliseconds: latency)
+            writer.submit({ database in try WebhookRepository.recordTest(delivery, in: database) }) { [logger] result in
+                if case .failure(let error) = result {
+                    logger.log(.warn, "webhook.record_failed", ["delivery_id": deliveryID, "error": "\(error)"])
+                }
+                then(delivery)
+            }
+        }
+        testsUnderWay.withLock { $0[webhook.id, default: 0] += 1 }
+        let url: WebhookURL
+        do throws(WebhookURL.Refusal) {
+            url = try WebhookURL.parse(webhook.url)
+        } catch {
+            return finish(WebhookTransport.Outcome(verdict: .fail, status: nil,
+                                                   error: "the URL cannot be posted to: \(error.message)"))
+        }
+        if body.isEmpty {
+            return finish(WebhookTransport.Outcome(verdict: .fail, status: nil,
+                                                   error: "this format sends nothing for \(event.kind.rawValue)"))
+        }
+        send(body, deliveryID: deliveryID, eventKind: event.kind, to: webhook, at: url, signedAt: startedAt,
+             lookups: lookups.checks, extraHeaders: ["Headway-Test: true"], then: finish)
     }
 
     /// Stores an attempt's outcome through the writer; the webhook's next attempt may start

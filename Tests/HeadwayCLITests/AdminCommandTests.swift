@@ -127,6 +127,15 @@ import Testing
         #expect(lines.last?.contains("task.created  pending") == true && lines.last?.contains("onnect") == true,
                 "\(deliveries)")
 
+        // A test: its outcome printed (nothing listens: failed, exit status 1); a second at once is refused.
+        let tested = try headway("webhook", "test", id, "--server", server, "--token", admin)
+        #expect(tested.status == 1 && tested.output.hasPrefix("failed: ") && tested.output.hasSuffix(" (task.finished)\n"),
+                "\(tested.output) \(tested.errors)")
+        #expect(try headway("webhook", "deliveries", id, "--server", server, "--token", admin).output
+            .contains("task.finished  failed"))
+        let tooSoon = try headway("webhook", "test", id, "--json", "--server", server, "--token", admin)
+        #expect(tooSoon.status == 69 && tooSoon.errors.hasSuffix(" (webhook_test_too_soon)\n"), "\(tooSoon.errors)")
+
         let refused = try headway("webhook", "list", "--server", server)
         #expect(refused.status == 1 && refused.errors.hasSuffix(" (token_missing)\n"), "\(refused.errors)")
         let deleted = try headway("webhook", "delete", id, "--server", server, "--token", admin)
@@ -517,7 +526,7 @@ import Testing
 
     /// The help of each admin command equals its golden file (`golden/help-token-create.txt`).
     @Test(arguments: ["token", "token create", "token list", "token revoke", "webhook", "webhook create", "webhook list",
-                      "webhook delete", "webhook deliveries", "db", "db status", "db check",
+                      "webhook test", "webhook delete", "webhook deliveries", "db", "db status", "db check",
                       "db backup", "completion"])
     func adminHelpMatchesItsGoldenFile(command: String) throws {
         let words = command.split(separator: " ").map(String.init)

@@ -260,4 +260,43 @@ import Testing
         #expect(try fixture.read { try WebhookRepository.recent(of: "a", limit: 1000, in: $0) }.isEmpty)
         #expect(try !fixture.write { try WebhookRepository.delete("a", in: $0) })
     }
+
+    /// Tests are stored apart from the queue: never pending, never a change's place, the
+    /// latest 10 kept, listed among the events' deliveries by time, and left alone by the
+    /// retention of events' deliveries; a test of a webhook gone is not stored.
+    @Test func testsAreKeptApartFromTheQueueAndListedByTime() throws {
+        let fixture = try StoreFixture()
+        try fixture.write { database in
+            try WebhookRepository.insert(Self.webhook("a", [.created]), in: database)
+            for event in 1...3 {
+                try WebhookRepository.enqueue(WebhookDelivery(webhookID: "a", eventID: Int64(event), eventType: .created,
+                                                              body: "{}", state: .pending, attempts: 0,
+                                                              createdAt: Int64(event) * 1_000, nextAttemptAt: 0), in: database)
+                try WebhookRepository.recordAttempt(webhookID: "a", eventID: Int64(event), state: .delivered, attemptAt: 1,
+                                                    nextAttemptAt: 1, status: 200, error: nil, latencyMilliseconds: 1,
+                                                    in: database)
+            }
+        }
+        @Sendable func test(at time: EpochMilliseconds, webhook: String = "a") -> WebhookDelivery {
+            WebhookDelivery(webhookID: webhook, eventID: WebhookTest.storedEventID(startedAt: time), eventType: .finished,
+                            body: "{}", state: .failed, attempts: 1, createdAt: time, nextAttemptAt: time, lastAttemptAt: time,
+                            lastError: "HTTP 500", lastLatencyMilliseconds: 3)
+        }
+        try fixture.write { database in
+            for time in stride(from: Int64(1_500), through: 12_500, by: 1_000) {
+                try WebhookRepository.recordTest(test(at: time), in: database)
+            }
+            try WebhookRepository.recordTest(test(at: 99_000, webhook: "gone"), in: database)
+        }
+        let listed = try fixture.read { try WebhookRepository.recent(of: "a", limit: 100, in: $0) }
+        // 12 tests made, the latest 10 kept (3,500 … 12,500), placed by time among the events (1,000, 2,000, 3,000).
+        #expect(listed.map(\.createdAt) == [12_500, 11_500, 10_500, 9_500, 8_500, 7_500, 6_500, 5_500, 4_500, 3_500,
+                                             3_000, 2_000, 1_000])
+        #expect(listed.first?.isTest == true && listed.first?.id == "a-test-12500" && listed.first?.lastError == "HTTP 500")
+        #expect(try fixture.read { try WebhookRepository.oldestPending(of: "a", in: $0) } == nil)
+        #expect(try fixture.write { try WebhookRepository.pruneFinished(keep: 1, in: $0) } == 2)
+        let pruned = try fixture.read { try WebhookRepository.recent(of: "a", limit: 100, in: $0) }
+        #expect(pruned.filter(\.isTest).count == 10 && pruned.filter { !$0.isTest }.map(\.eventID) == [3])
+        #expect(try fixture.read { try $0.scalar("SELECT count(*) FROM webhook_deliveries WHERE webhook_id = 'gone'") } == 0)
+    }
 }

@@ -1095,11 +1095,8 @@ def test_a_failed_row_says_why_when_and_how_long(page, headwayd):
         finished = reply.json()
         open_dashboard(page, headwayd)
         page.find_element(By.CSS_SELECTOR, '[data-filter="failed"]').click()
-        poll(lambda: row(page, "import"), 5, "the failed row")
-        set_now(millis(finished["finished_at"]) + 3_600_000)
-        # The row first drawn may be the All listing's, replaced when the Failed listing
-        # arrives: read it again once the clock has moved.
         found = poll(lambda: row(page, "import"), 5, "the failed row")
+        set_now(millis(finished["finished_at"]) + 3_600_000)
         message = found.find_element(By.CSS_SELECTOR, ".message")
         assert message.is_displayed() and message.text == "CSV row 121: bad date"
         # Legible, not greyed: the name and the message in the text colour, 4.5:1 at least.
@@ -1114,6 +1111,32 @@ def test_a_failed_row_says_why_when_and_how_long(page, headwayd):
         assert when.startswith("Ended ") and when.endswith(f"ran {ran} sec"), when
         assert "Failed" in found.find_element(By.CSS_SELECTOR, ".badge").text
         assert console_errors(page) == []
+
+
+def listing_arrived(page, state):
+    """Whether a GET /v1/tasks?…state=`state`… has been answered (its rows drawn a frame later)."""
+    return js(page, """return performance.getEntriesByType("resource")
+        .some((entry) => entry.name.includes("/v1/tasks?") && entry.name.includes(`state=${arguments[0]}`)
+                         && entry.responseEnd > 0)""", state)
+
+
+def test_a_row_is_kept_not_drawn_again_when_another_tab_lists_its_task(page, headwayd):
+    """Issue 49 item 6: a row shown under All whose task the Failed tab lists too is the same
+    element under Failed, before and after the Failed listing arrives (a reference to it,
+    a reader's focus on it, stays good)."""
+    register(headwayd, id="import", name="Import customers", total=500)
+    assert httpx.post(f"{headwayd}/v1/tasks/import/finish", json={"outcome": "failed"}).status_code == 200
+    register(headwayd, id="other", name="Other", total=5)
+    open_dashboard(page, headwayd)
+    page.find_element(By.CSS_SELECTOR, '[data-filter="all"]').click()
+    shown = poll(lambda: row(page, "import"), 5, "the row under All")
+    poll(lambda: row(page, "other"), 5, "the running row under All")
+    page.find_element(By.CSS_SELECTOR, '[data-filter="failed"]').click()
+    poll(lambda: listing_arrived(page, "failed"), 5, "the Failed listing")
+    poll(lambda: row(page, "other") is None, 5, "the running row gone from Failed")
+    assert js(page, "return arguments[0].isConnected", shown)
+    assert row(page, "import") == shown
+    assert "Import customers" in shown.text
 
 
 def test_a_running_row_says_how_long_and_when_last_heard(page, headwayd):

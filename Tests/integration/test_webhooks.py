@@ -403,3 +403,85 @@ def test_only_an_admin_token_manages_webhooks(tmp_path):
         assert httpx.delete(f"{base}/v1/webhooks/{id}", headers=auth).status_code == 204
         assert httpx.delete(f"{base}/v1/webhooks/{id}", headers=auth).json()["code"] == "webhook_not_found"
         assert httpx.get(f"{base}/v1/webhooks/{id}/deliveries", headers=auth).status_code == 404
+
+
+def send_test(base, webhook_id, token=None, **kwargs):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    kwargs.setdefault("json", {})
+    return httpx.post(f"{base}/v1/webhooks/{webhook_id}/test", headers=headers, timeout=30, **kwargs)
+
+
+def test_a_test_is_sent_now_signed_answered_and_listed(tmp_path, database):
+    """Issue 49 item 4: POST /v1/webhooks/{id}/test posts a sample event in the webhook's
+    format, signed, and answers with the outcome; it is listed among the deliveries, and a
+    second one within 10 s is refused with Retry-After."""
+    with receiving() as receiver, run_headwayd(tmp_path, *FAST_RETRIES, db=database) as base:
+        webhook = create_webhook(base, {"url": receiver.url, "events": ["task.finished"], "outcomes": ["failed"],
+                                        "format": "slack", "task_prefix": "db-"}).json()
+        reply = send_test(base, webhook["id"])
+        assert reply.status_code == 200, reply.text
+        outcome = reply.json()
+        [request] = receiver.wait_for(1)
+        assert outcome["state"] == "delivered" and outcome["status_code"] == 200 and outcome["test"] is True
+        assert outcome["attempts"] == 1 and outcome["error"] is None and outcome["latency_ms"] >= 0
+        assert outcome["event"] == "task.finished" and outcome["event_id"] == 0
+        assert request["headers"]["Headway-Test"] == "true"
+        assert request["headers"]["Headway-Delivery"] == outcome["id"] and "-test-" in outcome["id"]
+        assert verify_signature(request, webhook["secret"])
+        assert json.loads(request["body"]) == {
+            "text": "Headway test delivery failed: This is a test sent from Headway; no task ran. — 64%, 64 of 100 items"}
+        assert deliveries(base, webhook["id"]) == [outcome]
+        again = send_test(base, webhook["id"])
+        assert again.status_code == 429 and again.json()["code"] == "webhook_test_too_soon", again.text
+        assert 1 <= int(again.headers["retry-after"]) <= 10
+        assert len(receiver.requests) == 1
+        # A real delivery comes after it in the list, the test below it, by time.
+        for step in ("", "/finish"):
+            body = {"id": "db-1", "name": "Backup"} if not step else {"outcome": "failed"}
+            assert httpx.post(f"{base}/v1/tasks{'/db-1' + step if step else ''}", json=body).status_code in (200, 201)
+        listed = wait_for_state(base, webhook["id"], 2, "delivered")
+        assert [d["test"] for d in listed] == [False, True]
+
+
+def test_a_failed_test_says_why_and_a_slow_receiver_holds_up_nothing(tmp_path):
+    with receiving(statuses=(500,)) as failing, receiving(delay=5) as slow, \
+            run_headwayd(tmp_path, *FAST_RETRIES, "--webhook-timeout", "1") as base:
+        made = create_webhook(base, {"url": failing.url, "events": ["task.stalled"]}).json()
+        outcome = send_test(base, made["id"]).json()
+        assert outcome["state"] == "failed" and outcome["status_code"] == 500 and outcome["error"] == "HTTP 500"
+        assert outcome["event"] == "task.stalled" and len(failing.requests) == 1
+        # Never retried: a test is one attempt.
+        assert deliveries(base, made["id"])[0]["attempts"] == 1
+        hanging = create_webhook(base, {"url": slow.url, "events": ["task.created"]}).json()
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(reply=send_test(base, hanging["id"])))
+        thread.start()
+        slow.wait_for(1)
+        # While the test waits for its receiver, the daemon answers and delivers the rest.
+        started = time.monotonic()
+        assert httpx.post(f"{base}/v1/tasks", json={"id": "t", "name": "T"}, timeout=5).status_code == 201
+        assert httpx.get(f"{base}/v1/tasks", timeout=5).status_code == 200
+        assert time.monotonic() - started < 1
+        thread.join(PATIENCE)
+        outcome = result["reply"].json()
+        assert outcome["state"] == "failed" and outcome["status_code"] is None and "imeout" in outcome["error"], outcome
+
+
+def test_a_test_is_refused_what_a_delivery_is(tmp_path):
+    """The address check applies at the test's attempt too, and bad requests change nothing."""
+    with receiving() as receiver:
+        with run_headwayd(tmp_path, *FAST_RETRIES) as base:
+            webhook = create_webhook(base, {"url": receiver.url.replace("127.0.0.1", "localhost"),
+                                            "events": ["task.created"]}).json()
+        admin, reader = make_token(tmp_path, "admin"), make_token(tmp_path, "read")
+        with run_headwayd(tmp_path) as base:
+            assert send_test(base, webhook["id"], token=reader).json()["code"] == "insufficient_scope"
+            assert send_test(base, "whk_none", token=admin).json()["code"] == "webhook_not_found"
+            refused = send_test(base, webhook["id"], token=admin, json={"url": "http://10.0.0.1/"})
+            assert refused.status_code == 400 and refused.json()["code"] == "invalid_request", refused.text
+            outcome = send_test(base, webhook["id"], token=admin).json()
+            assert outcome["state"] == "failed" and "not a public address" in outcome["error"], outcome
+            listed = httpx.get(f"{base}/v1/webhooks/{webhook['id']}/deliveries",
+                               headers={"Authorization": f"Bearer {admin}"}).json()["deliveries"]
+            assert [d["id"] for d in listed] == [outcome["id"]]
+        assert receiver.requests == []
