@@ -31,7 +31,11 @@ def test_a_task_name_cannot_mention_a_slack_channel_or_hide_a_link(tmp_path):
         created, finished = receiver.wait_for(2)
         escaped = "&lt;!channel&gt; backup &amp; restore &lt;https://evil.example/login|see the log&gt;"
         assert json.loads(created["body"]) == {"text": f"{escaped} started"}
-        assert json.loads(finished["body"]) == {"text": f"{escaped} failed: see &lt;@U024BE7LH&gt; now"}
+        # A failure's alert goes on with its context (how long it ran); its first line is the
+        # event, and no line of it is Slack markup.
+        text = json.loads(finished["body"])["text"]
+        assert text.split("\n")[0] == f"{escaped} failed: see &lt;@U024BE7LH&gt; now"
+        assert "<" not in text and ">" not in text, text
         wait_for_state(base, reply.json()["id"], 2, "delivered")
 
 
