@@ -79,9 +79,24 @@ public struct HeadwayTask: Sendable, Equatable, Decodable {
     public var children: ChildCounts?
     /// `failed` or `stalled` when a descendant needs a look; nil otherwise.
     public var attention: String?
+    /// How long a run is expected to take, counted from its start; nil without the rule.
+    public var expectedSeconds: Double?
+    /// When it must have finished; nil without the rule.
+    public var deadline: Date?
+    /// The shortest run that counts as a real one; nil without the rule.
+    public var minSeconds: Double?
+    /// Past `expectedSeconds` or `deadline` unfinished (kept once it finishes late).
+    public var overdue: Bool
+    /// The moment it became due, when `overdue`.
+    public var overdueSince: Date?
+    /// Succeeded sooner than `minSeconds`.
+    public var tooQuick: Bool
 
     enum CodingKeys: String, CodingKey {
         case id, name, label, weight, state, completed, total, unit, fraction, rate, stalled, seq, message, children, attention
+        case deadline, overdue
+        case expectedSeconds = "expected_seconds", minSeconds = "min_seconds", overdueSince = "overdue_since"
+        case tooQuick = "too_quick"
         case parentID = "parent_id", etaSeconds = "eta_seconds", stallReason = "stall_reason", stalledSince = "stalled_since"
         case stallTimeoutSeconds = "stall_timeout_seconds", progressTimeoutSeconds = "progress_timeout_seconds"
         case cancelRequested = "cancel_requested", createdAt = "created_at", updatedAt = "updated_at"
@@ -121,11 +136,19 @@ public struct TaskRegistration: Sendable, Equatable, Encodable {
     public var stallTimeoutSeconds: Double?
     /// Flag the task stalled when `completed` stays still this long (off when nil).
     public var progressTimeoutSeconds: Double?
+    /// How long a run is expected to take from its start: past it unfinished, the task is
+    /// flagged overdue.
+    public var expectedSeconds: Double?
+    /// When it must have finished: past it unfinished, the task is flagged overdue.
+    public var deadline: Date?
+    /// A success sooner than this after its start is flagged too quick.
+    public var minSeconds: Double?
 
     /// A registration; only `name` is required.
     public init(id: String? = nil, name: String, label: String? = nil, parentID: String? = nil, weight: Double? = nil,
                 state: HeadwayTask.State? = nil, completed: Int64? = nil, total: Int64? = nil, unit: String? = nil,
-                stallTimeoutSeconds: Double? = nil, progressTimeoutSeconds: Double? = nil) {
+                stallTimeoutSeconds: Double? = nil, progressTimeoutSeconds: Double? = nil,
+                expectedSeconds: Double? = nil, deadline: Date? = nil, minSeconds: Double? = nil) {
         self.id = id
         self.name = name
         self.label = label
@@ -137,12 +160,16 @@ public struct TaskRegistration: Sendable, Equatable, Encodable {
         self.unit = unit
         self.stallTimeoutSeconds = stallTimeoutSeconds
         self.progressTimeoutSeconds = progressTimeoutSeconds
+        self.expectedSeconds = expectedSeconds
+        self.deadline = deadline
+        self.minSeconds = minSeconds
     }
 
     enum CodingKeys: String, CodingKey {
-        case id, name, label, weight, state, completed, total, unit
+        case id, name, label, weight, state, completed, total, unit, deadline
         case parentID = "parent_id", stallTimeoutSeconds = "stall_timeout_seconds"
         case progressTimeoutSeconds = "progress_timeout_seconds"
+        case expectedSeconds = "expected_seconds", minSeconds = "min_seconds"
     }
 }
 
@@ -263,7 +290,11 @@ enum WireJSON {
     static func encode(_ value: some Encodable) -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        // The types encoded here hold strings, numbers and arrays only: encoding cannot fail.
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(date))
+        }
+        // The types encoded here hold strings, numbers, times and arrays only: encoding cannot fail.
         return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
     }
 

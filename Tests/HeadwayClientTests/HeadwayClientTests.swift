@@ -6,6 +6,20 @@ import Testing
 /// `HeadwayClient` against a live headwayd: the typed calls, problems as typed errors, and
 /// the event stream resuming across a restart of the daemon.
 @Suite(.serialized) struct HeadwayClientTests {
+    /// The run-time rules go with a registration (the deadline as an RFC 3339 time) and come
+    /// back on the task, with its flags.
+    @Test func runTimeRulesGoAndComeBack() async throws {
+        let daemon = try RestartableDaemon()
+        defer { daemon.remove() }
+        let deadline = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 + 600).rounded(.down))
+        let task = try await daemon.client.register(TaskRegistration(id: "nightly", name: "Nightly export",
+                                                                     expectedSeconds: 3600, deadline: deadline, minSeconds: 60))
+        #expect(task.expectedSeconds == 3600 && task.minSeconds == 60 && task.deadline == deadline)
+        #expect(!task.overdue && task.overdueSince == nil && !task.tooQuick)
+        let finished = try await daemon.client.finish("nightly", outcome: .succeeded)
+        #expect(finished.tooQuick, "a success a moment after its start is sooner than 60 s")
+    }
+
     @Test func registerReportFinishRoundTrip() async throws {
         let daemon = try RestartableDaemon()
         defer { daemon.remove() }
