@@ -265,16 +265,16 @@ package struct WebhooksAPI: Sendable {
         var object = JSONObjectWriter()
         object.string("id", webhook.id)
         object.string("url", revealingSecrets ? webhook.url : webhook.listedURL)
-        object.raw("events", stringArray(webhook.filter.events.map(\.rawValue).sorted()))
+        object.raw("events", JSONText.stringArray(webhook.filter.events.map(\.rawValue).sorted()))
         object.string("task_prefix", webhook.filter.taskPrefix)
-        object.raw("outcomes", webhook.filter.outcomes.map { stringArray($0.map(\.rawValue).sorted()) })
+        object.raw("outcomes", webhook.filter.outcomes.map { JSONText.stringArray($0.map(\.rawValue).sorted()) })
         object.string("format", webhook.format.rawValue)
         object.string("created_at", Timestamp.rfc3339(webhook.createdAt))
         let destination = webhook.destination
         if webhook.format == .telegram { object.string("chat_id", destination.chatID) }
         if webhook.format == .email {
             object.string("mail_from", destination.mailFrom)
-            object.raw("mail_to", stringArray(destination.mailTo))
+            object.raw("mail_to", JSONText.stringArray(destination.mailTo))
         }
         if revealingSecrets {
             object.string("secret", webhook.secret)
@@ -299,17 +299,6 @@ package struct WebhooksAPI: Sendable {
         object.integer("latency_ms", delivery.lastLatencyMilliseconds)
         object.string("error", delivery.lastError)
         return object.finish()
-    }
-
-    private static func stringArray(_ items: [String]) -> String {
-        var text = JSONText()
-        text.appendRaw("[")
-        for (index, item) in items.enumerated() {
-            if index > 0 { text.appendRaw(",") }
-            text.appendString(item)
-        }
-        text.appendRaw("]")
-        return text.text
     }
 
     package init(writer: GroupCommitWriter, reads: ReadPool, outbox: WebhookOutbox, checkURL: @escaping WebhookURLCheck,

@@ -422,3 +422,17 @@ private final class JSONBytes: @unchecked Sendable {
         body(UnsafeBufferPointer(start: base, count: count))
     }
 }
+
+extension JSONText {
+    /// `items` as a JSON array of strings.
+    package static func stringArray(_ items: [String]) -> String {
+        var text = JSONText()
+        text.appendRaw("[")
+        for (index, item) in items.enumerated() {
+            if index > 0 { text.appendRaw(",") }
+            text.appendString(item)
+        }
+        text.appendRaw("]")
+        return text.text
+    }
+}

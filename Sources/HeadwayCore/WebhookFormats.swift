@@ -76,7 +76,7 @@ public struct AlertContext: Sendable, Equatable {
         parentsJSON.appendRaw("]")
         var object = JSONObjectWriter()
         object.raw("parents", parentsJSON.text)
-        object.raw("output", WebhookText.jsonArray(output))
+        object.raw("output", JSONText.stringArray(output))
         object.number("ran_seconds", (ranSeconds * 10).rounded() / 10)
         object.string("url", link)
         return object.finish()
@@ -178,18 +178,6 @@ public enum WebhookAlert: String, Sendable, CaseIterable {
 
 /// Text helpers shared by the formats.
 enum WebhookText {
-    /// `items` as a JSON array of strings.
-    static func jsonArray(_ items: [String]) -> String {
-        var text = JSONText()
-        text.appendRaw("[")
-        for (index, item) in items.enumerated() {
-            if index > 0 { text.appendRaw(",") }
-            text.appendString(item)
-        }
-        text.appendRaw("]")
-        return text.text
-    }
-
     /// A duration as a person reads it: "42 s", "5 min 3 s", "2 h 10 min", "3 d 4 h".
     static func duration(_ seconds: Double) -> String {
         let whole = Int64(max(0, seconds).rounded())
@@ -365,7 +353,7 @@ extension WebhookBody {
         object.string("title", WebhookText.truncated(facts.title, to: 250))
         object.string("message", lines.joined(separator: "\n"))
         object.integer("priority", Int64(facts.alert.ntfyPriority))
-        object.raw("tags", WebhookText.jsonArray([facts.alert.emojiTag, "headway"]))
+        object.raw("tags", JSONText.stringArray([facts.alert.emojiTag, "headway"]))
         if let link = context?.link { object.string("click", link) }
         return object.finish()
     }
@@ -400,18 +388,8 @@ extension WebhookBody {
     /// `text` with the three characters Telegram's HTML mode asks to escape (`&`, `<`,
     /// `>`), and `"` for attribute values.
     static func htmlEscaped(_ text: String) -> String {
-        var out = ""
-        out.reserveCapacity(text.utf8.count)
-        for character in text {
-            switch character {
-            case "&": out += "&amp;"
-            case "<": out += "&lt;"
-            case ">": out += "&gt;"
-            case "\"": out += "&quot;"
-            default: out.append(character)
-            }
-        }
-        return out
+        // Slack escapes the same three; a quote is never one of them.
+        slackEscaped(text).replacingOccurrences(of: "\"", with: "&quot;")
     }
 }
 
