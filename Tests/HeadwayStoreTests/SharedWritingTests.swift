@@ -397,6 +397,49 @@ struct SharedWritingTests {
         #expect(theirsRead == 0, "a task the other changed with a number is taken from the change feed")
         #expect(try a.storedCompleted(["mine-1", "mine-2", "theirs"]) == ["mine-1": 2, "mine-2": 2, "theirs": 2])
     }
+
+    /// A generation whose batch named no tasks (a daemon of a build that names none, or a
+    /// name pruned) leaves the others unable to tell what it wrote: they forget their
+    /// whole cache.
+    @Test func aGenerationWithoutNamesForgetsTheWholeCache() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        let b = try SharedWriter(uri: database.uri)
+        for id in ["x", "y", "z"] {
+            try a.write { store, db in try store.register(Registration(id: id, name: id, total: 100), now: 1_000, in: db) }
+        }
+        try b.increment("z")
+        _ = try database.psql("DELETE FROM written_tasks WHERE generation = (SELECT generation FROM stream_state)",
+                              database: database.name)
+        let rowsRead = try a.run { store, db in
+            let before = db.rowsRead
+            for id in ["x", "y"] { _ = try store.progress(id, ProgressUpdate(increment: 1), now: 2_000, in: db) }
+            return db.rowsRead - before
+        }
+        #expect(rowsRead == 2)
+    }
+
+    /// Every `writtenPruneInterval`-th generation deletes the names older than the
+    /// `writtenGenerationsKept` latest, in the statement that moves the generation.
+    @Test func theOldestNamesArePruned() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        try a.write { store, db in try store.register(Registration(id: "x", name: "x", total: 100), now: 1_000, in: db) }
+        let next = 5 * SharedWriting.writtenPruneInterval
+        _ = try database.psql("""
+            DELETE FROM written_tasks;
+            INSERT INTO written_tasks SELECT g, '{}' FROM generate_series(1, \(next - 1)) AS g;
+            UPDATE stream_state SET generation = \(next - 1);
+            """, database: database.name)
+        try a.increment("x")
+        let kept = next - SharedWriting.writtenGenerationsKept
+        #expect(try database.psql("SELECT min(generation), max(generation), count(*) FROM written_tasks",
+                                  database: database.name) == "\(kept + 1)|\(next)|\(next - kept)\n")
+        #expect(try database.psql("SELECT ids FROM written_tasks WHERE generation = \(next)", database: database.name)
+            == "{x}\n")
+    }
 }
 
 /// One operation of the tree tests, applied the same way by any writer.
