@@ -440,6 +440,18 @@ struct SharedWritingTests {
         #expect(try database.psql("SELECT ids FROM written_tasks WHERE generation = \(next)", database: database.name)
             == "{x}\n")
     }
+
+    /// The names travel as an array's text: any text comes back as it was (task ids hold
+    /// none of the characters it quotes, but nothing relies on it).
+    @Test func theNamesTravelAsAnArrayThatKeepsEveryText() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let ids = ["plain", "a\"b", "c\\d", "e,f", "{g}", " h ", "NULL", ""]
+        let literal = SharedWriting.arrayLiteral(ids)
+        #expect(try database.psql("SELECT array_to_json($$\(literal)$$::text[])", database: database.name)
+            == #"["plain","a\"b","c\\d","e,f","{g}"," h ","NULL",""]"# + "\n")
+        #expect(SharedWriting.arrayLiteral([]) == "{}")
+    }
 }
 
 /// One operation of the tree tests, applied the same way by any writer.
