@@ -146,6 +146,7 @@ package struct OperationsAPI: Sendable {
             gauges.databaseAvailable = writer.availability.isAvailable
             gauges.databaseUnavailableSeconds = writer.availability.unavailableSeconds
             gauges.databaseReconnects = DatabaseAvailability.reconnects
+            gauges.orderingLockSeconds = writer.orderingLockSeconds
             gauges.subscribers = broker.subscriberCount
             gauges.catchUpBytes = catchUpBudget.usedBytes
             gauges.writerQueueDepth = writer.queueDepth

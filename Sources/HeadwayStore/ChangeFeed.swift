@@ -110,11 +110,12 @@ public enum ChangeFeed {
 
     /// The changes numbered above `id` and at most `through` (every task, its latest state;
     /// every deletion), reading at most `limit` rows of each table, in sequence order;
-    /// `complete` is the number up to which they are all there (`through` unless a table
-    /// had more rows): the next page starts after it. What another daemon wrote, read by
-    /// `SharedWriting` a bounded page at a time.
-    public static func changes(after id: Int64, through: Int64, limit: Int,
-                               in database: Database) throws(DatabaseError) -> (events: [TaskEvent], complete: Int64) {
+    /// `tasks` are the rows the task events were made of, as committed; `complete` is the
+    /// number up to which they are all there (`through` unless a table had more rows): the
+    /// next page starts after it. What another daemon wrote, read by `SharedWriting` a
+    /// bounded page at a time.
+    public static func changes(after id: Int64, through: Int64, limit: Int, in database: Database) throws(DatabaseError)
+        -> (events: [TaskEvent], tasks: [TaskRecord], complete: Int64) {
         let arguments: [SQLValue] = [.integer(id), .integer(through), .integer(Int64(limit))]
         let changed = try database.rows(
             "SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ? AND change_seq <= ? ORDER BY change_seq LIMIT ?",
@@ -127,9 +128,10 @@ public enum ChangeFeed {
         var complete = through
         if changed.count == limit, let last = changed.last { complete = min(complete, last.changeNumber) }
         if deletions.count == limit, let last = deletions.last { complete = min(complete, last.changeNumber) }
-        let events = (changed.map { TaskEvent($0.changeKind, $0) } + deletions)
-            .filter { $0.changeNumber <= complete }.sorted { $0.changeNumber < $1.changeNumber }
-        return (events, complete)
+        let tasks = changed.filter { $0.changeNumber <= complete }
+        let events = (tasks.map { TaskEvent($0.changeKind, $0) } + deletions.filter { $0.changeNumber <= complete })
+            .sorted { $0.changeNumber < $1.changeNumber }
+        return (events, tasks, complete)
     }
 
     /// What a fresh subscriber sees first: the selected tasks that are unfinished or

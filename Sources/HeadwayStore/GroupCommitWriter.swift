@@ -159,6 +159,10 @@ public final class GroupCommitWriter: Service {
     /// Jobs waiting for a batch now.
     public var queueDepth: Int { queue.withLock { $0.jobs.count } }
 
+    /// Seconds, summed over batches, from taking the lock that orders all writers' batches
+    /// to the end of `COMMIT` (PostgreSQL: `SharedWriting`); nil where there is none.
+    public var orderingLockSeconds: Double? { coordinator?.orderingLockSeconds }
+
     /// Queues `work` to run in the next batch and calls `completion` with its result once
     /// the batch has committed (or with the error that stopped it).
     public func submit<Value: Sendable>(_ work: @escaping @Sendable (Database) throws -> Value,

@@ -34,8 +34,10 @@ public final class ChangeCounter: Sendable {
 /// through `TaskStore`, so the cache stays exact provided that nothing a rolled-back
 /// savepoint or transaction wrote is kept: whenever a rollback undoes changes
 /// (`Database.rollbacks`, kept by the connection's transaction helpers, moves), everything
-/// is forgotten. On a PostgreSQL database other daemons write too: `SharedWriting` forgets
-/// everything when a batch finds that another wrote since this one's last batch. Used by
+/// is forgotten. On a PostgreSQL database other daemons write too: when a batch finds
+/// that others wrote since this one's last batch, `SharedWriting` forgets exactly the
+/// tasks they wrote (each batch names every task it wrote, `takeWritten`, quiet writes
+/// included) and remembers those the change feed brought as committed (`refresh`). Used by
 /// the writer thread (its mutex is never contended).
 ///
 /// It also holds the writer's changes of tasks back until the batch commits (`HeldWrites`,
@@ -84,6 +86,16 @@ public final class TaskCache: Sendable, HeldWrites {
         /// The open savepoints, innermost last.
         var savepoints: [Savepoint] = []
         var savepointsBegun = 0
+        /// Whether the ids of the tasks written are noted (`notesWrittenTasks`).
+        var notesWritten = false
+        /// The tasks written (inserted, changed or deleted) since `takeWritten` last took
+        /// them, whether their writes are held, made or rolled back since.
+        var written: Set<String> = []
+
+        /// Notes that the task with `id` is written.
+        mutating func noteWritten(_ id: String) {
+            if notesWritten { written.insert(id) }
+        }
 
         /// The innermost open savepoint's number, 0 outside any.
         var savepoint: Int { savepoints.last?.number ?? 0 }
@@ -133,9 +145,18 @@ public final class TaskCache: Sendable, HeldWrites {
         contents.withLock { contents in contents.remember(task, in: database, capacity: capacity) }
     }
 
+    /// Remembers a task just inserted into `database`.
+    fileprivate func inserted(_ task: TaskRecord, in database: Database) {
+        contents.withLock { contents in
+            contents.noteWritten(task.id)
+            contents.remember(task, in: database, capacity: capacity)
+        }
+    }
+
     /// Writes `task` over `previous` (the task as `task(_:in:)` gave it): held until the
     /// commit when `database` holds its writes here and a transaction is open, else at once.
     fileprivate func write(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(DatabaseError) {
+        contents.withLock { contents in contents.noteWritten(task.id) }
         guard database.heldWrites === self, database.isInsideTransaction else {
             try TaskRepository.update(task, previous: previous, in: database)
             return remember(task, in: database)
@@ -198,12 +219,50 @@ public final class TaskCache: Sendable, HeldWrites {
         }
     }
 
-    /// Forgets a task deleted from the database (after `writeHeld`: a write still held for it
-    /// would outlive it).
-    fileprivate func forget(_ id: String) { contents.withLock { _ = $0.tasks.removeValue(forKey: id) } }
+    /// Forgets a task whose row was deleted or changed by a statement of its own (after
+    /// `writeHeld`: a write still held for it would outlive it).
+    fileprivate func forget(_ id: String) {
+        contents.withLock { contents in
+            contents.noteWritten(id)
+            contents.tasks.removeValue(forKey: id)
+        }
+    }
 
-    /// Forgets every task: another daemon wrote to the database since they were read.
+    /// Forgets every task: another daemon wrote to the database since they were read, and
+    /// which tasks it wrote is not known.
     func forgetAll() { contents.withLock { $0.tasks.removeAll(keepingCapacity: true) } }
+
+    /// Forgets the tasks with `ids`: another daemon wrote them since they were read.
+    func forget(writtenElsewhere ids: some Sequence<String>) {
+        contents.withLock { contents in
+            for id in ids { contents.tasks.removeValue(forKey: id) }
+        }
+    }
+
+    /// Remembers `task` as committed in `database` (read from the change feed: another
+    /// daemon's change), unless the cache is full and does not hold it: a daemon need not
+    /// keep every task the others write, and a full cache starts afresh when it must.
+    func refresh(_ task: TaskRecord, in database: Database) {
+        contents.withLock { contents in
+            contents.forgetIfRolledBack(database)
+            guard contents.tasks.count < capacity || contents.tasks[task.id] != nil else { return }
+            contents.tasks[task.id] = task
+        }
+    }
+
+    /// From now on, notes the tasks written, for `takeWritten` (the writer of a database
+    /// other daemons write too).
+    func notesWrittenTasks() { contents.withLock { $0.notesWritten = true } }
+
+    /// The ids of the tasks written since the last call (in the batch about to commit, or
+    /// rolled back), in no order; nothing is noted until `notesWrittenTasks` was called.
+    func takeWritten() -> [String] {
+        contents.withLock { contents in
+            guard !contents.written.isEmpty else { return [] }
+            defer { contents.written.removeAll(keepingCapacity: true) }
+            return Array(contents.written)
+        }
+    }
 }
 
 extension TaskStore.Registered: CarriesTaskEvents {
@@ -334,7 +393,7 @@ public struct TaskStore: Sendable {
             try History.record(&task, at: now, in: database)
             stamp(&task, .created)
             try TaskRepository.insert(task, in: database)
-            cache.remember(task, in: database)
+            cache.inserted(task, in: database)
             var events = [TaskEvent(.created, task)]
             events += try rollUp(from: task.parentID, ChildrenChange(from: nil, to: task), childDelta: 1,
                                  now: now, in: database)

@@ -90,6 +90,9 @@ package final class ServiceMetrics: Sendable {
         package var databaseUnavailableSeconds = 0.0
         /// Connections to the database made again after the server dropped them.
         package var databaseReconnects = 0
+        /// Seconds the writer's batches held the lock that orders all writers' batches, in
+        /// all (PostgreSQL only: nil leaves the counter out).
+        package var orderingLockSeconds: Double?
 
         package init() {}
     }
@@ -196,6 +199,12 @@ package final class ServiceMetrics: Sendable {
                    "Connections to the database made again after the server dropped them (a restart, "
                    + "pg_terminate_backend), of every part of the daemon.")
         out.sample("headway_database_reconnects_total", [:], Double(gauges.databaseReconnects))
+        if let orderingLockSeconds = gauges.orderingLockSeconds {
+            out.family("headway_ordering_lock_seconds_total", .counter,
+                       "Seconds the writer's batches held the lock that orders all daemons' changes (PostgreSQL), "
+                       + "from taking it to the end of COMMIT.")
+            out.sample("headway_ordering_lock_seconds_total", [:], orderingLockSeconds)
+        }
         out.family("headway_retention_pruned_rows_total", .counter, "Rows forgotten by retention.")
         out.sample("headway_retention_pruned_rows_total", [:], Double(retentionPruned.value))
         out.family("headway_webhook_attempts_total", .counter,

@@ -164,6 +164,13 @@ import Testing
         #expect(samples["headway_database_available"] == 1)
         #expect(samples["headway_database_unavailable_seconds_total"] == 0)
         #expect(samples["headway_database_reconnects_total"] != nil)
+        // The lock that orders several daemons' batches is PostgreSQL's: held by each of
+        // the batches that committed the writes above, for some time.
+        if TestPostgresDatabase.isSelected {
+            #expect(samples["headway_ordering_lock_seconds_total"] ?? 0 > 0)
+        } else {
+            #expect(samples["headway_ordering_lock_seconds_total"] == nil)
+        }
         #expect(samples["headway_event_subscribers"] == 0)
         #expect(samples["headway_retention_pruned_rows_total"] == 0)
     }

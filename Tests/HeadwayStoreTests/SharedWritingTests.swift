@@ -6,8 +6,9 @@ import Testing
 @testable import HeadwayStore
 
 /// Two writers on one PostgreSQL database, as two daemons have: each with its store, its
-/// cache and `SharedWriting`; every event its writer publishes (its own, after each commit,
-/// and the other's, delivered) is recorded in the order its writer thread handled them.
+/// cache (holding the batches' writes, as the daemon's does) and `SharedWriting`; every
+/// event its writer publishes (its own, after each commit, and the other's, delivered) is
+/// recorded in the order its writer thread handled them.
 final class SharedWriter: @unchecked Sendable {
     let store: TaskStore
     let writer: GroupCommitWriter
@@ -21,7 +22,7 @@ final class SharedWriter: @unchecked Sendable {
         let cache = TaskCache()
         let shared = SharedWriting(changeCounter: counter, cache: cache)
         store = TaskStore(changeCounter: counter, cache: cache)
-        writer = try GroupCommitWriter(path: uri, durability: .normal, coordinator: shared, events: sink)
+        writer = try GroupCommitWriter(path: uri, durability: .normal, coordinator: shared, heldWrites: cache, events: sink)
         group = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try group.start()
     }
@@ -33,6 +34,11 @@ final class SharedWriter: @unchecked Sendable {
     @discardableResult
     func write<Value: CarriesTaskEvents & Sendable>(_ work: @escaping @Sendable (TaskStore, Database) throws -> Value) throws
         -> [TaskEvent] {
+        try run(work).events
+    }
+
+    /// Runs `work` in a batch and waits for it; returns its result.
+    func run<Value: Sendable>(_ work: @escaping @Sendable (TaskStore, Database) throws -> Value) throws -> Value {
         let done = DispatchSemaphore(value: 0)
         let result = Locked<Result<Value, any Error>?>(nil)
         writer.submit({ [store] database in try work(store, database) }) { outcome in
@@ -40,7 +46,27 @@ final class SharedWriter: @unchecked Sendable {
             done.signal()
         }
         done.wait()
-        return try result.withLock { $0! }.get().events
+        return try result.withLock { $0! }.get()
+    }
+
+    /// Every stored task, by id, its change number left out (two databases number alike
+    /// changes differently).
+    func storedTasks() throws -> [String: TaskRecord] {
+        try run { _, database in
+            let tasks = try database.rows("SELECT \(TaskRepository.columns) FROM tasks", map: TaskRepository.record)
+            return Dictionary(uniqueKeysWithValues: tasks.map { task in
+                var task = task
+                task.changeNumber = 0
+                return (task.id, task)
+            })
+        }
+    }
+
+    /// The stored change number of every task, by id.
+    func storedChangeNumbers() throws -> [String: Int64] {
+        try run { _, database in
+            Dictionary(uniqueKeysWithValues: try database.rows("SELECT id, change_seq FROM tasks") { ($0.text(0), $0.int(1)) })
+        }
     }
 
     /// Asks the writer to deliver what the other committed (as `ChangeListener` does) and
@@ -204,5 +230,277 @@ struct SharedWritingTests {
         let stored = try member.storedCompleted(["a", "b", "c", "d"])
         #expect(Set(stored.keys) == ["a", "c", "d"])
         #expect(try database.psql("SELECT count(*) FROM tokens", database: database.name) == "0\n")
+    }
+
+    /// Writers taking turns on one tree, each change rolled up into parents that both
+    /// writers cache: the other writer's quiet writes (signal times, counts of failing
+    /// children, retention's count of stored children, none of them numbered or in the
+    /// change feed) reach this writer's cache, so every task ends as one writer applying
+    /// the same operations in the same order leaves it.
+    @Test func writersTakingTurnsOnATreeEndAsOneWriterWould() throws {
+        let operations: [TreeOperation] = [
+            .register("root", parent: nil), .register("p", parent: "root"), .register("c1", parent: "p"),
+            .register("c2", parent: "p"), .register("p2", parent: "root"), .register("c3", parent: "p2"),
+            .register("c4", parent: "p2"),
+            .progress("c1", completed: 1), .heartbeat("c2"), .heartbeat("c1"), .finish("c3", .failed),
+            .finish("c2", .failed), .heartbeat("c1"), .prune, .register("c5", parent: "p2"), .heartbeat("c4"),
+            .progress("c1", completed: 5), .heartbeat("c5"), .finish("c4", .succeeded), .heartbeat("c1"),
+        ]
+        // The moments: signals within a second of the last one published are written quietly,
+        // and the writers' clocks disagree (the second runs 350 ms ahead): a writer whose
+        // cache kept an ancestor's signal time from before the other's quiet one would write
+        // its own, earlier, over it.
+        let moments = operations.indices.map { index in Int64(10_000 + 200 * index + (index % 2 == 1 ? 350 : 0)) }
+        let shared = try TestPostgresDatabase()
+        defer { shared.drop() }
+        let alone = try TestPostgresDatabase()
+        defer { alone.drop() }
+        let writers = [try SharedWriter(uri: shared.uri), try SharedWriter(uri: shared.uri)]
+        let serial = try SharedWriter(uri: alone.uri)
+        for (index, operation) in operations.enumerated() {
+            let applied = try writers[index % 2].run { store, database in try operation.apply(store, now: moments[index], in: database) }
+            let appliedAlone = try serial.run { store, database in try operation.apply(store, now: moments[index], in: database) }
+            #expect(applied.refused == appliedAlone.refused && applied.events.map(\.kind) == appliedAlone.events.map(\.kind),
+                    "operation \(index): \(operation)")
+        }
+        let stored = try writers[0].storedTasks()
+        let expected = try serial.storedTasks()
+        #expect(Set(stored.keys) == Set(expected.keys))
+        for (id, task) in expected.sorted(by: { $0.key < $1.key }) {
+            #expect(stored[id] == task, "\(id): \(stored[id]?.json ?? "missing") instead of \(task.json)")
+        }
+        #expect(stored["p"]?.failingChildren == 1 && stored["root"]?.failingChildren == 2)
+        #expect(stored["p2"]?.childCount == 2, "c3 pruned, c5 registered")
+    }
+
+    /// Both writers at once on the children of shared parents, with moments that disagree
+    /// as the clocks of two hosts do: every task (its roll-up's quiet columns included)
+    /// ends as one writer applying the operations in the order they ran leaves it, jobs
+    /// running one batch at a time under the writers' lock; each writer's stream is
+    /// strictly increasing and its last event of every task is the task's stored change.
+    @Test func concurrentWritersOnATreeEndAsOneWriterWould() throws {
+        let shared = try TestPostgresDatabase()
+        defer { shared.drop() }
+        let writers = [try SharedWriter(uri: shared.uri), try SharedWriter(uri: shared.uri)]
+        var setup: [TreeOperation] = [.register("root", parent: nil)]
+        for parent in 0..<3 {
+            setup.append(.register("p\(parent)", parent: "root"))
+            for child in 0..<4 { setup.append(.register("p\(parent)-c\(child)", parent: "p\(parent)")) }
+        }
+        var random = SeededGenerator(seed: 50)
+        let children = (0..<3).flatMap { parent in (0..<4).map { "p\(parent)-c\($0)" } }
+        let threads = 6, perThread = 60
+        let operations: [[TreeOperation]] = (0..<threads).map { _ in
+            (0..<perThread).map { step in
+                let child = children[Int(random.next() % UInt64(children.count))]
+                switch random.next() % 10 {
+                case 0: return .finish(child, random.next() % 2 == 0 ? .failed : .succeeded)
+                case 1, 2, 3: return .progress(child, completed: Int64(step))
+                default: return .heartbeat(child)
+                }
+            }
+        }
+        for (index, operation) in setup.enumerated() {
+            _ = try writers[0].run { store, database in try operation.apply(store, now: Int64(1_000 + index), in: database) }
+        }
+        // The order in which the jobs ran, all writers together: one batch at a time holds
+        // the lock, and its jobs run in order (a batch run again runs them again, in order).
+        let ran = Locked<(next: Int, order: [Int: Int])>((0, [:]))
+        let failures = Locked<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: threads) { thread in
+            let writer = writers[thread % 2]
+            for (step, operation) in operations[thread].enumerated() {
+                let number = thread * perThread + step
+                let now = Int64(20_000 + 37 * step + 311 * thread)
+                do {
+                    _ = try writer.run { store, database in
+                        ran.withLock { ran in
+                            ran.order[number] = ran.next
+                            ran.next += 1
+                        }
+                        return try operation.apply(store, now: now, in: database)
+                    }
+                } catch {
+                    failures.withLock { $0.append("\(operation): \(error)") }
+                }
+            }
+        }
+        #expect(failures.withLock { $0 }.isEmpty)
+        for writer in writers { #expect(writer.catchUp()) }
+
+        let alone = try TestPostgresDatabase()
+        defer { alone.drop() }
+        let serial = try SharedWriter(uri: alone.uri)
+        for (index, operation) in setup.enumerated() {
+            _ = try serial.run { store, database in try operation.apply(store, now: Int64(1_000 + index), in: database) }
+        }
+        for (number, _) in ran.withLock({ $0.order }).sorted(by: { $0.value < $1.value }) {
+            let (thread, step) = number.quotientAndRemainder(dividingBy: perThread)
+            let operation = operations[thread][step]
+            _ = try serial.run { store, database in
+                try operation.apply(store, now: Int64(20_000 + 37 * step + 311 * thread), in: database)
+            }
+        }
+        let stored = try writers[0].storedTasks()
+        let expected = try serial.storedTasks()
+        #expect(Set(stored.keys) == Set(expected.keys))
+        for (id, task) in expected.sorted(by: { $0.key < $1.key }) {
+            #expect(stored[id] == task, "\(id): \(stored[id]?.json ?? "missing") instead of \(task.json)")
+        }
+
+        let numbers = try writers[0].storedChangeNumbers()
+        for writer in writers {
+            let stream = writer.stream.withLock { $0 }
+            let streamNumbers = stream.map(\.changeNumber)
+            #expect(zip(streamNumbers, streamNumbers.dropFirst()).allSatisfy { $0 < $1 }, "strictly increasing")
+            var last: [String: Int64] = [:]
+            for event in stream { last[event.taskID] = event.changeNumber }
+            #expect(last == numbers, "each task's last event is its stored change")
+        }
+    }
+
+    /// A writer whose cache holds tasks reads none of them again after the other writer
+    /// wrote other tasks (and their parent): only what the other wrote is forgotten, and
+    /// what the change feed brought is remembered as committed.
+    @Test func aWriterKeepsTheTasksTheOtherDidNotWrite() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        let b = try SharedWriter(uri: database.uri)
+        for operation: TreeOperation in [.register("p", parent: nil), .register("mine-1", parent: "p"),
+                                         .register("mine-2", parent: "p"), .register("theirs", parent: "p")] {
+            _ = try a.run { store, db in try operation.apply(store, now: 1_000, in: db) }
+        }
+        try a.increment("mine-1")
+        try a.increment("mine-2")
+        // The other writes a change of `theirs`, rolled up into `p`, which this writer's
+        // catch-up reads from the change feed; then a signal of `theirs`, numbered, carried
+        // up to `p` quietly (within a second of its last change published).
+        try b.increment("theirs")
+        #expect(a.catchUp())
+        _ = try b.run { store, db in try TreeOperation.heartbeat("theirs").apply(store, now: 1_300, in: db) }
+        let rowsRead = try a.run { store, db in
+            let before = db.rowsRead
+            for id in ["mine-1", "mine-2"] {
+                _ = try store.progress(id, ProgressUpdate(increment: 1), now: 2_000, in: db)
+            }
+            return db.rowsRead - before
+        }
+        // Each progress rolls up into `p`, whose row the catch-up read before the other's
+        // quiet write: read again, once.
+        #expect(rowsRead == 1, "only the task the other wrote without a number since it was read is read again")
+        let theirsRead = try a.run { store, db in
+            let before = db.rowsRead
+            _ = try store.progress("theirs", ProgressUpdate(increment: 1), now: 2_100, in: db)
+            return db.rowsRead - before
+        }
+        #expect(theirsRead == 0, "a task the other changed with a number is taken from the change feed")
+        #expect(try a.storedCompleted(["mine-1", "mine-2", "theirs"]) == ["mine-1": 2, "mine-2": 2, "theirs": 2])
+    }
+
+    /// A generation whose batch named no tasks (a daemon of a build that names none, or a
+    /// name pruned) leaves the others unable to tell what it wrote: they forget their
+    /// whole cache.
+    @Test func aGenerationWithoutNamesForgetsTheWholeCache() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        let b = try SharedWriter(uri: database.uri)
+        for id in ["x", "y", "z"] {
+            try a.write { store, db in try store.register(Registration(id: id, name: id, total: 100), now: 1_000, in: db) }
+        }
+        try b.increment("z")
+        _ = try database.psql("DELETE FROM written_tasks WHERE generation = (SELECT generation FROM stream_state)",
+                              database: database.name)
+        let rowsRead = try a.run { store, db in
+            let before = db.rowsRead
+            for id in ["x", "y"] { _ = try store.progress(id, ProgressUpdate(increment: 1), now: 2_000, in: db) }
+            return db.rowsRead - before
+        }
+        #expect(rowsRead == 2)
+    }
+
+    /// Every `writtenPruneInterval`-th generation deletes the names older than the
+    /// `writtenGenerationsKept` latest, in the statement that moves the generation.
+    @Test func theOldestNamesArePruned() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        try a.write { store, db in try store.register(Registration(id: "x", name: "x", total: 100), now: 1_000, in: db) }
+        let next = 5 * SharedWriting.writtenPruneInterval
+        _ = try database.psql("""
+            DELETE FROM written_tasks;
+            INSERT INTO written_tasks SELECT g, '{}' FROM generate_series(1, \(next - 1)) AS g;
+            UPDATE stream_state SET generation = \(next - 1);
+            """, database: database.name)
+        try a.increment("x")
+        let kept = next - SharedWriting.writtenGenerationsKept
+        #expect(try database.psql("SELECT min(generation), max(generation), count(*) FROM written_tasks",
+                                  database: database.name) == "\(kept + 1)|\(next)|\(next - kept)\n")
+        #expect(try database.psql("SELECT ids FROM written_tasks WHERE generation = \(next)", database: database.name)
+            == "{x}\n")
+    }
+
+    /// The names travel as an array's text: any text comes back as it was (task ids hold
+    /// none of the characters it quotes, but nothing relies on it).
+    @Test func theNamesTravelAsAnArrayThatKeepsEveryText() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let ids = ["plain", "a\"b", "c\\d", "e,f", "{g}", " h ", "NULL", ""]
+        let literal = SharedWriting.arrayLiteral(ids)
+        #expect(try database.psql("SELECT array_to_json($$\(literal)$$::text[])", database: database.name)
+            == #"["plain","a\"b","c\\d","e,f","{g}"," h ","NULL",""]"# + "\n")
+        #expect(SharedWriting.arrayLiteral([]) == "{}")
+    }
+}
+
+/// One operation of the tree tests, applied the same way by any writer.
+enum TreeOperation: Sendable, CustomStringConvertible {
+    case register(String, parent: String?)
+    case progress(String, completed: Int64)
+    case heartbeat(String)
+    case finish(String, TaskState)
+    /// Retention of every finished task without children.
+    case prune
+
+    var description: String {
+        switch self {
+        case .register(let id, let parent): "register \(id) under \(parent ?? "-")"
+        case .progress(let id, let completed): "progress \(id) \(completed)"
+        case .heartbeat(let id): "heartbeat \(id)"
+        case .finish(let id, let state): "finish \(id) \(state)"
+        case .prune: "prune"
+        }
+    }
+
+    /// What applying one did: its events (which the writer publishes once committed), or
+    /// a refusal by the rules (nothing written).
+    struct Applied: CarriesTaskEvents, Equatable {
+        var events: [TaskEvent]
+        var refused = false
+        var estimatedBytes: Int { 0 }
+    }
+
+    /// Applies it at `now`.
+    func apply(_ store: TaskStore, now: EpochMilliseconds, in database: Database) throws -> Applied {
+        do {
+            switch self {
+            case .register(let id, let parent):
+                return Applied(events: try store.register(
+                    Registration(id: id, name: id, parentID: parent, total: 100, stallTimeoutSeconds: 60),
+                    now: now, in: database).events)
+            case .progress(let id, let completed):
+                return Applied(events: try store.progress(id, ProgressUpdate(completed: completed), now: now, in: database).events)
+            case .heartbeat(let id):
+                return Applied(events: try store.heartbeat(id, Heartbeat(), now: now, in: database).events)
+            case .finish(let id, let state):
+                return Applied(events: try store.finish(id, Finish(outcome: state), now: now, in: database).events)
+            case .prune:
+                _ = try store.prune(finishedBefore: now + 1, limit: 100, in: database)
+                return Applied(events: [])
+            }
+        } catch is TaskError {
+            return Applied(events: [], refused: true)
+        }
     }
 }

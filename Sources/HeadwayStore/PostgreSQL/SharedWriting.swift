@@ -1,3 +1,4 @@
+import Dispatch
 import HeadwayCore
 import Lifecycle
 import Synchronization
@@ -18,6 +19,9 @@ public protocol BatchCoordinator: Sendable {
     /// (`GroupCommitWriter.submitCatchUp`): outside any transaction; other writers'
     /// committed changes go to `events`.
     func catchUp(in database: Database, publishing events: (any TaskEventSink)?) throws
+    /// Seconds, summed over batches, from taking what orders all writers' batches to the
+    /// end of the batch's `COMMIT` (or rollback).
+    var orderingLockSeconds: Double { get }
 }
 
 /// How one of several daemons writes to a shared PostgreSQL database so that changes keep
@@ -30,24 +34,44 @@ public protocol BatchCoordinator: Sendable {
 /// handed out in commit order, and no change numbered below another can commit after it.
 /// Holding the lock, the batch reads committed data only (`READ COMMITTED`, every
 /// statement sees the previous holder's commit), and:
-/// - if the generation moved since this daemon's last batch, another daemon wrote: the
-///   task cache is forgotten (its rows may be stale);
+/// - if the generation moved since this daemon's last batch, other daemons wrote: the
+///   tasks they wrote are forgotten from the task cache, and only those. Each batch that
+///   moves the generation names every task it wrote, with a number or quietly (an
+///   ancestor's signal time, retention's count of children), in `written_tasks` under its
+///   generation; a daemon reads the names of the generations since the one its cache is
+///   exact for, or forgets its whole cache when one of them is missing (pruned, or a batch
+///   of a build that names none) or there are more than `writtenGenerationsRead`;
+/// - the rows the change feed brought are remembered as committed (`TaskCache.refresh`):
+///   those read holding the lock at once, those read before it (or by a catch-up) when no
+///   batch of a later generation than the one read just before them wrote their task;
 /// - the change counter continues from the row's latest number;
 /// - the changes numbered between what this daemon has delivered and that number (other
 ///   daemons' changes, committed) are read from the change feed, a bounded page at a
 ///   time, and handed to the writer's `TaskEventSink` before any of this batch's own
 ///   events, so the event broker gets every change in order.
 ///
-/// A batch that wrote sets the row's latest number and generation before it commits, and
-/// sends `NOTIFY headway_changes` with its latest number: the other daemons' listeners
-/// (`ChangeListener`) then ask their writers to catch up (`catchUp`: a read without the
-/// lock, between batches). The notification is only a
-/// wake-up: a lost one costs latency (the listener also looks every second), never a change.
+/// Most of that reading is done before taking the lock, for what was committed by then
+/// (the feed up to its latest number, the names up to its generation); under the lock
+/// only what committed meanwhile remains.
+///
+/// A batch that wrote sets the row's latest number and generation before it commits, names
+/// the tasks it wrote, and sends `NOTIFY headway_changes` with its latest number, in one
+/// statement: the other daemons' listeners (`ChangeListener`) then ask their writers to
+/// catch up (`catchUp`: a read without the lock, between batches). The notification is
+/// only a wake-up: a lost one costs latency (the listener also looks every second), never
+/// a change.
 public final class SharedWriting: BatchCoordinator {
     /// The notification channel.
     public static let channel = "headway_changes"
     /// Rows read per table and page when reading other daemons' changes.
     static let pageRows = 1_000
+    /// A cache more generations behind than this is forgotten whole: reading what so many
+    /// batches wrote would cost more, under the lock, than reading again the tasks used.
+    static let writtenGenerationsRead: Int64 = 256
+    /// The generations whose tasks `written_tasks` keeps: every `writtenPruneInterval`-th
+    /// batch deletes the rows older than this many generations.
+    static let writtenGenerationsKept: Int64 = 4_096
+    static let writtenPruneInterval: Int64 = 1_024
 
     private struct State {
         /// The generation this daemon's cache of tasks is exact for (-1: none).
@@ -56,6 +80,12 @@ public final class SharedWriting: BatchCoordinator {
         var generationAfterBatch: Int64 = -1
         /// The row's latest change number when the open batch locked it.
         var lastAtBatchStart: Int64 = 0
+        /// Tasks read from the change feed without the lock since the last batch, each with
+        /// the generation read just before it: its row is the committed one unless a batch
+        /// of a later generation wrote it. Kept for the next batch, which knows.
+        var readOutsideLock: [String: (generation: Int64, task: TaskRecord)] = [:]
+        /// When the open batch took the lock (`DispatchTime` nanoseconds), if it did.
+        var lockedAt: UInt64?
     }
 
     private let changeCounter: ChangeCounter
@@ -65,43 +95,105 @@ public final class SharedWriting: BatchCoordinator {
     /// Every change numbered up to this is committed and delivered (or being delivered,
     /// on the writer thread, in order) by this daemon.
     private let delivered: Atomic<Int64>
+    /// Nanoseconds the lock was held, in all (`orderingLockSeconds`).
+    private let lockNanoseconds = Atomic<UInt64>(0)
 
     /// For the writer of a store with `changeCounter` and `cache`.
     public init(changeCounter: ChangeCounter, cache: TaskCache) {
         self.changeCounter = changeCounter
         self.cache = cache
         delivered = Atomic(changeCounter.last)
+        cache.notesWrittenTasks()
     }
 
     /// Every change up to this number has been delivered.
     public var deliveredThrough: Int64 { delivered.load(ordering: .acquiring) }
 
+    public var orderingLockSeconds: Double { Double(lockNanoseconds.load(ordering: .relaxed)) / 1e9 }
+
     public func batchBegins(in database: Database, publishing events: (any TaskEventSink)?) throws {
+        var exactAt = state.withLock { $0.generationSeen }
+        // The latest generation each task was written at, for every write after `knownAfter`.
+        var written: [String: Int64] = [:]
+        var knownAfter = exactAt
         // What is committed already is read before the lock, so that a daemon that was idle
         // while others wrote much does not hold them up while it reads; under the lock only
         // what committed meanwhile remains. (Read outside the lock, a task whose row changed
         // again after `committed` was read is left out: its newer change is read later,
         // coalesced, as the stream allows.)
-        if let committed = try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") {
-            try deliverChanges(through: committed, to: events, in: database)
+        if let (generation, committed) = try Self.position(in: database, locking: false) {
+            try deliverChanges(through: committed, to: events, readAt: generation, in: database)
+            if try !forgetWritten(after: exactAt, through: generation, noting: &written, in: database) {
+                knownAfter = generation
+            }
+            exactAt = generation
         }
-        let row = try database.rows("SELECT generation, last_change FROM stream_state WHERE singleton = 1 FOR UPDATE") {
-            ($0.int(0), $0.int(1))
+        guard let (generation, last) = try Self.position(in: database, locking: true) else {
+            throw DatabaseError(code: 1, message: "stream_state has no row", sql: nil)
         }
-        guard let (generation, last) = row.first else { throw DatabaseError(code: 1, message: "stream_state has no row", sql: nil) }
-        let cacheIsStale = state.withLock { state in
+        state.withLock { $0.lockedAt = DispatchTime.now().uptimeNanoseconds }
+        if try !forgetWritten(after: exactAt, through: generation, noting: &written, in: database) {
+            knownAfter = generation
+        }
+        let readOutsideLock = state.withLock { state in
             state.generationAfterBatch = generation
             state.lastAtBatchStart = last
-            return state.generationSeen != generation
+            defer { state.readOutsideLock.removeAll() }
+            return state.readOutsideLock
         }
-        if cacheIsStale { cache.forgetAll() }
+        for (id, read) in readOutsideLock where read.generation >= knownAfter && written[id, default: 0] <= read.generation {
+            cache.refresh(read.task, in: database)
+        }
         changeCounter.continueFrom(last)
-        try deliverChanges(through: last, to: events, in: database)
+        try deliverChanges(through: last, to: events, readAt: nil, in: database)
+    }
+
+    /// The generation and latest change number of `stream_state`, the row locked until the
+    /// transaction ends when `locking`.
+    private static func position(in database: Database, locking: Bool) throws -> (generation: Int64, last: Int64)? {
+        try database.rows("SELECT generation, last_change FROM stream_state WHERE singleton = 1"
+                          + (locking ? " FOR UPDATE" : "")) { ($0.int(0), $0.int(1)) }.first
+    }
+
+    /// Brings the cache, exact for generation `exactAt` (-1: not known), to `generation`:
+    /// forgets the tasks that the batches of the generations between wrote, as
+    /// `written_tasks` names them, noting in `written` the latest generation each was
+    /// written at. Returns false, having forgotten every task, when they are not all named
+    /// (`exactAt` not known, too far behind, or a row missing).
+    private func forgetWritten(after exactAt: Int64, through generation: Int64, noting written: inout [String: Int64],
+                               in database: Database) throws -> Bool {
+        guard generation != exactAt else { return true }
+        guard exactAt >= 0, generation > exactAt, generation - exactAt <= Self.writtenGenerationsRead else {
+            cache.forgetAll()
+            return false
+        }
+        // A row per task named, and one without for a batch that named none.
+        let rows = try database.rows("""
+            SELECT w.generation, named.id FROM written_tasks AS w LEFT JOIN LATERAL unnest(w.ids) AS named(id) ON true
+            WHERE w.generation > ?1 AND w.generation <= ?2
+            """, [.integer(exactAt), .integer(generation)]) { ($0.int(0), $0.optionalText(1)) }
+        var generations = Set<Int64>()
+        var ids: [String] = []
+        for (writtenAt, id) in rows {
+            generations.insert(writtenAt)
+            guard let id else { continue }
+            ids.append(id)
+            written[id] = max(written[id, default: writtenAt], writtenAt)
+        }
+        guard generations.count == generation - exactAt else {
+            cache.forgetAll()
+            return false
+        }
+        cache.forget(writtenElsewhere: ids)
+        return true
     }
 
     /// Delivers the committed changes numbered above those delivered and up to `last` to
-    /// `events`, a page at a time (the writer thread is the only caller).
-    private func deliverChanges(through last: Int64, to events: (any TaskEventSink)?, in database: Database) throws {
+    /// `events`, a page at a time (the writer thread is the only caller); the tasks read
+    /// are remembered as committed when read holding the lock (`readAt` nil), else kept
+    /// for the next batch with `readAt`, the generation read before them.
+    private func deliverChanges(through last: Int64, to events: (any TaskEventSink)?, readAt generation: Int64?,
+                                in database: Database) throws {
         var from = delivered.load(ordering: .acquiring)
         guard last > from else { return }
         while from < last {
@@ -110,6 +202,16 @@ public final class SharedWriting: BatchCoordinator {
             from = page.complete
             // Delivered, whatever happens to this batch: these changes are committed.
             delivered.store(from, ordering: .releasing)
+            guard let generation else {
+                // No other writer commits while this batch holds the lock.
+                for task in page.tasks { cache.refresh(task, in: database) }
+                continue
+            }
+            state.withLock { state in
+                for task in page.tasks { state.readOutsideLock[task.id] = (generation, task) }
+                // Only a help: past the cache's size, the tasks are read again when needed.
+                if state.readOutsideLock.count > cache.capacity { state.readOutsideLock.removeAll() }
+            }
         }
     }
 
@@ -117,28 +219,56 @@ public final class SharedWriting: BatchCoordinator {
     /// latest are all committed, and a row only moves to higher numbers, so reading the
     /// range page by page misses nothing that is not read later at its newer number.
     public func catchUp(in database: Database, publishing events: (any TaskEventSink)?) throws {
-        guard let committed = try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") else { return }
-        try deliverChanges(through: committed, to: events, in: database)
+        guard let (generation, committed) = try Self.position(in: database, locking: false) else { return }
+        try deliverChanges(through: committed, to: events, readAt: generation, in: database)
     }
 
     public func batchEnds(in database: Database, changedRows: Bool) throws {
         let last = changeCounter.last
+        let written = cache.takeWritten()
         guard changedRows || last != state.withLock({ $0.lastAtBatchStart }) else { return }
-        // One round trip: the row moved, and the notification sent at commit.
+        // One round trip: the row moved, the tasks written named under the new generation
+        // (the oldest names deleted now and then), and the notification sent at commit.
         try database.run("""
             WITH moved AS (UPDATE stream_state SET last_change = ?1, generation = generation + 1 WHERE singleton = 1
-                           RETURNING last_change)
+                           RETURNING last_change, generation),
+                 named AS (INSERT INTO written_tasks (generation, ids) SELECT generation, ?2::text[] FROM moved),
+                 pruned AS (DELETE FROM written_tasks
+                            WHERE (SELECT generation % \(Self.writtenPruneInterval) = 0 FROM moved)
+                            AND generation <= (SELECT generation - \(Self.writtenGenerationsKept) FROM moved))
             SELECT pg_notify('\(Self.channel)', last_change::text) FROM moved
-            """, [.integer(last)])
+            """, [.integer(last), .text(Self.arrayLiteral(written))])
         state.withLock { $0.generationAfterBatch += 1 }
     }
 
     public func batchEnded(committed: Bool) {
-        state.withLock { state in
+        let lockedAt = state.withLock { state in
             // After a rollback the row is as it was, but this daemon's cache was forgotten
             // (the connection's rollback count moved) and its counter is reset next batch.
             state.generationSeen = committed ? state.generationAfterBatch : -1
+            defer { state.lockedAt = nil }
+            return state.lockedAt
         }
+        if let lockedAt {
+            lockNanoseconds.add(DispatchTime.now().uptimeNanoseconds &- lockedAt, ordering: .relaxed)
+        }
+        if !committed { _ = cache.takeWritten() }
         if committed { delivered.store(max(delivered.load(ordering: .acquiring), changeCounter.last), ordering: .releasing) }
+    }
+
+    /// `ids` as a PostgreSQL array's text (`{"a","b \\"c\\""}`), each element quoted.
+    static func arrayLiteral(_ ids: [String]) -> String {
+        var text = "{"
+        for (index, id) in ids.enumerated() {
+            if index > 0 { text.append(",") }
+            text.append("\"")
+            for character in id {
+                if character == "\"" || character == "\\" { text.append("\\") }
+                text.append(character)
+            }
+            text.append("\"")
+        }
+        text.append("}")
+        return text
     }
 }
