@@ -286,6 +286,10 @@ public final class GroupCommitWriter: Service {
                 _ = workArrived.wait(until: nextWALCheck)
                 continue
             }
+            if stopping && !availability.isAvailable {
+                refuseQueuedJobs()
+                continue
+            }
             // Woken by the first job of a burst, the writer would preempt the threads still
             // queueing the rest and commit them one by one: let them run first.
             sched_yield()
@@ -309,6 +313,19 @@ public final class GroupCommitWriter: Service {
             if !notRun.isEmpty { queue.withLock { $0.jobs.insert(contentsOf: notRun, at: 0) } }
         }
         database.close()
+    }
+
+    /// At a stop while the database cannot be reached, refuses the jobs still queued at once
+    /// (unavailable: their clients send them again, to another daemon) rather than letting
+    /// each batch try to connect again, which on a host that does not answer (the network
+    /// cut) takes a whole connect timeout, and the stop with it.
+    private func refuseQueuedJobs() {
+        let jobs = queue.withLock { queue in
+            defer { queue.jobs.removeAll() }
+            return queue.jobs
+        }
+        let error = DatabaseError.unavailable("the daemon is stopping, and the database cannot be reached")
+        jobs.forEach { $0.abort(error) }
     }
 
     /// Brings the `-wal` file back under `walSizeLimit` when it is over it: a checkpoint
