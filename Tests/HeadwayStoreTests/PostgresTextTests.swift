@@ -58,6 +58,12 @@ import Testing
         #expect(PostgresConnection.withNetworkDefaults("postgresql://h/d?application_name=connect_timeout=1",
                                                        environment: [:])
                 == "postgresql://h/d?application_name=connect_timeout=1&" + defaults)
+        // This machine's libpq knows them all; an older one without tcp_user_timeout gets
+        // the others only.
+        #expect(PostgresConnection.networkDefaults.allSatisfy { PostgresConnection.libpqOptions.contains($0.key) })
+        let older = PostgresConnection.libpqOptions.subtracting(["tcp_user_timeout"])
+        #expect(PostgresConnection.withNetworkDefaults("postgresql://h/d", environment: [:], known: older)
+                == "postgresql://h/d?" + defaults.replacing("&tcp_user_timeout=10000", with: ""))
     }
 
     @Test func onlyStatementsSafeToRepeatAreResent() {

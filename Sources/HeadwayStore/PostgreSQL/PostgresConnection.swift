@@ -66,17 +66,33 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     static let networkDefaultVariables = ["connect_timeout": "PGCONNECT_TIMEOUT"]
 
     /// `location` with each of `networkDefaults` added unless the URI's query sets it (or
-    /// its environment variable is set in `environment`).
+    /// its environment variable is set in `environment`), or libpq does not know it
+    /// (`known`: an older libpq than 12 has no `tcp_user_timeout`, and would refuse the URI).
     static func withNetworkDefaults(_ location: String,
-                                    environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+                                    environment: [String: String] = ProcessInfo.processInfo.environment,
+                                    known: Set<String> = libpqOptions) -> String {
         let query = location.firstIndex(of: "?").map { location[location.index(after: $0)...] } ?? ""
         let given = Set(query.split(separator: "&").map { $0.prefix { $0 != "=" } })
         let added = networkDefaults.filter { name, _ in
-            !given.contains(Substring(name)) && networkDefaultVariables[name].flatMap { environment[$0] } == nil
+            known.contains(name) && !given.contains(Substring(name))
+                && networkDefaultVariables[name].flatMap { environment[$0] } == nil
         }
         guard !added.isEmpty else { return location }
         return location + (location.contains("?") ? "&" : "?") + added.map { "\($0)=\($1)" }.joined(separator: "&")
     }
+
+    /// The connection parameters this libpq knows (`PQconndefaults`).
+    static let libpqOptions: Set<String> = {
+        guard let options = PQconndefaults() else { return [] }
+        defer { PQconninfoFree(options) }
+        var names: Set<String> = []
+        var option = options
+        while let keyword = option.pointee.keyword {
+            names.insert(String(cString: keyword))
+            option += 1
+        }
+        return names
+    }()
 
     deinit { close() }
 
