@@ -177,8 +177,12 @@ public final class HeadwayApplication: Sendable {
 
     /// Stops every service in order (see the type), waits for the reads still running or
     /// waiting (catch-ups, API reads), then closes the readers and writes the last log
-    /// lines (the flusher has stopped).
-    public func shutdown() {
+    /// lines (the flusher has stopped). `processEnds`: the process exits next, so no
+    /// connection to the database server is opened any more (`DatabaseAvailability.stopConnecting`):
+    /// on a server that does not answer, the parts stopped one after the other would each
+    /// wait out a connection attempt.
+    public func shutdown(processEnds: Bool = false) {
+        if processEnds { DatabaseAvailability.stopConnecting() }
         logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
         // Reads still waiting are answered 503 now: the drain below waits for the reads
         // running, not for a queue that one client may have filled with heavy pages.

@@ -277,7 +277,7 @@ public final class GroupCommitWriter: Service {
         while true {
             if DispatchTime.now() >= nextWALCheck {
                 limitWAL()
-                lookForTheDatabaseIfUnavailable()
+                if !queue.withLock({ $0.stopping }) { lookForTheDatabaseIfUnavailable() }
                 nextWALCheck = DispatchTime.now() + walCheckInterval
             }
             let (hasWork, stopping) = queue.withLock { (!$0.jobs.isEmpty, $0.stopping) }

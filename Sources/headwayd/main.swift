@@ -116,5 +116,5 @@ let impatientSignals = [SIGTERM, SIGINT].map { signal in
     source.resume()
     return source
 }
-application.shutdown()
+application.shutdown(processEnds: true)
 exit(0)

@@ -103,6 +103,10 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     }
 
     private func connect() throws(DatabaseError) {
+        guard DatabaseAvailability.mayConnect else {
+            throw DatabaseError.unavailable("no new connection to PostgreSQL at \(redactedLocation(location)): "
+                                            + "the daemon is stopping")
+        }
         let connection = PQconnectdb(connectionString)
         guard let connection, PQstatus(connection) == CONNECTION_OK else {
             let message = connection.map { redactedMessage(Self.trimmed(String(cString: PQerrorMessage($0))), location: location) }
