@@ -177,8 +177,12 @@ public final class HeadwayApplication: Sendable {
 
     /// Stops every service in order (see the type), waits for the reads still running or
     /// waiting (catch-ups, API reads), then closes the readers and writes the last log
-    /// lines (the flusher has stopped).
-    public func shutdown() {
+    /// lines (the flusher has stopped). `processEnds`: the process exits next, so no
+    /// connection to the database server is opened any more (`DatabaseAvailability.stopConnecting`):
+    /// on a server that does not answer, the parts stopped one after the other would each
+    /// wait out a connection attempt.
+    public func shutdown(processEnds: Bool = false) {
+        if processEnds { DatabaseAvailability.stopConnecting() }
         logger.log(.info, "server.stopping", ["subscribers": "\(broker.subscriberCount)"])
         // Reads still waiting are answered 503 now: the drain below waits for the reads
         // running, not for a queue that one client may have filled with heavy pages.
@@ -232,16 +236,12 @@ private func refuseBeforeOpening(_ configuration: Configuration, logger: Logger)
     // A PostgreSQL server still starting (or down a moment: a restart, a host booting) is
     // waited for, with a line now and then, rather than failing the start: a supervisor
     // restarting the daemon every few seconds would give up on it after a few tries.
-    storageEngine(for: configuration.databasePath).waitForServer(upTo: configuration.databaseStartWaitSeconds,
-                                                                 stopRequested: stopSignalPending) { waited, finding in
+    try waitForDatabaseServer(configuration.databasePath, upTo: configuration.databaseStartWaitSeconds) { waited, finding in
         logger.log(.warn, "database.waiting", [
             "location": redactedLocation(configuration.databasePath), "finding": finding,
             "waited_seconds": "\(Int(waited))", "gives_up_after_seconds": "\(Int(configuration.databaseStartWaitSeconds))",
         ])
     }
-    // Signals are blocked until the daemon runs (`main`): one that came while it waited is
-    // read here, and ends the start.
-    if stopSignalPending() { throw StartInterrupted() }
     if let refusal = StartRefusal.check(configuration, tokensRequired: TokenRepository.requiredWithoutCreating(
         path: configuration.databasePath)) {
         throw refusal
@@ -515,8 +515,36 @@ public struct StartInterrupted: Error, CustomStringConvertible {
     public var description: String { "stopped by a signal while waiting for the database server" }
 }
 
-/// Whether SIGTERM or SIGINT is pending (blocked until the daemon runs, they wait for `sigwait`).
-private func stopSignalPending() -> Bool {
+/// The database's server took no connections for as long as the start would wait: the
+/// start gives up with what it found last, and connects no more (each try could take a
+/// whole `connect_timeout` again on a host that does not answer).
+public struct DatabaseServerUnreachable: Error, CustomStringConvertible {
+    let location: String
+    let waitedSeconds: Double
+    let finding: String
+
+    public var description: String {
+        "the database server at \(redactedLocation(location)) takes no connections"
+            + (waitedSeconds > 0 ? " after a wait of \(Setting.plain(waitedSeconds)) s (--db-start-wait)" : "")
+            + ": \(finding)"
+    }
+}
+
+/// Waits up to `seconds` for the server of the database at `location` (none for a file),
+/// telling `waiting` now and then (`StorageEngine.waitForServer`). Signals are blocked
+/// (`main`): SIGTERM or SIGINT meanwhile ends the wait with `StartInterrupted`; a server
+/// that still takes no connections after it, with `DatabaseServerUnreachable`.
+func waitForDatabaseServer(_ location: String, upTo seconds: Double,
+                           waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) throws {
+    let finding = storageEngine(for: location).waitForServer(upTo: seconds, stopRequested: stopSignalPending,
+                                                             waiting: waiting)
+    if stopSignalPending() { throw StartInterrupted() }
+    if let finding { throw DatabaseServerUnreachable(location: location, waitedSeconds: seconds, finding: finding) }
+}
+
+/// Whether SIGTERM or SIGINT is pending (blocked until the daemon runs, they wait for
+/// `sigwait`; blocked for good in `headwayd token create`).
+func stopSignalPending() -> Bool {
     var pending = sigset_t()
     sigpending(&pending)
     return sigismember(&pending, SIGTERM) == 1 || sigismember(&pending, SIGINT) == 1

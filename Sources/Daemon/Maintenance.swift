@@ -180,8 +180,16 @@ final class Maintenance: Service {
     /// times a second).
     private func logFailure(_ event: String, _ error: any Error) {
         guard (error as? WriterError) != .stopped, !StorageAlarm.isStorageRefusal(error) else { return }
-        // A database server out of reach (restarting, say) is retried at the next tick.
-        logger.log((error as? DatabaseError)?.isUnavailable == true ? .warn : .error, event, ["error": "\(error)"])
+        logger.log(Self.isPassing(error) ? .warn : .error, event, ["error": "\(error)"])
+    }
+
+    /// Whether `error` passes by itself and the job is simply retried at the next tick: a
+    /// database server out of reach (restarting, the network cut), or a write lock held
+    /// past the busy timeout by another process (on PostgreSQL: another daemon, whose
+    /// session the server ends when that daemon is cut off).
+    static func isPassing(_ error: any Error) -> Bool {
+        guard let error = error as? DatabaseError else { return false }
+        return error.isUnavailable || error.isBusy
     }
 
     /// Prunes in small batches until one comes back short.

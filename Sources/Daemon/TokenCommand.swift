@@ -11,7 +11,8 @@ public enum TokenCommand {
     /// The usage text of `headwayd token --help`.
     public static let usage = """
         Usage: headwayd token create --scope S [--scope S…] [--name N] [--task-prefix P]
-                                     [--expires-in DURATION] --db PATH
+                                     [--expires-in DURATION] [--db-start-wait SECONDS]
+                                     --db PATH
 
         Makes an access token in the database at PATH and prints its secret alone on
         stdout. The secret is shown only this once; only its SHA-256 is stored.
@@ -24,13 +25,16 @@ public enum TokenCommand {
                              without it the token never expires
           --db PATH|URI      the daemon's SQLite database (created if missing), or
                              its PostgreSQL database (postgresql://…)
+          --db-start-wait S  how long to wait for a PostgreSQL server that takes no
+                             connections yet (starting up, recovering), as the
+                             daemon does at start; 0: do not wait (default: 60)
 
         """
 
     /// What `arguments` (after `token`) ask for.
     public enum Parsed: Equatable, Sendable {
         case help
-        case create(TokenRequest, expiresInSeconds: Double?, databasePath: String)
+        case create(TokenRequest, expiresInSeconds: Double?, databasePath: String, serverWaitSeconds: Double)
     }
 
     /// Reads `create` and its flags (`--name value` or `--name=value`).
@@ -43,7 +47,8 @@ public enum TokenCommand {
         var prefix: String?
         var expiresIn: Double?
         var databasePath: String?
-        let options = ["scope", "name", "task-prefix", "expires-in", "db"]
+        var serverWait = Configuration().databaseStartWaitSeconds
+        let options = ["scope", "name", "task-prefix", "expires-in", "db", "db-start-wait"]
         var scanner = ArgumentScanner(Array(arguments.dropFirst()), doubleDashEndsOptions: false)
         while true {
             let scanned: ScannedArgument?
@@ -87,6 +92,8 @@ public enum TokenCommand {
                                      + "30d; at most 36525d), not '\(text)'")
                 }
                 expiresIn = seconds
+            case "--db-start-wait":
+                serverWait = try Setting.seconds("db-start-wait", text, in: 0...86_400)
             default:
                 guard !text.isEmpty else { throw UsageError("--db needs a file path") }
                 databasePath = text
@@ -95,12 +102,22 @@ public enum TokenCommand {
         guard !scopes.isEmpty else { throw UsageError("token create needs at least one --scope") }
         guard let databasePath else { throw UsageError("token create needs --db PATH") }
         return .create(TokenRequest(name: name, scopes: scopes, taskPrefix: prefix), expiresInSeconds: expiresIn,
-                       databasePath: databasePath)
+                       databasePath: databasePath, serverWaitSeconds: serverWait)
     }
 
-    /// Makes the token and returns its secret (the caller prints it).
+    /// Makes the token and returns its secret (the caller prints it). A PostgreSQL server
+    /// that takes no connections yet is waited for up to `serverWaitSeconds`, as the daemon
+    /// waits at start, with a line to `waiting` at once and every `waitReportSeconds`:
+    /// a provisioning script runs the command right after starting the server. SIGINT
+    /// or SIGTERM (blocked by the caller) ends the wait: `StartInterrupted`; a server
+    /// that takes no connections after it: `DatabaseServerUnreachable`.
     public static func create(_ request: TokenRequest, expiresInSeconds: Double?, databasePath: String,
+                              serverWaitSeconds: Double = 0, waiting: (String) -> Void = { _ in },
                               clock: any WallClock = SystemClock()) throws -> String {
+        try waitForDatabaseServer(databasePath, upTo: serverWaitSeconds) { waited, finding in
+            waiting("waiting for the database server at \(redactedLocation(databasePath)): \(finding) "
+                    + "(waited \(Int(waited)) s, gives up after \(Setting.plain(serverWaitSeconds)) s)")
+        }
         _ = try DatabaseSetup.open(path: databasePath)
         let database = try Database(path: databasePath)
         defer { database.close() }

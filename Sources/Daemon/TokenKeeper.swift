@@ -38,8 +38,7 @@ struct TokenKeeper: Sendable {
                 // A refusal of the storage is logged once per episode by `StorageAlarm`.
                 if (error as? WriterError) != .stopped && !StorageAlarm.isStorageRefusal(error),
                    let unlogged = failureLines.admit(now: DispatchTime.now().uptimeNanoseconds) {
-                    let unavailable = (error as? DatabaseError)?.isUnavailable == true
-                    logger.log(unavailable ? .warn : .error, "tokens.refresh_failed",
+                    logger.log(Maintenance.isPassing(error) ? .warn : .error, "tokens.refresh_failed",
                                ["error": "\(error)", "not_logged_since": "\(unlogged)"])
                 }
             }

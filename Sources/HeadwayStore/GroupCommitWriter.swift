@@ -281,13 +281,17 @@ public final class GroupCommitWriter: Service {
         while true {
             if DispatchTime.now() >= nextWALCheck {
                 limitWAL()
-                lookForTheDatabaseIfUnavailable()
+                if !queue.withLock({ $0.stopping }) { lookForTheDatabaseIfUnavailable() }
                 nextWALCheck = DispatchTime.now() + walCheckInterval
             }
             let (hasWork, stopping) = queue.withLock { (!$0.jobs.isEmpty, $0.stopping) }
             if !hasWork {
                 if stopping { break }
                 _ = workArrived.wait(until: nextWALCheck)
+                continue
+            }
+            if stopping && !availability.isAvailable {
+                refuseQueuedJobs()
                 continue
             }
             // Woken by the first job of a burst, the writer would preempt the threads still
@@ -313,6 +317,19 @@ public final class GroupCommitWriter: Service {
             if !notRun.isEmpty { queue.withLock { $0.jobs.insert(contentsOf: notRun, at: 0) } }
         }
         database.close()
+    }
+
+    /// At a stop while the database cannot be reached, refuses the jobs still queued at once
+    /// (unavailable: their clients send them again, to another daemon) rather than letting
+    /// each batch try to connect again, which on a host that does not answer (the network
+    /// cut) takes a whole connect timeout, and the stop with it.
+    private func refuseQueuedJobs() {
+        let jobs = queue.withLock { queue in
+            defer { queue.jobs.removeAll() }
+            return queue.jobs
+        }
+        let error = DatabaseError.unavailable("the daemon is stopping, and the database cannot be reached")
+        jobs.forEach { $0.abort(error) }
     }
 
     /// Brings the `-wal` file back under `walSizeLimit` when it is over it: a checkpoint

@@ -28,10 +28,13 @@ if CommandLine.arguments.dropFirst().first == "token" {
         case .help:
             FileHandle.standardOutput.write(Data(TokenCommand.usage.utf8))
             exit(0)
-        case .create(let request, let expiresIn, let databasePath):
+        case .create(let request, let expiresIn, let databasePath, let serverWait):
             let secret: String
             do {
-                secret = try TokenCommand.create(request, expiresInSeconds: expiresIn, databasePath: databasePath)
+                secret = try TokenCommand.create(request, expiresInSeconds: expiresIn, databasePath: databasePath,
+                                                 serverWaitSeconds: serverWait) { line in
+                    FileHandle.standardError.write(Data("headwayd: \(line)\n".utf8))
+                }
             } catch {
                 fail("cannot create the token: \(error)", code: 1)
             }
@@ -113,5 +116,5 @@ let impatientSignals = [SIGTERM, SIGINT].map { signal in
     source.resume()
     return source
 }
-application.shutdown()
+application.shutdown(processEnds: true)
 exit(0)

@@ -117,6 +117,25 @@ import Testing
         #expect(throws: UsageError("option '--help' takes no value")) { _ = try TokenCommand.parse(["create", "--help=yes"]) }
     }
 
+    /// `headwayd token create` waits for a PostgreSQL server as the daemon does at start,
+    /// as long by default, as long as `--db-start-wait` says, or not at all.
+    @Test func tokenCreateWaitsForTheServerAsLongAsTold() throws {
+        let request = TokenRequest(name: "cli", scopes: [.admin])
+        let uri = "postgresql://db.example/headway"
+        #expect(try TokenCommand.parse(["create", "--scope", "admin", "--db", uri])
+                == .create(request, expiresInSeconds: nil, databasePath: uri,
+                           serverWaitSeconds: Configuration().databaseStartWaitSeconds))
+        #expect(try TokenCommand.parse(["create", "--scope", "admin", "--db-start-wait=0", "--db", uri])
+                == .create(request, expiresInSeconds: nil, databasePath: uri, serverWaitSeconds: 0))
+        #expect(try TokenCommand.parse(["create", "--db-start-wait", "2.5", "--scope", "admin", "--db", uri])
+                == .create(request, expiresInSeconds: nil, databasePath: uri, serverWaitSeconds: 2.5))
+        for bad in ["-1", "soon", "86401", "nan"] {
+            #expect(throws: UsageError("--db-start-wait must be a number of seconds from 0 to 86400, not '\(bad)'")) {
+                _ = try TokenCommand.parse(["create", "--scope", "admin", "--db-start-wait", bad, "--db", uri])
+            }
+        }
+    }
+
     @Test func durationsTakeUnits() throws {
         #expect(try parse([]).maintenance.retentionMilliseconds == (7 * 86_400) * 1000)
         #expect(try parse(["--retention", "12h"]).maintenance.retentionMilliseconds == 43_200_000)

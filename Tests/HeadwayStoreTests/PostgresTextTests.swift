@@ -38,10 +38,32 @@ import Testing
         #expect(redactedMessage("no password here", location: "postgresql://u@h/d?password=") == "no password here")
     }
 
-    @Test func aConnectTimeoutIsAddedUnlessGiven() {
-        #expect(PostgresConnection.withConnectTimeout("postgresql://h/d") == "postgresql://h/d?connect_timeout=10")
-        #expect(PostgresConnection.withConnectTimeout("postgresql://h/d?port=5") == "postgresql://h/d?port=5&connect_timeout=10")
-        #expect(PostgresConnection.withConnectTimeout("postgresql://h/d?connect_timeout=3") == "postgresql://h/d?connect_timeout=3")
+    @Test func theNetworkDefaultsAreAddedWhereTheURIDoesNotSetThem() {
+        let defaults = "connect_timeout=5&keepalives=1&keepalives_idle=5&keepalives_interval=2&keepalives_count=3"
+            + "&tcp_user_timeout=10000"
+        #expect(PostgresConnection.withNetworkDefaults("postgresql://h/d", environment: [:]) == "postgresql://h/d?" + defaults)
+        #expect(PostgresConnection.withNetworkDefaults("postgresql://h/d?port=5", environment: [:])
+                == "postgresql://h/d?port=5&" + defaults)
+        // A user's own setting wins, whatever its value (keepalives=0 included).
+        #expect(PostgresConnection.withNetworkDefaults(
+            "postgresql://h/d?connect_timeout=30&keepalives=0&tcp_user_timeout=0", environment: [:])
+            == "postgresql://h/d?connect_timeout=30&keepalives=0&tcp_user_timeout=0&keepalives_idle=5"
+            + "&keepalives_interval=2&keepalives_count=3")
+        let everything = "postgresql://h/d?" + defaults.replacing("=", with: "=7")
+        #expect(PostgresConnection.withNetworkDefaults(everything, environment: [:]) == everything)
+        // libpq's environment variable counts as the user's setting; a name that only ends
+        // like one of them does not.
+        #expect(PostgresConnection.withNetworkDefaults("postgresql://h/d", environment: ["PGCONNECT_TIMEOUT": "20"])
+                == "postgresql://h/d?" + defaults.replacing("connect_timeout=5&", with: ""))
+        #expect(PostgresConnection.withNetworkDefaults("postgresql://h/d?application_name=connect_timeout=1",
+                                                       environment: [:])
+                == "postgresql://h/d?application_name=connect_timeout=1&" + defaults)
+        // This machine's libpq knows them all; an older one without tcp_user_timeout gets
+        // the others only.
+        #expect(PostgresConnection.networkDefaults.allSatisfy { PostgresConnection.libpqOptions.contains($0.key) })
+        let older = PostgresConnection.libpqOptions.subtracting(["tcp_user_timeout"])
+        #expect(PostgresConnection.withNetworkDefaults("postgresql://h/d", environment: [:], known: older)
+                == "postgresql://h/d?" + defaults.replacing("&tcp_user_timeout=10000", with: ""))
     }
 
     @Test func onlyStatementsSafeToRepeatAreResent() {

@@ -1,7 +1,10 @@
 """Faults of the PostgreSQL server under two daemons sharing it, on a real server of the
 test's own: the server stopped and started again (`pg_ctl stop -m fast`, then `start`),
 and restarted (`pg_ctl restart -m fast`), under a bounded load of progress updates; one
-session ended by `pg_terminate_backend`; the server down when a daemon starts.
+session ended by `pg_terminate_backend`; the server down when a daemon starts, or when
+`headwayd token create` runs; the network between a daemon and the server cut (a proxy
+that turns into a black hole, `blackhole.py`), under load, while a statement awaits its
+reply, and at start.
 
 What must hold: while the server is down every request that needs it is answered 503
 `database_unavailable` with `Retry-After` (never 500, never a hang, never a crash); once
@@ -12,6 +15,7 @@ increasing, each task's state only moving forward, and ends with what is stored.
 import contextlib
 import json
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -19,6 +23,7 @@ import time
 import httpx
 import pytest
 
+from blackhole import BlackHoleProxy
 from conftest import HEADWAYD, free_port, run_headwayd, wait_for_port
 from pgserver import PostgresServer
 
@@ -29,6 +34,14 @@ LEADER_LOCK = ("select count(*) from pg_locks where locktype = 'advisory' and gr
 # The longest a request may take, fault or not: the daemon answers within libpq's connect
 # timeout (10 s) at worst; a reply slower than this is a hang.
 REQUEST_DEADLINE = 10.0
+
+# The longest a request may take when the network to the server is cut: the batch in
+# flight fails within the daemon's tcp_user_timeout (10 s; keepalives for a reply awaited
+# in silence: first probe after 5 s, the connection ended about 10 s after the last word
+# heard, 11 s measured), then the next batch's one connection attempt within
+# connect_timeout (5 s; 16 s measured in all), with a margin for this loaded machine. On
+# the kernel's own timeouts it would be about 15 minutes, or for ever.
+CUT_DEADLINE = 25.0
 
 
 def wait_until(condition, what, attempts=400, pause=0.05):
@@ -85,7 +98,8 @@ class Load:
     acknowledged), and readers asking for a task and a listing; `acknowledged` holds each
     task's last acknowledged `seq` (= its `completed`)."""
 
-    def __init__(self, bases, tasks_per_daemon=2):
+    def __init__(self, bases, tasks_per_daemon=2, deadline=REQUEST_DEADLINE):
+        self.deadline = deadline
         self.replies = Replies()
         self.acknowledged = {}
         self.stop = threading.Event()
@@ -103,7 +117,7 @@ class Load:
             thread.start()
 
     def _runner(self, base, task):
-        with httpx.Client(timeout=REQUEST_DEADLINE) as client:
+        with httpx.Client(timeout=self.deadline) as client:
             seq = 0
             while not self.stop.is_set():
                 seq += 1
@@ -119,7 +133,7 @@ class Load:
                     time.sleep(0.05)
 
     def _reader(self, base):
-        with httpx.Client(timeout=REQUEST_DEADLINE) as client:
+        with httpx.Client(timeout=self.deadline) as client:
             while not self.stop.is_set():
                 self.replies.call(client, base, "GET", "/v1/tasks/t0")
                 self.replies.call(client, base, "GET", "/v1/tasks?page_size=5")
@@ -415,3 +429,244 @@ def test_a_daemon_whose_database_does_not_exist_fails_at_once_even_when_it_would
         assert completed.returncode == 1, completed.stderr
         assert 'database "missing" does not exist' in completed.stderr
         assert "database.waiting" not in completed.stderr
+
+
+# -- the network cut: a host gone, a cable pulled (nothing closed, nothing refused)
+
+def socket_path(server):
+    """The Unix socket of `server`, where the proxy forwards."""
+    return server.directory / f".s.PGSQL.{server.port}"
+
+
+def first_seen(watcher, task):
+    """Polls until `watcher` has seen an event of `task` (bounded); returns when."""
+    wait_until(lambda: task in watcher.view, f"{watcher.base}'s subscriber sees {task}", attempts=200)
+    return time.monotonic()
+
+
+def test_a_network_cut_between_a_daemon_and_the_server_is_503_within_a_bound_and_heals_exactly(tmp_path):
+    with PostgresServer(tmp_path / "server") as server, BlackHoleProxy(socket_path(server)) as proxy, \
+            contextlib.ExitStack() as daemons:
+        server.create_database("faults")
+        # Daemon a reaches the server through the proxy, daemon b by its socket; a starts
+        # first and leads, so the cut takes the lead from it.
+        a = daemons.enter_context(run_headwayd(tmp_path / "a", "--durability", "full", db=proxy.url("faults")))
+        wait_until(lambda: "leadership.acquired" in log_of(tmp_path / "a"), "a leads")
+        b = daemons.enter_context(run_headwayd(tmp_path / "b", "--durability", "full", db=server.url("faults")))
+        watchers = [Watcher(a), Watcher(b)]
+        wait_until(lambda: all(watcher.connections == 1 for watcher in watchers), "both subscribers connected")
+        load = Load([a, b], deadline=CUT_DEADLINE + 10)
+        b_tasks = [task for task, base in load.tasks.items() if base == b]
+        try:
+            wait_until(lambda: min(load.acknowledged.values()) > 20, "the runners run")
+
+            cut_at = time.monotonic()
+            proxy.cut()
+            # a answers every request that needs the database 503, each within the bound.
+            for method in ("POST", "GET"):
+                wait_until(lambda: sum(1 for entry in load.replies.refusals(cut_at)
+                                       if entry[1] == a and entry[2] == method) >= 3,
+                           f"a refuses {method} while the network is cut", attempts=1200)
+            ready = httpx.get(f"{a}/readyz", timeout=CUT_DEADLINE)
+            assert ready.status_code == 503 and "Retry-After" in ready.headers, ready.text
+            metrics = httpx.get(f"{a}/metrics", timeout=CUT_DEADLINE).text
+            assert re.search(r"^headway_database_available 0$", metrics, re.M), metrics
+            # b goes on: it takes the lead (the server ends a's idle session: its lock goes)
+            # and its runners' updates are acknowledged (a's transaction cut short is ended
+            # by the server, with the lock it held).
+            wait_until(lambda: "leadership.acquired" in log_of(tmp_path / "b"), "b takes the lead", attempts=1200)
+            counts = dict(load.acknowledged)
+            wait_until(lambda: min(load.acknowledged_since(counts)[task] for task in b_tasks) >= 5,
+                       "b's runners go on while a is cut off", attempts=1200)
+            # a's listener and leader found their connections dead too.
+            wait_until(lambda: "database.listen_failed" in log_of(tmp_path / "a"), "a's listener sees the cut",
+                       attempts=1200)
+            assert "leadership.lost" in log_of(tmp_path / "a")
+
+            healed_at = time.monotonic()
+            proxy.heal()
+            counts = dict(load.acknowledged)
+            wait_until(lambda: min(load.acknowledged_since(counts).values()) >= 5,
+                       "every runner's updates are acknowledged again", attempts=1200)
+            wait_until(lambda: "database.listening" in log_of(tmp_path / "a"), "a listens again", attempts=1200)
+            print(f"a answers again {time.monotonic() - healed_at:.1f} s after the network came back")
+        finally:
+            load.finish()
+
+        # Every reply of a during the cut was 503 database_unavailable with Retry-After,
+        # none slower than the bound; b may have met a's lock (busy) before the server ended
+        # a's session. No request went unanswered.
+        refusals = {(entry[1], entry[4], entry[5], entry[6]) for entry in load.replies.refusals()}
+        assert {(status, code, retry) for base, status, code, retry in refusals if base == a} \
+            == {(503, "database_unavailable", "2")}, refusals
+        assert {(status, code) for base, status, code, _ in refusals if base == b} <= {(503, "database_busy")}, refusals
+        assert load.replies.failures == []
+        slowest = max(entry[7] for entry in load.replies.seen if entry[1] == a)
+        print(f"a's slowest reply: {slowest:.1f} s")
+        assert slowest < CUT_DEADLINE
+
+        stored = stored_tasks(server, "faults")
+        assert {task: stored[task] for task in load.acknowledged} == load.acknowledged
+        wait_until(lambda: leader_locks(server, "faults") == 1, "one daemon leads", attempts=600)
+
+        # Changes cross between the daemons again, within the listener's second (plus this
+        # machine's load), either way: a's LISTEN connection is a live one.
+        for source, watcher in ((b, watchers[0]), (a, watchers[1])):
+            task = f"after-{'b' if source == b else 'a'}"
+            sent_at = time.monotonic()
+            assert httpx.post(f"{source}/v1/tasks", json={"id": task, "name": "After"}).status_code == 201
+            latency = first_seen(watcher, task) - sent_at
+            print(f"{task} reached the other daemon's subscriber in {latency:.2f} s")
+            assert latency < 3
+            stored[task] = 0
+        for watcher in watchers:
+            wait_until(lambda: watcher.view == stored, f"{watcher.base}'s subscriber ends with what is stored")
+            watcher.stop.set()
+        for watcher in watchers:
+            watcher.check_order()
+            assert set(watcher.refusals) <= {(503, "database_unavailable", "2")}, watcher.refusals
+        for directory in (tmp_path / "a", tmp_path / "b"):
+            assert [line for line in log_of(directory).splitlines() if "level=error" in line] == []
+        reconnects = re.search(r"^headway_database_reconnects_total (\S+)$", httpx.get(f"{a}/metrics").text, re.M)
+        assert reconnects and float(reconnects.group(1)) >= 3
+
+
+def test_a_statement_awaiting_its_reply_when_the_network_is_cut_fails_within_a_bound(tmp_path):
+    """The cut comes after the statement was sent and acknowledged: nothing the daemon
+    sends goes unacknowledged, only the reply never comes. Keepalives find it."""
+    with PostgresServer(tmp_path / "server") as server, BlackHoleProxy(socket_path(server)) as proxy:
+        server.create_database("faults")
+        with run_headwayd(tmp_path / "a", "--durability", "full", db=proxy.url("faults")) as a:
+            assert httpx.post(f"{a}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
+            # An update waits for a lock the test holds (the server's lock_timeout is 5 s)...
+            holder = subprocess.Popen([str(server.bin / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d",
+                                       server.url("faults")], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                      text=True, env=server._environment())
+            holder.stdin.write("begin; lock table tasks in access exclusive mode; select 1;\n")
+            holder.stdin.flush()
+            waiting = "select count(*) from pg_locks where not granted and relation = 'tasks'::regclass"
+            wait_until(lambda: int(server.psql("select count(*) from pg_locks where granted and mode = "
+                                               "'AccessExclusiveLock' and relation = 'tasks'::regclass",
+                                               "faults")) == 1, "the test holds the lock")
+            reply = {}
+            update = threading.Thread(target=lambda: reply.update(reply=httpx.post(
+                f"{a}/v1/tasks/t/progress", json={"increment": 1, "seq": 1}, timeout=120)))
+            update.start()
+            try:
+                wait_until(lambda: int(server.psql(waiting, "faults")) >= 1, "the update waits for the lock")
+                # ...when the network is cut: its lock timeout's error never arrives.
+                cut_at = time.monotonic()
+                proxy.cut()
+                update.join(timeout=120)
+                took = time.monotonic() - cut_at
+                print(f"the update awaiting its reply was answered {took:.1f} s after the cut")
+                assert (reply["reply"].status_code, reply["reply"].json()["code"]) == (503, "database_unavailable")
+                assert took < CUT_DEADLINE
+            finally:
+                holder.stdin.write("rollback;\n")
+                holder.stdin.close()
+                assert holder.wait(timeout=30) == 0
+                update.join(timeout=120)
+            proxy.heal()
+            for _ in range(600):
+                again = httpx.post(f"{a}/v1/tasks/t/progress", json={"increment": 1, "seq": 1}, timeout=CUT_DEADLINE)
+                if again.status_code == 200:
+                    break
+                time.sleep(0.05)
+            assert again.status_code == 200, again.text
+            assert stored_tasks(server, "faults") == {"t": 1}
+
+
+def test_a_daemon_cut_off_from_its_server_at_start_waits_as_db_start_wait_says(tmp_path):
+    with PostgresServer(tmp_path / "server") as server, BlackHoleProxy(socket_path(server)) as proxy:
+        server.create_database("faults")
+        proxy.cut()
+        # Gives up after --db-start-wait (3 s), and at most the connection attempt under way
+        # then (connect_timeout, 5 s), and tries no more.
+        started = time.monotonic()
+        completed = subprocess.run([HEADWAYD, "--listen", "127.0.0.1:0", "--db", proxy.url("faults"),
+                                    "--db-start-wait", "3"], capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - started
+        print(f"gave up after {took:.1f} s")
+        assert completed.returncode == 1, completed.stderr
+        assert "takes no connections after a wait of 3 s (--db-start-wait): the server does not answer" \
+            in completed.stderr
+        assert 3 <= took < 3 + 5 + 4
+        # Waits, and serves as soon as the network is back.
+        port = free_port()
+        with open(tmp_path / "headwayd.log", "w") as log:
+            process = subprocess.Popen([HEADWAYD, "--listen", f"127.0.0.1:{port}", "--db", proxy.url("faults")],
+                                       stderr=log)
+            try:
+                wait_until(lambda: "database.waiting" in (tmp_path / "headwayd.log").read_text(),
+                           "the daemon says it waits for the database", attempts=400)
+                proxy.heal()
+                wait_for_port(port, process, "headwayd")
+                assert httpx.post(f"http://127.0.0.1:{port}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
+            finally:
+                process.terminate()
+                assert process.wait(timeout=20) == 0
+
+
+# -- headwayd token create, run as a provisioning script does: right after starting the server
+
+def token_create(url, *arguments):
+    return subprocess.Popen([HEADWAYD, "token", "create", "--scope", "admin", "--db", url, *arguments],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_token_create_waits_for_a_server_still_starting_as_the_daemon_does(tmp_path):
+    with PostgresServer(tmp_path / "server") as server:
+        server.create_database("faults")
+        url = server.url("faults")
+        server.stop()
+        process = token_create(url)
+        try:
+            # Its first line says what it waits for; nothing is on stdout yet.
+            line = process.stderr.readline()
+            assert "waiting for the database server at" in line and "gives up after 60 s" in line, line
+            assert process.poll() is None
+            server._check(server._server_command("pg_ctl", "start", "-w", "-t", "60", "-D",
+                                                 str(server.data_directory), "-l", str(server.log_file)),
+                          "pg_ctl start")
+            stdout, stderr = process.communicate(timeout=30)
+        finally:
+            process.kill()
+        assert process.returncode == 0, stderr
+        secret = stdout.strip()
+        assert secret.startswith("hw_") and "\n" not in secret
+        assert server.psql("select count(*) from tokens where name = 'cli'", "faults").strip() == "1"
+
+        # Told not to wait, it fails at once, saying why; SIGINT ends a wait (Ctrl-C).
+        server.stop()
+        process = token_create(url, "--db-start-wait", "0")
+        _, stderr = process.communicate(timeout=30)
+        assert process.returncode == 1, stderr
+        assert "cannot create the token: the database server at" in stderr and "takes no connections: the server " \
+            "does not answer" in stderr, stderr
+        assert "waiting for" not in stderr
+        process = token_create(url)
+        try:
+            assert "waiting for the database server" in process.stderr.readline()
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=5)
+        finally:
+            process.kill()
+        assert process.returncode == 1 and "stopped by a signal while waiting for the database server" in stderr, stderr
+
+
+def test_a_daemon_stops_cleanly_while_the_network_to_its_server_is_cut(tmp_path):
+    with PostgresServer(tmp_path / "server") as server, BlackHoleProxy(socket_path(server)) as proxy:
+        server.create_database("faults")
+        # run_headwayd asserts a clean stop (status 0 within 20 s, systemd's TimeoutStopSec)
+        # when its block ends, here with the network cut under a batch and a subscriber.
+        with contextlib.ExitStack() as subscriber, run_headwayd(tmp_path / "a", db=proxy.url("faults")) as a:
+            assert httpx.post(f"{a}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
+            client = subscriber.enter_context(httpx.Client(timeout=CUT_DEADLINE))
+            assert subscriber.enter_context(client.stream("GET", f"{a}/v1/events")).status_code == 200
+            proxy.cut()
+            update = threading.Thread(target=lambda: httpx.post(f"{a}/v1/tasks/t/progress", json={"increment": 1},
+                                                                timeout=CUT_DEADLINE))
+            update.start()
+        update.join(timeout=CUT_DEADLINE)
+        assert "server.stopped" in log_of(tmp_path / "a")

@@ -81,4 +81,17 @@ public final class DatabaseAvailability: Sendable {
     static func countReconnect() { reconnectCount.add(1, ordering: .relaxed) }
 
     private static let reconnectCount = Atomic<Int>(0)
+
+    /// Whether connections to the database server may be opened, or made again (the
+    /// engine's connection asks before each attempt): until `stopConnecting`.
+    static var mayConnect: Bool { connectingAllowed.load(ordering: .acquiring) }
+
+    /// From now on no connection to the database server is opened or made again: a
+    /// statement that needs one fails at once as unavailable. For the stop of a daemon's
+    /// process: each part still waiting on a server that does not answer (the network
+    /// cut) would otherwise hold the stop for a connection attempt of its own, one after
+    /// the other. A process whose connections are all up loses nothing by it.
+    package static func stopConnecting() { connectingAllowed.store(false, ordering: .releasing) }
+
+    private static let connectingAllowed = Atomic(true)
 }

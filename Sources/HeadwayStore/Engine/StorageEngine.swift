@@ -23,11 +23,11 @@ public protocol StorageEngine: Sendable {
     /// at once and then every `waitReportSeconds`; returns as soon as the server takes
     /// connections, or when what stands in the way will not pass by itself (a wrong
     /// password, a missing database: opening the database then says so), or once
-    /// `stopRequested` says so (it is asked about once a second). Returns whether the
-    /// server takes connections (true at once for a file).
-    @discardableResult
+    /// `stopRequested` says so (it is asked about once a second). Returns nil when it
+    /// stopped waiting because the server takes connections (at once for a file) or will
+    /// not by itself; else, having given up, what it found last.
     func waitForServer(upTo seconds: Double, stopRequested: () -> Bool,
-                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool
+                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> String?
 }
 
 /// How often a daemon waiting for its database's server at start says it still waits.

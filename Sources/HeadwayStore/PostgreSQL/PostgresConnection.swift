@@ -12,7 +12,10 @@ import Glibc
 /// restarted, say); inside one, the transaction's failure is its caller's to handle.
 final class PostgresConnection: EngineConnection, @unchecked Sendable {
     private(set) var handle: OpaquePointer?
+    /// The URI as given (`--db`), for messages.
     private let location: String
+    /// What libpq connects with: `location` and the daemon's `networkDefaults`.
+    private let connectionString: String
     /// Statements run after every connect (and reset): session settings.
     private var sessionSetup: [String] = []
     /// SQL text → the name of its prepared statement on this connection.
@@ -24,12 +27,14 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// How many statements have run (each `run` or `rows` counts once).
     private(set) var statementsRun = 0
 
-    /// Connects to the server `location` names. Statements wait for a lock as long as
+    /// Connects to the server `location` names, with the daemon's `networkDefaults` where
+    /// `location` does not set them. Statements wait for a lock as long as
     /// SQLite's busy timeout, then fail as busy; a read-only connection (`access` other
     /// than `.readWrite`) refuses writes by its session's default
     /// (`default_transaction_read_only`).
     init(location: String, access: ConnectionAccess) throws(DatabaseError) {
-        self.location = Self.withConnectTimeout(location)
+        self.location = location
+        self.connectionString = Self.withNetworkDefaults(location)
         try connect()
         try addSessionSetting("SET lock_timeout = '\(Database.busyTimeoutMilliseconds)ms'")
         // Notices (a table that already exists, say) are not worth a line on stderr.
@@ -37,17 +42,57 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
         if access != .readWrite { try addSessionSetting("SET default_transaction_read_only = on") }
     }
 
-    /// How long a connection attempt may take when the URI does not say
-    /// (`connect_timeout`; libpq's own default is to wait for ever on an unreachable host).
-    /// Per attempt: with `sslmode=prefer` (libpq's default) libpq tries with TLS and then
-    /// without, so an unreachable host fails after twice this.
-    static let defaultConnectTimeoutSeconds = 10
+    /// libpq's connection parameters that the daemon sets when the URI does not, so that a
+    /// server that vanishes without closing its connections (its host gone, the network
+    /// cut: no reset, no FIN ever comes) is found out within seconds rather than after the
+    /// kernel's TCP timeout (about 15 minutes for data sent and never acknowledged; for ever
+    /// for a reply awaited in silence): a connection attempt gives up after
+    /// `connect_timeout` (libpq's own default waits for ever), an open connection on which
+    /// nothing is heard is probed (`keepalives…`), and one whose data or probes go
+    /// unacknowledged for `tcp_user_timeout` milliseconds is ended by the kernel, failing
+    /// its statement. A server's own `statement_timeout` cannot help there: its answer
+    /// would not arrive either. TCP only: a Unix socket ignores all but `connect_timeout`.
+    static let networkDefaults: KeyValuePairs<String, String> = [
+        "connect_timeout": "5",
+        "keepalives": "1",
+        "keepalives_idle": "5",
+        "keepalives_interval": "2",
+        "keepalives_count": "3",
+        "tcp_user_timeout": "10000",
+    ]
 
-    /// `location` with `connect_timeout` added unless it has one.
-    static func withConnectTimeout(_ location: String) -> String {
-        guard !location.contains("connect_timeout=") else { return location }
-        return location + (location.contains("?") ? "&" : "?") + "connect_timeout=\(defaultConnectTimeoutSeconds)"
+    /// libpq's environment variable for each of `networkDefaults` that has one: set, it
+    /// wins over the daemon's default as it would over libpq's.
+    static let networkDefaultVariables = ["connect_timeout": "PGCONNECT_TIMEOUT"]
+
+    /// `location` with each of `networkDefaults` added unless the URI's query sets it (or
+    /// its environment variable is set in `environment`), or libpq does not know it
+    /// (`known`: an older libpq than 12 has no `tcp_user_timeout`, and would refuse the URI).
+    static func withNetworkDefaults(_ location: String,
+                                    environment: [String: String] = ProcessInfo.processInfo.environment,
+                                    known: Set<String> = libpqOptions) -> String {
+        let query = location.firstIndex(of: "?").map { location[location.index(after: $0)...] } ?? ""
+        let given = Set(query.split(separator: "&").map { $0.prefix { $0 != "=" } })
+        let added = networkDefaults.filter { name, _ in
+            known.contains(name) && !given.contains(Substring(name))
+                && networkDefaultVariables[name].flatMap { environment[$0] } == nil
+        }
+        guard !added.isEmpty else { return location }
+        return location + (location.contains("?") ? "&" : "?") + added.map { "\($0)=\($1)" }.joined(separator: "&")
     }
+
+    /// The connection parameters this libpq knows (`PQconndefaults`).
+    static let libpqOptions: Set<String> = {
+        guard let options = PQconndefaults() else { return [] }
+        defer { PQconninfoFree(options) }
+        var names: Set<String> = []
+        var option = options
+        while let keyword = option.pointee.keyword {
+            names.insert(String(cString: keyword))
+            option += 1
+        }
+        return names
+    }()
 
     deinit { close() }
 
@@ -58,7 +103,11 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     }
 
     private func connect() throws(DatabaseError) {
-        let connection = PQconnectdb(location)
+        guard DatabaseAvailability.mayConnect else {
+            throw DatabaseError.unavailable("no new connection to PostgreSQL at \(redactedLocation(location)): "
+                                            + "the daemon is stopping")
+        }
+        let connection = PQconnectdb(connectionString)
         guard let connection, PQstatus(connection) == CONNECTION_OK else {
             let message = connection.map { redactedMessage(Self.trimmed(String(cString: PQerrorMessage($0))), location: location) }
                 ?? "cannot connect"
@@ -92,6 +141,10 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
 
     /// The connection, reconnected first if it was found broken (nothing is lost then: a
     /// broken connection has no transaction left, and the next statement starts afresh).
+    /// Within `reconnectPauseNanoseconds` of a failed attempt it fails at once, with that
+    /// attempt's error: while the server cannot be reached (an attempt may take the whole
+    /// `connect_timeout`), the requests queued meanwhile are answered at once rather than
+    /// each after an attempt of its own.
     private func usableHandle(_ sql: String) throws(DatabaseError) -> OpaquePointer {
         if let handle, PQstatus(handle) == CONNECTION_OK { return handle }
         if let handle {
@@ -99,7 +152,15 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
             self.handle = nil
             wasLost = true
         }
-        try connect()
+        let now = DispatchTime.now().uptimeNanoseconds
+        if let failed = lastFailedAttempt, now &- failed.at < Self.reconnectPauseNanoseconds { throw failed.error }
+        do {
+            try connect()
+            lastFailedAttempt = nil
+        } catch {
+            lastFailedAttempt = (DispatchTime.now().uptimeNanoseconds, error)
+            throw error
+        }
         guard let handle else { throw DatabaseError.unavailable("no connection to PostgreSQL") }
         if wasLost {
             wasLost = false
@@ -111,16 +172,27 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// Whether the server dropped this connection and it has not been made again yet.
     private var wasLost = false
 
+    /// When the last attempt to connect again failed (monotonic nanoseconds), and how.
+    private var lastFailedAttempt: (at: UInt64, error: DatabaseError)?
+
+    /// How long after a failed attempt to connect again the next one waits.
+    static let reconnectPauseNanoseconds: UInt64 = 1_000_000_000
+
     /// Runs `body` (one statement); if the server turns out to have dropped the connection
-    /// while it was idle (a restart) and the statement is safe to send again — it begins a
-    /// transaction, or it reads outside one — runs it once more on a new connection. A
-    /// broken connection is only seen when a statement fails on it.
+    /// while it was idle (a restart: the failure comes at once) and the statement is safe
+    /// to send again — it begins a transaction, or it reads outside one — runs it once more
+    /// on a new connection. A broken connection is only seen when a statement fails on it;
+    /// one known broken already is made again by the first try, and a statement that failed
+    /// after waiting met a server that does not answer (the network cut): neither is tried
+    /// again, which would wait as long once more.
     private func retryingOnANewConnection<Value>(_ sql: String,
                                                  _ body: () throws(DatabaseError) -> Value) throws(DatabaseError) -> Value {
-        let wasIdle = handle.map { PQtransactionStatus($0) == PQTRANS_IDLE } ?? true
+        let wasIdle = handle.map { PQstatus($0) == CONNECTION_OK && PQtransactionStatus($0) == PQTRANS_IDLE } ?? false
+        let start = DispatchTime.now().uptimeNanoseconds
         do {
             return try body()
-        } catch where error.isUnavailable && wasIdle && Self.isSafeToResend(sql) {
+        } catch where error.isUnavailable && wasIdle && Self.isSafeToResend(sql)
+                        && DispatchTime.now().uptimeNanoseconds &- start < Self.reconnectPauseNanoseconds {
             return try body()
         }
     }

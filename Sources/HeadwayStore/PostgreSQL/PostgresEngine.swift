@@ -18,23 +18,24 @@ struct PostgresEngine: StorageEngine {
     /// no database), about once a second: a server that does not answer or refuses for now
     /// (starting up, shutting down, recovering after a crash) is waited for; one that takes
     /// connections, or a URI libpq cannot use, ends the wait, and opening the database
-    /// then succeeds or says what is wrong.
+    /// then succeeds or says what is wrong. Each question waits at most the connection's
+    /// `connect_timeout`, so the wait ends within that of `seconds`.
     func waitForServer(upTo seconds: Double, stopRequested: () -> Bool,
-                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool {
-        let target = PostgresConnection.withConnectTimeout(location)
+                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> String? {
+        let target = PostgresConnection.withNetworkDefaults(location)
         let start = DispatchTime.now()
         var nextReport = start
         while true {
             let finding: String
             switch PQping(target) {
-            case PQPING_OK: return true
+            case PQPING_OK: return nil
             case PQPING_REJECT: finding = "the server refuses connections for now (starting up, shutting down or recovering)"
             case PQPING_NO_RESPONSE: finding = "the server does not answer"
-            default: return false  // PQPING_NO_ATTEMPT: a URI libpq cannot use; opening the database says why
+            default: return nil  // PQPING_NO_ATTEMPT: a URI libpq cannot use; opening the database says why
             }
             let now = DispatchTime.now()
             let waited = Double(now.uptimeNanoseconds - start.uptimeNanoseconds) / 1e9
-            guard waited < seconds, !stopRequested() else { return false }
+            guard waited < seconds, !stopRequested() else { return finding }
             if now >= nextReport {
                 waiting(waited, finding)
                 nextReport = now + waitReportSeconds

@@ -10,5 +10,5 @@ struct SQLiteEngine: StorageEngine {
     var fileCommandsRefusal: String? { nil }
     /// A file has no server to wait for.
     func waitForServer(upTo seconds: Double, stopRequested: () -> Bool,
-                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> Bool { true }
+                       waiting: (_ waitedSeconds: Double, _ finding: String) -> Void) -> String? { nil }
 }
