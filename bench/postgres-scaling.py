@@ -572,13 +572,14 @@ processes). The POST's own round trip (send → 2xx), median: {round_trips}.
 
 {fanout_table}
 
-Round trips under the lock: one more run per number of tasks (one daemon on PostgreSQL,
+Statements under the lock: one more run per number of tasks (one daemon on PostgreSQL,
 `full`) with `log_statement = all`, counting the statements of the writer's session in
 the server's log: 300 updates sent one after the other, then wrk with 50 connections for
 3 s; the batches from `/metrics` (those with one update, and the change listener's empty
 ones, in the first part). Solved for both parts: the statements of a batch and of a
-progress update, each a round trip the writer waits for, all but `BEGIN` while it holds
-the row lock that every daemon's batches take in turn.
+progress update, all but `BEGIN` while the batch holds the lock that orders every
+daemon's batches. A batch's held writes go as one statement per table, sent in one
+pipeline with its last statement and its `COMMIT` (one round trip for them all).
 
 {statements_table}
 
