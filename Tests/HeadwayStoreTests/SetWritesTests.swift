@@ -157,6 +157,27 @@ final class EngineWriter: @unchecked Sendable {
         return after - before
     }
 
+    /// The same, for one `POST /v1/progress` of `tasks` items (`TaskStore.progress(each:)`):
+    /// the batch route's items are held and written with the batch, as single updates are.
+    private static func statementsOfABatchRequest(updating tasks: Int, on fixture: EngineWriter, second: Int64) throws -> Int {
+        let ids = (0..<tasks).map { "r\(second)-\($0)" }
+        try register(ids, on: fixture)
+        let items = ids.map { ProgressItem(id: $0, update: ProgressUpdate(increment: 1)) }
+        let results = fixture.batch([
+            { _, db in db.statementsRun },
+            { store, db in
+                let results = try store.progress(each: items, now: second * 1_000, in: db)
+                #expect(results.allSatisfy { (try? $0.get()) != nil })
+                return 0
+            },
+        ] as [@Sendable (TaskStore, Database) throws -> Int])
+        let before = try results[0].get()
+        let after = try fixture.write { _, db in db.statementsRun }
+        let stored = try fixture.stored(ids)
+        #expect(stored.count == tasks && stored.values.allSatisfy { $0.completed == 1 && $0.samples.last == [second, 1] })
+        return after - before
+    }
+
     /// On PostgreSQL a batch sends the same number of statements with 3 tasks or 40: each
     /// table's writes go as one statement (`PostgresSetWrites`), not one per task and sample.
     @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
@@ -168,6 +189,9 @@ final class EngineWriter: @unchecked Sendable {
         // UPDATE tasks, INSERT INTO history, the change order moved (BEGIN and COMMIT are
         // not counted), then the next batch's read and lock of the change order.
         #expect(many <= 10, "\(many) statements")
+        let fewItems = try Self.statementsOfABatchRequest(updating: 3, on: fixture, second: 7)
+        let manyItems = try Self.statementsOfABatchRequest(updating: 40, on: fixture, second: 8)
+        #expect(fewItems == manyItems && manyItems <= many + 2, "a batch request: \(fewItems) with 3 items, \(manyItems) with 40")
     }
 
     /// A batch mixing valid updates, one refused by the rules and one whose row the
@@ -304,6 +328,28 @@ final class EngineWriter: @unchecked Sendable {
             try database.run("INSERT INTO pipe (n) VALUES (?)", [.integer(8)])
         }
         #expect(try database.scalar("SELECT count(*) FROM pipe") == 5)
+
+        // The connection lost in the middle (the server ends the session): the COMMIT
+        // reports it as unavailable, nothing is stored, and the next transaction connects again.
+        let pid = try #require(try database.scalar("SELECT pg_backend_pid()"))
+        var lost: DatabaseError?
+        do {
+            try database.inTransaction(.immediate) {
+                database.pipelineUntilCommit()
+                try database.run("INSERT INTO pipe (n) VALUES (?)", [.integer(100)])
+                try server.psql("SELECT pg_terminate_backend(\(pid))")
+                try database.run("INSERT INTO pipe (n) VALUES (?)", [.integer(101)])
+            }
+        } catch let error as DatabaseError {
+            lost = error
+        }
+        #expect(lost?.isUnavailable == true, "\(String(describing: lost))")
+        try database.inTransaction(.immediate) {
+            database.pipelineUntilCommit()
+            try database.run("INSERT INTO pipe (n) VALUES (?)", [.integer(102)])
+        }
+        #expect(try database.scalar("SELECT count(*) FROM pipe WHERE n >= 100") == 1)
+        #expect(try database.scalar("SELECT count(*) FROM pipe WHERE n = 102") == 1)
     }
 
     /// Array literals: every element quoted or bare as PostgreSQL reads it.

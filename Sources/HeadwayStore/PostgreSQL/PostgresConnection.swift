@@ -78,6 +78,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
         handle = connection
         prepared.removeAll()
         pipelineSent.removeAll()
+        pipelineRequested = false
         for sql in sessionSetup { try execute(sql) }
     }
 
@@ -313,7 +314,11 @@ extension PostgresConnection {
     /// Sends `sql` with `arguments` in the pipeline (entering pipeline mode first), preparing
     /// it there first if this connection has not yet.
     private func sendInPipeline(_ sql: String, _ arguments: [SQLValue]) throws(DatabaseError) {
-        let connection = try usableHandle(sql)
+        // Inside a transaction a lost connection is not made again: the transaction is gone,
+        // and the statement would run without it.
+        guard let connection = handle, PQstatus(connection) == CONNECTION_OK else {
+            throw DatabaseError.unavailable("the connection to PostgreSQL was lost in the transaction")
+        }
         if PQpipelineStatus(connection) == PQ_PIPELINE_OFF, PQenterPipelineMode(connection) != 1 {
             throw pipelineSendFailure(sql, connection)
         }
@@ -343,6 +348,11 @@ extension PostgresConnection {
         guard let connection = handle, PQpipelineStatus(connection) != PQ_PIPELINE_OFF else { return false }
         let commits = sql == "COMMIT"
         defer { pipelineSent.removeAll() }
+        // A lost connection answers nothing more (the next statement connects again).
+        guard PQstatus(connection) == CONNECTION_OK else {
+            throw DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
+                                         sql: sql, connectionLost: true)
+        }
         if commits {
             guard PQsendQueryParams(connection, sql, 0, nil, nil, nil, nil, 0) == 1 else { throw pipelineSendFailure(sql, connection) }
             pipelineSent.append((sql, false))
@@ -398,7 +408,12 @@ extension PostgresConnection {
     /// Reads what the pipeline was sent, if anything, before a statement that waits for
     /// its answer.
     private func readPipelineFirst(_ sql: String) throws(DatabaseError) {
-        if !pipelineSent.isEmpty || (handle.map { PQpipelineStatus($0) != PQ_PIPELINE_OFF } ?? false) {
+        guard let handle, PQstatus(handle) == CONNECTION_OK else {
+            // Nothing to read on a lost connection: the statement connects again.
+            pipelineSent.removeAll()
+            return
+        }
+        if !pipelineSent.isEmpty || PQpipelineStatus(handle) != PQ_PIPELINE_OFF {
             _ = try endPipeline(before: sql)
         }
     }
@@ -435,6 +450,8 @@ extension PostgresConnection {
     func control(_ sql: String) throws(DatabaseError) {
         guard pipelineRequested else { return try execute(sql) }
         pipelineRequested = false
+        // A transaction that ended with its connection lost leaves a request behind.
+        if sql.hasPrefix("BEGIN") { return try execute(sql) }
         do {
             if try endPipeline(before: sql) { return }
         } catch where sql == "ROLLBACK" && !error.isUnavailable {
