@@ -155,12 +155,17 @@ public enum TaskRepository {
             }
         }
 
-        /// What the column holds.
+        /// What the column holds (every case named: a new column must say, or PostgreSQL's
+        /// set writes would send its values as the wrong type).
         var kind: ColumnKind {
             switch self {
             case .label, .unit, .stallReason, .message, .changeKind, .lastOutput, .state: .text
             case .rateUnits, .rateSeconds, .sampleValue, .childrenWeight, .childrenDone, .unfinishedChildrenDone: .real
-            default: .integer
+            case .completed, .total, .stalledSince, .cancelRequested, .lastSeq, .updatedAt, .lastSignalAt, .lastProgressAt,
+                 .finishedAt, .changeSeq, .startedAt, .stallDeadline, .sampleAt, .historyPoints, .historyBucket, .childCount,
+                 .childrenPending, .childrenRunning, .childrenStalled, .childrenSucceeded, .childrenFailed, .childrenCanceled,
+                 .failingChildren, .stallingChildren, .outputLines, .overdue, .overdueSince, .overdueAt, .tooQuick, .stalled:
+                .integer
             }
         }
 
