@@ -252,6 +252,45 @@ final class EngineWriter: @unchecked Sendable {
         #expect(try fixture.stored(["ok1"])["ok1"]?.samples == [[1, 0], [3, 1], [4, 2], [5, 3]])
     }
 
+    /// A task's samples thinned in the middle of a batch (its 2,001st second): what the
+    /// batch holds is written first, so the count the task keeps is the count stored, and
+    /// the samples stay bounded with their ends kept, on both engines.
+    @Test(arguments: TestEngine.available)
+    func samplesThinnedInTheMiddleOfABatchStayCounted(engine: TestEngine) throws {
+        let fixture = try EngineWriter(engine)
+        _ = try fixture.write { store, db in
+            try store.register(Registration(id: "long", name: "long", total: 1_000_000), now: 1_000, in: db)
+        }
+        _ = try fixture.write { store, db in
+            try store.register(Registration(id: "beside", name: "beside", total: 1_000_000), now: 1_000, in: db)
+        }
+        let perBatch = 150
+        for first in stride(from: 2, through: History.maximumPoints + 200, by: perBatch) {
+            var jobs: [@Sendable (TaskStore, Database) throws -> Int64] = []
+            for second in Int64(first)..<Int64(first + perBatch) {
+                jobs.append({ store, db in
+                    try store.progress("long", ProgressUpdate(completed: second), now: second * 1_000, in: db).outcome.task.completed
+                })
+                jobs.append({ store, db in
+                    try store.progress("beside", ProgressUpdate(completed: second), now: second * 1_000, in: db).outcome.task.completed
+                })
+            }
+            #expect(fixture.batch(jobs).allSatisfy { (try? $0.get()) != nil })
+        }
+        try fixture.read { database in
+            for id in ["long", "beside"] {
+                let task = try #require(try TaskRepository.find(id, in: database))
+                let stored = try #require(try database.scalar("SELECT count(*) FROM history WHERE task_id = ?", [.text(id)]))
+                #expect(Int64(task.historyPoints) == stored, "\(id)")
+                #expect(stored <= Int64(History.maximumPoints) && stored > Int64(History.maximumPoints / 4), "\(id): \(stored)")
+                let ends = try database.rows("SELECT min(bucket), max(bucket) FROM history WHERE task_id = ?", [.text(id)]) {
+                    [$0.int(0), $0.int(1)]
+                }
+                #expect(ends == [[1, task.completed]], "\(id): \(ends)")
+            }
+        }
+    }
+
     /// A `COMMIT` that fails (a deferred check of the test's, run at the commit) loses the
     /// whole batch, as before: the pipeline reports the `COMMIT`'s own error, which is not
     /// taken for a held write's, and nothing of the batch is stored; the next batch works.
