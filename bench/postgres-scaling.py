@@ -190,15 +190,17 @@ def wal_position(postgres):
 
 
 def writer_batches(daemon):
-    """(jobs, batches committed, seconds committing) of the daemon's writer so far, from /metrics."""
+    """(jobs, batches committed, seconds committing, seconds inside the ordering lock or None
+    when the daemon has no such counter) of the daemon's writer so far, from /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=30) as reply:
         text = reply.read().decode()
 
-    def value(name):
+    def value(name, absent=0.0):
         match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
-        return float(match.group(1)) if match else 0.0
+        return float(match.group(1)) if match else absent
     return (value("headway_writer_batch_size_sum"), value("headway_writer_batch_size_count"),
-            value("headway_writer_commit_duration_seconds_sum"))
+            value("headway_writer_commit_duration_seconds_sum"),
+            value("headway_ordering_lock_seconds_total", absent=None))
 
 
 def cpu_of(daemons, postgres):
@@ -243,6 +245,10 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
     requests = sum(r["requests"] for r in results)
     jobs, batches, committing = (sum(after[i] - before[i] for before, after in zip(batches_before, batches_after))
                                  for i in range(3))
+    # Seconds from taking the ordering lock to the end of COMMIT, summed over the daemons
+    # (SharedWriting's counter); None when a daemon does not count them (SQLite, older builds).
+    locked = (None if any(b[3] is None for b in batches_before + batches_after)
+              else sum(after[3] - before[3] for before, after in zip(batches_before, batches_after)))
     return {
         "updates_per_second": sum(r["rps"] for r in results),
         "requests": requests,
@@ -256,6 +262,7 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
         "postgres_cpu_us_per_update": 1e6 * (postgres_cpu_after - postgres_cpu_before) / max(1, requests),
         "writer_sessions_cpu_us_per_update": 1e6 * writer_sessions / max(1, requests),
         "wal_bytes_per_update": (wal_after - wal_before) / max(1, requests),
+        "lock_us_per_update": None if locked is None else 1e6 * locked / max(1, requests),
         "per_daemon_updates_per_second": [r["rps"] for r in results],
     }
 
@@ -373,7 +380,7 @@ def statements_per_update(postgres, updates=300, seconds=3, tasks=50):
         try:
             phases = []
             for phase in ("one by one", "wrk"):
-                offset, (_, batches_before, _) = log_size(), writer_batches(daemon)
+                offset, batches_before = log_size(), writer_batches(daemon)[1]
                 if phase == "one by one":
                     api = servers.connection(daemon)
                     for counter in range(updates):
@@ -391,7 +398,7 @@ def statements_per_update(postgres, updates=300, seconds=3, tasks=50):
                          os.path.join(ROOT, "bench/progress.lua"), f"http://127.0.0.1:{daemon.port}"],
                         env=environment, capture_output=True, text=True, check=True).stdout
                     acknowledged = int(re.search(r"RESULT requests=(\d+)", output).group(1))
-                _, batches_after, _ = writer_batches(daemon)
+                batches_after = writer_batches(daemon)[1]
                 phases.append((logged_statements(postgres, offset, log_size()), acknowledged,
                                batches_after - batches_before))
         finally:
@@ -400,7 +407,7 @@ def statements_per_update(postgres, updates=300, seconds=3, tasks=50):
         stop_daemons(daemons)
     # The writer's session is the one that locks stream_state; the others (reads, the
     # listener, leadership) are not counted.
-    writer = next(pid for pid, sql in phases[0][0] if "FOR UPDATE" in sql)
+    writer = next(pid for pid, sql in phases[0][0] if "FOR UPDATE" in sql or "advisory_xact_lock" in sql)
     (alone, n_alone, b_alone), (busy, n_busy, b_busy) = [
         (sum(pid == writer for pid, _ in statements), acknowledged, batches)
         for statements, acknowledged, batches in phases]
@@ -434,7 +441,33 @@ def median_result(results):
         return [median_result([r[index] for r in results]) for index in range(len(first))]
     if isinstance(first, (int, float)):
         return statistics.median(results)
+    if first is None:
+        numbers = [r for r in results if r is not None]
+        return statistics.median(numbers) if numbers else None
     return first
+
+
+def microseconds(value):
+    """`value` µs, or n/a when not measured."""
+    return "n/a" if value is None else f"{value:.1f} µs"
+
+
+def goals_table(figures):
+    """What the goals of issue 50 compare, per load, from the same run: one daemon on
+    PostgreSQL against one on SQLite, two daemons against one, PostgreSQL's CPU and the
+    time inside the ordering lock per update."""
+    table = ["| durability | tasks | SQLite updates/s | PostgreSQL, 1 daemon | 1 daemon PostgreSQL / SQLite | "
+             "2 daemons | 2 daemons / 1 daemon | PostgreSQL CPU per update, 1 / 2 daemons | "
+             "inside the ordering lock per update, 1 / 2 daemons |", "|---|---|---|---|---|---|---|---|---|"]
+    for load, durability, tasks in LOADS:
+        sqlite, one, two = (figures["throughput"][key][load] for key in ("sqlite", "pg1", "pg2"))
+        table.append(
+            f"| {durability} | {tasks:,} | {sqlite['updates_per_second']:,.0f} | {one['updates_per_second']:,.0f} | "
+            f"{one['updates_per_second'] / max(1, sqlite['updates_per_second']):.2f}× | {two['updates_per_second']:,.0f} | "
+            f"{two['updates_per_second'] / max(1, one['updates_per_second']):.2f}× | "
+            f"{one['postgres_cpu_us_per_update']:.1f} / {two['postgres_cpu_us_per_update']:.1f} µs | "
+            f"{microseconds(one['lock_us_per_update'])} / {microseconds(two['lock_us_per_update'])} |")
+    return "\n".join(table)
 
 
 def tables(figures, args):
@@ -458,7 +491,7 @@ def tables(figures, args):
         "| setup | subscribers of | subscribers | delivered / expected | ack → arrival p50 / p99 | "
         "send → arrival p50 / p99 | daemon CPU per event delivered | PostgreSQL CPU (of a core) |",
         "|---|---|---|---|---|---|---|---|"]
-    for key, label, _, on_postgres in SETUPS:
+    for key, label, _, on_postgres in SETUPS if figures["fanout"] else []:
         result = figures["fanout"][key]
         for group in result["groups"]:
             fanout_table.append(
@@ -516,6 +549,15 @@ WAL per update: how far the server's WAL position moved over the run, per update
 
 {throughput_table}
 
+Issue 50's goals, from the same rounds (medians): one daemon on PostgreSQL against one
+on SQLite, two daemons on one database against one, PostgreSQL's CPU per update (every
+server process), and the time inside the ordering lock per update: the daemons'
+`headway_ordering_lock_seconds_total` (from taking the lock that orders every daemon's
+batches to the end of their `COMMIT`) over the run, divided by the updates (n/a: the
+build has no such counter).
+
+{goals_table(figures)}
+
 Fan-out (`--durability full`): {args.subscribers:,} event-stream subscribers of one task (half
 on each of two daemons), {args.rate:g} stamped updates/s posted to the first daemon for
 {args.fanout_seconds:g} s. The delay runs from the moment the poster read the update's 2xx to
@@ -530,13 +572,14 @@ processes). The POST's own round trip (send → 2xx), median: {round_trips}.
 
 {fanout_table}
 
-Round trips under the lock: one more run per number of tasks (one daemon on PostgreSQL,
+Statements under the lock: one more run per number of tasks (one daemon on PostgreSQL,
 `full`) with `log_statement = all`, counting the statements of the writer's session in
 the server's log: 300 updates sent one after the other, then wrk with 50 connections for
 3 s; the batches from `/metrics` (those with one update, and the change listener's empty
 ones, in the first part). Solved for both parts: the statements of a batch and of a
-progress update, each a round trip the writer waits for, all but `BEGIN` while it holds
-the row lock that every daemon's batches take in turn.
+progress update, all but `BEGIN` while the batch holds the lock that orders every
+daemon's batches. A batch's held writes go as one statement per table, sent in one
+pipeline with its last statement and its `COMMIT` (one round trip for them all).
 
 {statements_table}
 
@@ -573,7 +616,12 @@ def main():
     parser.add_argument("--fanout-seconds", type=float, default=10.0)
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the tables show medians")
     parser.add_argument("--write-doc", action="store_true", help="write the section into docs/benchmarks.md")
+    parser.add_argument("--throughput-only", action="store_true",
+                        help="only the updates and the statements counted (no fan-out; not with --write-doc)")
+    parser.add_argument("--json", help="also write every figure to this file")
     args = parser.parse_args()
+    if args.throughput_only and args.write_doc:
+        parser.error("--write-doc needs the fan-out figures too")
     servers.pin_this_process_to_cpu1()
     # The poster thread notes each acknowledgement as soon as it reads it, not when the
     # subscribers' loop next lets go of the interpreter (5 ms by default).
@@ -595,8 +643,9 @@ def main():
                     log(f"round {round_ + 1}, {label}, {durability}, {tasks} tasks: "
                         f"{result['updates_per_second']:,.0f} updates/s, {result['jobs_per_batch']:.1f} jobs per batch, "
                         f"daemon {result['daemon_cpu_us_per_update']:.1f} µs + PostgreSQL "
-                        f"{result['postgres_cpu_us_per_update']:.1f} µs per update")
-            for key, label, daemon_count, on_postgres in setups:
+                        f"{result['postgres_cpu_us_per_update']:.1f} µs per update, inside the ordering lock "
+                        f"{microseconds(result['lock_us_per_update'])}")
+            for key, label, daemon_count, on_postgres in setups if not args.throughput_only else []:
                 result = fanout(postgres if on_postgres else None, daemon_count, args.subscribers, args.rate,
                                 args.fanout_seconds)
                 rounds["fanout"].setdefault(key, []).append(result)
@@ -611,7 +660,10 @@ def main():
         postgres.stop()
     figures["load_after"] = " ".join(f"{v:.1f}" for v in os.getloadavg())
     throughput_table, fanout_table = tables(figures, args)
-    print(throughput_table + "\n\n" + fanout_table + "\n")
+    print(throughput_table + "\n\n" + goals_table(figures) + "\n\n" + (fanout_table + "\n" if figures["fanout"] else ""))
+    if args.json:
+        with open(args.json, "w") as output:
+            json.dump(figures, output)
     for tasks, statements in figures["statements"].items():
         print(f"statements sent by the writer over {int(tasks):,} tasks: {statements['per_batch']:.1f} per batch "
               f"+ {statements['per_job']:.1f} per progress update")

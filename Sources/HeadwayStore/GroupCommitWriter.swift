@@ -44,6 +44,9 @@ public final class GroupCommitWriter: Service {
     public struct Statistics: Sendable, Equatable {
         public var batches = 0
         public var jobs = 0
+        /// Statements the writer's connection has run (or sent, in a pipeline), as of its
+        /// latest batch committed.
+        public var statements = 0
     }
 
     /// One batch, as the observer set at `init` sees it once the batch is over.
@@ -393,7 +396,11 @@ public final class GroupCommitWriter: Service {
     /// The batch's changes of rows are held back (`heldWrites`) and written before the
     /// commit; if writing them fails (a row refused by a trigger, say), the batch is run
     /// again with a savepoint per job and nothing held, so that the job whose row it was
-    /// fails alone.
+    /// fails alone. The held writes, the coordinator's last statements and the `COMMIT`
+    /// are sent without waiting for each other's answers (`Database.pipelineUntilCommit`:
+    /// PostgreSQL's pipeline mode), so any of them that fails is reported by the `COMMIT`
+    /// (`DatabaseError.pipelined`), and the batch is run again as when a held write fails
+    /// (a failed `COMMIT` itself loses the batch, as always).
     private func runBatch(_ batch: [Job], savepoints: Bool = false) -> ArraySlice<Job> {
         database.heldWrites = savepoints ? nil : heldWrites
         if let coordinator, batch.allSatisfy(\.isCatchUp) {
@@ -428,6 +435,7 @@ public final class GroupCommitWriter: Service {
                     afterCommit.append(completion)
                     bytes += size
                 }
+                database.pipelineUntilCommit()
                 do {
                     try database.heldWrites?.writeHeld(in: database)
                 } catch {
@@ -438,7 +446,7 @@ public final class GroupCommitWriter: Service {
             }
         } catch {
             coordinator?.batchEnded(committed: false)
-            if case WriterError.needsSavepoints = error, !savepoints { return runBatch(batch, savepoints: true) }
+            if !savepoints && Self.needsSavepoints(error) { return runBatch(batch, savepoints: true) }
             if (error as? DatabaseError)?.storageFailure == .full { diskFullSinceCheckpoint.store(true, ordering: .relaxed) }
             noteReach(failedWith: error)
             observeBatch?(BatchReport(jobs: batch.count, seconds: Self.seconds(since: start), committed: false,
@@ -450,9 +458,11 @@ public final class GroupCommitWriter: Service {
         noteReach(failedWith: nil)
         observeBatch?(BatchReport(jobs: afterCommit.count, seconds: Self.seconds(since: start), committed: true,
                                   changedRows: database.totalChanges != changesAtStart))
+        let statements = database.statementsRun
         stats.withLock { stats in
             stats.batches += 1
             stats.jobs += afterCommit.count
+            stats.statements = statements
         }
         afterCommit.forEach { $0() }
         return batch[afterCommit.count...]
@@ -460,6 +470,15 @@ public final class GroupCommitWriter: Service {
 }
 
 extension GroupCommitWriter {
+    /// Whether a batch that failed with `error` runs again with a savepoint per job: a job
+    /// threw after writing, or a statement sent ahead of the `COMMIT` failed inside the
+    /// open transaction (a held write, most likely), not the `COMMIT` nor the connection.
+    private static func needsSavepoints(_ error: any Error) -> Bool {
+        if case WriterError.needsSavepoints = error { return true }
+        guard let error = error as? DatabaseError else { return false }
+        return error.pipelined && !error.isUnavailable
+    }
+
     private static func seconds(since start: UInt64) -> Double {
         Double(DispatchTime.now().uptimeNanoseconds &- start) / 1e9
     }

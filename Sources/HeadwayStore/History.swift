@@ -14,24 +14,50 @@ public enum History {
         public var fraction: Double?
     }
 
-    /// Records `task` as it is at `now` when it enters a new second, updating its
-    /// bookkeeping (`historyPoints`, `historyBucket`), which the caller stores with the task.
-    /// Within a second nothing is written: the task row itself holds the latest state, and
-    /// `points(of:)` ends the curve with it.
-    public static func record(_ task: inout TaskRecord, at now: EpochMilliseconds, in database: Database) throws(DatabaseError) {
+    /// A sample to store: the point of `taskID` for the second `bucket`.
+    public struct Sample: Equatable, Sendable {
+        public var taskID: String
+        public var bucket: Int64
+        public var point: Point
+    }
+
+    /// The sample of `task` as it is at `now` when it enters a new second, with its
+    /// bookkeeping (`historyPoints`, `historyBucket`) moved on, which the caller stores with
+    /// the task together with the sample (`TaskStore` holds both until the batch's end);
+    /// nil within a second: the task row itself holds the latest state, and `points(of:)`
+    /// ends the curve with it. `needsThinning` tells that the task then holds more than
+    /// `maximumPoints` samples: the sample must be stored at once and the task thinned.
+    public static func sample(_ task: inout TaskRecord, at now: EpochMilliseconds) -> (sample: Sample, needsThinning: Bool)? {
         let bucket = now / 1000
-        guard task.historyBucket != bucket else { return }
-        try database.run("""
-            INSERT INTO history (task_id, bucket, t, completed, total, fraction) VALUES (?, ?, ?, ?, ?, ?)
-            ON CONFLICT (task_id, bucket) DO UPDATE
-            SET t = excluded.t, completed = excluded.completed, total = excluded.total, fraction = excluded.fraction
-            """,
-                         [.text(task.id), .integer(bucket), .integer(now), .integer(task.completed),
-                          task.total.map { .integer($0) } ?? .null, task.fraction.map { .real($0) } ?? .null])
+        guard task.historyBucket != bucket else { return nil }
         task.historyBucket = bucket
         task.historyPoints += 1
-        if task.historyPoints > maximumPoints {
-            task.historyPoints = try thin(task.id, in: database)
+        let sample = Sample(taskID: task.id, bucket: bucket,
+                            point: Point(t: now, completed: task.completed, total: task.total, fraction: task.fraction))
+        return (sample, task.historyPoints > maximumPoints)
+    }
+
+    /// Records `task` as it is at `now` when it enters a new second (`sample`), at once;
+    /// thins its samples when they are too many.
+    public static func record(_ task: inout TaskRecord, at now: EpochMilliseconds, in database: Database) throws(DatabaseError) {
+        guard let (sample, needsThinning) = sample(&task, at: now) else { return }
+        try insert([sample], in: database)
+        if needsThinning { task.historyPoints = try thin(task.id, in: database) }
+    }
+
+    /// The statement storing one sample (the latest of its second replaces an earlier one).
+    static let insertSQL = """
+        INSERT INTO history (task_id, bucket, t, completed, total, fraction) VALUES (?, ?, ?, ?, ?, ?)
+        ON CONFLICT (task_id, bucket) DO UPDATE
+        SET t = excluded.t, completed = excluded.completed, total = excluded.total, fraction = excluded.fraction
+        """
+
+    /// Stores `samples`, one statement each (`SQLDialect.writeHeldTasks` may store many at once).
+    static func insert(_ samples: [Sample], in database: Database) throws(DatabaseError) {
+        for sample in samples {
+            try database.run(insertSQL, [.text(sample.taskID), .integer(sample.bucket), .integer(sample.point.t),
+                                         .integer(sample.point.completed), sample.point.total.map { .integer($0) } ?? .null,
+                                         sample.point.fraction.map { .real($0) } ?? .null])
         }
     }
 

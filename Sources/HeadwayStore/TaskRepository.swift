@@ -90,7 +90,7 @@ public enum TaskRepository {
     /// A switch, not a table of closures: walking an array of closures retains and releases
     /// each one's context per column per update, about 200 reference-count operations an
     /// update on the writer.
-    private enum MutableColumn: String, CaseIterable {
+    enum MutableColumn: String, CaseIterable {
         case label, completed, total, unit, stallReason = "stall_reason", stalledSince = "stalled_since"
         case cancelRequested = "cancel_requested", lastSeq = "last_seq", updatedAt = "updated_at"
         case lastSignalAt = "last_signal_at", lastProgressAt = "last_progress_at", finishedAt = "finished_at"
@@ -152,6 +152,20 @@ public enum TaskRepository {
             case .tooQuick: task.tooQuick != previous.tooQuick
             case .state: task.state != previous.state
             case .stalled: task.stalled != previous.stalled
+            }
+        }
+
+        /// What the column holds (every case named: a new column must say, or PostgreSQL's
+        /// set writes would send its values as the wrong type).
+        var kind: ColumnKind {
+            switch self {
+            case .label, .unit, .stallReason, .message, .changeKind, .lastOutput, .state: .text
+            case .rateUnits, .rateSeconds, .sampleValue, .childrenWeight, .childrenDone, .unfinishedChildrenDone: .real
+            case .completed, .total, .stalledSince, .cancelRequested, .lastSeq, .updatedAt, .lastSignalAt, .lastProgressAt,
+                 .finishedAt, .changeSeq, .startedAt, .stallDeadline, .sampleAt, .historyPoints, .historyBucket, .childCount,
+                 .childrenPending, .childrenRunning, .childrenStalled, .childrenSucceeded, .childrenFailed, .childrenCanceled,
+                 .failingChildren, .stallingChildren, .outputLines, .overdue, .overdueSince, .overdueAt, .tooQuick, .stalled:
+                .integer
             }
         }
 
@@ -225,6 +239,17 @@ public enum TaskRepository {
             if statements.count < maximumUpdateStatements { statements[columns] = sql }
         }
         return sql
+    }
+
+    /// What a column holds (the type of its values, NULL aside).
+    enum ColumnKind {
+        case text, integer, real
+    }
+
+    /// Whether any column a task's life can change differs between `task` and `previous`:
+    /// whether `update` writes anything.
+    static func differs(_ task: TaskRecord, _ previous: TaskRecord) -> Bool {
+        MutableColumn.allCases.contains { $0.differs(task, previous) }
     }
 
     /// Writes the changes from `previous` to `task` (the same task, `previous` as stored):

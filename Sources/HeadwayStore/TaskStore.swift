@@ -43,12 +43,16 @@ public final class ChangeCounter: Sendable {
 /// It also holds the writer's changes of tasks back until the batch commits (`HeldWrites`,
 /// once the writer's connection is given it, `GroupCommitWriter`'s `heldWrites`): a task
 /// changed by many updates of one batch (dozens, under load) has its row written once, with
-/// its latest values, so a batch costs one `UPDATE` per task it changed, not per change.
-/// A held task is read from here (it is the task as the batch left it). Statements that
-/// read tasks' rows on the writer's connection must come after `writeHeld`: `TaskStore`
-/// writes what is held before the walks of a cancel or delete, the stall sweep and
-/// retention, and the connection before each commit. Each savepoint keeps what it changed
-/// in an undo log, so a savepoint rolled back gives back what was held before it.
+/// its latest values, and the history samples of the batch's changes are held with their
+/// tasks. All are written at the batch's end by the dialect (`SQLDialect.writeHeldTasks`):
+/// on SQLite an `UPDATE` per task and an `INSERT` per sample, prepared statements run in
+/// process; on PostgreSQL one statement per table for the whole batch, whatever its number
+/// of tasks (`PostgresSetWrites`). A held task is read from here (it is the task as the batch
+/// left it). Statements that read tasks' rows or samples on the writer's connection must come
+/// after `writeHeld`: `TaskStore` writes what is held before the walks of a cancel or delete,
+/// the stall sweep, retention and a thinning of samples, and the connection before each
+/// commit. Each savepoint keeps what it changed in an undo log, so a savepoint rolled back
+/// gives back what was held before it.
 public final class TaskCache: Sendable, HeldWrites {
     /// A task changed since the batch began, not written yet. Changed in place only by
     /// changes made in the savepoint that made it (`savepoint`): a savepoint's undo log
@@ -58,12 +62,15 @@ public final class TaskCache: Sendable, HeldWrites {
         let stored: TaskRecord
         /// The task as the batch left it.
         var latest: TaskRecord
+        /// The history samples its changes in the batch took, oldest first.
+        var samples: [History.Sample]
         /// The savepoint it was made in (`Contents.savepoints`), 0 outside any.
         let savepoint: Int
 
-        init(stored: TaskRecord, latest: TaskRecord, savepoint: Int) {
+        init(stored: TaskRecord, latest: TaskRecord, samples: [History.Sample], savepoint: Int) {
             self.stored = stored
             self.latest = latest
+            self.samples = samples
             self.savepoint = savepoint
         }
     }
@@ -112,15 +119,19 @@ public final class TaskCache: Sendable, HeldWrites {
             tasks[task.id] = task
         }
 
-        /// Holds `task`'s change over `previous` (as stored, when nothing is held for it yet).
-        mutating func hold(_ task: TaskRecord, previous: TaskRecord) {
+        /// Holds `task`'s change over `previous` (as stored, when nothing is held for it yet),
+        /// with its history sample, if it took one.
+        mutating func hold(_ task: TaskRecord, previous: TaskRecord, sample: History.Sample?) {
             let current = held[task.id]
             if let current, current.savepoint == savepoint {
                 current.latest = task
+                if let sample { current.samples.append(sample) }
                 return
             }
             if !savepoints.isEmpty { savepoints[savepoints.count - 1].undo.append((task.id, current)) }
-            held[task.id] = HeldWrite(stored: current?.stored ?? previous, latest: task, savepoint: savepoint)
+            var samples = current?.samples ?? []
+            if let sample { samples.append(sample) }
+            held[task.id] = HeldWrite(stored: current?.stored ?? previous, latest: task, samples: samples, savepoint: savepoint)
         }
     }
 
@@ -153,20 +164,26 @@ public final class TaskCache: Sendable, HeldWrites {
         }
     }
 
-    /// Writes `task` over `previous` (the task as `task(_:in:)` gave it): held until the
-    /// commit when `database` holds its writes here and a transaction is open, else at once.
-    fileprivate func write(_ task: TaskRecord, previous: TaskRecord, in database: Database) throws(DatabaseError) {
+    /// Writes `task` over `previous` (the task as `task(_:in:)` gave it), with the history
+    /// `sample` its change took, if any: held until the commit when `database` holds its
+    /// writes here and a transaction is open, else at once.
+    fileprivate func write(_ task: TaskRecord, previous: TaskRecord, sample: History.Sample? = nil,
+                           in database: Database) throws(DatabaseError) {
         contents.withLock { contents in contents.noteWritten(task.id) }
         guard database.heldWrites === self, database.isInsideTransaction else {
             try TaskRepository.update(task, previous: previous, in: database)
+            if let sample { try History.insert([sample], in: database) }
             return remember(task, in: database)
         }
-        contents.withLock { contents in contents.hold(task, previous: previous) }
+        contents.withLock { contents in contents.hold(task, previous: previous, sample: sample) }
         database.countHeldChange()
     }
 
-    /// Writes every held change to its row (only the columns that differ from the row),
-    /// then remembers the tasks as stored. If a write fails, everything stays held.
+    /// Writes every held change (`SQLDialect.writeHeldTasks`: each task's row once, with the
+    /// columns that differ from the row, and every sample), then remembers the tasks as
+    /// stored. If a write fails, everything stays held. On PostgreSQL, inside a pipeline
+    /// (`Database.pipelineUntilCommit`) the statements are only sent: a failure is reported
+    /// by the statement that reads their answers (the `COMMIT`), flagged `pipelined`.
     public func writeHeld(in database: Database) throws {
         var writes = contents.withLock { contents -> [String: HeldWrite] in
             guard !contents.held.isEmpty else { return [:] }
@@ -181,7 +198,8 @@ public final class TaskCache: Sendable, HeldWrites {
         }
         guard !writes.isEmpty else { return }
         do {
-            for write in writes.values { try TaskRepository.update(write.latest, previous: write.stored, in: database) }
+            try database.dialect.writeHeldTasks(writes.values.map { ($0.latest, $0.stored) },
+                                                samples: writes.values.flatMap(\.samples), in: database)
         } catch {
             contents.withLock { contents in swap(&contents.held, &writes) }
             throw error
@@ -886,9 +904,22 @@ public struct TaskStore: Sendable {
     /// (`StallRule.deadlineToStore`), unless `exactDeadline`. `task` becomes the task as
     /// stored (changed in place: a copy of its fields to change would cost more).
     private func save(_ task: inout TaskRecord, previous: TaskRecord, exactDeadline: Bool = false,
-                      in database: Database) throws {
+                      sample: History.Sample? = nil, in database: Database) throws {
         if !exactDeadline { task.stallDeadline = StallRule.deadlineToStore(task, stored: previous.stallDeadline) }
-        try cache.write(task, previous: previous, in: database)
+        try cache.write(task, previous: previous, sample: sample, in: database)
+    }
+
+    /// The history sample of `task` at `now` (`History.sample`), to be written with its
+    /// change (`save`). When the task then holds too many samples, what is held is written,
+    /// the sample stored at once and the task's samples thinned, and nil is returned.
+    private func historySample(_ task: inout TaskRecord, at now: EpochMilliseconds,
+                               in database: Database) throws -> History.Sample? {
+        guard let (sample, needsThinning) = History.sample(&task, at: now) else { return nil }
+        guard needsThinning else { return sample }
+        try cache.writeHeld(in: database)
+        try History.insert([sample], in: database)
+        task.historyPoints = try History.thin(task.id, in: database)
+        return nil
     }
 
     /// Gives a change its number.
@@ -934,11 +965,12 @@ public struct TaskStore: Sendable {
     private func write(_ next: inout TaskRecord, previous: TaskRecord, _ kind: TaskEventKind, now: EpochMilliseconds,
                        in database: Database) throws {
         let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
+        var sample: History.Sample?
         if next.completed != previous.completed || next.total != previous.total || next.state != previous.state {
-            try History.record(&next, at: now, in: database)
+            sample = try historySample(&next, at: now, in: database)
         }
         stamp(&next, stallChange == .recovered && kind == .updated ? .recovered : kind)
-        try save(&next, previous: previous, in: database)
+        try save(&next, previous: previous, sample: sample, in: database)
     }
 
     /// Carries `change` of a child up through its ancestors, from its parent `parentID`
@@ -974,9 +1006,9 @@ public struct TaskStore: Sendable {
             let stallChange = StallRule.apply(to: &next, now: now, graceStart: graceStart, raising: false)
             if isVisible || stallChange != nil {
                 if !isVisible { next.updatedAt = now }
-                if next.fraction != stored.fraction { try History.record(&next, at: now, in: database) }
+                let sample = next.fraction != stored.fraction ? try historySample(&next, at: now, in: database) : nil
                 stamp(&next, stallChange == .recovered ? .recovered : .updated)
-                try save(&next, previous: stored, in: database)
+                try save(&next, previous: stored, sample: sample, in: database)
                 events.append(TaskEvent(next.changeKind, next))
             } else {
                 try save(&next, previous: stored, in: database)

@@ -150,6 +150,18 @@ extension Database {
     /// of it failed (outside a savepoint). SQLite rolls back or keeps going by itself.
     public var transactionFailed: Bool { connection.transactionFailed }
 
+    /// From now until the open transaction ends, the statements that return no rows
+    /// (`run`) need not wait for their answers: on PostgreSQL they are sent at once, in
+    /// libpq's pipeline mode, and the `COMMIT` behind them, whose call reads every answer
+    /// (one round trip for all); nothing changes on SQLite, whose statements run in
+    /// process. A statement's failure is then thrown by a later call (the `COMMIT`'s, or a
+    /// query's), flagged `DatabaseError.pipelined`, and the transaction can only be rolled
+    /// back. Only for statements whose failure the caller handles at the commit: the
+    /// writer's batch end (`GroupCommitWriter.runBatch`).
+    func pipelineUntilCommit() {
+        connection.pipelineUntilCommit()
+    }
+
     /// Runs a statement that begins, ends or marks a transaction.
     private func control(_ sql: String) throws(DatabaseError) {
         try checkOpen(sql)

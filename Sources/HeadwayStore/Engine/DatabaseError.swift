@@ -22,6 +22,10 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
     /// Whether the database could not be reached (PostgreSQL down or restarting; the
     /// connection lost): nothing was changed, and a later try may succeed.
     public var isUnavailable = false
+    /// Whether the statement was sent ahead of the one whose call reported its failure
+    /// (`Database.pipelineUntilCommit`): it failed inside the still open transaction, which
+    /// then skipped the statements sent after it, the `COMMIT` too.
+    public var pipelined = false
 
     public init(code: Int32, message: String, sql: String?, systemError: Int32 = 0) {
         self.code = code

@@ -1,4 +1,5 @@
 import Glibc
+import HeadwayCore
 
 /// The storage engine a `--db` location names, as the daemon sees the store as a whole:
 /// the questions it asks instead of looking at the location itself.
@@ -94,6 +95,9 @@ protocol EngineConnection: AnyObject {
     func rows<Row>(_ sql: String, _ arguments: [SQLValue], map: (any ResultRow) -> Row) throws(DatabaseError) -> [Row]
     /// Runs a statement that begins, ends or marks a transaction.
     func control(_ sql: String) throws(DatabaseError)
+    /// Until the transaction ends, statements that return no rows may be sent without
+    /// waiting for their answers, which the `COMMIT` reads (`Database.pipelineUntilCommit`).
+    func pipelineUntilCommit()
     /// Closes the connection; its statements first.
     func close()
 
@@ -148,6 +152,11 @@ protocol SQLDialect: Sendable {
     func searchCount(_ text: String, filter: TaskFilter, in database: Database) throws(DatabaseError) -> Int64
     /// A write that changes nothing but fails where any write would (the readiness probe).
     func probeWrite(in database: Database) throws(DatabaseError)
+    /// Writes the changes of tasks and the history samples a writer's batch held back
+    /// (`TaskCache.writeHeld`): each change over the task as its row stores it
+    /// (`previous`), each sample replacing one of the same task and second.
+    func writeHeldTasks(_ changes: [(task: TaskRecord, previous: TaskRecord)], samples: [History.Sample],
+                        in database: Database) throws(DatabaseError)
 
     /// Waits for, and takes, what keeps other daemons from migrating at the same time,
     /// for the whole migration (outside a transaction).

@@ -27,6 +27,13 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// How many statements have run (each `run` or `rows` counts once).
     private(set) var statementsRun = 0
 
+    /// Whether statements that return no rows are sent without waiting for their answers,
+    /// until the transaction's end (`pipelineUntilCommit`).
+    private var pipelineRequested = false
+    /// What was sent in pipeline mode and not answered yet, in order: each statement's SQL,
+    /// and whether it was the preparation of a statement (`prepared` forgets it if it fails).
+    private var pipelineSent: [(sql: String, isPreparation: Bool)] = []
+
     /// Connects to the server `location` names, with the daemon's `networkDefaults` where
     /// `location` does not set them. Statements wait for a lock as long as
     /// SQLite's busy timeout, then fail as busy; a read-only connection (`access` other
@@ -119,6 +126,8 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
         handle = connection
         prepared.removeAll()
+        pipelineSent.removeAll()
+        pipelineRequested = false
         for sql in sessionSetup { try execute(sql) }
     }
 
@@ -204,6 +213,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
 
     /// Runs one or more statements without parameters.
     func execute(_ sql: String) throws(DatabaseError) {
+        try readPipelineFirst(sql)
         try retryingOnANewConnection(sql) { () throws(DatabaseError) in
             let connection = try usableHandle(sql)
             let result = PQexec(connection, sql)
@@ -229,19 +239,8 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
             try check(result, sql: sql, connection: connection)
             prepared[sql] = name
         }
-        var texts: [UnsafeMutablePointer<CChar>?] = arguments.map { value in
-            switch value {
-            case .null: nil
-            case .integer(let number): strdup(String(number))
-            case .real(let number): strdup(number.isFinite ? "\(number)" : (number.isNaN ? "NaN" : number > 0 ? "Infinity" : "-Infinity"))
-            case .text(let text): strdup(text)
-            }
-        }
-        defer { texts.forEach { free($0) } }
-        let result = texts.withUnsafeMutableBufferPointer { buffer in
-            buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: max(buffer.count, 1)) { values in
-                PQexecPrepared(connection, name, Int32(arguments.count), arguments.isEmpty ? nil : values, nil, nil, 0)
-            }
+        let result = withParameterTexts(arguments) { count, values in
+            PQexecPrepared(connection, name, count, values, nil, nil, 0)
         }
         do {
             try check(result, sql: sql, connection: connection)
@@ -250,6 +249,26 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
             throw error
         }
         return result!
+    }
+
+    /// Calls `body` with the number of `arguments` and their texts as libpq takes them
+    /// (nil for none).
+    private func withParameterTexts<Value>(_ arguments: [SQLValue],
+                                           _ body: (Int32, UnsafePointer<UnsafePointer<CChar>?>?) -> Value) -> Value {
+        var texts: [UnsafeMutablePointer<CChar>?] = arguments.map { value in
+            switch value {
+            case .null: nil
+            case .integer(let number): strdup(String(number))
+            case .real(let number): strdup(Self.text(of: number))
+            case .text(let text): strdup(text)
+            }
+        }
+        defer { texts.forEach { free($0) } }
+        return texts.withUnsafeMutableBufferPointer { buffer in
+            buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: max(buffer.count, 1)) { values in
+                body(Int32(arguments.count), arguments.isEmpty ? nil : UnsafePointer(values))
+            }
+        }
     }
 
     /// Throws the error `result` reports, if any; counts the rows a command changed.
@@ -338,10 +357,137 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
         return output
     }
 
+    /// A floating-point number as PostgreSQL reads it.
+    static func text(of number: Double) -> String {
+        number.isFinite ? "\(number)" : (number.isNaN ? "NaN" : number > 0 ? "Infinity" : "-Infinity")
+    }
+
     static func trimmed(_ message: String) -> String {
         var message = message
         while let last = message.last, last.isWhitespace { message.removeLast() }
         return message
+    }
+}
+
+// MARK: Pipeline mode
+
+extension PostgresConnection {
+    /// From now until the transaction's end, each statement that returns no rows (`run`) is
+    /// sent at once and not waited for (libpq's pipeline mode); the `COMMIT` is sent behind
+    /// them, and its call reads every answer, in order: a batch's last statements and its
+    /// commit cost one round trip together. The first statement that failed is the error
+    /// thrown, flagged `pipelined` unless it is the `COMMIT` itself: the server skipped
+    /// what followed it, the `COMMIT` too, and the transaction is left failed, to be rolled
+    /// back. Any other statement (a query, a `ROLLBACK`) first reads the answers the same way.
+    func pipelineUntilCommit() {
+        pipelineRequested = true
+    }
+
+    /// Sends `sql` with `arguments` in the pipeline (entering pipeline mode first), preparing
+    /// it there first if this connection has not yet.
+    private func sendInPipeline(_ sql: String, _ arguments: [SQLValue]) throws(DatabaseError) {
+        // Inside a transaction a lost connection is not made again: the transaction is gone,
+        // and the statement would run without it.
+        guard let connection = handle, PQstatus(connection) == CONNECTION_OK else {
+            throw DatabaseError.unavailable("the connection to PostgreSQL was lost in the transaction")
+        }
+        if PQpipelineStatus(connection) == PQ_PIPELINE_OFF, PQenterPipelineMode(connection) != 1 {
+            throw pipelineSendFailure(sql, connection)
+        }
+        let name: String
+        if let known = prepared[sql] {
+            name = known
+        } else {
+            name = "s\(prepared.count + 1)"
+            guard PQsendPrepare(connection, name, Self.numberedParameters(sql), 0, nil) == 1 else {
+                throw pipelineSendFailure(sql, connection)
+            }
+            prepared[sql] = name
+            pipelineSent.append((sql, true))
+        }
+        let sent = withParameterTexts(arguments) { count, values in
+            PQsendQueryPrepared(connection, name, count, values, nil, nil, 0)
+        }
+        guard sent == 1 else { throw pipelineSendFailure(sql, connection) }
+        pipelineSent.append((sql, false))
+    }
+
+    /// Ends the pipeline: sends `COMMIT` into it when `sql` is `COMMIT`, then the sync, and
+    /// reads every answer; returns whether `sql` was sent there (and so is done). Throws the
+    /// first failure. Pipeline mode is left in every case (a lost connection is made again
+    /// by the next statement).
+    private func endPipeline(before sql: String) throws(DatabaseError) -> Bool {
+        guard let connection = handle, PQpipelineStatus(connection) != PQ_PIPELINE_OFF else { return false }
+        let commits = sql == "COMMIT"
+        defer { pipelineSent.removeAll() }
+        // A lost connection answers nothing more (the next statement connects again).
+        guard PQstatus(connection) == CONNECTION_OK else {
+            throw DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
+                                         sql: sql, connectionLost: true)
+        }
+        if commits {
+            guard PQsendQueryParams(connection, sql, 0, nil, nil, nil, nil, 0) == 1 else { throw pipelineSendFailure(sql, connection) }
+            pipelineSent.append((sql, false))
+        }
+        guard PQpipelineSync(connection) == 1 else { throw pipelineSendFailure(sql, connection) }
+        var failure: DatabaseError?
+        for (sent, isPreparation) in pipelineSent {
+            var failed = false
+            while let result = PQgetResult(connection) {
+                defer { PQclear(result) }
+                guard PQresultStatus(result) != PGRES_PIPELINE_ABORTED else {
+                    failed = true
+                    continue
+                }
+                do {
+                    try check(result, sql: sent, connection: connection)
+                } catch {
+                    failed = true
+                    if failure == nil {
+                        var error = error
+                        error.pipelined = !(commits && sent == sql)
+                        failure = error
+                    }
+                }
+            }
+            if failed && isPreparation { prepared.removeValue(forKey: sent) }
+            if PQstatus(connection) != CONNECTION_OK { break }
+        }
+        if PQstatus(connection) == CONNECTION_OK {
+            // The sync's own answer, then out of pipeline mode.
+            if let sync = PQgetResult(connection) { PQclear(sync) }
+            PQexitPipelineMode(connection)
+        }
+        if var failure {
+            if PQstatus(connection) != CONNECTION_OK { failure.isUnavailable = true }
+            throw failure
+        }
+        if PQstatus(connection) != CONNECTION_OK {
+            throw DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
+                                         sql: sql, connectionLost: true)
+        }
+        return commits
+    }
+
+    /// The error of a statement libpq could not send (a lost connection, mostly).
+    private func pipelineSendFailure(_ sql: String, _ connection: OpaquePointer) -> DatabaseError {
+        var error = DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
+                                           sql: sql, connectionLost: PQstatus(connection) != CONNECTION_OK)
+        error.pipelined = true
+        return error
+    }
+
+    /// Reads what the pipeline was sent, if anything, before a statement that waits for
+    /// its answer.
+    private func readPipelineFirst(_ sql: String) throws(DatabaseError) {
+        guard let handle, PQstatus(handle) == CONNECTION_OK else {
+            // Nothing to read on a lost connection: the statement connects again.
+            pipelineSent.removeAll()
+            return
+        }
+        if !pipelineSent.isEmpty || PQpipelineStatus(handle) != PQ_PIPELINE_OFF {
+            _ = try endPipeline(before: sql)
+        }
     }
 }
 
@@ -350,11 +496,13 @@ extension PostgresConnection {
 
     func run(_ sql: String, _ arguments: [SQLValue]) throws(DatabaseError) {
         statementsRun += 1
+        if pipelineRequested { return try sendInPipeline(sql, arguments) }
         PQclear(try query(sql, arguments))
     }
 
     func rows<Row>(_ sql: String, _ arguments: [SQLValue], map: (any ResultRow) -> Row) throws(DatabaseError) -> [Row] {
         statementsRun += 1
+        try readPipelineFirst(sql)
         let result = try query(sql, arguments)
         defer { PQclear(result) }
         let row = PostgresRow(result)
@@ -368,8 +516,19 @@ extension PostgresConnection {
         return rows
     }
 
-    /// Transaction statements are sent as they are, without preparing them.
+    /// Transaction statements are sent as they are, without preparing them; a `COMMIT`
+    /// after statements sent in a pipeline goes in it (`pipelineUntilCommit`), and any of
+    /// them ends the pipeline.
     func control(_ sql: String) throws(DatabaseError) {
+        guard pipelineRequested else { return try execute(sql) }
+        pipelineRequested = false
+        // A transaction that ended with its connection lost leaves a request behind.
+        if sql.hasPrefix("BEGIN") { return try execute(sql) }
+        do {
+            if try endPipeline(before: sql) { return }
+        } catch where sql == "ROLLBACK" && !error.isUnavailable {
+            // Rolled back anyway: what failed in the pipeline is undone with the rest.
+        }
         try execute(sql)
     }
 

@@ -1,3 +1,5 @@
+import HeadwayCore
+
 /// PostgreSQL's statements where the engines' SQL differs (`SQLDialect`).
 struct PostgresDialect: SQLDialect {
     static let shared = PostgresDialect()
@@ -30,6 +32,12 @@ struct PostgresDialect: SQLDialect {
         }
         guard let (first, prunedThrough, last) = state.first else { return ChangeFeed.Position(first: 0, last: 0, prunedThrough: -1) }
         return ChangeFeed.Position(first: first, last: max(first, last, prunedThrough), prunedThrough: prunedThrough)
+    }
+
+    /// One statement per table for the whole batch (`PostgresSetWrites`).
+    func writeHeldTasks(_ changes: [(task: TaskRecord, previous: TaskRecord)], samples: [History.Sample],
+                        in database: Database) throws(DatabaseError) {
+        try PostgresSetWrites.write(changes, samples: samples, in: database)
     }
 
     func searchKeys(_ text: String, filter: TaskFilter, limit: Int, beforeKey: Int64?,

@@ -258,17 +258,8 @@ public final class SharedWriting: BatchCoordinator {
 
     /// `ids` as a PostgreSQL array's text (`{"a","b \\"c\\""}`), each element quoted.
     static func arrayLiteral(_ ids: [String]) -> String {
-        var text = "{"
-        for (index, id) in ids.enumerated() {
-            if index > 0 { text.append(",") }
-            text.append("\"")
-            for character in id {
-                if character == "\"" || character == "\\" { text.append("\\") }
-                text.append(character)
-            }
-            text.append("\"")
-        }
-        text.append("}")
-        return text
+        var literal = ArrayLiteral()
+        for id in ids { literal.append(.text(id)) }
+        return literal.finish()
     }
 }

@@ -141,6 +141,9 @@ final class SQLiteConnection: EngineConnection, @unchecked Sendable {
         try run(sql, [])
     }
 
+    /// In process, a statement's answer costs no wait: each runs as it comes.
+    func pipelineUntilCommit() {}
+
     var changedRows: Int64 { sqlite3_total_changes64(handle) }
 
     var isInsideTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
