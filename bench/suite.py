@@ -298,8 +298,17 @@ def streams_section(args, subscribers, limit, fan, rows):
             f"withheld here), and one server holds its subscribers and its other files in one process")
     per_round = "; ".join(
         f"{key} " + " / ".join(f"{r['p99_ms']:.0f}" for r in fan[key]) for key in ("headway", "nchan"))
-    rss = "; ".join(
-        f"{key} " + " / ".join(f"{r['rss_per_subscriber_kib']:.2f}" for r in fan[key]) for key in ("headway", "nchan"))
+    def rounds(field, scale=1.0, digits=0):
+        return "; ".join(f"{key} " + " / ".join(f"{scale * r[field]:.{digits}f}" for r in fan[key])
+                         for key in ("headway", "nchan"))
+    rss = rounds("rss_per_subscriber_kib", digits=2)
+    first = rounds("first_arrival_ms", digits=1)
+    spread = "; ".join(f"{key} " + " / ".join(f"{r['last_arrival_ms'] - r['first_arrival_ms']:.0f}" for r in fan[key])
+                       for key in ("headway", "nchan"))
+    # The server's CPU while delivering, per event delivered: what the load of the machine moves least.
+    cpu = "; ".join(f"{key} " + " / ".join(
+        f"{r['busy_cpu_percent'] / 100 * args.fanout_seconds / max(1, r['delivered']) * 1e6:.1f}" for r in fan[key])
+        for key in ("headway", "nchan"))
     return f"""{STREAMS_SECTION}
 
 Written by `make bench-streams` (`bench/suite.py --streams-only --subscribers {args.subscribers}`) on
@@ -314,7 +323,11 @@ average (1 minute) was {args.load_before:.2f} before the rounds and {args.load_a
 
 {chr(10).join(table_lines(rows, peer="nginx+nchan"))}
 
-p99 round by round (ms): {per_round}. RSS per subscriber round by round (KiB): {rss}.
+Round by round: p99 (ms) {per_round}. RSS per subscriber (KiB) {rss}. First arrival
+(ms, the median over the updates of the earliest subscriber to receive each: for headwayd
+the request, its commit synced to disk, and the first write) {first}. Spread from the
+first subscriber to the last (ms, medians: one round of writes) {spread}. Server CPU per
+event delivered (µs, while delivering) {cpu}.
 
 Raw figures: {fan}.
 """

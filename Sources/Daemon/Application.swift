@@ -597,8 +597,8 @@ extension Configuration {
         // parameters or weighs more than its 4 KiB hold with 1 KiB to spare (`HeadScreen`) is
         // served by the request daemon instead. 4 KiB exactly: the allocator hands out a
         // block of one page, page-aligned, where 4.5 KiB took a 5 KiB block straddling
-        // pages, all of them touched (RSS per stream 7.3 instead of 8.2 KiB: docs/benchmarks.md,
-        // "Tens of thousands of event streams"). Under TLS one daemon, with the request
+        // pages, all of them touched (10,000 streams: 7.6 KiB of RSS each instead of 8.5;
+        // docs/benchmarks.md, "The memory of an event stream"). Under TLS one daemon, with the request
         // daemon's memory, serves both (an HTTPS stream costs about 37 KiB).
         server.maximumQueryParameters = maximumQueryParameters
         server.maximumBodyBytes = maximumBodyBytes
