@@ -208,7 +208,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     // (a reload compares the settings with it).
     var served = configuration
     served.broker.maximumSubscribers = openFiles.subscribers
-    let connectionLimit = openFiles.subscribers + OpenFileBudget.apiConnections
+    let connectionLimit = openFiles.subscribers + openFiles.apiConnections
     let services = try buildServices(served, changeCounter: database.changeCounter, storage: database.storage,
                                      tokens: tokens, webhookOutbox: webhookOutbox, clock: clock, logger: logger)
     let routes = registerRoutes(configuration, services: services, tokens: tokens, webhookOutbox: webhookOutbox,
@@ -569,8 +569,9 @@ private func logOpenFiles(_ budget: OpenFileBudget, logger: Logger) {
         "open_files": "\(budget.openFiles)", "max_subscribers": "\(budget.configuredSubscribers)",
         "subscribers_served": "\(budget.subscribers)",
         "wanted": "\(budget.wanted)",
-        "detail": "the open-file limit holds \(budget.subscribers) event streams beside \(OpenFileBudget.reserve) "
-            + "other files; more subscribers get 503 too_many_subscribers: raise the hard limit to \(budget.wanted) "
+        "detail": "the open-file limit holds \(budget.subscribers) event streams beside \(budget.apiConnections) API "
+            + "connections and \(OpenFileBudget.otherFiles) other files; more subscribers get 503 "
+            + "too_many_subscribers: raise the hard limit to \(budget.wanted) "
             + "(LimitNOFILE= in the systemd unit, ulimit -Hn) or lower --max-subscribers",
     ])
 }
@@ -598,8 +599,9 @@ extension Configuration {
         // served by the request daemon instead. 4 KiB exactly: the allocator hands out a
         // block of one page, page-aligned, where 4.5 KiB took a 5 KiB block straddling
         // pages, all of them touched (10,000 streams: 7.6 KiB of RSS each instead of 8.5;
-        // docs/benchmarks.md, "The memory of an event stream"). Under TLS one daemon, with the request
-        // daemon's memory, serves both (an HTTPS stream costs about 37 KiB).
+        // docs/benchmarks.md, "Many event streams: memory and latency"). Under TLS one
+        // daemon, with the request daemon's memory, serves both (an HTTPS stream costs about
+        // 37 KiB).
         server.maximumQueryParameters = maximumQueryParameters
         server.maximumBodyBytes = maximumBodyBytes
         server.bodyLimitsByPath[TaskAPI.batchPath] = max(maximumBodyBytes, TaskAPI.batchBodyBytes)

@@ -8,14 +8,14 @@ import Foundation
 /// keeps its room.
 struct OpenFileBudget: Equatable {
     /// API connections the request daemon may hold beside the streams (its share of the
-    /// connection limit).
-    static let apiConnections = 1024
+    /// connection limit), where the limit allows.
+    static let maximumAPIConnections = 1024
     /// Files that are neither streams nor API connections: the listening socket, the
     /// database's files and connections, the log file, epoll sets and event fds, the
-    /// webhooks' connections and lookups.
+    /// webhooks' connections and lookups (about 30 at rest on SQLite).
     static let otherFiles = 64
-    /// Files kept for all but event streams.
-    static var reserve: Int { apiConnections + otherFiles }
+    /// Files kept for all but event streams where the limit allows.
+    static var reserve: Int { maximumAPIConnections + otherFiles }
 
     /// `--max-subscribers`.
     let configuredSubscribers: Int
@@ -25,8 +25,13 @@ struct OpenFileBudget: Equatable {
     /// The open files the configured subscribers need, with the reserve.
     var wanted: Int { configuredSubscribers + Self.reserve }
 
+    /// The API connections kept room for: `maximumAPIConnections`, or under a limit too low
+    /// for it a quarter of what the other files leave (a limit of 1,024 still serves 720
+    /// streams beside 240 API connections).
+    var apiConnections: Int { min(Self.maximumAPIConnections, max(0, openFiles - Self.otherFiles) / 4) }
+
     /// The subscribers served at once: the configured number, or fewer if the limit cannot hold it.
-    var subscribers: Int { max(0, min(configuredSubscribers, openFiles - Self.reserve)) }
+    var subscribers: Int { max(0, min(configuredSubscribers, openFiles - Self.otherFiles - apiConnections)) }
 
     /// Whether the limit holds every configured subscriber.
     var holdsConfiguredSubscribers: Bool { subscribers == configuredSubscribers }

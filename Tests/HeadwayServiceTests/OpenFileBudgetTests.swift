@@ -14,14 +14,21 @@ import Testing
 
     @Test func aLowerLimitServesWhatItHoldsBesideTheReserve() {
         let budget = OpenFileBudget(configuredSubscribers: 50_000, openFiles: 20_000)
+        #expect(budget.apiConnections == 1024)
         #expect(budget.subscribers == 20_000 - 1088)
         #expect(!budget.holdsConfiguredSubscribers)
         #expect(OpenFileBudget(configuredSubscribers: 50_000, openFiles: 51_087).subscribers == 49_999)
     }
 
-    @Test func aLimitBelowTheReserveServesNoStream() {
-        #expect(OpenFileBudget(configuredSubscribers: 10, openFiles: 1024).subscribers == 0)
-        #expect(OpenFileBudget(configuredSubscribers: 0, openFiles: 1024).holdsConfiguredSubscribers)
+    /// Under a limit below the whole reserve, streams and API connections share what the
+    /// other files leave, three to one.
+    @Test func aLimitBelowTheReserveSharesWhatTheOtherFilesLeave() {
+        let budget = OpenFileBudget(configuredSubscribers: 50_000, openFiles: 1024)
+        #expect(budget.apiConnections == 240)
+        #expect(budget.subscribers == 720)
+        #expect(OpenFileBudget(configuredSubscribers: 10, openFiles: 1024).holdsConfiguredSubscribers)
+        #expect(OpenFileBudget(configuredSubscribers: 10, openFiles: 64).subscribers == 0)
+        #expect(OpenFileBudget(configuredSubscribers: 10, openFiles: 20).subscribers == 0)
     }
 
     /// The process's own limit: raised toward what is wanted, never lowered.

@@ -13,9 +13,18 @@ import httpx
 
 from conftest import HEADWAYD, free_port, wait_for_port
 
-# Files the daemon keeps for all but event streams (API connections, database, log…):
-# OpenFileBudget.reserve in Sources/Daemon/OpenFileLimit.swift.
-RESERVE = 1024 + 64
+# Files the daemon keeps for all but event streams where its limit allows: 1,024 API
+# connections and 64 others (database, log, epoll sets…): OpenFileBudget in
+# Sources/Daemon/OpenFileLimit.swift.
+API_CONNECTIONS, OTHER_FILES = 1024, 64
+RESERVE = API_CONNECTIONS + OTHER_FILES
+
+
+def streams_held(open_files):
+    """The streams a limit of `open_files` holds: beside 64 other files, and API
+    connections up to 1,024 and a quarter of what the other files leave."""
+    api_connections = min(API_CONNECTIONS, (open_files - OTHER_FILES) // 4)
+    return open_files - OTHER_FILES - api_connections
 
 
 @contextlib.contextmanager
@@ -68,13 +77,16 @@ def test_a_low_soft_limit_is_raised_for_the_subscribers(tmp_path):
 
 
 def test_a_hard_limit_too_low_is_said_at_start_and_caps_the_subscribers(tmp_path):
-    served = 3
-    hard = RESERVE + served
-    with daemon_with_open_files(tmp_path, hard, hard, "--max-subscribers", "100") as (base, pid, log_path):
+    hard = 200
+    served = streams_held(hard)
+    assert served == 102
+    with daemon_with_open_files(tmp_path, hard, hard, "--max-subscribers", "1000") as (base, pid, log_path):
         assert open_file_limits(pid) == (hard, hard)
         warning = next(line for line in log_path.read_text().splitlines() if "event=limits.open_files" in line)
-        assert warning.split(" ", 1)[1].startswith(f"level=warn event=limits.open_files open_files={hard} max_subscribers=100 "
-                                  f"subscribers_served={served} wanted={100 + RESERVE} detail="), warning
+        assert warning.split(" ", 1)[1].startswith(
+            f"level=warn event=limits.open_files open_files={hard} max_subscribers=1000 subscribers_served={served} "
+            f"wanted={1000 + RESERVE} detail=\"the open-file limit holds {served} event streams beside 34 API connections "
+            "and 64 other files;"), warning
         assert "503 too_many_subscribers" in warning and "LimitNOFILE=" in warning, warning
         port = int(base.rsplit(":", 1)[1])
         streams = []
