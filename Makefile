@@ -14,7 +14,7 @@ SWIFT_FLAGS := $(if $(filter true 1,$(CI)),-Xswiftc -warnings-as-errors,)
 # daemon of a test gets a fresh database on the server scripts/with-postgres.sh starts).
 POSTGRES_SUITES := TaskAPITests|EventStreamTests|LivenessAPITests|ListingTests|CatchUpTests|TokenTests|MetricsTests|TreeLimitsAPITests|PrefixSubtreeTests|OrphanRepairTests|ErrorRepliesLiveTests|OpenAPITests|BatchProgressTests|ParentTruthAPITests|OutputSearchTests|OverdueAPITests
 
-.PHONY: run test build release deps test-deps migrations dashboard bench bench-redis bench-postgres bench-abuse bench-python python-client crash-proof soak clean fuzz sanitize
+.PHONY: run test build release deps test-deps migrations dashboard bench bench-redis bench-streams bench-postgres bench-abuse bench-python python-client crash-proof soak clean fuzz sanitize
 
 ## Build and start the daemon on $(LISTEN) with the database $(DB). Ctrl-C stops it.
 run: deps release
@@ -87,6 +87,14 @@ bench-redis:
 	@HEADWAY_BENCH=1 scripts/install-deps.sh
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	$(PYTHON) bench/suite.py --redis-only
+
+## Figures 3 to 5 alone with 50,000 event-stream subscribers, headwayd and nginx+nchan
+## alternately (fewer where the open-file limit cannot hold them: the section says so);
+## prints the rows and writes their section of docs/benchmarks.md (about 10 minutes).
+bench-streams:
+	@HEADWAY_BENCH=1 scripts/install-deps.sh
+	$(SWIFT) build -c release --product headwayd $(SWIFT_FLAGS)
+	$(PYTHON) bench/suite.py --streams-only --subscribers 50000
 
 ## One headwayd on SQLite, one on PostgreSQL, two sharing one PostgreSQL database (a private
 ## server): updates/s, fan-out latency (across daemons too), CPU per update of the daemon and

@@ -8,10 +8,18 @@
  *
  *   sse-subscribers PORT COUNT REQUEST
  *
- * Prints `connected N SECONDS` once every subscriber has had bytes back (or after 30 s),
- * then reads until its standard input closes, and prints one line of JSON: subscribers
- * that had bytes back by then, events delivered, latency p50 / p90 / p99, and the medians over the stamps
- * of the earliest and the latest arrival (all in ms). */
+ * Prints `connected N SECONDS` once every subscriber has had an answer (or after 30 s a
+ * batch of 500), N those answered 200, then reads until its standard input closes, and
+ * prints one line of JSON: subscribers answered 200 by then, events delivered, latency p50 / p90 / p99, and the medians over the stamps
+ * of the earliest and the latest arrival (all in ms).
+ *
+ * Tens of thousands of subscribers: one source address has only the ephemeral ports of
+ * `net.ipv4.ip_local_port_range` (about 28,000) toward one server port, so subscriber i
+ * connects from 127.0.0.(1 + i / 25000) (loopback answers on all of 127.0.0.0/8; the port
+ * is chosen at connect, IP_BIND_ADDRESS_NO_PORT, so each address has its full range); and
+ * one process holds at most its open-file limit, so past it the subscribers are split
+ * among worker processes (forked, each with its own file table), whose stamps and
+ * latencies the first process merges before it prints. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,17 +29,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 static const char stampPrefix[] = "\"label\":\"t=";
 enum { carryCapacity = 8192, readCapacity = 65536 };
+/* Subscribers connecting from one source address (fewer, to check the others, with -D). */
+#ifndef SUBSCRIBERS_PER_SOURCE_ADDRESS
+#define SUBSCRIBERS_PER_SOURCE_ADDRESS 25000
+#endif
+enum { subscribersPerSourceAddress = SUBSCRIBERS_PER_SOURCE_ADDRESS };
 
 /* One subscriber: its socket and the bytes after its last whole frame. */
 struct subscriber {
     int fd;
-    int open;
+    int open;      /* its response was 200 */
+    int answered;  /* bytes or a close came back */
     size_t carried;
     char *carry;
 };
@@ -95,6 +111,10 @@ static void recordStamps(const char *bytes, size_t length, int64_t arrival) {
 /* Takes the bytes `chunk` read from `s`: the whole frames in them (up to the last blank
  * line) are searched, the rest is carried to the next read. */
 static void received(struct subscriber *s, const char *chunk, size_t length, int64_t arrival) {
+    static const char accepted[] = "HTTP/1.1 200";
+    s->answered = 1;
+    /* A refusal (503 past a server's subscriber limit) is not a subscriber. */
+    if (!s->open && !s->carried && (length < sizeof accepted - 1 || memcmp(chunk, accepted, sizeof accepted - 1))) return;
     s->open = 1;
     const char *data = chunk;
     size_t size = length;
@@ -151,10 +171,184 @@ static int readReady(int timeout) {
             if (got > 0) { received(s, chunk, (size_t)got, arrival); continue; }
             if (got < 0 && (errno == EAGAIN || errno == EINTR)) break;
             epoll_ctl(loop, EPOLL_CTL_DEL, s->fd, NULL);  /* closed by the server */
+            s->answered = 1;
             break;
         }
     }
     return 1;
+}
+
+/* Writes `length` bytes to `fd` whole. */
+static void writeAll(int fd, const void *bytes, size_t length) {
+    const char *at = bytes;
+    while (length) {
+        ssize_t written = write(fd, at, length);
+        if (written < 0 && errno == EINTR) continue;
+        if (written <= 0) { perror("write"); exit(1); }
+        at += written;
+        length -= (size_t)written;
+    }
+}
+
+/* Reads `length` bytes from `fd` whole; returns 0 at an early end. */
+static int readAll(int fd, void *bytes, size_t length) {
+    char *at = bytes;
+    while (length) {
+        ssize_t got = read(fd, at, length);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return 0;
+        at += got;
+        length -= (size_t)got;
+    }
+    return 1;
+}
+
+/* Opens subscribers `first` to `first + count - 1` (numbered over all workers, which sets
+ * their source address) and reads until `input` closes. Returns the subscribers answered
+ * 200; `latencies` and `spreads` hold what they received. `connected` is told the
+ * count once all have had an answer (or their deadlines passed). */
+static int subscribe(int port, int first, int count, const char *request, int input, void (*connected)(int)) {
+    size_t requestLength = strlen(request);
+    subscribers = calloc((size_t)count, sizeof *subscribers);
+    loop = epoll_create1(0);
+    if (!subscribers || loop < 0) { perror("setup"); exit(1); }
+    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+
+    for (int batch = 0; batch < count; batch += 500) {
+        int last = batch + 500 < count ? batch + 500 : count;
+        for (int i = batch; i < last; i++) {
+            int fd = socket(AF_INET, SOCK_STREAM, 0);
+            int source = (first + i) / subscribersPerSourceAddress;
+            if (fd >= 0 && source > 0) {
+                int one = 1;
+                struct sockaddr_in from = {.sin_family = AF_INET};
+                from.sin_addr.s_addr = htonl(INADDR_LOOPBACK + (uint32_t)source);
+                setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+                if (bind(fd, (struct sockaddr *)&from, sizeof from) < 0) { perror("bind"); exit(1); }
+            }
+            if (fd < 0 || connect(fd, (struct sockaddr *)&address, sizeof address) < 0 ||
+                send(fd, request, requestLength, 0) != (ssize_t)requestLength) {
+                perror("subscriber");
+                exit(1);
+            }
+            subscribers[i].fd = fd;
+            struct epoll_event interest = {.events = EPOLLIN, .data.u64 = (uint64_t)i};
+            epoll_ctl(loop, EPOLL_CTL_ADD, fd, &interest);
+        }
+        int64_t deadline = nowNanoseconds() + 30000000000LL;
+        for (;;) {
+            int answered = 0;
+            for (int i = 0; i < last; i++) answered += subscribers[i].answered;
+            if (answered == last || nowNanoseconds() > deadline) break;
+            readReady(50);
+        }
+    }
+    int open = 0;
+    for (int i = 0; i < count; i++) open += subscribers[i].open;
+    connected(open);
+    /* Catch-ups and heads are not events: only what comes from now on is counted. */
+    latencyCount = spreadCount = 0;
+
+    struct epoll_event interest = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
+    epoll_ctl(loop, EPOLL_CTL_ADD, input, &interest);
+    if (input != 0) dup2(input, 0);  /* readReady reads its end from standard input */
+    while (readReady(1000)) {}
+
+    /* A subscriber whose first bytes came after its batch's deadline counts too. */
+    open = 0;
+    for (int i = 0; i < count; i++) open += subscribers[i].open;
+    return open;
+}
+
+/* A worker's pipe to the first process, where it says `connected` and then sends its results. */
+static int toParent = -1;
+
+static void tellParent(int connected) { writeAll(toParent, &connected, sizeof connected); }
+
+static int64_t startedAt;
+
+static void printConnected(int connected) {
+    printf("connected %d %.3f\n", connected, (nowNanoseconds() - startedAt) / 1e9);
+    fflush(stdout);
+}
+
+/* One worker process, forked: subscribers `first`… of its own, its standard input the
+ * pipe `input`; it sends its subscribers answered 200, its latencies and its
+ * spreads through `output`. */
+static void work(int port, int first, int count, const char *request, int input, int output) {
+    toParent = output;
+    int open = subscribe(port, first, count, request, input, tellParent);
+    writeAll(output, &open, sizeof open);
+    writeAll(output, &latencyCount, sizeof latencyCount);
+    writeAll(output, latencies, latencyCount * sizeof *latencies);
+    writeAll(output, &spreadCount, sizeof spreadCount);
+    writeAll(output, spreads, spreadCount * sizeof *spreads);
+    _exit(0);
+}
+
+/* Merges one spread of a worker into the first process's. */
+static void mergeSpread(struct spread spread) {
+    for (size_t i = spreadCount; i-- > 0;) {
+        if (spreads[i].stamp != spread.stamp) continue;
+        if (spread.first < spreads[i].first) spreads[i].first = spread.first;
+        if (spread.last > spreads[i].last) spreads[i].last = spread.last;
+        return;
+    }
+    if (spreadCount == spreadCapacity) spreads = grow(spreads, &spreadCapacity, sizeof *spreads);
+    spreads[spreadCount++] = spread;
+}
+
+/* COUNT subscribers in `workers` forked processes; the first process only merges. Returns
+ * the subscribers answered 200, with every worker's latencies and spreads here. */
+static int subscribeInWorkers(int port, int count, const char *request, int workers) {
+    int *results = calloc((size_t)workers, sizeof *results), *inputs = calloc((size_t)workers, sizeof *inputs);
+    for (int w = 0; w < workers; w++) {
+        int first = (int)((int64_t)count * w / workers), last = (int)((int64_t)count * (w + 1) / workers);
+        int input[2], output[2];
+        if (pipe(input) < 0 || pipe(output) < 0) { perror("pipe"); exit(1); }
+        pid_t child = fork();
+        if (child < 0) { perror("fork"); exit(1); }
+        if (child == 0) {
+            close(input[1]);
+            close(output[0]);
+            for (int earlier = 0; earlier < w; earlier++) { close(results[earlier]); close(inputs[earlier]); }
+            work(port, first, last - first, request, input[0], output[1]);
+        }
+        close(input[0]);
+        close(output[1]);
+        inputs[w] = input[1];
+        results[w] = output[0];
+    }
+    int connected = 0;
+    for (int w = 0; w < workers; w++) {
+        int open = 0;
+        if (!readAll(results[w], &open, sizeof open)) { fprintf(stderr, "a worker ended early\n"); exit(1); }
+        connected += open;
+    }
+    printConnected(connected);
+    char byte;
+    while (read(0, &byte, 1) > 0) {}
+    for (int w = 0; w < workers; w++) close(inputs[w]);
+    connected = 0;
+    for (int w = 0; w < workers; w++) {
+        int open = 0;
+        size_t count = 0;
+        if (!readAll(results[w], &open, sizeof open) || !readAll(results[w], &count, sizeof count)) exit(1);
+        connected += open;
+        while (latencyCapacity < latencyCount + count) latencies = grow(latencies, &latencyCapacity, sizeof *latencies);
+        if (!readAll(results[w], latencies + latencyCount, count * sizeof *latencies)) exit(1);
+        latencyCount += count;
+        if (!readAll(results[w], &count, sizeof count)) exit(1);
+        for (size_t i = 0; i < count; i++) {
+            struct spread spread;
+            if (!readAll(results[w], &spread, sizeof spread)) exit(1);
+            mergeSpread(spread);
+        }
+        close(results[w]);
+    }
+    while (wait(NULL) > 0) {}
+    return connected;
 }
 
 int main(int argc, char **argv) {
@@ -164,49 +358,17 @@ int main(int argc, char **argv) {
     }
     int port = atoi(argv[1]), count = atoi(argv[2]);
     const char *request = argv[3];
-    size_t requestLength = strlen(request);
-    subscribers = calloc((size_t)count, sizeof *subscribers);
-    loop = epoll_create1(0);
-    if (!subscribers || loop < 0) { perror("setup"); return 1; }
-    struct sockaddr_in address = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    /* As many files as allowed; a worker keeps some for its loop, pipes and standard streams. */
+    struct rlimit files;
+    getrlimit(RLIMIT_NOFILE, &files);
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+    int perProcess = (int)(files.rlim_cur > 1000000 ? 1000000 : files.rlim_cur) - 64;
+    int workers = (count + perProcess - 1) / perProcess;
 
-    int64_t started = nowNanoseconds();
-    for (int first = 0; first < count; first += 500) {
-        int last = first + 500 < count ? first + 500 : count;
-        for (int i = first; i < last; i++) {
-            int fd = socket(AF_INET, SOCK_STREAM, 0);
-            if (fd < 0 || connect(fd, (struct sockaddr *)&address, sizeof address) < 0 ||
-                send(fd, request, requestLength, 0) != (ssize_t)requestLength) {
-                perror("subscriber");
-                return 1;
-            }
-            subscribers[i].fd = fd;
-            struct epoll_event interest = {.events = EPOLLIN, .data.u64 = (uint64_t)i};
-            epoll_ctl(loop, EPOLL_CTL_ADD, fd, &interest);
-        }
-        int64_t deadline = nowNanoseconds() + 30000000000LL;
-        for (;;) {
-            int open = 0;
-            for (int i = 0; i < last; i++) open += subscribers[i].open;
-            if (open == last || nowNanoseconds() > deadline) break;
-            readReady(50);
-        }
-    }
-    int connected = 0;
-    for (int i = 0; i < count; i++) connected += subscribers[i].open;
-    printf("connected %d %.3f\n", connected, (nowNanoseconds() - started) / 1e9);
-    fflush(stdout);
-    /* Catch-ups and heads are not events: only what comes from now on is counted. */
-    latencyCount = spreadCount = 0;
-
-    struct epoll_event input = {.events = EPOLLIN, .data.u64 = UINT64_MAX};
-    epoll_ctl(loop, EPOLL_CTL_ADD, 0, &input);
-    while (readReady(1000)) {}
-
-    /* A subscriber whose first bytes came after its batch's deadline counts too. */
-    connected = 0;
-    for (int i = 0; i < count; i++) connected += subscribers[i].open;
+    startedAt = nowNanoseconds();
+    int connected = workers > 1 ? subscribeInWorkers(port, count, request, workers)
+                                : subscribe(port, 0, count, request, 0, printConnected);
     size_t delivered = latencyCount;
     double p90 = -1, p99 = -1, p50 = medianMilliseconds(latencies, latencyCount);
     if (latencyCount) {

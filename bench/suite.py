@@ -17,9 +17,11 @@ calls; figures 4c and 4d repeat the fan-out with fewer subscribers (--small-subs
 
 --redis-only (`make bench-redis`) runs the throughput rounds of headwayd (single updates,
 then batches) and Redis alone, prints their rows and writes only the Redis section.
+--streams-only (`make bench-streams`, with --subscribers 50000) runs the fan-out rounds of
+figures 3 to 5 alone, prints their rows and writes only their section.
 
     bench/suite.py [--repeat 5] [--seconds 10] [--subscribers 10000] [--small-subscribers 1000]
-                   [--fanout-seconds 30] [--quick] [--redis-only]
+                   [--fanout-seconds 30] [--quick] [--redis-only] [--streams-only]
 """
 import argparse
 import datetime
@@ -232,6 +234,105 @@ def fanout_rounds(subscribers, args, log):
     return fan
 
 
+def fan_median(results, key, field):
+    """The median of `field` over the rounds of `key` ("nchan" or "headway")."""
+    return statistics.median(r[field] for r in results[key])
+
+
+def delivered_share(results, key):
+    """Events delivered over events expected, all rounds of `key` together."""
+    return sum(r["delivered"] for r in results[key]) / max(1, sum(r["expected"] for r in results[key]))
+
+
+def fanout_rows(fan, subscribers, seconds, rss_target):
+    """Figures 3, 4a, 4b and 5 of fan-out rounds `fan` to `subscribers`, RSS per subscriber
+    against `rss_target` (a ratio to nchan's)."""
+    def ratio_row(number, figure, field, unit, target):
+        ours, theirs = fan_median(fan, "headway", field), fan_median(fan, "nchan", field)
+        return (number, figure, f"{ours:.1f} {unit}", f"{theirs:.1f} {unit}", ours / theirs, f"≤ {target} ×",
+                ours <= target * theirs)
+    delivered, nchan_delivered = delivered_share(fan, "headway"), delivered_share(fan, "nchan")
+    return [
+        ("3", f"{subscribers:,} SSE subscribers, 5 changes/s, {seconds:.0f} s: delivered / expected",
+         f"{100 * delivered:.2f}%", f"{100 * nchan_delivered:.2f}%", None, "100%", delivered >= 1.0),
+        ratio_row("4a", "same: publish-to-receive latency p50", "p50_ms", "ms", 1.0),
+        ratio_row("4b", "same: publish-to-receive latency p99", "p99_ms", "ms", 1.0),
+        ratio_row("5", "server RSS per subscriber", "rss_per_subscriber_kib", "KiB", rss_target),
+    ]
+
+
+STREAMS_SECTION = "## Tens of thousands of event streams"
+# Files headwayd keeps beside its event streams (OpenFileBudget.reserve,
+# Sources/Daemon/OpenFileLimit.swift): a process's open-file limit less these is the most
+# subscribers one server can hold.
+HEADWAY_OTHER_FILES = 1024 + 64
+
+
+def streams_only(args, log):
+    """`make bench-streams`: figures 3, 4a, 4b and 5 alone, at `args.subscribers` (50,000),
+    nchan and headwayd alternately; prints the rows and writes their section. A process
+    holds at most its open-file limit: where this one's (which both servers inherit)
+    cannot hold the subscribers, both run at what it holds, and the section says so."""
+    limit = servers.open_file_limit()
+    subscribers = min(args.subscribers, limit - HEADWAY_OTHER_FILES)
+    if subscribers < args.subscribers:
+        log(f"the open-file limit ({limit:,}, the hard limit of this process: raising it needs CAP_SYS_RESOURCE) "
+            f"holds {subscribers:,} subscribers beside a server's other files, not {args.subscribers:,}: "
+            f"both servers run at {subscribers:,}")
+    fan = fanout_rounds(subscribers, args, log)
+    args.load_after = os.getloadavg()[0]
+    rows = fanout_rows(fan, subscribers, args.fanout_seconds, rss_target=0.8)
+    print("\n".join(table_lines(rows, peer="nginx+nchan")))
+    path = os.path.join(ROOT, "docs/benchmarks.md")
+    document = open(path).read() if os.path.exists(path) else ""
+    with open(path, "w") as doc:
+        doc.write(with_section(document, STREAMS_SECTION, streams_section(args, subscribers, limit, fan, rows)))
+    print(f"written: docs/benchmarks.md, \"{STREAMS_SECTION.removeprefix('## ')}\"")
+
+
+def streams_section(args, subscribers, limit, fan, rows):
+    """docs/benchmarks.md's section on tens of thousands of event streams."""
+    held = (f"all {subscribers:,} asked for" if subscribers == args.subscribers else
+            f"{subscribers:,}, not the {args.subscribers:,} asked for: the open-file limit of this machine's "
+            f"processes was {limit:,} (a hard limit that only a process with `CAP_SYS_RESOURCE` may pass, "
+            f"withheld here), and one server holds its subscribers and its other files in one process")
+    per_round = "; ".join(
+        f"{key} " + " / ".join(f"{r['p99_ms']:.0f}" for r in fan[key]) for key in ("headway", "nchan"))
+    def rounds(field, scale=1.0, digits=0):
+        return "; ".join(f"{key} " + " / ".join(f"{scale * r[field]:.{digits}f}" for r in fan[key])
+                         for key in ("headway", "nchan"))
+    rss = rounds("rss_per_subscriber_kib", digits=2)
+    first = rounds("first_arrival_ms", digits=1)
+    spread = "; ".join(f"{key} " + " / ".join(f"{r['last_arrival_ms'] - r['first_arrival_ms']:.0f}" for r in fan[key])
+                       for key in ("headway", "nchan"))
+    # The server's CPU while delivering, per event delivered: what the load of the machine moves least.
+    cpu = "; ".join(f"{key} " + " / ".join(
+        f"{r['busy_cpu_percent'] / 100 * args.fanout_seconds / max(1, r['delivered']) * 1e6:.1f}" for r in fan[key])
+        for key in ("headway", "nchan"))
+    return f"""{STREAMS_SECTION}
+
+Written by `make bench-streams` (`bench/suite.py --streams-only --subscribers {args.subscribers}`) on
+{datetime.date.today().isoformat()}, {machine()}. Figures 3 to 5 alone, with many more
+subscribers: each server pinned to CPU 0, the subscribers (bench/sse-subscribers.c, one
+epoll loop a process, forked into several past one process's open-file limit, from
+127.0.0.1, .2, … past 25,000, since one source address has only about 28,000 ports toward
+one server port) on CPU 1, nchan and headwayd (`--durability full`) alternately for
+{args.fanout_repeat} rounds, the order turning each round; 5 stamped updates/s for
+{args.fanout_seconds:.0f} s; medians. Subscribers: {held}. The machine is shared: its load
+average (1 minute) was {args.load_before:.2f} before the rounds and {args.load_after:.2f} after them.
+
+{chr(10).join(table_lines(rows, peer="nginx+nchan"))}
+
+Round by round: p99 (ms) {per_round}. RSS per subscriber (KiB) {rss}. First arrival
+(ms, the median over the updates of the earliest subscriber to receive each: for headwayd
+the request, its commit synced to disk, and the first write) {first}. Spread from the
+first subscriber to the last (ms, medians: one round of writes) {spread}. Server CPU per
+event delivered (µs, while delivering) {cpu}.
+
+Raw figures: {fan}.
+"""
+
+
 def busy_rounds(args, log):
     """Figure 6: updates per second while `args.subscribers` subscribers of every task
     receive, and without them (figure 1's load), headwayd `full`, `args.repeat` rounds, the
@@ -281,6 +382,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="short runs, to check the suite itself")
     parser.add_argument("--redis-only", action="store_true",
                         help="only headwayd's throughput rounds beside Redis; writes only their section")
+    parser.add_argument("--streams-only", action="store_true",
+                        help="only the fan-out rounds (figures 3 to 5) at --subscribers; writes only their section")
     args = parser.parse_args()
     if args.quick:
         args.repeat, args.seconds, args.subscribers, args.fanout_seconds, args.fanout_repeat = 1, 3, 1000, 5, 1
@@ -290,6 +393,9 @@ def main():
     args.load_before = os.getloadavg()[0]  # what else the machine was doing
     if args.redis_only:
         redis_only(args, log)
+        return
+    if args.streams_only:
+        streams_only(args, log)
         return
 
     # 1, 2, 1r, 2r: updates per second, alternating.
@@ -301,12 +407,6 @@ def main():
     # 3, 4, 5: fan-out to N subscribers (and 4c, 4d: to fewer), alternating.
     fan = fanout_rounds(args.subscribers, args, log)
     small_fan = fanout_rounds(args.small_subscribers, args, log)
-
-    def fan_median(key, field, results=fan):
-        return statistics.median(r[field] for r in results[key])
-
-    delivered = sum(r["delivered"] for r in fan["headway"]) / max(1, sum(r["expected"] for r in fan["headway"]))
-    nchan_delivered = sum(r["delivered"] for r in fan["nchan"]) / max(1, sum(r["expected"] for r in fan["nchan"]))
 
     # 6: updates per second while N subscribers receive, beside figure 1's load run in the
     # same rounds.
@@ -332,24 +432,14 @@ def main():
         ("2", "same with `--durability normal`", f"{median['normal']:,.0f}/s", f"{median['nchan']:,.0f}/s",
          median["normal"] / median["nchan"], "≥ 0.7 ×", median["normal"] / median["nchan"] >= 0.7),
         *redis_rows(median),
-        ("3", f"{args.subscribers:,} SSE subscribers, 5 changes/s, {args.fanout_seconds:.0f} s: delivered / expected",
-         f"{100 * delivered:.2f}%", f"{100 * nchan_delivered:.2f}%", None, "100%", delivered >= 1.0),
-        ("4a", "same: publish-to-receive latency p50", f"{fan_median('headway', 'p50_ms'):.1f} ms",
-         f"{fan_median('nchan', 'p50_ms'):.1f} ms", fan_median("headway", "p50_ms") / fan_median("nchan", "p50_ms"),
-         "≤ 1.0 ×", fan_median("headway", "p50_ms") <= fan_median("nchan", "p50_ms")),
-        ("4b", "same: publish-to-receive latency p99", f"{fan_median('headway', 'p99_ms'):.1f} ms",
-         f"{fan_median('nchan', 'p99_ms'):.1f} ms", fan_median("headway", "p99_ms") / fan_median("nchan", "p99_ms"),
-         "≤ 1.0 ×", fan_median("headway", "p99_ms") <= fan_median("nchan", "p99_ms")),
+        *fanout_rows(fan, args.subscribers, args.fanout_seconds, rss_target=1.0)[:3],
         *(("4c" if field == "p50_ms" else "4d",
            f"same with {args.small_subscribers:,} subscribers: publish-to-receive latency {field[:3]}",
-           f"{fan_median('headway', field, small_fan):.1f} ms", f"{fan_median('nchan', field, small_fan):.1f} ms",
-           fan_median("headway", field, small_fan) / fan_median("nchan", field, small_fan), "≤ 1.0 ×",
-           fan_median("headway", field, small_fan) <= fan_median("nchan", field, small_fan))
+           f"{fan_median(small_fan, 'headway', field):.1f} ms", f"{fan_median(small_fan, 'nchan', field):.1f} ms",
+           fan_median(small_fan, "headway", field) / fan_median(small_fan, "nchan", field), "≤ 1.0 ×",
+           fan_median(small_fan, "headway", field) <= fan_median(small_fan, "nchan", field))
           for field in ("p50_ms", "p99_ms")),
-        ("5", "server RSS per subscriber", f"{fan_median('headway', 'rss_per_subscriber_kib'):.1f} KiB",
-         f"{fan_median('nchan', 'rss_per_subscriber_kib'):.1f} KiB",
-         fan_median("headway", "rss_per_subscriber_kib") / fan_median("nchan", "rss_per_subscriber_kib"), "≤ 1.0 ×",
-         fan_median("headway", "rss_per_subscriber_kib") <= fan_median("nchan", "rss_per_subscriber_kib")),
+        fanout_rows(fan, args.subscribers, args.fanout_seconds, rss_target=1.0)[3],
         ("6", f"updates/s while {busy_connected:,} subscribers of every task receive (each got "
               f"{busy_events:.0f} events/s, coalesced)", f"{busy_rate:,.0f}/s",
          f"figure 1 in the same rounds: {busy_plain:,.0f}/s", busy_rate / busy_plain, "≥ 0.8 × figure 1",
@@ -374,7 +464,7 @@ def main():
         labels = ["p50", "p90", "p99"]
         figure, axis = pyplot.subplots(figsize=(7, 4))
         for offset, key, name in [(-0.2, "headway", "headwayd"), (0.2, "nchan", "nginx+nchan")]:
-            values = [fan_median(key, f"{label}_ms") for label in labels]
+            values = [fan_median(fan, key, f"{label}_ms") for label in labels]
             axis.bar([i + offset for i in range(3)], values, width=0.4, label=name)
         axis.set_xticks(range(3), labels)
         axis.set_ylabel("publish → receive (ms)")

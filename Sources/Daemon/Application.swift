@@ -206,9 +206,14 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     let (tokens, webhookOutbox) = try loadTokensAndWebhooks(configuration, clock: clock)
     if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
     logSettingWarnings(configuration, tokensRequired: tokens.authenticationRequired, logger: logger)
-    let connectionLimit = configuration.broker.maximumSubscribers + 1024
-    raiseOpenFileLimit(to: connectionLimit + 64, logger: logger)
-    let services = try buildServices(configuration, changeCounter: database.changeCounter, storage: database.storage,
+    let openFiles = OpenFileBudget.obtain(forSubscribers: configuration.broker.maximumSubscribers)
+    logOpenFiles(openFiles, logger: logger)
+    // The broker serves as many streams as the files allow; `configuration` stays as given
+    // (a reload compares the settings with it).
+    var served = configuration
+    served.broker.maximumSubscribers = openFiles.subscribers
+    let connectionLimit = openFiles.subscribers + openFiles.apiConnections
+    let services = try buildServices(served, changeCounter: database.changeCounter, storage: database.storage,
                                      tokens: tokens, webhookOutbox: webhookOutbox, clock: clock, logger: logger)
     let routes = registerRoutes(configuration, services: services, tokens: tokens, webhookOutbox: webhookOutbox,
                                 clock: clock, logger: logger)
@@ -583,19 +588,20 @@ public enum StartRefusal: Error, CustomStringConvertible {
     }
 }
 
-/// Raises the soft limit of open files toward `wanted` (each connection is a file), as far
-/// as the hard limit allows, and says so when that is not enough.
-private func raiseOpenFileLimit(to wanted: Int, logger: Logger) {
-    var limit = rlimit()
-    guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return }
-    let target = min(rlim_t(wanted), limit.rlim_max)
-    if limit.rlim_cur < target {
-        limit.rlim_cur = target
-        setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
-    }
-    if target < rlim_t(wanted) {
-        logger.log(.warn, "limits.open_files", ["wanted": "\(wanted)", "allowed": "\(target)"])
-    }
+/// Says at start, as `limits.open_files` at warn with what to change, when the open-file
+/// limit holds fewer event streams than `--max-subscribers` (those past it get 503
+/// `too_many_subscribers`).
+private func logOpenFiles(_ budget: OpenFileBudget, logger: Logger) {
+    guard !budget.holdsConfiguredSubscribers else { return }
+    logger.log(.warn, "limits.open_files", [
+        "open_files": "\(budget.openFiles)", "max_subscribers": "\(budget.configuredSubscribers)",
+        "subscribers_served": "\(budget.subscribers)",
+        "wanted": "\(budget.wanted)",
+        "detail": "the open-file limit holds \(budget.subscribers) event streams beside \(budget.apiConnections) API "
+            + "connections and \(OpenFileBudget.otherFiles) other files; more subscribers get 503 "
+            + "too_many_subscribers: raise the hard limit to \(budget.wanted) "
+            + "(LimitNOFILE= in the systemd unit, ulimit -Hn) or lower --max-subscribers",
+    ])
 }
 
 extension Configuration {
@@ -616,10 +622,14 @@ extension Configuration {
         // The library keeps each query parameter in about 50 bytes more. Requests: a target of
         // up to 8 KiB, headers and the most query parameters allowed fit; bodies arrive in
         // pieces. Event streams send their frames themselves and need only room for a small
-        // request head: a stream request whose head passes 1 KiB or carries more than 8 query
-        // parameters is served by the request daemon instead (10,000 streams cost 4.5 KiB
-        // each, not the request daemon's 22 KiB). Under TLS one daemon, with the request
-        // daemon's memory, serves both (an HTTPS stream costs about 37 KiB).
+        // request head: a stream request whose head passes 1 KiB, carries more than 8 query
+        // parameters or weighs more than its 4 KiB hold with 1 KiB to spare (`HeadScreen`) is
+        // served by the request daemon instead. 4 KiB exactly: the allocator hands out a
+        // block of one page, page-aligned, where 4.5 KiB took a 5 KiB block straddling
+        // pages, all of them touched (10,000 streams: 7.6 KiB of RSS each instead of 8.5;
+        // docs/benchmarks.md, "Many event streams: memory and latency"). Under TLS one
+        // daemon, with the request daemon's memory, serves both (an HTTPS stream costs about
+        // 37 KiB).
         server.maximumQueryParameters = maximumQueryParameters
         server.maximumBodyBytes = maximumBodyBytes
         server.bodyLimitsByPath[TaskAPI.batchPath] = max(maximumBodyBytes, TaskAPI.batchBodyBytes)
@@ -628,7 +638,7 @@ extension Configuration {
         server.streamPaths = [EventsAPI.path]
         server.maximumStreamHeadBytes = 1024
         server.maximumStreamQueryParameters = 8
-        server.streamConnectionMemoryLimit = 4 * 1024 + server.maximumStreamQueryParameters * bytesPerQueryParameter
+        server.streamConnectionMemoryLimit = 4 * 1024
         // Connection floods: a deadline for each head and for each body, a bounded waiting
         // set, a cap per address.
         server.headTimeoutNanoseconds = UInt64(headTimeoutSeconds * 1e9)

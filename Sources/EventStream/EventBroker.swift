@@ -15,7 +15,7 @@ import Telemetry
 /// it through the inbox. The writer publishes to it (`TaskEventSink`) after each commit.
 package final class EventBroker: Service, TaskEventSink {
     package struct Settings: Sendable, Equatable {
-        package var maximumSubscribers = 10_000
+        package var maximumSubscribers = 50_000
         package var heartbeatSeconds = 15.0
         /// The cap on one stream's unsent bytes (see `Subscriber`): past it the subscriber
         /// is disconnected; from a quarter of it further events wait, coalesced.

@@ -34,6 +34,12 @@ enum SocketAddress {
         throw HTTPServerError(description: "'\(host)' is not an IPv4 or IPv6 address")
     }
 
+    /// Connections the kernel may hold for the accept loop. It caps the number at
+    /// `net.core.somaxconn` (4,096 by default): asking for more lets an operator who raises
+    /// that sysctl absorb a larger reconnection storm (every dashboard of a restarted daemon
+    /// at once) without changing the daemon.
+    static let listenBacklog: Int32 = 65_535
+
     /// A non-blocking socket bound to `host:port` and listening.
     static func listen(host: String, port: Int) throws -> Int32 {
         let (storage, ipv6) = try resolve(host: host, port: port)
@@ -46,7 +52,7 @@ enum SocketAddress {
         let bound = withUnsafeBytes(of: storage) { raw in
             bind(fd, raw.baseAddress!.assumingMemoryBound(to: sockaddr.self), length) == 0
         }
-        guard bound, Glibc.listen(fd, SOMAXCONN) == 0 else {
+        guard bound, Glibc.listen(fd, listenBacklog) == 0 else {
             close(fd)
             throw HTTPServerError(description: "cannot listen on \(host):\(port) (address in use, or not permitted)")
         }

@@ -72,6 +72,21 @@ import Testing
         for client in clients { #expect(try client.remainingEvents().isEmpty) }
     }
 
+    /// The heaviest head the stream daemon takes — 1 KiB, 8 query parameters and 24 header
+    /// lines, weighing 3,063 of the 3,072 its 4 KiB of connection memory leave
+    /// (`HeadScreen.weight`) — is served there, and its events arrive.
+    @Test func theHeaviestStreamHeadFitsTheStreamDaemonsMemory() throws {
+        let daemon = try LiveDaemon()
+        let tasks = (1...8).map { "task=t\($0)" }.joined(separator: "&")
+        let padding = (10..<32).map { ("X-Pad-\($0)", String(repeating: "p", count: 28)) }
+        let client = try TestSSEClient(port: daemon.application.port, path: "/v1/events?\(tasks)", headers: padding)
+        #expect(client.status == 200)
+        #expect(client.headers["transfer-encoding"] == "chunked")
+        _ = try snapshot(client)
+        try daemon.register(#"{"id":"t8","name":"Heavy"}"#)
+        #expect(try client.events { $0.json["id"] as? String == "t8" }.last?.event == "task.created")
+    }
+
     /// During an update storm fan-out pauses between rounds; whatever waits for a pause,
     /// the task's latest state always arrives, in order, ids increasing. How many events
     /// arrive depends on how fast requests come compared with the pauses, so the count is

@@ -19,7 +19,9 @@ import Testing
         defer { directory.remove() }
         let path = directory.file("headwayd.conf")
         try fileText.write(toFile: path, atomically: true, encoding: .utf8)
-        let arguments = ["--listen", "127.0.0.1:0", "--db", directory.file("headway.db"), "--config", path] + arguments
+        // Subscribers any machine's open-file limit holds: the start warns of nothing itself.
+        let arguments = ["--listen", "127.0.0.1:0", "--db", directory.file("headway.db"), "--config", path,
+                         "--max-subscribers", "100"] + arguments
         guard case .run(var configuration) = try Configuration.parse(arguments: arguments, environment: [:]) else {
             throw UsageError("expected a run command")
         }

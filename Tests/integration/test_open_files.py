@@ -1,0 +1,106 @@
+"""The daemon's open-file limit, with the real daemon on loopback: started with a low soft
+limit it raises it for its `--max-subscribers`; started with a hard limit too low for them
+it says so at start and serves only the streams its files can hold, the next getting 503
+`too_many_subscribers` while the API keeps answering. (50,000 streams are `make bench`'s:
+bench/sse-fanout.py --subscribers 50000.)"""
+import contextlib
+import resource
+import signal
+import socket
+import subprocess
+
+import httpx
+
+from conftest import HEADWAYD, free_port, wait_for_port
+
+# Files the daemon keeps for all but event streams where its limit allows: 1,024 API
+# connections and 64 others (database, log, epoll sets…): OpenFileBudget in
+# Sources/Daemon/OpenFileLimit.swift.
+API_CONNECTIONS, OTHER_FILES = 1024, 64
+RESERVE = API_CONNECTIONS + OTHER_FILES
+
+
+def streams_held(open_files):
+    """The streams a limit of `open_files` holds: beside 64 other files, and API
+    connections up to 1,024 and a quarter of what the other files leave."""
+    api_connections = min(API_CONNECTIONS, (open_files - OTHER_FILES) // 4)
+    return open_files - OTHER_FILES - api_connections
+
+
+@contextlib.contextmanager
+def daemon_with_open_files(directory, soft, hard, *arguments):
+    """headwayd started with the open-file limit (`soft`, `hard`); yields (base URL, pid, log path)."""
+    port = free_port()
+    log_path = directory / "headwayd.log"
+
+    def limit_open_files():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([HEADWAYD, "--listen", f"127.0.0.1:{port}", "--db", str(directory / "h.db"),
+                                    "--durability", "normal", *arguments],
+                                   stderr=log, preexec_fn=limit_open_files)
+        try:
+            wait_for_port(port, process, "headwayd")
+            yield f"http://127.0.0.1:{port}", process.pid, log_path
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=20) == 0, "headwayd did not stop cleanly"
+
+
+def open_file_limits(pid):
+    """The (soft, hard) limit of open files of process `pid`."""
+    with open(f"/proc/{pid}/limits") as limits:
+        line = next(line for line in limits if line.startswith("Max open files"))
+    return tuple(int(word) for word in line.split()[3:5])
+
+
+def subscribe(port):
+    """Opens an event stream; returns its socket and the status of its response."""
+    stream = socket.create_connection(("127.0.0.1", port), timeout=10)
+    stream.sendall(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n")
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = stream.recv(4096)
+        assert chunk, f"closed after {head!r}"
+        head += chunk
+    return stream, int(head.split(b" ", 2)[1])
+
+
+def test_a_low_soft_limit_is_raised_for_the_subscribers(tmp_path):
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    wanted = 2000 + RESERVE
+    assert hard >= wanted, f"this test needs a hard limit of {wanted} open files, not {hard}"
+    with daemon_with_open_files(tmp_path, 256, hard, "--max-subscribers", "2000") as (_, pid, log_path):
+        assert open_file_limits(pid) == (wanted, hard)
+    assert "limits.open_files" not in log_path.read_text()
+
+
+def test_a_hard_limit_too_low_is_said_at_start_and_caps_the_subscribers(tmp_path):
+    hard = 200
+    served = streams_held(hard)
+    assert served == 102
+    with daemon_with_open_files(tmp_path, hard, hard, "--max-subscribers", "1000") as (base, pid, log_path):
+        assert open_file_limits(pid) == (hard, hard)
+        warning = next(line for line in log_path.read_text().splitlines() if "event=limits.open_files" in line)
+        assert warning.split(" ", 1)[1].startswith(
+            f"level=warn event=limits.open_files open_files={hard} max_subscribers=1000 subscribers_served={served} "
+            f"wanted={1000 + RESERVE} detail=\"the open-file limit holds {served} event streams beside 34 API connections "
+            "and 64 other files;"), warning
+        assert "503 too_many_subscribers" in warning and "LimitNOFILE=" in warning, warning
+        port = int(base.rsplit(":", 1)[1])
+        streams = []
+        try:
+            for _ in range(served):
+                stream, status = subscribe(port)
+                streams.append(stream)
+                assert status == 200
+            refused = httpx.get(f"{base}/v1/events", headers={"Accept": "text/event-stream"})
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["code"] == "too_many_subscribers"
+            # The API keeps the room the streams were not given.
+            for _ in range(20):
+                assert httpx.get(f"{base}/v1/tasks").status_code == 200
+        finally:
+            for stream in streams:
+                stream.close()
