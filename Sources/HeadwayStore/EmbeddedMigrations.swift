@@ -1563,7 +1563,7 @@ ALTER TABLE webhooks ADD COLUMN mail_from text;
 ALTER TABLE webhooks ADD COLUMN mail_to text;
 
 """#),
-        Migration(version: 11, name: "written_tasks", sql: #"""
+        Migration(version: 10, name: "written_tasks", sql: #"""
 -- Which tasks each writer batch wrote, by the generation of `stream_state` its commit
 -- set (SharedWriting): a daemon that finds the generation moved since its own last batch
 -- forgets exactly these tasks from its cache, instead of all of them. Every write of a
