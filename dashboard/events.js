@@ -30,6 +30,7 @@ export function applySnapshot(tasks) {
     if (list.isShown(task.id) && !list.matches(task)) list.leave(task.id); else list.arrived(task);
   }
   list.refreshList();
+  list.readLingering();
   scheduleRender();
 }
 
