@@ -46,7 +46,7 @@ function prune() {
 /// What the event stream names: the list's rows, the detail task, the open parents (their
 /// children) and the tasks being canceled — those the page holds (a detail link to a task
 /// it may not see names nothing) —, and new top-level tasks while the list is on a first
-/// page they would join.
+/// page they would join (unless they come in a flood: the counts then tell of them).
 function selection() {
   const shown = detailID();
   return streamSelection({
@@ -54,7 +54,7 @@ function selection() {
     detail: shown && model.get(shown) ? shown : null,
     expanded: [...expandedIDs()].filter((id) => model.get(id)),
     others: [...cancelingIDs()].filter((id) => model.get(id)),
-    newRoots: list.joinsNewTasks(),
+    newRoots: list.joinsNewTasks() && connection.asksNewRoots(),
   });
 }
 

@@ -13,7 +13,7 @@ import { storedToken } from "./api.js";
 import { $, announce, setText } from "./dom.js";
 import { scheduleRender, stats } from "./frame.js";
 import { formatClock, t } from "./i18n.js";
-import { EventLedger, ResumePoint, changeOf, follows, selectionKey, streamQuery } from "./subscription.js";
+import { EventLedger, NewRootsGate, ResumePoint, changeOf, follows, selectionKey, streamQuery } from "./subscription.js";
 
 /// A stream away this long is shown offline.
 const OFFLINE_AFTER_MS = 10_000;
@@ -36,6 +36,7 @@ const state = {
   retryTimer: null,
   resume: new ResumePoint(),
   ledger: new EventLedger(),
+  newRoots: new NewRootsGate(),
 };
 let hooks = { onSnapshot() {}, onTaskEvent() {}, onOfflineChanged() {}, onClosed() {}, selection: () => null };
 
@@ -133,6 +134,10 @@ export function follow() {
   open(selection);
 }
 
+/// Whether the page may ask for new top-level tasks' creations now (not during a flood of
+/// them: NewRootsGate).
+export function asksNewRoots() { return state.newRoots.open(performance.now()); }
+
 /// The mark of a read of the API about to be sent (pass it to `readLanded`).
 export function readMark() { return state.resume.mark(); }
 
@@ -196,7 +201,10 @@ function open(selection) {
     // page shows it, the next stream resumes from its creation, so its changes since are
     // heard (a creation held back by min_duration has no id of its own: the listing read
     // again after it arrives brings it up to date).
-    if (!follows(state.selection, data)) state.resume.landed(change);
+    if (!follows(state.selection, data)) {
+      state.resume.landed(change);
+      if (event.type === "task.created" && !data.parent_id) state.newRoots.note(performance.now());
+    }
     stats.events += 1;
     hooks.onTaskEvent(event.type, data);
   };

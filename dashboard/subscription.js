@@ -161,3 +161,39 @@ export function nextCountsRead({ previous, changed, failed = false, hidden = fal
   if (changed) return COUNTS_POLL_MS;
   return Math.min(COUNTS_QUIET_MS, Math.max(COUNTS_POLL_MS, Math.round(previous * 1.5)));
 }
+
+/// New top-level tasks a page hears of by their creation (`newRoots`), at most this many a
+/// second over NEW_ROOTS_WINDOW_MS; past that the page stops asking for them for
+/// NEW_ROOTS_PAUSE_MS and the counts tell it of new tasks instead (a re-read of its page
+/// every 2 s): every creation goes to every page that asks, so at 10,000 pages a flood of
+/// new tasks would cost more than all the rows they show.
+export const NEW_ROOTS_PER_SECOND = 5;
+export const NEW_ROOTS_WINDOW_MS = 10_000;
+export const NEW_ROOTS_PAUSE_MS = 60_000;
+
+/// Whether the page asks for new top-level tasks' creations, from how many came lately.
+/// Times are the page's monotonic clock (performance.now), given.
+export class NewRootsGate {
+  constructor() {
+    /// When each creation of the window came.
+    this.arrivals = [];
+    /// Until when the page does not ask (null: it asks).
+    this.pausedUntil = null;
+  }
+
+  /// A creation of a task the stream does not follow came at `now`.
+  note(now) {
+    this.arrivals.push(now);
+    while (this.arrivals.length && this.arrivals[0] <= now - NEW_ROOTS_WINDOW_MS) this.arrivals.shift();
+    if (this.arrivals.length > NEW_ROOTS_PER_SECOND * NEW_ROOTS_WINDOW_MS / 1000) {
+      this.pausedUntil = now + NEW_ROOTS_PAUSE_MS;
+      this.arrivals = [];
+    }
+  }
+
+  /// Whether the page asks for them at `now`.
+  open(now) {
+    if (this.pausedUntil !== null && now >= this.pausedUntil) this.pausedUntil = null;
+    return this.pausedUntil === null;
+  }
+}

@@ -226,3 +226,18 @@ def test_a_token_with_a_task_prefix_follows_its_page(page, tmp_path):
              "a change on page 2 shows")
         assert console_errors(page) == []
         js(page, "sessionStorage.clear()")
+
+
+def test_a_flood_of_new_tasks_is_told_by_the_counts(page, headwayd):
+    """Past 50 creations in 10 s the page stops asking for them (every creation goes to
+    every page that asks); new tasks still reach page 1, by the counts."""
+    register(headwayd, id="first", name="First", total=10)
+    open_dashboard(page, headwayd)
+    poll(lambda: stream_query(page).get("new_roots") == ["true"] and "first" in streamed_tasks(page), 5,
+         "new_roots asked for")
+    register_many(headwayd, 60, prefix="flood")
+    poll(lambda: "new_roots" not in stream_query(page), 10, "no longer asked for")
+    register(headwayd, id="later", name="Later", total=10)
+    poll(lambda: ids_on_page(page)[:1] == ["later"], 10, "a new task on top of page 1 all the same")
+    assert "new_roots" not in stream_query(page)
+    assert console_errors(page) == []

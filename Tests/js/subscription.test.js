@@ -8,7 +8,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  COUNTS_HIDDEN_MS, COUNTS_POLL_MS, COUNTS_QUIET_MS, EventLedger, NO_TASK, ResumePoint, STREAM_PARAMETERS, STREAM_QUERY_CHARACTERS, changeOf, selectionKey, streamQuery,
+  COUNTS_HIDDEN_MS, COUNTS_POLL_MS, COUNTS_QUIET_MS, EventLedger, NEW_ROOTS_PAUSE_MS, NEW_ROOTS_PER_SECOND,
+  NEW_ROOTS_WINDOW_MS, NO_TASK, NewRootsGate, ResumePoint, STREAM_PARAMETERS, STREAM_QUERY_CHARACTERS, changeOf, selectionKey, streamQuery,
   streamSelection, nextCountsRead, follows,
 } from "../../dashboard/subscription.js";
 
@@ -224,4 +225,20 @@ test("the counts are read every 2 s while they change, less often when quiet, hi
   assert.equal(nextCountsRead({ previous: COUNTS_POLL_MS, changed: true, hidden: true }), COUNTS_HIDDEN_MS);
   assert.equal(nextCountsRead({ previous: 2000, changed: false, failed: true }), 4000);
   assert.equal(nextCountsRead({ previous: 20_000, changed: false, failed: true }), COUNTS_HIDDEN_MS);
+});
+
+test("a flood of new tasks stops the page asking for their creations for a while", () => {
+  const gate = new NewRootsGate();
+  const limit = NEW_ROOTS_PER_SECOND * NEW_ROOTS_WINDOW_MS / 1000;
+  // As many as the window allows, spread over it: still open.
+  for (let index = 0; index < limit; index += 1) gate.note(index * (NEW_ROOTS_WINDOW_MS / limit));
+  assert.equal(gate.open(NEW_ROOTS_WINDOW_MS), true);
+  // Slow and steady for long: the window slides, still open.
+  for (let second = 10; second < 100; second += 1) gate.note(second * 1000);
+  assert.equal(gate.open(100_000), true);
+  // A burst: closed for the pause, then open again.
+  for (let index = 0; index <= limit; index += 1) gate.note(200_000 + index);
+  assert.equal(gate.open(200_000 + limit), false);
+  assert.equal(gate.open(200_000 + limit + NEW_ROOTS_PAUSE_MS - 1), false);
+  assert.equal(gate.open(200_000 + limit + NEW_ROOTS_PAUSE_MS), true);
 });
