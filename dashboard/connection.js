@@ -17,6 +17,9 @@ import { EventLedger, NewRootsGate, ResumePoint, changeOf, follows, selectionKey
 
 /// A stream away this long is shown offline.
 const OFFLINE_AFTER_MS = 10_000;
+/// At most one new stream per SWITCH_MS for what the page shows (rows coming and going
+/// on a busy first page): what changes meanwhile is in the next stream's catch-up.
+const SWITCH_MS = 300;
 const TASK_EVENTS = ["task.created", "task.updated", "task.stalled", "task.recovered", "task.cancel_requested",
   "task.finished", "task.deleted", "task.overdue", "task.too_quick"];
 
@@ -37,6 +40,10 @@ const state = {
   resume: new ResumePoint(),
   ledger: new EventLedger(),
   newRoots: new NewRootsGate(),
+  /// When (performance.now) the newest stream was opened.
+  openedAt: -Infinity,
+  /// A look again at what the page shows, once a switch is allowed.
+  followTimer: null,
 };
 let hooks = { onSnapshot() {}, onTaskEvent() {}, onOfflineChanged() {}, onClosed() {}, selection: () => null };
 
@@ -124,6 +131,12 @@ export function follow() {
   if (state.source === null) return;
   const selection = hooks.selection();
   if (selectionKey(selection) === state.key) return;
+  const wait = state.openedAt + SWITCH_MS - performance.now();
+  if (wait > 0) {
+    // Too soon after the last one: looked at again when a switch is allowed.
+    state.followTimer ??= setTimeout(() => { state.followTimer = null; follow(); }, wait);
+    return;
+  }
   // A newer stream not yet open is replaced; the one open stays until its successor is.
   if (state.source.readyState === EventSource.OPEN) {
     state.previous?.close();
@@ -157,6 +170,7 @@ function open(selection) {
   state.resume.started(resumeFrom);
   const source = new EventSource(`/v1/events?${query}`);
   state.source = source;
+  state.openedAt = performance.now();
   stats.streamsOpened += 1;
   stats.streamURL = source.url;
   const current = () => source === state.source;

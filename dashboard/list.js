@@ -5,7 +5,7 @@
 
 import { APIError, request } from "./api.js";
 import { isExpanded, reconcileChildren } from "./children.js";
-import { readLanded, readMark } from "./connection.js";
+import { asksNewRoots, readLanded, readMark } from "./connection.js";
 import { $, setText } from "./dom.js";
 import { isFinished } from "./facts.js";
 import { scheduleRender } from "./frame.js";
@@ -51,7 +51,7 @@ const state = {
   held: new Set(),
   refreshTimer: null,
   refreshAt: 0,
-  /// Reads the page again when the youngest task a listing hid (min_duration) comes of age.
+  /// Reads the page again when the first task a listing hid (min_duration) comes of age.
   ofAgeTimer: null,
 };
 /// The list's rows by id, reused when the page's order changes.
@@ -198,7 +198,9 @@ export async function refreshList({ fresh = false, counts: read = null } = {}) {
     const hold = Boolean(same && state.listed && state.page === 1 && top && holding());
     const merged = mergeListing({
       listed: tasks.map((listed) => model.get(listed.id) ?? listed), rows: state.rows, held: state.held, same, hold,
-      shows: displayable, get: (id) => model.get(id),
+      // The newest copy decides: a listing read before a change the stream brought (a
+      // recovery under Stalled) does not bring a task back where it no longer belongs.
+      shows: (task) => displayable(task) && matches(task), get: (id) => model.get(id),
       keeps: (id) => Boolean(model.get(id) && !model.wasDeleted(id) && matches(model.get(id)) && displayable(model.get(id))),
     });
     for (const id of merged.held) state.held.add(id);
@@ -211,6 +213,9 @@ export async function refreshList({ fresh = false, counts: read = null } = {}) {
     state.listed = true;
     dirty = true;
     readWhenOfAge(tasks);
+    // Not hearing of new tasks (a flood of them), the page reads those finished lately
+    // too: they linger in the Running tab, and no listing of it holds them.
+    if (!asksNewRoots()) readLingering();
     prune();
     scheduleRender();
   } catch (error) {
