@@ -1,6 +1,6 @@
-// Talking to headwayd: the token (kept in sessionStorage), JSON requests with
-// `Authorization: Bearer`, and the event stream's URL (`access_token=`, the one route
-// where the API allows it, since EventSource cannot send headers).
+// Talking to headwayd: the token (kept in sessionStorage) and JSON requests with
+// `Authorization: Bearer` (the event stream carries it as `access_token=`, the one route
+// where the API allows it, since EventSource cannot send headers: subscription.js).
 
 const TOKEN_KEY = "headway.token";
 
@@ -44,13 +44,4 @@ export async function request(method, path, body) {
   try { parsed = text ? JSON.parse(text) : null; } catch { parsed = null; }
   if (!reply.ok) throw new APIError(reply.status, parsed);
   return parsed;
-}
-
-/// The event stream's URL for `minDuration` seconds, resuming after `lastEventID` if given.
-export function eventsURL(minDuration, lastEventID) {
-  const query = new URLSearchParams({ min_duration: String(minDuration) });
-  if (lastEventID) query.set("last_event_id", lastEventID);
-  const token = storedToken();
-  if (token) query.set("access_token", token);
-  return `/v1/events?${query}`;
 }

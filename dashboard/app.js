@@ -19,6 +19,7 @@ import * as list from "./list.js";
 import { TaskModel } from "./model.js";
 import { drawDirty as drawRows, forgetDetachedRows, initRows, markAllDirty, renderedCounts } from "./rows.js";
 import { initSession, start, tokenRefused } from "./session.js";
+import { streamSelection } from "./subscription.js";
 import { initTabs } from "./tabs.js";
 import { initWebhooks, relabelWebhooks, routeWebhooks } from "./webhooks.js";
 
@@ -35,15 +36,32 @@ function prune() {
   const parents = new Set(expandedIDs());
   if (shown) parents.add(shown);
   model.prune((task) => keep.has(task.id) || (task.parent_id !== null && parents.has(task.parent_id)));
+  connection.forgetApplied((id) => model.get(id) !== undefined);
   forgetExpanded();
   forgetActions();
   forgetDetachedRows();
   list.trimHeld();
 }
 
+/// What the event stream names: the list's rows, the detail task, the open parents (their
+/// children) and the tasks being canceled — those the page holds (a detail link to a task
+/// it may not see names nothing) —, and new top-level tasks while the list is on a first
+/// page they would join (unless they come in a flood: the counts then tell of them).
+function selection() {
+  const shown = detailID();
+  return streamSelection({
+    rows: list.rowIDs(),
+    detail: shown && model.get(shown) ? shown : null,
+    expanded: [...expandedIDs()].filter((id) => model.get(id)),
+    others: [...cancelingIDs()].filter((id) => model.get(id)),
+    newRoots: list.joinsNewTasks() && connection.asksNewRoots(),
+  });
+}
+
 /// One frame: the changed tasks' rows (and the detail fields), the list, the tabs' counts,
 /// the open children lists; rows the reconciliation took out of the document are forgotten now,
-/// not at the next event or page: a list left alone keeps no row it no longer shows.
+/// not at the next event or page: a list left alone keeps no row it no longer shows. Then
+/// the stream follows what the page shows.
 function draw() {
   drawRows((id, task) => { if (id === detailID()) drawFields(task); });
   const listDrawn = list.drawList();
@@ -51,6 +69,7 @@ function draw() {
   const reconciling = listDrawn || childrenDirty();
   drawChildren();
   if (reconciling) forgetDetachedRows();
+  connection.follow();
 }
 
 /// Once a second: rows that lingered their minute leave, every row's ages are drawn again,
@@ -128,7 +147,7 @@ const minDuration = setUpMinDuration();
 initActions({ model, onTokenRefused: tokenRefused });
 initRows({ model, isExpanded, onToggle: toggleExpanded });
 initChildren({ model, detailID, onTokenRefused: tokenRefused });
-initTabs({ onRead: list.markDirty, onTokenRefused: tokenRefused });
+initTabs({ onRead: list.markDirty, onTokenRefused: tokenRefused, onChanged: (counts) => list.refreshList({ counts }) });
 list.initList({ model, onTokenRefused: tokenRefused, prune, minDuration });
 initDetail({
   model, onTokenRefused: tokenRefused,
@@ -140,6 +159,7 @@ connection.initConnection({
   onTaskEvent: applyTaskEvent,
   onOfflineChanged: markAllDirty,
   onClosed: () => connection.retryLater(() => start({ quiet: true })),
+  selection,
 });
 initWebhooks({ onTokenRefused: tokenRefused });
 initSession();

@@ -3,6 +3,7 @@
 // view of the parent.
 
 import { APIError, request } from "./api.js";
+import { readLanded, readMark } from "./connection.js";
 import { $, announce } from "./dom.js";
 import { scheduleRender } from "./frame.js";
 import { t } from "./i18n.js";
@@ -50,9 +51,11 @@ export function toggleExpanded(id) {
 
 /// Reads the children of `parentID` into the model (the first 100) and draws them.
 export async function loadChildren(parentID) {
+  const mark = readMark();
   try {
     const page = await request("GET", `/v1/tasks?parent_id=${encodeURIComponent(parentID)}&page_size=100`);
     for (const task of page.tasks) model.put(task, false);
+    readLanded(mark);
   } catch (error) {
     if (error instanceof APIError && error.status === 401) return tokenRefused(error);
     if (parentID !== detailID()) announce(t("loadFailed", { detail: errorText(error) }));

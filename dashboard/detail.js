@@ -5,7 +5,7 @@
 import { APIError, request } from "./api.js";
 import { clampPoints, drawHistory, MAX_POINTS, MIN_POINTS } from "./chart.js";
 import { loadChildren } from "./children.js";
-import { offline } from "./connection.js";
+import { offline, readLanded, readMark } from "./connection.js";
 import { $, element, setText, showView } from "./dom.js";
 import { isFinished } from "./facts.js";
 import { formatDateTime, t, tn } from "./i18n.js";
@@ -113,6 +113,7 @@ async function openDetail(id) {
   showView("detail-view");
   let task = model.get(id);
   if (!task) {
+    const mark = readMark();
     try { task = await request("GET", `/v1/tasks/${encodeURIComponent(id)}`); }
     catch (error) {
       if (state.detailID !== id) return;
@@ -125,6 +126,7 @@ async function openDetail(id) {
     }
     if (state.detailID !== id) return;
     model.put(task, false);
+    readLanded(mark);
   }
   setText($("detail-heading"), displayName(task));
   $("detail-body").hidden = false;

@@ -25,11 +25,15 @@ export function applySnapshot(tasks) {
   for (const task of tasks) {
     if (model.wasDeleted(task.id)) continue;
     if (task.parent_id) model.parents.add(task.parent_id);
-    if (!list.matches(task) && !model.get(task.id)) continue;
-    model.put(task, true);
+    const before = model.get(task.id);
+    if (!list.matches(task) && !before) continue;
+    // A stream switched to the detail task starts with a snapshot: what changed since the
+    // view read it (its output, its history) is read again, as an event would have it.
+    if (model.put(task, true) && task.id === detailID()) taskChanged(before, task);
     if (list.isShown(task.id) && !list.matches(task)) list.leave(task.id); else list.arrived(task);
   }
   list.refreshList();
+  list.readLingering();
   scheduleRender();
 }
 

@@ -6,8 +6,9 @@ let draw = () => {};
 let requested = false;
 
 /// Counters for measurements (bench/dashboard.py reads them as `window.headwayStats`):
-/// events applied, frames drawn, rows updated.
-export const stats = { events: 0, frames: 0, rowUpdates: 0 };
+/// events applied, frames drawn, rows updated; events dropped as already applied, streams
+/// opened, the last one's URL and whether it is the whole stream (too much to name).
+export const stats = { events: 0, frames: 0, rowUpdates: 0, duplicates: 0, streamsOpened: 0, streamURL: "", wholeStream: false };
 
 /// The function that draws a frame (app.js sets it).
 export function setDraw(fn) { draw = fn; }

@@ -5,6 +5,7 @@
 
 import { APIError, request } from "./api.js";
 import { isExpanded, reconcileChildren } from "./children.js";
+import { asksNewRoots, readLanded, readMark } from "./connection.js";
 import { $, setText } from "./dom.js";
 import { isFinished } from "./facts.js";
 import { scheduleRender } from "./frame.js";
@@ -50,6 +51,8 @@ const state = {
   held: new Set(),
   refreshTimer: null,
   refreshAt: 0,
+  /// Reads the page again when the first task a listing hid (min_duration) comes of age.
+  ofAgeTimer: null,
 };
 /// The list's rows by id, reused when the page's order changes.
 const listRows = new Map();
@@ -146,20 +149,24 @@ export function scheduleRefresh() {
 export function cancelRefresh() {
   clearTimeout(state.refreshTimer);
   state.refreshTimer = null;
+  clearTimeout(state.ofAgeTimer);
+  state.ofAgeTimer = null;
 }
 
 /// Reads the current page, and the tabs' counts beside it (drawn in the same frame as its
-/// rows). A re-read of the listing the rows came from keeps the rows shown that still
-/// match, and (page 1, the reader scrolled or busy in the list) holds new tasks above
-/// them; after navigating (`fresh`, or another page or query) it shows the server's rows
-/// as they are.
-export async function refreshList({ fresh = false } = {}) {
+/// rows; `counts`: those just read, by the poll that found them changed). A re-read of the
+/// listing the rows came from keeps the rows shown that still match, and (page 1, the
+/// reader scrolled or busy in the list) holds new tasks above them; after navigating
+/// (`fresh`, or another page or query) it shows the server's rows as they are. The stream
+/// then follows the rows, resuming from before this read (connection.js readMark).
+export async function refreshList({ fresh = false, counts: read = null } = {}) {
   cancelRefresh();
   state.refreshAt = performance.now();
   const serial = ++state.listSerial;
   const key = currentKey();
   const query = listQuery({ filter: state.filter, search: state.search, pageToken: state.pageTokens[state.page - 1] });
-  const counts = fetchCounts();
+  const mark = readMark();
+  const counts = read ? Promise.resolve(read) : fetchCounts();
   try {
     const tasks = [];
     let page = await request("GET", `/v1/tasks?${query}`);
@@ -191,17 +198,24 @@ export async function refreshList({ fresh = false } = {}) {
     const hold = Boolean(same && state.listed && state.page === 1 && top && holding());
     const merged = mergeListing({
       listed: tasks.map((listed) => model.get(listed.id) ?? listed), rows: state.rows, held: state.held, same, hold,
-      shows: displayable, get: (id) => model.get(id),
+      // The newest copy decides: a listing read before a change the stream brought (a
+      // recovery under Stalled) does not bring a task back where it no longer belongs.
+      shows: (task) => displayable(task) && matches(task), get: (id) => model.get(id),
       keeps: (id) => Boolean(model.get(id) && !model.wasDeleted(id) && matches(model.get(id)) && displayable(model.get(id))),
     });
     for (const id of merged.held) state.held.add(id);
     state.rows = merged.rows;
     state.rowsKey = key;
+    readLanded(mark);
     state.nextToken = page.next_page_token;
     state.listedTotal = page.total_size;
     state.totalSize = page.total_size + (state.filter === "running" ? merged.lingering : 0);
     state.listed = true;
     dirty = true;
+    readWhenOfAge(tasks);
+    // Not hearing of new tasks (a flood of them), the page reads those finished lately
+    // too: they linger in the Running tab, and no listing of it holds them.
+    if (!asksNewRoots()) readLingering();
     prune();
     scheduleRender();
   } catch (error) {
@@ -215,6 +229,43 @@ export async function refreshList({ fresh = false } = {}) {
     dirty = true;
     scheduleRender();
   }
+}
+
+/// Reads the top-level tasks finished lately (the first page of them, newest first) and
+/// shows, on the first page of the Running tab, those still lingering there: a fresh
+/// stream's snapshot names only the tasks the page follows, so after a reload it no longer
+/// brings those finished in the last minute.
+export async function readLingering() {
+  if (state.filter !== "running" || state.page !== 1) return;
+  const query = listQuery({ filter: "finished", search: state.search, pageToken: null });
+  const mark = readMark();
+  try {
+    const page = await request("GET", `/v1/tasks?${query}`);
+    for (const task of page.tasks) {
+      if (model.wasDeleted(task.id) || !lingers(task, undefined, performance.now(), Date.now())) continue;
+      model.put(task, false);
+      arrived(model.get(task.id));
+    }
+    readLanded(mark);
+    scheduleRender();
+  } catch (error) {
+    if (error instanceof APIError && error.status === 401) tokenRefused(error);
+    // Else the lingering rows are missed; the listing says the rest.
+  }
+}
+
+/// Reads the page again once the first of the `listed` tasks the page hid for being too
+/// young is old enough to show: the stream does not follow a task the page does not show,
+/// so it would not bring it (a new one's creation excepted).
+function readWhenOfAge(listed) {
+  clearTimeout(state.ofAgeTimer);
+  state.ofAgeTimer = null;
+  // A task that finished too soon never shows: nothing to wait for.
+  const due = listed.map((task) => model.get(task.id) ?? task).filter((task) => !isFinished(task) && !displayable(task))
+    .map((task) => Date.parse(task.created_at) + state.minDuration * 1000);
+  if (due.length === 0) return;
+  const wait = Math.max(100, Math.min(...due) - Date.now() + 50);
+  state.ofAgeTimer = setTimeout(() => { state.ofAgeTimer = null; scheduleRefresh(); }, wait);
 }
 
 /// Reads another page: the pager waits (its buttons disabled) until it has arrived; then
@@ -338,6 +389,13 @@ export function tick() {
     const task = model.get(id);
     if (task && isFinished(task) && !lingering(task)) leave(id);
   }
+}
+
+/// Whether a new top-level task would join the page at once: the first page of the
+/// Running or All tab (new tasks are neither stalled, failed nor finished; on a later
+/// page the counts tell of them).
+export function joinsNewTasks() {
+  return state.page === 1 && (state.filter === "running" || state.filter === "all");
 }
 
 /// The ids the list shows (the model keeps them).

@@ -10,6 +10,8 @@ import { scheduleRender } from "./frame.js";
 import { t } from "./i18n.js";
 import { cancelRefresh, minDuration, refreshList } from "./list.js";
 import { markAllDirty } from "./rows.js";
+import { COUNTS_POLL_MS } from "./subscription.js";
+import { pollCounts, stopCounts } from "./tabs.js";
 import { setAdmin, webhooksShown } from "./webhooks.js";
 
 let started = false;
@@ -31,6 +33,7 @@ function needToken(message) {
   setAdmin(false);
   disconnect();
   cancelRefresh();
+  stopCounts();
   setConnection("signedOut");
   showView("token-view");
   setText($("token-error"), message || "");
@@ -70,6 +73,8 @@ export async function start({ quiet = false } = {}) {
   if (connectionKind() === "signedOut") setConnection("connecting");
   started = true;
   if (!streaming()) connect({ minDuration: minDuration() });
+  // The counts are polled from now on: they tell of the tasks the stream does not follow.
+  pollCounts(COUNTS_POLL_MS);
   refreshList();
   markAllDirty();
   scheduleRender();

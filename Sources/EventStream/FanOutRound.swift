@@ -91,7 +91,7 @@ final class RoundEvents {
 
     /// Whether the event at `index` belongs to a stream with `filter`.
     func matches(_ index: Int, _ filter: StreamFilter) -> Bool {
-        filter.matches(taskID: taskIDs[index], parentID: parentIDs[index])
+        filter.matches(taskID: taskIDs[index], parentID: parentIDs[index], kind: events[index].kind)
     }
 
     /// Every event's frame, in order: what a subscriber that sends the whole round writes.

@@ -151,7 +151,8 @@ final class Subscriber {
         let now = holding ? clock.now() : 0
         handedThrough = max(handedThrough, round.highestChange)
         for index in round.indices {
-            var sends = merge.isNew(round.changeNumbers[index]) && round.matches(index, filter)
+            var sends = merge.isNew(round.changeNumbers[index])
+                && (round.matches(index, filter) || (holding && holdBack.isHolding(round.taskIDs[index])))
             if sends && holding {
                 switch holdBack.offer(round.events[index], now: now) {
                 case .send: break

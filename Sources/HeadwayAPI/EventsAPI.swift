@@ -55,7 +55,9 @@ package struct EventsAPI: Sendable {
             parsed.filter.taskPrefix = grant.taskPrefix
             // A parent outside the token's prefix does not exist for it (404, as on
             // `GET /v1/tasks`): a stream of its children would say it has some.
-            if let parentID = parsed.filter.parentID, !grant.covers(parentID) { throw TaskError.notFound(parentID) }
+            if let parentID = parsed.filter.parentIDs.sorted().first(where: { !grant.covers($0) }) {
+                throw TaskError.notFound(parentID)
+            }
         } catch {
             return responder.respond(errors.response(for: error, request))
         }
@@ -155,7 +157,7 @@ package struct EventsAPI: Sendable {
         let now = clock.now()
         let position = try ChangeFeed.position(in: database)
         let filter = query.filter
-        let selection = ChangeFeed.Selection(taskIDs: filter.taskIDs.sorted(), parentID: filter.parentID,
+        let selection = ChangeFeed.Selection(taskIDs: filter.taskIDs.sorted(), parentIDs: filter.parentIDs.sorted(), newRoots: filter.newRoots,
                                              taskPrefix: filter.taskPrefix)
         let resumeFrom = query.lastEventID.flatMap { position.canResume(from: $0) ? $0 : nil }
         let base: CatchUpBase
@@ -293,7 +295,8 @@ package final class CatchUpStatistics: Sendable {
 package final class CatchUpCache: Sendable {
     private struct Key: Hashable {
         var taskIDs: Set<String>
-        var parentID: String?
+        var parentIDs: Set<String>
+        var newRoots: Bool
         var taskPrefix: String?
         var lastEventID: Int64?
     }
@@ -357,7 +360,7 @@ package final class CatchUpCache: Sendable {
     /// What a catch-up is shared by: the tasks selected and the resume point, not the
     /// `min_duration`.
     private static func key(_ query: EventsQuery, _ lastID: Int64?) -> Key {
-        Key(taskIDs: query.filter.taskIDs, parentID: query.filter.parentID, taskPrefix: query.filter.taskPrefix,
+        Key(taskIDs: query.filter.taskIDs, parentIDs: query.filter.parentIDs, newRoots: query.filter.newRoots, taskPrefix: query.filter.taskPrefix,
             lastEventID: lastID)
     }
 }
@@ -376,9 +379,10 @@ struct EventsQuery {
         var result = EventsQuery()
         // `access_token` is the gate's (a token for EventSource, which cannot send headers).
         var query = QueryReader(request.queryParameters,
-                                allowed: ["task", "parent_id", "min_duration", "last_event_id", "access_token"])
+                                allowed: ["task", "parent_id", "new_roots", "min_duration", "last_event_id", "access_token"])
         result.filter.taskIDs = Set(query.ids("task"))
-        result.filter.parentID = query.id("parent_id")
+        result.filter.parentIDs = Set(query.ids("parent_id"))
+        result.filter.newRoots = query.boolean("new_roots") ?? false
         if let seconds = query.number("min_duration", in: 0...86_400, unit: "seconds") {
             result.filter.minDurationMilliseconds = Int64((seconds * 1000).rounded())
         }

@@ -57,37 +57,43 @@ public struct TaskEvent: Equatable, Sendable {
 /// Which tasks a subscriber of the event stream wants, and for how short a life it
 /// should not be bothered.
 public struct StreamFilter: Equatable, Sendable {
-    /// These tasks (with `parentID`: these tasks and those children).
+    /// These tasks (with `parentIDs`: these tasks and those children).
     public var taskIDs: Set<String> { didSet { onlyTaskID = taskIDs.count == 1 ? taskIDs.first : nil } }
     /// The one task of `taskIDs` when it names one (what most dashboards' task pages ask):
     /// `matches`, run for every subscriber at every event, then compares two strings
     /// instead of hashing the event's id.
     private var onlyTaskID: String?
-    /// Children of this task.
-    public var parentID: String?
+    /// Children of these tasks (a dashboard's open parents and its detail task).
+    public var parentIDs: Set<String>
+    /// And the `task.created` of every new top-level task: how a dashboard that follows
+    /// only the tasks it shows hears of a new one for its first page.
+    public var newRoots: Bool
     /// Tasks younger than this are held back; those that finish sooner are never sent.
     public var minDurationMilliseconds: Int64
     /// Only tasks whose id starts with this (the task prefix of the subscriber's token),
     /// whatever else is named.
     public var taskPrefix: String?
 
-    public init(taskIDs: Set<String> = [], parentID: String? = nil, minDurationMilliseconds: Int64 = 0,
-                taskPrefix: String? = nil) {
+    public init(taskIDs: Set<String> = [], parentIDs: Set<String> = [], newRoots: Bool = false,
+                minDurationMilliseconds: Int64 = 0, taskPrefix: String? = nil) {
         self.taskIDs = taskIDs
         onlyTaskID = taskIDs.count == 1 ? taskIDs.first : nil
-        self.parentID = parentID
+        self.parentIDs = parentIDs
+        self.newRoots = newRoots
         self.minDurationMilliseconds = minDurationMilliseconds
         self.taskPrefix = taskPrefix
     }
 
-    /// Whether a task belongs to the stream: none outside the task prefix; else every
-    /// task when no task or parent is named, else the named tasks and the children of the
-    /// named parent.
-    public func matches(taskID: String, parentID: String?) -> Bool {
+    /// Whether an event of `kind` about a task belongs to the stream: none outside the
+    /// task prefix; else every task when nothing is named, else the named tasks, the
+    /// children of the named parents and, with `newRoots`, the creation of a top-level task.
+    public func matches(taskID: String, parentID: String?, kind: TaskEventKind = .updated) -> Bool {
         if let taskPrefix, !taskID.utf8.starts(with: taskPrefix.utf8) { return false }
         if let onlyTaskID, onlyTaskID == taskID { return true }
-        if taskIDs.isEmpty && self.parentID == nil { return true }
-        return (onlyTaskID == nil && taskIDs.contains(taskID)) || (self.parentID != nil && parentID == self.parentID)
+        if taskIDs.isEmpty && parentIDs.isEmpty && !newRoots { return true }
+        if onlyTaskID == nil && taskIDs.contains(taskID) { return true }
+        guard let parentID else { return newRoots && kind == .created }
+        return !parentIDs.isEmpty && parentIDs.contains(parentID)
     }
 
     /// Whether a task that ran from `createdAt` to `finishedAt` lived too short to be shown.
@@ -121,6 +127,11 @@ public struct HoldBack: Sendable {
 
     /// Tasks currently held back.
     public var heldTaskIDs: Set<String> { Set(held.keys) }
+
+    /// Whether `taskID` is held back: its later events are offered too, even those the
+    /// filter would not send (a new root's update or finish, for a `newRoots` stream), so
+    /// that it is released in its latest state, or dropped when it finished too soon.
+    public func isHolding(_ taskID: String) -> Bool { !held.isEmpty && held[taskID] != nil }
 
     /// Decides about one event at `now`.
     public mutating func offer(_ event: TaskEvent, now: EpochMilliseconds) -> Decision {

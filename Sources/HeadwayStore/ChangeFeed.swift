@@ -49,30 +49,36 @@ public enum ChangeFeed {
     }
 
     /// Which tasks a reader of the feed follows: every task, or the named tasks and the
-    /// children of a named parent (the stream's `task=` and `parent_id=`). The queries
+    /// children of the named parents (the stream's `task=` and `parent_id=`). The queries
     /// select only those rows, through the primary key and the parent index, so a
     /// filtered catch-up costs what it shows, not what the database holds.
     public struct Selection: Equatable, Sendable {
         /// These tasks.
         public var taskIDs: [String]
-        /// And the children of this task.
-        public var parentID: String?
+        /// And the children of these tasks.
+        public var parentIDs: [String]
+        /// And the top-level tasks whose latest change is their creation (the stream's
+        /// `new_roots`).
+        public var newRoots: Bool
         /// Only tasks whose id starts with this (a token's task prefix), whatever else
         /// is named: a range of the primary key.
         public var taskPrefix: String?
 
         /// Every task.
-        public static let all = Selection(taskIDs: [], parentID: nil)
+        public static let all = Selection(taskIDs: [], parentIDs: [])
 
-        public init(taskIDs: [String], parentID: String?, taskPrefix: String? = nil) {
+        public init(taskIDs: [String], parentIDs: [String], newRoots: Bool = false, taskPrefix: String? = nil) {
             self.taskIDs = taskIDs
-            self.parentID = parentID
+            self.parentIDs = parentIDs
+            self.newRoots = newRoots
             self.taskPrefix = taskPrefix
         }
 
         /// `sql` followed by this selection as one more condition of its `WHERE` (none for
         /// every task), with `arguments` followed by the selection's own, all bound.
-        func query(_ sql: String, _ arguments: [SQLValue]) -> (sql: String, arguments: [SQLValue]) {
+        /// `creations`: whether `sql` reads changes, where the creations of new roots belong
+        /// (not deletions, nor a snapshot, which is the named tasks' state, not events).
+        func query(_ sql: String, _ arguments: [SQLValue], creations: Bool) -> (sql: String, arguments: [SQLValue]) {
             var conditions: [String] = []
             var selectionArguments: [SQLValue] = []
             var prefixCondition = ""
@@ -82,15 +88,26 @@ public enum ChangeFeed {
                 selectionArguments += [.text(range.lower), .text(range.upper)]
             }
             if !taskIDs.isEmpty {
-                conditions.append("id IN (" + Array(repeating: "?", count: taskIDs.count).joined(separator: ", ") + ")")
+                conditions.append("id IN (" + Self.placeholders(taskIDs.count) + ")")
                 selectionArguments += taskIDs.map { .text($0) }
             }
-            if let parentID {
-                conditions.append("parent_id = ?")
-                selectionArguments.append(.text(parentID))
+            if !parentIDs.isEmpty {
+                conditions.append("parent_id IN (" + Self.placeholders(parentIDs.count) + ")")
+                selectionArguments += parentIDs.map { .text($0) }
             }
+            if newRoots && creations {
+                conditions.append("(parent_id IS NULL AND change_kind = ?)")
+                selectionArguments.append(.text(TaskEventKind.created.rawValue))
+            }
+            // Nothing named is every task; new roots alone, where they do not belong, none.
+            if conditions.isEmpty && newRoots { conditions.append("1 = 0") }
             guard !conditions.isEmpty else { return (sql + prefixCondition, arguments + selectionArguments) }
             return (sql + prefixCondition + " AND (" + conditions.joined(separator: " OR ") + ")", arguments + selectionArguments)
+        }
+
+        /// `count` placeholders for a list of values: `?, ?, ?`.
+        private static func placeholders(_ count: Int) -> String {
+            Array(repeating: "?", count: count).joined(separator: ", ")
         }
     }
 
@@ -98,10 +115,11 @@ public enum ChangeFeed {
     /// and every deletion of a selected task after `id`, in sequence order.
     public static func changes(after id: Int64, of selection: Selection = .all,
                                in database: Database) throws(DatabaseError) -> [TaskEvent] {
-        let tasks = selection.query("SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ?", [.integer(id)])
+        let tasks = selection.query("SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ?", [.integer(id)],
+                                    creations: true)
         let changed = try database.rows(tasks.sql + " ORDER BY change_seq", tasks.arguments, map: TaskRepository.record)
         let tombstones = selection.query(
-            "SELECT change_seq, id, parent_id, created_at FROM tombstones WHERE change_seq > ?", [.integer(id)])
+            "SELECT change_seq, id, parent_id, created_at FROM tombstones WHERE change_seq > ?", [.integer(id)], creations: false)
         let deletions = try database.rows(tombstones.sql + " ORDER BY change_seq", tombstones.arguments) { row in
             TaskEvent.deleted(changeNumber: row.int(0), taskID: row.text(1), parentID: row.optionalText(2), createdAt: row.int(3))
         }
@@ -138,9 +156,10 @@ public enum ChangeFeed {
     /// finished since `finishedSince`, newest first.
     public static func snapshot(finishedSince: EpochMilliseconds, of selection: Selection = .all,
                                 in database: Database) throws(DatabaseError) -> [TaskRecord] {
-        let unfinished = selection.query("SELECT \(TaskRepository.columns), seq FROM tasks WHERE state IN ('pending', 'running')", [])
+        let unfinished = selection.query("SELECT \(TaskRepository.columns), seq FROM tasks WHERE state IN ('pending', 'running')", [],
+                                         creations: false)
         let recent = selection.query("SELECT \(TaskRepository.columns), seq FROM tasks WHERE finished_at >= ?",
-                                     [.integer(finishedSince)])
+                                     [.integer(finishedSince)], creations: false)
         let tasks = try database.rows(unfinished.sql, unfinished.arguments, map: TaskRepository.keyedRecord)
             + database.rows(recent.sql, recent.arguments, map: TaskRepository.keyedRecord)
         return tasks.sorted { $0.key > $1.key }.map(\.task)
@@ -161,7 +180,7 @@ public enum ChangeFeed {
                                   in database: Database) throws(DatabaseError) -> [TaskRecord] {
         let query = selection.query(
             "SELECT \(TaskRepository.columns) FROM tasks WHERE state IN ('pending', 'running') AND created_at >= ?",
-            [.integer(time)])
+            [.integer(time)], creations: true)
         return try database.rows(query.sql, query.arguments, map: TaskRepository.record)
     }
 }

@@ -8,13 +8,32 @@ import Testing
     }
 
     @Test func namedTasksAndChildrenOfTheNamedParent() {
-        let filter = StreamFilter(taskIDs: ["x", "y"], parentID: "p")
+        let filter = StreamFilter(taskIDs: ["x", "y"], parentIDs: ["p"])
         #expect(filter.matches(taskID: "x", parentID: nil))
         #expect(filter.matches(taskID: "c", parentID: "p"))
         #expect(!filter.matches(taskID: "p", parentID: nil))
         #expect(!filter.matches(taskID: "z", parentID: "q"))
-        #expect(StreamFilter(parentID: "p").matches(taskID: "c", parentID: "p"))
-        #expect(!StreamFilter(parentID: "p").matches(taskID: "c", parentID: nil))
+        #expect(StreamFilter(parentIDs: ["p"]).matches(taskID: "c", parentID: "p"))
+        #expect(!StreamFilter(parentIDs: ["p"]).matches(taskID: "c", parentID: nil))
+    }
+
+    @Test func childrenOfSeveralParents() {
+        let filter = StreamFilter(taskIDs: ["x"], parentIDs: ["p", "q"])
+        #expect(filter.matches(taskID: "c", parentID: "p") && filter.matches(taskID: "d", parentID: "q"))
+        #expect(!filter.matches(taskID: "e", parentID: "r") && !filter.matches(taskID: "p", parentID: nil))
+    }
+
+    /// `new_roots`: a new top-level task's creation, nothing else of it, nor of a child.
+    @Test func theCreationsOfNewTopLevelTasks() {
+        let filter = StreamFilter(taskIDs: ["x"], newRoots: true)
+        #expect(filter.matches(taskID: "new", parentID: nil, kind: .created))
+        #expect(!filter.matches(taskID: "new", parentID: nil, kind: .updated))
+        #expect(!filter.matches(taskID: "child", parentID: "p", kind: .created))
+        #expect(filter.matches(taskID: "x", parentID: nil, kind: .finished))
+        let alone = StreamFilter(newRoots: true, taskPrefix: "team-")
+        #expect(alone.matches(taskID: "team-new", parentID: nil, kind: .created))
+        #expect(!alone.matches(taskID: "team-old", parentID: nil, kind: .updated), "new roots alone are not every task")
+        #expect(!alone.matches(taskID: "other", parentID: nil, kind: .created), "the task prefix holds")
     }
 
     @Test func oneNamedTaskAsTheTasksChange() {
@@ -25,7 +44,7 @@ import Testing
         #expect(filter.matches(taskID: "x", parentID: nil) && filter.matches(taskID: "xy", parentID: nil))
         filter.taskIDs = ["xz"]
         #expect(!filter.matches(taskID: "x", parentID: nil) && filter.matches(taskID: "xz", parentID: nil))
-        filter.parentID = "p"
+        filter.parentIDs = ["p"]
         #expect(filter.matches(taskID: "xc", parentID: "p") && !filter.matches(taskID: "c", parentID: "p"))
         filter.taskIDs = []
         #expect(!filter.matches(taskID: "xz", parentID: nil) && filter.matches(taskID: "xc", parentID: "p"))

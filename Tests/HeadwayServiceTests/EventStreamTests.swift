@@ -206,11 +206,46 @@ import Testing
         // coalesce those, so only the set and the last state are certain.
         let seenByTask = try byTask.events { $0.json["label"] as? String == "last" }
         #expect(Set(seenByTask.compactMap { $0.json["id"] as? String }) == ["p", "other"])
-        for query in ["?task=bad%20id", "?min_duration=-1", "?min_duration=abc", "?colour=red", "?parent_id=a&parent_id=b"] {
+        for query in ["?task=bad%20id", "?min_duration=-1", "?min_duration=abc", "?colour=red", "?parent_id=a&parent_id=bad%20id"] {
             let refused = try daemon.subscribe(query)
             #expect(refused.status == 400, "\(query)")
             #expect(refused.errorBody.contains(#""code":"invalid_request""#))
         }
+    }
+
+    /// A dashboard with several parents open names each (`parent_id` repeated): their
+    /// children come live and in a resumed catch-up, another parent's do not.
+    @Test func followsTheChildrenOfSeveralParents() throws {
+        let daemon = try LiveDaemon()
+        for id in ["p", "q", "r"] { try daemon.register(#"{"id":"\#(id)","name":"Parent"}"#) }
+        let stream = try daemon.subscribe("?parent_id=p&parent_id=q")
+        let mark = try snapshot(stream).id
+        for (child, parent) in [("pc", "p"), ("rc", "r"), ("qc", "q")] {
+            try daemon.register(#"{"id":"\#(child)","name":"Child","parent_id":"\#(parent)"}"#)
+        }
+        #expect(try stream.events { $0.json["id"] as? String == "qc" }.map { $0.json["id"] as? String } == ["pc", "qc"])
+        let resumed = try daemon.subscribe("?parent_id=q&parent_id=r&last_event_id=\(mark)")
+        #expect(try resumed.events { $0.json["id"] as? String == "qc" }.map { $0.json["id"] as? String } == ["rc", "qc"])
+    }
+
+    /// `new_roots=true`: a page that follows its rows hears of every new top-level task (its
+    /// creation only, live and in a resumed catch-up), not of children nor of others' updates.
+    @Test func hearsOfNewTopLevelTasks() throws {
+        let daemon = try LiveDaemon()
+        try daemon.register(#"{"id":"shown","name":"Shown"}"#)
+        try daemon.register(#"{"id":"elsewhere","name":"Elsewhere"}"#)
+        let stream = try daemon.subscribe("?task=shown&new_roots=true")
+        let mark = try snapshot(stream).id
+        try daemon.request("POST", "/v1/tasks/elsewhere/heartbeat", json: #"{"label":"unheard"}"#)
+        try daemon.register(#"{"id":"fresh","name":"Fresh"}"#)
+        try daemon.register(#"{"id":"child","name":"Child","parent_id":"elsewhere"}"#)
+        try daemon.request("POST", "/v1/tasks/shown/heartbeat", json: #"{"label":"last"}"#)
+        let seen = try stream.events { $0.json["label"] as? String == "last" }
+        #expect(seen.map { "\($0.event ?? "") \($0.json["id"] as? String ?? "")" } == ["task.created fresh", "task.updated shown"])
+        let resumed = try daemon.subscribe("?task=.&new_roots=true&last_event_id=\(mark)")
+        #expect(try resumed.events { $0.json["id"] as? String == "fresh" }.map { $0.json["id"] as? String } == ["fresh"])
+        let refused = try daemon.subscribe("?new_roots=maybe")
+        #expect(refused.status == 400)
     }
 
     /// Subscribers arriving with the same query while nothing changed share one catch-up;
@@ -264,6 +299,29 @@ import Testing
         let after = try #require(try client.nextEvent())
         #expect(after.json["id"] as? String == "young")
         #expect(Int64(after.id ?? "") ?? 0 > Int64(oldEvent.id ?? "") ?? .max)
+    }
+
+    /// With `min_duration`, a new root a `new_roots` stream holds back is judged by its later
+    /// changes too, which the stream does not otherwise follow: one that finishes sooner is
+    /// never sent, one that lives is released in its latest state.
+    @Test func newRootsHeldBackAreReleasedAtTheirLatestOrNever() throws {
+        let clock = ManualClock()
+        let daemon = try LiveDaemon(clock: clock)
+        try daemon.register(#"{"id":"shown","name":"Shown"}"#)
+        clock.advance(by: 60_000)
+        let client = try daemon.subscribe("?task=shown&new_roots=true&min_duration=10")
+        _ = try snapshot(client)
+        try daemon.register(#"{"id":"short","name":"Short"}"#)
+        try daemon.register(#"{"id":"lives","name":"Lives","total":10}"#)
+        try daemon.request("POST", "/v1/tasks/short/finish", json: #"{"outcome":"succeeded"}"#)
+        try daemon.request("POST", "/v1/tasks/lives/progress", json: #"{"completed":4}"#)
+        clock.advance(by: 10_000)
+        daemon.application.wakeEventStream()
+        let released = try #require(try client.nextEvent())
+        #expect(released.json["id"] as? String == "lives")
+        #expect(released.json["completed"] as? Int == 4, "released in its latest state")
+        try daemon.request("POST", "/v1/tasks/shown/heartbeat")
+        #expect(try client.nextEvent()?.json["id"] as? String == "shown", "the short one never came")
     }
 
     @Test func resumingWithMinDurationKeepsTasksThatWereHeldBack() throws {

@@ -114,8 +114,8 @@ import Testing
         let again = round.frame(0)
         #expect(first.withUnsafeBufferPointer { $0.baseAddress } == again.withUnsafeBufferPointer { $0.baseAddress })
         #expect(String(decoding: first, as: UTF8.self) == E.frame(E.event(1, "a")))
-        #expect(round.matches(1, StreamFilter(parentID: "p")))
-        #expect(!round.matches(0, StreamFilter(parentID: "p")))
+        #expect(round.matches(1, StreamFilter(parentIDs: ["p"])))
+        #expect(!round.matches(0, StreamFilter(parentIDs: ["p"])))
         #expect(round.changeNumbers == [1, 2] && round.taskIDs == ["a", "c"])
     }
 }

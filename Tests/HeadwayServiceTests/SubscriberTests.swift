@@ -26,7 +26,7 @@ import Testing
 
     @Test func aRoundGoesOutInOneWriteWithOnlyTheMatchingEventsNewerThanTheCatchUp() {
         let sink = FakeEventSink()
-        let subscriber = live(sink, filter: StreamFilter(taskIDs: ["a"], parentID: "p"), highWater: 10)
+        let subscriber = live(sink, filter: StreamFilter(taskIDs: ["a"], parentIDs: ["p"]), highWater: 10)
         let round = RoundEvents([E.event(10, "a"), E.event(11, "a"), E.event(12, "b"), E.event(13, "c", parent: "p")])
         #expect(subscriber.deliver(round, clock: clock) == .written)
         #expect(sink.writtenTexts == [catchUpFrame, E.frame(E.event(11, "a")) + E.frame(E.event(13, "c", parent: "p"))])

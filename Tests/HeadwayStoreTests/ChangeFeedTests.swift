@@ -114,7 +114,7 @@ import Testing
         }
         _ = try fixture.write { try store.delete("b", now: 4, in: $0) }
         _ = try fixture.write { try store.delete("other0", now: 4, in: $0) }
-        let selection = ChangeFeed.Selection(taskIDs: ["a", "b", "x"], parentID: "p")
+        let selection = ChangeFeed.Selection(taskIDs: ["a", "b", "x"], parentIDs: ["p"])
 
         let (snapshot, snapshotRows) = try fixture.read { database in
             let before = database.rowsRead
@@ -141,7 +141,7 @@ import Testing
         // Without a selection, everything (the same rows as before).
         let all = try fixture.read { try ChangeFeed.snapshot(finishedSince: 0, in: $0) }
         #expect(all.count == 22, "p, a, child and 19 others")
-        let parentOnly = ChangeFeed.Selection(taskIDs: [], parentID: "p")
+        let parentOnly = ChangeFeed.Selection(taskIDs: [], parentIDs: ["p"])
         #expect(try fixture.read { try ChangeFeed.snapshot(finishedSince: 0, of: parentOnly, in: $0) }.map(\.id) == ["child"])
     }
 }
