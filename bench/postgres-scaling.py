@@ -414,7 +414,8 @@ def statements_per_update(postgres, updates=300, seconds=3, tasks=50):
     # alone = b_alone * per_batch + n_alone * per_job; busy = b_busy * per_batch + n_busy * per_job
     determinant = b_alone * n_busy - b_busy * n_alone
     per_batch = (alone * n_busy - busy * n_alone) / determinant
-    per_job = (b_alone * busy - b_busy * alone) / determinant
+    # A count of statements: a solve a hair below zero (no statement per update) is rounding.
+    per_job = max((b_alone * busy - b_busy * alone) / determinant, 0.0)
     one_batch, inside = [], False
     for pid, sql in phases[0][0]:
         if pid != writer:
