@@ -391,6 +391,32 @@ final class EngineWriter: @unchecked Sendable {
         #expect(try database.scalar("SELECT count(*) FROM pipe WHERE n = 102") == 1)
     }
 
+    /// A connection lost inside a transaction is not made again inside it: a read whose
+    /// error was caught, then a write, must not run on a new connection outside the
+    /// transaction (committing alone) and let its `COMMIT` pass as if nothing happened.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func aConnectionLostInsideATransactionIsNotMadeAgainInIt() throws {
+        let server = try TestPostgresDatabase()
+        defer { server.drop() }
+        let database = try Database(path: server.uri)
+        defer { database.close() }
+        try database.execute("CREATE TABLE lost (n bigint PRIMARY KEY)")
+        for pipelined in [false, true] {
+            let pid = try #require(try database.scalar("SELECT pg_backend_pid()"))
+            #expect(throws: DatabaseError.self) {
+                try database.inTransaction(.immediate) {
+                    if pipelined { database.pipelineUntilCommit() }
+                    try database.run("INSERT INTO lost (n) VALUES (?)", [.integer(1)])
+                    try server.psql("SELECT pg_terminate_backend(\(pid))")
+                    _ = try? database.scalar("SELECT 1")
+                    try database.run("INSERT INTO lost (n) VALUES (?)", [.integer(2)])
+                }
+            }
+            // The next transaction connects again; nothing of the lost one was stored.
+            #expect(try database.scalar("SELECT count(*) FROM lost") == 0, "pipelined: \(pipelined)")
+        }
+    }
+
     /// Array literals: every element quoted or bare as PostgreSQL reads it.
     @Test func arrayLiteralsQuoteTextAndLeaveNumbersAndNullBare() {
         var literal = ArrayLiteral()

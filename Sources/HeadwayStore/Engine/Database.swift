@@ -227,6 +227,8 @@ extension Database {
             // If even ROLLBACK fails (an I/O error), there is nothing more to try: the
             // caller learns the error that got here.
             do { try control("ROLLBACK") } catch {}
+        } else {
+            connection.transactionEndedUnsent()
         }
         noteRollback(changedSince: changesAtStart)
         heldWrites?.transactionEnded()
@@ -236,7 +238,8 @@ extension Database {
     private func rollBackSavepoint(changedSince changesAtStart: Int64) {
         guard isInsideTransaction else {
             // SQLite already rolled back the whole transaction (after a full disk, say),
-            // with whatever was changed before this savepoint too.
+            // with whatever was changed before this savepoint too (or its connection was lost).
+            connection.transactionEndedUnsent()
             rollbacks += 1
             return
         }

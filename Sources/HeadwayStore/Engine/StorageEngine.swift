@@ -98,6 +98,9 @@ protocol EngineConnection: AnyObject {
     /// Until the transaction ends, statements that return no rows may be sent without
     /// waiting for their answers, which the `COMMIT` reads (`Database.pipelineUntilCommit`).
     func pipelineUntilCommit()
+    /// The open transaction ended without a `ROLLBACK` sent (its connection was lost, or
+    /// the engine rolled it back itself).
+    func transactionEndedUnsent()
     /// Closes the connection; its statements first.
     func close()
 

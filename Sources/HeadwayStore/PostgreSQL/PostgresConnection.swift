@@ -161,6 +161,10 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
             self.handle = nil
             wasLost = true
         }
+        if transactionBegun {
+            throw DatabaseError.unavailable("the connection to PostgreSQL was lost inside a transaction; "
+                                            + "it is not made again before the transaction ends")
+        }
         let now = DispatchTime.now().uptimeNanoseconds
         if let failed = lastFailedAttempt, now &- failed.at < Self.reconnectPauseNanoseconds { throw failed.error }
         do {
@@ -180,6 +184,13 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
 
     /// Whether the server dropped this connection and it has not been made again yet.
     private var wasLost = false
+
+    /// Whether a transaction begun here has not been ended by `COMMIT` or `ROLLBACK` yet.
+    /// While it has not, a lost connection is not made again: on a new one, what follows
+    /// would run outside the transaction (each statement committing alone, outside any lock
+    /// it held) and its `COMMIT` would only be warned that no transaction is open. Its
+    /// statements fail instead, until the transaction is ended; the next `BEGIN` connects.
+    private var transactionBegun = false
 
     /// When the last attempt to connect again failed (monotonic nanoseconds), and how.
     private var lastFailedAttempt: (at: UInt64, error: DatabaseError)?
@@ -520,6 +531,18 @@ extension PostgresConnection {
     /// after statements sent in a pipeline goes in it (`pipelineUntilCommit`), and any of
     /// them ends the pipeline.
     func control(_ sql: String) throws(DatabaseError) {
+        let begins = sql.hasPrefix("BEGIN")
+        // A transaction that ended with its connection lost ends here at the latest.
+        if begins { transactionBegun = false }
+        defer { if sql == "COMMIT" || sql == "ROLLBACK" { transactionBegun = false } }
+        try sendControl(sql)
+        if begins { transactionBegun = true }
+    }
+
+    func transactionEndedUnsent() { transactionBegun = false }
+
+    /// `control`'s statement, in the pipeline or not.
+    private func sendControl(_ sql: String) throws(DatabaseError) {
         guard pipelineRequested else { return try execute(sql) }
         pipelineRequested = false
         // A transaction that ended with its connection lost leaves a request behind.

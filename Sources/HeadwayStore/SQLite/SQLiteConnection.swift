@@ -144,6 +144,9 @@ final class SQLiteConnection: EngineConnection, @unchecked Sendable {
     /// In process, a statement's answer costs no wait: each runs as it comes.
     func pipelineUntilCommit() {}
 
+    /// SQLite keeps no state of its own about a transaction it rolled back itself.
+    func transactionEndedUnsent() {}
+
     var changedRows: Int64 { sqlite3_total_changes64(handle) }
 
     var isInsideTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
