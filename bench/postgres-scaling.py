@@ -191,7 +191,8 @@ def wal_position(postgres):
 
 def writer_batches(daemon):
     """(jobs, batches committed, seconds committing, seconds inside the ordering lock or None
-    when the daemon has no such counter) of the daemon's writer so far, from /metrics."""
+    when the daemon has no such counter, batches run again for having lost their order or
+    None) of the daemon's writer so far, from /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{daemon.port}/metrics", timeout=30) as reply:
         text = reply.read().decode()
 
@@ -200,7 +201,8 @@ def writer_batches(daemon):
         return float(match.group(1)) if match else absent
     return (value("headway_writer_batch_size_sum"), value("headway_writer_batch_size_count"),
             value("headway_writer_commit_duration_seconds_sum"),
-            value("headway_ordering_lock_seconds_total", absent=None))
+            value("headway_ordering_lock_seconds_total", absent=None),
+            value("headway_ordering_reruns_total", absent=None))
 
 
 def cpu_of(daemons, postgres):
@@ -249,6 +251,8 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
     # (SharedWriting's counter); None when a daemon does not count them (SQLite, older builds).
     locked = (None if any(b[3] is None for b in batches_before + batches_after)
               else sum(after[3] - before[3] for before, after in zip(batches_before, batches_after)))
+    reruns = (None if any(b[4] is None for b in batches_before + batches_after)
+              else sum(after[4] - before[4] for before, after in zip(batches_before, batches_after)))
     return {
         "updates_per_second": sum(r["rps"] for r in results),
         "requests": requests,
@@ -263,6 +267,9 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
         "writer_sessions_cpu_us_per_update": 1e6 * writer_sessions / max(1, requests),
         "wal_bytes_per_update": (wal_after - wal_before) / max(1, requests),
         "lock_us_per_update": None if locked is None else 1e6 * locked / max(1, requests),
+        # Batches run again (a share of those committed) because another daemon wrote a task
+        # they read before taking their place in the order.
+        "reruns_per_batch": None if reruns is None else reruns / max(1, batches),
         "per_daemon_updates_per_second": [r["rps"] for r in results],
     }
 
@@ -645,7 +652,9 @@ def main():
                         f"{result['updates_per_second']:,.0f} updates/s, {result['jobs_per_batch']:.1f} jobs per batch, "
                         f"daemon {result['daemon_cpu_us_per_update']:.1f} µs + PostgreSQL "
                         f"{result['postgres_cpu_us_per_update']:.1f} µs per update, inside the ordering lock "
-                        f"{microseconds(result['lock_us_per_update'])}")
+                        f"{microseconds(result['lock_us_per_update'])}"
+                        + ("" if result.get("reruns_per_batch") is None
+                           else f", {100 * result['reruns_per_batch']:.1f} % of batches run again"))
             for key, label, daemon_count, on_postgres in setups if not args.throughput_only else []:
                 result = fanout(postgres if on_postgres else None, daemon_count, args.subscribers, args.rate,
                                 args.fanout_seconds)

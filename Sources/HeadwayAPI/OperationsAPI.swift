@@ -147,6 +147,7 @@ package struct OperationsAPI: Sendable {
             gauges.databaseUnavailableSeconds = writer.availability.unavailableSeconds
             gauges.databaseReconnects = DatabaseAvailability.reconnects
             gauges.orderingLockSeconds = writer.orderingLockSeconds
+            gauges.orderingReruns = writer.orderingReruns
             gauges.subscribers = broker.subscriberCount
             gauges.catchUpBytes = catchUpBudget.usedBytes
             gauges.writerQueueDepth = writer.queueDepth

@@ -166,6 +166,10 @@ public final class GroupCommitWriter: Service {
     /// to the end of `COMMIT` (PostgreSQL: `SharedWriting`); nil where there is none.
     public var orderingLockSeconds: Double? { coordinator?.orderingLockSeconds }
 
+    /// Batches run again because another daemon wrote a task they read before they took
+    /// their place in the order (PostgreSQL: `SharedWriting`); nil where there is none.
+    public var orderingReruns: Int? { coordinator?.lostOrders }
+
     /// Queues `work` to run in the next batch and calls `completion` with its result once
     /// the batch has committed (or with the error that stopped it).
     public func submit<Value: Sendable>(_ work: @escaping @Sendable (Database) throws -> Value,
@@ -247,6 +251,7 @@ public final class GroupCommitWriter: Service {
                                           size: @escaping @Sendable (Value) -> Int, evenWhenStopping: Bool = false,
                                           completion: @escaping @Sendable (Result<Value, any Error>) -> Void) {
         let sink = events
+        let coordinator = coordinator
         let job = Job(
             run: { database, inSavepoint in
                 let changesBefore = database.totalChanges
@@ -254,11 +259,13 @@ public final class GroupCommitWriter: Service {
                     let value = inSavepoint ? try database.inSavepoint { try work(database) } : try work(database)
                     return (nil, {
                         if let sink, let events = (value as? any CarriesTaskEvents)?.events, !events.isEmpty {
-                            sink.publish(events)
+                            sink.publish(coordinator?.final(events) ?? events)
                         }
                         completion(.success(value))
                     }, size(value))
                 } catch {
+                    // The batch runs again, holding the order first: not this job's error.
+                    if database.orderLost { return (WriterError.orderMoved, {}, 0) }
                     if !inSavepoint && (database.totalChanges != changesBefore || database.transactionFailed) {
                         return (WriterError.needsSavepoints, {}, 0)
                     }
@@ -401,7 +408,7 @@ public final class GroupCommitWriter: Service {
     /// PostgreSQL's pipeline mode), so any of them that fails is reported by the `COMMIT`
     /// (`DatabaseError.pipelined`), and the batch is run again as when a held write fails
     /// (a failed `COMMIT` itself loses the batch, as always).
-    private func runBatch(_ batch: [Job], savepoints: Bool = false) -> ArraySlice<Job> {
+    private func runBatch(_ batch: [Job], savepoints: Bool = false, orderFirst: Bool = false) -> ArraySlice<Job> {
         database.heldWrites = savepoints ? nil : heldWrites
         if let coordinator, batch.allSatisfy(\.isCatchUp) {
             var delivered = true
@@ -422,7 +429,7 @@ public final class GroupCommitWriter: Service {
         let changesAtStart = database.totalChanges
         do {
             try database.inTransaction(.immediate) {
-                try coordinator?.batchBegins(in: database, publishing: events)
+                try coordinator?.batchBegins(in: database, publishing: events, orderFirst: savepoints || orderFirst)
                 for job in batch {
                     if bytes >= maximumBatchBytes { break }
                     // A job that throws is rolled back alone and learns its error after the
@@ -430,11 +437,13 @@ public final class GroupCommitWriter: Service {
                     // after a full disk, say), the batch is lost: no later job may run, or its
                     // savepoint would start and commit a transaction of its own.
                     let (error, completion, size) = job.run(database, savepoints)
+                    if database.orderLost { throw WriterError.orderMoved }
                     if case WriterError.needsSavepoints? = error { throw WriterError.needsSavepoints }
                     guard database.isInsideTransaction else { throw error ?? WriterError.transactionLost }
                     afterCommit.append(completion)
                     bytes += size
                 }
+                try coordinator?.orderBeforeWriting(in: database, changedRows: database.totalChanges != changesAtStart)
                 database.pipelineUntilCommit()
                 do {
                     try database.heldWrites?.writeHeld(in: database)
@@ -446,6 +455,7 @@ public final class GroupCommitWriter: Service {
             }
         } catch {
             coordinator?.batchEnded(committed: false)
+            if Self.lostOrder(error) { return runBatch(batch, savepoints: savepoints, orderFirst: true) }
             if !savepoints && Self.needsSavepoints(error) { return runBatch(batch, savepoints: true) }
             if (error as? DatabaseError)?.storageFailure == .full { diskFullSinceCheckpoint.store(true, ordering: .relaxed) }
             noteReach(failedWith: error)
@@ -479,6 +489,13 @@ extension GroupCommitWriter {
         return error.pipelined && !error.isUnavailable
     }
 
+    /// Whether a batch that failed with `error` ran ahead of the writers' order and lost
+    /// it (`SharedWriting`): it runs again, taking the order first.
+    private static func lostOrder(_ error: any Error) -> Bool {
+        if case WriterError.orderMoved = error { return true }
+        return (error as? DatabaseError)?.orderMoved == true
+    }
+
     private static func seconds(since start: UInt64) -> Double {
         Double(DispatchTime.now().uptimeNanoseconds &- start) / 1e9
     }
@@ -494,4 +511,8 @@ public enum WriterError: Error, Equatable {
     /// could not be written: the batch is run again, a savepoint per job (never reaches a
     /// job's completion).
     case needsSavepoints
+    /// The batch ran ahead of the writers' order and another writer wrote a task it read
+    /// (`SharedWriting`): it is run again taking the order first (never reaches a job's
+    /// completion).
+    case orderMoved
 }

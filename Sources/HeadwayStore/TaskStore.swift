@@ -8,6 +8,9 @@ import HeadwayCore
 /// so numbers go on rising across restarts. Used by the writer thread; readable anywhere.
 public final class ChangeCounter: Sendable {
     private let latest: Atomic<Int64>
+    /// How the numbers handed out ahead of the writers' order moved when the batch took it
+    /// (`shiftAhead`), until the next batch begins. Used by the writer thread only.
+    private let shift = Locked<NumberShift?>(nil)
 
     public init(last: Int64) { latest = Atomic(last) }
 
@@ -21,12 +24,59 @@ public final class ChangeCounter: Sendable {
 
     fileprivate func next() -> Int64 { latest.add(1, ordering: .relaxed).newValue }
 
-    /// Gives back the numbers handed out after `mark` (their changes were rolled back).
-    fileprivate func rewind(to mark: Int64) { latest.store(mark, ordering: .relaxed) }
+    /// Gives back the numbers handed out after `mark` (their changes were rolled back); a
+    /// mark taken before the numbers moved (`shiftAhead`) moves with them.
+    fileprivate func rewind(to mark: Int64) {
+        let mark = shift.withLock { $0.map { $0.contains(mark, orItsStart: true) ? mark + $0.by : mark } ?? mark }
+        latest.store(mark, ordering: .relaxed)
+    }
 
     /// Continues from `last`, the latest number committed by every writer of a shared
-    /// database (`SharedWriting`, holding the writers' lock).
-    func continueFrom(_ last: Int64) { latest.store(last, ordering: .relaxed) }
+    /// database (`SharedWriting`).
+    func continueFrom(_ last: Int64) {
+        shift.withLock { $0 = nil }
+        latest.store(last, ordering: .relaxed)
+    }
+
+    /// The numbers handed out after `start` were handed out ahead of the writers' order,
+    /// which has reached `last` meanwhile: they move up by `last - start`, and the counter
+    /// goes on after them. Returns the move (`final`, `TaskCache.moveNumbers`).
+    func shiftAhead(from start: Int64, to last: Int64) -> NumberShift {
+        let moved = NumberShift(after: start, through: self.last, by: last - start)
+        shift.withLock { $0 = moved }
+        latest.store(moved.through + moved.by, ordering: .relaxed)
+        return moved
+    }
+
+    /// `number` as it is once the batch took the order: a number handed out ahead of it
+    /// moved (`shiftAhead`).
+    public func final(_ number: Int64) -> Int64 {
+        shift.withLock { $0.map { $0.contains(number, orItsStart: false) ? number + $0.by : number } ?? number }
+    }
+
+    /// `events` numbered as they are once the batch took the order (`final`).
+    public func final(_ events: [TaskEvent]) -> [TaskEvent] {
+        guard let shift = shift.withLock({ $0 }), shift.by != 0 else { return events }
+        return events.map { event in
+            var event = event
+            if shift.contains(event.changeNumber, orItsStart: false) { event.changeNumber += shift.by }
+            return event
+        }
+    }
+}
+
+/// How a batch's numbers handed out ahead of the writers' order moved once it took it:
+/// those above `after` and up to `through` went up by `by`.
+struct NumberShift: Sendable, Equatable {
+    let after: Int64
+    let through: Int64
+    let by: Int64
+
+    /// Whether `number` is one that moved (or, with `orItsStart`, is `after` itself: a mark
+    /// taken before the first of them, which the counter rewinds to).
+    func contains(_ number: Int64, orItsStart: Bool) -> Bool {
+        (orItsStart ? number >= after : number > after) && number <= through
+    }
 }
 
 /// The tasks the writer read or wrote lately, exactly as stored, so that an update reads
@@ -98,6 +148,10 @@ public final class TaskCache: Sendable, HeldWrites {
         /// The tasks written (inserted, changed or deleted) since `takeWritten` last took
         /// them, whether their writes are held, made or rolled back since.
         var written: Set<String> = []
+        /// Whether the ids of the tasks asked for are noted (`noteReads`).
+        var notesReads = false
+        /// The tasks asked for (found or not) since `noteReads`.
+        var read: Set<String> = []
 
         /// Notes that the task with `id` is written.
         mutating func noteWritten(_ id: String) {
@@ -145,6 +199,7 @@ public final class TaskCache: Sendable, HeldWrites {
     /// The task as stored, or as the batch left it when its write is held; nil if unknown.
     fileprivate func task(_ id: String, in database: Database) -> TaskRecord? {
         contents.withLock { contents in
+            if contents.notesReads { contents.read.insert(id) }
             if let held = contents.held[id] { return held.latest }
             contents.forgetIfRolledBack(database)
             return contents.tasks[id]
@@ -185,6 +240,8 @@ public final class TaskCache: Sendable, HeldWrites {
     /// (`Database.pipelineUntilCommit`) the statements are only sent: a failure is reported
     /// by the statement that reads their answers (the `COMMIT`), flagged `pipelined`.
     public func writeHeld(in database: Database) throws {
+        // Their numbers must be final before they are written.
+        if contents.withLock({ !$0.held.isEmpty }) { try database.passOrderGate() }
         var writes = contents.withLock { contents -> [String: HeldWrite] in
             guard !contents.held.isEmpty else { return [:] }
             // A savepoint rolled back gives them back, as the rows' writes are undone.
@@ -271,6 +328,46 @@ public final class TaskCache: Sendable, HeldWrites {
     /// From now on, notes the tasks written, for `takeWritten` (the writer of a database
     /// other daemons write too).
     func notesWrittenTasks() { contents.withLock { $0.notesWritten = true } }
+
+    /// From now on, notes the ids of the tasks asked for, until `takeReadAndWritten`: a
+    /// batch that runs ahead of the writers' order learns which tasks it depends on.
+    func noteReads() {
+        contents.withLock { contents in
+            contents.notesReads = true
+            contents.read.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// Whether a task with one of `ids` was asked for since `noteReads`, or written since
+    /// `takeWritten`; stops noting reads.
+    func readOrWroteAny(of ids: some Sequence<String>) -> Bool {
+        contents.withLock { contents in
+            contents.notesReads = false
+            return ids.contains { contents.read.contains($0) || contents.written.contains($0) }
+        }
+    }
+
+    /// Stops noting the tasks asked for.
+    func stopNotingReads() {
+        contents.withLock { $0.notesReads = false }
+    }
+
+    /// Moves the change numbers of the held tasks that `shift` moves (handed out ahead of
+    /// the writers' order, which has moved on since), as they are and as each savepoint
+    /// would give them back.
+    func moveNumbers(_ shift: NumberShift) {
+        guard shift.by != 0 else { return }
+        contents.withLock { contents in
+            var moved = Set<ObjectIdentifier>()
+            func move(_ write: HeldWrite?) {
+                guard let write, moved.insert(ObjectIdentifier(write)).inserted,
+                      shift.contains(write.latest.changeNumber, orItsStart: false) else { return }
+                write.latest.changeNumber += shift.by
+            }
+            for write in contents.held.values { move(write) }
+            for savepoint in contents.savepoints { for entry in savepoint.undo { move(entry.before) } }
+        }
+    }
 
     /// The ids of the tasks written since the last call (in the batch about to commit, or
     /// rolled back), in no order; nothing is noted until `notesWrittenTasks` was called.
@@ -787,6 +884,8 @@ public struct TaskStore: Sendable {
 
     /// Deletes one task with its history, leaves its tombstone, and returns its event.
     private func remove(_ task: TaskRecord, now: EpochMilliseconds, in database: Database) throws -> TaskEvent {
+        // The tombstone's number is written by a statement: it must be final.
+        try database.passOrderGate()
         let number = changeCounter.next()
         try TaskRepository.delete(task.id, in: database)
         cache.forget(task.id)
@@ -876,7 +975,10 @@ public struct TaskStore: Sendable {
     /// Writes the deliveries of `events` to the webhooks that want them (`WebhookOutbox.record`),
     /// an alert's ancestors read as this batch left them (the cache holds writes not yet made).
     private func recordDeliveries(_ events: [TaskEvent], now: EpochMilliseconds, in database: Database) throws {
-        try webhooks.record(events, now: now, in: database) { id in try load(id, in: database) }
+        guard !events.isEmpty, webhooks.hasWebhooks else { return }
+        // The deliveries store the events' numbers: they must be final.
+        try database.passOrderGate()
+        try webhooks.record(changeCounter.final(events), now: now, in: database) { id in try load(id, in: database) }
     }
 
     /// Runs one operation; if it throws, the numbers it took are given back (its savepoint
@@ -891,10 +993,11 @@ public struct TaskStore: Sendable {
         }
     }
 
-    /// The task with `id` as stored: from the cache, else from the database.
+    /// The task with `id` as stored: from the cache, else from the database (a read that
+    /// need not wait for the writers' order: the cache notes the tasks asked for).
     private func load(_ id: String, in database: Database) throws -> TaskRecord? {
         if let task = cache.task(id, in: database) { return task }
-        let task = try TaskRepository.find(id, in: database)
+        let task = try database.withoutOrder { () throws(DatabaseError) in try TaskRepository.find(id, in: database) }
         if let task { cache.remember(task, in: database) }
         return task
     }

@@ -240,6 +240,9 @@ public final class WebhookOutbox: Sendable {
     /// The webhooks known now.
     public var current: [WebhookRecord] { webhooks.withLock { $0 } }
 
+    /// Whether any webhook is known now.
+    public var hasWebhooks: Bool { webhooks.withLock { !$0.isEmpty } }
+
     /// Stops writing deliveries for the webhook `id` (its deletion has begun).
     public func forget(_ id: String) { webhooks.withLock { $0.removeAll { $0.id == id } } }
 

@@ -93,6 +93,9 @@ package final class ServiceMetrics: Sendable {
         /// Seconds the writer's batches held the lock that orders all writers' batches, in
         /// all (PostgreSQL only: nil leaves the counter out).
         package var orderingLockSeconds: Double?
+        /// Batches run again because another daemon wrote a task they read before they
+        /// took their place in the order (PostgreSQL only: nil leaves the counter out).
+        package var orderingReruns: Int?
 
         package init() {}
     }
@@ -204,6 +207,12 @@ package final class ServiceMetrics: Sendable {
                        "Seconds the writer's batches held the lock that orders all daemons' changes (PostgreSQL), "
                        + "from taking it to the end of COMMIT.")
             out.sample("headway_ordering_lock_seconds_total", [:], orderingLockSeconds)
+        }
+        if let orderingReruns = gauges.orderingReruns {
+            out.family("headway_ordering_reruns_total", .counter,
+                       "Writer batches run again, taking the order first, because another daemon wrote a task "
+                       + "they had read before taking their place in the order (PostgreSQL).")
+            out.sample("headway_ordering_reruns_total", [:], Double(orderingReruns))
         }
         out.family("headway_retention_pruned_rows_total", .counter, "Rows forgotten by retention.")
         out.sample("headway_retention_pruned_rows_total", [:], Double(retentionPruned.value))

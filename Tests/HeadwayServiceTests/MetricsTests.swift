@@ -168,8 +168,11 @@ import Testing
         // the batches that committed the writes above, for some time.
         if TestPostgresDatabase.isSelected {
             #expect(samples["headway_ordering_lock_seconds_total"] ?? 0 > 0)
+            // One daemon: nothing else wrote, no batch ran again.
+            #expect(samples["headway_ordering_reruns_total"] == 0)
         } else {
             #expect(samples["headway_ordering_lock_seconds_total"] == nil)
+            #expect(samples["headway_ordering_reruns_total"] == nil)
         }
         #expect(samples["headway_event_subscribers"] == 0)
         #expect(samples["headway_retention_pruned_rows_total"] == 0)

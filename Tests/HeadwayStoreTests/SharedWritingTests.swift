@@ -69,6 +69,18 @@ final class SharedWriter: @unchecked Sendable {
         }
     }
 
+    /// Runs `work` in a batch and waits at most `seconds` for it to commit; returns whether
+    /// it did (it may still commit later).
+    func runWithin<Value: Sendable>(seconds: Int, _ work: @escaping @Sendable (TaskStore, Database) throws -> Value) -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        let committed = Locked(false)
+        writer.submit({ [store] database in try work(store, database) }) { outcome in
+            if case .success = outcome { committed.withLock { $0 = true } }
+            done.signal()
+        }
+        return done.wait(timeout: .now() + .seconds(seconds)) == .success && committed.withLock { $0 }
+    }
+
     /// Asks the writer to deliver what the other committed (as `ChangeListener` does) and
     /// waits until it has.
     func catchUp() -> Bool {
@@ -451,6 +463,112 @@ struct SharedWritingTests {
         #expect(try database.psql("SELECT array_to_json($$\(literal)$$::text[])", database: database.name)
             == #"["plain","a\"b","c\\d","e,f","{g}"," h ","NULL",""]"# + "\n")
         #expect(SharedWriting.arrayLiteral([]) == "{}")
+    }
+
+    /// A batch runs ahead of the writers' order until it writes: another writer commits
+    /// changes of other tasks while its jobs run (they do not wait for it), and its own
+    /// changes are numbered after those, the rows as their events; the stream delivers
+    /// the other's first, with no number missing.
+    @Test func aBatchRunsAheadOfTheOrderAndNumbersItsChangesAfterThoseCommittedMeanwhile() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        let b = try SharedWriter(uri: database.uri)
+        for id in ["x", "y"] {
+            try a.write { store, db in try store.register(Registration(id: id, name: id, total: 100), now: 1_000, in: db) }
+        }
+        let runs = Locked(0)
+        let otherCommitted = Locked(false)
+        try a.write { store, db in
+            runs.withLock { $0 += 1 }
+            var events = try store.progress("x", ProgressUpdate(completed: 1), now: 2_000, in: db).events
+            let committed = b.runWithin(seconds: 10) { store, db in
+                try store.progress("y", ProgressUpdate(completed: 5), now: 2_001, in: db)
+            }
+            otherCommitted.withLock { $0 = committed }
+            events += try store.progress("x", ProgressUpdate(completed: 2), now: 2_002, in: db).events
+            return TreeOperation.Applied(events: events)
+        }
+        #expect(otherCommitted.withLock { $0 }, "the other writer waited for this one's batch")
+        #expect(runs.withLock { $0 } == 1)
+        let numbers = try a.storedChangeNumbers()
+        #expect(numbers["x"] == numbers["y"]! + 2)
+        let stream = a.stream.withLock { $0 }.map { "\($0.changeNumber) \($0.taskID)" }
+        let first = numbers["y"]! - 3
+        #expect(stream == ["\(first + 1) x", "\(first + 2) y", "\(first + 3) y", "\(first + 4) x", "\(first + 5) x"],
+                "registrations, the other's change, then this batch's")
+        #expect(try a.storedCompleted(["x", "y"]) == ["x": 2, "y": 5])
+    }
+
+    /// A webhook's delivery stores its event's number: a change numbered ahead of the
+    /// order takes the order before its deliveries are written, and they carry the number
+    /// the change is stored and streamed with.
+    @Test func deliveriesOfAChangeNumberedAheadOfTheOrderCarryItsFinalNumber() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        let b = try SharedWriter(uri: database.uri)
+        let hook = WebhookRecord(id: "w", url: "https://example.com/w", filter: WebhookFilter(events: [.updated]),
+                                 format: .json, secret: "whsec_x", createdAt: 1)
+        _ = try a.run { _, db in try WebhookRepository.insert(hook, in: db) }
+        for id in ["x", "y"] {
+            try a.write { store, db in try store.register(Registration(id: id, name: id, total: 100), now: 1_000, in: db) }
+        }
+        let otherCommitted = Locked(false)
+        try a.write { store, db in
+            var events = try store.progress("x", ProgressUpdate(completed: 1), now: 2_000, in: db).events
+            let committed = b.runWithin(seconds: 10) { store, db in
+                try store.progress("y", ProgressUpdate(completed: 5), now: 2_001, in: db)
+            }
+            otherCommitted.withLock { $0 = committed }
+            store.webhooks.load([hook])
+            events += try store.progress("x", ProgressUpdate(completed: 2), now: 2_002, in: db).events
+            return TreeOperation.Applied(events: events)
+        }
+        #expect(otherCommitted.withLock { $0 })
+        let stored = try a.storedChangeNumbers()["x"]
+        #expect(a.stream.withLock { $0 }.last.map { "\($0.changeNumber) \($0.taskID)" } == "\(stored ?? 0) x")
+        let deliveries = try a.run { _, db in
+            try db.rows("SELECT event_id, body FROM webhook_deliveries WHERE webhook_id = 'w'") { ($0.int(0), $0.text(1)) }
+        }
+        #expect(deliveries.map(\.0) == [stored ?? 0])
+        #expect(deliveries.first?.1.contains("\"event_id\":\(stored ?? 0)") == true)
+    }
+
+    /// A batch ahead of the order whose task another writer changed meanwhile ran on what
+    /// it read before: it is rolled back and runs again, holding the order from its start,
+    /// so that it applies its changes over the other's, as one writer would in commit order.
+    @Test func aBatchWhoseTaskAnotherWriterChangedMeanwhileRunsAgainHoldingTheOrder() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        let b = try SharedWriter(uri: database.uri)
+        try a.write { store, db in try store.register(Registration(id: "x", name: "x", total: 100), now: 1_000, in: db) }
+        try a.write { store, db in try store.progress("x", ProgressUpdate(completed: 1), now: 1_500, in: db) }
+        let runs = Locked(0)
+        let otherCommitted = Locked(false)
+        try a.write { store, db in
+            let run = runs.withLock { runs in
+                runs += 1
+                return runs
+            }
+            var events = try store.heartbeat("x", Heartbeat(), now: 2_000, in: db).events
+            if run == 1 {
+                let committed = b.runWithin(seconds: 10) { store, db in
+                    try store.progress("x", ProgressUpdate(increment: 10), now: 2_001, in: db)
+                }
+                otherCommitted.withLock { $0 = committed }
+            }
+            events += try store.progress("x", ProgressUpdate(increment: 5), now: 2_002, in: db).events
+            return TreeOperation.Applied(events: events)
+        }
+        #expect(otherCommitted.withLock { $0 }, "the other writer waited for this one's batch")
+        #expect(runs.withLock { $0 } == 2)
+        #expect(try a.storedCompleted(["x"]) == ["x": 16])
+        let numbers = a.stream.withLock { $0 }.map(\.changeNumber)
+        #expect(numbers == Array((numbers.first ?? 0)...(numbers.first ?? 0) + Int64(numbers.count - 1)),
+                "every number once, in order")
+        #expect(try a.storedChangeNumbers()["x"] == numbers.last)
     }
 }
 

@@ -37,6 +37,16 @@ public final class Database: @unchecked Sendable {
     /// Changes held back by `heldWrites`, counted in `totalChanges` as if written, so that
     /// "did this change anything" means the same whether a write is held or made.
     private var heldChanges: Int64 = 0
+    /// What must run before the next statement of the open transaction that is not a read
+    /// of a task by id (`withoutOrder`): the shared writer's taking of the order all
+    /// writers share (`SharedWriting`), when its batch runs ahead of it. Cleared as it runs.
+    var orderGate: (any OrderGate)?
+    /// Set when `orderGate` found the batch's reads outrun by another daemon: every later
+    /// statement of the transaction fails, so that nothing of the batch goes on (the writer
+    /// looks at it after each job, whatever a job did with the error).
+    private(set) var orderLost = false
+    /// Inside `withoutOrder`: statements pass `orderGate` by.
+    private var passingOrderGate = false
 
     /// Opens (creating if needed: an SQLite file is made mode 0600, never through a
     /// symbolic link, `PrivateFile`) the database at `path`, or connects to the PostgreSQL
@@ -78,12 +88,14 @@ public final class Database: @unchecked Sendable {
     /// Runs one or more statements that return no rows.
     public func execute(_ sql: String) throws(DatabaseError) {
         try checkOpen(sql)
+        try checkOrder()
         try connection.execute(sql)
     }
 
     /// Runs a statement that returns no rows.
     public func run(_ sql: String, _ arguments: [SQLValue] = []) throws(DatabaseError) {
         try checkOpen(sql)
+        try checkOrder()
         try connection.run(sql, arguments)
     }
 
@@ -92,6 +104,7 @@ public final class Database: @unchecked Sendable {
     public func rows<Row>(_ sql: String, _ arguments: [SQLValue] = [],
                           map: (any ResultRow) -> Row) throws(DatabaseError) -> [Row] {
         try checkOpen(sql)
+        try checkOrder()
         let rows = try connection.rows(sql, arguments, map: map)
         rowsRead += rows.count
         return rows
@@ -108,6 +121,55 @@ public final class Database: @unchecked Sendable {
 
     /// Counts a change that `heldWrites` holds back until the commit.
     public func countHeldChange() { heldChanges += 1 }
+}
+
+/// What a statement of a batch that runs ahead of the order all writers share must wait
+/// for (`Database.orderGate`).
+protocol OrderGate: AnyObject {
+    /// Takes the order, before the statement runs; throws `DatabaseError.lostOrder()` if
+    /// the batch must run again.
+    func takeOrder(in database: Database) throws
+}
+
+extension Database {
+    /// Before a statement: passes `orderGate` (unless inside `withoutOrder`), and fails
+    /// once the order was lost.
+    @inline(__always)
+    private func checkOrder() throws(DatabaseError) {
+        if orderGate != nil || orderLost { try passOrderGate() }
+    }
+
+    /// Takes the order now if the batch runs ahead of it (`orderGate`): before numbers
+    /// handed out ahead of it are written by a statement (they may move, `ChangeCounter`).
+    func passOrderGate() throws(DatabaseError) {
+        if orderLost { throw DatabaseError.lostOrder() }
+        guard !passingOrderGate, let gate = orderGate else { return }
+        orderGate = nil
+        do {
+            try gate.takeOrder(in: self)
+        } catch let error as DatabaseError {
+            if error.orderMoved { orderLost = true }
+            throw error
+        } catch {
+            throw DatabaseError(code: 1, message: "\(error)", sql: nil)
+        }
+    }
+
+    /// Runs `body`, a read of tasks by their ids, without taking the order: the shared
+    /// writer notes each task its batch reads (`TaskCache`) and checks, when it takes the
+    /// order, that no other daemon wrote one of them since.
+    func withoutOrder<Value>(_ body: () throws(DatabaseError) -> Value) throws(DatabaseError) -> Value {
+        let outer = passingOrderGate
+        passingOrderGate = true
+        defer { passingOrderGate = outer }
+        return try body()
+    }
+
+    /// Ends a batch's use of the order gate (the transaction ended).
+    func clearOrderGate() {
+        orderGate = nil
+        orderLost = false
+    }
 }
 
 /// Row writes a connection holds back until its transaction commits, so that a row changed
@@ -180,7 +242,7 @@ extension Database {
             defer { connection.lockWaitEnded() }
             try control(dialect.beginImmediate)
         }
-        let changesAtStart = totalChanges
+        let changesAtStart = connection.changedRows
         let value: Value
         do {
             value = try body()
@@ -191,6 +253,7 @@ extension Database {
             throw error
         }
         heldWrites?.transactionEnded()
+        clearOrderGate()
         return value
     }
 
@@ -204,7 +267,7 @@ extension Database {
         let isTransaction = !isInsideTransaction
         try control("SAVEPOINT nested")
         heldWrites?.savepointBegan()
-        let changesAtStart = totalChanges
+        let changesAtStart = connection.changedRows
         let value: Value
         do {
             value = try body()
@@ -232,6 +295,7 @@ extension Database {
         }
         noteRollback(changedSince: changesAtStart)
         heldWrites?.transactionEnded()
+        clearOrderGate()
     }
 
     /// Undoes and ends the innermost savepoint.
@@ -256,10 +320,12 @@ extension Database {
         noteRollback(changedSince: changesAtStart)
     }
 
-    /// Counts a rollback in `rollbacks` if rows had changed since `changesAtStart`. A
-    /// rollback that undid nothing leaves what caches remember true.
+    /// Counts a rollback in `rollbacks` if statements had changed rows since
+    /// `changesAtStart` (`connection.changedRows`). A rollback that undid nothing leaves
+    /// what caches remember true; changes only held (`heldWrites`) are undone by what holds
+    /// them, told of the rollback, and no cache learned them as stored.
     private func noteRollback(changedSince changesAtStart: Int64) {
-        if totalChanges != changesAtStart { rollbacks += 1 }
+        if connection.changedRows != changesAtStart { rollbacks += 1 }
     }
 }
 

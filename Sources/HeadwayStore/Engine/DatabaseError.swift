@@ -26,6 +26,10 @@ public struct DatabaseError: Error, CustomStringConvertible, Sendable {
     /// (`Database.pipelineUntilCommit`): it failed inside the still open transaction, which
     /// then skipped the statements sent after it, the `COMMIT` too.
     public var pipelined = false
+    /// Whether the batch ran ahead of the order all writers share and lost it: another
+    /// daemon wrote tasks the batch had read (`Database.orderGate`). Nothing of the batch
+    /// is kept; the writer runs it again holding the order from its start.
+    public var orderMoved = false
 
     public init(code: Int32, message: String, sql: String?, systemError: Int32 = 0) {
         self.code = code
@@ -77,6 +81,14 @@ public enum StorageFailure: String, Sendable, Equatable {
 }
 
 extension DatabaseError {
+    /// The batch lost its place in the writers' order (`orderMoved`).
+    static func lostOrder() -> DatabaseError {
+        var error = DatabaseError(code: SQLITE_ABORT, message: "another daemon wrote tasks this batch read; it runs again",
+                                  sql: nil)
+        error.orderMoved = true
+        return error
+    }
+
     /// A misuse of the connection (`SQLITE_MISUSE`): a statement on a closed one, say.
     static func misuse(_ message: String, sql: String?) -> DatabaseError {
         DatabaseError(code: SQLITE_MISUSE, message: message, sql: sql)

@@ -9,8 +9,17 @@ import Synchronization
 /// transaction (a throw loses the batch, as a failed job's transaction would).
 public protocol BatchCoordinator: Sendable {
     /// First in each batch's transaction, before its jobs; other writers' committed
-    /// changes go to `events`.
-    func batchBegins(in database: Database, publishing events: (any TaskEventSink)?) throws
+    /// changes go to `events`. With `orderFirst` the batch takes its place in the writers'
+    /// order now; else its jobs run ahead of it, until a statement needs it or the batch
+    /// ends (`orderBeforeWriting`), and a batch that then finds its reads outrun by another
+    /// writer fails with `DatabaseError.orderMoved`, to run again with `orderFirst`.
+    func batchBegins(in database: Database, publishing events: (any TaskEventSink)?, orderFirst: Bool) throws
+    /// After the jobs, before the held writes: the batch takes its place in the order if
+    /// it ran ahead of it and `changedRows` (or handed out numbers).
+    func orderBeforeWriting(in database: Database, changedRows: Bool) throws
+    /// `events` numbered as committed: numbers handed out ahead of the order move up past
+    /// the changes other writers committed meanwhile. For the batch just committed.
+    func final(_ events: [TaskEvent]) -> [TaskEvent]
     /// Last before `COMMIT`; `changedRows` tells whether the batch's jobs changed rows.
     func batchEnds(in database: Database, changedRows: Bool) throws
     /// After the batch, committed or not (before its jobs' completions are called).
@@ -22,18 +31,30 @@ public protocol BatchCoordinator: Sendable {
     /// Seconds, summed over batches, from taking what orders all writers' batches to the
     /// end of the batch's `COMMIT` (or rollback).
     var orderingLockSeconds: Double { get }
+    /// Batches run again because they ran ahead of the order and another writer wrote a
+    /// task they read meanwhile.
+    var lostOrders: Int { get }
 }
 
 /// How one of several daemons writes to a shared PostgreSQL database so that changes keep
 /// one global order, with no number skipped by a reader, and its cache of tasks stays exact.
 ///
-/// Every batch first locks the one row of `stream_state` (`SELECT … FOR UPDATE`), which
-/// holds the latest change number committed and a generation that moves with every batch
-/// that wrote. The lock is held until the batch commits, so batches of all daemons commit
-/// one at a time, each numbering its changes after the last one committed: numbers are
-/// handed out in commit order, and no change numbered below another can commit after it.
-/// Holding the lock, the batch reads committed data only (`READ COMMITTED`, every
-/// statement sees the previous holder's commit), and:
+/// Every batch that writes locks the one row of `stream_state` (`SELECT … FOR UPDATE`),
+/// which holds the latest change number committed and a generation that moves with every
+/// batch that wrote. The lock is held until the batch commits, so batches of all daemons
+/// commit one at a time, each numbering its changes after the last one committed: numbers
+/// are handed out in commit order, and no change numbered below another can commit after it.
+///
+/// The lock is taken as late as the batch allows (`takeOrder`, through `Database.orderGate`):
+/// its jobs run ahead of it against the cache, numbering from the latest number committed
+/// when the batch began, and the cache notes the tasks they read and write; the first
+/// statement other than a read of a task by id (the held writes at the batch's end, most
+/// often) takes the lock first. If other daemons committed meanwhile and wrote one of the
+/// batch's tasks (or one of their generations names none), the batch lost its order: it is
+/// rolled back and runs again holding the lock from its start (`orderFirst`). Otherwise its
+/// numbers move up past theirs (`ChangeCounter.shiftAhead`), and it goes on holding the lock.
+/// Holding the lock, the batch reads committed data only (`READ COMMITTED`, every statement
+/// sees the previous holder's commit), and:
 /// - if the generation moved since this daemon's last batch, other daemons wrote: the
 ///   tasks they wrote are forgotten from the task cache, and only those. Each batch that
 ///   moves the generation names every task it wrote, with a number or quietly (an
@@ -44,15 +65,16 @@ public protocol BatchCoordinator: Sendable {
 /// - the rows the change feed brought are remembered as committed (`TaskCache.refresh`):
 ///   those read holding the lock at once, those read before it (or by a catch-up) when no
 ///   batch of a later generation than the one read just before them wrote their task;
-/// - the change counter continues from the row's latest number;
+/// - the change counter continues from the row's latest number (the batch's numbers moved
+///   up past it, when its jobs ran ahead);
 /// - the changes numbered between what this daemon has delivered and that number (other
 ///   daemons' changes, committed) are read from the change feed, a bounded page at a
 ///   time, and handed to the writer's `TaskEventSink` before any of this batch's own
 ///   events, so the event broker gets every change in order.
 ///
-/// Most of that reading is done before taking the lock, for what was committed by then
-/// (the feed up to its latest number, the names up to its generation); under the lock
-/// only what committed meanwhile remains.
+/// Most of that reading is done before the batch's jobs run, for what was committed by
+/// then (the feed up to its latest number, the names up to its generation); under the
+/// lock only what committed meanwhile remains.
 ///
 /// A batch that wrote sets the row's latest number and generation before it commits, names
 /// the tasks it wrote, and sends `NOTIFY headway_changes` with its latest number, in one
@@ -60,7 +82,7 @@ public protocol BatchCoordinator: Sendable {
 /// catch up (`catchUp`: a read without the lock, between batches). The notification is
 /// only a wake-up: a lost one costs latency (the listener also looks every second), never
 /// a change.
-public final class SharedWriting: BatchCoordinator {
+public final class SharedWriting: BatchCoordinator, OrderGate {
     /// The notification channel.
     public static let channel = "headway_changes"
     /// Rows read per table and page when reading other daemons' changes.
@@ -86,6 +108,19 @@ public final class SharedWriting: BatchCoordinator {
         var readOutsideLock: [String: (generation: Int64, task: TaskRecord)] = [:]
         /// When the open batch took the lock (`DispatchTime` nanoseconds), if it did.
         var lockedAt: UInt64?
+        /// The generation the cache is exact for after the open batch lost its order (-1:
+        /// none, forget it all), which rolls the batch back.
+        var generationAtLostOrder: Int64 = -1
+        /// Where the open batch delivers other daemons' changes.
+        var events: (any TaskEventSink)?
+        /// How many of the next batches take the order first: after a batch lost its order,
+        /// the next ones would most likely lose it too (two daemons updating the same few
+        /// tasks), and each loss runs a batch twice.
+        var orderFirstBatches = 0
+        /// How many batches the next loss makes take the order first: doubled by each loss
+        /// in a row (up to `maximumOrderFirstBatches`), back to 1 after a batch that ran ahead
+        /// and kept its order.
+        var orderFirstAfterLoss = 1
     }
 
     private let changeCounter: ChangeCounter
@@ -97,6 +132,10 @@ public final class SharedWriting: BatchCoordinator {
     private let delivered: Atomic<Int64>
     /// Nanoseconds the lock was held, in all (`orderingLockSeconds`).
     private let lockNanoseconds = Atomic<UInt64>(0)
+    /// Batches that lost their order (`lostOrders`).
+    private let losses = Atomic<Int>(0)
+    /// The most batches in a row that take the order first after losses in a row.
+    static let maximumOrderFirstBatches = 64
 
     /// For the writer of a store with `changeCounter` and `cache`.
     public init(changeCounter: ChangeCounter, cache: TaskCache) {
@@ -111,7 +150,9 @@ public final class SharedWriting: BatchCoordinator {
 
     public var orderingLockSeconds: Double { Double(lockNanoseconds.load(ordering: .relaxed)) / 1e9 }
 
-    public func batchBegins(in database: Database, publishing events: (any TaskEventSink)?) throws {
+    public var lostOrders: Int { losses.load(ordering: .relaxed) }
+
+    public func batchBegins(in database: Database, publishing events: (any TaskEventSink)?, orderFirst: Bool) throws {
         var exactAt = state.withLock { $0.generationSeen }
         // The latest generation each task was written at, for every write after `knownAfter`.
         var written: [String: Int64] = [:]
@@ -121,30 +162,99 @@ public final class SharedWriting: BatchCoordinator {
         // what committed meanwhile remains. (Read outside the lock, a task whose row changed
         // again after `committed` was read is left out: its newer change is read later,
         // coalesced, as the stream allows.)
-        if let (generation, committed) = try Self.position(in: database, locking: false) {
-            try deliverChanges(through: committed, to: events, readAt: generation, in: database)
-            if try !forgetWritten(after: exactAt, through: generation, noting: &written, in: database) {
-                knownAfter = generation
-            }
-            exactAt = generation
-        }
-        guard let (generation, last) = try Self.position(in: database, locking: true) else {
+        guard let (generation, committed) = try Self.position(in: database, locking: false) else {
             throw DatabaseError(code: 1, message: "stream_state has no row", sql: nil)
         }
-        state.withLock { $0.lockedAt = DispatchTime.now().uptimeNanoseconds }
+        try deliverChanges(through: committed, to: events, readAt: generation, in: database)
         if try !forgetWritten(after: exactAt, through: generation, noting: &written, in: database) {
             knownAfter = generation
         }
+        exactAt = generation
+        // The rows the feed brought since the last batch are the committed ones unless a
+        // batch of a later generation wrote them; a generation after this one is seen
+        // when the order is taken, and forgets them then.
         let readOutsideLock = state.withLock { state in
             state.generationAfterBatch = generation
-            state.lastAtBatchStart = last
+            state.lastAtBatchStart = committed
+            state.generationAtLostOrder = -1
             defer { state.readOutsideLock.removeAll() }
             return state.readOutsideLock
         }
         for (id, read) in readOutsideLock where read.generation >= knownAfter && written[id, default: 0] <= read.generation {
             cache.refresh(read.task, in: database)
         }
-        changeCounter.continueFrom(last)
+        changeCounter.continueFrom(committed)
+        let orderFirst = state.withLock { state in
+            state.events = events
+            guard !orderFirst, state.orderFirstBatches > 0 else { return orderFirst }
+            state.orderFirstBatches -= 1
+            return true
+        }
+        if orderFirst {
+            try takeOrder(in: database, ahead: false)
+        } else {
+            cache.noteReads()
+            database.orderGate = self
+        }
+    }
+
+    /// Through `Database.orderGate`: the batch ran ahead of the order, and takes it now.
+    func takeOrder(in database: Database) throws {
+        try takeOrder(in: database, ahead: true)
+    }
+
+    public func orderBeforeWriting(in database: Database, changedRows: Bool) throws {
+        guard database.orderGate != nil else { return }
+        // A batch that changed nothing needs no place in the order.
+        guard changedRows || changeCounter.last != state.withLock({ $0.lastAtBatchStart }) else {
+            cache.stopNotingReads()
+            return database.orderGate = nil
+        }
+        try database.passOrderGate()
+    }
+
+    public func final(_ events: [TaskEvent]) -> [TaskEvent] { changeCounter.final(events) }
+
+    /// Takes the order all writers share: locks `stream_state` until the transaction ends
+    /// and brings the batch to its latest position. A batch that ran `ahead` of the order
+    /// (from `batchBegins`' position, through `Database.orderGate`) finds what other
+    /// daemons committed since: if they wrote a task it read or wrote, it throws
+    /// `DatabaseError.lostOrder()` (the batch runs again, taking the order first); else the
+    /// numbers it handed out move up past theirs (`ChangeCounter.shiftAhead`; the held rows
+    /// with them, `TaskCache.moveNumbers`, and the events as they are published, `final`),
+    /// and its jobs go on holding the order. Either way, the changes they committed are
+    /// delivered before any of this batch's.
+    private func takeOrder(in database: Database, ahead: Bool) throws {
+        let (generationSeen, lastSeen, events) = state.withLock { ($0.generationAfterBatch, $0.lastAtBatchStart, $0.events) }
+        guard let (generation, last) = try Self.position(in: database, locking: true) else {
+            throw DatabaseError(code: 1, message: "stream_state has no row", sql: nil)
+        }
+        state.withLock { $0.lockedAt = DispatchTime.now().uptimeNanoseconds }
+        if generation != generationSeen {
+            var written: [String: Int64] = [:]
+            let named = try forgetWritten(after: generationSeen, through: generation, noting: &written, in: database)
+            if ahead && (!named || cache.readOrWroteAny(of: written.keys)) {
+                losses.add(1, ordering: .relaxed)
+                state.withLock { state in
+                    // The cache is exact for `generation` when the names were all read.
+                    state.generationAtLostOrder = named ? generation : -1
+                    state.orderFirstBatches = state.orderFirstAfterLoss
+                    state.orderFirstAfterLoss = min(2 * state.orderFirstAfterLoss, Self.maximumOrderFirstBatches)
+                }
+                throw DatabaseError.lostOrder()
+            }
+            if ahead {
+                cache.moveNumbers(changeCounter.shiftAhead(from: lastSeen, to: last))
+            } else {
+                changeCounter.continueFrom(last)
+            }
+        }
+        cache.stopNotingReads()
+        state.withLock { state in
+            state.generationAfterBatch = generation
+            state.lastAtBatchStart = last
+            if ahead { state.orderFirstAfterLoss = 1 }
+        }
         try deliverChanges(through: last, to: events, readAt: nil, in: database)
     }
 
@@ -245,7 +355,9 @@ public final class SharedWriting: BatchCoordinator {
         let lockedAt = state.withLock { state in
             // After a rollback the row is as it was, but this daemon's cache was forgotten
             // (the connection's rollback count moved) and its counter is reset next batch.
-            state.generationSeen = committed ? state.generationAfterBatch : -1
+            state.generationSeen = committed ? state.generationAfterBatch : state.generationAtLostOrder
+            state.generationAtLostOrder = -1
+            state.events = nil
             defer { state.lockedAt = nil }
             return state.lockedAt
         }
