@@ -454,8 +454,9 @@ public final class GroupCommitWriter: Service {
                 try coordinator?.batchEnds(in: database, changedRows: database.totalChanges != changesAtStart)
             }
         } catch {
+            let lostOrder = coordinator?.lostOrder(error) ?? false
             coordinator?.batchEnded(committed: false)
-            if Self.lostOrder(error) { return runBatch(batch, savepoints: savepoints, orderFirst: true) }
+            if lostOrder { return runBatch(batch, savepoints: savepoints, orderFirst: true) }
             if !savepoints && Self.needsSavepoints(error) { return runBatch(batch, savepoints: true) }
             if (error as? DatabaseError)?.storageFailure == .full { diskFullSinceCheckpoint.store(true, ordering: .relaxed) }
             noteReach(failedWith: error)
@@ -487,13 +488,6 @@ extension GroupCommitWriter {
         if case WriterError.needsSavepoints = error { return true }
         guard let error = error as? DatabaseError else { return false }
         return error.pipelined && !error.isUnavailable
-    }
-
-    /// Whether a batch that failed with `error` ran ahead of the writers' order and lost
-    /// it (`SharedWriting`): it runs again, taking the order first.
-    private static func lostOrder(_ error: any Error) -> Bool {
-        if case WriterError.orderMoved = error { return true }
-        return (error as? DatabaseError)?.orderMoved == true
     }
 
     private static func seconds(since start: UInt64) -> Double {

@@ -261,6 +261,7 @@ public final class TaskCache: Sendable, HeldWrites {
             contents.withLock { contents in swap(&contents.held, &writes) }
             throw error
         }
+        database.heldWritesMade()
         contents.withLock { contents in
             for write in writes.values { contents.remember(write.latest, in: database, capacity: capacity) }
             writes.removeAll(keepingCapacity: true)

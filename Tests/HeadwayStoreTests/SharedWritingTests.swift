@@ -477,6 +477,9 @@ struct SharedWritingTests {
         for id in ["x", "y"] {
             try a.write { store, db in try store.register(Registration(id: id, name: id, total: 100), now: 1_000, in: db) }
         }
+        // The other writes between this one's batches: this one takes the order in two
+        // steps (a round trip to lock, then its writes), which can move its numbers.
+        try b.write { store, db in try store.progress("y", ProgressUpdate(completed: 4), now: 1_500, in: db) }
         let runs = Locked(0)
         let otherCommitted = Locked(false)
         try a.write { store, db in
@@ -494,10 +497,49 @@ struct SharedWritingTests {
         let numbers = try a.storedChangeNumbers()
         #expect(numbers["x"] == numbers["y"]! + 2)
         let stream = a.stream.withLock { $0 }.map { "\($0.changeNumber) \($0.taskID)" }
-        let first = numbers["y"]! - 3
-        #expect(stream == ["\(first + 1) x", "\(first + 2) y", "\(first + 3) y", "\(first + 4) x", "\(first + 5) x"],
-                "registrations, the other's change, then this batch's")
+        let first = numbers["y"]! - 4
+        #expect(stream == ["\(first + 1) x", "\(first + 2) y", "\(first + 3) y", "\(first + 4) y", "\(first + 5) x",
+                           "\(first + 6) x"], "registrations, the other's changes, then this batch's")
         #expect(try a.storedCompleted(["x", "y"]) == ["x": 2, "y": 5])
+    }
+
+    /// When no other writer committed between this one's batches, a batch takes the order
+    /// in the pipeline of its writes, the lock with no round trip of its own; if another
+    /// writer did commit during it after all, the pipeline fails and the batch runs again,
+    /// holding the order from its start: its changes come after the other's, no number lost.
+    @Test func aBatchTakingTheOrderInItsPipelineRunsAgainIfAnotherCommittedMeanwhile() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        let b = try SharedWriter(uri: database.uri)
+        for id in ["x", "y"] {
+            try a.write { store, db in try store.register(Registration(id: id, name: id, total: 100), now: 1_000, in: db) }
+        }
+        let runs = Locked(0)
+        let otherCommitted = Locked(false)
+        try a.write { store, db in
+            let run = runs.withLock { runs in
+                runs += 1
+                return runs
+            }
+            var events = try store.progress("x", ProgressUpdate(completed: run == 1 ? 1 : 2), now: 2_000, in: db).events
+            if run == 1 {
+                let committed = b.runWithin(seconds: 10) { store, db in
+                    try store.progress("y", ProgressUpdate(completed: 5), now: 2_001, in: db)
+                }
+                otherCommitted.withLock { $0 = committed }
+            }
+            events += try store.progress("x", ProgressUpdate(completed: 3), now: 2_002, in: db).events
+            return TreeOperation.Applied(events: events)
+        }
+        #expect(otherCommitted.withLock { $0 })
+        #expect(runs.withLock { $0 } == 2)
+        #expect(a.writer.orderingReruns == 1)
+        let stream = a.stream.withLock { $0 }.map { "\($0.changeNumber) \($0.taskID)" }
+        let first = try #require(a.stream.withLock { $0 }.first?.changeNumber) - 1
+        #expect(stream == ["\(first + 1) x", "\(first + 2) y", "\(first + 3) y", "\(first + 4) x", "\(first + 5) x"])
+        #expect(try a.storedCompleted(["x", "y"]) == ["x": 3, "y": 5])
+        #expect(try a.storedChangeNumbers() == ["x": first + 5, "y": first + 3])
     }
 
     /// A webhook's delivery stores its event's number: a change numbered ahead of the

@@ -37,6 +37,8 @@ public final class Database: @unchecked Sendable {
     /// Changes held back by `heldWrites`, counted in `totalChanges` as if written, so that
     /// "did this change anything" means the same whether a write is held or made.
     private var heldChanges: Int64 = 0
+    /// How many times `heldWrites` wrote what it held (`heldWritesMade`).
+    private var heldWritesSent: Int64 = 0
     /// What must run before the next statement of the open transaction that is not a read
     /// of a task by id (`withoutOrder`): the shared writer's taking of the order all
     /// writers share (`SharedWriting`), when its batch runs ahead of it. Cleared as it runs.
@@ -121,6 +123,14 @@ public final class Database: @unchecked Sendable {
 
     /// Counts a change that `heldWrites` holds back until the commit.
     public func countHeldChange() { heldChanges += 1 }
+
+    /// Notes that `heldWrites` wrote what it held (or sent it, in a pipeline, whose
+    /// statements' changes are not counted until answered) and remembers it as stored.
+    public func heldWritesMade() { heldWritesSent += 1 }
+
+    /// Rows written by statements, and writes of what was held: what a rollback undoes
+    /// (`noteRollback`).
+    private var changesMade: Int64 { connection.changedRows + heldWritesSent }
 }
 
 /// What a statement of a batch that runs ahead of the order all writers share must wait
@@ -242,7 +252,7 @@ extension Database {
             defer { connection.lockWaitEnded() }
             try control(dialect.beginImmediate)
         }
-        let changesAtStart = connection.changedRows
+        let changesAtStart = changesMade
         let value: Value
         do {
             value = try body()
@@ -267,7 +277,7 @@ extension Database {
         let isTransaction = !isInsideTransaction
         try control("SAVEPOINT nested")
         heldWrites?.savepointBegan()
-        let changesAtStart = connection.changedRows
+        let changesAtStart = changesMade
         let value: Value
         do {
             value = try body()
@@ -320,12 +330,12 @@ extension Database {
         noteRollback(changedSince: changesAtStart)
     }
 
-    /// Counts a rollback in `rollbacks` if statements had changed rows since
-    /// `changesAtStart` (`connection.changedRows`). A rollback that undid nothing leaves
-    /// what caches remember true; changes only held (`heldWrites`) are undone by what holds
-    /// them, told of the rollback, and no cache learned them as stored.
+    /// Counts a rollback in `rollbacks` if rows were written since `changesAtStart`
+    /// (`changesMade`). A rollback that undid nothing leaves what caches remember true;
+    /// changes only held (`heldWrites`) are undone by what holds them, told of the
+    /// rollback, and no cache learned them as stored.
     private func noteRollback(changedSince changesAtStart: Int64) {
-        if connection.changedRows != changesAtStart { rollbacks += 1 }
+        if changesMade != changesAtStart { rollbacks += 1 }
     }
 }
 

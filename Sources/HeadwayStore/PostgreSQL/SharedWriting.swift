@@ -15,8 +15,12 @@ public protocol BatchCoordinator: Sendable {
     /// writer fails with `DatabaseError.orderMoved`, to run again with `orderFirst`.
     func batchBegins(in database: Database, publishing events: (any TaskEventSink)?, orderFirst: Bool) throws
     /// After the jobs, before the held writes: the batch takes its place in the order if
-    /// it ran ahead of it and `changedRows` (or handed out numbers).
+    /// it ran ahead of it and `changedRows` (or handed out numbers). It may leave the
+    /// pipeline begun (`Database.pipelineUntilCommit`).
     func orderBeforeWriting(in database: Database, changedRows: Bool) throws
+    /// Whether the batch failed with `error` because it ran ahead of the order and lost it:
+    /// it is run again, taking the order first. Asked before `batchEnded`.
+    func lostOrder(_ error: any Error) -> Bool
     /// `events` numbered as committed: numbers handed out ahead of the order move up past
     /// the changes other writers committed meanwhile. For the batch just committed.
     func final(_ events: [TaskEvent]) -> [TaskEvent]
@@ -117,6 +121,12 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         /// the next ones would most likely lose it too (two daemons updating the same few
         /// tasks), and each loss runs a batch twice.
         var orderFirstBatches = 0
+        /// Whether no other daemon committed between this daemon's last batch and the open
+        /// one: it then takes the order in the pipeline of its writes (`orderCheck`), with
+        /// no round trip of its own, since most likely no one commits during it either.
+        var othersQuiet = false
+        /// Whether the open batch took the order in its pipeline (`othersQuiet`).
+        var orderInPipeline = false
         /// How many batches the next loss makes take the order first: doubled by each loss
         /// in a row (up to `maximumOrderFirstBatches`), back to 1 after a batch that ran ahead
         /// and kept its order.
@@ -174,6 +184,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         // batch of a later generation wrote them; a generation after this one is seen
         // when the order is taken, and forgets them then.
         let readOutsideLock = state.withLock { state in
+            state.othersQuiet = generation == state.generationSeen
             state.generationAfterBatch = generation
             state.lastAtBatchStart = committed
             state.generationAtLostOrder = -1
@@ -210,7 +221,40 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
             cache.stopNotingReads()
             return database.orderGate = nil
         }
-        try database.passOrderGate()
+        let generation: Int64? = state.withLock { state in
+            guard state.othersQuiet else { return nil }
+            state.orderInPipeline = true
+            state.lockedAt = DispatchTime.now().uptimeNanoseconds
+            return state.generationAfterBatch
+        }
+        guard let generation else { return try database.passOrderGate() }
+        // Most likely nothing moved, as in the last batch: the lock is taken by the first
+        // statement of the batch's pipeline, which fails if another daemon committed since
+        // the batch began (`lostOrder`); so the lock is held only while the server runs the
+        // pipeline, with no round trip to this daemon in it.
+        database.orderGate = nil
+        cache.stopNotingReads()
+        database.pipelineUntilCommit()
+        try database.run(Self.orderCheck, [.integer(generation)])
+    }
+
+    /// The order taken in a batch's pipeline: locks `stream_state` as `takeOrder` does,
+    /// and divides by zero if the generation is not the one the batch began at.
+    static let orderCheck = "SELECT 1 / (generation = ?1)::int FROM stream_state WHERE singleton = 1 FOR UPDATE"
+
+    public func lostOrder(_ error: any Error) -> Bool {
+        if case WriterError.orderMoved = error { return true }
+        guard let error = error as? DatabaseError else { return false }
+        if error.orderMoved { return true }
+        return state.withLock { state in
+            guard state.orderInPipeline, error.sqlState == "22012", error.sql == Self.orderCheck else { return false }
+            losses.add(1, ordering: .relaxed)
+            // The cache stays exact for the generation the batch began at (nothing of the
+            // batch was kept); the next batch finds the other's commit, and takes the order
+            // in two steps, which can move its numbers instead of running again.
+            state.generationAtLostOrder = state.generationAfterBatch
+            return true
+        }
     }
 
     public func final(_ events: [TaskEvent]) -> [TaskEvent] { changeCounter.final(events) }
@@ -357,6 +401,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
             // (the connection's rollback count moved) and its counter is reset next batch.
             state.generationSeen = committed ? state.generationAfterBatch : state.generationAtLostOrder
             state.generationAtLostOrder = -1
+            state.orderInPipeline = false
             state.events = nil
             defer { state.lockedAt = nil }
             return state.lockedAt
