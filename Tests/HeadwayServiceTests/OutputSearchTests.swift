@@ -1,5 +1,6 @@
 import Foundation
 import HeadwayCore
+import HeadwayStore
 import HeadwayTestSupport
 import Testing
 @testable import Daemon
@@ -302,6 +303,61 @@ import Testing
         #expect(otherSearch.status == 400 && otherSearch.problemCode == "invalid_page_token", "\(otherSearch.text)")
         let noSearch = try daemon.request("GET", "/v1/tasks?state=running&stalled=false&page_size=1&page_token=\(token)")
         #expect(noSearch.status == 400 && noSearch.problemCode == "invalid_page_token")
+    }
+
+    /// A task deleted, with its subtree or by retention, is no longer found, with another
+    /// filter or without; an id registered again is found once, by its new name.
+    @Test func searchForgetsDeletedTasks() throws {
+        let clock = ManualClock()
+        let daemon = try LiveDaemon(arguments: ["--retention", "1d"], clock: clock)
+        try daemon.register(#"{"id":"kept","name":"Backup kept"}"#)
+        try daemon.register(#"{"id":"old","name":"Backup old"}"#)
+        try daemon.register(#"{"id":"gone","name":"Backup gone"}"#)
+        try daemon.register(#"{"id":"gone-child","name":"Backup child","parent_id":"gone"}"#)
+        try daemon.request("POST", "/v1/tasks/old/finish", json: #"{"outcome":"succeeded"}"#)
+        #expect(ids(try daemon.request("GET", "/v1/tasks?q=backup")) == ["gone-child", "gone", "old", "kept"])
+        #expect(try daemon.request("DELETE", "/v1/tasks/gone").status == 204)
+        clock.advance(by: 86_400_001)
+        #expect(daemon.application.pruneOldTasks() >= 1)
+        #expect(try daemon.request("GET", "/v1/tasks/old").status == 404)
+        let searches: [(String, [String])] = [("q=backup", ["kept"]), ("q=backup&root=true", ["kept"]),
+                                              ("q=bac&state=running", ["kept"]), ("q=o", []), ("q=go", []),
+                                              ("q=gone-child", []), ("q=old&state=succeeded", [])]
+        for (query, expected) in searches {
+            let reply = try daemon.request("GET", "/v1/tasks?\(query)")
+            #expect(ids(reply) == expected, "\(query)")
+            #expect(reply.json["total_size"] as? Int == expected.count, "\(query)")
+        }
+        try daemon.register(#"{"id":"gone","name":"Backup again"}"#)
+        #expect(ids(try daemon.request("GET", "/v1/tasks?q=backup")) == ["gone", "kept"])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?q=backup%20gone")) == [])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?q=gone")) == ["gone"])
+    }
+
+    /// Tasks stored before the search's migration (11 on both engines; on PostgreSQL it
+    /// moves the index off `tasks`) are found by id and by name, counted, and forgotten
+    /// when deleted.
+    @Test func searchFindsTasksStoredBeforeItsMigration() throws {
+        let daemon = try LiveDaemon(prepare: { location in
+            let database = try Database(path: location)
+            defer { database.close() }
+            let migrations = isPostgresLocation(location) ? EmbeddedMigrations.postgres : EmbeddedMigrations.all
+            try Migrator(migrations.filter { $0.version < 11 }).migrate(database)
+            for (id, name) in [("db-1", "Nightly backup"), ("photos", "Resize photos"), ("BACKUP-2", "Weekly")] {
+                try database.execute("""
+                    INSERT INTO tasks (id, name, state, stall_timeout_ms, created_at, updated_at, last_signal_at,
+                        definition, is_root)
+                    VALUES ('\(id)', '\(name)', 'running', 30000, 1000, 1000, 1000, '{}', 1)
+                    """)
+            }
+        })
+        #expect(ids(try daemon.request("GET", "/v1/tasks?q=backup")) == ["BACKUP-2", "db-1"])
+        #expect(ids(try daemon.request("GET", "/v1/tasks?q=P&page_size=2")) == ["BACKUP-2", "photos"])
+        #expect(try daemon.request("GET", "/v1/tasks?q=P&page_size=2").json["total_size"] as? Int == 3)
+        #expect(ids(try daemon.request("GET", "/v1/tasks?q=resize&root=true")) == ["photos"])
+        try daemon.register(#"{"id":"new","name":"Backup new"}"#)
+        #expect(try daemon.request("DELETE", "/v1/tasks/db-1").status == 204)
+        #expect(ids(try daemon.request("GET", "/v1/tasks?q=backup")) == ["new", "BACKUP-2"])
     }
 
     @Test(arguments: Transport.allCases) func badSearchesAreRefused(_ transport: Transport) throws {

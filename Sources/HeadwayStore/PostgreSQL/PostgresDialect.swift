@@ -63,7 +63,7 @@ struct PostgresDialect: SQLDialect {
 
     /// The tables of Headway's PostgreSQL schema, whose names another application may use too.
     static let tableNames = ["tasks", "tombstones", "stream_state", "history", "task_counts", "tokens", "token_state",
-                             "webhooks", "webhook_deliveries", "task_output", "written_tasks"]
+                             "webhooks", "webhook_deliveries", "task_output", "written_tasks", "task_search"]
 
     /// The lock is held from the first check to the last migration, so a daemon started
     /// beside another waits until the schema is whole and applies nothing (each
