@@ -17,10 +17,11 @@ final class SharedWriter: @unchecked Sendable {
     var stream: Locked<[TaskEvent]> { sink.events }
     private let sink = RecordingSink()
 
-    init(uri: String) throws {
+    /// `quietSeconds`: `SharedWriting`'s (0: every batch takes the order in its pipeline).
+    init(uri: String, quietSeconds: Double = 1) throws {
         let counter = try DatabaseSetup.open(path: uri).changeCounter
         let cache = TaskCache()
-        let shared = SharedWriting(changeCounter: counter, cache: cache)
+        let shared = SharedWriting(changeCounter: counter, cache: cache, quietSeconds: quietSeconds)
         store = TaskStore(changeCounter: counter, cache: cache)
         writer = try GroupCommitWriter(path: uri, durability: .normal, coordinator: shared, heldWrites: cache, events: sink)
         group = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
@@ -478,7 +479,8 @@ struct SharedWritingTests {
             try a.write { store, db in try store.register(Registration(id: id, name: id, total: 100), now: 1_000, in: db) }
         }
         // The other writes between this one's batches: this one takes the order in two
-        // steps (a round trip to lock, then its writes), which can move its numbers.
+        // steps (a round trip to lock, then its writes), which can move its numbers. (So
+        // it would anyway, within a second of the other's commit.)
         try b.write { store, db in try store.progress("y", ProgressUpdate(completed: 4), now: 1_500, in: db) }
         let runs = Locked(0)
         let otherCommitted = Locked(false)
@@ -503,14 +505,14 @@ struct SharedWritingTests {
         #expect(try a.storedCompleted(["x", "y"]) == ["x": 2, "y": 5])
     }
 
-    /// When no other writer committed between this one's batches, a batch takes the order
-    /// in the pipeline of its writes, the lock with no round trip of its own; if another
-    /// writer did commit during it after all, the pipeline fails and the batch runs again,
-    /// holding the order from its start: its changes come after the other's, no number lost.
+    /// When no other writer committed lately, a batch takes the order in the pipeline of
+    /// its writes, the lock with no round trip of its own; if another writer did commit
+    /// during it after all, the pipeline fails and the batch runs again, holding the order
+    /// from its start: its changes come after the other's, no number lost.
     @Test func aBatchTakingTheOrderInItsPipelineRunsAgainIfAnotherCommittedMeanwhile() throws {
         let database = try TestPostgresDatabase()
         defer { database.drop() }
-        let a = try SharedWriter(uri: database.uri)
+        let a = try SharedWriter(uri: database.uri, quietSeconds: 0)
         let b = try SharedWriter(uri: database.uri)
         for id in ["x", "y"] {
             try a.write { store, db in try store.register(Registration(id: id, name: id, total: 100), now: 1_000, in: db) }

@@ -121,11 +121,12 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         /// the next ones would most likely lose it too (two daemons updating the same few
         /// tasks), and each loss runs a batch twice.
         var orderFirstBatches = 0
-        /// Whether no other daemon committed between this daemon's last batch and the open
-        /// one: it then takes the order in the pipeline of its writes (`orderCheck`), with
-        /// no round trip of its own, since most likely no one commits during it either.
-        var othersQuiet = false
-        /// Whether the open batch took the order in its pipeline (`othersQuiet`).
+        /// When this daemon last saw another's commit (`DispatchTime` nanoseconds; 0: never):
+        /// at a batch's start, or taking the order. A batch that begins `quietNanoseconds`
+        /// after it takes the order in the pipeline of its writes (`orderCheck`), with no
+        /// round trip of its own, since most likely no one commits during it either.
+        var othersLastSeen: UInt64 = 0
+        /// Whether the open batch took the order in its pipeline (`othersLastSeen`).
         var orderInPipeline = false
         /// How many batches the next loss makes take the order first: doubled by each loss
         /// in a row (up to `maximumOrderFirstBatches`), back to 1 after a batch that ran ahead
@@ -147,8 +148,15 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
     /// The most batches in a row that take the order first after losses in a row.
     static let maximumOrderFirstBatches = 64
 
-    /// For the writer of a store with `changeCounter` and `cache`.
-    public init(changeCounter: ChangeCounter, cache: TaskCache) {
+    /// How long after another daemon's commit was last seen a batch takes the order in its
+    /// pipeline (`State.othersLastSeen`): while several daemons write, the one round trip
+    /// saved would seldom make up for the batches run again.
+    private let quietNanoseconds: UInt64
+
+    /// For the writer of a store with `changeCounter` and `cache`; `quietSeconds`: see
+    /// `quietNanoseconds`.
+    public init(changeCounter: ChangeCounter, cache: TaskCache, quietSeconds: Double = 1) {
+        quietNanoseconds = UInt64(quietSeconds * 1e9)
         self.changeCounter = changeCounter
         self.cache = cache
         delivered = Atomic(changeCounter.last)
@@ -184,7 +192,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         // batch of a later generation wrote them; a generation after this one is seen
         // when the order is taken, and forgets them then.
         let readOutsideLock = state.withLock { state in
-            state.othersQuiet = generation == state.generationSeen
+            if generation != state.generationSeen { state.othersLastSeen = DispatchTime.now().uptimeNanoseconds }
             state.generationAfterBatch = generation
             state.lastAtBatchStart = committed
             state.generationAtLostOrder = -1
@@ -222,9 +230,10 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
             return database.orderGate = nil
         }
         let generation: Int64? = state.withLock { state in
-            guard state.othersQuiet else { return nil }
+            let now = DispatchTime.now().uptimeNanoseconds
+            guard state.othersLastSeen > 0, now &- state.othersLastSeen >= quietNanoseconds else { return nil }
             state.orderInPipeline = true
-            state.lockedAt = DispatchTime.now().uptimeNanoseconds
+            state.lockedAt = now
             return state.generationAfterBatch
         }
         guard let generation else { return try database.passOrderGate() }
@@ -253,6 +262,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
             // batch was kept); the next batch finds the other's commit, and takes the order
             // in two steps, which can move its numbers instead of running again.
             state.generationAtLostOrder = state.generationAfterBatch
+            state.othersLastSeen = DispatchTime.now().uptimeNanoseconds
             return true
         }
     }
@@ -295,6 +305,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         }
         cache.stopNotingReads()
         state.withLock { state in
+            if generation != generationSeen { state.othersLastSeen = DispatchTime.now().uptimeNanoseconds }
             state.generationAfterBatch = generation
             state.lastAtBatchStart = last
             if ahead { state.orderFirstAfterLoss = 1 }
