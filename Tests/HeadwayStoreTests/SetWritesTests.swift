@@ -417,6 +417,45 @@ final class EngineWriter: @unchecked Sendable {
         }
     }
 
+    /// A job that loses the connection after changing rows (the server ends the writer's
+    /// session) fails its whole batch as unavailable, at once: the batch is not run again
+    /// with a savepoint per job on a new connection (every job waiting for the database
+    /// once more), nothing of it is stored, and the next batch connects again.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func aJobThatLosesTheConnectionFailsItsBatchAsUnavailable() throws {
+        let fixture = try EngineWriter(.postgres)
+        try Self.register(["a", "b"], on: fixture)
+        let runs = Locked(0)
+        let results = fixture.batch([
+            { store, db in try store.progress("a", ProgressUpdate(increment: 1), now: 2_000, in: db).outcome.task.completed },
+            { [fixture] store, db in
+                let first = runs.withLock { runs in
+                    runs += 1
+                    return runs == 1
+                }
+                let completed = try store.progress("b", ProgressUpdate(increment: 1), now: 2_000, in: db).outcome.task.completed
+                if first {
+                    let pid = try #require(try db.scalar("SELECT pg_backend_pid()"))
+                    try fixture.execute("SELECT pg_terminate_backend(\(pid), 10000)")
+                }
+                _ = try db.scalar("SELECT 1")
+                return completed
+            },
+        ] as [@Sendable (TaskStore, Database) throws -> Int64])
+        #expect(runs.withLock { $0 } == 1, "the batch was run again")
+        for result in results {
+            guard case .failure(let error as DatabaseError) = result, error.isUnavailable else {
+                Issue.record("not failed as unavailable: \(result)")
+                continue
+            }
+        }
+        let stored = try fixture.stored(["a", "b"])
+        #expect(stored["a"]?.completed == 0 && stored["b"]?.completed == 0)
+        #expect(try fixture.write { store, db in
+            try store.progress("a", ProgressUpdate(increment: 1), now: 3_000, in: db).outcome.task.completed
+        } == 1)
+    }
+
     /// Array literals: every element quoted or bare as PostgreSQL reads it.
     @Test func arrayLiteralsQuoteTextAndLeaveNumbersAndNullBare() {
         var literal = ArrayLiteral()
