@@ -1,0 +1,168 @@
+import Foundation
+import HeadwayTestSupport
+import Lifecycle
+
+/// A proxy in front of a test PostgreSQL server's Unix socket that can lose a connection at
+/// the one moment no other test reaches: right after the server has answered `COMMIT` with
+/// its `CommandComplete` (the transaction is committed), before the `ReadyForQuery` behind it.
+/// Connect through `uri` (the server's, on a socket of the proxy's own); `cutAfterNextCommit()`
+/// arms one cut: the next `CommandComplete` whose tag is `COMMIT` is forwarded, and the
+/// connection is closed on both sides at once, dropping whatever followed it. The server's
+/// messages are read by their frames (a type byte, then a length that counts itself); over a
+/// Unix socket libpq asks for neither TLS nor GSS encryption, so every byte is in a frame.
+final class CommitCuttingProxy: @unchecked Sendable {
+    /// The server's URI, through the proxy.
+    let uri: String
+    private let directory = TemporaryDirectory()
+    private let listener: Int32
+    private let serverSocketPath: String
+    private let armed = Locked(false)
+    private let cutsMade = Locked(0)
+    /// Every socket open, to close at `close()`.
+    private let open = Locked(Set<Int32>())
+
+    /// A proxy for the server `server` names (its URI's `host` and `port`).
+    init(for server: TestPostgresDatabase) throws {
+        let parameters = URLComponents(string: server.uri)?.queryItems ?? []
+        guard let host = parameters.first(where: { $0.name == "host" })?.value,
+              let port = parameters.first(where: { $0.name == "port" })?.value else {
+            throw TestHTTPError("no host and port in \(server.uri)")
+        }
+        serverSocketPath = "\(host)/.s.PGSQL.\(port)"
+        listener = try Self.unixSocket(bindingTo: directory.file(".s.PGSQL.\(port)"))
+        uri = server.uri.replacingOccurrences(of: "host=\(host)", with: "host=\(directory.path)")
+        guard uri != server.uri else { throw TestHTTPError("host not replaced in \(server.uri)") }
+        Thread.detachNewThread { [self] in accept() }
+    }
+
+    /// Loses the connection that next carries a `COMMIT`'s answer, right after it.
+    func cutAfterNextCommit() { armed.withLock { $0 = true } }
+
+    /// How many connections were cut so far.
+    var cuts: Int { cutsMade.withLock { $0 } }
+
+    /// Stops accepting and closes every connection (call it once).
+    func close() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        for socket in open.withLock({ $0 }) { shutdown(socket, Int32(SHUT_RDWR)) }
+        directory.remove()
+    }
+
+    private func accept() {
+        while true {
+            let client = Glibc.accept(listener, nil, nil)
+            guard client >= 0 else {
+                Glibc.close(listener)
+                return
+            }
+            guard let server = try? Self.unixSocket(connectingTo: serverSocketPath) else {
+                Glibc.close(client)
+                continue
+            }
+            open.withLock { $0.formUnion([client, server]) }
+            Thread.detachNewThread { [self] in
+                copy(from: client, to: server)
+                finish(client, server)
+            }
+            Thread.detachNewThread { [self] in
+                forwardAnswers(from: server, to: client)
+                finish(client, server)
+            }
+        }
+    }
+
+    /// Copies the client's bytes to the server until either side ends.
+    private func copy(from source: Int32, to destination: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = read(source, &buffer, buffer.count)
+            guard count > 0, writeAll(buffer[..<count], to: destination) else { return }
+        }
+    }
+
+    /// Forwards the server's messages, whole, to the client; stops after a `COMMIT`'s
+    /// `CommandComplete` when a cut is armed.
+    private func forwardAnswers(from server: Int32, to client: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var pending: [UInt8] = []
+        while true {
+            let count = read(server, &buffer, buffer.count)
+            guard count > 0 else { return }
+            pending += buffer[..<count]
+            var start = 0
+            while pending.count - start >= 5 {
+                let length = pending[(start + 1)..<(start + 5)].reduce(0) { $0 << 8 | Int($1) }
+                let end = start + 1 + length
+                guard pending.count >= end else { break }
+                let isCommitAnswer = pending[start] == UInt8(ascii: "C")
+                    && Array(pending[(start + 5)..<end]) == Array("COMMIT\0".utf8)
+                if isCommitAnswer, armed.withLock({ armed in defer { armed = false }; return armed }) {
+                    _ = writeAll(pending[..<end], to: client)
+                    cutsMade.withLock { $0 += 1 }
+                    return
+                }
+                start = end
+            }
+            guard writeAll(pending[..<start], to: client) else { return }
+            pending.removeFirst(start)
+        }
+    }
+
+    private func writeAll(_ bytes: ArraySlice<UInt8>, to socket: Int32) -> Bool {
+        var bytes = bytes
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard written > 0 else { return false }
+            bytes = bytes.dropFirst(written)
+        }
+        return true
+    }
+
+    /// Ends a proxied connection on both sides (each side's thread calls it; the second call
+    /// finds the sockets already shut).
+    private func finish(_ client: Int32, _ server: Int32) {
+        shutdown(client, Int32(SHUT_RDWR))
+        shutdown(server, Int32(SHUT_RDWR))
+        let firstToFinish = open.withLock { open in
+            defer { open.subtract([client, server]) }
+            return open.contains(client)
+        }
+        // Closed by the second thread to finish, so that neither reads a reused descriptor.
+        if !firstToFinish {
+            Glibc.close(client)
+            Glibc.close(server)
+        }
+    }
+
+    private static func address(_ path: String) -> sockaddr_un {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (index, byte) in path.utf8.prefix(raw.count - 1).enumerated() { raw[index] = byte }
+        }
+        return address
+    }
+
+    private static func unixSocket(bindingTo path: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = address(path)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard fd >= 0, bound == 0, listen(fd, 64) == 0 else { throw TestHTTPError("cannot listen at \(path)") }
+        return fd
+    }
+
+    private static func unixSocket(connectingTo path: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = address(path)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard fd >= 0, connected == 0 else {
+            if fd >= 0 { Glibc.close(fd) }
+            throw TestHTTPError("cannot connect to \(path)")
+        }
+        return fd
+    }
+}
