@@ -3,20 +3,32 @@ import HeadwayTestSupport
 import Lifecycle
 
 /// A proxy in front of a test PostgreSQL server's Unix socket that can lose a connection at
-/// the one moment no other test reaches: right after the server has answered `COMMIT` with
-/// its `CommandComplete` (the transaction is committed), before the `ReadyForQuery` behind it.
-/// Connect through `uri` (the server's, on a socket of the proxy's own); `cutAfterNextCommit()`
-/// arms one cut: the next `CommandComplete` whose tag is `COMMIT` is forwarded, and the
-/// connection is closed on both sides at once, dropping whatever followed it. The server's
-/// messages are read by their frames (a type byte, then a length that counts itself); over a
+/// the moments around a `COMMIT` that no other test reaches (`Cut`). Connect through `uri`
+/// (the server's, on a socket of the proxy's own); `cut(_:)` arms one cut, made on the next
+/// connection to carry that moment: the connection is closed on both sides at once, and
+/// what followed the cut is dropped. Both directions are read by their frames (a type byte,
+/// then a length that counts itself; the client's first message has no type byte); over a
 /// Unix socket libpq asks for neither TLS nor GSS encryption, so every byte is in a frame.
 final class CommitCuttingProxy: @unchecked Sendable {
+    /// Where a connection is cut.
+    enum Cut {
+        /// Right after the server's answer to `COMMIT` (its `CommandComplete`, tag `COMMIT`),
+        /// before the `ReadyForQuery` behind it: the transaction committed, and the client
+        /// read that it did.
+        case afterCommitAnswer
+        /// Right before that answer: the transaction committed, and the client never learns it.
+        case beforeCommitAnswer
+        /// Right before the client's `COMMIT` (a simple query, or the `Parse` of one in a
+        /// pipeline): the server never gets it, and the transaction is rolled back.
+        case beforeCommitRequest
+    }
+
     /// The server's URI, through the proxy.
     let uri: String
     private let directory = TemporaryDirectory()
     private let listener: Int32
     private let serverSocketPath: String
-    private let armed = Locked(false)
+    private let armed = Locked<Cut?>(nil)
     private let cutsMade = Locked(0)
     /// Every socket open, to close at `close()`.
     private let open = Locked(Set<Int32>())
@@ -35,8 +47,8 @@ final class CommitCuttingProxy: @unchecked Sendable {
         Thread.detachNewThread { [self] in accept() }
     }
 
-    /// Loses the connection that next carries a `COMMIT`'s answer, right after it.
-    func cutAfterNextCommit() { armed.withLock { $0 = true } }
+    /// Loses the connection that next reaches the moment `cut` names.
+    func cut(_ cut: Cut) { armed.withLock { $0 = cut } }
 
     /// How many connections were cut so far.
     var cuts: Int { cutsMade.withLock { $0 } }
@@ -61,49 +73,64 @@ final class CommitCuttingProxy: @unchecked Sendable {
             }
             open.withLock { $0.formUnion([client, server]) }
             Thread.detachNewThread { [self] in
-                copy(from: client, to: server)
+                forwardFrames(from: client, to: server, untypedFirst: true) { type, body in
+                    let commits = (type == UInt8(ascii: "Q") && body.elementsEqual("COMMIT\0".utf8))
+                        || (type == UInt8(ascii: "P") && body.starts(with: "\0COMMIT\0".utf8))
+                    return commits && take(.beforeCommitRequest) ? .before : nil
+                }
                 finish(client, server)
             }
             Thread.detachNewThread { [self] in
-                forwardAnswers(from: server, to: client)
+                forwardFrames(from: server, to: client, untypedFirst: false) { type, body in
+                    guard type == UInt8(ascii: "C"), body.elementsEqual("COMMIT\0".utf8) else { return nil }
+                    if take(.afterCommitAnswer) { return .after }
+                    return take(.beforeCommitAnswer) ? .before : nil
+                }
                 finish(client, server)
             }
         }
     }
 
-    /// Copies the client's bytes to the server until either side ends.
-    private func copy(from source: Int32, to destination: Int32) {
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        while true {
-            let count = read(source, &buffer, buffer.count)
-            guard count > 0, writeAll(buffer[..<count], to: destination) else { return }
+    /// Disarms and returns true if `cut` is the cut armed.
+    private func take(_ cut: Cut) -> Bool {
+        armed.withLock { armed in
+            guard armed == cut else { return false }
+            armed = nil
+            cutsMade.withLock { $0 += 1 }
+            return true
         }
     }
 
-    /// Forwards the server's messages, whole, to the client; stops after a `COMMIT`'s
-    /// `CommandComplete` when a cut is armed.
-    private func forwardAnswers(from server: Int32, to client: Int32) {
+    /// Where `cutAt` says to end a connection: before or after the message it was shown.
+    private enum CutPoint { case before, after }
+
+    /// Forwards whole messages from `source` to `destination` until either side ends, or
+    /// `cutAt` (shown each message's type and body) says to cut.
+    private func forwardFrames(from source: Int32, to destination: Int32, untypedFirst: Bool,
+                               cutAt: (_ type: UInt8, _ body: ArraySlice<UInt8>) -> CutPoint?) {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         var pending: [UInt8] = []
+        var untyped = untypedFirst
         while true {
-            let count = read(server, &buffer, buffer.count)
+            let count = read(source, &buffer, buffer.count)
             guard count > 0 else { return }
             pending += buffer[..<count]
             var start = 0
-            while pending.count - start >= 5 {
-                let length = pending[(start + 1)..<(start + 5)].reduce(0) { $0 << 8 | Int($1) }
-                let end = start + 1 + length
+            while true {
+                let header = untyped ? 4 : 5
+                guard pending.count - start >= header else { break }
+                let lengthAt = untyped ? start : start + 1
+                let length = pending[lengthAt..<(lengthAt + 4)].reduce(0) { $0 << 8 | Int($1) }
+                let end = lengthAt + length
                 guard pending.count >= end else { break }
-                let isCommitAnswer = pending[start] == UInt8(ascii: "C")
-                    && Array(pending[(start + 5)..<end]) == Array("COMMIT\0".utf8)
-                if isCommitAnswer, armed.withLock({ armed in defer { armed = false }; return armed }) {
-                    _ = writeAll(pending[..<end], to: client)
-                    cutsMade.withLock { $0 += 1 }
+                if !untyped, let point = cutAt(pending[start], pending[(start + 5)..<end]) {
+                    _ = writeAll(pending[..<(point == .before ? start : end)], to: destination)
                     return
                 }
+                untyped = false
                 start = end
             }
-            guard writeAll(pending[..<start], to: client) else { return }
+            guard writeAll(pending[..<start], to: destination) else { return }
             pending.removeFirst(start)
         }
     }

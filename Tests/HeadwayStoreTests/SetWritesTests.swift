@@ -478,7 +478,7 @@ final class EngineWriter: @unchecked Sendable {
         defer { database.close() }
         try database.execute("CREATE TABLE cut (n bigint PRIMARY KEY)")
         for (n, pipelined) in [(Int64(1), false), (2, true)] {
-            proxy.cutAfterNextCommit()
+            proxy.cut(.afterCommitAnswer)
             #expect(throws: Never.self, "pipelined: \(pipelined)") {
                 try database.inTransaction(.immediate) {
                     if pipelined { database.pipelineUntilCommit() }
@@ -494,7 +494,7 @@ final class EngineWriter: @unchecked Sendable {
         let results = fixture.batch([
             { [fixture] store, db in
                 // Armed inside the batch: the one before it (`batch`'s own) commits uncut.
-                fixture.proxy?.cutAfterNextCommit()
+                fixture.proxy?.cut(.afterCommitAnswer)
                 return try store.progress("a", ProgressUpdate(increment: 1), now: 2_000, in: db).outcome.task.completed
             },
             { store, db in try store.progress("b", ProgressUpdate(increment: 2), now: 2_000, in: db).outcome.task.completed },
@@ -506,6 +506,61 @@ final class EngineWriter: @unchecked Sendable {
         } == 2)
         let stored = try fixture.stored(["a", "b"])
         #expect(stored["a"]?.completed == 2 && stored["b"]?.completed == 2)
+    }
+
+    /// A `COMMIT` whose answer is lost with the connection (a proxy drops it, or the
+    /// `COMMIT` itself, and cuts): the connection asks the server, on a new one, whether the
+    /// transaction committed (`txid_status` of the id it was told). When it had, the commit
+    /// is reported done, sent in a pipeline or not, and through the writer (whose lock
+    /// query tells the id) the batch's jobs succeed; when the `COMMIT` never reached the
+    /// server, the batch fails as unavailable and nothing of it is stored.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func aCommitWhoseAnswerIsLostIsAskedAbout() throws {
+        let server = try TestPostgresDatabase()
+        defer { server.drop() }
+        let proxy = try CommitCuttingProxy(for: server)
+        defer { proxy.close() }
+        let database = try Database(path: proxy.uri)
+        defer { database.close() }
+        try database.execute("CREATE TABLE cut (n bigint PRIMARY KEY)")
+        for (n, pipelined) in [(Int64(1), false), (2, true)] {
+            proxy.cut(.beforeCommitAnswer)
+            #expect(throws: Never.self, "pipelined: \(pipelined)") {
+                try database.inTransaction(.immediate) {
+                    database.postgres.noteTransactionID(try #require(try database.scalar("SELECT txid_current()")))
+                    if pipelined { database.pipelineUntilCommit() }
+                    try database.run("INSERT INTO cut (n) VALUES (?)", [.integer(n)])
+                }
+            }
+            #expect(proxy.cuts == Int(n), "pipelined: \(pipelined)")
+            #expect(try database.scalar("SELECT count(*) FROM cut") == n, "pipelined: \(pipelined)")
+        }
+
+        let fixture = try EngineWriter(.postgres, cuttingCommits: true)
+        try Self.register(["a"], on: fixture)
+        for (second, cut) in [(Int64(2), CommitCuttingProxy.Cut.beforeCommitAnswer), (3, .beforeCommitRequest)] {
+            let result = fixture.batch([
+                { [fixture] store, db in
+                    fixture.proxy?.cut(cut)
+                    return try store.progress("a", ProgressUpdate(completed: second), now: second * 1_000, in: db)
+                        .outcome.task.completed
+                },
+            ] as [@Sendable (TaskStore, Database) throws -> Int64])[0]
+            switch cut {
+            case .beforeCommitRequest:
+                guard case .failure(let error as DatabaseError) = result, error.isUnavailable else {
+                    Issue.record("not failed as unavailable: \(result)")
+                    continue
+                }
+            default:
+                #expect((try? result.get()) == second, "\(cut): \(result)")
+            }
+        }
+        #expect(fixture.proxy?.cuts == 2)
+        #expect(try fixture.stored(["a"])["a"]?.completed == 2)
+        #expect(try fixture.write { store, db in
+            try store.progress("a", ProgressUpdate(increment: 1), now: 4_000, in: db).outcome.task.completed
+        } == 3)
     }
 
     /// A transaction left failed by a statement whose error was caught and ignored is

@@ -198,6 +198,9 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// When the last attempt to connect again failed (monotonic nanoseconds), and how.
     private var lastFailedAttempt: (at: UInt64, error: DatabaseError)?
 
+    /// The open transaction's id, when its user told it (`noteTransactionID`).
+    private var transactionID: Int64?
+
     /// How long after a failed attempt to connect again the next one waits.
     static let reconnectPauseNanoseconds: UInt64 = 1_000_000_000
 
@@ -481,14 +484,16 @@ extension PostgresConnection {
             PQexitPipelineMode(connection)
         }
         if committed { return true }
+        let lost = PQstatus(connection) != CONNECTION_OK
+        let lostMessage = Self.trimmed(String(cString: PQerrorMessage(connection)))
+        // The COMMIT's answer lost with the connection: it may have committed. (`connection`
+        // is not used after this: the question is asked on a new one.)
+        if commits && lost && fateOfLostCommit() { return true }
         if var failure {
-            if PQstatus(connection) != CONNECTION_OK { failure.isUnavailable = true }
+            if lost { failure.isUnavailable = true }
             throw failure
         }
-        if PQstatus(connection) != CONNECTION_OK {
-            throw DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
-                                         sql: sql, connectionLost: true)
-        }
+        if lost { throw DatabaseError.postgres(sqlState: nil, message: lostMessage, sql: sql, connectionLost: true) }
         return commits
     }
 
@@ -516,9 +521,32 @@ extension PostgresConnection {
             if PQstatus(connection) != CONNECTION_OK { break }
         }
         if committed { return }
+        let lost = PQstatus(connection) != CONNECTION_OK
+        // As at the end of a pipeline: `connection` is not used after this.
+        if lost && fateOfLostCommit() { return }
         if let failure { throw failure }
-        throw DatabaseError.postgres(sqlState: nil, message: "no answer to COMMIT", sql: sql,
-                                     connectionLost: PQstatus(connection) != CONNECTION_OK)
+        throw DatabaseError.postgres(sqlState: nil, message: "no answer to COMMIT", sql: sql, connectionLost: lost)
+    }
+
+    /// Whether the open transaction, whose `COMMIT` was sent and whose answer was lost with
+    /// the connection, committed: asked on a new connection (`txid_status` of the id told by
+    /// `noteTransactionID`), waiting up to about a second while the old session has not
+    /// ended it yet. False when it did not, or when that cannot be known (no id told, the
+    /// server out of reach): the commit is then reported failed, as the connection's loss.
+    private func fateOfLostCommit() -> Bool {
+        guard let id = transactionID else { return false }
+        transactionID = nil
+        // The transaction is over, one way or the other: a new connection may be made.
+        transactionBegun = false
+        for _ in 0..<20 {
+            let status = (try? rows("SELECT txid_status(?)", [.integer(id)]) { $0.optionalText(0) })?.first ?? nil
+            switch status {
+            case "committed": return true
+            case "in progress": usleep(50_000)
+            default: return false
+            }
+        }
+        return false
     }
 
     /// Throws unless `result`, a `COMMIT`'s successful answer, says it committed: PostgreSQL
@@ -585,13 +613,26 @@ extension PostgresConnection {
     func control(_ sql: String) throws(DatabaseError) {
         let begins = sql.hasPrefix("BEGIN")
         // A transaction that ended with its connection lost ends here at the latest.
-        if begins { transactionBegun = false }
-        defer { if sql == "COMMIT" || sql == "ROLLBACK" { transactionBegun = false } }
+        if begins {
+            transactionBegun = false
+            transactionID = nil
+        }
+        defer {
+            if sql == "COMMIT" || sql == "ROLLBACK" {
+                transactionBegun = false
+                transactionID = nil
+            }
+        }
         try sendControl(sql)
         if begins { transactionBegun = true }
     }
 
     /// The transaction ended with its connection (nothing sent): so did its pipeline.
+    /// Tells the connection the id of its open transaction (`txid_current()`): if the answer
+    /// to its `COMMIT` is lost with the connection, the server is asked on a new one whether
+    /// it committed (`fateOfLostCommit`), rather than the commit reported failed.
+    func noteTransactionID(_ id: Int64) { transactionID = id }
+
     func transactionEndedUnsent() {
         transactionBegun = false
         pipelineRequested = false
