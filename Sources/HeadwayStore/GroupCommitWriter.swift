@@ -78,7 +78,8 @@ public final class GroupCommitWriter: Service {
         /// the error that rolled the savepoint back, if any, what to call once the batch has
         /// committed, and about how many bytes its result holds until then. Without a
         /// savepoint, work that throws after it changed rows (or after a statement failed)
-        /// returns `WriterError.needsSavepoints`: the batch must be run again with them.
+        /// returns `WriterError.needsSavepoints`: the batch must be run again with them;
+        /// unless it threw because the database is unavailable, which fails the batch.
         let run: @Sendable (Database, _ inSavepoint: Bool) -> (error: (any Error)?, afterCommit: @Sendable () -> Void, bytes: Int)
         /// Called instead when the batch could not commit.
         let abort: @Sendable (any Error) -> Void
@@ -266,7 +267,10 @@ public final class GroupCommitWriter: Service {
                 } catch {
                     // The batch runs again, holding the order first: not this job's error.
                     if database.orderLost { return (WriterError.orderMoved, {}, 0) }
-                    if !inSavepoint && (database.totalChanges != changesBefore || database.transactionFailed) {
+                    // A lost connection fails the whole batch as unavailable (the transaction
+                    // is gone): run again, it would only wait for the database once more.
+                    if !inSavepoint && !Self.isUnavailable(error)
+                        && (database.totalChanges != changesBefore || database.transactionFailed) {
                         return (WriterError.needsSavepoints, {}, 0)
                     }
                     return (error, { completion(.failure(error)) }, 0)
@@ -448,7 +452,7 @@ public final class GroupCommitWriter: Service {
                 do {
                     try database.heldWrites?.writeHeld(in: database)
                 } catch {
-                    guard database.isInsideTransaction else { throw error }
+                    guard database.isInsideTransaction && !Self.isUnavailable(error) else { throw error }
                     throw WriterError.needsSavepoints
                 }
                 try coordinator?.batchEnds(in: database, changedRows: database.totalChanges != changesAtStart)
@@ -484,10 +488,17 @@ extension GroupCommitWriter {
     /// Whether a batch that failed with `error` runs again with a savepoint per job: a job
     /// threw after writing, or a statement sent ahead of the `COMMIT` failed inside the
     /// open transaction (a held write, most likely), not the `COMMIT` nor the connection.
+    /// (`WriterError.needsSavepoints` is never made of an unavailable database's error.)
     private static func needsSavepoints(_ error: any Error) -> Bool {
         if case WriterError.needsSavepoints = error { return true }
         guard let error = error as? DatabaseError else { return false }
         return error.pipelined && !error.isUnavailable
+    }
+
+    /// Whether `error` says the database cannot be reached (the connection lost, the server
+    /// going down): the batch fails as unavailable, never run again with savepoints.
+    private static func isUnavailable(_ error: any Error) -> Bool {
+        (error as? DatabaseError)?.isUnavailable == true
     }
 
     private static func seconds(since start: UInt64) -> Double {

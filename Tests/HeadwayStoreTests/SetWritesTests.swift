@@ -17,17 +17,19 @@ enum TestEngine: String, CaseIterable, CustomStringConvertible {
 
 /// A writer and its store on a fresh database of either engine, built as the daemon builds
 /// them: the store's cache holds each batch's writes, and on PostgreSQL every batch takes
-/// the writers' lock (`SharedWriting`).
+/// the writers' lock (`SharedWriting`). `cuttingCommits` (PostgreSQL): the writer connects
+/// through a `CommitCuttingProxy` (`proxy`); everything else connects directly.
 final class EngineWriter: @unchecked Sendable {
     let engine: TestEngine
     let location: String
     let store: TaskStore
     let writer: GroupCommitWriter
+    let proxy: CommitCuttingProxy?
     private let group: ServiceGroup
     private let directory: TemporaryDirectory?
     private let server: TestPostgresDatabase?
 
-    init(_ engine: TestEngine) throws {
+    init(_ engine: TestEngine, cuttingCommits: Bool = false) throws {
         self.engine = engine
         switch engine {
         case .sqlite:
@@ -41,17 +43,20 @@ final class EngineWriter: @unchecked Sendable {
             directory = nil
             location = server.uri
         }
+        proxy = try server.flatMap { cuttingCommits ? try CommitCuttingProxy(for: $0) : nil }
         let counter = try DatabaseSetup.open(path: location).changeCounter
         let cache = TaskCache()
         store = TaskStore(changeCounter: counter, cache: cache)
         let coordinator = storageEngine(for: location).isShared ? SharedWriting(changeCounter: counter, cache: cache) : nil
-        writer = try GroupCommitWriter(path: location, durability: .normal, coordinator: coordinator, heldWrites: cache)
+        writer = try GroupCommitWriter(path: proxy?.uri ?? location, durability: .normal, coordinator: coordinator,
+                                       heldWrites: cache)
         group = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
         try group.start()
     }
 
     deinit {
         group.stop()
+        proxy?.close()
         server?.drop()
         directory?.remove()
     }
@@ -412,9 +417,198 @@ final class EngineWriter: @unchecked Sendable {
                     try database.run("INSERT INTO lost (n) VALUES (?)", [.integer(2)])
                 }
             }
-            // The next transaction connects again; nothing of the lost one was stored.
-            #expect(try database.scalar("SELECT count(*) FROM lost") == 0, "pipelined: \(pipelined)")
+            // A statement outside a transaction connects again, even right after a lost
+            // pipelined one; nothing of the lost transaction was stored.
+            try database.run("INSERT INTO lost (n) VALUES (?)", [.integer(pipelined ? 4 : 3)])
+            #expect(try database.scalar("SELECT count(*) FROM lost WHERE n < 3") == 0, "pipelined: \(pipelined)")
         }
+    }
+
+    /// A job that loses the connection after changing rows (the server ends the writer's
+    /// session) fails its whole batch as unavailable, at once: the batch is not run again
+    /// with a savepoint per job on a new connection (every job waiting for the database
+    /// once more), nothing of it is stored, and the next batch connects again.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func aJobThatLosesTheConnectionFailsItsBatchAsUnavailable() throws {
+        let fixture = try EngineWriter(.postgres)
+        try Self.register(["a", "b"], on: fixture)
+        let runs = Locked(0)
+        let results = fixture.batch([
+            { store, db in try store.progress("a", ProgressUpdate(increment: 1), now: 2_000, in: db).outcome.task.completed },
+            { [fixture] store, db in
+                let first = runs.withLock { runs in
+                    runs += 1
+                    return runs == 1
+                }
+                let completed = try store.progress("b", ProgressUpdate(increment: 1), now: 2_000, in: db).outcome.task.completed
+                if first {
+                    let pid = try #require(try db.scalar("SELECT pg_backend_pid()"))
+                    try fixture.execute("SELECT pg_terminate_backend(\(pid), 10000)")
+                }
+                _ = try db.scalar("SELECT 1")
+                return completed
+            },
+        ] as [@Sendable (TaskStore, Database) throws -> Int64])
+        #expect(runs.withLock { $0 } == 1, "the batch was run again")
+        for result in results {
+            guard case .failure(let error as DatabaseError) = result, error.isUnavailable else {
+                Issue.record("not failed as unavailable: \(result)")
+                continue
+            }
+        }
+        let stored = try fixture.stored(["a", "b"])
+        #expect(stored["a"]?.completed == 0 && stored["b"]?.completed == 0)
+        #expect(try fixture.write { store, db in
+            try store.progress("a", ProgressUpdate(increment: 1), now: 3_000, in: db).outcome.task.completed
+        } == 1)
+    }
+
+    /// A `COMMIT` the server answered as done is a commit, even when the connection is lost
+    /// right after that answer, before the rest of it (a proxy cuts it there): reported
+    /// committed, sent in a pipeline or not, its rows stored, and the next statement
+    /// connects again. Through the writer, the batch's jobs succeed, and the next batch
+    /// continues from what they stored.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func aCommitAnsweredBeforeTheConnectionIsLostIsReportedCommitted() throws {
+        let server = try TestPostgresDatabase()
+        defer { server.drop() }
+        let proxy = try CommitCuttingProxy(for: server)
+        defer { proxy.close() }
+        let database = try Database(path: proxy.uri)
+        defer { database.close() }
+        try database.execute("CREATE TABLE cut (n bigint PRIMARY KEY)")
+        for (n, pipelined) in [(Int64(1), false), (2, true)] {
+            proxy.cut(.afterCommitAnswer)
+            #expect(throws: Never.self, "pipelined: \(pipelined)") {
+                try database.inTransaction(.immediate) {
+                    if pipelined { database.pipelineUntilCommit() }
+                    try database.run("INSERT INTO cut (n) VALUES (?)", [.integer(n)])
+                }
+            }
+            #expect(proxy.cuts == Int(n), "pipelined: \(pipelined)")
+            #expect(try database.scalar("SELECT count(*) FROM cut") == n, "pipelined: \(pipelined)")
+        }
+
+        let fixture = try EngineWriter(.postgres, cuttingCommits: true)
+        try Self.register(["a", "b"], on: fixture)
+        let results = fixture.batch([
+            { [fixture] store, db in
+                // Armed inside the batch: the one before it (`batch`'s own) commits uncut.
+                fixture.proxy?.cut(.afterCommitAnswer)
+                return try store.progress("a", ProgressUpdate(increment: 1), now: 2_000, in: db).outcome.task.completed
+            },
+            { store, db in try store.progress("b", ProgressUpdate(increment: 2), now: 2_000, in: db).outcome.task.completed },
+        ] as [@Sendable (TaskStore, Database) throws -> Int64])
+        #expect(fixture.proxy?.cuts == 1)
+        #expect(results.map { try? $0.get() } == [1, 2])
+        #expect(try fixture.write { store, db in
+            try store.progress("a", ProgressUpdate(increment: 1), now: 3_000, in: db).outcome.task.completed
+        } == 2)
+        let stored = try fixture.stored(["a", "b"])
+        #expect(stored["a"]?.completed == 2 && stored["b"]?.completed == 2)
+    }
+
+    /// A `COMMIT` whose answer is lost with the connection (a proxy drops it, or the
+    /// `COMMIT` itself, and cuts): the connection asks the server, on a new one, whether the
+    /// transaction committed (`txid_status` of the id it was told). When it had, the commit
+    /// is reported done, sent in a pipeline or not, and through the writer (whose lock
+    /// query tells the id) the batch's jobs succeed; when the `COMMIT` never reached the
+    /// server, the batch fails as unavailable and nothing of it is stored.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func aCommitWhoseAnswerIsLostIsAskedAbout() throws {
+        let server = try TestPostgresDatabase()
+        defer { server.drop() }
+        let proxy = try CommitCuttingProxy(for: server)
+        defer { proxy.close() }
+        let database = try Database(path: proxy.uri)
+        defer { database.close() }
+        try database.execute("CREATE TABLE cut (n bigint PRIMARY KEY)")
+        for (n, pipelined) in [(Int64(1), false), (2, true)] {
+            proxy.cut(.beforeCommitAnswer)
+            #expect(throws: Never.self, "pipelined: \(pipelined)") {
+                try database.inTransaction(.immediate) {
+                    database.postgres.noteTransactionID(try #require(try database.scalar("SELECT txid_current()")))
+                    if pipelined { database.pipelineUntilCommit() }
+                    try database.run("INSERT INTO cut (n) VALUES (?)", [.integer(n)])
+                }
+            }
+            #expect(proxy.cuts == Int(n), "pipelined: \(pipelined)")
+            #expect(try database.scalar("SELECT count(*) FROM cut") == n, "pipelined: \(pipelined)")
+        }
+
+        let fixture = try EngineWriter(.postgres, cuttingCommits: true)
+        try Self.register(["a"], on: fixture)
+        for (second, cut) in [(Int64(2), CommitCuttingProxy.Cut.beforeCommitAnswer), (3, .beforeCommitRequest)] {
+            let result = fixture.batch([
+                { [fixture] store, db in
+                    fixture.proxy?.cut(cut)
+                    return try store.progress("a", ProgressUpdate(completed: second), now: second * 1_000, in: db)
+                        .outcome.task.completed
+                },
+            ] as [@Sendable (TaskStore, Database) throws -> Int64])[0]
+            switch cut {
+            case .beforeCommitRequest:
+                guard case .failure(let error as DatabaseError) = result, error.isUnavailable else {
+                    Issue.record("not failed as unavailable: \(result)")
+                    continue
+                }
+            default:
+                #expect((try? result.get()) == second, "\(cut): \(result)")
+            }
+        }
+        #expect(fixture.proxy?.cuts == 2)
+        #expect(try fixture.stored(["a"])["a"]?.completed == 2)
+        #expect(try fixture.write { store, db in
+            try store.progress("a", ProgressUpdate(increment: 1), now: 4_000, in: db).outcome.task.completed
+        } == 3)
+    }
+
+    /// A transaction left failed by a statement whose error was caught and ignored is
+    /// rolled back by its `COMMIT`, which PostgreSQL answers without an error: the commit
+    /// throws rather than report stored what was not.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func theCommitOfAFailedTransactionThrows() throws {
+        let server = try TestPostgresDatabase()
+        defer { server.drop() }
+        let database = try Database(path: server.uri)
+        defer { database.close() }
+        try database.execute("CREATE TABLE kept (n bigint PRIMARY KEY)")
+        let thrown = #expect(throws: DatabaseError.self) {
+            try database.inTransaction(.immediate) {
+                try database.run("INSERT INTO kept (n) VALUES (?)", [.integer(1)])
+                _ = try? database.scalar("SELECT 1 / 0")
+            }
+        }
+        #expect(thrown?.isUnavailable == false && thrown?.pipelined == false, "\(String(describing: thrown))")
+        #expect(!database.isInsideTransaction)
+        #expect(try database.scalar("SELECT count(*) FROM kept") == 0)
+    }
+
+    /// A savepoint inside a pipelined transaction: its statements read the pipeline's answers
+    /// first, as a query does, and the pipelining goes on after them; a statement that fails
+    /// inside the savepoint, told at its release, is rolled back alone, and the rest commits.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func aSavepointInsideAPipelineKeepsItGoing() throws {
+        let server = try TestPostgresDatabase()
+        defer { server.drop() }
+        let database = try Database(path: server.uri)
+        defer { database.close() }
+        try database.execute("CREATE TABLE pipe (n bigint PRIMARY KEY)")
+        try database.inTransaction(.immediate) {
+            database.pipelineUntilCommit()
+            try database.run("INSERT INTO pipe (n) VALUES (?)", [.integer(1)])
+            try database.inSavepoint { try database.run("INSERT INTO pipe (n) VALUES (?)", [.integer(2)]) }
+            try database.run("INSERT INTO pipe (n) VALUES (?)", [.integer(3)])
+            #expect(database.postgres.isPipelining)
+            let duplicate = #expect(throws: DatabaseError.self) {
+                try database.inSavepoint { try database.run("INSERT INTO pipe (n) VALUES (?)", [.integer(1)]) }
+            }
+            #expect(duplicate?.sqlState == "23505", "\(String(describing: duplicate))")
+            #expect(database.isInsideTransaction && !database.transactionFailed)
+            try database.run("INSERT INTO pipe (n) VALUES (?)", [.integer(4)])
+            #expect(database.postgres.isPipelining)
+        }
+        #expect(try database.scalar("SELECT count(*) FROM pipe") == 4)
     }
 
     /// Array literals: every element quoted or bare as PostgreSQL reads it.

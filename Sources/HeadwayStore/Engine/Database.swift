@@ -227,9 +227,12 @@ extension Database {
     /// libpq's pipeline mode, and the `COMMIT` behind them, whose call reads every answer
     /// (one round trip for all); nothing changes on SQLite, whose statements run in
     /// process. A statement's failure is then thrown by a later call (the `COMMIT`'s, or a
-    /// query's), flagged `DatabaseError.pipelined`, and the transaction can only be rolled
-    /// back. Only for statements whose failure the caller handles at the commit: the
-    /// writer's batch end (`GroupCommitWriter.runBatch`).
+    /// query's, or a savepoint statement's: each reads the answers first, and the pipelining
+    /// goes on after it), flagged `DatabaseError.pipelined`, and the transaction can only be
+    /// rolled back (to a savepoint begun before the statement, or whole). Only for
+    /// statements whose failure the caller handles at the commit: the writer's batch end
+    /// (`GroupCommitWriter.runBatch`). Once the `COMMIT` is answered, the transaction is
+    /// committed, whatever happens to the connection after.
     func pipelineUntilCommit() {
         connection.pipelineUntilCommit()
     }

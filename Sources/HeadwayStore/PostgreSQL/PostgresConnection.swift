@@ -141,6 +141,9 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// savepoint, or of the whole) ends it.
     var transactionFailed: Bool { handle.map { PQtransactionStatus($0) == PQTRANS_INERROR } ?? false }
 
+    /// Whether statements are being sent in libpq's pipeline mode now (for tests).
+    var isPipelining: Bool { handle.map { PQpipelineStatus($0) != PQ_PIPELINE_OFF } ?? false }
+
     /// Whether a transaction is open (or failed and not yet rolled back).
     var isInsideTransaction: Bool {
         guard let handle else { return false }
@@ -194,6 +197,9 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
 
     /// When the last attempt to connect again failed (monotonic nanoseconds), and how.
     private var lastFailedAttempt: (at: UInt64, error: DatabaseError)?
+
+    /// The open transaction's id, when its user told it (`noteTransactionID`).
+    private var transactionID: Int64?
 
     /// How long after a failed attempt to connect again the next one waits.
     static let reconnectPauseNanoseconds: UInt64 = 1_000_000_000
@@ -389,7 +395,8 @@ extension PostgresConnection {
     /// commit cost one round trip together. The first statement that failed is the error
     /// thrown, flagged `pipelined` unless it is the `COMMIT` itself: the server skipped
     /// what followed it, the `COMMIT` too, and the transaction is left failed, to be rolled
-    /// back. Any other statement (a query, a `ROLLBACK`) first reads the answers the same way.
+    /// back. Any other statement (a query, a savepoint's, a `ROLLBACK`) first reads the
+    /// answers the same way; only `COMMIT` and `ROLLBACK` end the pipelining.
     func pipelineUntilCommit() {
         pipelineRequested = true
     }
@@ -425,8 +432,9 @@ extension PostgresConnection {
 
     /// Ends the pipeline: sends `COMMIT` into it when `sql` is `COMMIT`, then the sync, and
     /// reads every answer; returns whether `sql` was sent there (and so is done). Throws the
-    /// first failure. Pipeline mode is left in every case (a lost connection is made again
-    /// by the next statement).
+    /// first failure; but once the `COMMIT` is answered as done, the transaction is
+    /// committed, and a connection lost before the sync's answer fails nothing. Pipeline
+    /// mode is left in every case (a lost connection is made again by the next statement).
     private func endPipeline(before sql: String) throws(DatabaseError) -> Bool {
         guard let connection = handle, PQpipelineStatus(connection) != PQ_PIPELINE_OFF else { return false }
         let commits = sql == "COMMIT"
@@ -442,7 +450,9 @@ extension PostgresConnection {
         }
         guard PQpipelineSync(connection) == 1 else { throw pipelineSendFailure(sql, connection) }
         var failure: DatabaseError?
-        for (sent, isPreparation) in pipelineSent {
+        var committed = false
+        for (index, (sent, isPreparation)) in pipelineSent.enumerated() {
+            let isCommit = commits && index == pipelineSent.count - 1
             var failed = false
             while let result = PQgetResult(connection) {
                 defer { PQclear(result) }
@@ -452,11 +462,15 @@ extension PostgresConnection {
                 }
                 do {
                     try check(result, sql: sent, connection: connection)
+                    if isCommit {
+                        try Self.checkCommitted(result)
+                        committed = true
+                    }
                 } catch {
                     failed = true
                     if failure == nil {
                         var error = error
-                        error.pipelined = !(commits && sent == sql)
+                        error.pipelined = !isCommit
                         failure = error
                     }
                 }
@@ -469,15 +483,80 @@ extension PostgresConnection {
             if let sync = PQgetResult(connection) { PQclear(sync) }
             PQexitPipelineMode(connection)
         }
+        if committed { return true }
+        let lost = PQstatus(connection) != CONNECTION_OK
+        let lostMessage = Self.trimmed(String(cString: PQerrorMessage(connection)))
+        // The COMMIT's answer lost with the connection: it may have committed. (`connection`
+        // is not used after this: the question is asked on a new one.)
+        if commits && lost && fateOfLostCommit() { return true }
         if var failure {
-            if PQstatus(connection) != CONNECTION_OK { failure.isUnavailable = true }
+            if lost { failure.isUnavailable = true }
             throw failure
         }
-        if PQstatus(connection) != CONNECTION_OK {
-            throw DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
-                                         sql: sql, connectionLost: true)
-        }
+        if lost { throw DatabaseError.postgres(sqlState: nil, message: lostMessage, sql: sql, connectionLost: true) }
         return commits
+    }
+
+    /// Sends `COMMIT` on its own and reads its answer: committed once the server answered
+    /// so, even if the connection is lost before the rest of the answer (its
+    /// `ReadyForQuery`) arrives, which `PQexec` would report as the statement's failure.
+    private func commit() throws(DatabaseError) {
+        let sql = "COMMIT"
+        let connection = try usableHandle(sql)
+        guard PQsendQuery(connection, sql) == 1 else {
+            throw DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
+                                         sql: sql, connectionLost: PQstatus(connection) != CONNECTION_OK)
+        }
+        var committed = false
+        var failure: DatabaseError?
+        while let result = PQgetResult(connection) {
+            defer { PQclear(result) }
+            do {
+                try check(result, sql: sql, connection: connection)
+                try Self.checkCommitted(result)
+                committed = true
+            } catch {
+                if failure == nil { failure = error }
+            }
+            if PQstatus(connection) != CONNECTION_OK { break }
+        }
+        if committed { return }
+        let lost = PQstatus(connection) != CONNECTION_OK
+        // As at the end of a pipeline: `connection` is not used after this.
+        if lost && fateOfLostCommit() { return }
+        if let failure { throw failure }
+        throw DatabaseError.postgres(sqlState: nil, message: "no answer to COMMIT", sql: sql, connectionLost: lost)
+    }
+
+    /// Whether the open transaction, whose `COMMIT` was sent and whose answer was lost with
+    /// the connection, committed: asked on a new connection (`txid_status` of the id told by
+    /// `noteTransactionID`), waiting up to about a second while the old session has not
+    /// ended it yet. False when it did not, or when that cannot be known (no id told, the
+    /// server out of reach): the commit is then reported failed, as the connection's loss.
+    private func fateOfLostCommit() -> Bool {
+        guard let id = transactionID else { return false }
+        transactionID = nil
+        // The transaction is over, one way or the other: a new connection may be made.
+        transactionBegun = false
+        for _ in 0..<20 {
+            let status = (try? rows("SELECT txid_status(?)", [.integer(id)]) { $0.optionalText(0) })?.first ?? nil
+            switch status {
+            case "committed": return true
+            case "in progress": usleep(50_000)
+            default: return false
+            }
+        }
+        return false
+    }
+
+    /// Throws unless `result`, a `COMMIT`'s successful answer, says it committed: PostgreSQL
+    /// answers `ROLLBACK`, without an error, to the `COMMIT` of a transaction left failed by
+    /// a statement whose error was not acted on (caught and ignored), and nothing of it is
+    /// stored.
+    private static func checkCommitted(_ result: OpaquePointer) throws(DatabaseError) {
+        guard let status = PQcmdStatus(result), String(cString: status) == "ROLLBACK" else { return }
+        throw DatabaseError.postgres(sqlState: "25P02", message: "the transaction had failed: its COMMIT rolled it back",
+                                     sql: "COMMIT", connectionLost: false)
     }
 
     /// The error of a statement libpq could not send (a lost connection, mostly).
@@ -527,32 +606,62 @@ extension PostgresConnection {
         return rows
     }
 
-    /// Transaction statements are sent as they are, without preparing them; a `COMMIT`
-    /// after statements sent in a pipeline goes in it (`pipelineUntilCommit`), and any of
-    /// them ends the pipeline.
+    /// Transaction statements are sent as they are, without preparing them. In a pipeline
+    /// (`pipelineUntilCommit`), a `COMMIT` goes in it, and it or a `ROLLBACK` ends it; a
+    /// savepoint's statement (`SAVEPOINT`, `RELEASE`, `ROLLBACK TO`) reads its answers
+    /// first, as a query does, and the pipeline goes on after it.
     func control(_ sql: String) throws(DatabaseError) {
         let begins = sql.hasPrefix("BEGIN")
         // A transaction that ended with its connection lost ends here at the latest.
-        if begins { transactionBegun = false }
-        defer { if sql == "COMMIT" || sql == "ROLLBACK" { transactionBegun = false } }
+        if begins {
+            transactionBegun = false
+            transactionID = nil
+        }
+        defer {
+            if sql == "COMMIT" || sql == "ROLLBACK" {
+                transactionBegun = false
+                transactionID = nil
+            }
+        }
         try sendControl(sql)
         if begins { transactionBegun = true }
     }
 
-    func transactionEndedUnsent() { transactionBegun = false }
+    /// Tells the connection the id of its open transaction (`txid_current()`): if the answer
+    /// to its `COMMIT` is lost with the connection, the server is asked on a new one whether
+    /// it committed (`fateOfLostCommit`), rather than the commit reported failed.
+    func noteTransactionID(_ id: Int64) { transactionID = id }
+
+    /// The transaction ended with its connection (nothing sent): so did its pipeline.
+    func transactionEndedUnsent() {
+        transactionBegun = false
+        pipelineRequested = false
+    }
 
     /// `control`'s statement, in the pipeline or not.
     private func sendControl(_ sql: String) throws(DatabaseError) {
-        guard pipelineRequested else { return try execute(sql) }
-        pipelineRequested = false
-        // A transaction that ended with its connection lost leaves a request behind.
-        if sql.hasPrefix("BEGIN") { return try execute(sql) }
-        do {
-            if try endPipeline(before: sql) { return }
-        } catch where sql == "ROLLBACK" && !error.isUnavailable {
-            // Rolled back anyway: what failed in the pipeline is undone with the rest.
+        if sql.hasPrefix("BEGIN") {
+            pipelineRequested = false
+            return try execute(sql)
         }
-        try execute(sql)
+        guard sql == "COMMIT" || sql == "ROLLBACK" else {
+            do {
+                try readPipelineFirst(sql)
+            } catch where sql.hasPrefix("ROLLBACK TO") && !error.isUnavailable {
+                // What was still unanswered was all sent after the savepoint (whose statement
+                // read the answers before it): what failed is undone by this rollback.
+            }
+            return try execute(sql)
+        }
+        if pipelineRequested {
+            pipelineRequested = false
+            do {
+                if try endPipeline(before: sql) { return }
+            } catch where sql == "ROLLBACK" && !error.isUnavailable {
+                // Rolled back anyway: what failed in the pipeline is undone with the rest.
+            }
+        }
+        if sql == "COMMIT" { try commit() } else { try execute(sql) }
     }
 
     /// The writer's session: `synchronous_commit` as `durability` asks. A batch never

@@ -180,7 +180,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         // what committed meanwhile remains. (Read outside the lock, a task whose row changed
         // again after `committed` was read is left out: its newer change is read later,
         // coalesced, as the stream allows.)
-        guard let (generation, committed) = try Self.position(in: database, locking: false) else {
+        guard let (generation, committed) = try Self.position(in: database) else {
             throw DatabaseError(code: 1, message: "stream_state has no row", sql: nil)
         }
         try deliverChanges(through: committed, to: events, readAt: generation, in: database)
@@ -280,9 +280,10 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
     /// delivered before any of this batch's.
     private func takeOrder(in database: Database, ahead: Bool) throws {
         let (generationSeen, lastSeen, events) = state.withLock { ($0.generationAfterBatch, $0.lastAtBatchStart, $0.events) }
-        guard let (generation, last) = try Self.position(in: database, locking: true) else {
+        guard let (generation, last, transaction) = try Self.lockedPosition(in: database) else {
             throw DatabaseError(code: 1, message: "stream_state has no row", sql: nil)
         }
+        database.postgres.noteTransactionID(transaction)
         state.withLock { $0.lockedAt = DispatchTime.now().uptimeNanoseconds }
         if generation != generationSeen {
             var written: [String: Int64] = [:]
@@ -313,11 +314,19 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         try deliverChanges(through: last, to: events, readAt: nil, in: database)
     }
 
-    /// The generation and latest change number of `stream_state`, the row locked until the
-    /// transaction ends when `locking`.
-    private static func position(in database: Database, locking: Bool) throws -> (generation: Int64, last: Int64)? {
-        try database.rows("SELECT generation, last_change FROM stream_state WHERE singleton = 1"
-                          + (locking ? " FOR UPDATE" : "")) { ($0.int(0), $0.int(1)) }.first
+    /// The generation and latest change number of `stream_state`.
+    private static func position(in database: Database) throws -> (generation: Int64, last: Int64)? {
+        try database.rows("SELECT generation, last_change FROM stream_state WHERE singleton = 1") { ($0.int(0), $0.int(1)) }
+            .first
+    }
+
+    /// The same, the row locked until the transaction ends, and the transaction's id (which
+    /// locking the row assigns it anyway): what the connection asks about if the answer
+    /// to the batch's `COMMIT` is lost with it (`PostgresConnection.noteTransactionID`).
+    private static func lockedPosition(in database: Database) throws -> (generation: Int64, last: Int64, transaction: Int64)? {
+        try database.rows("SELECT generation, last_change, txid_current() FROM stream_state WHERE singleton = 1 FOR UPDATE") {
+            ($0.int(0), $0.int(1), $0.int(2))
+        }.first
     }
 
     /// Brings the cache, exact for generation `exactAt` (-1: not known), to `generation`:
@@ -384,7 +393,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
     /// latest are all committed, and a row only moves to higher numbers, so reading the
     /// range page by page misses nothing that is not read later at its newer number.
     public func catchUp(in database: Database, publishing events: (any TaskEventSink)?) throws {
-        guard let (generation, committed) = try Self.position(in: database, locking: false) else { return }
+        guard let (generation, committed) = try Self.position(in: database) else { return }
         try deliverChanges(through: committed, to: events, readAt: generation, in: database)
     }
 
