@@ -27,7 +27,12 @@ public final class ChangeCounter: Sendable {
     /// Gives back the numbers handed out after `mark` (their changes were rolled back); a
     /// mark taken before the numbers moved (`shiftAhead`) moves with them.
     fileprivate func rewind(to mark: Int64) {
-        let mark = shift.withLock { $0.map { $0.contains(mark, orItsStart: true) ? mark + $0.by : mark } ?? mark }
+        let mark = shift.withLock { shift -> Int64 in
+            guard let moved = shift, moved.contains(mark, orItsStart: true) else { return mark }
+            // The numbers above `mark` are given back: those handed out again are not moved.
+            shift = NumberShift(after: moved.after, through: mark, by: moved.by)
+            return mark + moved.by
+        }
         latest.store(mark, ordering: .relaxed)
     }
 

@@ -462,6 +462,13 @@ extension PostgresConnection {
                 }
                 do {
                     try check(result, sql: sent, connection: connection)
+                    // A statement of the pipeline that tells the transaction's id (the
+                    // writers' order taken there, `SharedWriting.orderCheck`).
+                    if PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1, PQnfields(result) == 1,
+                       let name = PQfname(result, 0), String(cString: name) == Self.transactionIDColumn,
+                       let value = PQgetvalue(result, 0, 0), let id = Int64(String(cString: value)) {
+                        transactionID = id
+                    }
                     if isCommit {
                         try Self.checkCommitted(result)
                         committed = true
@@ -631,6 +638,9 @@ extension PostgresConnection {
     /// to its `COMMIT` is lost with the connection, the server is asked on a new one whether
     /// it committed (`fateOfLostCommit`), rather than the commit reported failed.
     func noteTransactionID(_ id: Int64) { transactionID = id }
+
+    /// The name of a pipelined query's one column that tells the transaction's id.
+    static let transactionIDColumn = "headway_transaction_id"
 
     /// The transaction ended with its connection (nothing sent): so did its pipeline.
     func transactionEndedUnsent() {

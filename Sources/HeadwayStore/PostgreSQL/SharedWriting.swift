@@ -128,6 +128,8 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         var othersLastSeen: UInt64 = 0
         /// Whether the open batch took the order in its pipeline (`othersLastSeen`).
         var orderInPipeline = false
+        /// The generation the open batch's `orderCheck` expects (the one it began at).
+        var pipelineGeneration: Int64 = -1
         /// How many batches the next loss makes take the order first: doubled by each loss
         /// in a row (up to `maximumOrderFirstBatches`), back to 1 after a batch that ran ahead
         /// and kept its order.
@@ -233,6 +235,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
             let now = DispatchTime.now().uptimeNanoseconds
             guard state.othersLastSeen > 0, now &- state.othersLastSeen >= quietNanoseconds else { return nil }
             state.orderInPipeline = true
+            state.pipelineGeneration = state.generationAfterBatch
             state.lockedAt = now
             return state.generationAfterBatch
         }
@@ -249,7 +252,8 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
 
     /// The order taken in a batch's pipeline: locks `stream_state` as `takeOrder` does,
     /// and divides by zero if the generation is not the one the batch began at.
-    static let orderCheck = "SELECT 1 / (generation = ?1)::int FROM stream_state WHERE singleton = 1 FOR UPDATE"
+    static let orderCheck = "SELECT txid_current() / (generation = ?1)::int AS \(PostgresConnection.transactionIDColumn)"
+        + " FROM stream_state WHERE singleton = 1 FOR UPDATE"
 
     public func lostOrder(_ error: any Error) -> Bool {
         if case WriterError.orderMoved = error { return true }
@@ -261,7 +265,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
             // The cache stays exact for the generation the batch began at (nothing of the
             // batch was kept); the next batch finds the other's commit, and takes the order
             // in two steps, which can move its numbers instead of running again.
-            state.generationAtLostOrder = state.generationAfterBatch
+            state.generationAtLostOrder = state.pipelineGeneration
             state.othersLastSeen = DispatchTime.now().uptimeNanoseconds
             return true
         }
