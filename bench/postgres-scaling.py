@@ -189,6 +189,21 @@ def wal_position(postgres):
     return int(postgres.server.psql("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").strip())
 
 
+def heap_only_share(postgres):
+    """The share of the updates of `tasks` in the latest fresh database that wrote no index
+    (heap-only tuples), from the server's statistics, or None. Read once the daemons'
+    sessions have ended (each reports its statistics as it ends), waiting a bounded while."""
+    name = f"bench_{postgres.databases}"
+    for _ in range(100):
+        if postgres.server.psql(f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{name}'").strip() == "0":
+            break
+        time.sleep(0.05)
+    row = postgres.server.psql("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'tasks'",
+                               database=name).strip()
+    updates, heap_only = (int(value) for value in row.split("|"))
+    return heap_only / updates if updates else None
+
+
 def writer_batches(daemon):
     """(jobs, batches committed, seconds committing, seconds inside the ordering lock or None
     when the daemon has no such counter, batches run again for having lost their order or
@@ -233,6 +248,7 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
         wal_after = wal_position(postgres) if postgres else 0
     finally:
         stop_daemons(daemons)
+    heap_only = heap_only_share(postgres) if postgres else None
     # Each daemon's writer session is the busiest server process: it runs every write,
     # and reads the other daemon's changes.
     session_deltas = sorted((sessions_after[pid] - sessions_before[pid] for pid in sessions_after
@@ -266,6 +282,8 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
         "postgres_cpu_us_per_update": 1e6 * (postgres_cpu_after - postgres_cpu_before) / max(1, requests),
         "writer_sessions_cpu_us_per_update": 1e6 * writer_sessions / max(1, requests),
         "wal_bytes_per_update": (wal_after - wal_before) / max(1, requests),
+        # Updates of `tasks` that wrote no index entry (heap-only tuples), registrations' aside.
+        "heap_only_share": heap_only,
         "lock_us_per_update": None if locked is None else 1e6 * locked / max(1, requests),
         # Batches run again (a share of those committed) because another daemon wrote a task
         # they read before taking their place in the order.

@@ -115,9 +115,10 @@ public enum ChangeFeed {
     /// and every deletion of a selected task after `id`, in sequence order.
     public static func changes(after id: Int64, of selection: Selection = .all,
                                in database: Database) throws(DatabaseError) -> [TaskEvent] {
-        let tasks = selection.query("SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ?", [.integer(id)],
-                                    creations: true)
-        let changed = try database.rows(tasks.sql + " ORDER BY change_seq", tasks.arguments, map: TaskRepository.record)
+        let numbers = database.dialect.changeNumbers
+        let tasks = selection.query("SELECT \(TaskRepository.columns) FROM \(numbers.source) WHERE \(numbers.column) > ?",
+                                    [.integer(id)], creations: true)
+        let changed = try database.rows(tasks.sql + " ORDER BY \(numbers.column)", tasks.arguments, map: TaskRepository.record)
         let tombstones = selection.query(
             "SELECT change_seq, id, parent_id, created_at FROM tombstones WHERE change_seq > ?", [.integer(id)], creations: false)
         let deletions = try database.rows(tombstones.sql + " ORDER BY change_seq", tombstones.arguments) { row in
@@ -135,8 +136,10 @@ public enum ChangeFeed {
     public static func changes(after id: Int64, through: Int64, limit: Int, in database: Database) throws(DatabaseError)
         -> (events: [TaskEvent], tasks: [TaskRecord], complete: Int64) {
         let arguments: [SQLValue] = [.integer(id), .integer(through), .integer(Int64(limit))]
+        let numbers = database.dialect.changeNumbers
         let changed = try database.rows(
-            "SELECT \(TaskRepository.columns) FROM tasks WHERE change_seq > ? AND change_seq <= ? ORDER BY change_seq LIMIT ?",
+            "SELECT \(TaskRepository.columns) FROM \(numbers.source) WHERE \(numbers.column) > ? AND \(numbers.column) <= ? "
+                + "ORDER BY \(numbers.column) LIMIT ?",
             arguments, map: TaskRepository.record)
         let deletions = try database.rows(
             "SELECT change_seq, id, parent_id, created_at FROM tombstones WHERE change_seq > ? AND change_seq <= ? "
@@ -168,8 +171,9 @@ public enum ChangeFeed {
     /// A time no later than when change `id` was committed (for resuming with
     /// `min_duration`: tasks still held back then were created after this minus the minimum).
     public static func timeNoLaterThan(change id: Int64, in database: Database) throws(DatabaseError) -> EpochMilliseconds {
+        let numbers = database.dialect.changeNumbers
         let task = try database.scalar(
-            "SELECT updated_at FROM tasks WHERE change_seq <= ? ORDER BY change_seq DESC LIMIT 1", [.integer(id)])
+            "SELECT updated_at FROM \(numbers.source) WHERE \(numbers.column) <= ? ORDER BY \(numbers.column) DESC LIMIT 1", [.integer(id)])
         let tombstone = try database.scalar(
             "SELECT deleted_at FROM tombstones WHERE change_seq <= ? ORDER BY change_seq DESC LIMIT 1", [.integer(id)])
         return max(task ?? 0, tombstone ?? 0)

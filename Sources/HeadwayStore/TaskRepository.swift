@@ -293,8 +293,10 @@ public enum TaskRepository {
     /// Tasks whose stall deadline has passed at `now`, earliest first (an index range).
     public static func dueForStallCheck(at now: EpochMilliseconds, limit: Int,
                                         in database: Database) throws(DatabaseError) -> [TaskRecord] {
-        try database.rows("SELECT \(columns) FROM tasks WHERE stall_deadline <= ? ORDER BY stall_deadline LIMIT ?",
-                          [.integer(now), .integer(Int64(limit))], map: record)
+        let deadlines = database.dialect.stallDeadlines
+        return try database.rows(
+            "SELECT \(columns) FROM \(deadlines.source) WHERE \(deadlines.column) <= ? ORDER BY \(deadlines.column) LIMIT ?",
+            [.integer(now), .integer(Int64(limit))], map: record)
     }
 
     /// Unfinished tasks not flagged overdue whose due moment has passed at `now`, earliest

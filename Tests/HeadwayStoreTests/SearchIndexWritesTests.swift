@@ -22,25 +22,6 @@ import Testing
         }
     }
 
-    /// The rows of `tasks` the server's statistics count as inserted and updated.
-    private static func taskRowsWritten(_ fixture: EngineWriter) throws -> Int64 {
-        try fixture.read { database in
-            try database.scalar("SELECT n_tup_ins + n_tup_upd FROM pg_stat_user_tables WHERE relname = 'tasks'") ?? 0
-        }
-    }
-
-    /// Has the writer's connection report its statistics as soon as its batch ends, then
-    /// waits (a bounded number of polls: the report is sent when the connection goes
-    /// idle) until the statistics count at least `rows` rows of `tasks` written.
-    private static func flushStatistics(_ fixture: EngineWriter, untilTaskRowsWritten rows: Int64) throws -> Bool {
-        try fixture.write { _, database in try database.execute("SELECT pg_stat_force_next_flush()") }
-        for _ in 0..<1_000 {
-            if try taskRowsWritten(fixture) >= rows { return true }
-            usleep(5_000)
-        }
-        return false
-    }
-
     @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
     func updatesOfTasksNeverWriteTheSearchIndex() throws {
         let fixture = try EngineWriter(.postgres)
@@ -59,8 +40,8 @@ import Testing
                 try store.register(Registration(id: id, name: "Nightly " + id, total: 1_000), now: 1_000, in: database)
             }
         }
-        #expect(try Self.flushStatistics(fixture, untilTaskRowsWritten: Int64(ids.count)))
-        let registered = try Self.taskRowsWritten(fixture)
+        #expect(try fixture.flushStatistics(untilTaskRowsWritten: Int64(ids.count)))
+        let registered = try fixture.taskRowsWritten()
         let before = try Self.searchIndexBlocks(fixture)
         #expect(before > 0, "the index is found and its registrations counted")
 
@@ -78,15 +59,15 @@ import Testing
             try store.progress(each: ids.map { ProgressItem(id: $0, update: ProgressUpdate(increment: 1)) },
                                now: 9_000, in: database)
         }
-        #expect(try Self.flushStatistics(fixture, untilTaskRowsWritten: registered + Int64(6 * ids.count)))
+        #expect(try fixture.flushStatistics(untilTaskRowsWritten: registered + Int64(6 * ids.count)))
         #expect(try Self.searchIndexBlocks(fixture) == before, "120 updates of 20 tasks read or wrote the search index")
 
         // A registration writes it (what the probe above would have seen).
         _ = try fixture.write { store, database in
             try store.register(Registration(id: "late", name: "Late"), now: 10_000, in: database)
         }
-        let updated = try Self.taskRowsWritten(fixture)
-        #expect(try Self.flushStatistics(fixture, untilTaskRowsWritten: updated + 1))
+        let updated = try fixture.taskRowsWritten()
+        #expect(try fixture.flushStatistics(untilTaskRowsWritten: updated + 1))
         #expect(try Self.searchIndexBlocks(fixture) > before)
         let found = try fixture.read { database in
             try PostgresTaskSearch.keys("nightly BACKUP-1", filter: TaskFilter(), limit: 100, beforeKey: nil, in: database)

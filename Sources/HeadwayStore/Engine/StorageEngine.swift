@@ -130,6 +130,15 @@ protocol EngineConnection: AnyObject {
     func refuseCommits(_ refuse: Bool)
 }
 
+/// Where queries find tasks by a column whose value changes often (a task's change number,
+/// its stall deadline): `source` is the table expression to read tasks from (`tasks`, or
+/// `tasks` joined to a table that indexes the column apart), `column` the column's name
+/// there. The queries name `tasks`' own columns unqualified besides it.
+struct TasksByColumn: Sendable {
+    let source: String
+    let column: String
+}
+
 /// What the engines' SQL differs in, chosen once per connection (`Database.dialect`):
 /// statement texts, and the few reads and writes whose shape differs.
 protocol SQLDialect: Sendable {
@@ -145,6 +154,10 @@ protocol SQLDialect: Sendable {
     /// together (`TaskOutput.append`): the engines count a text's bytes differently.
     var trimOutput: String { get }
 
+    /// Where the change feed finds tasks by their latest change number (`ChangeFeed`).
+    var changeNumbers: TasksByColumn { get }
+    /// Where the sweeper finds tasks by their stored stall deadline (`TaskRepository.dueForStallCheck`).
+    var stallDeadlines: TasksByColumn { get }
     /// Where the change sequence stands (`ChangeFeed.position`).
     func changeFeedPosition(in database: Database) throws(DatabaseError) -> ChangeFeed.Position
     /// Up to `limit` keys of the tasks holding `text` that match the rest of `filter`,

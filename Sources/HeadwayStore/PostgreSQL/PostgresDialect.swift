@@ -24,6 +24,18 @@ struct PostgresDialect: SQLDialect {
         )
         """
 
+    /// Both are indexed apart (`task_changes`, `task_deadlines`, kept by triggers;
+    /// migration 0012), so that a progress update changes no indexed column of `tasks` and
+    /// is heap-only. The join also requires the task's own value: a row apart stands for
+    /// the task's current value only.
+    let changeNumbers = TasksByColumn(
+        source: "task_changes JOIN tasks ON tasks.seq = task_changes.task AND tasks.change_seq = task_changes.number",
+        column: "task_changes.number")
+    let stallDeadlines = TasksByColumn(
+        source: "task_deadlines JOIN tasks ON tasks.seq = task_deadlines.task "
+            + "AND tasks.stall_deadline = task_deadlines.due",
+        column: "task_deadlines.due")
+
     /// Several daemons write: the latest number committed is kept in one row, which every
     /// writer locks first and moves before it commits (`SharedWriting`).
     func changeFeedPosition(in database: Database) throws(DatabaseError) -> ChangeFeed.Position {
@@ -63,7 +75,8 @@ struct PostgresDialect: SQLDialect {
 
     /// The tables of Headway's PostgreSQL schema, whose names another application may use too.
     static let tableNames = ["tasks", "tombstones", "stream_state", "history", "task_counts", "tokens", "token_state",
-                             "webhooks", "webhook_deliveries", "task_output", "written_tasks", "task_search"]
+                             "webhooks", "webhook_deliveries", "task_output", "written_tasks", "task_search",
+                             "task_changes", "task_deadlines"]
 
     /// The lock is held from the first check to the last migration, so a daemon started
     /// beside another waits until the schema is whole and applies nothing (each

@@ -21,6 +21,11 @@ struct SQLiteDialect: SQLDialect {
         ) STRICT
         """
 
+    /// Both are indexed on `tasks`: SQLite updates a row in place, and only the index
+    /// entries of the columns that changed.
+    let changeNumbers = TasksByColumn(source: "tasks", column: "change_seq")
+    let stallDeadlines = TasksByColumn(source: "tasks", column: "stall_deadline")
+
     /// One daemon writes: the latest change is the highest number a task or a tombstone
     /// holds. What was forgotten still counts: the sequence never goes back, even when its
     /// latest changes were pruned.
