@@ -231,7 +231,9 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
     """wrk on every daemon at once, `connections` split between them; returns the figures."""
     daemons = start_daemons(postgres, daemon_count, durability)
     try:
+        registering = time.monotonic()
         register_tasks(daemons[0], [f"bench-{i}" for i in range(tasks)])
+        registering = time.monotonic() - registering
         wal_before = wal_position(postgres) if postgres else 0
         batches_before = [writer_batches(d) for d in daemons]
         daemon_cpu_before, postgres_cpu_before = cpu_of(daemons, postgres)
@@ -284,6 +286,8 @@ def throughput(postgres, daemon_count, durability, seconds, connections=50, task
         "wal_bytes_per_update": (wal_after - wal_before) / max(1, requests),
         # Updates of `tasks` that wrote no index entry (heap-only tuples), registrations' aside.
         "heap_only_share": heap_only,
+        # The tasks registered before the run (16 connections at once, on the first daemon).
+        "registrations_per_second": tasks / registering,
         "lock_us_per_update": None if locked is None else 1e6 * locked / max(1, requests),
         # Batches run again (a share of those committed) because another daemon wrote a task
         # they read before taking their place in the order.
