@@ -32,8 +32,12 @@ ALTER TABLE tasks SET (fillfactor = 70);
 -- A statement's rows whose pair (value, key) is among its old rows and not its new ones
 -- leave a table apart; the other way round, they join it. An update that changes neither
 -- value (a quiet write: an ancestor's signal time) finds every set empty. Each branch
--- names only the transition tables its trigger has.
-CREATE FUNCTION tasks_apart_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+-- names only the transition tables its trigger has. A statement's rows are few beside the
+-- tables apart, so each is found through its key, never by a scan or a hash of a whole
+-- table: the plans are made once per session, when the tables may still be empty, and
+-- kept as they grow, so the settings below leave the planner no other choice.
+CREATE FUNCTION tasks_apart_follow() RETURNS trigger LANGUAGE plpgsql
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO task_changes (number, task) SELECT change_seq, seq FROM new_tasks;

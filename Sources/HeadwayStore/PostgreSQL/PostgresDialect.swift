@@ -26,15 +26,20 @@ struct PostgresDialect: SQLDialect {
 
     /// Both are indexed apart (`task_changes`, `task_deadlines`, kept by triggers;
     /// migration 0012), so that a progress update changes no indexed column of `tasks` and
-    /// is heap-only. The join also requires the task's own value: a row apart stands for
-    /// the task's current value only.
-    let changeNumbers = TasksByColumn(
-        source: "task_changes JOIN tasks ON tasks.seq = task_changes.task AND tasks.change_seq = task_changes.number",
-        column: "task_changes.number")
-    let stallDeadlines = TasksByColumn(
-        source: "task_deadlines JOIN tasks ON tasks.seq = task_deadlines.task "
-            + "AND tasks.stall_deadline = task_deadlines.due",
-        column: "task_deadlines.due")
+    /// is heap-only. A query reads a range of the table apart, in its order, and each
+    /// task by its key (`LATERAL`, kept from being flattened into a join by `OFFSET 0`):
+    /// the statements are prepared once per connection, maybe while `tasks` is still
+    /// small, and a plan that hashed the whole of `tasks` would be kept as it grows. The
+    /// task's own value must match: a row apart stands for its current value only.
+    let changeNumbers = PostgresDialect.tasks(apartIn: "task_changes", value: "number", column: "change_seq")
+    let stallDeadlines = PostgresDialect.tasks(apartIn: "task_deadlines", value: "due", column: "stall_deadline")
+
+    /// `tasks`, read row by row from `table`'s rows (`value`, `task`), named `tasks`.
+    private static func tasks(apartIn table: String, value: String, column: String) -> TasksByColumn {
+        TasksByColumn(source: "\(table) CROSS JOIN LATERAL (SELECT * FROM tasks WHERE tasks.seq = \(table).task "
+                          + "AND tasks.\(column) = \(table).\(value) OFFSET 0) AS tasks",
+                      column: "\(table).\(value)")
+    }
 
     /// Several daemons write: the latest number committed is kept in one row, which every
     /// writer locks first and moves before it commits (`SharedWriting`).
