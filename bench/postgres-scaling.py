@@ -500,11 +500,17 @@ def goals_table(figures):
     return "\n".join(table)
 
 
+def heap_only(figures):
+    """The share of heap-only updates of `tasks`, as a percentage, or — when not measured."""
+    share = figures.get("heap_only_share")
+    return "—" if share is None else f"{100 * share:.0f} %"
+
+
 def tables(figures, args):
     """The two Markdown tables."""
     throughput_table = [
         "| setup | durability | tasks | updates/s | wrk p50 / p99 | jobs per batch | batches/s | commit | "
-        "daemon CPU per update | PostgreSQL CPU per update (writer sessions) | WAL per update |",
+        "daemon CPU per update | PostgreSQL CPU per update (writer sessions) | WAL per update (heap-only) |",
         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, label, _, on_postgres in SETUPS:
         for load, durability, tasks in LOADS:
@@ -516,7 +522,7 @@ def tables(figures, args):
                 f"{r['p99_ms']:.1f} ms | {r['jobs_per_batch']:.1f} | {r['batches_per_second']:,.0f} | "
                 f"{r['commit_ms']:.2f} ms | {r['daemon_cpu_us_per_update']:.1f} µs | "
                 + (f"{r['postgres_cpu_us_per_update']:.1f} µs ({r['writer_sessions_cpu_us_per_update']:.1f} µs) | "
-                   f"{r['wal_bytes_per_update']:,.0f} B |" if on_postgres else "— | — |"))
+                   f"{r['wal_bytes_per_update']:,.0f} B ({heap_only(r)}) |" if on_postgres else "— | — |"))
     fanout_table = [
         "| setup | subscribers of | subscribers | delivered / expected | ack → arrival p50 / p99 | "
         "send → arrival p50 / p99 | daemon CPU per event delivered | PostgreSQL CPU (of a core) |",
@@ -575,7 +581,9 @@ user + system time from `/proc` over the run divided by the updates acknowledged
 daemon's (both daemons' together) and PostgreSQL's (every server process: backends,
 WAL writer, checkpointer…), and in brackets that of the writers' sessions alone (the
 busiest server process of each daemon: the one running its batches, which hold the lock).
-WAL per update: how far the server's WAL position moved over the run, per update.
+WAL per update: how far the server's WAL position moved over the run, per update; in
+brackets the share of the updates of `tasks` that were heap-only (no index written: the
+server's `n_tup_hot_upd` over `n_tup_upd`).
 
 {throughput_table}
 
