@@ -1,4 +1,5 @@
 import HeadwayCore
+import HeadwayTestSupport
 import Testing
 @testable import EventStream
 
@@ -360,6 +361,32 @@ import Testing
         #expect(list.inOrder.map(\.id.rawValue) == model)
         for id in 1...nextID {
             #expect(list[SubscriberID(rawValue: id)]?.id.rawValue == (model.contains(id) ? id : nil))
+        }
+    }
+
+    /// Departures during a lap keep those it has visited before its position and the
+    /// others from it on, whichever leave (random departures, from a fixed seed).
+    @Test func departuresDuringALapKeepTheVisitedBeforeItsPosition() {
+        var random = SeededGenerator(seed: 5)
+        for _ in 0..<300 {
+            var list = SubscriberList()
+            let count = Int.random(in: 1...12, using: &random)
+            for id in 1...count {
+                list.add(Subscriber(id: SubscriberID(rawValue: id), sink: FakeEventSink(), filter: StreamFilter(),
+                                    limits: Subscriber.Limits(unsentBytes: 4000, maximumPendingTasks: 3)))
+            }
+            var position = Int.random(in: 0...count, using: &random)
+            var visited = Set(list.inOrder[..<position].map(\.id.rawValue))
+            var notVisited = Set(list.inOrder[position...].map(\.id.rawValue))
+            for id in (1...count).shuffled(using: &random).prefix(Int.random(in: 0...count, using: &random)) {
+                let removed = list.remove(SubscriberID(rawValue: id), visitedBefore: &position)
+                #expect(removed?.id.rawValue == id)
+                visited.remove(id)
+                notVisited.remove(id)
+                #expect(Set(list.inOrder[..<position].map(\.id.rawValue)) == visited)
+                #expect(Set(list.inOrder[position...].map(\.id.rawValue)) == notVisited)
+                #expect(list.inOrder.allSatisfy { list[$0.id] === $0 }, "each found by its id")
+            }
         }
     }
 }
