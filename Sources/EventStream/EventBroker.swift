@@ -292,7 +292,10 @@ private final class BrokerThread {
                 visit(subscriber)
                 if !stopping && lap.position < subscribers.inOrder.count && commandsWait() { return false }
             }
-            queue.roundRan(from: lap.start, to: Self.monotonicNow())
+            let end = Self.monotonicNow()
+            queue.roundRan(from: lap.start, to: end)
+            counters.laps.add(1)
+            counters.lapNanoseconds.add(end - lap.start)
             lap.end()
         }
     }
