@@ -36,6 +36,28 @@ import Testing
         #expect(sink.writes.count == 2)
     }
 
+    /// Rounds handed over together (a lap reached the subscriber after another round
+    /// joined it) go out in one write, each round filtered as alone, the shared frames of a
+    /// round sent whole among the frames gathered from one that is not; while catching up,
+    /// their matching events are kept, in order.
+    @Test func roundsHandedOverTogetherGoOutInOneWriteEachFilteredAsAlone() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink, filter: StreamFilter(taskIDs: ["a", "b"]), highWater: 10)
+        let rounds = [RoundEvents([E.event(10, "a"), E.event(11, "x"), E.event(12, "b")]),
+                      RoundEvents([E.event(13, "a"), E.event(14, "b")]),
+                      RoundEvents([E.event(15, "x")])]
+        #expect(subscriber.deliver(rounds[...], clock: clock) == .written)
+        #expect(sink.writtenTexts.dropFirst() == [[12, 13, 14].map { E.frame(E.event($0, $0 == 13 ? "a" : "b")) }.joined()])
+        #expect(subscriber.deliver(rounds[2...], clock: clock) == .nothing, "nothing of theirs")
+
+        let catchingUp = self.subscriber(FakeEventSink(), filter: StreamFilter(taskIDs: ["a", "b"]))
+        #expect(catchingUp.deliver(rounds[...], clock: clock) == .nothing)
+        let catchUp = CatchUp(frames: [Array(catchUpFrame.utf8)], highWater: 12, holdBack: HoldBack(filter: catchingUp.filter))
+        let catchingUpSink = catchingUp.sink as? FakeEventSink
+        #expect(catchingUp.caughtUp(catchUp, coalescingBacklog: 1024, clock: clock) == .written)
+        #expect(catchingUpSink?.writtenTexts == [catchUpFrame, E.frame(E.event(13, "a")) + E.frame(E.event(14, "b"))])
+    }
+
     @Test func theFrameIsExactlyTheServerSentEvent() {
         #expect(E.frame(E.event(7, "a")) == "id: 7\nevent: task.updated\ndata: {\"id\":\"a\",\"seq\":7}\n\n")
         #expect(E.frame(E.event(7, "a"), withID: false) == "event: task.updated\ndata: {\"id\":\"a\",\"seq\":7}\n\n")
