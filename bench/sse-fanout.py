@@ -5,7 +5,8 @@ Starts the release headwayd (or nginx+nchan with --server nchan) pinned to CPU 0
 subscribers of one task from an epoll loop pinned to CPU 1, posts RATE updates per second
 for SECONDS (each label carries its send time) and prints: subscribers connected, events
 delivered vs expected, publish-to-receive latency, the server's CPU (idle and busy) and
-its RSS per subscriber.
+its RSS per subscriber; for headwayd also its fan-out laps from `/metrics` (how many, and
+their mean length: what the last subscriber waits at most, whatever the client measures).
 
     bench/sse-fanout.py --subscribers 10000 [--rate 5 --seconds 30 --durability full --server headway]
 """
@@ -29,6 +30,7 @@ def main():
     server = servers.Nchan() if args.server == "nchan" else servers.Headway(args.durability)
     try:
         r = servers.fanout(server, subscribers=args.subscribers, rate=args.rate, seconds=args.seconds)
+        laps = fanout_laps(server) if args.server == "headway" else None
     finally:
         server.stop()
     print(f"server                    {server.name}")
@@ -43,6 +45,22 @@ def main():
           f"{r['busy_cpu_percent']:.1f}% while delivering")
     print(f"server RSS                {r['rss_before_kib'] / 1024:.1f} MiB -> {r['rss_after_kib'] / 1024:.1f} MiB "
           f"({r['rss_per_subscriber_kib']:.1f} KiB per subscriber)")
+    if laps:
+        count, seconds = laps
+        print(f"fan-out laps              {count:.0f}, {1000 * seconds / max(1, count):.1f} ms each on average")
+
+
+def fanout_laps(server):
+    """headwayd's fan-out laps so far and their seconds, from `/metrics` (None from a
+    build without them)."""
+    api = servers.connection(server)
+    api.request("GET", "/metrics")
+    samples = dict(line.rsplit(" ", 1) for line in api.getresponse().read().decode().splitlines()
+                   if line.startswith("headway_event_fanout_lap"))
+    api.close()
+    if "headway_event_fanout_laps_total" not in samples:
+        return None
+    return float(samples["headway_event_fanout_laps_total"]), float(samples["headway_event_fanout_lap_seconds_total"])
 
 
 if __name__ == "__main__":

@@ -326,7 +326,7 @@ average (1 minute) was {args.load_before:.2f} before the rounds and {args.load_a
 Round by round: p99 (ms) {per_round}. RSS per subscriber (KiB) {rss}. First arrival
 (ms, the median over the updates of the earliest subscriber to receive each: for headwayd
 the request, its commit synced to disk, and the first write) {first}. Spread from the
-first subscriber to the last (ms, medians: one round of writes) {spread}. Server CPU per
+first subscriber to the last (ms, medians: at most one fan-out lap) {spread}. Server CPU per
 event delivered (µs, while delivering) {cpu}.
 
 Raw figures: {fan}.

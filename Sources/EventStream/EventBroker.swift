@@ -10,7 +10,10 @@ import Telemetry
 /// disconnected (its reconnection resumes exactly from the last id it received).
 ///
 /// The thread only moves commands and calls the parts: `FanOutQueue` decides what a round
-/// carries, `Subscriber` what each client is sent, `BrokerSchedule` when to look again.
+/// carries, `FanOutLap` which rounds each subscriber is handed as a lap visits it in turn,
+/// `Subscriber` what each client is sent, `BrokerSchedule` when to look again. A lap
+/// stops to handle commands as soon as they arrive, so a new event joins the lap under
+/// way rather than waiting for it to end.
 /// What only the thread uses lives in `run()` itself (`BrokerThread`); other threads reach
 /// it through the inbox. The writer publishes to it (`TaskEventSink`) after each commit.
 package final class EventBroker: Service, TaskEventSink {
@@ -152,11 +155,13 @@ package final class EventBroker: Service, TaskEventSink {
 
     // MARK: - Broker thread
 
-    /// The thread's loop: waits for commands or the next timer, applies the commands,
-    /// runs a fan-out round unless a pause holds it, releases held tasks and sends
-    /// heartbeats; when stopping, one last round, then every stream is ended.
+    /// The thread's loop: waits for commands or the next timer (not while a lap is under
+    /// way), applies the commands, goes on with the fan-out unless a pause holds it (until
+    /// the lap ends or commands arrive), releases held tasks and sends heartbeats; when
+    /// stopping, every event waiting goes out, then every stream is ended.
     package func run() {
         let thread = BrokerThread(settings: settings, clock: clock, logger: logger, counters: counters)
+        let commandsWait = { [inbox] in inbox.withLock { $0.stopping || (!$0.commands.isEmpty && !$0.paused) } }
         while true {
             waitForWork(thread)
             let (batch, isStopping) = inbox.withLock { inbox in
@@ -166,7 +171,7 @@ package final class EventBroker: Service, TaskEventSink {
             for command in batch {
                 if thread.handle(command) { inbox.withLock { $0.reservedSlots -= 1 } }
             }
-            let isPausing = thread.fanOut(stopping: isStopping)
+            let isPausing = thread.fanOut(stopping: isStopping, until: commandsWait)
             inbox.withLock { $0.inPause = isPausing }
             thread.releaseHeldTasks()
             thread.sendHeartbeatIfDue()
@@ -176,10 +181,13 @@ package final class EventBroker: Service, TaskEventSink {
     }
 
     /// Sleeps until commands arrive (and the queue is not held) or the thread must look at
-    /// the clock.
+    /// the clock; returns at once while a lap is under way (and the queue is not held).
     private func waitForWork(_ thread: BrokerThread) {
+        let lapUnderWay = thread.isLapUnderWay
         while true {
-            let (ready, paused) = inbox.withLock { ($0.stopping || (!$0.commands.isEmpty && !$0.paused), $0.paused) }
+            let (ready, paused) = inbox.withLock {
+                ($0.stopping || ((!$0.commands.isEmpty || lapUnderWay) && !$0.paused), $0.paused)
+            }
             if ready { return }
             if !commandsArrived.wait(until: thread.nextWakeUp()) && !paused { return }
         }
@@ -198,8 +206,10 @@ private final class BrokerThread {
     private var deadTokens: Set<String> = []
     /// The subscribers holding tasks back (`min_duration`): only these need the clock.
     private var holding: [SubscriberID: Subscriber] = [:]
-    /// Events waiting for a round, and the pacing of rounds.
+    /// Events waiting for a round, and the pacing of laps.
     private var queue: FanOutQueue
+    /// The rounds on their way, and the lap under way.
+    private var lap = FanOutLap()
     /// When the next heartbeat is due.
     private var schedule: BrokerSchedule
     private let counters: EventCounters
@@ -219,7 +229,11 @@ private final class BrokerThread {
         case .publish(let events):
             queue.append(events)
         case .attach(let id, let sink, let filter, let tokenID):
-            subscribers.add(Subscriber(id: id, sink: sink, filter: filter, limits: settings.subscriberLimits))
+            let subscriber = Subscriber(id: id, sink: sink, filter: filter, limits: settings.subscriberLimits)
+            // Rounds taken before are older than its catch-up (events kept in the queue
+            // still reach it: published before, they are older, and `CatchUpMerge` drops them).
+            subscriber.nextRound = lap.nextRound
+            subscribers.add(subscriber)
             if let tokenID {
                 tokens[id] = tokenID
                 // Its place is given back when the closed sink reports it (`detach`).
@@ -238,7 +252,7 @@ private final class BrokerThread {
         case .detach(let id):
             holding[id] = nil
             tokens[id] = nil
-            guard let subscriber = subscribers.remove(id) else { return false }
+            guard let subscriber = subscribers.remove(id, visitedBefore: &lap.position) else { return false }
             if subscriber.sink.hasStalled { report(.cutOff(.stalled), subscriber) }
             return true
         case .wake:
@@ -247,22 +261,58 @@ private final class BrokerThread {
         return false
     }
 
-    /// Runs a round unless a pause holds it; returns whether events wait for a pause.
-    func fanOut(stopping: Bool) -> Bool {
-        let roundStart = Self.monotonicNow()
-        let coalescedBefore = queue.coalescedCount
-        if let events = queue.takeRound(now: roundStart, stopping: stopping) {
-            counters.sent.add(UInt64(events.count))
-            if queue.coalescedCount > coalescedBefore { counters.coalesced.add(UInt64(queue.coalescedCount - coalescedBefore)) }
-            let round = RoundEvents(events)
-            // Each frame is encoded once, for all subscribers.
-            for subscriber in subscribers.inOrder {
-                report(subscriber.deliver(round, clock: clock), subscriber)
-                if subscriber.holdsBack && subscriber.isLive { noteHolds(subscriber) }
+    /// Whether a lap is under way (the thread goes on with it without waiting).
+    var isLapUnderWay: Bool { lap.isUnderWay }
+
+    /// Goes on with the fan-out until `commandsWait` (asked after each subscriber) or
+    /// nothing is left to hand out: begins a lap unless a pause holds it, adds what is
+    /// waiting to the lap under way (`FanOutQueue.takeJoining`), visits subscribers in turn
+    /// and ends laps. A stopping broker runs laps through any pause until every event has
+    /// gone out. Returns whether events wait for a pause.
+    func fanOut(stopping: Bool, until commandsWait: () -> Bool) -> Bool {
+        while true {
+            let now = Self.monotonicNow()
+            if lap.isUnderWay {
+                if let events = queue.takeJoining() { lap.join(round(events)) }
+            } else {
+                let coalescedBefore = queue.coalescedCount
+                let events = queue.takeRound(now: now, stopping: stopping)
+                if queue.coalescedCount > coalescedBefore {
+                    counters.coalesced.add(UInt64(queue.coalescedCount - coalescedBefore))
+                }
+                let pauseEnd = queue.pauseEnd(now: now)
+                guard events != nil || (!lap.rounds.isEmpty && (stopping || pauseEnd == nil)) else {
+                    return pauseEnd != nil
+                }
+                lap.begin(with: events.map(round), at: now)
             }
-            queue.roundRan(from: roundStart, to: Self.monotonicNow())
+            while lap.position < subscribers.inOrder.count {
+                let subscriber = subscribers.inOrder[lap.position]
+                lap.position += 1
+                visit(subscriber)
+                if !stopping && lap.position < subscribers.inOrder.count && commandsWait() { return false }
+            }
+            let end = Self.monotonicNow()
+            queue.roundRan(from: lap.start, to: end)
+            counters.laps.add(1)
+            counters.lapNanoseconds.add(end - lap.start)
+            lap.end()
         }
-        return queue.pauseEnd(now: Self.monotonicNow()) != nil
+    }
+
+    /// The round of `events` taken from the queue, counted as sent.
+    private func round(_ events: [TaskEvent]) -> RoundEvents {
+        counters.sent.add(UInt64(events.count))
+        return RoundEvents(events)
+    }
+
+    /// Hands `subscriber`, in one write, every round it has not had.
+    private func visit(_ subscriber: Subscriber) {
+        let rounds = lap.rounds(from: subscriber.nextRound)
+        guard !rounds.isEmpty else { return }
+        subscriber.nextRound = lap.nextRound
+        report(subscriber.deliver(rounds, clock: clock), subscriber)
+        if subscriber.holdsBack && subscriber.isLive { noteHolds(subscriber) }
     }
 
     func releaseHeldTasks() {
@@ -322,7 +372,7 @@ private final class BrokerThread {
 /// The broker's subscribers: found by id, visited in the order they came, so that a round
 /// writes their sockets in that order rather than a hash table's (made one after another,
 /// their objects and sockets lie near one another in memory). Removing one moves the last
-/// into its place.
+/// into its place, keeping those a lap has visited before those it has not.
 struct SubscriberList {
     private var positions: [SubscriberID: Int] = [:]
     /// Every subscriber, mostly in the order they came.
@@ -342,13 +392,32 @@ struct SubscriberList {
 
     /// Removes and returns the subscriber with `id`, if there is one.
     mutating func remove(_ id: SubscriberID) -> Subscriber? {
+        var noLap = 0
+        return remove(id, visitedBefore: &noLap)
+    }
+
+    /// Removes and returns the subscriber with `id`, if there is one, while a lap has
+    /// visited those before `boundary`: they stay before it (one fewer, if it was one of
+    /// them), and the others at or after it, so the lap still visits each of them once.
+    mutating func remove(_ id: SubscriberID, visitedBefore boundary: inout Int) -> Subscriber? {
         guard let position = positions.removeValue(forKey: id) else { return nil }
         let removed = inOrder[position]
-        let last = inOrder.removeLast()
-        if position < inOrder.count {
-            inOrder[position] = last
-            positions[last.id] = position
+        var hole = position
+        if hole < boundary {
+            // The last one visited fills the hole, and leaves its own at the boundary.
+            boundary -= 1
+            fill(hole, from: boundary)
+            hole = boundary
         }
+        fill(hole, from: inOrder.count - 1)
+        inOrder.removeLast()
         return removed
+    }
+
+    /// Moves the subscriber at `source` into the place `hole` (the same place: nothing).
+    private mutating func fill(_ hole: Int, from source: Int) {
+        guard source != hole else { return }
+        inOrder[hole] = inOrder[source]
+        positions[inOrder[hole].id] = hole
     }
 }

@@ -5,8 +5,10 @@ import HeadwayCore
 ///
 /// A round carries every waiting event in order. Only when the broker is behind — more
 /// than `coalescingBacklog` events waiting, or events that waited for a pacing pause — is
-/// each task's run of events cut to its latest. After a long round under pressure the
-/// next waits for a pause (`FanOutPacing`), except when the broker stops.
+/// each task's run of events cut to its latest. A lap (`FanOutLap`) begins with a round
+/// taken by `takeRound`, and rounds taken by `takeJoining` join it on its way. After a
+/// long lap under pressure the next waits for a pause (`FanOutPacing`), except when the
+/// broker stops.
 struct FanOutQueue {
     /// Past this many events waiting, a round is coalesced.
     let coalescingBacklog: Int
@@ -24,12 +26,17 @@ struct FanOutQueue {
 
     /// Events replaced by a later one of their task so far (for the metrics).
     private(set) var coalescedCount = 0
+    /// Events that joined the lap under way (`takeJoining`).
+    private(set) var joinedThisLap = 0
+    /// Events that joined the last lap: they poured in during it, as much as those still
+    /// waiting at its end, so the pacing counts them too.
+    private var joinedLastLap = 0
 
     /// Adds committed events, in change order.
     mutating func append(_ events: [TaskEvent]) { waiting += events }
 
-    /// When the pause after the last round ends, if the waiting events must wait for it.
-    func pauseEnd(now: UInt64) -> UInt64? { pacing.pauseEnd(waiting: waiting.count, now: now) }
+    /// When the pause after the last lap ends, if the waiting events must wait for it.
+    func pauseEnd(now: UInt64) -> UInt64? { pacing.pauseEnd(waiting: waiting.count + joinedLastLap, now: now) }
 
     /// Takes the events of the round to run at `now`, or nil when there is none: nothing
     /// waits, or a pause holds them (they then go coalesced). A stopping broker runs its
@@ -48,14 +55,85 @@ struct FanOutQueue {
         return events
     }
 
-    /// Records a round that began at `start` and ended at `end` (for the pacing).
-    mutating func roundRan(from start: UInt64, to end: UInt64) { pacing.roundRan(from: start, to: end) }
+    /// Takes the waiting events to join the lap under way, so that the subscribers it has
+    /// not reached yet get them in the same write as the rest, and those it has passed in
+    /// the next lap; nil when nothing waits, or when they would make `pacing.minimumWaiting`
+    /// or more joining one lap: updates pour in, and they wait for the next lap, as a whole
+    /// (coalesced when the broker is behind), as the pacing would have them.
+    mutating func takeJoining() -> [TaskEvent]? {
+        guard !waiting.isEmpty, joinedThisLap + waiting.count < pacing.minimumWaiting else { return nil }
+        joinedThisLap += waiting.count
+        defer { waiting = [] }
+        return waiting
+    }
+
+    /// Records a lap that began at `start` and ended at `end` (for the pacing).
+    mutating func roundRan(from start: UInt64, to end: UInt64) {
+        pacing.roundRan(from: start, to: end)
+        joinedLastLap = joinedThisLap
+        joinedThisLap = 0
+    }
 
     /// Each task's latest event, in the order of those latest events.
     static func coalesced(_ events: [TaskEvent]) -> [TaskEvent] {
         var latestIndex: [String: Int] = [:]
         for (index, event) in events.enumerated() { latestIndex[event.taskID] = index }
         return events.enumerated().filter { latestIndex[$0.element.taskID] == $0.offset }.map(\.element)
+    }
+}
+
+/// The rounds on their way to the subscribers, and how far the lap under way has gone. A
+/// lap visits every subscriber once, in order, and hands each, in one write, every round
+/// it has not had yet (`rounds(from:)`). A round taken while a lap is under way joins it:
+/// the next subscriber visited gets it at once, rather than after the lap (at thousands of
+/// sockets a lap takes longer than the time between updates), and the subscribers the lap
+/// has passed get it in the next lap, which runs while any round is not yet everywhere.
+/// Pure: times are monotonic nanoseconds given by the caller.
+struct FanOutLap {
+    /// Rounds not yet handed to every subscriber, oldest first; the first is numbered
+    /// `firstRound`.
+    private(set) var rounds: [RoundEvents] = []
+    /// The number of the first of `rounds`.
+    private(set) var firstRound = 0
+    /// The position of the next subscriber to visit in the lap under way (`SubscriberList`
+    /// keeps the subscribers before it apart from the others when one leaves).
+    var position = 0
+    /// Whether a lap is under way.
+    private(set) var isUnderWay = false
+    /// When the lap under way began.
+    private(set) var start: UInt64 = 0
+    /// Every subscriber has the rounds numbered below this once the lap under way ends.
+    private var floor = 0
+
+    /// The number the next round will have: a subscriber arriving now needs only the
+    /// rounds from it on (its catch-up reads what came before).
+    var nextRound: Int { firstRound + rounds.count }
+
+    /// Begins a lap at the first subscriber, carrying `round` (if any) and every round the
+    /// last lap did not hand to everyone.
+    mutating func begin(with round: RoundEvents?, at now: UInt64) {
+        if let round { rounds.append(round) }
+        floor = nextRound
+        position = 0
+        isUnderWay = true
+        start = now
+    }
+
+    /// Adds a round to the lap under way.
+    mutating func join(_ round: RoundEvents) { rounds.append(round) }
+
+    /// The rounds a subscriber whose next round is `next` has not had, oldest first.
+    func rounds(from next: Int) -> ArraySlice<RoundEvents> {
+        rounds[(max(next, firstRound) - firstRound)...]
+    }
+
+    /// Ends the lap under way, letting go of the rounds every subscriber has had; those
+    /// that joined it stay, for the subscribers it passed before they joined.
+    mutating func end() {
+        rounds.removeFirst(floor - firstRound)
+        firstRound = floor
+        position = 0
+        isUnderWay = false
     }
 }
 

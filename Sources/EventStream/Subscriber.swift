@@ -114,6 +114,8 @@ final class Subscriber {
     private(set) var isSendingCatchUp = false
     /// The catch-up's charge on the budget, held until the stream has sent it.
     private var catchUpHold: CatchUpHold?
+    /// The number of the first fan-out round it has not been handed (see `FanOutLap`).
+    var nextRound = 0
 
     init(id: SubscriberID, sink: any EventSink, filter: StreamFilter, limits: Limits) {
         self.id = id
@@ -136,19 +138,37 @@ final class Subscriber {
     /// matching events newer than the catch-up, past the hold-back, go out in one write.
     @discardableResult
     func deliver(_ round: RoundEvents, clock: any WallClock) -> Delivery {
+        deliver([round][...], clock: clock)
+    }
+
+    /// Hands over rounds, oldest first, as `deliver(_:clock:)` one round, with every
+    /// frame they send in one write (a subscriber a lap reaches late gets what joined it
+    /// meanwhile together with the rest).
+    @discardableResult
+    func deliver(_ rounds: ArraySlice<RoundEvents>, clock: any WallClock) -> Delivery {
         guard isLive else {
-            for index in round.indices where round.matches(index, filter) {
-                arrivedDuringCatchUp.append(round.events[index])
+            for round in rounds {
+                for index in round.indices where round.matches(index, filter) {
+                    arrivedDuringCatchUp.append(round.events[index])
+                }
             }
             return .nothing
         }
+        let now = holdsBack ? clock.now() : 0
+        var frames: [[UInt8]] = []
+        var tasks: [String] = []
+        for round in rounds { handOver(round, now: now, frames: &frames, tasks: &tasks) }
+        return enqueue(frames, tasks: tasks)
+    }
+
+    /// Adds to `frames` (and their tasks to `tasks`) the frames of `round` this live
+    /// subscriber sends: its matching events newer than the catch-up, past the hold-back.
+    private func handOver(_ round: RoundEvents, now: EpochMilliseconds, frames: inout [[UInt8]],
+                          tasks: inout [String]) {
         // While every event so far is sent, the round's own arrays stand for them (most
         // subscribers of a round send all of it): nothing is gathered until one is not.
         var sendsAll = true
-        var frames: [[UInt8]] = []
-        var tasks: [String] = []
         let holding = holdsBack
-        let now = holding ? clock.now() : 0
         handedThrough = max(handedThrough, round.highestChange)
         for index in round.indices {
             var sends = merge.isNew(round.changeNumbers[index])
@@ -163,15 +183,23 @@ final class Subscriber {
             // shared frames no longer stand for what this subscriber sends.
             if sendsAll && (!sends || round.hidesParent(index, from: filter.taskPrefix)) {
                 sendsAll = false
-                frames = round.indices.prefix(index).map { round.frame($0) }
-                tasks = Array(round.taskIDs.prefix(index))
+                frames += round.indices.prefix(index).map { round.frame($0) }
+                tasks += round.taskIDs.prefix(index)
             }
             if sends && !sendsAll {
                 frames.append(round.frame(index, for: filter.taskPrefix))
                 tasks.append(round.taskIDs[index])
             }
         }
-        return sendsAll ? enqueue(round.allFrames, tasks: round.taskIDs) : enqueue(frames, tasks: tasks)
+        guard sendsAll else { return }
+        if frames.isEmpty {
+            // The round's arrays themselves, shared rather than copied.
+            frames = round.allFrames
+            tasks = round.taskIDs
+        } else {
+            frames += round.allFrames
+            tasks += round.taskIDs
+        }
     }
 
     /// Takes the catch-up: its frames go out first, then the live events that arrived

@@ -169,9 +169,10 @@ public struct HoldBack: Sendable {
     }
 }
 
-/// When the event broker may start its next fan-out round, so that fan-out cannot starve
-/// ingestion: after a round that took longer than `threshold` while updates poured in (at
-/// least `minimumWaiting` events waiting), the next round starts no sooner than
+/// When the event broker may start its next fan-out round (a lap, which visits every
+/// subscriber), so that fan-out cannot starve ingestion: after a round that took longer
+/// than `threshold` while updates poured in (at least `minimumWaiting` events joined it or
+/// wait at its end), the next round starts no sooner than
 /// `1 + factor` times that length after the last one began, so fan-out takes at most about
 /// 1 / (1 + factor) of the time: an eighth by default. A round costs the updates more than
 /// its own time (10,000 sockets written in a burst leave the caches and the scheduler to the

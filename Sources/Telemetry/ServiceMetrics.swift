@@ -161,6 +161,12 @@ package final class ServiceMetrics: Sendable {
         out.family("headway_events_coalesced_total", .counter,
                    "Events replaced by a later event of their task before fan-out (the broker was behind).")
         out.sample("headway_events_coalesced_total", [:], Double(events.coalesced.value))
+        out.family("headway_event_fanout_laps_total", .counter,
+                   "Fan-out laps ended (a lap hands every subscriber, in one write, what it has not had).")
+        out.sample("headway_event_fanout_laps_total", [:], Double(events.laps.value))
+        out.family("headway_event_fanout_lap_seconds_total", .counter,
+                   "Time the fan-out laps took, from their first subscriber to their last.")
+        out.sample("headway_event_fanout_lap_seconds_total", [:], Double(events.lapNanoseconds.value) / 1e9)
         out.counters("headway_event_subscribers_cut_off_total", "Subscribers disconnected for being too slow, by reason.",
                      labels: ["reason"], events.cutOff.values)
 
@@ -281,6 +287,9 @@ struct HTTPExchangeLabels: MetricLabels {
 package final class EventCounters: Sendable {
     package let sent = MetricCounter()
     package let coalesced = MetricCounter()
+    /// Fan-out laps ended, and their time in nanoseconds (a lap visits every subscriber).
+    package let laps = MetricCounter()
+    package let lapNanoseconds = MetricCounter()
     /// By reason (`bytes`, `pending_tasks`, `stalled`).
     package let cutOff = LabeledCounters<[String]>()
 

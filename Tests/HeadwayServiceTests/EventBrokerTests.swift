@@ -64,6 +64,52 @@ import Testing
         #expect(subscribers.allSatisfy { $0.wasFinished }, "stopping ends every stream")
     }
 
+    /// An event published while a lap is under way does not wait for the lap to end: the
+    /// next subscriber visited gets it at once, in one write with the event it was still
+    /// due, and the subscriber the lap had passed gets it in the next lap. The first
+    /// subscriber's write is held (the broker's thread waits in it) until the second event
+    /// has been published.
+    @Test func anEventPublishedDuringALapJoinsItAndLateSubscribersGetBothInOneWrite() {
+        let broker = broker()
+        let sinks = (0..<3).map { _ in subscribe(broker).0 }
+        sinks[0].holdNextWrite()
+        broker.publish([E.event(1, "a")])
+        #expect(sinks[0].waitForHeldWrite())
+        broker.publish([E.event(2, "b")])
+        sinks[0].letHeldWriteGo()
+        for sink in sinks { #expect(sink.waitForWrites(sink === sinks[0] ? 2 : 1)) }
+        stop(broker)
+        let both = E.frame(E.event(1, "a")) + E.frame(E.event(2, "b"))
+        #expect(sinks[0].writtenTexts.dropFirst() == [E.frame(E.event(1, "a")), E.frame(E.event(2, "b"))])
+        #expect(sinks[1].writtenTexts.dropFirst() == [both], "reached after the second event: both, in one write")
+        #expect(sinks[2].writtenTexts.dropFirst() == [both])
+    }
+
+    /// A subscriber leaving during a lap moves another into its place: the lap still
+    /// reaches every subscriber left, each once, with every event in order.
+    @Test func subscribersLeavingDuringALapDoNotMakeTheLapSkipOrRepeatAnyone() {
+        let broker = broker()
+        let subscribed = (0..<6).map { _ in subscribe(broker) }
+        let sinks = subscribed.map(\.0)
+        sinks[1].holdNextWrite()
+        broker.publish([E.event(1, "a")])
+        #expect(sinks[1].waitForHeldWrite())
+        // One visited (0), the one being visited (1) and one not yet (3) leave; the last
+        // (5), not yet visited, fills their places.
+        sinks[0].close()
+        sinks[3].close()
+        broker.publish([E.event(2, "b")])
+        sinks[1].close()
+        sinks[1].letHeldWriteGo()
+        for index in [2, 4, 5] { #expect(sinks[index].waitForWrites(1)) }
+        stop(broker)
+        let both = E.frame(E.event(1, "a")) + E.frame(E.event(2, "b"))
+        for index in [2, 4, 5] {
+            #expect(sinks[index].writtenTexts.dropFirst() == [both], "subscriber \(index)")
+        }
+        #expect(broker.subscriberCount == 3, "the three that left gave their places back")
+    }
+
     /// Pacing with a pause a billion times as long as the round before it: events published
     /// after the first round wait for it, and the last round (when the broker stops) carries
     /// them coalesced, whatever the speed of the machine. A second subscriber's catch-up

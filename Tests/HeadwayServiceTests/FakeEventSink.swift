@@ -19,11 +19,17 @@ final class FakeEventSink: EventSink {
         var peerStalled = false
         var closeHandlers: [@Sendable () -> Void] = []
         var drainHandler: (@Sendable () -> Void)?
+        /// Whether the next write waits for `letHeldWriteGo`.
+        var holdsNextWrite = false
     }
 
     private let state = Locked(State())
     /// Signalled once per accepted write.
     private let written = DispatchSemaphore(value: 0)
+
+    /// Signalled when a held write has begun, and by the test to let it go.
+    private let writeHeld = DispatchSemaphore(value: 0)
+    private let heldWriteMayGo = DispatchSemaphore(value: 0)
 
     /// Whether each accepted write was shared.
     private let sharedFlags = Locked<[Bool]>([])
@@ -79,6 +85,15 @@ final class FakeEventSink: EventSink {
         close()
     }
 
+    /// Makes the next write wait, in the writing thread, until `letHeldWriteGo`.
+    func holdNextWrite() { state.withLock { $0.holdsNextWrite = true } }
+
+    /// Waits until a held write has begun (false if none does within 10 s).
+    func waitForHeldWrite() -> Bool { writeHeld.wait(timeout: .now() + 10) == .success }
+
+    /// Lets the held write go on.
+    func letHeldWriteGo() { heldWriteMayGo.signal() }
+
     /// Waits until `count` more writes have been accepted; false if they do not come
     /// within `seconds` (a broken broker, not a slow one: the writes need no time).
     func waitForWrites(_ count: Int, seconds: Double = 10) -> Bool {
@@ -94,6 +109,14 @@ final class FakeEventSink: EventSink {
     func writeShared(contentsOf pieces: [[UInt8]]) -> Bool { append(pieces, unlessMoreThan: .max, shared: true) }
 
     private func append(_ pieces: [[UInt8]], unlessMoreThan limit: Int, shared: Bool) -> Bool {
+        let held = state.withLock { state in
+            defer { state.holdsNextWrite = false }
+            return state.holdsNextWrite
+        }
+        if held {
+            writeHeld.signal()
+            _ = heldWriteMayGo.wait(timeout: .now() + 10)
+        }
         let accepted = state.withLock { state in
             guard state.isOpen, state.buffered <= limit else { return false }
             state.writes.append(pieces)

@@ -91,6 +91,48 @@ import Testing
         #expect(round?.count == 63, "few waiting: every event, at once")
     }
 
+    /// Events join the lap under way while fewer than the pacing's `minimumWaiting` have
+    /// joined it; past that they wait for the next lap, and the pacing counts those that
+    /// joined as having poured in during the lap.
+    @Test func eventsJoinALapUnderWayUntilTheyPourIn() {
+        var queue = FanOutQueue(coalescingBacklog: 1024, pacing: FanOutPacing(threshold: 5 * ms, minimumWaiting: 4, factor: 3))
+        queue.append([E.event(1)])
+        #expect(queue.takeRound(now: 0, stopping: false) == [E.event(1)])
+        #expect(queue.takeJoining() == nil, "nothing waits")
+        queue.append([E.event(2), E.event(3)])
+        #expect(queue.takeJoining() == [E.event(2), E.event(3)])
+        queue.append([E.event(4)])
+        #expect(queue.takeJoining() == [E.event(4)])
+        queue.append([E.event(5)])
+        #expect(queue.takeJoining() == nil, "a fourth would make as many as pour in")
+        queue.roundRan(from: 0, to: 10 * ms)
+        #expect(queue.pauseEnd(now: 10 * ms) == 40 * ms, "three joined and one waits: four poured in")
+        #expect(queue.takeRound(now: 40 * ms, stopping: false) == [E.event(5)])
+        queue.roundRan(from: 40 * ms, to: 50 * ms)
+        #expect(queue.pauseEnd(now: 50 * ms) == nil, "nothing joined the last lap")
+    }
+
+    /// A lap hands each subscriber the rounds it has not had, and lets a round go once it
+    /// has ended after every subscriber had it: those that joined it stay for the next.
+    @Test func aLapKeepsEachRoundUntilEverySubscriberHasHadIt() {
+        var lap = FanOutLap()
+        let (first, second, third) = (RoundEvents([E.event(1)]), RoundEvents([E.event(2)]), RoundEvents([E.event(3)]))
+        lap.begin(with: first, at: 0)
+        #expect(lap.nextRound == 1)
+        #expect(lap.rounds(from: 0).map(\.highestChange) == [1])
+        lap.join(second)
+        #expect(lap.rounds(from: 0).map(\.highestChange) == [1, 2], "one not visited yet: both")
+        #expect(lap.rounds(from: 1).map(\.highestChange) == [2], "one visited before the second joined")
+        #expect(lap.rounds(from: 2).isEmpty)
+        lap.end()
+        #expect(lap.rounds.count == 1, "the second has not reached those visited before it joined")
+        #expect(lap.rounds(from: 0).map(\.highestChange) == [2])
+        lap.begin(with: third, at: 1)
+        #expect(lap.rounds(from: 1).map(\.highestChange) == [2, 3])
+        lap.end()
+        #expect(lap.rounds.isEmpty && lap.nextRound == 3, "every round everywhere")
+    }
+
     /// Coalescing keeps exactly each task's latest event, in the order of those events,
     /// whatever the mix (random mixes, from a fixed seed).
     @Test func coalescingKeepsExactlyEachTasksLatestInOrder() {

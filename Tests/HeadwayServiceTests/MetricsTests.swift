@@ -188,6 +188,8 @@ import Testing
         #expect(samples["headway_event_subscribers"] == 1)
         #expect(samples["headway_events_sent_total"] ?? 0 >= 1)
         #expect(samples["headway_events_coalesced_total"] == 0)
+        #expect(samples["headway_event_fanout_laps_total"] ?? 0 >= 1, "the lap that carried the update")
+        #expect(samples["headway_event_fanout_lap_seconds_total"] ?? 0 > 0)
     }
 
     @Test func promtoolAcceptsTheScrape() throws {

@@ -1,4 +1,5 @@
 import HeadwayCore
+import HeadwayTestSupport
 import Testing
 @testable import EventStream
 
@@ -33,6 +34,28 @@ import Testing
         #expect(sink.writes[1].count == 2, "one piece per frame, in one write")
         #expect(subscriber.deliver(RoundEvents([E.event(14, "b")]), clock: clock) == .nothing)
         #expect(sink.writes.count == 2)
+    }
+
+    /// Rounds handed over together (a lap reached the subscriber after another round
+    /// joined it) go out in one write, each round filtered as alone, the shared frames of a
+    /// round sent whole among the frames gathered from one that is not; while catching up,
+    /// their matching events are kept, in order.
+    @Test func roundsHandedOverTogetherGoOutInOneWriteEachFilteredAsAlone() {
+        let sink = FakeEventSink()
+        let subscriber = live(sink, filter: StreamFilter(taskIDs: ["a", "b"]), highWater: 10)
+        let rounds = [RoundEvents([E.event(10, "a"), E.event(11, "x"), E.event(12, "b")]),
+                      RoundEvents([E.event(13, "a"), E.event(14, "b")]),
+                      RoundEvents([E.event(15, "x")])]
+        #expect(subscriber.deliver(rounds[...], clock: clock) == .written)
+        #expect(sink.writtenTexts.dropFirst() == [[12, 13, 14].map { E.frame(E.event($0, $0 == 13 ? "a" : "b")) }.joined()])
+        #expect(subscriber.deliver(rounds[2...], clock: clock) == .nothing, "nothing of theirs")
+
+        let catchingUp = self.subscriber(FakeEventSink(), filter: StreamFilter(taskIDs: ["a", "b"]))
+        #expect(catchingUp.deliver(rounds[...], clock: clock) == .nothing)
+        let catchUp = CatchUp(frames: [Array(catchUpFrame.utf8)], highWater: 12, holdBack: HoldBack(filter: catchingUp.filter))
+        let catchingUpSink = catchingUp.sink as? FakeEventSink
+        #expect(catchingUp.caughtUp(catchUp, coalescingBacklog: 1024, clock: clock) == .written)
+        #expect(catchingUpSink?.writtenTexts == [catchUpFrame, E.frame(E.event(13, "a")) + E.frame(E.event(14, "b"))])
     }
 
     @Test func theFrameIsExactlyTheServerSentEvent() {
@@ -360,6 +383,32 @@ import Testing
         #expect(list.inOrder.map(\.id.rawValue) == model)
         for id in 1...nextID {
             #expect(list[SubscriberID(rawValue: id)]?.id.rawValue == (model.contains(id) ? id : nil))
+        }
+    }
+
+    /// Departures during a lap keep those it has visited before its position and the
+    /// others from it on, whichever leave (random departures, from a fixed seed).
+    @Test func departuresDuringALapKeepTheVisitedBeforeItsPosition() {
+        var random = SeededGenerator(seed: 5)
+        for _ in 0..<300 {
+            var list = SubscriberList()
+            let count = Int.random(in: 1...12, using: &random)
+            for id in 1...count {
+                list.add(Subscriber(id: SubscriberID(rawValue: id), sink: FakeEventSink(), filter: StreamFilter(),
+                                    limits: Subscriber.Limits(unsentBytes: 4000, maximumPendingTasks: 3)))
+            }
+            var position = Int.random(in: 0...count, using: &random)
+            var visited = Set(list.inOrder[..<position].map(\.id.rawValue))
+            var notVisited = Set(list.inOrder[position...].map(\.id.rawValue))
+            for id in (1...count).shuffled(using: &random).prefix(Int.random(in: 0...count, using: &random)) {
+                let removed = list.remove(SubscriberID(rawValue: id), visitedBefore: &position)
+                #expect(removed?.id.rawValue == id)
+                visited.remove(id)
+                notVisited.remove(id)
+                #expect(Set(list.inOrder[..<position].map(\.id.rawValue)) == visited)
+                #expect(Set(list.inOrder[position...].map(\.id.rawValue)) == notVisited)
+                #expect(list.inOrder.allSatisfy { list[$0.id] === $0 }, "each found by its id")
+            }
         }
     }
 }
