@@ -46,7 +46,7 @@ import Testing
             try database.rows("SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'tasks'") {
                 $0.optionalText(0)
             }.first ?? nil
-        } == "fillfactor=70")
+        } == "fillfactor=50")
         try fixture.execute("ALTER TABLE tasks SET (autovacuum_enabled = off, fillfactor = 10)")
         let start = try fixture.taskRowsWritten()
         try Self.registerAndUpdate(fixture)
