@@ -78,7 +78,7 @@ enum PostgresSetWrites {
 
 /// A one-dimensional PostgreSQL array as its text literal: `{1,NULL,"a \"b\""}`. Built as
 /// UTF-8 bytes, each text copied whole unless it holds a character to escape, and each
-/// integer's digits written in place: a batch's set writes put some forty values per task
+/// integer's digits written in place: a batch's set writes put some forty-five values per task
 /// into these literals (`PostgresSetWrites`), on the writer thread.
 struct ArrayLiteral {
     private var bytes: [UInt8]
@@ -104,7 +104,7 @@ struct ArrayLiteral {
         case .real(let number):
             // A whole number in its digits (`3`, which PostgreSQL reads as the same float8 as
             // `3.0`): most real columns hold whole numbers, and formatting a `Double` as text
-            // costs ten times as much. -0.0 keeps its sign.
+            // costs several times as much. -0.0 keeps its sign.
             if let whole = Int64(exactly: number), whole != 0 || number.sign == .plus {
                 appendDecimal(whole)
             } else {
