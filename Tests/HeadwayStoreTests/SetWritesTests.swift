@@ -621,4 +621,38 @@ final class EngineWriter: @unchecked Sendable {
         }
         #expect(literal.finish() == #"{"a\"b\\c,{}",NULL,-3,0.5,Infinity,NaN,"","NULL"}"#)
     }
+
+    /// Whole numbers go as their digits, a real among them (`3`, which PostgreSQL reads as the
+    /// float8 `3.0` is), except -0.0, whose sign only the floating-point text keeps; text
+    /// goes byte for byte, any character outside ASCII included.
+    @Test func arrayLiteralsWriteWholeNumbersAsDigitsAndTextAsItsBytes() {
+        var literal = ArrayLiteral(reservingRoomFor: 2)
+        for value: SQLValue in [.integer(0), .integer(.max), .integer(.min), .real(3), .real(-2), .real(0), .real(-0.0),
+                                .real(1e300), .real(0.1), .text("é\u{1F600}\"\\ü"), .text("ascii only")] {
+            literal.append(value)
+        }
+        #expect(literal.finish() == #"{0,9223372036854775807,-9223372036854775808,3,-2,0,-0.0,1e+300,0.1,"é😀\"\\ü","ascii only"}"#)
+    }
+
+    /// What PostgreSQL reads from an array literal is every value as it was: each kind of
+    /// value, and the bounds of the numbers.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func arrayLiteralsReachPostgreSQLAsTheirValues() throws {
+        let server = try TestPostgresDatabase()
+        defer { server.drop() }
+        let database = try Database(path: server.uri)
+        defer { database.close() }
+        let integers: [Int64] = [0, 7, -7, .max, .min, 1_764_000_000_000]
+        let reals: [Double] = [3, -2, 0, -0.0, 0.1, 1e300, -1e-300, 9_007_199_254_740_992, 9.223372036854775807e18,
+                               .greatestFiniteMagnitude, .infinity]
+        let texts = ["plain", "é😀", #"a"b\c"#, "", "NULL", "{x,y}"]
+        var integerLiteral = ArrayLiteral(), realLiteral = ArrayLiteral(), textLiteral = ArrayLiteral()
+        integers.forEach { integerLiteral.append(.integer($0)) }
+        reals.forEach { realLiteral.append(.real($0)) }
+        texts.forEach { textLiteral.append(.text($0)) }
+        #expect(try database.rows("SELECT unnest(?::bigint[])", [.text(integerLiteral.finish())]) { $0.int(0) } == integers)
+        let readReals = try database.rows("SELECT unnest(?::float8[])", [.text(realLiteral.finish())]) { $0.double(0) }
+        #expect(readReals.map(\.bitPattern) == reals.map(\.bitPattern), "\(readReals)")
+        #expect(try database.rows("SELECT unnest(?::text[])", [.text(textLiteral.finish())]) { $0.text(0) } == texts)
+    }
 }

@@ -12,6 +12,7 @@ import Testing
 final class SharedWriter: @unchecked Sendable {
     let store: TaskStore
     let writer: GroupCommitWriter
+    let shared: SharedWriting
     private let group: ServiceGroup
     /// Every event this writer's broker would have been given, in order.
     var stream: Locked<[TaskEvent]> { sink.events }
@@ -21,7 +22,7 @@ final class SharedWriter: @unchecked Sendable {
     init(uri: String, quietSeconds: Double = 1) throws {
         let counter = try DatabaseSetup.open(path: uri).changeCounter
         let cache = TaskCache()
-        let shared = SharedWriting(changeCounter: counter, cache: cache, quietSeconds: quietSeconds)
+        shared = SharedWriting(changeCounter: counter, cache: cache, quietSeconds: quietSeconds)
         store = TaskStore(changeCounter: counter, cache: cache)
         writer = try GroupCommitWriter(path: uri, durability: .normal, coordinator: shared, heldWrites: cache, events: sink)
         group = ServiceGroup([ServiceGroup.Member("test-writer", writer)])
@@ -164,6 +165,28 @@ struct SharedWritingTests {
             #expect(numbers == numbers.sorted() && Set(numbers).count == numbers.count, "\(stream.map { "\($0.changeNumber) \($0.kind) \($0.taskID)" })")
             #expect(Self.latestCompleted(stream)["t"] == 24)
         }
+    }
+
+    /// A daemon's listener leaves the notifications of its own commits alone (its writer's
+    /// session sent them, and its writer delivers those changes itself): only another
+    /// session's notification of a change not yet delivered asks the writer to catch up.
+    @Test func aListenerLeavesItsOwnWritersNotificationsAlone() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try SharedWriter(uri: database.uri)
+        try a.write { store, db in try store.register(Registration(id: "t", name: "T"), now: 1_000, in: db) }
+        // No look at `stream_state` after the first: only notifications wake it.
+        let listener = ChangeListener(location: database.uri, writer: a.writer, sharedWriting: a.shared, pollInterval: 3_600)
+        let group = ServiceGroup([ServiceGroup.Member("test-listen", listener)])
+        try group.start()
+        defer { group.stop() }
+        for seq in 1...50 { try a.increment("t", seq: Int64(seq)) }
+        // Another session's notification, committed after theirs, reaches the listener after them.
+        let other = try Database(path: database.uri)
+        defer { other.close() }
+        try other.execute("SELECT pg_notify('\(SharedWriting.channel)', '\(Int64.max)')")
+        for _ in 0..<1_000 where listener.catchUpsAsked.load(ordering: .relaxed) == 0 { usleep(10_000) }
+        #expect(listener.catchUpsAsked.load(ordering: .relaxed) == 1)
     }
 
     /// Concurrent writers on both: every increment counted once, change numbers never

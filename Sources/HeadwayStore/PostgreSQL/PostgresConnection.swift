@@ -320,19 +320,24 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// The connection's socket, to wait on for notifications (-1 when closed).
     var socket: Int32 { handle.map { PQsocket($0) } ?? -1 }
 
-    /// Reads what the server sent and returns the payloads of the notifications received.
-    func takeNotifications() throws(DatabaseError) -> [String] {
+    /// Reads what the server sent and returns the notifications received: each one's payload
+    /// and the process id of the server session that sent it.
+    func takeNotifications() throws(DatabaseError) -> [(payload: String, sender: Int32)] {
         let connection = try usableHandle("LISTEN")
         guard PQconsumeInput(connection) == 1 else {
             throw DatabaseError.unavailable(Self.trimmed(String(cString: PQerrorMessage(connection))))
         }
-        var payloads: [String] = []
+        var notifications: [(payload: String, sender: Int32)] = []
         while let notification = PQnotifies(connection) {
-            payloads.append(String(cString: notification.pointee.extra))
+            notifications.append((String(cString: notification.pointee.extra), notification.pointee.be_pid))
             PQfreemem(notification)
         }
-        return payloads
+        return notifications
     }
+
+    /// The process id of this connection's server session (0 while not connected): what a
+    /// notification it sends names as its sender.
+    var sessionProcessID: Int32 { handle.map { PQbackendPID($0) } ?? 0 }
 
     // MARK: Text
 

@@ -45,7 +45,7 @@ enum PostgresSetWrites {
                       in database: Database) throws(DatabaseError) {
         let changed = changes.filter { TaskRepository.differs($0.task, $0.previous) }
         if !changed.isEmpty {
-            var arrays = [ArrayLiteral](repeating: ArrayLiteral(), count: columns.count + 1)
+            var arrays = (0...columns.count).map { _ in ArrayLiteral(reservingRoomFor: changed.count) }
             for (task, _) in changed {
                 arrays[0].append(.text(task.id))
                 for (index, column) in columns.enumerated() { arrays[index + 1].append(column.value(task)) }
@@ -63,7 +63,7 @@ enum PostgresSetWrites {
                 unique.append(sample)
             }
         }
-        var arrays = [ArrayLiteral](repeating: ArrayLiteral(), count: 6)
+        var arrays = (0..<6).map { _ in ArrayLiteral(reservingRoomFor: unique.count) }
         for sample in unique {
             arrays[0].append(.text(sample.taskID))
             arrays[1].append(.integer(sample.bucket))
@@ -76,29 +76,81 @@ enum PostgresSetWrites {
     }
 }
 
-/// A one-dimensional PostgreSQL array as its text literal: `{1,NULL,"a \"b\""}`.
+/// A one-dimensional PostgreSQL array as its text literal: `{1,NULL,"a \"b\""}`. Built as
+/// UTF-8 bytes, each text copied whole unless it holds a character to escape, and each
+/// integer's digits written in place: a batch's set writes put some forty-five values per task
+/// into these literals (`PostgresSetWrites`), on the writer thread.
 struct ArrayLiteral {
-    private var text = "{"
+    private var bytes: [UInt8]
     private var isEmpty = true
+
+    /// An empty array, with room for about `elements` elements of a few bytes each.
+    init(reservingRoomFor elements: Int = 0) {
+        bytes = [Self.openingBrace]
+        bytes.reserveCapacity(2 + 16 * elements)
+    }
+
+    private static let openingBrace = UInt8(ascii: "{")
+    private static let quote = UInt8(ascii: "\"")
+    private static let backslash = UInt8(ascii: "\\")
 
     /// Adds an element (text quoted, with `"` and `\` escaped; NULL bare).
     mutating func append(_ value: SQLValue) {
-        if !isEmpty { text.append(",") }
+        if !isEmpty { bytes.append(UInt8(ascii: ",")) }
         isEmpty = false
         switch value {
-        case .null: text += "NULL"
-        case .integer(let number): text += String(number)
-        case .real(let number): text += PostgresConnection.text(of: number)
-        case .text(let string):
-            text.append("\"")
-            for character in string.unicodeScalars {
-                if character == "\"" || character == "\\" { text.append("\\") }
-                text.unicodeScalars.append(character)
+        case .null: bytes.append(contentsOf: Self.null)
+        case .integer(let number): appendDecimal(number)
+        case .real(let number):
+            // A whole number in its digits (`3`, which PostgreSQL reads as the same float8 as
+            // `3.0`): most real columns hold whole numbers, and formatting a `Double` as text
+            // costs several times as much. -0.0 keeps its sign.
+            if let whole = Int64(exactly: number), whole != 0 || number.sign == .plus {
+                appendDecimal(whole)
+            } else {
+                bytes.append(contentsOf: PostgresConnection.text(of: number).utf8)
             }
-            text.append("\"")
+        case .text(var string): string.withUTF8 { appendQuoted($0) }
+        }
+    }
+
+    private static let null = Array("NULL".utf8)
+
+    /// `utf8` between quotes. No byte of a multi-byte UTF-8 sequence is a `"` or a `\`, so
+    /// escaping bytes escapes the characters.
+    private mutating func appendQuoted(_ utf8: UnsafeBufferPointer<UInt8>) {
+        bytes.append(Self.quote)
+        if utf8.contains(where: { $0 == Self.quote || $0 == Self.backslash }) {
+            for byte in utf8 {
+                if byte == Self.quote || byte == Self.backslash { bytes.append(Self.backslash) }
+                bytes.append(byte)
+            }
+        } else {
+            bytes.append(contentsOf: utf8)
+        }
+        bytes.append(Self.quote)
+    }
+
+    /// `number` in decimal digits, written in place (no `String` made for it).
+    private mutating func appendDecimal(_ number: Int64) {
+        if number < 0 { bytes.append(UInt8(ascii: "-")) }
+        var magnitude = number.magnitude
+        // At most 20 digits (`UInt64.max`), written from the last into a buffer on the stack.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var first = digits.count
+            repeat {
+                first -= 1
+                digits[first] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: digits[first...]))
         }
     }
 
     /// The literal.
-    func finish() -> String { text + "}" }
+    func finish() -> String {
+        var literal = bytes
+        literal.append(UInt8(ascii: "}"))
+        return String(decoding: literal, as: UTF8.self)
+    }
 }

@@ -6,8 +6,8 @@ import Synchronization
 /// Wakes this daemon's writer when another daemon sharing the PostgreSQL database has
 /// committed changes, so that its subscribers get them without waiting for a write of
 /// its own: a service whose thread holds a connection that `LISTEN`s on
-/// `SharedWriting.channel` and, when a notification names a change not yet delivered
-/// (or, every `pollInterval`, when `stream_state` shows one), asks the writer to catch up
+/// `SharedWriting.channel` and, when another session's notification names a change not yet
+/// delivered (or, every `pollInterval`, when `stream_state` shows one), asks the writer to catch up
 /// (`GroupCommitWriter.submitCatchUp`: between batches, it reads and delivers the changes
 /// in order with its own, `SharedWriting.catchUp`). The
 /// notification is only a wake-up: lost ones (a dropped connection, a full queue) cost at
@@ -20,6 +20,9 @@ public final class ChangeListener: Service {
     private let stopping = Atomic(false)
     /// Whether an empty job is queued and has not run yet (one is enough).
     private let catchUpQueued = Atomic(false)
+    /// How many times a notification or a look at `stream_state` found a change not yet
+    /// delivered, and asked the writer to catch up (for tests).
+    let catchUpsAsked = Atomic(0)
     /// Opened by `prepare` (the group's thread), used by the listener's thread, closed by the stop.
     private let connection: Locked<Database?> = Locked(nil)
     private let reportFailure: @Sendable (String) -> Void
@@ -58,7 +61,11 @@ public final class ChangeListener: Service {
                 // Short waits, so a requested stop is seen within a quarter of a second.
                 var pollDescriptor = pollfd(fd: database.postgres.socket, events: Int16(POLLIN), revents: 0)
                 _ = poll(&pollDescriptor, 1, 250)
-                var newest = try database.postgres.takeNotifications().compactMap { Int64($0) }.max()
+                // This daemon's own commits are delivered by its writer: their notifications
+                // wake nothing (the writer's session sent them).
+                let writerSession = sharedWriting.writerSession
+                var newest = try database.postgres.takeNotifications()
+                    .compactMap { $0.sender == writerSession ? nil : Int64($0.payload) }.max()
                 if DispatchTime.now() >= nextPoll {
                     nextPoll = .now() + pollInterval
                     newest = max(newest ?? 0, try database.scalar("SELECT last_change FROM stream_state WHERE singleton = 1") ?? 0)
@@ -70,7 +77,10 @@ public final class ChangeListener: Service {
                     reportListening()
                     wakeWriter()
                 }
-                if let newest, newest > sharedWriting.deliveredThrough { wakeWriter() }
+                if let newest, newest > sharedWriting.deliveredThrough {
+                    catchUpsAsked.add(1, ordering: .relaxed)
+                    wakeWriter()
+                }
                 failing = false
             } catch {
                 if !failing { reportFailure("\(error)") }

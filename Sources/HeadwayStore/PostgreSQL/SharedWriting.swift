@@ -143,6 +143,8 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
     /// Every change numbered up to this is committed and delivered (or being delivered,
     /// on the writer thread, in order) by this daemon.
     private let delivered: Atomic<Int64>
+    /// `writerSession`.
+    private let writerSessionID = Atomic<Int32>(0)
     /// Nanoseconds the lock was held, in all (`orderingLockSeconds`).
     private let lockNanoseconds = Atomic<UInt64>(0)
     /// Batches that lost their order (`lostOrders`).
@@ -168,11 +170,18 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
     /// Every change up to this number has been delivered.
     public var deliveredThrough: Int64 { delivered.load(ordering: .acquiring) }
 
+    /// The process id of the writer's server session as of its latest batch (0: none yet):
+    /// the sender of this daemon's own notifications, which `ChangeListener` leaves alone.
+    public var writerSession: Int32 { writerSessionID.load(ordering: .relaxed) }
+
     public var orderingLockSeconds: Double { Double(lockNanoseconds.load(ordering: .relaxed)) / 1e9 }
 
     public var lostOrders: Int { losses.load(ordering: .relaxed) }
 
     public func batchBegins(in database: Database, publishing events: (any TaskEventSink)?, orderFirst: Bool) throws {
+        // The session that sends this batch's notification, if it writes (`batchEnds`): a
+        // lost connection is made again only by a batch's `BEGIN`, before this.
+        writerSessionID.store(database.postgres.sessionProcessID, ordering: .relaxed)
         var exactAt = state.withLock { $0.generationSeen }
         // The latest generation each task was written at, for every write after `knownAfter`.
         var written: [String: Int64] = [:]
