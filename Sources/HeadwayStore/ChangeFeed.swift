@@ -115,7 +115,11 @@ public enum ChangeFeed {
     /// and every deletion of a selected task after `id`, in sequence order.
     public static func changes(after id: Int64, of selection: Selection = .all,
                                in database: Database) throws(DatabaseError) -> [TaskEvent] {
-        let numbers = database.dialect.changeNumbers
+        // Named tasks and the children of named parents are found through `tasks`' id and
+        // parent indexes, however many tasks changed since `id`; other selections read the
+        // range of changes after it.
+        let namesTasks = !selection.newRoots && !(selection.taskIDs.isEmpty && selection.parentIDs.isEmpty)
+        let numbers = namesTasks ? TasksByColumn(source: "tasks", column: "change_seq") : database.dialect.changeNumbers
         let tasks = selection.query("SELECT \(TaskRepository.columns) FROM \(numbers.source) WHERE \(numbers.column) > ?",
                                     [.integer(id)], creations: true)
         let changed = try database.rows(tasks.sql + " ORDER BY \(numbers.column)", tasks.arguments, map: TaskRepository.record)
