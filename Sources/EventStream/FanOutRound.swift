@@ -74,11 +74,22 @@ struct FanOutQueue {
         joinedThisLap = 0
     }
 
-    /// Each task's latest event, in the order of those latest events.
+    /// Each task's latest event, in the order of those latest events. A task created in the
+    /// run and only updated since is reported as created (its latest state): a `new_roots`
+    /// stream takes a top-level task's creation alone, and would never hear of it.
     static func coalesced(_ events: [TaskEvent]) -> [TaskEvent] {
         var latestIndex: [String: Int] = [:]
-        for (index, event) in events.enumerated() { latestIndex[event.taskID] = index }
-        return events.enumerated().filter { latestIndex[$0.element.taskID] == $0.offset }.map(\.element)
+        var created: Set<String> = []
+        for (index, event) in events.enumerated() {
+            latestIndex[event.taskID] = index
+            if event.kind == .created { created.insert(event.taskID) }
+        }
+        return events.enumerated().filter { latestIndex[$0.element.taskID] == $0.offset }.map { _, event in
+            guard event.kind == .updated, created.contains(event.taskID) else { return event }
+            var creation = event
+            creation.kind = .created
+            return creation
+        }
     }
 }
 
