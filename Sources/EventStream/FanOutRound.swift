@@ -75,8 +75,12 @@ struct FanOutQueue {
     }
 
     /// Each task's latest event, in the order of those latest events. A task created in the
-    /// run and only updated since is reported as created (its latest state): a `new_roots`
-    /// stream takes a top-level task's creation alone, and would never hear of it.
+    /// run is still heard of by the streams that take its creation and not its latest event
+    /// (a `new_roots` stream takes a top-level task's creation alone): only updated since,
+    /// it is reported as created (its latest state); ended, stalled or flagged since, it
+    /// keeps its latest event, and a stand-in for its creation goes right before it
+    /// (`isCreationStandIn`), for those streams only. Deleted since, it is gone: nothing
+    /// stands in for its creation.
     static func coalesced(_ events: [TaskEvent]) -> [TaskEvent] {
         var latestIndex: [String: Int] = [:]
         var created: Set<String> = []
@@ -84,12 +88,42 @@ struct FanOutQueue {
             latestIndex[event.taskID] = index
             if event.kind == .created { created.insert(event.taskID) }
         }
-        return events.enumerated().filter { latestIndex[$0.element.taskID] == $0.offset }.map { _, event in
-            guard event.kind == .updated, created.contains(event.taskID) else { return event }
-            var creation = event
-            creation.kind = .created
-            return creation
+        var kept: [TaskEvent] = []
+        kept.reserveCapacity(latestIndex.count)
+        for (index, event) in events.enumerated() where latestIndex[event.taskID] == index {
+            guard created.contains(event.taskID) else {
+                kept.append(event)
+                continue
+            }
+            switch event.kind {
+            case .created, .deleted:
+                kept.append(event)
+            case .updated:
+                kept.append(asCreation(event))
+            default:
+                // Only a top-level task's creation is taken apart from its other events.
+                if event.parentID == nil { kept.append(asCreation(event)) }
+                kept.append(event)
+            }
         }
+        return kept
+    }
+
+    /// The creation of `event`'s task as coalescing reports it: `task.created`, with the
+    /// task's latest state and change number (a stream resuming from it has had that change).
+    static func asCreation(_ event: TaskEvent) -> TaskEvent {
+        var creation = event
+        creation.kind = .created
+        return creation
+    }
+
+    /// Whether the event at `index` of `events` stands in for a creation that coalescing
+    /// folded into the next event: a creation with that event's task and change number
+    /// (every other event has a change of its own).
+    static func isCreationStandIn(_ events: [TaskEvent], at index: Int) -> Bool {
+        let next = index + 1
+        return events[index].kind == .created && next < events.count && events[next].kind != .created
+            && events[next].changeNumber == events[index].changeNumber && events[next].taskID == events[index].taskID
     }
 }
 
@@ -161,6 +195,10 @@ final class RoundEvents {
     let parentIDs: [String?]
     /// The highest change number of the round (`.min` when empty).
     let highestChange: Int64
+    /// The positions of the creations that stand in for one folded into the next event
+    /// (`FanOutQueue.isCreationStandIn`): only a stream that takes the creation and not
+    /// that event takes them.
+    let creationStandIns: Set<Int>
     private var frames: [[UInt8]?]
     /// The frames with the task's parent hidden, of the events whose parent some stream's
     /// task prefix does not cover (a tree built across prefixes: rare).
@@ -172,19 +210,36 @@ final class RoundEvents {
         taskIDs = events.map(\.taskID)
         parentIDs = events.map(\.parentID)
         highestChange = changeNumbers.max() ?? .min
+        creationStandIns = Set(events.indices.filter { FanOutQueue.isCreationStandIn(events, at: $0) })
         frames = Array(repeating: nil, count: events.count)
     }
 
     /// The positions of the events.
     var indices: Range<Int> { events.indices }
 
-    /// Whether the event at `index` belongs to a stream with `filter`.
+    /// Whether the event at `index` belongs to a stream with `filter` (a creation stand-in:
+    /// when the event after it does not).
     func matches(_ index: Int, _ filter: StreamFilter) -> Bool {
-        filter.matches(taskID: taskIDs[index], parentID: parentIDs[index], kind: events[index].kind)
+        let matches = filter.matches(taskID: taskIDs[index], parentID: parentIDs[index], kind: events[index].kind)
+        guard matches, isCreationStandIn(index) else { return matches }
+        return !self.matches(index + 1, filter)
     }
 
-    /// Every event's frame, in order: what a subscriber that sends the whole round writes.
-    private(set) lazy var allFrames: [[UInt8]] = indices.map { frame($0) }
+    /// Whether the event at `index` stands in for a creation folded into the next event.
+    @inline(__always)
+    func isCreationStandIn(_ index: Int) -> Bool { !creationStandIns.isEmpty && creationStandIns.contains(index) }
+
+    /// The positions of the events a stream of every task sends: all but the creation
+    /// stand-ins.
+    private(set) lazy var wholeStreamIndices: [Int] = indices.filter { !isCreationStandIn($0) }
+
+    /// The frames of `wholeStreamIndices`, in order: what a subscriber that sends what a
+    /// stream of every task sends writes.
+    private(set) lazy var wholeStreamFrames: [[UInt8]] = wholeStreamIndices.map { frame($0) }
+
+    /// The tasks of `wholeStreamFrames`.
+    private(set) lazy var wholeStreamTaskIDs: [String] =
+        creationStandIns.isEmpty ? taskIDs : wholeStreamIndices.map { taskIDs[$0] }
 
     /// The frame of an event, with its id.
     func frame(_ index: Int) -> [UInt8] {

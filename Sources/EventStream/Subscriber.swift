@@ -165,9 +165,10 @@ final class Subscriber {
     /// subscriber sends: its matching events newer than the catch-up, past the hold-back.
     private func handOver(_ round: RoundEvents, now: EpochMilliseconds, frames: inout [[UInt8]],
                           tasks: inout [String]) {
-        // While every event so far is sent, the round's own arrays stand for them (most
-        // subscribers of a round send all of it): nothing is gathered until one is not.
-        var sendsAll = true
+        // While it sends what a stream of every task sends (every event but the creation
+        // stand-ins), the round's own arrays stand for what it sends (most subscribers of a
+        // round send that): nothing is gathered until it does not.
+        var sendsAsWholeStream = true
         let holding = holdsBack
         handedThrough = max(handedThrough, round.highestChange)
         for index in round.indices {
@@ -181,24 +182,26 @@ final class Subscriber {
             }
             // An event shown with its parent hidden has a frame of its own: the round's
             // shared frames no longer stand for what this subscriber sends.
-            if sendsAll && (!sends || round.hidesParent(index, from: filter.taskPrefix)) {
-                sendsAll = false
-                frames += round.indices.prefix(index).map { round.frame($0) }
-                tasks += round.taskIDs.prefix(index)
+            let wholeStreamSends = !round.isCreationStandIn(index)
+            if sendsAsWholeStream && (sends != wholeStreamSends || round.hidesParent(index, from: filter.taskPrefix)) {
+                sendsAsWholeStream = false
+                let sent = round.wholeStreamIndices.prefix { $0 < index }
+                frames += sent.map { round.frame($0) }
+                tasks += sent.map { round.taskIDs[$0] }
             }
-            if sends && !sendsAll {
+            if sends && !sendsAsWholeStream {
                 frames.append(round.frame(index, for: filter.taskPrefix))
                 tasks.append(round.taskIDs[index])
             }
         }
-        guard sendsAll else { return }
+        guard sendsAsWholeStream else { return }
         if frames.isEmpty {
             // The round's arrays themselves, shared rather than copied.
-            frames = round.allFrames
-            tasks = round.taskIDs
+            frames = round.wholeStreamFrames
+            tasks = round.wholeStreamTaskIDs
         } else {
-            frames += round.allFrames
-            tasks += round.taskIDs
+            frames += round.wholeStreamFrames
+            tasks += round.wholeStreamTaskIDs
         }
     }
 

@@ -131,6 +131,57 @@ import Testing
         #expect(marker.writes.count == 1, "its catch-up reflects every change")
     }
 
+    /// Top-level tasks created and then ended, stalled or deleted while the broker is
+    /// behind (one round, coalesced): a `new_roots` stream, which takes a root's creation
+    /// alone, still hears of those that exist, as `task.created` in their latest state (a
+    /// short one under `min_duration` is never shown, as without coalescing); a stream of
+    /// every task, one naming a root and one following a parent get each task's latest
+    /// event as before, and nothing twice.
+    @Test func rootsCreatedAndEndedInACoalescedRoundReachNewRootsStreams() {
+        let broker = broker {
+            $0.coalescingBacklog = 1
+            $0.heartbeatSeconds = 3600
+        }
+        let (roots, _) = subscribe(broker, filter: StreamFilter(newRoots: true))
+        let (heldRoots, _) = subscribe(broker, filter: StreamFilter(newRoots: true, minDurationMilliseconds: 2000))
+        let (whole, _) = subscribe(broker)
+        let (named, _) = subscribe(broker, filter: StreamFilter(taskIDs: ["long"], newRoots: true))
+        let (children, _) = subscribe(broker, filter: StreamFilter(parentIDs: ["p"], newRoots: true))
+        // Every task created now; `ended` finishes one `ms` later.
+        let start = clock.now()
+        func created(_ seq: Int64, _ task: String, parent: String? = nil) -> TaskEvent {
+            E.event(seq, task, parent: parent, kind: .created, createdAt: start)
+        }
+        func ended(_ seq: Int64, _ task: String, _ kind: TaskEventKind, parent: String? = nil, after ms: Int64) -> TaskEvent {
+            var event = E.event(seq, task, parent: parent, kind: kind, createdAt: start)
+            event.finishedAt = kind == .finished ? start + ms : nil
+            return event
+        }
+        let longFinish = ended(2, "long", .finished, after: 5000)
+        let quickFinish = ended(4, "quick", .finished, after: 10)
+        let hungStall = ended(6, "hung", .stalled, after: 0)
+        let gone = ended(8, "gone", .deleted, after: 0)
+        let childFinish = ended(10, "child", .finished, parent: "p", after: 5000)
+        broker.publish([created(1, "long"), longFinish, created(3, "quick"), quickFinish, created(5, "hung"), hungStall,
+                        created(7, "gone"), gone, created(9, "child", parent: "p"), childFinish])
+        for sink in [roots, whole, named, children] { #expect(sink.waitForWrites(1)) }
+        stop(broker)
+        // A creation as coalescing reports it: the task's latest state and change number.
+        func creation(_ event: TaskEvent) -> String {
+            var creation = event
+            creation.kind = .created
+            return E.frame(creation)
+        }
+        #expect(roots.writtenTexts.dropFirst() == [creation(longFinish) + creation(quickFinish) + creation(hungStall)])
+        #expect(heldRoots.writtenTexts.dropFirst() == [creation(longFinish)],
+                "the quick one finished sooner than min_duration; the stalled one is young: held")
+        let latest = [longFinish, quickFinish, hungStall, gone, childFinish]
+        #expect(whole.writtenTexts.dropFirst() == [latest.map { E.frame($0) }.joined()])
+        #expect(named.writtenTexts.dropFirst() == [E.frame(longFinish) + creation(quickFinish) + creation(hungStall)])
+        #expect(children.writtenTexts.dropFirst() == [creation(longFinish) + creation(quickFinish) + creation(hungStall)
+                                                        + E.frame(childFinish)])
+    }
+
     @Test func aSubscribersPlaceIsGivenBackWhenItsStreamCloses() {
         let broker = broker { $0.maximumSubscribers = 2 }
         let (first, firstID) = subscribe(broker)

@@ -129,6 +129,30 @@ import Testing
         #expect(events.allSatisfy { ($0.json["metadata"] as? [String: Any])?["blob"] as? String == String(repeating: "m", count: 4000) })
     }
 
+    /// A top-level task registered and finished while the broker is behind (its events
+    /// coalesced) reaches the page of roots (`new_roots`) as `task.created`, in its latest
+    /// state; streams of every task and of the task get its finish; a root registered
+    /// after it comes after it on every stream.
+    @Test func aRootRegisteredAndFinishedWhileTheBrokerIsBehindReachesNewRootsStreams() throws {
+        let daemon = try LiveDaemon { $0.broker.coalescingBacklog = 1 }
+        let clients = [try daemon.subscribe("?new_roots=true"), try daemon.subscribe(), try daemon.subscribe("?task=short")]
+        for client in clients { _ = try snapshot(client) }
+        daemon.application.pauseEventStream(true)
+        try daemon.register(#"{"id":"short","name":"Short"}"#)
+        try daemon.request("POST", "/v1/tasks/short/finish", json: #"{"outcome":"succeeded"}"#)
+        daemon.application.pauseEventStream(false)
+        try daemon.register(#"{"id":"after","name":"After"}"#)
+        let heard = try zip(clients, ["after", "after", "short"]).map { client, last in
+            try client.events { $0.json["id"] as? String == last }
+        }
+        let roots = heard[0].filter { $0.json["id"] as? String == "short" }
+        #expect(roots.map(\.event) == ["task.created"], "the page of roots hears of it once, as a creation")
+        #expect(roots.first?.json["state"] as? String == "succeeded", "in its latest state")
+        #expect(heard[1].map(\.event) == ["task.finished", "task.created"], "every task: its finish, then the next root")
+        #expect(heard[2].map(\.event) == ["task.finished"])
+        #expect(roots.first?.id == heard[1].first?.id, "one change, one id")
+    }
+
     @Test func everyChangeIsDeliveredUnlessTheBacklogPassesItsBound() throws {
         let daemon = try LiveDaemon()
         try daemon.register(#"{"id":"fast","name":"Fast","total":5000}"#)
