@@ -67,10 +67,13 @@ export function stallText(task, now) {
 }
 
 /// The run-time line of `task` at `now` ("Overdue by 4 min", "Ended 2 min late", "Too
-/// quick: under 1 min"), or "".
+/// quick: under 1 min"), or "". Less than a second overdue or late reads "under 1 sec",
+/// not "0 sec": the task is late, by less than the smallest unit shown.
 export function runTimeText(task, now) {
   const fact = runTimeFact(task, now);
-  return fact ? t(fact.key, { age: formatDuration(fact.seconds, "short") }) : "";
+  if (!fact) return "";
+  const age = fact.seconds < 1 ? t("underAge", { age: formatDuration(1, "short") }) : formatDuration(fact.seconds, "short");
+  return t(fact.key, { age });
 }
 
 /// Whether the task has a run-time rule (`expected_seconds`, `deadline` or `min_seconds`).

@@ -4,6 +4,9 @@ success that came too quickly keep their line once finished, the detail view nam
 rules, in English and Korean, on a desktop and at phone width in dark mode.
 
 Screenshots go to a temporary folder, or to $HEADWAY_SCREENSHOTS when set."""
+import contextlib
+import datetime
+
 import httpx
 from selenium.webdriver.common.by import By
 
@@ -111,4 +114,52 @@ def test_an_overdue_event_reaches_an_open_page_live(page, headwayd):
     assert "overdue" not in slow.get_attribute("class")
     poll(lambda: "overdue" in slow.get_attribute("class"), 10, "the row turned overdue by the event")
     assert slow.find_element(By.CSS_SELECTOR, ".badge").text == "Overdue"
+    assert console_errors(page) == []
+
+
+@contextlib.contextmanager
+def pinned_wall_clock(page, milliseconds):
+    """The page's wall clock (`Date.now`) stopped at `milliseconds` since the epoch for the
+    pages loaded meanwhile: a moment shown exactly, not waited for."""
+    script = page.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument",
+                                  {"source": f"Date.now = () => {int(milliseconds)};"})
+    try:
+        yield
+    finally:
+        page.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script["identifier"]})
+
+
+def epoch_ms(text):
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000
+
+
+def test_just_past_the_due_moment_reads_under_one_second_never_zero(page, headwayd, tmp_path):
+    """A task overdue for half a second, and one that finished a few milliseconds past its
+    deadline, say "under 1 sec" in both languages, not "0 sec"."""
+    folder = screenshot_folder(tmp_path)
+    due = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(milliseconds=1500)
+    deadline = due.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    register(headwayd, id="sync", name="Sync mailboxes", deadline=deadline, stall_timeout_seconds=3600)
+    register(headwayd, id="upload", name="Upload invoices", deadline=deadline, stall_timeout_seconds=3600)
+    poll(lambda: datetime.datetime.now(datetime.timezone.utc) > due, 5, "the deadline passed")
+    finish(headwayd, "upload")
+    upload = httpx.get(f"{headwayd}/v1/tasks/upload").json()
+    assert upload["overdue"] and epoch_ms(upload["finished_at"]) - epoch_ms(upload["overdue_since"]) < 1000, \
+        f"finished within a second of its deadline (a busy machine took longer): {upload}"
+    poll(lambda: "sync" in overdue_ids(headwayd), 10, "sync flagged overdue by the sweeper")
+    sync = httpx.get(f"{headwayd}/v1/tasks/sync").json()
+    with pinned_wall_clock(page, epoch_ms(sync["overdue_since"]) + 500):
+        page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                             {"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": False})
+        open_dashboard(page, headwayd)
+        runtime = lambda task_id: poll(lambda: row(page, task_id), 5, task_id).find_element(By.CSS_SELECTOR, ".runtime")
+        poll(lambda: runtime("sync").text == "Overdue by under 1 sec", 5, f"sync: {runtime('sync').text}")
+        assert runtime("upload").text == "Ended under 1 sec late"
+        assert row(page, "sync").find_element(By.CSS_SELECTOR, ".badge").text == "Overdue"
+        page.save_screenshot(str(folder / "overdue-under-a-second-en.png"))
+        open_dashboard(page, headwayd, "min_duration=0&lang=ko")
+        poll(lambda: runtime("sync").text == "1초 미만 초과", 5, f"sync in Korean: {runtime('sync').text}")
+        assert runtime("upload").text == "1초 미만 늦게 종료"
+        page.save_screenshot(str(folder / "overdue-under-a-second-ko.png"))
+        page.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     assert console_errors(page) == []

@@ -120,6 +120,24 @@ test("detail fields: why first; offline leaves out the time left", () => {
   assert.equal(value(detailFields(task({ attention: "stalled" }), T0, false), "field_state"), "Running · Part stalled");
 });
 
+test("just past the due moment: late by under 1 sec, never by 0 sec, in both languages", () => {
+  const late = task({ overdue: true, overdue_since: at(60), expected_seconds: 60 });
+  const ranLate = task({ state: "succeeded", overdue: true, overdue_since: at(60), finished_at: at(60.4) });
+  const onTheDot = task({ state: "failed", overdue: true, overdue_since: at(60), finished_at: at(60) });
+  setLanguage("en");
+  assert.equal(runTimeText(late, T0 + 60_000), "Overdue by under 1 sec");
+  assert.equal(runTimeText(late, T0 + 60_999), "Overdue by under 1 sec");
+  assert.equal(runTimeText(late, T0 + 61_000), "Overdue by 1 sec", "a whole second: counted");
+  assert.equal(runTimeText(ranLate, T0 + 300_000), "Ended under 1 sec late");
+  assert.equal(runTimeText(onTheDot, T0 + 300_000), "Ended under 1 sec late");
+  assert.equal(detailFields(late, T0 + 60_500, false).find(([key]) => key === "field_run_time")[1], "Overdue by under 1 sec");
+  setLanguage("ko");
+  assert.equal(runTimeText(late, T0 + 60_500), "1초 미만 초과");
+  assert.equal(runTimeText(ranLate, T0 + 300_000), "1초 미만 늦게 종료");
+  assert.equal(runTimeText(late, T0 + 61_000), "1초 초과");
+  setLanguage("en");
+});
+
 test("run-time rules: overdue by, ended late, too quick, in their own words in both languages", () => {
   const late = task({ overdue: true, overdue_since: at(60), expected_seconds: 60 });
   const ranLate = task({ state: "succeeded", overdue: true, overdue_since: at(60), finished_at: at(180) });
