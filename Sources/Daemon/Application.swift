@@ -110,7 +110,7 @@ public final class HeadwayApplication: Sendable {
             "socket": configuration.inheritedListenFD == nil ? "bound" : "inherited",
             "db": redactedLocation(configuration.databasePath), "durability": configuration.durability.rawValue,
             "tls": server.isTLS ? "on" : "off", "certificate_sha256": server.certificateFingerprint ?? "-",
-            "version": HeadwayVersion.current,
+            "max_subscribers": "\(broker.settings.maximumSubscribers)", "version": HeadwayVersion.current,
         ])
         warnIfCertificateIsNotValidNow()
     }
@@ -207,7 +207,7 @@ public func buildApplication(_ configuration: Configuration, clock: any WallCloc
     if let refusal = StartRefusal.check(configuration, tokensRequired: tokens.authenticationRequired) { throw refusal }
     logSettingWarnings(configuration, tokensRequired: tokens.authenticationRequired, logger: logger)
     let openFiles = OpenFileBudget.obtain(forSubscribers: configuration.broker.maximumSubscribers)
-    logOpenFiles(openFiles, logger: logger)
+    logOpenFiles(openFiles, given: configuration.maximumSubscribersGiven, logger: logger)
     // The broker serves as many streams as the files allow; `configuration` stays as given
     // (a reload compares the settings with it).
     var served = configuration
@@ -588,19 +588,25 @@ public enum StartRefusal: Error, CustomStringConvertible {
     }
 }
 
-/// Says at start, as `limits.open_files` at warn with what to change, when the open-file
-/// limit holds fewer event streams than `--max-subscribers` (those past it get 503
-/// `too_many_subscribers`).
-private func logOpenFiles(_ budget: OpenFileBudget, logger: Logger) {
+/// Says at start, as `limits.open_files`, when the open-file limit holds fewer event
+/// streams than `--max-subscribers` (those past it get 503 `too_many_subscribers`): at warn
+/// with what to change when the number was `given`; at info when it is the default, which
+/// the daemon lowers to what the limit holds (a newcomer's machine, whose limit it did not
+/// set, has nothing to change).
+private func logOpenFiles(_ budget: OpenFileBudget, given: Bool, logger: Logger) {
     guard !budget.holdsConfiguredSubscribers else { return }
-    logger.log(.warn, "limits.open_files", [
+    let holds = "the open-file limit holds \(budget.subscribers) event streams beside \(budget.apiConnections) API "
+        + "connections and \(OpenFileBudget.otherFiles) other files; more subscribers get 503 too_many_subscribers"
+    let detail = given
+        ? holds + ": raise the hard limit to \(budget.wanted) (LimitNOFILE= in the systemd unit, ulimit -Hn) "
+            + "or lower --max-subscribers"
+        : "--max-subscribers is not set, so its default is lowered: " + holds + " (a hard limit of "
+            + "\(budget.wanted) holds the default)"
+    logger.log(given ? .warn : .info, "limits.open_files", [
         "open_files": "\(budget.openFiles)", "max_subscribers": "\(budget.configuredSubscribers)",
         "subscribers_served": "\(budget.subscribers)",
         "wanted": "\(budget.wanted)",
-        "detail": "the open-file limit holds \(budget.subscribers) event streams beside \(budget.apiConnections) API "
-            + "connections and \(OpenFileBudget.otherFiles) other files; more subscribers get 503 "
-            + "too_many_subscribers: raise the hard limit to \(budget.wanted) "
-            + "(LimitNOFILE= in the systemd unit, ulimit -Hn) or lower --max-subscribers",
+        "detail": detail,
     ])
 }
 

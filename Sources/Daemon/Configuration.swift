@@ -37,6 +37,11 @@ public struct Configuration: Sendable, Equatable {
     /// The event broker's settings: keep-alives, subscribers, each stream's buffer, how many
     /// tasks wait for a slow subscriber, fan-out pacing.
     var broker = EventBroker.Settings()
+    /// Whether `--max-subscribers` was given (its flag, its variable or a line of the
+    /// configuration file): a number given that the open-file limit cannot hold is warned
+    /// about at start, the default is lowered to what the limit holds and said at info
+    /// (`OpenFileBudget`).
+    var maximumSubscribersGiven = false
     /// The stall sweeper's and retention's settings.
     var maintenance = Maintenance.Settings()
     /// A response (an event stream or any other) whose socket takes nothing for this long

@@ -131,8 +131,9 @@ extension Setting {
             """),
         .wholeNumber("max-subscribers", at: \.broker.maximumSubscribers, in: 0...1_000_000, help: """
             event-stream subscribers served at once; more get
-            503 ({variable}, default {default})
-            """),
+            503 ({variable}, default {default}:
+            fewer where the open-file limit holds fewer)
+            """, given: \Configuration.maximumSubscribersGiven),
         .duration("retention", at: \.maintenance.retentionMilliseconds, from: "60s", to: "3650d",
                   examples: "7d, 12h, 3600", help: """
             forget finished tasks, their history and deletions
@@ -303,15 +304,21 @@ extension Setting {
 
 extension Setting {
     /// A setting whose text `convert` turns into the value at `keyPath`.
+    /// `given`, if any, is set when a source gives the setting (a default the daemon may
+    /// lower, where a value given must be said to be out of reach).
     static func value<Value: Equatable & Sendable>(
         _ name: String, _ valueName: String, at keyPath: WritableKeyPath<Configuration, Value> & Sendable,
         shape: Shape = .value, reload: Reload = .atRestart, readFromFile: Bool = true, example: String,
         help: String, show: (@Sendable (Value) -> String)? = nil,
+        given: (WritableKeyPath<Configuration, Bool> & Sendable)? = nil,
         convert: @escaping @Sendable (String) throws(UsageError) -> Value
     ) -> Setting {
         Setting(name: name, valueName: valueName, shape: shape, reload: reload, readFromFile: readFromFile,
                 example: example, help: help,
-                apply: { text, configuration throws(UsageError) in configuration[keyPath: keyPath] = try convert(text) },
+                apply: { text, configuration throws(UsageError) in
+                    configuration[keyPath: keyPath] = try convert(text)
+                    if let given { configuration[keyPath: given] = true }
+                },
                 shownValue: { configuration in show.map { $0(configuration[keyPath: keyPath]) } },
                 differs: { $0[keyPath: keyPath] != $1[keyPath: keyPath] })
     }
@@ -331,9 +338,9 @@ extension Setting {
     /// A whole number within `range`; its largest value is its example.
     static func wholeNumber<Number: FixedWidthInteger & Sendable>(
         _ name: String, at keyPath: WritableKeyPath<Configuration, Number> & Sendable, in range: ClosedRange<Number>,
-        help: String
+        help: String, given: (WritableKeyPath<Configuration, Bool> & Sendable)? = nil
     ) -> Setting {
-        value(name, "N", at: keyPath, example: "\(range.upperBound)", help: help, show: { "\($0)" }) {
+        value(name, "N", at: keyPath, example: "\(range.upperBound)", help: help, show: { "\($0)" }, given: given) {
             text throws(UsageError) in try wholeNumber(name, text, in: range)
         }
     }

@@ -11,6 +11,17 @@ import Testing
         return configuration
     }
 
+    /// Whether `--max-subscribers` was given, by any source, decides how a limit too low for
+    /// it is told: the default, given by nobody, is lowered at info; a number given, at warn.
+    @Test func maxSubscribersGivenByAnySourceIsKnownFromTheDefault() throws {
+        #expect(try !parse([]).maximumSubscribersGiven)
+        #expect(try !parse(["--sse-heartbeat", "5"]).maximumSubscribersGiven)
+        #expect(try parse(["--max-subscribers", "50000"]).maximumSubscribersGiven)
+        #expect(try parse([], ["HEADWAY_MAX_SUBSCRIBERS": "50000"]).maximumSubscribersGiven)
+        #expect(try parse(["--max-subscribers", "10"]).broker.maximumSubscribers == 10)
+        #expect(throws: UsageError.self) { try parse(["--max-subscribers", "-1"]) }
+    }
+
     @Test func versionAndHelpTakeNoValue() throws {
         #expect(try Configuration.parse(arguments: ["--version"], environment: [:]) == .version)
         #expect(try Configuration.parse(arguments: ["--db", "x.db", "--help"], environment: [:]) == .help)
