@@ -496,13 +496,15 @@ package struct TaskAPI: Sendable {
 
     /// The reply to a change of one task: the task as written (`Headway-Unchanged` when
     /// nothing changed), as `grant` sees it (a parent outside its prefix hidden). The
-    /// task's own event, first of `events`, already carries its JSON.
+    /// task's own last event already carries its JSON: not the first, which is an earlier
+    /// state when one change made several (a finish past the due moment is `task.overdue`,
+    /// still running, then `task.finished`).
     private static func taskReply(_ status: Int, _ outcome: TaskRules.Outcome, events: [TaskEvent],
                                   _ grant: Grant) -> HTTPResponse {
         var headers: [HTTPField] = []
         if case .unchanged = outcome { headers.append(HTTPField("Headway-Unchanged", "true")) }
-        return .json(status, grant.visible(taskJSON: events.first?.data ?? outcome.task.json, parentID: outcome.task.parentID),
-                     headers: headers)
+        let json = events.last { $0.taskID == outcome.task.id }?.data ?? outcome.task.json
+        return .json(status, grant.visible(taskJSON: json, parentID: outcome.task.parentID), headers: headers)
     }
 
     /// Answers `request` with what `body` reads, on a connection of the read pool: a

@@ -83,6 +83,23 @@ import Testing
         #expect(reply["too_quick"] as? Bool == true)
     }
 
+    /// A finish past the due moment that no sweep had flagged makes two changes (the flag,
+    /// then the finish): its reply is the task as finished, what a read gives after it,
+    /// not the task as flagged, still running.
+    @Test(arguments: Transport.allCases) func aFinishThatFlagsTheTaskRepliesWithTheTaskFinished(_ transport: Transport) throws {
+        let clock = ManualClock(Self.start)
+        // Only the finish flags it (the running sweeper waits an hour of real time).
+        let daemon = try LiveDaemon(transport: transport, clock: clock, adjust: { $0.maintenance.sweepInterval = 3600 })
+        try daemon.register(#"{"id":"late","name":"Late","expected_seconds":20,"stall_timeout_seconds":3600}"#)
+        clock.advance(by: 20_500)
+        let reply = try daemon.request("POST", "/v1/tasks/late/finish", json: #"{"outcome":"succeeded"}"#)
+        #expect(reply.status == 200)
+        #expect(reply.json["state"] as? String == "succeeded")
+        #expect(reply.json["overdue"] as? Bool == true)
+        #expect(reply.json["finished_at"] as? String == time(Self.start + 20_500))
+        #expect(reply.text == (try daemon.request("GET", "/v1/tasks/late").text), "the reply is the task as stored")
+    }
+
     @Test func theGaugeAndTheCounterFollowTheFlags() throws {
         let clock = ManualClock(Self.start)
         let daemon = try LiveDaemon(clock: clock)
