@@ -150,6 +150,76 @@ import Testing
         }
     }
 
+    /// Coalesced runs of random lives (creations, updates, stalls, finishes, deletions of
+    /// roots and children; seeded), handed to subscribers of every kind of filter: each
+    /// gets at most one frame per task, with the task's latest change number, only of a
+    /// task it would have had an event of uncoalesced, the latest event itself when it takes
+    /// it; and a `new_roots` stream gets, as `task.created`, every root created in the run
+    /// that still exists.
+    @Test func coalescedRunsReachEveryFilterOncePerTaskAndNewRootsHearOfEveryNewRoot() {
+        var random = SeededGenerator(seed: 58)
+        let filters = [StreamFilter(), StreamFilter(newRoots: true), StreamFilter(taskIDs: ["r1"]),
+                       StreamFilter(taskIDs: ["r1"], newRoots: true), StreamFilter(parentIDs: ["r0"], newRoots: true),
+                       StreamFilter(parentIDs: ["r0"])]
+        let later: [TaskEventKind] = [.updated, .updated, .stalled, .recovered, .overdue, .cancelRequested, .finished,
+                                      .tooQuick, .deleted]
+        for _ in 0..<300 {
+            var events: [TaskEvent] = []
+            var exists: Set<String> = []
+            var change: Int64 = 0
+            for _ in 0..<Int.random(in: 1...30, using: &random) {
+                let task = ["r0", "r1", "r2", "c0", "c1"].randomElement(using: &random)!
+                let parent = task.hasPrefix("c") ? "r0" : nil
+                let kind: TaskEventKind = exists.contains(task) ? later.randomElement(using: &random)! : .created
+                if kind == .created { exists.insert(task) } else if kind == .deleted { exists.remove(task) }
+                change += 1
+                events.append(E.event(change, task, parent: parent, kind: kind))
+            }
+            let coalesced = FanOutQueue.coalesced(events)
+            let latest = Dictionary(events.map { ($0.taskID, $0) }, uniquingKeysWith: { $1 })
+            for filter in filters {
+                let sink = FakeEventSink()
+                let subscriber = Subscriber(id: SubscriberID(rawValue: 1), sink: sink, filter: filter,
+                                            limits: Subscriber.Limits(unsentBytes: 1 << 24, maximumPendingTasks: 1 << 16))
+                let clock = ManualClock()
+                subscriber.caughtUp(CatchUp(frames: [], highWater: 0, holdBack: HoldBack(filter: filter)),
+                                    coalescingBacklog: 1 << 16, clock: clock)
+                subscriber.deliver(RoundEvents(coalesced), clock: clock)
+                let frames = sink.writtenTexts.joined().components(separatedBy: "\n\n").filter { !$0.isEmpty }
+                let sent = frames.map { frame in
+                    let fields = Dictionary(frame.split(separator: "\n").map { line in
+                        let parts = line.split(separator: ":", maxSplits: 1)
+                        return (String(parts[0]), parts.count > 1 ? String(parts[1].dropFirst()) : "")
+                    }, uniquingKeysWith: { $1 })
+                    let data = fields["data"] ?? ""
+                    let task = String(data.split(separator: "\"")[3])
+                    return (task: task, id: Int64(fields["id"] ?? "") ?? -1, kind: fields["event"] ?? "")
+                }
+                #expect(Set(sent.map(\.task)).count == sent.count, "one frame per task: \(sent) for \(filter)")
+                for frame in sent {
+                    let last = latest[frame.task]!
+                    #expect(frame.id == last.changeNumber, "the task's latest change: \(frame) for \(filter)")
+                    #expect(events.contains { $0.taskID == frame.task
+                        && filter.matches(taskID: $0.taskID, parentID: $0.parentID, kind: $0.kind) },
+                            "a task it would have had an event of: \(frame) for \(filter)")
+                    if filter.matches(taskID: last.taskID, parentID: last.parentID, kind: last.kind) {
+                        #expect(frame.kind == last.kind.rawValue || (frame.kind == "task.created" && last.kind == .updated),
+                                "the latest event itself: \(frame) for \(filter)")
+                    }
+                }
+                guard filter.newRoots else { continue }
+                // Heard of: as a creation, unless the stream takes the root's latest event.
+                let newRoots = Set(events.filter { $0.kind == .created && $0.parentID == nil }.map(\.taskID)).intersection(exists)
+                for root in newRoots {
+                    let last = latest[root]!
+                    let kind = filter.matches(taskID: root, parentID: nil, kind: last.kind) ? last.kind : .created
+                    #expect(sent.contains { $0.task == root && ($0.kind == kind.rawValue || $0.kind == "task.created") },
+                            "the new root \(root): \(sent) for \(filter) of \(events.map(\.kind))")
+                }
+            }
+        }
+    }
+
     @Test func aRoundEncodesEachFrameOnceAndMatchesByFilter() {
         let round = RoundEvents([E.event(1, "a"), E.event(2, "c", parent: "p")])
         let first = round.frame(0)
