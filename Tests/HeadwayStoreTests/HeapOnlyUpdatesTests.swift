@@ -8,7 +8,8 @@ import Testing
 /// the row is written beside the old one and no index of `tasks` is touched, because no
 /// indexed column changes — the change number the feed reads and the stall deadline the
 /// sweeper reads are indexed apart, in `task_changes` and `task_deadlines` (migration
-/// 0012), one row per task, kept by triggers.
+/// 0012), one row per task, kept by the writer's set update and, for any other statement,
+/// by triggers.
 @Suite(.serialized) struct HeapOnlyUpdatesTests {
     private static let ids = (0..<20).map { "copy-\($0)" }
 
@@ -103,6 +104,52 @@ import Testing
         #expect(events.suffix(4).map(\.taskID) == ["copy-1", "copy-2", "copy-6", "by-hand"])
         let due = try fixture.read { database in try TaskRepository.dueForStallCheck(at: .max, limit: 100, in: database) }
         #expect(due.count == Self.ids.count - 2 && due.last?.id == "copy-6")
+    }
+
+    /// The writer's set update keeps the tables apart itself, and lets the trigger that
+    /// keeps them for other statements pass for itself only: here the trigger's function
+    /// refuses every update, so the writer's batches pass only if it is not run for them,
+    /// and a hand's update after them is still refused.
+    @Test(.enabled(if: TestPostgresDatabase.isAvailable, "needs a PostgreSQL server (HEADWAY_TEST_POSTGRES)"))
+    func theWritersSetUpdateKeepsTheTablesApartItself() throws {
+        let fixture = try EngineWriter(.postgres)
+        try fixture.execute("""
+            CREATE OR REPLACE FUNCTION tasks_apart_follow() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF TG_OP = 'UPDATE' THEN RAISE EXCEPTION 'the trigger ran for an update'; END IF;
+                IF TG_OP = 'INSERT' THEN
+                    INSERT INTO task_changes (number, task) SELECT change_seq, seq FROM new_tasks;
+                    INSERT INTO task_deadlines (due, task)
+                    SELECT stall_deadline, seq FROM new_tasks WHERE stall_deadline IS NOT NULL;
+                END IF;
+                RETURN NULL;
+            END;
+            $$
+            """)
+        try Self.registerAndUpdate(fixture)
+        let stored = try fixture.read { database in
+            try database.rows("SELECT change_seq, seq FROM tasks ORDER BY seq") { "\($0.int(0)):\($0.int(1))" }
+        }
+        let kept = try fixture.read { database in
+            try database.rows("SELECT number, task FROM task_changes ORDER BY task") { "\($0.int(0)):\($0.int(1))" }
+        }
+        #expect(kept == stored && stored.count == Self.ids.count)
+        let storedDeadlines = try fixture.read { database in
+            try database.rows("SELECT stall_deadline, seq FROM tasks WHERE stall_deadline IS NOT NULL ORDER BY seq") {
+                "\($0.int(0)):\($0.int(1))"
+            }
+        }
+        let keptDeadlines = try fixture.read { database in
+            try database.rows("SELECT due, task FROM task_deadlines ORDER BY task") { "\($0.int(0)):\($0.int(1))" }
+        }
+        #expect(keptDeadlines == storedDeadlines && storedDeadlines.count == Self.ids.count)
+        // The feed and the sweep find every task at its latest values.
+        let events = try fixture.read { database in try ChangeFeed.changes(after: 0, in: database) }
+        #expect(events.map(\.taskID).sorted() == Self.ids.sorted())
+        #expect(events.allSatisfy { $0.data.contains(#""completed":6,"#) })
+        let due = try fixture.read { database in try TaskRepository.dueForStallCheck(at: .max, limit: 100, in: database) }
+        #expect(due.count == Self.ids.count)
+        #expect(throws: (any Error).self) { try fixture.execute("UPDATE tasks SET message = 'by hand' WHERE id = 'copy-1'") }
     }
 
     /// A database whose tasks were stored before migration 0012 finds them in the feed and,

@@ -257,6 +257,48 @@ final class EngineWriter: @unchecked Sendable {
         #expect(try fixture.stored(["ok1"])["ok1"]?.samples == [[1, 0], [3, 1], [4, 2], [5, 3]])
     }
 
+    /// A batch writes only the columns that differ for one of its tasks; when a value
+    /// `task_counts` counts by changes without the state (an indeterminate task given a
+    /// total becomes quantified), `state` and `stalled` are written too, so the counts
+    /// follow, on both engines.
+    @Test(arguments: TestEngine.available)
+    func aBatchWritesTheColumnsItChangedAndTheCountsFollow(engine: TestEngine) throws {
+        let fixture = try EngineWriter(engine)
+        for id in ["plain", "given-a-total"] {
+            _ = try fixture.write { store, db in try store.register(Registration(id: id, name: id), now: 1_000, in: db) }
+        }
+        let started: [@Sendable (TaskStore, Database) throws -> Int64] = ["plain", "given-a-total"].map { id in
+            { store, db in try store.progress(id, ProgressUpdate(increment: 1), now: 2_000, in: db).outcome.task.completed }
+        }
+        #expect(fixture.batch(started).allSatisfy { (try? $0.get()) == 1 })
+        let quantifiedOf = { (fixture: EngineWriter) in
+            try fixture.read { db in
+                try db.rows("SELECT quantified, sum(n) FROM task_counts WHERE state = 'running' GROUP BY quantified HAVING sum(n) > 0 ORDER BY quantified") {
+                    "\($0.int(0)):\($0.int(1))"
+                }
+            }
+        }
+        #expect(try quantifiedOf(fixture) == ["0:2"])
+        let jobs: [@Sendable (TaskStore, Database) throws -> Int64] = [
+            { store, db in try store.progress("plain", ProgressUpdate(increment: 1), now: 3_000, in: db).outcome.task.completed },
+            { store, db in
+                try store.progress("given-a-total", ProgressUpdate(increment: 1, total: 10), now: 3_000, in: db).outcome.task.completed
+            },
+        ]
+        #expect(fixture.batch(jobs).allSatisfy { (try? $0.get()) == 2 })
+        #expect(try quantifiedOf(fixture) == ["0:1", "1:1"])
+        #expect(try fixture.read { db in try db.rows("SELECT total FROM tasks WHERE id = 'given-a-total'") { $0.int(0) } } == [10])
+        if engine == .postgres {
+            let progressOnly = PostgresSetWrites.shape(of: [(task: Self.record(completed: 2), previous: Self.record(completed: 1))])
+            #expect(progressOnly.columns == [.completed])
+        }
+    }
+
+    /// A running task with `completed` done, as the set writes compare them.
+    private static func record(completed: Int64) -> TaskRecord {
+        TaskRecord(id: "shape", name: "Shape", completed: completed, createdAt: 1_000, updatedAt: 1_000, lastSignalAt: 1_000)
+    }
+
     /// A task's samples thinned in the middle of a batch (its 2,001st second): what the
     /// batch holds is written first, so the count the task keeps is the count stored, and
     /// the samples stay bounded with their ends kept, on both engines.

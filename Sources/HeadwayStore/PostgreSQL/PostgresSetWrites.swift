@@ -1,3 +1,4 @@
+import Synchronization
 import HeadwayCore
 
 /// A writer batch's held writes on PostgreSQL (`SQLDialect.writeHeldTasks`): one statement
@@ -7,22 +8,85 @@ import HeadwayCore
 /// back into rows: the statements' texts do not depend on the batch's size, so each is
 /// prepared once per connection.
 ///
-/// Every column a task's life can change is written, not only those that differ (as the
-/// per-row `UPDATE` of SQLite does): one statement must serve every task of the batch, and
-/// a column rewritten with its own value costs nothing more than the row's new version,
-/// which PostgreSQL writes anyway. `state` and `stalled` are among them, so the trigger
-/// that keeps `task_counts` is asked about every row, and its `WHEN` lets pass only those
-/// whose counted values changed.
+/// The columns written are those that differ for any task of the batch (`shape`): for the
+/// others of those tasks a column is rewritten with its own value, which costs nothing more
+/// than the row's new version, which PostgreSQL writes anyway.
+///
+/// The same statement keeps the tables apart (`task_changes`, `task_deadlines`: migration
+/// 0012) for the rows it updates: it reads each row's old change number and stall deadline
+/// before updating it, and moves the tables' rows whose value changed, by the set. The
+/// trigger that keeps them for any other statement (`tasks_apart_update`) is told to let
+/// this one pass by the transaction-local setting `headway.tasks_apart_written`, on only
+/// while the statement runs: the trigger's four statements over transition tables, run
+/// through PL/pgSQL, cost PostgreSQL about a quarter of its work per update.
 enum PostgresSetWrites {
     private static let columns = TaskRepository.MutableColumn.allCases
 
-    /// `UPDATE tasks … FROM unnest(ids, column 1, column 2, …)`.
-    static let updateSQL: String = {
+    /// `UPDATE tasks … FROM unnest(ids, column 1, column 2, …)` of `columns`, and the rows
+    /// of the tables apart whose value the update changed, deleted at their old value and
+    /// inserted at their new one. All parts of one statement see the rows as they were
+    /// before it, so `old` reads the values the update replaces.
+    static func updateSQL(of columns: [TaskRepository.MutableColumn]) -> String {
         let names = columns.map(\.rawValue)
-        return "UPDATE tasks SET " + names.map { "\($0) = u.\($0)" }.joined(separator: ", ")
+        return "WITH old AS (SELECT tasks.seq, tasks.change_seq AS old_number, tasks.stall_deadline AS old_due, u.*"
             + " FROM unnest(?::text[], " + columns.map { "?::\(arrayType($0.kind))" }.joined(separator: ", ")
-            + ") AS u(id, " + names.joined(separator: ", ") + ") WHERE tasks.id = u.id COLLATE \"C\""
-    }()
+            + ") AS u(id, " + names.joined(separator: ", ") + ") JOIN tasks ON tasks.id = u.id COLLATE \"C\"),"
+            + " updated AS (UPDATE tasks SET " + names.map { "\($0) = old.\($0)" }.joined(separator: ", ")
+            + " FROM old WHERE tasks.seq = old.seq RETURNING tasks.seq, old.old_number, tasks.change_seq AS number,"
+            + " old.old_due, tasks.stall_deadline AS due),"
+            + " numbers_gone AS (DELETE FROM task_changes USING updated WHERE task_changes.number = updated.old_number"
+            + " AND task_changes.task = updated.seq AND updated.number <> updated.old_number),"
+            + " numbers_new AS (INSERT INTO task_changes (number, task) SELECT number, seq FROM updated"
+            + " WHERE number <> old_number),"
+            + " deadlines_gone AS (DELETE FROM task_deadlines USING updated WHERE task_deadlines.due = updated.old_due"
+            + " AND task_deadlines.task = updated.seq AND updated.due IS DISTINCT FROM updated.old_due)"
+            + " INSERT INTO task_deadlines (due, task) SELECT due, seq FROM updated"
+            + " WHERE due IS NOT NULL AND due IS DISTINCT FROM old_due"
+    }
+
+    /// A set of columns a batch writes, and its statement (`updateSQL`).
+    struct UpdateShape {
+        let columns: [TaskRepository.MutableColumn]
+        let sql: String
+    }
+
+    /// The columns a batch writes: those that differ for at least one of its tasks (`state`
+    /// and `stalled` also whenever a value `task_counts` counts by differs: its trigger is
+    /// `AFTER UPDATE OF state, stalled`), when that set is one of the first
+    /// `updateShapesKept` seen; else all of them. A progress update changes a dozen of the
+    /// forty-six, and PostgreSQL parses every element of every array parameter and copies
+    /// every column through the statement's joins. Each set is a statement of its own,
+    /// prepared once per connection, so their number is bounded.
+    static func shape(of changed: [(task: TaskRecord, previous: TaskRecord)]) -> UpdateShape {
+        var mask: UInt64 = 0
+        for (index, column) in columns.enumerated() where changed.contains(where: { column.differs($0.task, $0.previous) }) {
+            mask |= 1 << UInt64(index)
+        }
+        if changed.contains(where: { TaskRepository.countedValuesDiffer($0.task, $0.previous) }) { mask |= countedColumns }
+        return updateShapes.withLock { shapes in
+            if let known = shapes[mask] { return known }
+            guard shapes.count < updateShapesKept else { return everyColumn }
+            let written = columns.enumerated().filter { mask & (1 << UInt64($0.offset)) != 0 }.map(\.element)
+            let shape = UpdateShape(columns: written, sql: updateSQL(of: written))
+            shapes[mask] = shape
+            return shape
+        }
+    }
+
+    /// The bits of `state` and `stalled`.
+    private static let countedColumns: UInt64 = columns.enumerated()
+        .filter { $0.element == .state || $0.element == .stalled }
+        .reduce(0) { $0 | 1 << UInt64($1.offset) }
+    /// Every column, past `updateShapesKept` sets.
+    private static let everyColumn = UpdateShape(columns: columns, sql: updateSQL(of: columns))
+    /// The sets of columns written so far (`shape`), by their bits.
+    private static let updateShapes = Mutex<[UInt64: UpdateShape]>([:])
+    /// At most this many sets of columns get a statement of their own.
+    static let updateShapesKept = 64
+
+    /// Lets the set update pass the trigger that keeps the tables apart (`on`), then stops
+    /// letting any statement pass it (`off`): see the type's comment.
+    static let tablesApartWrittenSQL = "SELECT set_config('headway.tasks_apart_written', ?, true)"
 
     /// `INSERT INTO history … SELECT … FROM unnest(…)`: the latest sample of a task's second
     /// replaces an earlier one.
@@ -45,12 +109,15 @@ enum PostgresSetWrites {
                       in database: Database) throws(DatabaseError) {
         let changed = changes.filter { TaskRepository.differs($0.task, $0.previous) }
         if !changed.isEmpty {
-            var arrays = (0...columns.count).map { _ in ArrayLiteral(reservingRoomFor: changed.count) }
+            let shape = shape(of: changed)
+            var arrays = (0...shape.columns.count).map { _ in ArrayLiteral(reservingRoomFor: changed.count) }
             for (task, _) in changed {
                 arrays[0].append(.text(task.id))
-                for (index, column) in columns.enumerated() { arrays[index + 1].append(column.value(task)) }
+                for (index, column) in shape.columns.enumerated() { arrays[index + 1].append(column.value(task)) }
             }
-            try database.run(updateSQL, arrays.map { .text($0.finish()) })
+            try database.run(tablesApartWrittenSQL, [.text("on")])
+            try database.run(shape.sql, arrays.map { .text($0.finish()) })
+            try database.run(tablesApartWrittenSQL, [.text("off")])
         }
         guard !samples.isEmpty else { return }
         // One row per task and second: a statement may not change a row twice.
