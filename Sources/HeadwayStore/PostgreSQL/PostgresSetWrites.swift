@@ -25,23 +25,32 @@ enum PostgresSetWrites {
     /// `UPDATE tasks … FROM unnest(ids, column 1, column 2, …)` of `columns`, and the rows
     /// of the tables apart whose value the update changed, deleted at their old value and
     /// inserted at their new one. All parts of one statement see the rows as they were
-    /// before it, so `old` reads the values the update replaces.
+    /// before it, so `old` reads the values the update replaces — unless a writer outside
+    /// the writers' order (a hand) changed a row after the statement began: the update then
+    /// goes on with the row's latest version (`READ COMMITTED`), whose number or deadline
+    /// may no longer be the old ones read. Such a row is left alone (the `WHERE` is checked
+    /// again against its latest version), and the statement fails when it updated fewer
+    /// rows than it was given, so the batch runs again with a savepoint per job and per-row
+    /// updates, which the trigger follows (`GroupCommitWriter`).
     static func updateSQL(of columns: [TaskRepository.MutableColumn]) -> String {
         let names = columns.map(\.rawValue)
         return "WITH old AS (SELECT tasks.seq, tasks.change_seq AS old_number, tasks.stall_deadline AS old_due, u.*"
-            + " FROM unnest(?::text[], " + columns.map { "?::\(arrayType($0.kind))" }.joined(separator: ", ")
+            + " FROM unnest(?1::text[], " + columns.indices.map { "?\($0 + 2)::\(arrayType(columns[$0].kind))" }
+                .joined(separator: ", ")
             + ") AS u(id, " + names.joined(separator: ", ") + ") JOIN tasks ON tasks.id = u.id COLLATE \"C\"),"
             + " updated AS (UPDATE tasks SET " + names.map { "\($0) = old.\($0)" }.joined(separator: ", ")
-            + " FROM old WHERE tasks.seq = old.seq RETURNING tasks.seq, old.old_number, tasks.change_seq AS number,"
-            + " old.old_due, tasks.stall_deadline AS due),"
+            + " FROM old WHERE tasks.seq = old.seq AND tasks.change_seq = old.old_number"
+            + " AND tasks.stall_deadline IS NOT DISTINCT FROM old.old_due"
+            + " RETURNING tasks.seq, old.old_number, tasks.change_seq AS number, old.old_due, tasks.stall_deadline AS due),"
             + " numbers_gone AS (DELETE FROM task_changes USING updated WHERE task_changes.number = updated.old_number"
             + " AND task_changes.task = updated.seq AND updated.number <> updated.old_number),"
             + " numbers_new AS (INSERT INTO task_changes (number, task) SELECT number, seq FROM updated"
             + " WHERE number <> old_number),"
             + " deadlines_gone AS (DELETE FROM task_deadlines USING updated WHERE task_deadlines.due = updated.old_due"
-            + " AND task_deadlines.task = updated.seq AND updated.due IS DISTINCT FROM updated.old_due)"
-            + " INSERT INTO task_deadlines (due, task) SELECT due, seq FROM updated"
-            + " WHERE due IS NOT NULL AND due IS DISTINCT FROM old_due"
+            + " AND task_deadlines.task = updated.seq AND updated.due IS DISTINCT FROM updated.old_due),"
+            + " deadlines_new AS (INSERT INTO task_deadlines (due, task) SELECT due, seq FROM updated"
+            + " WHERE due IS NOT NULL AND due IS DISTINCT FROM old_due)"
+            + " SELECT 1 / (count(*) = cardinality(?1::text[]))::int AS every_row_updated FROM updated"
     }
 
     /// A set of columns a batch writes, and its statement (`updateSQL`).
@@ -58,25 +67,27 @@ enum PostgresSetWrites {
     /// every column through the statement's joins. Each set is a statement of its own,
     /// prepared once per connection, so their number is bounded.
     static func shape(of changed: [(task: TaskRecord, previous: TaskRecord)]) -> UpdateShape {
-        var mask: UInt64 = 0
-        for (index, column) in columns.enumerated() where changed.contains(where: { column.differs($0.task, $0.previous) }) {
-            mask |= 1 << UInt64(index)
-        }
-        if changed.contains(where: { TaskRepository.countedValuesDiffer($0.task, $0.previous) }) { mask |= countedColumns }
+        let written = columnsToWrite(changed)
+        let mask = written.reduce(UInt64(0)) { $0 | 1 << UInt64(columns.firstIndex(of: $1)!) }
         return updateShapes.withLock { shapes in
             if let known = shapes[mask] { return known }
             guard shapes.count < updateShapesKept else { return everyColumn }
-            let written = columns.enumerated().filter { mask & (1 << UInt64($0.offset)) != 0 }.map(\.element)
             let shape = UpdateShape(columns: written, sql: updateSQL(of: written))
             shapes[mask] = shape
             return shape
         }
     }
 
-    /// The bits of `state` and `stalled`.
-    private static let countedColumns: UInt64 = columns.enumerated()
-        .filter { $0.element == .state || $0.element == .stalled }
-        .reduce(0) { $0 | 1 << UInt64($1.offset) }
+    /// The columns that differ for at least one task of `changed`, with `state` and
+    /// `stalled` when a counted value differs (see `shape`), in `MutableColumn` order.
+    static func columnsToWrite(_ changed: [(task: TaskRecord, previous: TaskRecord)]) -> [TaskRepository.MutableColumn] {
+        let counted = changed.contains { TaskRepository.countedValuesDiffer($0.task, $0.previous) }
+        return columns.filter { column in
+            (counted && (column == .state || column == .stalled))
+                || changed.contains { column.differs($0.task, $0.previous) }
+        }
+    }
+
     /// Every column, past `updateShapesKept` sets.
     private static let everyColumn = UpdateShape(columns: columns, sql: updateSQL(of: columns))
     /// The sets of columns written so far (`shape`), by their bits.
@@ -84,9 +95,19 @@ enum PostgresSetWrites {
     /// At most this many sets of columns get a statement of their own.
     static let updateShapesKept = 64
 
-    /// Lets the set update pass the trigger that keeps the tables apart (`on`), then stops
-    /// letting any statement pass it (`off`): see the type's comment.
-    static let tablesApartWrittenSQL = "SELECT set_config('headway.tasks_apart_written', ?, true)"
+    /// Lets the set update pass the trigger that keeps the tables apart (see the type's
+    /// comment), and lets the planner read the tables only through their keys until the
+    /// transaction ends, as the trigger's function does: the statement is prepared once per
+    /// connection, maybe while the tables are small, and a plan kept from then would hash
+    /// each table whole as it grows. A generic plan is used from the first execution: the
+    /// planner would otherwise plan again for every small batch (below about ten tasks, the
+    /// rows a generic plan expects of `unnest`), and such a plan costs more than the batch.
+    static let passTheTriggerSQL = "SELECT set_config('headway.tasks_apart_written', 'on', true),"
+        + " set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),"
+        + " set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)"
+
+    /// Stops letting any statement pass the trigger, once the set update is done.
+    static let stopPassingTheTriggerSQL = "SELECT set_config('headway.tasks_apart_written', 'off', true)"
 
     /// `INSERT INTO history … SELECT … FROM unnest(…)`: the latest sample of a task's second
     /// replaces an earlier one.
@@ -115,9 +136,9 @@ enum PostgresSetWrites {
                 arrays[0].append(.text(task.id))
                 for (index, column) in shape.columns.enumerated() { arrays[index + 1].append(column.value(task)) }
             }
-            try database.run(tablesApartWrittenSQL, [.text("on")])
+            try database.run(passTheTriggerSQL)
             try database.run(shape.sql, arrays.map { .text($0.finish()) })
-            try database.run(tablesApartWrittenSQL, [.text("off")])
+            try database.run(stopPassingTheTriggerSQL)
         }
         guard !samples.isEmpty else { return }
         // One row per task and second: a statement may not change a row twice.
