@@ -459,7 +459,7 @@ public final class GroupCommitWriter: Service {
             }
         } catch {
             let lostOrder = coordinator?.lostOrder(error) ?? false
-            coordinator?.batchEnded(committed: false)
+            coordinator?.batchEnded(committed: false, in: database)
             if lostOrder { return runBatch(batch, savepoints: savepoints, orderFirst: true) }
             if !savepoints && Self.needsSavepoints(error) { return runBatch(batch, savepoints: true) }
             if (error as? DatabaseError)?.storageFailure == .full { diskFullSinceCheckpoint.store(true, ordering: .relaxed) }
@@ -469,7 +469,7 @@ public final class GroupCommitWriter: Service {
             batch.forEach { $0.abort(error) }
             return []
         }
-        coordinator?.batchEnded(committed: true)
+        coordinator?.batchEnded(committed: true, in: database)
         noteReach(failedWith: nil)
         observeBatch?(BatchReport(jobs: afterCommit.count, seconds: Self.seconds(since: start), committed: true,
                                   changedRows: database.totalChanges != changesAtStart))

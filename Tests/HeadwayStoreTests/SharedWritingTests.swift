@@ -18,11 +18,13 @@ final class SharedWriter: @unchecked Sendable {
     var stream: Locked<[TaskEvent]> { sink.events }
     private let sink = RecordingSink()
 
-    /// `quietSeconds`: `SharedWriting`'s (0: every batch takes the order in its pipeline).
-    init(uri: String, quietSeconds: Double = 1) throws {
+    /// `quietSeconds`: `SharedWriting`'s (0: every batch takes the order in its pipeline);
+    /// `lockWaitWhenTakenLast`: `SharedWriting`'s.
+    init(uri: String, quietSeconds: Double = 1, lockWaitWhenTakenLast: Double = 0.1) throws {
         let counter = try DatabaseSetup.open(path: uri).changeCounter
         let cache = TaskCache()
-        shared = SharedWriting(changeCounter: counter, cache: cache, quietSeconds: quietSeconds)
+        shared = SharedWriting(changeCounter: counter, cache: cache, quietSeconds: quietSeconds,
+                               lockWaitWhenTakenLast: lockWaitWhenTakenLast)
         store = TaskStore(changeCounter: counter, cache: cache)
         writer = try GroupCommitWriter(path: uri, durability: .normal, coordinator: shared, heldWrites: cache, events: sink)
         group = ServiceGroup([ServiceGroup.Member("test-writer", writer)])

@@ -200,6 +200,9 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
 
     /// The open transaction's id, when its user told it (`noteTransactionID`).
     private var transactionID: Int64?
+    /// When the open (or last) transaction's pipeline took the writers' order, by the
+    /// server's wall clock in microseconds (`lockedAtColumn`); nil if it did not.
+    private(set) var lockTakenAtMicroseconds: Int64?
 
     /// How long after a failed attempt to connect again the next one waits.
     static let reconnectPauseNanoseconds: UInt64 = 1_000_000_000
@@ -467,12 +470,11 @@ extension PostgresConnection {
                 }
                 do {
                     try check(result, sql: sent, connection: connection)
-                    // A statement of the pipeline that tells the transaction's id (the
-                    // writers' order taken there, `SharedWriting.orderCheck`).
-                    if PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1, PQnfields(result) == 1,
-                       let name = PQfname(result, 0), String(cString: name) == Self.transactionIDColumn,
-                       let value = PQgetvalue(result, 0, 0), let id = Int64(String(cString: value)) {
-                        transactionID = id
+                    // A statement of the pipeline that tells the transaction's id and when
+                    // the writers' order was taken (`SharedWriting.movesTheRow`).
+                    if PQresultStatus(result) == PGRES_TUPLES_OK, PQntuples(result) == 1 {
+                        if let id = Self.integer(named: Self.transactionIDColumn, in: result) { transactionID = id }
+                        if let at = Self.integer(named: Self.lockedAtColumn, in: result) { lockTakenAtMicroseconds = at }
                     }
                     if isCommit {
                         try Self.checkCommitted(result)
@@ -628,6 +630,7 @@ extension PostgresConnection {
         if begins {
             transactionBegun = false
             transactionID = nil
+            lockTakenAtMicroseconds = nil
         }
         defer {
             if sql == "COMMIT" || sql == "ROLLBACK" {
@@ -644,8 +647,18 @@ extension PostgresConnection {
     /// it committed (`fateOfLostCommit`), rather than the commit reported failed.
     func noteTransactionID(_ id: Int64) { transactionID = id }
 
-    /// The name of a pipelined query's one column that tells the transaction's id.
+    /// The name of a pipelined query's column that tells the transaction's id.
     static let transactionIDColumn = "headway_transaction_id"
+    /// The name of a pipelined query's column that tells when the server took the writers'
+    /// order (`lockTakenAtMicroseconds`).
+    static let lockedAtColumn = "headway_locked_at"
+
+    /// The first row's value of the integer column `name` of `result`, if it has one.
+    private static func integer(named name: String, in result: OpaquePointer) -> Int64? {
+        let column = PQfnumber(result, name)
+        guard column >= 0, PQgetisnull(result, 0, column) == 0, let value = PQgetvalue(result, 0, column) else { return nil }
+        return Int64(String(cString: value))
+    }
 
     /// The transaction ended with its connection (nothing sent): so did its pipeline.
     func transactionEndedUnsent() {

@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import HeadwayCore
 import Lifecycle
 import Synchronization
@@ -27,7 +28,7 @@ public protocol BatchCoordinator: Sendable {
     /// Last before `COMMIT`; `changedRows` tells whether the batch's jobs changed rows.
     func batchEnds(in database: Database, changedRows: Bool) throws
     /// After the batch, committed or not (before its jobs' completions are called).
-    func batchEnded(committed: Bool)
+    func batchEnded(committed: Bool, in database: Database)
     /// Instead of a batch, when the writer has only catch-up requests to run
     /// (`GroupCommitWriter.submitCatchUp`): outside any transaction; other writers'
     /// committed changes go to `events`.
@@ -126,9 +127,9 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         /// after it takes the order in the pipeline of its writes (`orderCheck`), with no
         /// round trip of its own, since most likely no one commits during it either.
         var othersLastSeen: UInt64 = 0
-        /// Whether the open batch took the order in its pipeline (`othersLastSeen`).
+        /// Whether the open batch takes the order last, in its pipeline (`othersLastSeen`).
         var orderInPipeline = false
-        /// The generation the open batch's `orderCheck` expects (the one it began at).
+        /// The generation the open batch's `movesTheRow` expects (the one it began at).
         var pipelineGeneration: Int64 = -1
         /// How many batches the next loss makes take the order first: doubled by each loss
         /// in a row (up to `maximumOrderFirstBatches`), back to 1 after a batch that ran ahead
@@ -157,10 +158,16 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
     /// saved would seldom make up for the batches run again.
     private let quietNanoseconds: UInt64
 
+    /// The longest wait for any lock of a batch that takes the order last: far below the
+    /// server's `deadlock_timeout` (1 s by default), so that when a daemon holding the
+    /// order waits for one of the batch's rows, this batch gives way first.
+    private let lockWaitMillisecondsWhenTakenLast: Int
+
     /// For the writer of a store with `changeCounter` and `cache`; `quietSeconds`: see
-    /// `quietNanoseconds`.
-    public init(changeCounter: ChangeCounter, cache: TaskCache, quietSeconds: Double = 1) {
+    /// `quietNanoseconds`; `lockWaitWhenTakenLast`: see `lockWaitMillisecondsWhenTakenLast`.
+    public init(changeCounter: ChangeCounter, cache: TaskCache, quietSeconds: Double = 1, lockWaitWhenTakenLast: Double = 0.1) {
         quietNanoseconds = UInt64(quietSeconds * 1e9)
+        lockWaitMillisecondsWhenTakenLast = max(1, Int(lockWaitWhenTakenLast * 1_000))
         self.changeCounter = changeCounter
         self.cache = cache
         delivered = Atomic(changeCounter.last)
@@ -245,31 +252,33 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
             guard state.othersLastSeen > 0, now &- state.othersLastSeen >= quietNanoseconds else { return nil }
             state.orderInPipeline = true
             state.pipelineGeneration = state.generationAfterBatch
-            state.lockedAt = now
             return state.generationAfterBatch
         }
-        guard let generation else { return try database.passOrderGate() }
-        // Most likely nothing moved, as in the last batch: the lock is taken by the first
-        // statement of the batch's pipeline, which fails if another daemon committed since
-        // the batch began (`lostOrder`); so the lock is held only while the server runs the
-        // pipeline, with no round trip to this daemon in it.
+        guard generation != nil else { return try database.passOrderGate() }
+        // Most likely nothing moved, as in the last batch: the batch writes its rows with
+        // the numbers it took, and the order is taken last, by the statement that moves
+        // `stream_state` (`batchEnds`), which fails if another daemon committed since the
+        // batch began (`lostOrder`); so the lock is held only for that statement and the
+        // `COMMIT`, with no write of the batch and no round trip to this daemon in it.
+        // Waiting for a lock meanwhile, the batch holds its tasks' rows: a daemon holding
+        // the order may wait for one of them, so the batch's waits are kept short (a wait
+        // that ends the batch ends with the order lost, and it runs again taking it first).
         database.orderGate = nil
         cache.stopNotingReads()
         database.pipelineUntilCommit()
-        try database.run(Self.orderCheck, [.integer(generation)])
+        try database.run("SELECT set_config('lock_timeout', ?1, true)", [.text("\(lockWaitMillisecondsWhenTakenLast)ms")])
     }
-
-    /// The order taken in a batch's pipeline: locks `stream_state` as `takeOrder` does,
-    /// and divides by zero if the generation is not the one the batch began at.
-    static let orderCheck = "SELECT txid_current() / (generation = ?1)::int AS \(PostgresConnection.transactionIDColumn)"
-        + " FROM stream_state WHERE singleton = 1 FOR UPDATE"
 
     public func lostOrder(_ error: any Error) -> Bool {
         if case WriterError.orderMoved = error { return true }
         guard let error = error as? DatabaseError else { return false }
         if error.orderMoved { return true }
         return state.withLock { state in
-            guard state.orderInPipeline, error.sqlState == "22012", error.sql == Self.orderCheck else { return false }
+            guard state.orderInPipeline else { return false }
+            // The generation moved (`movesTheRow` divides by zero), or a lock waited for
+            // too long: the order taken last was lost (`orderBeforeWriting`).
+            let moved = error.sqlState == "22012" && error.sql == Self.movesTheRow
+            guard moved || error.sqlState == "55P03" || error.sqlState == "40P01" else { return false }
             losses.add(1, ordering: .relaxed)
             // The cache stays exact for the generation the batch began at (nothing of the
             // batch was kept); the next batch finds the other's commit, and takes the order
@@ -414,33 +423,51 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         let last = changeCounter.last
         let written = cache.takeWritten()
         guard changedRows || last != state.withLock({ $0.lastAtBatchStart }) else { return }
-        // One round trip: the row moved, the tasks written named under the new generation
-        // (the oldest names deleted now and then), and the notification sent at commit.
-        try database.run("""
-            WITH moved AS (UPDATE stream_state SET last_change = ?1, generation = generation + 1 WHERE singleton = 1
-                           RETURNING last_change, generation),
-                 named AS (INSERT INTO written_tasks (generation, ids) SELECT generation, ?2::text[] FROM moved),
-                 pruned AS (DELETE FROM written_tasks
-                            WHERE (SELECT generation % \(Self.writtenPruneInterval) = 0 FROM moved)
-                            AND generation <= (SELECT generation - \(Self.writtenGenerationsKept) FROM moved))
-            SELECT pg_notify('\(Self.channel)', last_change::text) FROM moved
-            """, [.integer(last), .text(Self.arrayLiteral(written))])
+        let generation = state.withLock { $0.generationAfterBatch }
+        try database.run(Self.movesTheRow, [.integer(last), .text(Self.arrayLiteral(written)), .integer(generation)])
         state.withLock { $0.generationAfterBatch += 1 }
     }
 
-    public func batchEnded(committed: Bool) {
-        let lockedAt = state.withLock { state in
+    /// One statement: the row moved to the batch's latest number and the next generation,
+    /// the tasks written named under it (the oldest names deleted now and then), and the
+    /// notification sent at commit. It takes the order when the batch did not before
+    /// (`orderBeforeWriting`), and divides by zero when the generation is no longer the
+    /// one the batch numbered after (`?3`): another daemon committed meanwhile. It tells
+    /// the transaction's id, as `lockedPosition` does, and when the server took the lock
+    /// (`PostgresConnection.lockedAtColumn`).
+    static let movesTheRow = """
+        WITH moved AS (UPDATE stream_state SET last_change = ?1, generation = generation + 1
+                       WHERE singleton = 1 AND generation = ?3
+                       RETURNING last_change, generation, (extract(epoch FROM clock_timestamp()) * 1e6)::bigint AS locked_at),
+             named AS (INSERT INTO written_tasks (generation, ids) SELECT generation, ?2::text[] FROM moved),
+             pruned AS (DELETE FROM written_tasks
+                        WHERE (SELECT generation % \(writtenPruneInterval) = 0 FROM moved)
+                        AND generation <= (SELECT generation - \(writtenGenerationsKept) FROM moved))
+        SELECT txid_current() / (count(*) = 1)::int AS \(PostgresConnection.transactionIDColumn),
+               max(locked_at) AS \(PostgresConnection.lockedAtColumn)
+        FROM moved, LATERAL pg_notify('\(channel)', moved.last_change::text)
+        """
+
+    public func batchEnded(committed: Bool, in database: Database) {
+        let (lockedAt, orderTakenLast) = state.withLock { state in
             // After a rollback the row is as it was, but this daemon's cache was forgotten
             // (the connection's rollback count moved) and its counter is reset next batch.
             state.generationSeen = committed ? state.generationAfterBatch : state.generationAtLostOrder
             state.generationAtLostOrder = -1
-            state.orderInPipeline = false
             state.events = nil
-            defer { state.lockedAt = nil }
-            return state.lockedAt
+            defer {
+                state.lockedAt = nil
+                state.orderInPipeline = false
+            }
+            return (state.lockedAt, state.orderInPipeline)
         }
         if let lockedAt {
             lockNanoseconds.add(DispatchTime.now().uptimeNanoseconds &- lockedAt, ordering: .relaxed)
+        } else if orderTakenLast, let lockedAt = database.postgres.lockTakenAtMicroseconds {
+            // Taken by the server in the pipeline (`movesTheRow`): from its clock, the same
+            // wall clock as this daemon's on one machine; on two, an estimate.
+            let now = Int64(Date().timeIntervalSince1970 * 1e6)
+            lockNanoseconds.add(UInt64(max(0, now - lockedAt)) * 1_000, ordering: .relaxed)
         }
         if !committed { _ = cache.takeWritten() }
         if committed { delivered.store(max(delivered.load(ordering: .acquiring), changeCounter.last), ordering: .releasing) }
