@@ -52,7 +52,7 @@ struct AheadOfTheOrderTests {
         #expect(stream.last { $0.taskID == "w" }?.changeNumber == stored["w"])
     }
 
-    /// A batch that takes the order in its pipeline (`orderCheck`: no other daemon committed
+    /// A batch that takes the order in its pipeline (`movesTheRow`: no other daemon committed
     /// for `quietSeconds`) tells the connection its transaction's id there, as one that
     /// takes it in two steps does (`lockedPosition`): a `COMMIT` whose answer is lost is
     /// asked about, and reported committed.

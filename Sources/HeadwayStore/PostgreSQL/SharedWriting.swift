@@ -124,7 +124,7 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         var orderFirstBatches = 0
         /// When this daemon last saw another's commit (`DispatchTime` nanoseconds; 0: never):
         /// at a batch's start, or taking the order. A batch that begins `quietNanoseconds`
-        /// after it takes the order in the pipeline of its writes (`orderCheck`), with no
+        /// after it takes the order last, in the pipeline of its writes (`movesTheRow`), with no
         /// round trip of its own, since most likely no one commits during it either.
         var othersLastSeen: UInt64 = 0
         /// Whether the open batch takes the order last, in its pipeline (`othersLastSeen`).
