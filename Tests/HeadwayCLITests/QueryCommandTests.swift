@@ -121,6 +121,9 @@ import Testing
         let table = Self.clockless(output)
             .replacingOccurrences(of: "overdue by [0-9] s", with: "overdue by 1 s", options: .regularExpression)
             .replacingOccurrences(of: "ran [0-9] s late", with: "ran 1 s late", options: .regularExpression)
+            // Under a second late reads "under 1 s", six cells wider: the same width kept.
+            .replacingOccurrences(of: "overdue by under 1 s", with: "overdue by 1 s      ")
+            .replacingOccurrences(of: "ran under 1 s late( · ended 12:00)?", with: "ran 1 s late$1      ", options: .regularExpression)
         #expect(table == (try Self.golden("tasks-run-time-100.txt")), "\(output)")
         #expect(ids(try ok("tasks", "--overdue", "--json", server: server)) == ["ran-late", "late"])
         let refused = try runBuilt("headway", ["start", "Job", "--deadline", "tomorrow", "--server", server])

@@ -159,3 +159,28 @@ enum RenderingFixtures {
         return out
     }
 }
+
+/// The run-time note of a task past its due moment says how late in whole units, and
+/// "under 1 s" below a second: an age rounds down, and "overdue by 0 s" reads as on time.
+@Suite struct RunTimeNoteTests {
+    let now = RenderingFixtures.now
+
+    func note(_ fields: String) -> String? {
+        TaskTable.runTimeNote(RenderingFixtures.task(fields), now: now)
+    }
+
+    @Test func lateByLessThanASecondSaysUnderOneSecond() {
+        #expect(note(#""id":"a","state":"running","overdue":true,"overdue_since":"2026-11-30T11:59:59.600Z""#)
+                == "overdue by under 1 s")
+        #expect(note(#""id":"b","state":"succeeded","overdue":true,"overdue_since":"2026-11-30T11:59:59.000Z","finished_at":"2026-11-30T11:59:59.999Z""#)
+                == "ran under 1 s late")
+    }
+
+    @Test func lateByASecondOrMoreSaysHowLong() {
+        #expect(note(#""id":"a","state":"running","overdue":true,"overdue_since":"2026-11-30T11:59:59.000Z""#)
+                == "overdue by 1 s")
+        #expect(note(#""id":"b","state":"failed","overdue":true,"overdue_since":"2026-11-30T11:56:00.000Z","finished_at":"2026-11-30T11:59:59.000Z""#)
+                == "ran 3 min late")
+        #expect(note(#""id":"c","state":"running","overdue":false"#) == nil)
+    }
+}

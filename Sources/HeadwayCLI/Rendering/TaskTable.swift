@@ -152,9 +152,15 @@ public struct TaskTable: Sendable {
         guard task.overdue else { return nil }
         guard let since = task.overdueSince else { return "overdue" }
         if task.state.isFinished {
-            return task.finishedAt.map { "ran \(Formatting.age(milliseconds: max(0, $0 - since))) late" } ?? "ran late"
+            return task.finishedAt.map { "ran \(lateness(milliseconds: $0 - since)) late" } ?? "ran late"
         }
-        return "overdue by \(Formatting.age(milliseconds: max(0, now - since)))"
+        return "overdue by \(lateness(milliseconds: now - since))"
+    }
+
+    /// How late, for `runTimeNote`: under a second is "under 1 s", since an age rounds down
+    /// and "overdue by 0 s" would read as on time.
+    static func lateness(milliseconds: Int64) -> String {
+        milliseconds < 1_000 ? "under 1 s" : Formatting.age(milliseconds: milliseconds)
     }
 
     /// TIME: how long the task has run, or ran once finished; empty when unknown.
