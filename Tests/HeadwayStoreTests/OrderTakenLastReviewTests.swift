@@ -132,6 +132,36 @@ struct OrderTakenLastReviewTests {
         try Self.expectOneOrderedStream(a)
     }
 
+    /// A hand (no order, no generation moved) changes x's number while the set update of
+    /// a batch taking the order last waits for x's row: the batch runs again, taking the
+    /// order first (nothing tells a hand from a writer there), and writes over the hand's
+    /// change with its writes held; `task_changes` holds x's stored number alone.
+    @Test func aRowChangedByAHandUnderTheSetUpdateIsWrittenOver() throws {
+        let database = try TestPostgresDatabase()
+        defer { database.drop() }
+        let a = try Self.writerWithX(uri: database.uri, lockWait: 30)
+        let hand = try Database(path: database.uri)
+        defer { hand.close() }
+        let handProcess = try hand.scalar("SELECT pg_backend_pid()") ?? 0
+        try hand.execute("BEGIN; UPDATE tasks SET completed = 10, change_seq = change_seq + 1000 WHERE id = 'x'")
+        let runs = Locked<[Bool]>([])
+        let result = Locked<Result<Int64, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Self.incrementX(on: a, runs: runs, result: result, done: done)
+        let waiting = try Self.statementWaitingForALock(uri: database.uri, except: handProcess)
+        try hand.execute("COMMIT")
+        #expect(done.wait(timeout: .now() + 60) == .success)
+        #expect(waiting?.hasPrefix("WITH old AS") == true, "waited in: \(waiting ?? "no wait")")
+        #expect((try? result.withLock { $0 }?.get()) == 11, "\(String(describing: result.withLock { $0 }))")
+        #expect(runs.withLock { $0 }.count >= 2)
+        let kept = try a.run { _, db in
+            try db.rows("SELECT c.number FROM task_changes AS c JOIN tasks AS t ON t.seq = c.task WHERE t.id = 'x'") { $0.int(0) }
+        }
+        let stored = try a.storedChangeNumbers()["x"]
+        #expect(kept == [stored ?? 0], "task_changes \(kept), stored \(String(describing: stored))")
+        #expect(try a.storedCompleted(["x"]) == ["x": 11])
+    }
+
     /// The same, the other holding x past the batch's lock wait (100 ms): the set update
     /// gives way (55P03), the batch counts a lost order and runs again taking the order first
     /// (waiting for it), its writes held; its changes come after the other's. The lock wait
