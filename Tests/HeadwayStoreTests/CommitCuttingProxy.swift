@@ -18,6 +18,10 @@ final class CommitCuttingProxy: @unchecked Sendable {
         case afterCommitAnswer
         /// Right before that answer: the transaction committed, and the client never learns it.
         case beforeCommitAnswer
+        /// Every byte of the server's reply that holds that answer, with the answers before
+        /// it in the same reply, not yet forwarded: what a network cut loses. The server
+        /// sends a pipeline's answers together, when it reaches the pipeline's sync.
+        case theReplyWithTheCommitAnswer
         /// Right before the client's `COMMIT` (a simple query, or the `Parse` of one in a
         /// pipeline): the server never gets it, and the transaction is rolled back.
         case beforeCommitRequest
@@ -84,6 +88,7 @@ final class CommitCuttingProxy: @unchecked Sendable {
                 forwardFrames(from: server, to: client, untypedFirst: false) { type, body in
                     guard type == UInt8(ascii: "C"), body.elementsEqual("COMMIT\0".utf8) else { return nil }
                     if take(.afterCommitAnswer) { return .after }
+                    if take(.theReplyWithTheCommitAnswer) { return .wholeRead }
                     return take(.beforeCommitAnswer) ? .before : nil
                 }
                 finish(client, server)
@@ -101,8 +106,9 @@ final class CommitCuttingProxy: @unchecked Sendable {
         }
     }
 
-    /// Where `cutAt` says to end a connection: before or after the message it was shown.
-    private enum CutPoint { case before, after }
+    /// Where `cutAt` says to end a connection: before or after the message it was shown, or
+    /// before the whole read it came in (nothing of that read forwarded).
+    private enum CutPoint { case before, after, wholeRead }
 
     /// Forwards whole messages from `source` to `destination` until either side ends, or
     /// `cutAt` (shown each message's type and body) says to cut.
@@ -124,7 +130,12 @@ final class CommitCuttingProxy: @unchecked Sendable {
                 let end = lengthAt + length
                 guard pending.count >= end else { break }
                 if !untyped, let point = cutAt(pending[start], pending[(start + 5)..<end]) {
-                    _ = writeAll(pending[..<(point == .before ? start : end)], to: destination)
+                    let kept = switch point {
+                    case .before: start
+                    case .after: end
+                    case .wholeRead: 0
+                    }
+                    _ = writeAll(pending[..<kept], to: destination)
                     return
                 }
                 untyped = false

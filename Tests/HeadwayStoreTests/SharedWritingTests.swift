@@ -193,11 +193,13 @@ struct SharedWritingTests {
 
     /// Concurrent writers on both: every increment counted once, change numbers never
     /// given twice, and each writer's stream strictly increasing and ending at every task's
-    /// final value: no change skipped, whichever writer committed it.
-    @Test func concurrentWritersNumberChangesInCommitOrderWithoutGaps() throws {
+    /// final value: no change skipped, whichever writer committed it. Each writer's
+    /// `quietSeconds` as given (0: its batches take the order last, whenever they can).
+    @Test(arguments: [[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
+    func concurrentWritersNumberChangesInCommitOrderWithoutGaps(quietSeconds: [Double]) throws {
         let database = try TestPostgresDatabase()
         defer { database.drop() }
-        let writers = [try SharedWriter(uri: database.uri), try SharedWriter(uri: database.uri)]
+        let writers = try quietSeconds.map { try SharedWriter(uri: database.uri, quietSeconds: $0) }
         let ids = ["shared", "a-only", "b-only"]
         for id in ids {
             try writers[0].write { store, db in try store.register(Registration(id: id, name: id), now: 1_000, in: db) }
@@ -323,10 +325,13 @@ struct SharedWritingTests {
     /// ends as one writer applying the operations in the order they ran leaves it, jobs
     /// running one batch at a time under the writers' lock; each writer's stream is
     /// strictly increasing and its last event of every task is the task's stored change.
-    @Test func concurrentWritersOnATreeEndAsOneWriterWould() throws {
+    /// Each writer's `quietSeconds` as given (0: its batches take the order last, whenever
+    /// they can).
+    @Test(arguments: [[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
+    func concurrentWritersOnATreeEndAsOneWriterWould(quietSeconds: [Double]) throws {
         let shared = try TestPostgresDatabase()
         defer { shared.drop() }
-        let writers = [try SharedWriter(uri: shared.uri), try SharedWriter(uri: shared.uri)]
+        let writers = try quietSeconds.map { try SharedWriter(uri: shared.uri, quietSeconds: $0) }
         var setup: [TreeOperation] = [.register("root", parent: nil)]
         for parent in 0..<3 {
             setup.append(.register("p\(parent)", parent: "root"))

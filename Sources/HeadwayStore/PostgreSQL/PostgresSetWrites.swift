@@ -28,13 +28,15 @@ enum PostgresSetWrites {
     /// before it, so `old` reads the values the update replaces — unless a writer outside
     /// the writers' order (a hand) changed a row after the statement began: the update then
     /// goes on with the row's latest version (`READ COMMITTED`), whose number or deadline
-    /// may no longer be the old ones read. Such a row is left alone (the `WHERE` is checked
+    /// may no longer be the old ones read (in a batch that takes the writers' order last,
+    /// the writer holding the order may be that writer: `SharedWriting.lostOrder`). Such a
+    /// row is left alone (the `WHERE` is checked
     /// again against its latest version), and the statement fails when it updated fewer
     /// rows than it was given, so the batch runs again with a savepoint per job and per-row
     /// updates, which the trigger follows (`GroupCommitWriter`).
     static func updateSQL(of columns: [TaskRepository.MutableColumn]) -> String {
         let names = columns.map(\.rawValue)
-        return "WITH old AS (SELECT tasks.seq, tasks.change_seq AS old_number, tasks.stall_deadline AS old_due, u.*"
+        return setUpdateStart + " tasks.stall_deadline AS old_due, u.*"
             + " FROM unnest(?1::text[], " + columns.indices.map { "?\($0 + 2)::\(arrayType(columns[$0].kind))" }
                 .joined(separator: ", ")
             + ") AS u(id, " + names.joined(separator: ", ") + ") JOIN tasks ON tasks.id = u.id COLLATE \"C\"),"
@@ -52,6 +54,14 @@ enum PostgresSetWrites {
             + " WHERE due IS NOT NULL AND due IS DISTINCT FROM old_due)"
             + " SELECT 1 / (count(*) = cardinality(?1::text[]))::int AS every_row_updated FROM updated"
     }
+
+    /// How every set update's statement begins (`isSetUpdate`).
+    private static let setUpdateStart = "WITH old AS (SELECT tasks.seq, tasks.change_seq AS old_number,"
+
+    /// Whether `sql` is a set update's statement (`updateSQL`): in a batch that takes the
+    /// writers' order last, its failed check means that the writer holding the order wrote
+    /// one of its rows meanwhile (`SharedWriting.lostOrder`).
+    static func isSetUpdate(_ sql: String?) -> Bool { sql?.hasPrefix(setUpdateStart) == true }
 
     /// A set of columns a batch writes, and its statement (`updateSQL`).
     struct UpdateShape {

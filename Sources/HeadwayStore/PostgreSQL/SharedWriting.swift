@@ -275,9 +275,13 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         if error.orderMoved { return true }
         return state.withLock { state in
             guard state.orderInPipeline else { return false }
-            // The generation moved (`movesTheRow` divides by zero), or a lock waited for
-            // too long: the order taken last was lost (`orderBeforeWriting`).
-            let moved = error.sqlState == "22012" && error.sql == Self.movesTheRow
+            // The generation moved (`movesTheRow` divides by zero), a row the set update
+            // waited for was written by the writer holding the order (its check divides by
+            // zero, `PostgresSetWrites.updateSQL`), or a lock waited for too long: the order
+            // taken last was lost (`orderBeforeWriting`). (A row changed by a hand instead
+            // fails the set update again, holding the order: that run falls back.)
+            let moved = error.sqlState == "22012"
+                && (error.sql == Self.movesTheRow || PostgresSetWrites.isSetUpdate(error.sql))
             guard moved || error.sqlState == "55P03" || error.sqlState == "40P01" else { return false }
             losses.add(1, ordering: .relaxed)
             // The cache stays exact for the generation the batch began at (nothing of the
