@@ -290,9 +290,10 @@ struct OrderTakenLastReviewTests {
     /// A `COMMIT` whose answer is lost as a network cut loses it: with the whole reply that
     /// held it, the answers of the pipeline's other statements too (the server sends them
     /// together, at the pipeline's sync). A batch that took the order in two steps had its
-    /// transaction's id told by `lockedPosition`, a round trip of its own, and is asked
-    /// about; one that took it last learns its id only from `movesTheRow`'s answer, lost in
-    /// the same reply, so the committed batch is reported failed.
+    /// transaction's id told by `lockedPosition`, a round trip of its own; one that takes it
+    /// last has it told by its pipeline's first statement, whose answer the server sends at
+    /// once (`PostgresConnection.sendAnswersSoFar`): either is asked about, and reported
+    /// committed. (`movesTheRow`'s answer, which tells the id too, is lost in the same reply.)
     @Test(arguments: [0.0, 60.0]) func aBatchWhoseWholeCommitReplyIsLostIsAskedAbout(quiet: Double) throws {
         let server = try TestPostgresDatabase()
         defer { server.drop() }

@@ -409,6 +409,13 @@ extension PostgresConnection {
         pipelineRequested = true
     }
 
+    /// Asks the server to send the answers of what the pipeline holds so far without waiting
+    /// for its end (`PQsendFlushRequest`), so that they travel apart from later ones.
+    func sendAnswersSoFar() {
+        guard let handle, PQpipelineStatus(handle) == PQ_PIPELINE_ON else { return }
+        _ = PQsendFlushRequest(handle)
+    }
+
     /// Sends `sql` with `arguments` in the pipeline (entering pipeline mode first), preparing
     /// it there first if this connection has not yet.
     private func sendInPipeline(_ sql: String, _ arguments: [SQLValue]) throws(DatabaseError) {

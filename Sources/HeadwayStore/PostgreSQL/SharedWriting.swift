@@ -266,8 +266,17 @@ public final class SharedWriting: BatchCoordinator, OrderGate {
         database.orderGate = nil
         cache.stopNotingReads()
         database.pipelineUntilCommit()
-        try database.run("SELECT set_config('lock_timeout', ?1, true)", [.text("\(lockWaitMillisecondsWhenTakenLast)ms")])
+        try database.run(Self.shortLockWaits, [.text("\(lockWaitMillisecondsWhenTakenLast)ms")])
+        // Its answer, the transaction's id, travels at once, ahead of the others (which the
+        // server sends together at the pipeline's end): a cut that loses the `COMMIT`'s
+        // answer leaves the id known, and the commit is asked about (`fateOfLostCommit`).
+        database.postgres.sendAnswersSoFar()
     }
+
+    /// The first statement of a batch that takes the order last: its waits for any lock
+    /// bounded (`lockWaitMillisecondsWhenTakenLast`), and its transaction's id told.
+    static let shortLockWaits = "SELECT txid_current() AS \(PostgresConnection.transactionIDColumn),"
+        + " set_config('lock_timeout', ?1, true)"
 
     public func lostOrder(_ error: any Error) -> Bool {
         if case WriterError.orderMoved = error { return true }
