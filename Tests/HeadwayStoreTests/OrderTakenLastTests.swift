@@ -16,25 +16,11 @@ struct OrderTakenLastTests {
     @Test func theBatchWritesItsRowsBeforeTakingTheOrder() throws {
         let database = try TestPostgresDatabase()
         defer { database.drop() }
-        let a = try SharedWriter(uri: database.uri, quietSeconds: 0, lockWaitWhenTakenLast: 60)
-        try a.write { store, db in try store.register(Registration(id: "x", name: "x", total: 100), now: 1_000, in: db) }
-        try a.write { store, db in try store.progress("x", ProgressUpdate(completed: 1), now: 1_500, in: db) }
-        let lossesBefore = a.shared.lostOrders
-
-        let hand = try Database(path: database.uri)
-        defer { hand.close() }
-        try hand.execute("BEGIN; SELECT 1 FROM stream_state WHERE singleton = 1 FOR UPDATE")
-        let done = DispatchSemaphore(value: 0)
-        let result = Locked<Result<Int64, any Error>?>(nil)
-        let store = a.store
-        a.writer.submit({ db in
-            try store.progress("x", ProgressUpdate(completed: 2), now: 2_000, in: db).outcome.task.completed
-        }) { outcome in
-            result.withLock { $0 = outcome }
-            done.signal()
-        }
+        let run = try OrderHeldByHand(uri: database.uri, lockWaitWhenTakenLast: 60)
+        defer { run.hand.close() }
+        let (a, done, result, lossesBefore) = (run.writer, run.done, run.result, run.lossesBefore)
         let written = try Self.rowHeldByAnother("x", uri: database.uri)
-        try hand.execute("ROLLBACK")
+        try run.hand.execute("ROLLBACK")
         #expect(done.wait(timeout: .now() + 60) == .success)
         #expect(written, "the batch waited for the order before writing x")
         #expect((try? result.withLock { $0 }?.get()) == 2)
@@ -53,23 +39,9 @@ struct OrderTakenLastTests {
     @Test func aBatchWaitingForTheOrderGivesWayToTheWriterHoldingIt() throws {
         let database = try TestPostgresDatabase()
         defer { database.drop() }
-        let a = try SharedWriter(uri: database.uri, quietSeconds: 0, lockWaitWhenTakenLast: 0.2)
-        try a.write { store, db in try store.register(Registration(id: "x", name: "x", total: 100), now: 1_000, in: db) }
-        try a.write { store, db in try store.progress("x", ProgressUpdate(completed: 1), now: 1_500, in: db) }
-        let lossesBefore = a.shared.lostOrders
-
-        let hand = try Database(path: database.uri)
-        defer { hand.close() }
-        try hand.execute("BEGIN; SELECT 1 FROM stream_state WHERE singleton = 1 FOR UPDATE")
-        let done = DispatchSemaphore(value: 0)
-        let result = Locked<Result<Int64, any Error>?>(nil)
-        let store = a.store
-        a.writer.submit({ db in
-            try store.progress("x", ProgressUpdate(completed: 2), now: 2_000, in: db).outcome.task.completed
-        }) { outcome in
-            result.withLock { $0 = outcome }
-            done.signal()
-        }
+        let run = try OrderHeldByHand(uri: database.uri, lockWaitWhenTakenLast: 0.2)
+        defer { run.hand.close() }
+        let (a, hand, done, result, lossesBefore) = (run.writer, run.hand, run.done, run.result, run.lossesBefore)
         let written = try Self.rowHeldByAnother("x", uri: database.uri)
         #expect(written, "the batch waited for the order before writing x")
         // The hand, holding the order, now waits for x: until the batch gives way.
@@ -111,5 +83,32 @@ struct OrderTakenLastTests {
             }
         }
         return false
+    }
+}
+
+/// A writer taking the order last (`quietSeconds` 0) with task `x` at 1, a hand holding the
+/// writers' order, and the writer's batch setting `x` to 2 submitted meanwhile.
+struct OrderHeldByHand {
+    let writer: SharedWriter
+    let hand: Database
+    let lossesBefore: Int
+    /// Signalled when the batch's job completes, with its result in `result`.
+    let done = DispatchSemaphore(value: 0)
+    let result = Locked<Result<Int64, any Error>?>(nil)
+
+    init(uri: String, lockWaitWhenTakenLast: Double) throws {
+        writer = try SharedWriter(uri: uri, quietSeconds: 0, lockWaitWhenTakenLast: lockWaitWhenTakenLast)
+        try writer.write { store, db in try store.register(Registration(id: "x", name: "x", total: 100), now: 1_000, in: db) }
+        try writer.write { store, db in try store.progress("x", ProgressUpdate(completed: 1), now: 1_500, in: db) }
+        lossesBefore = writer.shared.lostOrders
+        hand = try Database(path: uri)
+        try hand.execute("BEGIN; SELECT 1 FROM stream_state WHERE singleton = 1 FOR UPDATE")
+        let (store, done, result) = (writer.store, done, result)
+        writer.writer.submit({ db in
+            try store.progress("x", ProgressUpdate(completed: 2), now: 2_000, in: db).outcome.task.completed
+        }) { outcome in
+            result.withLock { $0 = outcome }
+            done.signal()
+        }
     }
 }
