@@ -238,6 +238,7 @@ private func refuseBeforeOpening(_ configuration: Configuration, logger: Logger)
     if let certificatePath = configuration.tlsCertificatePath, let keyPath = configuration.tlsKeyPath {
         try TLSCertificateFiles(certificatePath: certificatePath, keyPath: keyPath).check()
     }
+    DatabaseAvailability.limitStatements(toMilliseconds: Int((configuration.databaseTimeoutSeconds * 1000).rounded()))
     // A PostgreSQL server still starting (or down a moment: a restart, a host booting) is
     // waited for, with a line now and then, rather than failing the start: a supervisor
     // restarting the daemon every few seconds would give up on it after a few tries.

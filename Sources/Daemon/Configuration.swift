@@ -25,6 +25,10 @@ public struct Configuration: Sendable, Equatable {
     /// How long a start waits for a PostgreSQL server that takes no connections yet (down,
     /// starting up, recovering), in seconds; 0: not at all.
     public var databaseStartWaitSeconds = 60.0
+    /// How long one statement may run on PostgreSQL, in seconds (its `statement_timeout`);
+    /// a server that sends nothing for 5 s more is given up (`DatabaseAvailability`). Below
+    /// systemd's stop timeout of the unit (20 s), so that a stop never waits longer on it.
+    public var databaseTimeoutSeconds = 10.0
     public var durability = Durability.full
     /// The stall timeout of tasks registered without one, in seconds.
     public var stallTimeoutSeconds = 30.0

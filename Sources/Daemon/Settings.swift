@@ -97,6 +97,13 @@ extension Setting {
             recovering) before giving up; 0: do not wait
             ({variable}, default {default})
             """),
+        .seconds("db-timeout", at: \.databaseTimeoutSeconds, in: 1...3600, help: """
+            on PostgreSQL, the longest one statement may run:
+            the server cancels it past this; a server that
+            sends nothing for 5 s more (frozen) is given up and
+            its requests answered 503
+            ({variable}, default {default})
+            """),
         .choice("durability", "full|normal", at: \.durability, names: Durability.allCases.map(\.rawValue),
                 parse: Durability.init(rawValue:), show: \.rawValue, help: """
             full: a reply means the change survives power loss;

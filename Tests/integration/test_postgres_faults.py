@@ -4,7 +4,9 @@ and restarted (`pg_ctl restart -m fast`), under a bounded load of progress updat
 session ended by `pg_terminate_backend`; the server down when a daemon starts, or when
 `headwayd token create` runs; the network between a daemon and the server cut (a proxy
 that turns into a black hole, `blackhole.py`), under load, while a statement awaits its
-reply, and at start.
+reply, and at start; the server frozen (SIGSTOP of every process, as a hung host or a
+disk that stopped answering would: its kernel still accepts and acknowledges, nothing
+answers), under load and while a daemon stops.
 
 What must hold: while the server is down every request that needs it is answered 503
 `database_unavailable` with `Retry-After` (never 500, never a hang, never a crash); once
@@ -14,6 +16,7 @@ subscriber, on either daemon, resuming with Last-Event-ID when cut, sees ids str
 increasing, each task's state only moving forward, and ends with what is stored."""
 import contextlib
 import json
+import os
 import re
 import signal
 import subprocess
@@ -675,3 +678,117 @@ def test_a_daemon_stops_cleanly_while_the_network_to_its_server_is_cut(tmp_path)
             update.start()
         update.join(timeout=CUT_DEADLINE)
         assert "server.stopped" in log_of(tmp_path / "a")
+
+
+# -- the server frozen
+
+# The longest a request may take while the server is frozen: the statement under way is
+# given up after --db-timeout (1 s in these tests) and 5 s more of silence, then the next
+# batch's one connection attempt waits connect_timeout (5 s: the postmaster's kernel
+# accepts the connection, nothing answers it), with a margin for this loaded machine.
+FREEZE_DEADLINE = 20.0
+
+
+@contextlib.contextmanager
+def frozen(server):
+    """Stops every process of `server` (SIGSTOP) for the block, then lets them go on
+    (SIGCONT) whatever happened: the postmaster forks no new session meanwhile."""
+    postmaster = int((server.data_directory / "postmaster.pid").read_text().split()[0])
+    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+    processes = [postmaster, *map(int, children)]
+    for pid in processes:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def test_a_frozen_server_is_503_within_a_bound_and_the_daemon_recovers_exactly(tmp_path):
+    with PostgresServer(tmp_path / "server") as server:
+        server.create_database("faults")
+        with run_headwayd(tmp_path / "a", "--durability", "full", "--db-timeout", "1",
+                          db=server.url("faults")) as a:
+            watcher = Watcher(a)
+            wait_until(lambda: watcher.connections == 1, "the subscriber connected")
+            load = Load([a], tasks_per_daemon=3, deadline=FREEZE_DEADLINE + 10)
+            try:
+                wait_until(lambda: min(load.acknowledged.values()) > 20, "the runners run")
+                frozen_at = time.monotonic()
+                with frozen(server):
+                    # Every request that needs the database is answered 503, each within the bound.
+                    for method in ("POST", "GET"):
+                        wait_until(lambda: sum(1 for entry in load.replies.refusals(frozen_at)
+                                               if entry[2] == method) >= 3,
+                                   f"{method} refused while the server is frozen", attempts=1200)
+                    ready = httpx.get(f"{a}/readyz", timeout=FREEZE_DEADLINE)
+                    assert ready.status_code == 503 and "Retry-After" in ready.headers, ready.text
+                    assert "sent nothing for 1 s (--db-timeout) and 5 s more" in log_of(tmp_path / "a")
+                print(f"frozen for {time.monotonic() - frozen_at:.1f} s")
+                thawed_at = time.monotonic()
+                counts = dict(load.acknowledged)
+                wait_until(lambda: min(load.acknowledged_since(counts).values()) >= 5,
+                           "every runner's updates are acknowledged again", attempts=1200)
+                print(f"answers again {time.monotonic() - thawed_at:.1f} s after the server went on")
+            finally:
+                load.finish()
+
+            # Every refusal was 503 database_unavailable with Retry-After, none slower than the
+            # bound, and no request went unanswered.
+            refusals = {(entry[4], entry[5], entry[6]) for entry in load.replies.refusals()}
+            assert refusals == {(503, "database_unavailable", "2")}, refusals
+            assert load.replies.failures == []
+            slowest = max(entry[7] for entry in load.replies.seen)
+            print(f"slowest reply: {slowest:.1f} s")
+            assert slowest < FREEZE_DEADLINE
+
+            # Nothing acknowledged was lost, and the subscriber, resuming as it must, saw every
+            # change in order and ends with what is stored.
+            stored = stored_tasks(server, "faults")
+            assert {task: stored[task] for task in load.acknowledged} == load.acknowledged
+            wait_until(lambda: watcher.view == stored, "the subscriber ends with what is stored", attempts=600)
+            watcher.stop.set()
+            watcher.check_order()
+            assert set(watcher.refusals) <= {(503, "database_unavailable", "2")}, watcher.refusals
+            assert [line for line in log_of(tmp_path / "a").splitlines() if "level=error" in line] == []
+
+
+def test_a_daemon_stops_cleanly_while_its_server_is_frozen(tmp_path):
+    """At the default --db-timeout (10 s, and 5 s more of silence): a stopping daemon gives
+    a frozen server 2 s, not 15."""
+    with PostgresServer(tmp_path / "server") as server:
+        server.create_database("faults")
+        update = None
+        # run_headwayd asserts a clean stop (status 0 within 20 s, systemd's TimeoutStopSec)
+        # when its block ends, here with the server frozen under a batch and a subscriber.
+        with frozen_later(server) as freeze, contextlib.ExitStack() as subscriber, \
+                run_headwayd(tmp_path / "a", db=server.url("faults")) as a:
+            assert httpx.post(f"{a}/v1/tasks", json={"id": "t", "name": "T"}).status_code == 201
+            client = subscriber.enter_context(httpx.Client(timeout=FREEZE_DEADLINE))
+            assert subscriber.enter_context(client.stream("GET", f"{a}/v1/events")).status_code == 200
+            freeze()
+
+            def post_update():
+                # The daemon may be stopping before the request reaches it (refused) or
+                # while it waits: either answer is fine, the stop is what is tested.
+                with contextlib.suppress(httpx.TransportError):
+                    httpx.post(f"{a}/v1/tasks/t/progress", json={"increment": 1}, timeout=FREEZE_DEADLINE)
+            update = threading.Thread(target=post_update)
+            update.start()
+            time.sleep(0.5)  # the update reaches the writer, which waits on the frozen server
+            stopping_at = time.monotonic()
+        print(f"stopped in {time.monotonic() - stopping_at:.1f} s")
+        update.join(timeout=FREEZE_DEADLINE)
+        log = log_of(tmp_path / "a")
+        assert "server.stopped" in log
+        assert "sent nothing for 2 s while the daemon stops" in log
+
+
+@contextlib.contextmanager
+def frozen_later(server):
+    """A function that freezes `server` as `frozen` does, thawed when the block ends (after
+    the blocks opened inside it: a daemon's stop there runs while the server is frozen)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda: stack.enter_context(frozen(server))

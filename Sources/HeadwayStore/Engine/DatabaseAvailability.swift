@@ -94,4 +94,23 @@ public final class DatabaseAvailability: Sendable {
     package static func stopConnecting() { connectingAllowed.store(false, ordering: .releasing) }
 
     private static let connectingAllowed = Atomic(true)
+
+    /// How long one statement may run on the database server, in milliseconds
+    /// (`--db-timeout`): the server cancels it past that (PostgreSQL's `statement_timeout`,
+    /// set in every session this process opens from then on), and a server that sends
+    /// nothing for that long plus `silenceMarginMilliseconds` is taken as frozen: the
+    /// connection is given up, and what waited on it fails as unavailable.
+    package static var statementTimeoutMilliseconds: Int { statementTimeout.load(ordering: .relaxed) }
+
+    /// Sets `statementTimeoutMilliseconds`, before the process opens its connections.
+    package static func limitStatements(toMilliseconds milliseconds: Int) {
+        statementTimeout.store(milliseconds, ordering: .relaxed)
+    }
+
+    /// How much longer than `statementTimeoutMilliseconds` the daemon waits for a word from
+    /// the server: a live server's own cancel (or a `COMMIT`'s flush, which no timeout
+    /// interrupts, on a slow disk) comes first.
+    package static let silenceMarginMilliseconds = 5_000
+
+    private static let statementTimeout = Atomic<Int>(10_000)
 }

@@ -44,6 +44,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
         self.connectionString = Self.withNetworkDefaults(location)
         try connect()
         try addSessionSetting("SET lock_timeout = '\(Database.busyTimeoutMilliseconds)ms'")
+        try addSessionSetting(Self.statementTimeoutSQL)
         // Notices (a table that already exists, say) are not worth a line on stderr.
         try addSessionSetting("SET client_min_messages = warning")
         if access != .readWrite { try addSessionSetting("SET default_transaction_read_only = on") }
@@ -124,7 +125,11 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
         // The server's notices and the messages of a closing connection are not written to
         // stderr (libpq's default): errors come back with their statements.
         PQsetNoticeProcessor(connection, { _, _ in }, nil)
+        // Nothing sent may block: a frozen server stops reading, and the writes waiting for
+        // it are bounded as the answers are (`awaitAnswer`).
+        PQsetnonblocking(connection, 1)
         handle = connection
+        gaveUp = nil
         prepared.removeAll()
         pipelineSent.removeAll()
         pipelineRequested = false
@@ -236,7 +241,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
         try readPipelineFirst(sql)
         try retryingOnANewConnection(sql) { () throws(DatabaseError) in
             let connection = try usableHandle(sql)
-            let result = PQexec(connection, sql)
+            let result = exec(connection) { PQsendQuery(connection, sql) }
             defer { PQclear(result) }
             try check(result, sql: sql, connection: connection)
         }
@@ -254,13 +259,13 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
             name = known
         } else {
             name = "s\(prepared.count + 1)"
-            let result = PQprepare(connection, name, Self.numberedParameters(sql), 0, nil)
+            let result = exec(connection) { PQsendPrepare(connection, name, Self.numberedParameters(sql), 0, nil) }
             defer { PQclear(result) }
             try check(result, sql: sql, connection: connection)
             prepared[sql] = name
         }
-        let result = withParameterTexts(arguments) { count, values in
-            PQexecPrepared(connection, name, count, values, nil, nil, 0)
+        let result = exec(connection) {
+            withParameterTexts(arguments) { count, values in PQsendQueryPrepared(connection, name, count, values, nil, nil, 0) }
         }
         do {
             try check(result, sql: sql, connection: connection)
@@ -294,7 +299,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// Throws the error `result` reports, if any; counts the rows a command changed.
     private func check(_ result: OpaquePointer?, sql: String, connection: OpaquePointer) throws(DatabaseError) {
         guard let result else {
-            throw DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
+            throw DatabaseError.postgres(sqlState: nil, message: errorText(connection),
                                          sql: sql, connectionLost: PQstatus(connection) != CONNECTION_OK)
         }
         switch PQresultStatus(result) {
@@ -304,8 +309,11 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
             }
         default:
             let state = PQresultErrorField(result, Int32(UInt8(ascii: "C"))).map { String(cString: $0) }
-            throw DatabaseError.postgres(sqlState: state, message: Self.trimmed(String(cString: PQresultErrorMessage(result))),
-                                         sql: sql, connectionLost: PQstatus(connection) != CONNECTION_OK)
+            let lost = PQstatus(connection) != CONNECTION_OK
+            let message = lost ? gaveUp : nil
+            throw DatabaseError.postgres(sqlState: state,
+                                         message: message ?? Self.trimmed(String(cString: PQresultErrorMessage(result))),
+                                         sql: sql, connectionLost: lost)
         }
     }
 
@@ -318,6 +326,120 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
             || command.hasPrefix("MERGE")
     }
 
+    // MARK: Waiting for the server
+
+    /// `SET statement_timeout` to `DatabaseAvailability.statementTimeoutMilliseconds`.
+    static var statementTimeoutSQL: String {
+        "SET statement_timeout = '\(DatabaseAvailability.statementTimeoutMilliseconds)ms'"
+    }
+
+    /// How long the server may send nothing while an answer is awaited before the
+    /// connection is given up (`awaitAnswer`); nil while `liftTimeLimits` holds.
+    private var silenceLimitNanoseconds: UInt64? {
+        guard !timeLimitsLifted else { return nil }
+        return UInt64(DatabaseAvailability.statementTimeoutMilliseconds + DatabaseAvailability.silenceMarginMilliseconds)
+            * 1_000_000
+    }
+
+    /// Whether statements may run and be waited for without limit (`liftTimeLimits`).
+    private var timeLimitsLifted = false
+
+    /// Why this connection was given up (`awaitAnswer`), for the errors of what waited on it;
+    /// nil otherwise.
+    private var gaveUp: String?
+
+    /// For statements that wait for long by design (a migration, or waiting for another
+    /// daemon's): no `statement_timeout` on the server, no silence limit here, until
+    /// `restoreTimeLimits`.
+    func liftTimeLimits() throws(DatabaseError) {
+        timeLimitsLifted = true
+        try execute("SET statement_timeout = 0")
+    }
+
+    /// Ends `liftTimeLimits`.
+    func restoreTimeLimits() throws(DatabaseError) {
+        timeLimitsLifted = false
+        try execute(Self.statementTimeoutSQL)
+    }
+
+    /// libpq's error message of `connection`, or why it was given up.
+    private func errorText(_ connection: OpaquePointer) -> String {
+        gaveUp ?? Self.trimmed(String(cString: PQerrorMessage(connection)))
+    }
+
+    /// The next answer (`PQgetResult`), waited for as `awaitAnswer` waits.
+    private func nextAnswer(_ connection: OpaquePointer) -> OpaquePointer? {
+        awaitAnswer(connection)
+        return PQgetResult(connection)
+    }
+
+    /// What `PQexec` does, waited for as `awaitAnswer` waits: `send` sends the statement
+    /// (returning libpq's 1 when it did); every answer is read, and the last returned, or
+    /// the first error. Nil when nothing could be sent (the connection's error says why).
+    private func exec(_ connection: OpaquePointer, send: () -> Int32) -> OpaquePointer? {
+        guard send() == 1 else { return nil }
+        var kept: OpaquePointer?
+        while let result = nextAnswer(connection) {
+            if let kept, ![PGRES_COMMAND_OK, PGRES_TUPLES_OK, PGRES_EMPTY_QUERY].contains(PQresultStatus(kept)) {
+                PQclear(result)
+                continue
+            }
+            PQclear(kept)
+            kept = result
+        }
+        return kept
+    }
+
+    /// Returns once libpq can hand over the next answer without waiting (`PQisBusy` false),
+    /// writing what it still holds to send as the socket takes it and reading what comes.
+    /// A server that neither reads nor sends for `silenceLimitNanoseconds` — frozen
+    /// (SIGSTOP, a disk that stopped answering, a host whose kernel still acknowledges) —
+    /// is given up: the socket is shut down, so that libpq finds the connection lost and
+    /// the statement fails as on a cut network (`connectionLost`; a `COMMIT`'s fate is then
+    /// asked on a new connection, `fateOfLostCommit`). Once the process is stopping
+    /// (`DatabaseAvailability.stopConnecting`) the limit is `stoppingSilenceNanoseconds`, so
+    /// that a frozen server holds the stop no longer than that. Without a limit
+    /// (`liftTimeLimits`) libpq waits as long as it takes.
+    private func awaitAnswer(_ connection: OpaquePointer) {
+        guard let fullLimit = silenceLimitNanoseconds else { return }
+        var lastHeard = DispatchTime.now().uptimeNanoseconds
+        while PQstatus(connection) == CONNECTION_OK {
+            let unsent = PQflush(connection)
+            // A failure to send is libpq's to report, with the next answer.
+            if unsent < 0 || (unsent == 0 && PQisBusy(connection) == 0) { return }
+            let limit = DatabaseAvailability.mayConnect ? fullLimit : min(fullLimit, Self.stoppingSilenceNanoseconds)
+            let silent = DispatchTime.now().uptimeNanoseconds &- lastHeard
+            if silent >= limit {
+                giveUp(connection, silentFor: limit)
+                return
+            }
+            let events = Int16(POLLIN) | (unsent == 1 ? Int16(POLLOUT) : 0)
+            var descriptor = pollfd(fd: PQsocket(connection), events: events, revents: 0)
+            // In slices, to see a stop begin.
+            let waitMilliseconds = Int32(min((limit - silent) / 1_000_000 + 1, 250))
+            let ready = poll(&descriptor, 1, waitMilliseconds)
+            if ready < 0 && errno != EINTR { return }
+            guard ready > 0 else { continue }
+            lastHeard = DispatchTime.now().uptimeNanoseconds
+            if descriptor.revents & Int16(POLLIN | POLLERR | POLLHUP) != 0, PQconsumeInput(connection) != 1 { return }
+        }
+    }
+
+    /// The silence after which a stopping process gives a connection up: a live server
+    /// answers within it (a stop waits for the batch under way).
+    static let stoppingSilenceNanoseconds: UInt64 = 2_000_000_000
+
+    /// Shuts the connection's socket down (libpq keeps it, and finds it closed) and keeps why.
+    private func giveUp(_ connection: OpaquePointer, silentFor limit: UInt64) {
+        let timeout = Double(DatabaseAvailability.statementTimeoutMilliseconds) / 1000
+        let margin = DatabaseAvailability.silenceMarginMilliseconds / 1000
+        let why = DatabaseAvailability.mayConnect ? "\(timeout.formatted()) s (--db-timeout) and \(margin) s more"
+            : "\(limit / 1_000_000_000) s while the daemon stops"
+        gaveUp = "PostgreSQL at \(redactedLocation(location)) sent nothing for \(why): the connection was given up"
+        shutdown(PQsocket(connection), Int32(SHUT_RDWR))
+        _ = PQconsumeInput(connection)
+    }
+
     // MARK: Notifications
 
     /// The connection's socket, to wait on for notifications (-1 when closed).
@@ -328,7 +450,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     func takeNotifications() throws(DatabaseError) -> [(payload: String, sender: Int32)] {
         let connection = try usableHandle("LISTEN")
         guard PQconsumeInput(connection) == 1 else {
-            throw DatabaseError.unavailable(Self.trimmed(String(cString: PQerrorMessage(connection))))
+            throw DatabaseError.unavailable(errorText(connection))
         }
         var notifications: [(payload: String, sender: Int32)] = []
         while let notification = PQnotifies(connection) {
@@ -456,7 +578,7 @@ extension PostgresConnection {
         defer { pipelineSent.removeAll() }
         // A lost connection answers nothing more (the next statement connects again).
         guard PQstatus(connection) == CONNECTION_OK else {
-            throw DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
+            throw DatabaseError.postgres(sqlState: nil, message: errorText(connection),
                                          sql: sql, connectionLost: true)
         }
         if commits {
@@ -469,7 +591,7 @@ extension PostgresConnection {
         for (index, (sent, isPreparation)) in pipelineSent.enumerated() {
             let isCommit = commits && index == pipelineSent.count - 1
             var failed = false
-            while let result = PQgetResult(connection) {
+            while let result = nextAnswer(connection) {
                 defer { PQclear(result) }
                 guard PQresultStatus(result) != PGRES_PIPELINE_ABORTED else {
                     failed = true
@@ -501,12 +623,12 @@ extension PostgresConnection {
         }
         if PQstatus(connection) == CONNECTION_OK {
             // The sync's own answer, then out of pipeline mode.
-            if let sync = PQgetResult(connection) { PQclear(sync) }
+            if let sync = nextAnswer(connection) { PQclear(sync) }
             PQexitPipelineMode(connection)
         }
         if committed { return true }
         let lost = PQstatus(connection) != CONNECTION_OK
-        let lostMessage = Self.trimmed(String(cString: PQerrorMessage(connection)))
+        let lostMessage = errorText(connection)
         // The COMMIT's answer lost with the connection: it may have committed. (`connection`
         // is not used after this: the question is asked on a new one.)
         if commits && lost && fateOfLostCommit() { return true }
@@ -525,12 +647,12 @@ extension PostgresConnection {
         let sql = "COMMIT"
         let connection = try usableHandle(sql)
         guard PQsendQuery(connection, sql) == 1 else {
-            throw DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
+            throw DatabaseError.postgres(sqlState: nil, message: errorText(connection),
                                          sql: sql, connectionLost: PQstatus(connection) != CONNECTION_OK)
         }
         var committed = false
         var failure: DatabaseError?
-        while let result = PQgetResult(connection) {
+        while let result = nextAnswer(connection) {
             defer { PQclear(result) }
             do {
                 try check(result, sql: sql, connection: connection)
@@ -582,7 +704,7 @@ extension PostgresConnection {
 
     /// The error of a statement libpq could not send (a lost connection, mostly).
     private func pipelineSendFailure(_ sql: String, _ connection: OpaquePointer) -> DatabaseError {
-        var error = DatabaseError.postgres(sqlState: nil, message: Self.trimmed(String(cString: PQerrorMessage(connection))),
+        var error = DatabaseError.postgres(sqlState: nil, message: errorText(connection),
                                            sql: sql, connectionLost: PQstatus(connection) != CONNECTION_OK)
         error.pipelined = true
         return error

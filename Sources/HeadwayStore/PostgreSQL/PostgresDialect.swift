@@ -85,8 +85,10 @@ struct PostgresDialect: SQLDialect {
 
     /// The lock is held from the first check to the last migration, so a daemon started
     /// beside another waits until the schema is whole and applies nothing (each
-    /// migration's own transaction takes it again, which a holder always gets).
+    /// migration's own transaction takes it again, which a holder always gets). Neither
+    /// that wait nor a migration (an index built over a large table) has a time limit.
     func beginMigrating(_ database: Database) throws {
+        try database.postgres.liftTimeLimits()
         try database.inTransaction(.immediate) {
             try database.execute("SET LOCAL lock_timeout = 0")
             _ = try database.rows("SELECT pg_advisory_lock(\(Self.migrationLockKey))") { _ in () }
@@ -95,6 +97,7 @@ struct PostgresDialect: SQLDialect {
 
     func endMigrating(_ database: Database) {
         _ = try? database.rows("SELECT pg_advisory_unlock(\(Self.migrationLockKey))") { _ in () }
+        try? database.postgres.restoreTimeLimits()
     }
 
     /// The lock ends with the transaction.
