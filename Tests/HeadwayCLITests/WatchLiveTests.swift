@@ -8,6 +8,9 @@ final class BackgroundProcess: @unchecked Sendable {
     let process = Process()
     private let lock = NSLock()
     private var outBytes: [UInt8] = [], errBytes: [UInt8] = []
+    /// Whether each pipe reached its end (the handler's empty read): only then is all
+    /// that the process wrote collected, which its exit alone does not say.
+    private var outEnded = false, errEnded = false
 
     init(_ name: String, _ arguments: [String], environment: [String: String] = [:]) throws {
         process.executableURL = URL(fileURLWithPath: builtExecutable(name))
@@ -19,11 +22,19 @@ final class BackgroundProcess: @unchecked Sendable {
         process.standardInput = FileHandle.nullDevice
         out.fileHandleForReading.readabilityHandler = { [self] handle in
             let data = handle.availableData
-            lock.withLock { outBytes += data }
+            lock.withLock {
+                outBytes += data
+                if data.isEmpty { outEnded = true }
+            }
+            if data.isEmpty { handle.readabilityHandler = nil }
         }
         err.fileHandleForReading.readabilityHandler = { [self] handle in
             let data = handle.availableData
-            lock.withLock { errBytes += data }
+            lock.withLock {
+                errBytes += data
+                if data.isEmpty { errEnded = true }
+            }
+            if data.isEmpty { handle.readabilityHandler = nil }
         }
         try process.run()
     }
@@ -37,10 +48,12 @@ final class BackgroundProcess: @unchecked Sendable {
         waitUntil(seconds, condition)
     }
 
-    /// Waits at most `seconds` for the process to exit; its status, nil when it did not.
+    /// Waits at most `seconds` for the process to exit and for what it wrote to be
+    /// collected; its status, nil when it did not exit.
     func exitStatus(within seconds: Double = 10) -> Int32? {
         guard waitUntil(seconds, { !process.isRunning }) else { return nil }
         process.waitUntilExit()
+        _ = waitUntil(seconds) { lock.withLock { outEnded && errEnded } }
         return process.terminationStatus
     }
 
