@@ -757,7 +757,8 @@ def test_a_frozen_server_is_503_within_a_bound_and_the_daemon_recovers_exactly(t
 
 def test_a_daemon_stops_cleanly_while_its_server_is_frozen(tmp_path):
     """At the default --db-timeout (10 s, and 5 s more of silence): a stopping daemon gives
-    a frozen server 2 s, not 15."""
+    a frozen server 7 s (a lock wait's 5 s and 2 s more), not 15, then 2 s to each
+    statement after the first given up."""
     with PostgresServer(tmp_path / "server") as server:
         server.create_database("faults")
         update = None
@@ -783,8 +784,38 @@ def test_a_daemon_stops_cleanly_while_its_server_is_frozen(tmp_path):
         update.join(timeout=FREEZE_DEADLINE)
         log = log_of(tmp_path / "a")
         assert "server.stopped" in log
-        assert "sent nothing for 2 s while the daemon stops" in log
+        assert "sent nothing for 7 s while the daemon stops" in log
 
+
+
+def test_a_stop_waits_for_a_live_server_whose_statement_waits_for_a_lock(tmp_path):
+    """A live server sends nothing while a statement waits for a lock, for up to the
+    daemon's own lock_timeout (5 s): a stop then is no reason to give the connection up,
+    which would answer 503 "nothing is known to be stored" for a batch the server goes on
+    to commit."""
+    with PostgresServer(tmp_path / "server") as server:
+        server.create_database("faults")
+        reply = {}
+        with run_headwayd(tmp_path / "a", "--durability", "full", db=server.url("faults")) as a:
+            assert httpx.post(f"{a}/v1/tasks", json={"id": "t", "name": "T", "total": 100}).status_code == 201
+            # Another session holds the task's row for 3.5 s.
+            holder = subprocess.Popen(
+                [str(server.bin / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", server.url("faults"), "-c",
+                 "BEGIN; SELECT 1 FROM tasks WHERE id = 't' FOR UPDATE; SELECT pg_sleep(3.5); COMMIT;"],
+                stdout=subprocess.DEVNULL)
+            time.sleep(0.5)
+
+            def post_update():
+                with httpx.Client(timeout=FREEZE_DEADLINE) as client:
+                    reply["update"] = client.post(f"{a}/v1/tasks/t/progress", json={"increment": 1, "seq": 1})
+            update = threading.Thread(target=post_update)
+            update.start()
+            time.sleep(0.5)  # the update waits for the row; the stop begins as the block ends
+        update.join(timeout=FREEZE_DEADLINE)
+        assert holder.wait(timeout=FREEZE_DEADLINE) == 0
+        stored = server.psql("SELECT completed FROM tasks WHERE id = 't'", "faults").strip()
+        assert (reply["update"].status_code, stored) == (200, "1"), reply["update"].text
+        assert "while the daemon stops" not in log_of(tmp_path / "a")
 
 @contextlib.contextmanager
 def frozen_later(server):

@@ -2,6 +2,7 @@ import CLibPQ
 import CSQLite
 import Foundation
 import Glibc
+import Synchronization
 
 // @unchecked Sendable: a libpq connection handle; `Database` confines its use to one thread.
 /// One libpq connection, as `Database` runs statements on it (checking the thread). Statements
@@ -407,7 +408,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
             let unsent = PQflush(connection)
             // A failure to send is libpq's to report, with the next answer.
             if unsent < 0 || (unsent == 0 && PQisBusy(connection) == 0) { return }
-            let limit = DatabaseAvailability.mayConnect ? fullLimit : min(fullLimit, Self.stoppingSilenceNanoseconds)
+            let limit = DatabaseAvailability.mayConnect ? fullLimit : min(fullLimit, Self.stoppingSilence)
             let silent = DispatchTime.now().uptimeNanoseconds &- lastHeard
             if silent >= limit {
                 giveUp(connection, silentFor: limit)
@@ -426,8 +427,23 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     }
 
     /// The silence after which a stopping process gives a connection up: a live server
-    /// answers within it (a stop waits for the batch under way).
-    static let stoppingSilenceNanoseconds: UInt64 = 2_000_000_000
+    /// answers within it (a stop waits for the batch under way), a statement waiting for a
+    /// lock included, which ends at the session's `lock_timeout` (`Database.busyTimeoutMilliseconds`):
+    /// given up sooner, a batch whose `COMMIT` the server already holds would be answered
+    /// 503 and then committed.
+    static let stoppingSilenceNanoseconds = UInt64(Database.busyTimeoutMilliseconds + 2_000) * 1_000_000
+
+    /// Once one connection was given up during the stop, the server is taken as frozen: the
+    /// statements the stop runs after it (the leader's release, say) get this silence.
+    static let frozenStoppingSilenceNanoseconds: UInt64 = 2_000_000_000
+
+    /// Whether a connection of this process was given up while it stops.
+    private static let gaveUpWhileStopping = Atomic(false)
+
+    /// The silence limit while the process stops.
+    private static var stoppingSilence: UInt64 {
+        gaveUpWhileStopping.load(ordering: .relaxed) ? frozenStoppingSilenceNanoseconds : stoppingSilenceNanoseconds
+    }
 
     /// Shuts the connection's socket down (libpq keeps it, and finds it closed) and keeps why.
     private func giveUp(_ connection: OpaquePointer, silentFor limit: UInt64) {
@@ -436,6 +452,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
         let why = DatabaseAvailability.mayConnect ? "\(timeout.formatted()) s (--db-timeout) and \(margin) s more"
             : "\(limit / 1_000_000_000) s while the daemon stops"
         gaveUp = "PostgreSQL at \(redactedLocation(location)) sent nothing for \(why): the connection was given up"
+        if !DatabaseAvailability.mayConnect { Self.gaveUpWhileStopping.store(true, ordering: .relaxed) }
         shutdown(PQsocket(connection), Int32(SHUT_RDWR))
         _ = PQconsumeInput(connection)
     }
