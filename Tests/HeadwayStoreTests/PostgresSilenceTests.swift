@@ -26,9 +26,7 @@ import Testing
     func aPipelineLargerThanTheSocketBuffersIsGivenUpWithoutSpinning() throws {
         let server = try TestPostgresDatabase()
         defer { server.drop() }
-        DatabaseAvailability.limitStatements(toMilliseconds: 1000)
-        defer { DatabaseAvailability.limitStatements(toMilliseconds: 10_000) }
-        let connection = try PostgresConnection(location: server.uri, access: .readWrite)
+        let connection = try PostgresConnection(location: server.uri, access: .readWrite, statementTimeoutMilliseconds: 1000)
         try connection.execute("CREATE TABLE big (id integer, body text)")
         try connection.control("BEGIN")
         connection.pipelineUntilCommit()

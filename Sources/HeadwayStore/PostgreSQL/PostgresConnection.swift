@@ -40,12 +40,15 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// SQLite's busy timeout, then fail as busy; a read-only connection (`access` other
     /// than `.readWrite`) refuses writes by its session's default
     /// (`default_transaction_read_only`).
-    init(location: String, access: ConnectionAccess) throws(DatabaseError) {
+    /// `statementTimeoutMilliseconds`: the process's `--db-timeout` unless a test says.
+    init(location: String, access: ConnectionAccess,
+         statementTimeoutMilliseconds: Int = DatabaseAvailability.statementTimeoutMilliseconds) throws(DatabaseError) {
+        self.statementTimeoutMilliseconds = statementTimeoutMilliseconds
         self.location = location
         self.connectionString = Self.withNetworkDefaults(location)
         try connect()
         try addSessionSetting("SET lock_timeout = '\(Database.busyTimeoutMilliseconds)ms'")
-        try addSessionSetting(Self.statementTimeoutSQL)
+        try addSessionSetting(statementTimeoutSQL)
         // Notices (a table that already exists, say) are not worth a line on stderr.
         try addSessionSetting("SET client_min_messages = warning")
         if access != .readWrite { try addSessionSetting("SET default_transaction_read_only = on") }
@@ -329,16 +332,17 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
 
     // MARK: Waiting for the server
 
-    /// `SET statement_timeout` to `DatabaseAvailability.statementTimeoutMilliseconds`.
-    static var statementTimeoutSQL: String {
-        "SET statement_timeout = '\(DatabaseAvailability.statementTimeoutMilliseconds)ms'"
-    }
+    /// How long one statement may run on the server (`DatabaseAvailability.statementTimeoutMilliseconds`).
+    private let statementTimeoutMilliseconds: Int
+
+    /// `SET statement_timeout` to `statementTimeoutMilliseconds`.
+    private var statementTimeoutSQL: String { "SET statement_timeout = '\(statementTimeoutMilliseconds)ms'" }
 
     /// How long the server may send nothing while an answer is awaited before the
     /// connection is given up (`awaitAnswer`); nil while `liftTimeLimits` holds.
     private var silenceLimitNanoseconds: UInt64? {
         guard !timeLimitsLifted else { return nil }
-        return UInt64(DatabaseAvailability.statementTimeoutMilliseconds + DatabaseAvailability.silenceMarginMilliseconds)
+        return UInt64(statementTimeoutMilliseconds + DatabaseAvailability.silenceMarginMilliseconds)
             * 1_000_000
     }
 
@@ -360,7 +364,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// Ends `liftTimeLimits`.
     func restoreTimeLimits() throws(DatabaseError) {
         timeLimitsLifted = false
-        try execute(Self.statementTimeoutSQL)
+        try execute(statementTimeoutSQL)
     }
 
     /// libpq's error message of `connection`, or why it was given up.
@@ -420,7 +424,12 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
             let waitMilliseconds = Int32(min((limit - silent) / 1_000_000 + 1, 250))
             let ready = poll(&descriptor, 1, waitMilliseconds)
             if ready < 0 && errno != EINTR { return }
-            guard ready > 0 else { continue }
+            guard ready > 0 else {
+                // Over TLS, what the socket brought may wait decrypted in the TLS library,
+                // which poll does not see: read it (nothing there costs one failed read).
+                guard PQconsumeInput(connection) == 1 else { return }
+                continue
+            }
             lastHeard = DispatchTime.now().uptimeNanoseconds
             if descriptor.revents & Int16(POLLIN | POLLERR | POLLHUP) != 0, PQconsumeInput(connection) != 1 { return }
         }
@@ -447,7 +456,7 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
 
     /// Shuts the connection's socket down (libpq keeps it, and finds it closed) and keeps why.
     private func giveUp(_ connection: OpaquePointer, silentFor limit: UInt64) {
-        let timeout = Double(DatabaseAvailability.statementTimeoutMilliseconds) / 1000
+        let timeout = Double(statementTimeoutMilliseconds) / 1000
         let margin = DatabaseAvailability.silenceMarginMilliseconds / 1000
         let why = DatabaseAvailability.mayConnect ? "\(timeout.formatted()) s (--db-timeout) and \(margin) s more"
             : "\(limit / 1_000_000_000) s while the daemon stops"
