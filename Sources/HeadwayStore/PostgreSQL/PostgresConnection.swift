@@ -406,6 +406,8 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// that a frozen server holds the stop no longer than that. Without a limit
     /// (`liftTimeLimits`) libpq waits as long as it takes.
     private func awaitAnswer(_ connection: OpaquePointer) {
+        // Most often the answer is here already (a pipeline's answers come together).
+        guard PQflush(connection) != 0 || PQisBusy(connection) != 0 else { return }
         guard let fullLimit = silenceLimitNanoseconds else { return }
         var lastHeard = DispatchTime.now().uptimeNanoseconds
         while PQstatus(connection) == CONNECTION_OK {
