@@ -289,9 +289,37 @@ final class EngineWriter: @unchecked Sendable {
         #expect(try quantifiedOf(fixture) == ["0:1", "1:1"])
         #expect(try fixture.read { db in try db.rows("SELECT total FROM tasks WHERE id = 'given-a-total'") { $0.int(0) } } == [10])
         if engine == .postgres {
-            #expect(PostgresSetWrites.columnsToWrite([(task: Self.record(completed: 2), previous: Self.record(completed: 1))])
-                    == [.completed])
+            #expect(PostgresSetWrites.columns(in: PostgresSetWrites.columnsToWrite(
+                [(task: Self.record(completed: 2), previous: Self.record(completed: 1))])) == [.completed])
         }
+    }
+
+    /// The columns a batch writes are those that differ for any of its tasks, looked at
+    /// task by task: the same as asking each column of every task, with `state` and
+    /// `stalled` whenever a counted value differs.
+    @Test func theColumnsWrittenAreThoseThatDifferForAnyTask() {
+        let base = Self.record(completed: 1)
+        var labelled = base
+        labelled.label = "copying"
+        var later = base
+        later.completed = 5
+        later.updatedAt = 2_000
+        var failed = base
+        failed.stallReason = .noProgress
+        let batches: [[(task: TaskRecord, previous: TaskRecord)]] = [
+            [(task: base, previous: base)],
+            [(task: labelled, previous: base), (task: later, previous: base)],
+            [(task: later, previous: base), (task: failed, previous: base), (task: base, previous: base)],
+        ]
+        for changed in batches {
+            let counted = changed.contains { TaskRepository.countedValuesDiffer($0.task, $0.previous) }
+            let expected = TaskRepository.MutableColumn.allCases.filter { column in
+                (counted && (column == .state || column == .stalled)) || changed.contains { column.differs($0.task, $0.previous) }
+            }
+            #expect(PostgresSetWrites.columns(in: PostgresSetWrites.columnsToWrite(changed)) == expected)
+        }
+        #expect(PostgresSetWrites.columns(in: PostgresSetWrites.columnsToWrite(batches[2]))
+                .contains { $0 == .stalled } == true)
     }
 
     /// A running task with `completed` done, as the set writes compare them.

@@ -77,11 +77,11 @@ enum PostgresSetWrites {
     /// every column through the statement's joins. Each set is a statement of its own,
     /// prepared once per connection, so their number is bounded.
     static func shape(of changed: [(task: TaskRecord, previous: TaskRecord)]) -> UpdateShape {
-        let written = columnsToWrite(changed)
-        let mask = written.reduce(UInt64(0)) { $0 | 1 << UInt64(columns.firstIndex(of: $1)!) }
+        let mask = columnsToWrite(changed)
         return updateShapes.withLock { shapes in
             if let known = shapes[mask] { return known }
             guard shapes.count < updateShapesKept else { return everyColumn }
+            let written = columns(in: mask)
             let shape = UpdateShape(columns: written, sql: updateSQL(of: written))
             shapes[mask] = shape
             return shape
@@ -89,13 +89,30 @@ enum PostgresSetWrites {
     }
 
     /// The columns that differ for at least one task of `changed`, with `state` and
-    /// `stalled` when a counted value differs (see `shape`), in `MutableColumn` order.
-    static func columnsToWrite(_ changed: [(task: TaskRecord, previous: TaskRecord)]) -> [TaskRepository.MutableColumn] {
-        let counted = changed.contains { TaskRepository.countedValuesDiffer($0.task, $0.previous) }
-        return columns.filter { column in
-            (counted && (column == .state || column == .stalled))
-                || changed.contains { column.differs($0.task, $0.previous) }
+    /// `stalled` when a counted value differs (see `shape`): bit i for `columns[i]`. One
+    /// pass over the tasks (a task's records are large: looked at once each, not once per
+    /// column), each column compared only until a task differs in it.
+    static func columnsToWrite(_ changed: [(task: TaskRecord, previous: TaskRecord)]) -> UInt64 {
+        var mask: UInt64 = 0
+        let every: UInt64 = 1 << UInt64(columns.count) - 1
+        for (task, previous) in changed {
+            if mask & countedBits != countedBits && TaskRepository.countedValuesDiffer(task, previous) { mask |= countedBits }
+            for (index, column) in columns.enumerated() where mask & 1 << UInt64(index) == 0 && column.differs(task, previous) {
+                mask |= 1 << UInt64(index)
+            }
+            if mask == every { break }
         }
+        return mask
+    }
+
+    /// The columns of `mask`'s bits (`columnsToWrite`), in `MutableColumn` order.
+    static func columns(in mask: UInt64) -> [TaskRepository.MutableColumn] {
+        columns.indices.filter { mask & 1 << UInt64($0) != 0 }.map { columns[$0] }
+    }
+
+    /// The bits of `state` and `stalled`, written whenever a value `task_counts` counts by differs.
+    private static let countedBits = columns.indices.reduce(UInt64(0)) { mask, index in
+        columns[index] == .state || columns[index] == .stalled ? mask | 1 << UInt64(index) : mask
     }
 
     /// Every column, past `updateShapesKept` sets.
