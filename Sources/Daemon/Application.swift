@@ -258,7 +258,7 @@ private func refuseBeforeOpening(_ configuration: Configuration, logger: Logger)
 /// applied), and warns when its file is open to others than its owner.
 private func openDatabase(_ configuration: Configuration,
                           logger: Logger) throws -> (changeCounter: ChangeCounter, storage: any StorageEngine) {
-    let setup = try DatabaseSetup.open(path: configuration.databasePath)
+    let setup = try setUpDatabase(configuration.databasePath)
     if !setup.appliedMigrations.isEmpty {
         logger.log(.info, "database.migrated", ["versions": setup.appliedMigrations.map(String.init).joined(separator: ",")])
     }
@@ -546,6 +546,16 @@ func waitForDatabaseServer(_ location: String, upTo seconds: Double,
                                                              waiting: waiting)
     if stopSignalPending() { throw StartInterrupted() }
     if let finding { throw DatabaseServerUnreachable(location: location, waitedSeconds: seconds, finding: finding) }
+}
+
+/// `DatabaseSetup.open` of `location`, whose waits without a time limit (a PostgreSQL
+/// migration, or another daemon's) SIGTERM or SIGINT ends, with `StartInterrupted`.
+func setUpDatabase(_ location: String) throws -> DatabaseSetup {
+    do {
+        return try DatabaseSetup.open(path: location, stopRequested: stopSignalPending)
+    } catch where stopSignalPending() {
+        throw StartInterrupted()
+    }
 }
 
 /// Whether SIGTERM or SIGINT is pending (blocked until the daemon runs, they wait for

@@ -109,7 +109,8 @@ public enum TokenCommand {
     /// that takes no connections yet is waited for up to `serverWaitSeconds`, as the daemon
     /// waits at start, with a line to `waiting` at once and every `waitReportSeconds`:
     /// a provisioning script runs the command right after starting the server. SIGINT
-    /// or SIGTERM (blocked by the caller) ends the wait: `StartInterrupted`; a server
+    /// or SIGTERM (blocked by the caller) ends the wait, and one for another daemon's
+    /// migration: `StartInterrupted`; a server
     /// that takes no connections after it: `DatabaseServerUnreachable`.
     public static func create(_ request: TokenRequest, expiresInSeconds: Double?, databasePath: String,
                               serverWaitSeconds: Double = 0, waiting: (String) -> Void = { _ in },
@@ -118,7 +119,7 @@ public enum TokenCommand {
             waiting("waiting for the database server at \(redactedLocation(databasePath)): \(finding) "
                     + "(waited \(Int(waited)) s, gives up after \(Setting.plain(serverWaitSeconds)) s)")
         }
-        _ = try DatabaseSetup.open(path: databasePath)
+        _ = try setUpDatabase(databasePath)
         let database = try Database(path: databasePath)
         defer { database.close() }
         let now = clock.now()

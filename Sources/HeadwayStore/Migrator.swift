@@ -110,9 +110,15 @@ public struct DatabaseSetup: Sendable {
     /// file to WAL and loads its change sequence; the connection is closed again. Throws
     /// `MigrationError.databaseIsNewer` for a database from a newer build, which it leaves
     /// as it was (hence WAL only after migrating).
-    public static func open(path: String, migrator: Migrator? = nil) throws -> DatabaseSetup {
+    /// `stopRequested`: asked while a PostgreSQL migration, or the wait for another daemon's,
+    /// is awaited (they have no time limit); true ends the wait, failing the setup.
+    public static func open(path: String, migrator: Migrator? = nil,
+                            stopRequested: (@Sendable () -> Bool)? = nil) throws -> DatabaseSetup {
         let database = try Database(path: path)
         defer { database.close() }
+        if let stopRequested, let postgres = database.connection as? PostgresConnection {
+            postgres.waitInterrupted = stopRequested
+        }
         let applied = try (migrator ?? Migrator(forLocation: path)).migrate(database)
         try database.dialect.finishMigrating(database)
         return DatabaseSetup(appliedMigrations: applied, changeCounter: try ChangeCounter(database: database))

@@ -120,6 +120,47 @@ def test_daemons_started_together_on_an_empty_database_create_the_schema_once(tm
             log.close()
 
 
+# The advisory lock a migrating daemon holds (PostgresDialect.migrationLockKey).
+MIGRATION_LOCK = 0x4865_6164_7761_7901
+
+
+def test_a_daemon_waiting_for_another_daemons_migration_stops_at_once_on_sigterm(tmp_path, postgres, postgres_url):
+    """A migration, and the wait for another daemon's, have no time limit (an index built
+    over a large table may take long): SIGTERM meanwhile ends the start (status 0), and the
+    other daemon's migration is left to it."""
+    holder = subprocess.Popen([str(postgres.bin / "psql"), "-X", "-q", "-d", postgres_url], stdin=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, text=True, env=postgres._environment())
+    try:
+        holder.stdin.write(f"SELECT pg_advisory_lock({MIGRATION_LOCK});\n")
+        holder.stdin.flush()
+        held = ("select count(*) from pg_locks where locktype = 'advisory' and granted "
+                f"and objid::bigint = {MIGRATION_LOCK & 0xffffffff}")
+        wait_until(lambda: postgres.psql(held).strip() == "1", "the migration lock is held by hand")
+        with open(tmp_path / "headwayd.log", "w") as log:
+            daemon = subprocess.Popen([HEADWAYD, "--listen", f"127.0.0.1:{free_port()}", "--db", postgres_url], stderr=log)
+            try:
+                waiting = ("select count(*) from pg_stat_activity where wait_event_type = 'Lock' "
+                           f"and datname = '{database_name(postgres_url)}'")
+                wait_until(lambda: postgres.psql(waiting).strip() == "1", "the daemon waits for the migration lock",
+                           attempts=600)
+                signalled_at = time.monotonic()
+                daemon.send_signal(signal.SIGTERM)
+                assert daemon.wait(timeout=10) == 0
+                print(f"stopped {time.monotonic() - signalled_at:.2f} s after SIGTERM")
+            finally:
+                if daemon.poll() is None:
+                    daemon.kill()
+                    daemon.wait(timeout=20)
+        log = (tmp_path / "headwayd.log").read_text()
+        assert "stopped while waiting for the database server" in log, log
+        assert "database.migrated" not in log
+        # Nothing of the schema was made, and the server ended the daemon's session.
+        assert postgres.psql("select count(*) from pg_tables where tablename = 'tasks'", database_name(postgres_url)) == "0\n"
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=20)
+
+
 # -- tokens made offline
 
 def bytes_until_closed_or(stream, needle):

@@ -349,6 +349,10 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     /// Whether statements may run and be waited for without limit (`liftTimeLimits`).
     private var timeLimitsLifted = false
 
+    /// Asked while an answer is awaited without limit (`liftTimeLimits`): true gives the
+    /// connection up, as a frozen server's would be (the start's SIGTERM, say).
+    var waitInterrupted: (() -> Bool)?
+
     /// Why this connection was given up (`awaitAnswer`), for the errors of what waited on it;
     /// nil otherwise.
     private var gaveUp: String?
@@ -408,13 +412,18 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     private func awaitAnswer(_ connection: OpaquePointer) {
         // Most often the answer is here already (a pipeline's answers come together).
         guard PQflush(connection) != 0 || PQisBusy(connection) != 0 else { return }
-        guard let fullLimit = silenceLimitNanoseconds else { return }
+        let fullLimit = silenceLimitNanoseconds
+        guard fullLimit != nil || waitInterrupted != nil else { return }
         var lastHeard = DispatchTime.now().uptimeNanoseconds
         while PQstatus(connection) == CONNECTION_OK {
             let unsent = PQflush(connection)
             // A failure to send is libpq's to report, with the next answer.
             if unsent < 0 || (unsent == 0 && PQisBusy(connection) == 0) { return }
-            let limit = DatabaseAvailability.mayConnect ? fullLimit : min(fullLimit, Self.stoppingSilence)
+            if fullLimit == nil, waitInterrupted?() == true {
+                giveUp(connection, because: "the wait for PostgreSQL at \(redactedLocation(location)) was interrupted")
+                return
+            }
+            let limit = fullLimit.map { DatabaseAvailability.mayConnect ? $0 : min($0, Self.stoppingSilence) } ?? .max
             let silent = DispatchTime.now().uptimeNanoseconds &- lastHeard
             if silent >= limit {
                 giveUp(connection, silentFor: limit)
@@ -457,15 +466,21 @@ final class PostgresConnection: EngineConnection, @unchecked Sendable {
     }
 
     /// Shuts the connection's socket down (libpq keeps it, and finds it closed) and keeps why.
+    private func giveUp(_ connection: OpaquePointer, because why: String) {
+        gaveUp = why
+        shutdown(PQsocket(connection), Int32(SHUT_RDWR))
+        _ = PQconsumeInput(connection)
+    }
+
+    /// `giveUp` a connection silent for `limit` nanoseconds.
     private func giveUp(_ connection: OpaquePointer, silentFor limit: UInt64) {
         let timeout = Double(statementTimeoutMilliseconds) / 1000
         let margin = DatabaseAvailability.silenceMarginMilliseconds / 1000
         let why = DatabaseAvailability.mayConnect ? "\(timeout.formatted()) s (--db-timeout) and \(margin) s more"
             : "\(limit / 1_000_000_000) s while the daemon stops"
-        gaveUp = "PostgreSQL at \(redactedLocation(location)) sent nothing for \(why): the connection was given up"
         if !DatabaseAvailability.mayConnect { Self.gaveUpWhileStopping.store(true, ordering: .relaxed) }
-        shutdown(PQsocket(connection), Int32(SHUT_RDWR))
-        _ = PQconsumeInput(connection)
+        giveUp(connection, because: "PostgreSQL at \(redactedLocation(location)) sent nothing for \(why): "
+                   + "the connection was given up")
     }
 
     // MARK: Notifications
